@@ -1,0 +1,35 @@
+# Thin wrapper over Meson. The two commands a newcomer needs:
+#   make run    set up, build, and run a command in a thread's sandbox
+#   make test   set up, build with ASan+UBSan, and run every test
+BUILD ?= build
+BUILD_ASAN ?= build-asan
+BUILD_FUZZ ?= build-fuzz
+
+.PHONY: deps build run test unit escape fuzz bench clean
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD)/build.ninja:
+	meson setup $(BUILD) --buildtype=release -Db_ndebug=false >/dev/null
+
+build: deps $(BUILD)/build.ninja
+	@ninja -C $(BUILD) >/dev/null
+
+run: build
+	@bash scripts/demo.sh $(BUILD)/fawn
+
+$(BUILD_ASAN)/build.ninja:
+	meson setup $(BUILD_ASAN) -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
+
+test: deps $(BUILD_ASAN)/build.ninja
+	@bash scripts/run-tests.sh $(BUILD_ASAN) $(BUILD_FUZZ)
+
+fuzz: deps
+	@bash scripts/fuzz.sh $(BUILD_FUZZ) 60
+
+bench: build
+	@bash bench/sandbox $(BUILD)/fawn
+
+clean:
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ)

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages fawn needs to build, test and benchmark.
+# Idempotent: does nothing (and prints nothing) when all are present.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
+  libjansson-dev libyaml-dev libseccomp-dev libsodium-dev libpcre2-dev
+  libcmocka-dev
+  bubblewrap python3 curl util-linux iproute2 procps
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install-deps: installing ${missing[*]}" >&2
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq >/dev/null
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

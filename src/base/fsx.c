@@ -1,0 +1,154 @@
+#include "fsx.h"
+
+#include <errno.h>
+#include <linux/openat2.h>
+#include <string.h>
+#include <sys/syscall.h>
+
+/* Longest relative path accepted; matches PATH_MAX. */
+#define FSX_PATH_MAX 4096
+
+static int map_errno(int e, const char *rel) {
+    switch (e) {
+    case ENOENT:
+    case ENOTDIR:
+        return fawn_err(FAWN_ENOENT, "no such file or directory: %s", rel);
+    case EXDEV:
+    case ELOOP:
+    case EPERM:
+    case EACCES:
+        return fawn_err(FAWN_EPERM, "access refused (outside its root, or through a symlink): %s",
+                        rel);
+    case EEXIST:
+        return fawn_err(FAWN_EEXIST, "already exists: %s", rel);
+    case EISDIR:
+        return fawn_err(FAWN_EINVAL, "is a directory: %s", rel);
+    case ENAMETOOLONG:
+        return fawn_err(FAWN_EINVAL, "path too long: %s", rel);
+    default:
+        return fawn_err_sys(FAWN_EIO, e, "open %s", rel);
+    }
+}
+
+static int openat2_once(int dirfd, const char *rel, int flags, mode_t mode, uint64_t resolve) {
+    struct open_how how = {.flags = (uint64_t)flags, .mode = mode, .resolve = resolve};
+    return (int)syscall(SYS_openat2, dirfd, rel, &how, sizeof how);
+}
+
+bool fsx_have_openat2(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        int fd = openat2_once(AT_FDCWD, ".", O_PATH | O_CLOEXEC, 0, 0);
+        cached = fd >= 0 || errno != ENOSYS;
+        if (fd >= 0)
+            close(fd);
+    }
+    return cached;
+}
+
+/* Fallback: walk components with O_NOFOLLOW; ".." is refused outright. */
+static int walk_open(int dirfd, const char *rel, int flags, mode_t mode) {
+    char buf[FSX_PATH_MAX];
+    size_t n = strlen(rel);
+    if (n >= sizeof buf)
+        return fawn_err(FAWN_EINVAL, "path too long");
+    memcpy(buf, rel, n + 1);
+    int cur = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
+    if (cur < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "dup");
+    char *save = NULL;
+    char *part = strtok_r(buf, "/", &save);
+    while (part) {
+        char *next = strtok_r(NULL, "/", &save);
+        if (strcmp(part, "..") == 0) {
+            close(cur);
+            return fawn_err(FAWN_EPERM, "'..' refused: %s", rel);
+        }
+        int f = next ? (O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : (flags | O_NOFOLLOW | O_CLOEXEC);
+        int fd = openat(cur, part, f, mode);
+        int e = errno;
+        close(cur);
+        if (fd < 0)
+            return map_errno(e, rel);
+        cur = fd;
+        part = next;
+    }
+    return cur;
+}
+
+int fsx_open_beneath(int dirfd, const char *rel, int flags, mode_t mode, enum fsx_follow follow) {
+    if (rel[0] == '/')
+        return fawn_err(FAWN_EINVAL, "path must be relative: %s", rel);
+    if (strlen(rel) >= FSX_PATH_MAX)
+        return fawn_err(FAWN_EINVAL, "path too long");
+    const char *target = rel[0] ? rel : ".";
+    if (!fsx_have_openat2())
+        return walk_open(dirfd, target, flags, mode);
+    uint64_t resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
+    if (follow == FSX_NO_SYMLINKS)
+        resolve |= RESOLVE_NO_SYMLINKS;
+    int fd;
+    do {
+        fd = openat2_once(dirfd, target, flags | O_CLOEXEC, mode, resolve);
+    } while (fd < 0 && errno == EAGAIN);
+    if (fd < 0 && errno == EXDEV) {
+        /* RESOLVE_NO_XDEV also refuses legitimate bind mounts below dirfd
+         * (the sandbox's user-data dirs); retry without it, still beneath. */
+        resolve &= ~(uint64_t)RESOLVE_NO_XDEV;
+        do {
+            fd = openat2_once(dirfd, target, flags | O_CLOEXEC, mode, resolve);
+        } while (fd < 0 && errno == EAGAIN);
+    }
+    if (fd < 0)
+        return map_errno(errno, rel);
+    return fd;
+}
+
+int fsx_mkdirs_beneath(int dirfd, const char *rel) {
+    char buf[FSX_PATH_MAX];
+    size_t n = strlen(rel);
+    if (n >= sizeof buf)
+        return fawn_err(FAWN_EINVAL, "path too long");
+    memcpy(buf, rel, n + 1);
+    int cur = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
+    if (cur < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "dup");
+    char *save = NULL;
+    for (char *part = strtok_r(buf, "/", &save); part; part = strtok_r(NULL, "/", &save)) {
+        if (strcmp(part, "..") == 0 || strcmp(part, ".") == 0) {
+            close(cur);
+            return fawn_err(FAWN_EPERM, "dot segment refused: %s", rel);
+        }
+        if (mkdirat(cur, part, 0755) < 0 && errno != EEXIST) {
+            int e = errno;
+            close(cur);
+            return map_errno(e, rel);
+        }
+        int fd = openat(cur, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int e = errno;
+        close(cur);
+        if (fd < 0)
+            return map_errno(e == ENOTDIR || e == ELOOP ? EPERM : e, rel);
+        cur = fd;
+    }
+    return cur;
+}
+
+int fsx_mkdir_p(const char *path, mode_t mode) {
+    char buf[FSX_PATH_MAX];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf)
+        return fawn_err(FAWN_EINVAL, "bad directory path");
+    memcpy(buf, path, n + 1);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, mode) < 0 && errno != EEXIST)
+            return fawn_err_sys(FAWN_EIO, errno, "mkdir %s", buf);
+        *p = '/';
+    }
+    if (mkdir(buf, mode) < 0 && errno != EEXIST)
+        return fawn_err_sys(FAWN_EIO, errno, "mkdir %s", buf);
+    return 0;
+}

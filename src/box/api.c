@@ -1,0 +1,309 @@
+/* The box API: routing, request validation and replies (docs/box-api.md). */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+
+#include "base/json.h"
+#include "box/box.h"
+#include "box/http.h"
+
+#define BOX_VERSION "1"
+/* JSON bodies other than file writes are small; 1 MiB is generous. */
+#define JSON_BODY_MAX (1024 * 1024)
+
+typedef struct box_state {
+    const box_settings *settings;
+    box_exec_ctx *exec;
+    box_files files;
+    char generation[33];
+    int64_t started_ms;
+    atomic_int in_flight;
+    atomic_llong last_activity_ms;
+    int idle_stop[2]; /* box_serve writes to [1] when it returns; the idle watch ends */
+} box_state;
+
+static int http_status_for(int code) {
+    switch (code) {
+    case FAWN_EINVAL: return 400;
+    case FAWN_EPERM: return 403;
+    case FAWN_ENOENT: return 404;
+    case FAWN_EEXIST:
+    case FAWN_EBUSY: return 409;
+    case FAWN_E2BIG: return 413;
+    case FAWN_EUNSUP: return 501;
+    default: return 500;
+    }
+}
+
+static void respond_code(http_conn *c, int code) {
+    http_respond_error(c, http_status_for(code), fawn_strerror(code), "%s", fawn_errmsg());
+}
+
+static void respond_owned(http_conn *c, int code, json_t *reply) {
+    if (code < 0)
+        respond_code(c, code);
+    else
+        http_respond_json(c, 200, reply);
+    json_decref(reply);
+}
+
+/* Reads and parses a JSON object body no larger than limit. */
+static int read_json(json_t **out, http_conn *c, size_t limit) {
+    _cleanup_free_ char *body = NULL;
+    size_t len = 0;
+    int r = http_body_read_all(&body, &len, c, limit);
+    if (r < 0)
+        return r;
+    return fjson_parse_object(out, len ? body : "{}", len ? len : 2);
+}
+
+static json_t *describe(const box_state *b) {
+    const box_settings *s = b->settings;
+    return json_pack(
+        "{s:b, s:s, s:s, s:I, s:{s:b, s:s, s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I}}}", "ready", 1,
+        "version", BOX_VERSION, "generation", b->generation, "started_at_ms",
+        (json_int_t)b->started_ms, "capabilities", "shell_sessions", 1, "network", s->network,
+        "cgroup", s->cgroup, "limits", "memory_bytes", (json_int_t)s->memory_bytes, "pids_max",
+        (json_int_t)s->pids_max, "max_sessions", (json_int_t)s->exec.max_sessions,
+        "max_timeout_s", (json_int_t)s->exec.max_timeout_s, "max_output_bytes",
+        (json_int_t)s->exec.max_output_bytes, "upload_max_bytes",
+        (json_int_t)s->files.upload_max_bytes);
+}
+
+static void handle_exec(http_conn *c, box_state *b) {
+    json_t *body = NULL, *reply = NULL;
+    box_exec_request req = {0};
+    int r = read_json(&body, c, JSON_BODY_MAX);
+    if (r == 0)
+        r = box_exec_request_parse(&req, body, b->exec);
+    if (r == 0)
+        r = box_exec_run(&reply, b->exec, &req);
+    for (size_t i = 0; i < req.n_env; i++)
+        free(req.env[i]);
+    free(req.env);
+    json_decref(body);
+    respond_owned(c, r, reply);
+}
+
+static void handle_session_create(http_conn *c, box_state *b) {
+    static const char *const keys[] = {"id", NULL};
+    json_t *body = NULL, *reply = NULL;
+    const char *id = NULL;
+    int r = read_json(&body, c, JSON_BODY_MAX);
+    if (r == 0)
+        r = fjson_check_keys(body, keys);
+    if (r == 0)
+        r = fjson_get_string(&id, body, "id", false);
+    if (r == 0)
+        r = box_session_create(&reply, b->exec, id);
+    json_decref(body);
+    respond_owned(c, r, reply);
+}
+
+/* /v1/shell/sessions/{id}[/kill] */
+static void handle_session_path(http_conn *c, const http_request *req, box_state *b) {
+    char id[BOX_SESSION_ID_MAX + 2];
+    const char *rest = req->path + strlen("/v1/shell/sessions/");
+    size_t n = strcspn(rest, "/");
+    if (n == 0 || n >= sizeof id) {
+        http_respond_error(c, 404, "not_found", "no such route");
+        return;
+    }
+    memcpy(id, rest, n);
+    id[n] = '\0';
+    const char *tail = rest + n;
+    int r;
+    if (strcmp(req->method, "DELETE") == 0 && *tail == '\0')
+        r = box_session_delete(b->exec, id);
+    else if (strcmp(req->method, "POST") == 0 && strcmp(tail, "/kill") == 0)
+        r = box_session_kill(b->exec, id);
+    else {
+        http_respond_error(c, 405, "method_not_allowed", "use DELETE .../{id} or POST .../{id}/kill");
+        return;
+    }
+    respond_owned(c, r, r == 0 ? json_pack("{s:b, s:s}", "ok", 1, "id", id) : NULL);
+}
+
+typedef int (*file_op)(json_t **out, const json_t *req, const box_files *f);
+
+static void handle_file_op(http_conn *c, box_state *b, file_op op) {
+    /* A write carries up to write_max_bytes, base64 inflates by 4/3. */
+    size_t limit = b->files.limits.write_max_bytes / 3 * 4 + JSON_BODY_MAX;
+    json_t *body = NULL, *reply = NULL;
+    int r = read_json(&body, c, limit);
+    if (r == 0)
+        r = op(&reply, body, &b->files);
+    json_decref(body);
+    respond_owned(c, r, reply);
+}
+
+static const struct {
+    const char *path;
+    file_op op;
+} file_routes[] = {
+    {"/v1/file/read", box_file_read},   {"/v1/file/write", box_file_write},
+    {"/v1/file/list", box_file_list},   {"/v1/file/find", box_file_glob},
+    {"/v1/file/grep", box_file_grep},
+};
+
+static bool route_files(http_conn *c, const http_request *req, box_state *b, bool post) {
+    for (size_t i = 0; i < ARRAY_LEN(file_routes); i++) {
+        if (strcmp(req->path, file_routes[i].path) == 0) {
+            if (post)
+                handle_file_op(c, b, file_routes[i].op);
+            else
+                http_respond_error(c, 405, "method_not_allowed", "use POST");
+            return true;
+        }
+    }
+    if (strcmp(req->path, "/v1/file/upload") == 0 && post) {
+        box_file_upload(c, req, &b->files);
+        return true;
+    }
+    if (strcmp(req->path, "/v1/file/download") == 0 && strcmp(req->method, "GET") == 0) {
+        box_file_download(c, req, &b->files);
+        return true;
+    }
+    return false;
+}
+
+static void route(http_conn *c, const http_request *req, box_state *b) {
+    bool get = strcmp(req->method, "GET") == 0, post = strcmp(req->method, "POST") == 0;
+    const char *p = req->path;
+    if (strcmp(p, "/v1/sandbox") == 0 && get) {
+        json_t *d = describe(b);
+        respond_owned(c, d ? 0 : FAWN_ENOMEM, d);
+    } else if (strcmp(p, "/v1/shell/exec") == 0 && post) {
+        handle_exec(c, b);
+    } else if (strcmp(p, "/v1/shell/sessions") == 0 && post) {
+        handle_session_create(c, b);
+    } else if (strcmp(p, "/v1/shell/sessions") == 0 && get) {
+        respond_owned(c, 0, box_session_list(b->exec));
+    } else if (strncmp(p, "/v1/shell/sessions/", 19) == 0) {
+        handle_session_path(c, req, b);
+    } else if (strcmp(p, "/v1/sandbox/shutdown") == 0 && post) {
+        respond_owned(c, 0, json_pack("{s:b}", "ok", 1));
+        http_server_stop();
+    } else if (!route_files(c, req, b, post)) {
+        http_respond_error(c, 404, "not_found", "no route for %s %.200s", req->method, p);
+    }
+}
+
+static void handle(http_conn *c, const http_request *req, void *ud) {
+    box_state *b = ud;
+    atomic_fetch_add(&b->in_flight, 1);
+    route(c, req, b);
+    atomic_store(&b->last_activity_ms, fawn_now_ms());
+    atomic_fetch_sub(&b->in_flight, 1);
+}
+
+/* Stops the server once the box has been idle (no request, no session, no
+ * running command) for idle_exit_s. */
+static void *idle_watch(void *arg) {
+    box_state *b = arg;
+    int64_t limit_ms = (int64_t)b->settings->idle_exit_s * 1000;
+    for (;;) {
+        struct pollfd p = {.fd = b->idle_stop[0], .events = POLLIN};
+        if (poll(&p, 1, 1000) != 0)
+            return NULL;
+        size_t sessions, running;
+        box_exec_activity(b->exec, &sessions, &running);
+        bool busy = atomic_load(&b->in_flight) > 0 || sessions > 0 || running > 0;
+        if (busy)
+            atomic_store(&b->last_activity_ms, fawn_now_ms());
+        else if (fawn_now_ms() - atomic_load(&b->last_activity_ms) >= limit_ms)
+            break;
+    }
+    log_info("box", "idle for %us: exiting", b->settings->idle_exit_s);
+    http_server_stop();
+    return NULL;
+}
+
+static void on_stop_signal(int sig) { http_server_stop(); }
+
+static int open_roots(box_files *f) {
+    f->user_data_fd = open("/mnt/user-data", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (f->user_data_fd < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "open /mnt/user-data");
+    f->skills_fd = open("/mnt/skills", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    return 0;
+}
+
+static int start_idle_watch(box_state *b, pthread_t *t) {
+    if (b->settings->idle_exit_s == 0)
+        return 0;
+    if (pipe2(b->idle_stop, O_CLOEXEC) < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "pipe");
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    int e = pthread_create(t, &attr, idle_watch, b);
+    pthread_attr_destroy(&attr);
+    return e ? fawn_err_sys(FAWN_EIO, e, "pthread_create") : 0;
+}
+
+static void stop_idle_watch(box_state *b, pthread_t t) {
+    if (b->idle_stop[1] < 0)
+        return;
+    (void)!write(b->idle_stop[1], "x", 1);
+    pthread_join(t, NULL);
+    close(b->idle_stop[0]);
+    close(b->idle_stop[1]);
+}
+
+static void report_ready(int status_fd, const char *generation) {
+    if (status_fd < 0)
+        return;
+    char line[64];
+    int n = snprintf(line, sizeof line, "ready %s\n", generation);
+    fawn_write_all(status_fd, line, (size_t)n);
+    close(status_fd);
+}
+
+int box_serve(const box_serve_opts *o) {
+    /* Commands must never read or trace the box's memory. */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    /* Inits are reaped by the kernel; their end is observed through pidfds. */
+    signal(SIGCHLD, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN);
+    struct sigaction stop = {.sa_handler = on_stop_signal};
+    sigaction(SIGTERM, &stop, NULL);
+    sigaction(SIGINT, &stop, NULL);
+
+    box_state b = {.settings = o->settings, .started_ms = fawn_wall_ms(), .idle_stop = {-1, -1}};
+    pthread_t watcher;
+    fawn_random_hex(b.generation, 16);
+    atomic_store(&b.last_activity_ms, fawn_now_ms());
+    b.files.limits = o->settings->files;
+    int r = open_roots(&b.files);
+    if (r == 0)
+        r = box_exec_new(&b.exec, &o->settings->exec);
+    if (r == 0)
+        r = start_idle_watch(&b, &watcher);
+    if (r < 0) {
+        if (o->status_fd >= 0)
+            dprintf(o->status_fd, "error %s\n", fawn_errmsg());
+        box_exec_free(b.exec);
+        return r;
+    }
+    report_ready(o->status_fd, b.generation);
+    http_server_opts hopts = {
+        .listen_fd = o->listen_fd,
+        .bearer_token = o->token,
+        .max_connections = 64,
+        .idle_timeout_ms = 60000,
+        .io_timeout_ms = 30000,
+        .handler = handle,
+        .ud = &b,
+    };
+    r = http_serve(&hopts);
+    stop_idle_watch(&b, watcher);
+    box_exec_free(b.exec);
+    return r;
+}

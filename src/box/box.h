@@ -1,0 +1,51 @@
+/* fawn box: the in-sandbox agent. It is PID 1 of its sandbox and serves the
+ * box API (docs/box-api.md) on a listening socket it inherits from its
+ * launcher, or on TCP with a bearer token for remote placement. */
+#ifndef FAWN_BOX_H
+#define FAWN_BOX_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "box/exec.h"
+#include "box/files.h"
+
+/* What a launcher tells a box: limits, the command environment, and facts
+ * about its isolation that the box reports as capabilities. */
+typedef struct box_settings {
+    box_exec_config exec;   /* exec.base_env points at env below */
+    box_file_limits files;
+    char **env;             /* NAME=VALUE, NULL-terminated, malloc'd */
+    char network[8];        /* "none" | "host" (reported) */
+    uint64_t memory_bytes;  /* cgroup memory limit in force, 0 = none (reported) */
+    uint64_t pids_max;      /* cgroup pids limit in force, 0 = none (reported) */
+    char cgroup[8];         /* "v2" | "v1" | "none" (reported) */
+    uint32_t idle_exit_s;   /* exit after this long without requests or sessions; 0 = never */
+} box_settings;
+
+/* Parses settings JSON (as written by box_settings_to_json). Unknown keys and
+ * bad values are FAWN_EINVAL. Caller frees with box_settings_free. */
+int box_settings_from_json(box_settings *out, const char *json, size_t len);
+
+/* Serializes settings (new reference; NULL on OOM). */
+json_t *box_settings_to_json(const box_settings *s);
+
+/* Defaults for a box started without a launcher (TCP placement): the
+ * process environment scrubbed, limits from fawn_config defaults. */
+int box_settings_default(box_settings *out);
+
+void box_settings_free(box_settings *s);
+
+typedef struct box_serve_opts {
+    int listen_fd;          /* listening socket */
+    const char *token;      /* bearer token required on every request, or NULL */
+    int status_fd;          /* receives "ready <generation>\n" once serving, or -1 */
+    const box_settings *settings;
+} box_serve_opts;
+
+/* Runs the box until shutdown (API, SIGTERM, or idle exit). Returns 0 or a
+ * negative FAWN_E* code when it could not start. */
+int box_serve(const box_serve_opts *opts);
+
+#endif

@@ -1,0 +1,825 @@
+#include "box/exec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/pidfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "base/base.h"
+#include "base/json.h"
+#include "box/env.h"
+#include "box/init.h"
+#include "box/seccomp.h"
+
+#define DEFAULT_CWD "/mnt/user-data/workspace"
+/* A session's saved state (cwd + exported variables) is at most this big. */
+#define STATE_MAX_BYTES BOX_ENV_BYTES_MAX
+/* Read granularity for command output. */
+#define READ_CHUNK 65536
+
+typedef struct session {
+    char id[BOX_SESSION_ID_MAX + 1];
+    bool busy;      /* an exec owns the init fields */
+    bool deleted;   /* delete requested while busy: the exec frees it */
+    bool persistent;
+    pid_t init_pid; /* 0 when no init runs */
+    int init_pidfd;
+    int ctl_fd;
+    char *cwd;      /* malloc'd; NULL = default */
+    char **env;     /* malloc'd NAME=VALUE list; NULL = base environment */
+    struct session *next;
+} session;
+
+struct box_exec_ctx {
+    box_exec_config cfg;
+    box_init_setup init_setup;
+    struct sock_fprog seccomp;
+    pthread_mutex_t mu;
+    session *sessions; /* persistent sessions only */
+    size_t n_sessions;
+    size_t running;
+};
+
+/* ---- output capture: the first and last halves of a stream, never more ---- */
+
+typedef struct capture {
+    char *head;
+    size_t head_len, head_cap;
+    char *tail; /* ring buffer */
+    size_t tail_cap, tail_pos, tail_len;
+    uint64_t total;
+} capture;
+
+static int capture_init(capture *c, uint64_t limit) {
+    memset(c, 0, sizeof *c);
+    c->head_cap = (size_t)(limit / 2);
+    c->tail_cap = (size_t)(limit - limit / 2);
+    c->head = malloc(c->head_cap);
+    c->tail = malloc(c->tail_cap);
+    if (!c->head || !c->tail)
+        return fawn_err(FAWN_ENOMEM, "out of memory for output capture");
+    return 0;
+}
+
+static void capture_free(capture *c) {
+    free(c->head);
+    free(c->tail);
+}
+
+static void capture_add(capture *c, const char *data, size_t n) {
+    c->total += n;
+    size_t h = c->head_cap - c->head_len < n ? c->head_cap - c->head_len : n;
+    memcpy(c->head + c->head_len, data, h);
+    c->head_len += h;
+    data += h;
+    n -= h;
+    if (n > c->tail_cap) {
+        data += n - c->tail_cap;
+        n = c->tail_cap;
+    }
+    for (size_t i = 0; i < n; i++) {
+        c->tail[c->tail_pos] = data[i];
+        c->tail_pos = (c->tail_pos + 1) % c->tail_cap;
+    }
+    c->tail_len = c->tail_len + n > c->tail_cap ? c->tail_cap : c->tail_len + n;
+}
+
+/* Renders head, a cut marker when bytes were dropped, and tail, as valid UTF-8. */
+static json_t *capture_render(const capture *c, bool *truncated) {
+    fbuf raw = {0}, out = {0};
+    uint64_t kept = c->head_len + c->tail_len;
+    int r = fbuf_append(&raw, c->head, c->head_len);
+    if (r == 0 && c->total > kept) {
+        *truncated = true;
+        r = fbuf_printf(&raw, "\n... [output truncated: %llu bytes omitted] ...\n",
+                        (unsigned long long)(c->total - kept));
+    }
+    size_t start = (c->tail_pos + c->tail_cap - c->tail_len) % c->tail_cap;
+    for (size_t i = 0; r == 0 && i < c->tail_len; i++)
+        r = fbuf_append(&raw, &c->tail[(start + i) % c->tail_cap], 1);
+    if (r == 0)
+        r = fawn_utf8_sanitize(&out, raw.data ? raw.data : "", raw.len);
+    json_t *s = r == 0 ? json_stringn(out.data ? out.data : "", out.len) : NULL;
+    fbuf_free(&raw);
+    fbuf_free(&out);
+    return s;
+}
+
+/* ---- context and sessions ---- */
+
+static int read_cap_last(void) {
+    char buf[16] = {0};
+    int fd = open("/proc/sys/kernel/cap_last_cap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 63;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    int v = n > 0 ? atoi(buf) : 63;
+    return v > 0 && v < 64 ? v : 63;
+}
+
+int box_exec_new(box_exec_ctx **out, const box_exec_config *cfg) {
+    box_exec_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    int r = box_seccomp_build(&ctx->seccomp);
+    if (r < 0) {
+        free(ctx);
+        return r;
+    }
+    ctx->cfg = *cfg;
+    ctx->init_setup = (box_init_setup){
+        .seccomp = &ctx->seccomp,
+        .cap_last = read_cap_last(),
+        .rlimit_nofile = cfg->rlimit_nofile,
+        .rlimit_fsize = cfg->rlimit_fsize,
+        .rlimit_nproc = cfg->rlimit_nproc,
+        .rlimit_as = cfg->rlimit_as,
+    };
+    pthread_mutex_init(&ctx->mu, NULL);
+    *out = ctx;
+    return 0;
+}
+
+static void free_env(char **env) { box_env_free(env); }
+
+/* Kills the init (and so its whole namespace) and waits for the kernel to
+ * confirm. Returns true when confirmed. Caller owns the session's init. */
+static bool init_kill_and_confirm(session *s) {
+    if (s->init_pid == 0)
+        return true;
+    pidfd_send_signal(s->init_pidfd, SIGKILL, NULL, 0);
+    struct pollfd p = {.fd = s->init_pidfd, .events = POLLIN};
+    int r;
+    do {
+        r = poll(&p, 1, BOX_KILL_CONFIRM_MS);
+    } while (r < 0 && errno == EINTR);
+    return r > 0;
+}
+
+static void init_forget(session *s) {
+    if (s->init_pid == 0)
+        return;
+    close(s->init_pidfd);
+    close(s->ctl_fd);
+    s->init_pid = 0;
+    s->init_pidfd = s->ctl_fd = -1;
+}
+
+static void session_free(session *s) {
+    if (!s)
+        return;
+    init_kill_and_confirm(s);
+    init_forget(s);
+    free(s->cwd);
+    free_env(s->env);
+    free(s);
+}
+
+void box_exec_free(box_exec_ctx *ctx) {
+    if (!ctx)
+        return;
+    for (session *s = ctx->sessions, *next; s; s = next) {
+        next = s->next;
+        session_free(s);
+    }
+    free(ctx->seccomp.filter);
+    pthread_mutex_destroy(&ctx->mu);
+    free(ctx);
+}
+
+static session *session_find(box_exec_ctx *ctx, const char *id) {
+    for (session *s = ctx->sessions; s; s = s->next)
+        if (!s->deleted && strcmp(s->id, id) == 0)
+            return s;
+    return NULL;
+}
+
+static session *session_alloc(const char *id, bool persistent) {
+    session *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    snprintf(s->id, sizeof s->id, "%s", id);
+    s->persistent = persistent;
+    s->init_pidfd = s->ctl_fd = -1;
+    return s;
+}
+
+static json_t *session_describe(const session *s) {
+    return json_pack("{s:s, s:b, s:s, s:b}", "id", s->id, "busy", s->busy, "cwd",
+                     s->cwd ? s->cwd : DEFAULT_CWD, "running_init", s->init_pid != 0);
+}
+
+int box_session_create(json_t **out, box_exec_ctx *ctx, const char *id) {
+    char fresh[33];
+    if (!id) {
+        fawn_random_hex(fresh, 16);
+        id = fresh;
+    } else if (!fawn_id_valid(id)) {
+        return fawn_err(FAWN_EINVAL, "'id' must match [A-Za-z0-9_-]{1,64}");
+    }
+    pthread_mutex_lock(&ctx->mu);
+    session *s = session_find(ctx, id);
+    bool existed = s != NULL;
+    int r = 0;
+    if (!s && ctx->n_sessions >= ctx->cfg.max_sessions) {
+        r = fawn_err(FAWN_E2BIG, "at most %u shell sessions per sandbox", ctx->cfg.max_sessions);
+    } else if (!s) {
+        if (!(s = session_alloc(id, true))) {
+            r = fawn_err(FAWN_ENOMEM, "out of memory");
+        } else {
+            s->next = ctx->sessions;
+            ctx->sessions = s;
+            ctx->n_sessions++;
+        }
+    }
+    if (r == 0) {
+        *out = session_describe(s);
+        json_object_set_new(*out, "existed", json_boolean(existed));
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    return r;
+}
+
+int box_session_kill(box_exec_ctx *ctx, const char *id) {
+    pthread_mutex_lock(&ctx->mu);
+    session *s = session_find(ctx, id);
+    if (s && s->init_pid)
+        pidfd_send_signal(s->init_pidfd, SIGKILL, NULL, 0);
+    pthread_mutex_unlock(&ctx->mu);
+    return s ? 0 : fawn_err(FAWN_ENOENT, "no such session: %s", id);
+}
+
+static void session_unlink(box_exec_ctx *ctx, session *s) {
+    for (session **pp = &ctx->sessions; *pp; pp = &(*pp)->next) {
+        if (*pp == s) {
+            *pp = s->next;
+            ctx->n_sessions--;
+            return;
+        }
+    }
+}
+
+int box_session_delete(box_exec_ctx *ctx, const char *id) {
+    pthread_mutex_lock(&ctx->mu);
+    session *s = session_find(ctx, id);
+    session *to_free = NULL;
+    if (s && s->busy) {
+        s->deleted = true; /* the running exec frees it when it returns */
+        if (s->init_pid)
+            pidfd_send_signal(s->init_pidfd, SIGKILL, NULL, 0);
+    } else if (s) {
+        session_unlink(ctx, s);
+        to_free = s;
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    session_free(to_free);
+    return s ? 0 : fawn_err(FAWN_ENOENT, "no such session: %s", id);
+}
+
+json_t *box_session_list(box_exec_ctx *ctx) {
+    json_t *list = json_array();
+    pthread_mutex_lock(&ctx->mu);
+    for (session *s = ctx->sessions; s; s = s->next)
+        if (!s->deleted)
+            json_array_append_new(list, session_describe(s));
+    pthread_mutex_unlock(&ctx->mu);
+    return json_pack("{s:o}", "sessions", list);
+}
+
+void box_exec_activity(box_exec_ctx *ctx, size_t *sessions, size_t *running) {
+    pthread_mutex_lock(&ctx->mu);
+    *sessions = ctx->n_sessions;
+    *running = ctx->running;
+    pthread_mutex_unlock(&ctx->mu);
+}
+
+/* ---- request validation ---- */
+
+static int parse_env(box_exec_request *req, const json_t *env) {
+    if (!env || json_is_null(env))
+        return 0;
+    if (!json_is_object(env))
+        return fawn_err(FAWN_EINVAL, "'env' must be an object of strings");
+    if (json_object_size(env) > BOX_REQUEST_ENV_MAX)
+        return fawn_err(FAWN_EINVAL, "'env' has more than %d variables", BOX_REQUEST_ENV_MAX);
+    req->env = calloc(json_object_size(env) + 1, sizeof *req->env);
+    if (!req->env)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    size_t total = 0;
+    const char *name;
+    json_t *v;
+    json_object_foreach((json_t *)env, name, v) {
+        if (!box_env_name_valid(name, strlen(name)))
+            return fawn_err(FAWN_EINVAL, "'env' has an invalid variable name '%.64s'", name);
+        if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v))
+            return fawn_err(FAWN_EINVAL, "'env.%s' must be a string without NUL bytes", name);
+        total += strlen(name) + json_string_length(v) + 2;
+        if (total > BOX_ENV_BYTES_MAX)
+            return fawn_err(FAWN_EINVAL, "'env' is larger than %d bytes", BOX_ENV_BYTES_MAX);
+        if (asprintf(&req->env[req->n_env], "%s=%s", name, json_string_value(v)) < 0)
+            return fawn_err(FAWN_ENOMEM, "out of memory");
+        req->n_env++;
+    }
+    return 0;
+}
+
+static int parse_strings(box_exec_request *req, const json_t *body) {
+    int r = fjson_get_string(&req->command, body, "command", true);
+    if (r == 0 && (req->command[0] == '\0' || strlen(req->command) > BOX_COMMAND_MAX))
+        r = fawn_err(FAWN_EINVAL, "'command' must be 1 to %d bytes", BOX_COMMAND_MAX);
+    if (r == 0)
+        r = fjson_get_string(&req->session_id, body, "session_id", false);
+    if (r == 0 && req->session_id && !fawn_id_valid(req->session_id))
+        r = fawn_err(FAWN_EINVAL, "'session_id' must match [A-Za-z0-9_-]{1,64}");
+    if (r == 0)
+        r = fjson_get_string(&req->cwd, body, "cwd", false);
+    if (r == 0 && req->cwd && (req->cwd[0] != '/' || strlen(req->cwd) >= 4096))
+        r = fawn_err(FAWN_EINVAL, "'cwd' must be an absolute path");
+    return r;
+}
+
+int box_exec_request_parse(box_exec_request *req, const json_t *body, const box_exec_ctx *ctx) {
+    static const char *const keys[] = {"command", "session_id", "env", "cwd", "timeout_s",
+                                       "max_output_bytes", NULL};
+    memset(req, 0, sizeof *req);
+    int64_t timeout = 0, max_out = 0;
+    int r = fjson_check_keys(body, keys);
+    if (r == 0)
+        r = parse_strings(req, body);
+    if (r == 0)
+        r = fjson_get_int(&timeout, body, "timeout_s", false, 1, ctx->cfg.max_timeout_s);
+    if (r == 0)
+        r = fjson_get_int(&max_out, body, "max_output_bytes", false, BOX_OUTPUT_MIN,
+                          (int64_t)ctx->cfg.max_output_bytes);
+    if (r == 0)
+        r = parse_env(req, json_object_get(body, "env"));
+    req->timeout_s = (uint32_t)timeout;
+    req->max_output_bytes = (uint64_t)max_out;
+    return r;
+}
+
+/* ---- launching ---- */
+
+/* Bash builtins and keywords: a command starting with one needs the shell. */
+static const char *const shell_words[] = {
+    "!", ".", ":", "[", "[[", "alias", "bg", "bind", "break", "builtin", "caller", "case", "cd",
+    "command", "compgen", "complete", "compopt", "continue", "coproc", "declare", "dirs",
+    "disown", "do", "done", "echo", "elif", "else", "enable", "esac", "eval", "exec", "exit",
+    "export", "false", "fc", "fg", "fi", "for", "function", "getopts", "hash", "help",
+    "history", "if", "in", "jobs", "kill", "let", "local", "logout", "mapfile", "popd",
+    "printf", "pushd", "pwd", "read", "readarray", "readonly", "return", "select", "set",
+    "shift", "shopt", "source", "suspend", "test", "then", "time", "times", "trap", "true",
+    "type", "typeset", "ulimit", "umask", "unalias", "unset", "until", "wait", "while",
+};
+
+static bool plain_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           strchr("_./,:=+@%-", c) != NULL;
+}
+
+/* True when cmd is only words of characters no shell treats specially and
+ * its first word is not a shell builtin: then exec'ing the words directly
+ * means exactly what `bash -c` would, without starting a shell. */
+static bool is_plain_command(const char *cmd) {
+    bool any = false;
+    for (const char *p = cmd; *p; p++) {
+        if (*p == ' ')
+            continue;
+        if (!plain_char(*p))
+            return false;
+        any = true;
+    }
+    if (!any)
+        return false;
+    while (*cmd == ' ')
+        cmd++;
+    size_t len = strcspn(cmd, " ");
+    if (memchr(cmd, '=', len))
+        return false;
+    for (size_t i = 0; i < ARRAY_LEN(shell_words); i++)
+        if (strlen(shell_words[i]) == len && strncmp(cmd, shell_words[i], len) == 0)
+            return false;
+    return true;
+}
+
+static int append_list(fbuf *b, char *const *list) {
+    for (size_t i = 0; list && list[i]; i++)
+        if (fbuf_append(b, list[i], strlen(list[i]) + 1) < 0)
+            return FAWN_E2BIG;
+    return fbuf_append(b, "", 1);
+}
+
+/* Environment of one exec: the session's (or the base) plus request variables,
+ * which replace same-named ones. Caller frees with box_env_free. */
+static char **exec_env(const box_exec_ctx *ctx, const session *s, const box_exec_request *req) {
+    char *const *base = s->env ? s->env : ctx->cfg.base_env;
+    size_t n = 0;
+    while (base && base[n])
+        n++;
+    char **env = calloc(n + req->n_env + 1, sizeof *env);
+    if (!env)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t name_len = strcspn(base[i], "=");
+        bool overridden = false;
+        for (size_t j = 0; j < req->n_env && !overridden; j++)
+            overridden = strncmp(req->env[j], base[i], name_len + 1) == 0;
+        if (!overridden && !(env[k++] = strdup(base[i])))
+            goto oom;
+    }
+    for (size_t j = 0; j < req->n_env; j++)
+        if (!(env[k++] = strdup(req->env[j])))
+            goto oom;
+    return env;
+oom:
+    box_env_free(env);
+    return NULL;
+}
+
+/* Payload of an exec message (see init.h). */
+static int build_payload(fbuf *b, const char *cwd, const char *command, bool direct, char **env) {
+    int r = fbuf_append(b, cwd, strlen(cwd) + 1);
+    if (r == 0)
+        r = fbuf_append(b, command, strlen(command) + 1);
+    if (r == 0 && direct) {
+        char *words = strdup(command), *save = NULL;
+        if (!words)
+            return fawn_err(FAWN_ENOMEM, "out of memory");
+        for (char *w = strtok_r(words, " ", &save); w && r == 0; w = strtok_r(NULL, " ", &save))
+            r = fbuf_append(b, w, strlen(w) + 1);
+        free(words);
+    }
+    if (r == 0)
+        r = fbuf_append(b, "", 1);
+    if (r == 0)
+        r = append_list(b, env);
+    return r < 0 ? fawn_err(FAWN_E2BIG, "command and environment are too large") : 0;
+}
+
+static int start_init(box_exec_ctx *ctx, session *s) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "socketpair");
+    /* The next child of this thread becomes PID 1 of a fresh namespace. */
+    if (unshare(CLONE_NEWPID) < 0) {
+        int e = errno;
+        close(sv[0]);
+        close(sv[1]);
+        return fawn_err_sys(FAWN_EIO, e, "unshare(CLONE_NEWPID)");
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(sv[0]);
+        close(sv[1]);
+        return fawn_err_sys(FAWN_EIO, e, "fork");
+    }
+    if (pid == 0)
+        box_init_main(&ctx->init_setup, sv[1]);
+    close(sv[1]);
+    /* The init cannot exit before its channel closes, so pid is still its own. */
+    int pidfd = pidfd_open(pid, 0);
+    if (pidfd < 0) {
+        int e = errno;
+        kill(pid, SIGKILL);
+        close(sv[0]);
+        return fawn_err_sys(FAWN_EIO, e, "pidfd_open");
+    }
+    s->init_pid = pid;
+    s->init_pidfd = pidfd;
+    s->ctl_fd = sv[0];
+    return 0;
+}
+
+static int send_job(session *s, uint32_t mode, const fbuf *payload, const int *fds, size_t n_fds) {
+    _cleanup_close_ int memfd = memfd_create("fawn-exec", MFD_CLOEXEC);
+    if (memfd < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "memfd_create");
+    int r = fawn_write_all(memfd, payload->data, payload->len);
+    if (r < 0)
+        return r;
+    int all[4];
+    memcpy(all, fds, n_fds * sizeof(int));
+    all[n_fds] = memfd;
+    init_exec_msg m = {.magic = INIT_MSG_MAGIC, .mode = mode, .n_fds = (uint32_t)n_fds + 1,
+                       .payload_len = (uint32_t)payload->len};
+    char cbuf[CMSG_SPACE(sizeof all)];
+    memset(cbuf, 0, sizeof cbuf);
+    struct iovec iov = {.iov_base = &m, .iov_len = sizeof m};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                        .msg_controllen = CMSG_SPACE(m.n_fds * sizeof(int))};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(m.n_fds * sizeof(int));
+    memcpy(CMSG_DATA(c), all, m.n_fds * sizeof(int));
+    if (sendmsg(s->ctl_fd, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof m)
+        return fawn_err_sys(FAWN_EIO, errno, "sending the command to its init");
+    return 0;
+}
+
+/* ---- waiting ---- */
+
+typedef struct run_state {
+    capture out, err;
+    fbuf state;
+    bool state_overflow;
+    int fd_out, fd_err, fd_state; /* read ends, -1 when closed */
+    bool have_status;
+    init_status_msg status;
+    bool init_gone;
+} run_state;
+
+/* Reads at most this many chunks per wakeup, so a command that writes
+ * without pause cannot keep the box from checking its deadline. */
+#define PUMP_MAX_CHUNKS 4
+
+/* Reads what is available on *fd (closing it at EOF) into cap, or into
+ * state when cap is NULL; a state over STATE_MAX_BYTES is marked overflowed. */
+static void pump(run_state *st, int *fd, capture *cap) {
+    char buf[READ_CHUNK];
+    for (int i = 0; i < PUMP_MAX_CHUNKS; i++) {
+        ssize_t n = read(*fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n <= 0) {
+            close(*fd);
+            *fd = -1;
+            return;
+        }
+        if (cap)
+            capture_add(cap, buf, (size_t)n);
+        else if (!st->state_overflow && fbuf_append(&st->state, buf, (size_t)n) < 0)
+            st->state_overflow = true;
+    }
+}
+
+static void pump_all(run_state *st) {
+    if (st->fd_out >= 0)
+        pump(st, &st->fd_out, &st->out);
+    if (st->fd_err >= 0)
+        pump(st, &st->fd_err, &st->err);
+    if (st->fd_state >= 0)
+        pump(st, &st->fd_state, NULL);
+}
+
+static void read_status(run_state *st, int ctl) {
+    init_status_msg m;
+    ssize_t n = recv(ctl, &m, sizeof m, MSG_DONTWAIT);
+    if (n == (ssize_t)sizeof m && m.magic == INIT_MSG_MAGIC) {
+        st->status = m;
+        st->have_status = true;
+    } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        st->init_gone = true;
+    }
+}
+
+enum wait_outcome { WAIT_DONE, WAIT_TIMEOUT, WAIT_INIT_DIED };
+
+static enum wait_outcome wait_command(run_state *st, const session *s, int64_t deadline_ms) {
+    while (!st->have_status) {
+        struct pollfd p[5] = {
+            {.fd = st->fd_out, .events = POLLIN}, {.fd = st->fd_err, .events = POLLIN},
+            {.fd = st->fd_state, .events = POLLIN}, {.fd = s->ctl_fd, .events = POLLIN},
+            {.fd = s->init_pidfd, .events = POLLIN},
+        };
+        int64_t left = deadline_ms - fawn_now_ms();
+        if (left <= 0)
+            return WAIT_TIMEOUT;
+        int r = poll(p, 5, left > 60000 ? 60000 : (int)left);
+        if (r < 0 && errno != EINTR)
+            return WAIT_INIT_DIED;
+        pump_all(st);
+        if (p[3].revents)
+            read_status(st, s->ctl_fd);
+        if (!st->have_status && (st->init_gone || p[4].revents))
+            return WAIT_INIT_DIED;
+    }
+    pump_all(st); /* everything the command wrote before exiting is in the pipes */
+    return WAIT_DONE;
+}
+
+/* ---- session state ---- */
+
+static bool state_entry_kept(const char *entry) {
+    static const char *const dropped[] = {"_=", "SHLVL=", "PWD="};
+    for (size_t i = 0; i < ARRAY_LEN(dropped); i++)
+        if (strncmp(entry, dropped[i], strlen(dropped[i])) == 0)
+            return false;
+    return box_env_name_valid(entry, strcspn(entry, "=")) && strchr(entry, '=');
+}
+
+/* Parses "cwd\0NAME=VALUE\0...\0\0" into the session; a partial or
+ * malformed dump leaves the session as it was. */
+static void session_take_state(session *s, const fbuf *st) {
+    const char *p = st->data, *end = st->data + st->len;
+    if (!p || st->len < 3 || end[-1] != '\0' || end[-2] != '\0' || p[0] != '/')
+        return;
+    char **env = calloc(BOX_ENV_MAX + 1, sizeof *env);
+    char *cwd = strdup(p);
+    size_t n = 0;
+    for (p += strlen(p) + 1; env && cwd && p < end && *p; p += strlen(p) + 1)
+        if (n < BOX_ENV_MAX && state_entry_kept(p) && !(env[n++] = strdup(p)))
+            goto fail;
+    if (!env || !cwd)
+        goto fail;
+    free(s->cwd);
+    box_env_free(s->env);
+    s->cwd = cwd;
+    s->env = env;
+    return;
+fail:
+    free(cwd);
+    box_env_free(env);
+}
+
+/* ---- running ---- */
+
+static int session_acquire(session **out, box_exec_ctx *ctx, const char *id) {
+    pthread_mutex_lock(&ctx->mu);
+    session *s = id ? session_find(ctx, id) : session_alloc("oneshot", false);
+    int r = 0;
+    if (!s)
+        r = id ? fawn_err(FAWN_ENOENT, "no such session: %s", id) : fawn_err(FAWN_ENOMEM, "oom");
+    else if (s->busy)
+        r = fawn_err(FAWN_EBUSY, "session %s is already running a command", id);
+    if (r == 0) {
+        s->busy = true;
+        ctx->running++;
+        *out = s;
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    return r;
+}
+
+static void session_release(box_exec_ctx *ctx, session *s) {
+    pthread_mutex_lock(&ctx->mu);
+    ctx->running--;
+    s->busy = false;
+    bool drop = !s->persistent || s->deleted;
+    if (s->persistent && s->deleted)
+        session_unlink(ctx, s);
+    pthread_mutex_unlock(&ctx->mu);
+    if (drop)
+        session_free(s);
+}
+
+typedef struct pipes {
+    int out[2], err[2], state[2];
+} pipes;
+
+static void pipes_close(pipes *p) {
+    int *all[] = {p->out, p->err, p->state};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        for (int k = 0; k < 2; k++)
+            if (all[i][k] >= 0)
+                close(steal_fd(all[i][k]));
+}
+
+static int pipes_open(pipes *p, bool with_state) {
+    *p = (pipes){{-1, -1}, {-1, -1}, {-1, -1}};
+    if (pipe2(p->out, O_CLOEXEC) < 0 || pipe2(p->err, O_CLOEXEC) < 0 ||
+        (with_state && pipe2(p->state, O_CLOEXEC) < 0)) {
+        int e = errno;
+        pipes_close(p);
+        return fawn_err_sys(FAWN_EIO, e, "pipe");
+    }
+    fcntl(p->out[0], F_SETFL, O_NONBLOCK);
+    fcntl(p->err[0], F_SETFL, O_NONBLOCK);
+    if (with_state)
+        fcntl(p->state[0], F_SETFL, O_NONBLOCK);
+    return 0;
+}
+
+/* Starts the command: init (if needed), then the exec message. */
+static int launch(box_exec_ctx *ctx, session *s, const box_exec_request *req, pipes *p) {
+    bool direct = !s->persistent && is_plain_command(req->command);
+    uint32_t mode = s->persistent ? INIT_RUN_SESSION : direct ? INIT_RUN_DIRECT : INIT_RUN_SHELL;
+    const char *cwd = req->cwd ? req->cwd : s->cwd ? s->cwd : DEFAULT_CWD;
+    char **env = exec_env(ctx, s, req);
+    if (!env)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    fbuf payload = {.limit = BOX_COMMAND_MAX + 2 * BOX_ENV_BYTES_MAX + 8192};
+    int r = build_payload(&payload, cwd, req->command, direct, env);
+    box_env_free(env);
+    if (r == 0 && s->init_pid == 0)
+        r = start_init(ctx, s);
+    int fds[3] = {p->out[1], p->err[1], p->state[1]};
+    if (r == 0)
+        r = send_job(s, mode, &payload, fds, s->persistent ? 3 : 2);
+    fbuf_free(&payload);
+    return r;
+}
+
+static json_t *reply_for(run_state *st, enum wait_outcome outcome, bool kill_confirmed,
+                         int64_t start_ms, const session *s) {
+    const char *status = "completed", *error = NULL;
+    int exit_code = 0;
+    if (outcome == WAIT_TIMEOUT) {
+        status = kill_confirmed ? "timeout" : "error";
+        exit_code = 124;
+        if (!kill_confirmed)
+            error = "the command timed out and its termination could not be confirmed";
+    } else if (outcome == WAIT_INIT_DIED) {
+        status = "killed";
+        exit_code = 137;
+    } else if (st->status.spawn_errno) {
+        status = "error";
+        exit_code = 126;
+        error = strerror(st->status.spawn_errno);
+    } else if (WIFSIGNALED(st->status.wait_status)) {
+        status = "killed";
+        exit_code = 128 + WTERMSIG(st->status.wait_status);
+    } else {
+        exit_code = WEXITSTATUS(st->status.wait_status);
+    }
+    bool truncated = false;
+    json_t *out = capture_render(&st->out, &truncated);
+    json_t *err = capture_render(&st->err, &truncated);
+    json_t *reply = json_pack("{s:s, s:i, s:o*, s:o*, s:b, s:I}", "status", status, "exit_code",
+                              exit_code, "stdout", out, "stderr", err, "truncated", truncated,
+                              "duration_ms", (json_int_t)(fawn_now_ms() - start_ms));
+    if (reply && s->persistent)
+        json_object_set_new(reply, "session_id", json_string(s->id));
+    if (reply && error)
+        json_object_set_new(reply, "error", json_string(error));
+    return reply;
+}
+
+static enum wait_outcome run_started(run_state *st, session *s, uint32_t timeout_s,
+                                     bool *kill_confirmed) {
+    int64_t deadline = fawn_now_ms() + (int64_t)timeout_s * 1000;
+    enum wait_outcome outcome = wait_command(st, s, deadline);
+    *kill_confirmed = true;
+    if (outcome == WAIT_TIMEOUT)
+        *kill_confirmed = init_kill_and_confirm(s);
+    if (outcome == WAIT_DONE && s->persistent && !st->state_overflow)
+        session_take_state(s, &st->state);
+    if (outcome != WAIT_DONE || !s->persistent)
+        init_forget(s); /* a one-shot init lingers only for its background processes */
+    return outcome;
+}
+
+/* Hands the read ends to st and closes the box's copies of the write ends,
+ * so only the command holds them. */
+static void pipes_hand_over(pipes *p, run_state *st) {
+    int *write_ends[] = {&p->out[1], &p->err[1], &p->state[1]};
+    for (size_t i = 0; i < ARRAY_LEN(write_ends); i++)
+        if (*write_ends[i] >= 0)
+            close(steal_fd(*write_ends[i]));
+    st->fd_out = steal_fd(p->out[0]);
+    st->fd_err = steal_fd(p->err[0]);
+    st->fd_state = steal_fd(p->state[0]);
+}
+
+static void run_state_free(run_state *st) {
+    int fds[] = {st->fd_out, st->fd_err, st->fd_state};
+    for (size_t i = 0; i < ARRAY_LEN(fds); i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    capture_free(&st->out);
+    capture_free(&st->err);
+    fbuf_free(&st->state);
+}
+
+int box_exec_run(json_t **out, box_exec_ctx *ctx, const box_exec_request *req) {
+    session *s;
+    int r = session_acquire(&s, ctx, req->session_id);
+    if (r < 0)
+        return r;
+    int64_t start = fawn_now_ms();
+    uint64_t limit = req->max_output_bytes ? req->max_output_bytes : ctx->cfg.max_output_bytes;
+    run_state st = {.state = {.limit = STATE_MAX_BYTES}, .fd_out = -1, .fd_err = -1, .fd_state = -1};
+    pipes p;
+    r = pipes_open(&p, s->persistent);
+    if (r == 0 && (r = capture_init(&st.out, limit)) == 0 && (r = capture_init(&st.err, limit)) == 0)
+        r = launch(ctx, s, req, &p);
+    if (r == 0) {
+        pipes_hand_over(&p, &st);
+        bool confirmed;
+        uint32_t timeout = req->timeout_s ? req->timeout_s : ctx->cfg.default_timeout_s;
+        enum wait_outcome outcome = run_started(&st, s, timeout, &confirmed);
+        if (!(*out = reply_for(&st, outcome, confirmed, start, s)))
+            r = fawn_err(FAWN_ENOMEM, "out of memory building the reply");
+    } else if (s->init_pid) {
+        init_kill_and_confirm(s);
+        init_forget(s);
+    }
+    pipes_close(&p);
+    run_state_free(&st);
+    session_release(ctx, s);
+    return r;
+}

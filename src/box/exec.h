@@ -1,0 +1,97 @@
+/* Running commands in the box: one-shot executions and persistent shell
+ * sessions.
+ *
+ * Every execution runs under an "init": a small process the box forks into a
+ * new PID and mount namespace, with its own /proc, no capabilities,
+ * no_new_privs, the command seccomp filter and rlimits. The init starts the
+ * command (bash -c, or a direct exec for plain words), reaps everything in its
+ * namespace, and reports the command's exit status. Killing the init makes
+ * the kernel kill every process in its namespace, so a timeout or a kill
+ * provably ends the whole process tree, however it forked or daemonized.
+ *
+ * A one-shot execution gets a fresh init, which lingers after the reply only
+ * while background processes it started are alive. A session owns one init
+ * for as long as it lives: its background processes persist between execs,
+ * and its cwd and exported variables are carried from one exec to the next
+ * (they are held by the box, never read back from the filesystem). */
+#ifndef FAWN_BOX_EXEC_H
+#define FAWN_BOX_EXEC_H
+
+#include <jansson.h>
+#include <linux/filter.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Longest command string accepted. */
+#define BOX_COMMAND_MAX (64 * 1024)
+/* Session ids: [A-Za-z0-9_-]{1,64}, like thread ids. */
+#define BOX_SESSION_ID_MAX 64
+/* Variables one request may set. */
+#define BOX_REQUEST_ENV_MAX 64
+/* A command's full environment, in bytes, including a session's saved state. */
+#define BOX_ENV_BYTES_MAX (256 * 1024)
+/* Smallest per-stream output cap a client may ask for. */
+#define BOX_OUTPUT_MIN 1024
+/* How long the box waits for the kernel to confirm a kill before it reports
+ * the outcome as unknown. */
+#define BOX_KILL_CONFIRM_MS 5000
+
+typedef struct box_exec_config {
+    uint32_t default_timeout_s;
+    uint32_t max_timeout_s;
+    uint64_t max_output_bytes; /* per stream, head + tail kept */
+    uint32_t max_sessions;
+    uint64_t rlimit_nofile;
+    uint64_t rlimit_fsize;  /* bytes */
+    uint64_t rlimit_nproc;
+    uint64_t rlimit_as;     /* bytes; 0 = unlimited (a memory cgroup is in force) */
+    char **base_env;        /* NAME=VALUE, NULL-terminated; borrowed for the ctx lifetime */
+} box_exec_config;
+
+typedef struct box_exec_ctx box_exec_ctx;
+
+/* Creates the execution context (compiles the seccomp filter). Caller frees
+ * with box_exec_free, which kills every session. */
+int box_exec_new(box_exec_ctx **out, const box_exec_config *cfg);
+void box_exec_free(box_exec_ctx *ctx);
+
+typedef struct box_exec_request {
+    const char *command;
+    const char *session_id; /* NULL for a one-shot execution */
+    char **env;             /* NAME=VALUE extra variables, n_env of them */
+    size_t n_env;
+    const char *cwd;        /* NULL: the session's cwd, or /mnt/user-data/workspace */
+    uint32_t timeout_s;     /* 0: default */
+    uint64_t max_output_bytes; /* 0: configured maximum */
+} box_exec_request;
+
+/* Validates a /v1/shell/exec body into *req (strings borrowed from body;
+ * req->env is malloc'd, free it). FAWN_EINVAL names the bad field. */
+int box_exec_request_parse(box_exec_request *req, const json_t *body, const box_exec_ctx *ctx);
+
+/* Runs one command and stores the reply object in *out:
+ * {status: completed|timeout|killed|error, exit_code, stdout, stderr,
+ *  truncated, duration_ms, session_id?, error?}.
+ * Returns FAWN_ENOENT (unknown session), FAWN_EBUSY (session already
+ * running a command), FAWN_EINVAL, or FAWN_EIO when the command could not be
+ * started. A started command always yields 0 and a reply. */
+int box_exec_run(json_t **out, box_exec_ctx *ctx, const box_exec_request *req);
+
+/* Creates a session with id (or a random id when id is NULL). An existing id
+ * is not an error: *existed is set. Stores the session's description in *out.
+ * FAWN_E2BIG when max_sessions are live. */
+int box_session_create(json_t **out, box_exec_ctx *ctx, const char *id);
+
+/* Kills every process of the session (its state is kept). FAWN_ENOENT if unknown. */
+int box_session_kill(box_exec_ctx *ctx, const char *id);
+
+/* Kills the session's processes and forgets it. FAWN_ENOENT if unknown. */
+int box_session_delete(box_exec_ctx *ctx, const char *id);
+
+/* {sessions: [{id, busy, cwd, running_init}]} */
+json_t *box_session_list(box_exec_ctx *ctx);
+
+/* Number of sessions and of executions in progress (for idle tracking). */
+void box_exec_activity(box_exec_ctx *ctx, size_t *sessions, size_t *running);
+
+#endif

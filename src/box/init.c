@@ -1,0 +1,335 @@
+#include "box/init.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <linux/securebits.h>
+
+#include "box/seccomp.h"
+
+/* Most argv words and environment entries an exec message carries. */
+#define INIT_MAX_WORDS 4096
+/* Largest payload accepted (command + environment + argv). */
+#define INIT_MAX_PAYLOAD (1024 * 1024)
+#define DEFAULT_CWD "/mnt/user-data/workspace"
+
+/* Defines the state-saving EXIT trap of a session shell: on exit, bash writes
+ * its cwd and every exported variable, NUL-separated, ending with an empty
+ * entry, to fd 3. The box parses that (bounded) to carry the session on. */
+static const char session_prelude[] =
+    "__fawn_state() { builtin printf '%s\\0' \"$PWD\"; local __fawn_n; "
+    "for __fawn_n in $(builtin compgen -e); do "
+    "builtin printf '%s=%s\\0' \"$__fawn_n\" \"${!__fawn_n}\"; done; "
+    "builtin printf '\\0'; } >&3 2>/dev/null\n"
+    "trap __fawn_state EXIT\n";
+
+typedef struct exec_job {
+    uint32_t mode;
+    int fds[4];
+    size_t n_fds;
+    const char *cwd;
+    const char *command;
+    char *argv[INIT_MAX_WORDS + 1];
+    char *envp[INIT_MAX_WORDS + 1];
+    char *payload; /* mmap'd */
+    size_t payload_len;
+    char *script;  /* mmap'd: prelude + command for sessions */
+    size_t script_len;
+} exec_job;
+
+static _Noreturn void die(const char *what) {
+    char line[256];
+    int n = snprintf(line, sizeof line, "fawn init: %s: %s\n", what, strerror(errno));
+    if (n > 0)
+        (void)!write(STDERR_FILENO, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+    _exit(125);
+}
+
+static void set_limit(int resource, uint64_t value) {
+    if (value == 0)
+        return;
+    struct rlimit cur;
+    if (getrlimit(resource, &cur) < 0)
+        return;
+    /* Only lowering is possible without CAP_SYS_RESOURCE, and only lowering is wanted. */
+    rlim_t v = (rlim_t)value;
+    if (cur.rlim_max != RLIM_INFINITY && v > cur.rlim_max)
+        v = cur.rlim_max;
+    struct rlimit lim = {.rlim_cur = v, .rlim_max = v};
+    if (setrlimit(resource, &lim) < 0)
+        die("setrlimit");
+}
+
+static void drop_privileges(const box_init_setup *s) {
+    if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                                     SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
+                                     SECBIT_NO_CAP_AMBIENT_RAISE |
+                                     SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) < 0)
+        die("securebits");
+    for (int cap = 0; cap <= s->cap_last; cap++)
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+            die("capbset_drop");
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+        die("ambient caps");
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
+    struct __user_cap_data_struct data[2] = {{0}};
+    if (syscall(SYS_capset, &hdr, data) < 0)
+        die("capset");
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        die("no_new_privs");
+    int r = box_seccomp_install(s->seccomp);
+    if (r < 0) {
+        errno = -r;
+        die("seccomp");
+    }
+}
+
+/* Own /proc for this namespace, so commands see only their own processes. */
+static void mount_own_proc(void) {
+    if (unshare(CLONE_NEWNS) < 0)
+        die("unshare mount namespace");
+    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+        die("mount /proc");
+}
+
+static int raise_oom_score(void) {
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = write(fd, "1000", 4);
+    close(fd);
+    return n == 4 ? 0 : -1;
+}
+
+static int setup_signals(void) {
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP)
+            sigaction(sig, &dfl, NULL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigprocmask(SIG_SETMASK, &set, NULL);
+    return signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+}
+
+/* Splits the payload into cwd, command, argv and envp. Returns 0 or -1. */
+static int parse_payload(exec_job *j) {
+    char *p = j->payload, *end = j->payload + j->payload_len;
+    char **lists[2] = {j->argv, j->envp};
+    if (j->payload_len == 0 || end[-1] != '\0')
+        return -1;
+    j->cwd = p;
+    p += strlen(p) + 1;
+    if (p >= end)
+        return -1;
+    j->command = p;
+    p += strlen(p) + 1;
+    for (int l = 0; l < 2; l++) {
+        size_t n = 0;
+        for (;;) {
+            if (p >= end || n >= INIT_MAX_WORDS)
+                return -1;
+            size_t len = strlen(p);
+            char *word = p;
+            p += len + 1;
+            if (len == 0)
+                break;
+            lists[l][n++] = word;
+        }
+        lists[l][n] = NULL;
+    }
+    return 0;
+}
+
+static int recv_job(exec_job *j, int ctl) {
+    init_exec_msg m;
+    char cbuf[CMSG_SPACE(4 * sizeof(int))];
+    struct iovec iov = {.iov_base = &m, .iov_len = sizeof m};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                        .msg_controllen = sizeof cbuf};
+    ssize_t n = recvmsg(ctl, &mh, MSG_CMSG_CLOEXEC);
+    if (n <= 0)
+        return 0; /* the box closed the channel */
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    if (n != sizeof m || m.magic != INIT_MSG_MAGIC || !c || c->cmsg_type != SCM_RIGHTS ||
+        m.n_fds < 3 || m.n_fds > 4 || c->cmsg_len != CMSG_LEN(m.n_fds * sizeof(int)) ||
+        m.payload_len == 0 || m.payload_len > INIT_MAX_PAYLOAD)
+        return -1;
+    j->mode = m.mode;
+    j->n_fds = m.n_fds;
+    memcpy(j->fds, CMSG_DATA(c), m.n_fds * sizeof(int));
+    int memfd = j->fds[j->n_fds - 1];
+    j->payload = mmap(NULL, m.payload_len, PROT_READ | PROT_WRITE, MAP_PRIVATE, memfd, 0);
+    if (j->payload == MAP_FAILED)
+        return -1;
+    j->payload_len = m.payload_len;
+    return parse_payload(j) < 0 ? -1 : 1;
+}
+
+static void release_job(exec_job *j) {
+    for (size_t i = 0; i < j->n_fds; i++)
+        close(j->fds[i]);
+    if (j->payload && j->payload != MAP_FAILED)
+        munmap(j->payload, j->payload_len);
+    if (j->script)
+        munmap(j->script, j->script_len);
+    memset(j, 0, sizeof *j);
+}
+
+static int build_session_script(exec_job *j) {
+    size_t plen = sizeof session_prelude - 1, clen = strlen(j->command);
+    j->script_len = plen + clen + 2;
+    j->script = mmap(NULL, j->script_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (j->script == MAP_FAILED) {
+        j->script = NULL;
+        return -1;
+    }
+    memcpy(j->script, session_prelude, plen);
+    memcpy(j->script + plen, j->command, clen);
+    j->script[plen + clen] = '\n';
+    j->script[plen + clen + 1] = '\0';
+    return 0;
+}
+
+static const char *shell_path(void) { return access("/bin/bash", X_OK) == 0 ? "/bin/bash" : "/bin/sh"; }
+
+/* In the command's process: never returns. */
+static _Noreturn void exec_command(exec_job *j) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    setsid();
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(j->fds[0], 1) < 0 || dup2(j->fds[1], 2) < 0)
+        _exit(125);
+    int keep = 3;
+    if (j->n_fds == 4 && j->fds[2] >= 0) {
+        if (dup2(j->fds[2], 3) < 0)
+            _exit(125);
+        keep = 4;
+    }
+    syscall(SYS_close_range, keep, ~0U, 0);
+    if (chdir(j->cwd) < 0 && chdir(DEFAULT_CWD) < 0 && chdir("/") < 0)
+        _exit(125);
+    if (j->mode == INIT_RUN_DIRECT) {
+        execvpe(j->argv[0], j->argv, j->envp);
+        int e = errno;
+        dprintf(2, "%s: %s\n", j->argv[0], e == ENOENT ? "command not found" : strerror(e));
+        _exit(e == ENOENT ? 127 : 126);
+    }
+    const char *sh = shell_path();
+    const char *script = j->mode == INIT_RUN_SESSION ? j->script : j->command;
+    char *argv[] = {(char *)sh, "--noprofile", "--norc", "-c", (char *)script, NULL};
+    char *sh_argv[] = {(char *)sh, "-c", (char *)script, NULL};
+    execve(sh, strcmp(sh, "/bin/bash") == 0 ? argv : sh_argv, j->envp);
+    dprintf(2, "fawn: cannot run %s: %s\n", sh, strerror(errno));
+    _exit(126);
+}
+
+static pid_t start_job(exec_job *j) {
+    if (j->mode == INIT_RUN_SESSION && build_session_script(j) < 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0)
+        exec_command(j);
+    return pid;
+}
+
+static void send_status(int ctl, int wait_status, int spawn_errno) {
+    init_status_msg m = {.magic = INIT_MSG_MAGIC, .wait_status = wait_status,
+                         .spawn_errno = spawn_errno};
+    (void)!send(ctl, &m, sizeof m, MSG_NOSIGNAL);
+}
+
+/* Reaps every exited child; reports the command's status. Returns false
+ * once no child is left. */
+static bool reap(int ctl, pid_t *command) {
+    for (;;) {
+        int st;
+        pid_t pid = waitpid(-1, &st, WNOHANG);
+        if (pid < 0)
+            return errno != ECHILD;
+        if (pid == 0)
+            return true;
+        if (pid == *command) {
+            send_status(ctl, st, 0);
+            *command = 0;
+        }
+    }
+}
+
+static void serve(int ctl, int sigfd) {
+    bool ctl_open = true;
+    pid_t command = 0;
+    exec_job job = {0};
+    for (;;) {
+        struct pollfd p[2] = {{.fd = sigfd, .events = POLLIN},
+                              {.fd = ctl_open && command == 0 ? ctl : -1, .events = POLLIN}};
+        if (poll(p, 2, -1) < 0 && errno != EINTR)
+            die("poll");
+        if (p[0].revents) {
+            struct signalfd_siginfo si;
+            while (read(sigfd, &si, sizeof si) > 0) {
+            }
+            bool alive = reap(ctl, &command);
+            if (!alive && !ctl_open)
+                _exit(0);
+        }
+        if (p[1].revents) {
+            int r = recv_job(&job, ctl);
+            if (r == 0) {
+                ctl_open = false;
+                close(ctl);
+                if (!reap(ctl, &command))
+                    _exit(0);
+                continue;
+            }
+            command = r > 0 ? start_job(&job) : -1;
+            int e = r > 0 ? errno : EPROTO;
+            release_job(&job); /* the command holds its own copies now */
+            if (command < 0) {
+                send_status(ctl, 0, e);
+                command = 0;
+            }
+        }
+    }
+}
+
+_Noreturn void box_init_main(const box_init_setup *setup, int ctl_fd) {
+    /* Keep only stdio and the control channel: nothing of the box's
+     * (its listening socket, other sessions' channels) stays reachable. */
+    if (dup2(ctl_fd, 3) < 0)
+        die("dup2");
+    syscall(SYS_close_range, 4, ~0U, 0);
+    ctl_fd = 3;
+    mount_own_proc();
+    int sigfd = setup_signals();
+    if (sigfd < 0)
+        die("signalfd");
+    raise_oom_score();
+    set_limit(RLIMIT_NOFILE, setup->rlimit_nofile);
+    set_limit(RLIMIT_FSIZE, setup->rlimit_fsize);
+    set_limit(RLIMIT_NPROC, setup->rlimit_nproc);
+    set_limit(RLIMIT_AS, setup->rlimit_as);
+    struct rlimit no_core = {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    drop_privileges(setup);
+    serve(ctl_fd, sigfd);
+    _exit(0);
+}

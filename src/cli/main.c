@@ -1,0 +1,35 @@
+/* fawn: dispatches to one subcommand; each lives in its own file. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} commands[] = {
+    {"sandbox", cli_sandbox, "run commands in a thread's sandbox (exec, shell)"},
+    {"box", cli_box, "serve the box API (the in-sandbox agent)"},
+    {"doctor", cli_doctor, "report which isolation features this host supports"},
+};
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: fawn <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\nRun 'fawn <command> --help' for a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "fawn: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,710 @@
+#include "config/config.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <yaml.h>
+
+/* Largest config file accepted: real ones are a few KiB; this bounds parser memory and work. */
+#define CONFIG_FILE_MAX ((size_t)1 << 20)
+/* Most YAML events read from one document: a full config has a few hundred; bounds hostile input. */
+#define CONFIG_MAX_EVENTS 16384
+/* Deepest collection nesting accepted: the schema is three levels deep, so 16 leaves room to grow. */
+#define CONFIG_MAX_DEPTH 16
+/* Longest dotted key path kept for messages: schema paths are far shorter; user names are cut. */
+#define CONFIG_PATH_MAX 256
+/* Longest environment variable name: real names are short; longer ones are mistakes or abuse. */
+#define CONFIG_NAME_MAX 128
+/* Characters of an offending value quoted back in a message: enough to recognize it. */
+#define CONFIG_SHOW_MAX 48
+/* Room for one formatted message before the file/line/key prefix is added. */
+#define CONFIG_MSG_MAX 320
+/* Keys per schema section: duplicates are tracked in a 64-bit mask. */
+#define CONFIG_SECTION_MAX_KEYS 64
+
+/* Used when neither $FAWN_HOME nor the file names a home. */
+#define CONFIG_DEFAULT_HOME "./.fawn"
+/* Looked up in the working directory when no path is given. */
+#define CONFIG_DEFAULT_PATH "./config.yaml"
+/* Names the input in messages for config_load_string and for built-in defaults. */
+#define CONFIG_STRING_SOURCE "<string>"
+#define CONFIG_DEFAULTS_SOURCE "<defaults>"
+
+#define _cleanup_event_ __attribute__((cleanup(yaml_event_delete)))
+
+typedef struct config_parser {
+    yaml_parser_t yaml;
+    const char *source; /* file name for messages */
+    fawn_config *cfg;   /* being filled */
+    size_t events;      /* events read so far (CONFIG_MAX_EVENTS) */
+    size_t depth;       /* open collections (CONFIG_MAX_DEPTH) */
+} config_parser;
+
+/* One scalar value after $VAR resolution, with what a message needs. */
+typedef struct config_scalar {
+    const char *text;   /* resolved value */
+    const char *var;    /* environment variable it came from, or NULL */
+    const char *path;   /* dotted key path */
+    const char *source; /* file name */
+    size_t line;        /* 1-based; 0 when unknown */
+} config_scalar;
+
+typedef struct config_key config_key;
+
+/* Validates v and stores it into field (a member of fawn_config). */
+typedef int (*config_setter)(void *field, const config_key *key, const config_scalar *v);
+/* Reads the entries of a free-form mapping whose start event was consumed. */
+typedef int (*config_mapping_parser)(config_parser *p, const char *path);
+/* Checks a rule that spans several keys, after the whole file is read. */
+typedef int (*config_check)(const fawn_config *cfg, const char *source);
+
+enum config_kind {
+    CONFIG_SECTION, /* a mapping of schema keys (children) */
+    CONFIG_SCALAR,  /* one value stored by set */
+    CONFIG_MAPPING, /* a mapping of user-chosen names read by parse */
+};
+
+struct config_key {
+    const char *name;
+    enum config_kind kind;
+    size_t offset;               /* CONFIG_SCALAR: field offset in fawn_config */
+    config_setter set;           /* CONFIG_SCALAR */
+    const char *def;             /* CONFIG_SCALAR: default as text; NULL when derived */
+    uint64_t min, max;           /* integer setters: accepted range */
+    const config_key *children;  /* CONFIG_SECTION: ends with a NULL name */
+    config_mapping_parser parse; /* CONFIG_MAPPING */
+};
+
+/* ---- messages ---- */
+
+__attribute__((format(printf, 4, 0))) static int config_vfail(const char *source, size_t line,
+                                                              const char *path, const char *fmt,
+                                                              va_list ap) {
+    char msg[CONFIG_MSG_MAX];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    char where[32] = "";
+    if (line)
+        snprintf(where, sizeof where, ":%zu", line);
+    if (path)
+        return fawn_err(FAWN_ECONFIG, "%s%s: %s: %s", source, where, path, msg);
+    return fawn_err(FAWN_ECONFIG, "%s%s: %s", source, where, msg);
+}
+
+/* FAWN_ECONFIG with "source:line: path: message" (line and path left out when 0/NULL). */
+__attribute__((format(printf, 4, 5))) static int config_fail(const char *source, size_t line,
+                                                             const char *path, const char *fmt,
+                                                             ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int r = config_vfail(source, line, path, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+static size_t event_line(const yaml_event_t *ev) { return ev->start_mark.line + 1; }
+
+/* Copies a user-supplied text for display: printable ASCII only, cut at CONFIG_SHOW_MAX. */
+static void text_show(char out[CONFIG_SHOW_MAX + 4], const char *s) {
+    size_t n = 0;
+    for (; s[n] && n < CONFIG_SHOW_MAX; n++)
+        out[n] = (s[n] >= 0x20 && s[n] < 0x7f && s[n] != '\'') ? s[n] : '?';
+    strcpy(out + n, s[n] ? "..." : "");
+}
+
+/* A value error: the message is followed by what was given ("(got 'abc')"); values
+ * taken from the environment are named by their variable, never echoed. */
+__attribute__((format(printf, 2, 3))) static int scalar_fail(const config_scalar *v,
+                                                             const char *fmt, ...) {
+    char msg[CONFIG_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (v->var)
+        return config_fail(v->source, v->line, v->path, "%s (got the value of $%s)", msg, v->var);
+    char shown[CONFIG_SHOW_MAX + 4];
+    text_show(shown, v->text);
+    return config_fail(v->source, v->line, v->path, "%s (got '%s')", msg, shown);
+}
+
+static void path_join(char out[CONFIG_PATH_MAX], const char *parent, const char *name) {
+    /* A path cut at CONFIG_PATH_MAX still names the key well enough. */
+    if (*parent)
+        snprintf(out, CONFIG_PATH_MAX, "%s.%s", parent, name);
+    else
+        snprintf(out, CONFIG_PATH_MAX, "%s", name);
+}
+
+/* ---- value setters ---- */
+
+static bool name_valid(const char *s) {
+    size_t n = strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_0123456789");
+    return n > 0 && n <= CONFIG_NAME_MAX && s[n] == '\0' && !(s[0] >= '0' && s[0] <= '9');
+}
+
+/* Strict decimal: digits only, no sign, no spaces, no leading zeros, no overflow. */
+static bool decimal_parse(uint64_t *out, const char *s) {
+    size_t n = strspn(s, "0123456789");
+    if (n == 0 || s[n] != '\0' || (s[0] == '0' && n > 1))
+        return false;
+    errno = 0;
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno == ERANGE || *end != '\0')
+        return false;
+    *out = v;
+    return true;
+}
+
+static int integer_read(uint64_t *out, const config_key *key, uint64_t max,
+                        const config_scalar *v) {
+    uint64_t n = 0;
+    if (!decimal_parse(&n, v->text) || n < key->min || n > max)
+        return scalar_fail(v, "must be an integer between %" PRIu64 " and %" PRIu64, key->min,
+                           max);
+    *out = n;
+    return 0;
+}
+
+static int set_u64(void *field, const config_key *key, const config_scalar *v) {
+    return integer_read(field, key, key->max, v);
+}
+
+static int set_u32(void *field, const config_key *key, const config_scalar *v) {
+    uint64_t n = 0;
+    int r = integer_read(&n, key, key->max < UINT32_MAX ? key->max : UINT32_MAX, v);
+    if (r == 0)
+        *(uint32_t *)field = (uint32_t)n;
+    return r;
+}
+
+static int set_string(void *field, const config_key *key, const config_scalar *v) {
+    if (!*v->text)
+        return scalar_fail(v, "must not be empty");
+    char *copy = strdup(v->text);
+    if (!copy)
+        return fawn_err(FAWN_ENOMEM, "out of memory copying %s", v->path);
+    char **slot = field;
+    free(*slot);
+    *slot = copy;
+    return 0;
+}
+
+static int set_log_level(void *field, const config_key *key, const config_scalar *v) {
+    enum fawn_log_level level;
+    if (fawn_log_parse_level(&level, v->text) < 0)
+        return scalar_fail(v, "must be one of debug|info|warn|error");
+    return set_string(field, key, v);
+}
+
+static const char *const network_names[] = {[FAWN_NET_NONE] = "none", [FAWN_NET_HOST] = "host"};
+
+static int set_network(void *field, const config_key *key, const config_scalar *v) {
+    for (size_t i = 0; i < ARRAY_LEN(network_names); i++) {
+        if (strcmp(v->text, network_names[i]) == 0) {
+            *(enum fawn_network_mode *)field = (enum fawn_network_mode)i;
+            return 0;
+        }
+    }
+    return scalar_fail(v, "must be one of none|host");
+}
+
+/* ---- schema ---- */
+
+static int parse_sandbox_environment(config_parser *p, const char *path);
+
+#define KEY_SCALAR(n, field, setter, d)                                                          \
+    {.name = (n), .kind = CONFIG_SCALAR, .offset = offsetof(fawn_config, field), .set = (setter), \
+     .def = (d)}
+#define KEY_INT(n, field, setter, d, lo, hi)                                                     \
+    {.name = (n), .kind = CONFIG_SCALAR, .offset = offsetof(fawn_config, field), .set = (setter), \
+     .def = (d), .min = (lo), .max = (hi)}
+#define KEY_SECTION(n, table) {.name = (n), .kind = CONFIG_SECTION, .children = (table)}
+#define KEY_MAPPING(n, parser) {.name = (n), .kind = CONFIG_MAPPING, .parse = (parser)}
+
+static const config_key limits_keys[] = {
+    /* 16 MiB runs a shell; 1 TiB is past any single host we target. */
+    KEY_INT("memory_mb", sandbox.limits.memory_mb, set_u64, "1024", 16, 1048576),
+    /* 8 lets a shell pipeline run; 65536 is far past any real workload. */
+    KEY_INT("pids", sandbox.limits.pids, set_u64, "512", 8, 65536),
+    KEY_INT("nproc", sandbox.limits.nproc, set_u64, "512", 8, 65536),
+    /* 16 covers stdio plus a few files; 1048576 is the kernel's default nr_open. */
+    KEY_INT("open_files", sandbox.limits.open_files, set_u64, "1024", 16, 1048576),
+    /* 1 MiB up to 1 TiB. */
+    KEY_INT("file_size_mb", sandbox.limits.file_size_mb, set_u64, "1024", 1, 1048576),
+    /* 64 MiB maps a dynamic shell; 4 TiB is past any host. */
+    KEY_INT("address_space_mb", sandbox.limits.address_space_mb, set_u64, "4096", 64, 4194304),
+    /* 1 MiB up to 64 GiB of RAM-backed /tmp. */
+    KEY_INT("tmp_size_mb", sandbox.limits.tmp_size_mb, set_u64, "256", 1, 65536),
+    {0},
+};
+
+static const config_key sandbox_keys[] = {
+    KEY_SCALAR("network", sandbox.network, set_network, "none"),
+    KEY_SCALAR("skills_dir", sandbox.skills_dir, set_string, NULL),
+    KEY_MAPPING("environment", parse_sandbox_environment),
+    KEY_SECTION("limits", limits_keys),
+    /* One second up to one day. */
+    KEY_INT("exec_timeout_s", sandbox.exec_timeout_s, set_u32, "600", 1, 86400),
+    KEY_INT("exec_max_timeout_s", sandbox.exec_max_timeout_s, set_u32, "3600", 1, 86400),
+    /* 1 KiB shows an error message; 64 MiB is the largest buffer fawn holds (FBUF_DEFAULT_LIMIT). */
+    KEY_INT("exec_max_output_bytes", sandbox.exec_max_output_bytes, set_u64, "1048576", 1024,
+            67108864),
+    /* At least one shell; 256 bounds the processes one box may keep alive. */
+    KEY_INT("max_sessions", sandbox.max_sessions, set_u32, "16", 1, 256),
+    {0},
+};
+
+static const config_key root_keys[] = {
+    KEY_SCALAR("home", home, set_string, NULL),
+    KEY_SCALAR("log_level", log_level, set_log_level, "info"),
+    KEY_SECTION("sandbox", sandbox_keys),
+    {0},
+};
+
+static int check_exec_timeouts(const fawn_config *cfg, const char *source) {
+    const fawn_sandbox_config *sb = &cfg->sandbox;
+    if (sb->exec_timeout_s <= sb->exec_max_timeout_s)
+        return 0;
+    return config_fail(source, 0, "sandbox.exec_timeout_s",
+                       "must not exceed sandbox.exec_max_timeout_s (%" PRIu32 " > %" PRIu32 ")",
+                       sb->exec_timeout_s, sb->exec_max_timeout_s);
+}
+
+static const config_check config_checks[] = {check_exec_timeouts};
+
+static void *key_field(fawn_config *cfg, const config_key *key) {
+    return (char *)cfg + key->offset;
+}
+
+/* ---- events ---- */
+
+static int parser_syntax_error(const config_parser *p) {
+    const yaml_parser_t *y = &p->yaml;
+    const char *problem = y->problem ? y->problem : "unknown error";
+    if (y->error == YAML_MEMORY_ERROR)
+        return fawn_err(FAWN_ENOMEM, "%s: out of memory parsing YAML", p->source);
+    if (y->error == YAML_READER_ERROR)
+        return config_fail(p->source, 0, NULL, "invalid text at byte %zu: %s", y->problem_offset,
+                           problem);
+    return fawn_err(FAWN_ECONFIG, "%s:%zu:%zu: YAML syntax error: %s%s%s%s", p->source,
+                    y->problem_mark.line + 1, y->problem_mark.column + 1, problem,
+                    y->context ? " (" : "", y->context ? y->context : "", y->context ? ")" : "");
+}
+
+static const yaml_char_t *event_anchor(const yaml_event_t *ev) {
+    switch (ev->type) {
+    case YAML_SCALAR_EVENT: return ev->data.scalar.anchor;
+    case YAML_MAPPING_START_EVENT: return ev->data.mapping_start.anchor;
+    case YAML_SEQUENCE_START_EVENT: return ev->data.sequence_start.anchor;
+    default: return NULL;
+    }
+}
+
+/* Refuses anchors and aliases (no expansion bombs) and tracks nesting depth. */
+static int event_check(config_parser *p, const yaml_event_t *ev, const char *path) {
+    if (ev->type == YAML_ALIAS_EVENT || event_anchor(ev))
+        return config_fail(p->source, event_line(ev), path,
+                           "YAML anchors and aliases are not allowed");
+    if (ev->type == YAML_MAPPING_START_EVENT || ev->type == YAML_SEQUENCE_START_EVENT) {
+        if (++p->depth > CONFIG_MAX_DEPTH)
+            return config_fail(p->source, event_line(ev), path, "nested deeper than %d levels",
+                               CONFIG_MAX_DEPTH);
+    } else if (ev->type == YAML_MAPPING_END_EVENT || ev->type == YAML_SEQUENCE_END_EVENT) {
+        p->depth--;
+    }
+    return 0;
+}
+
+/* Reads the next event into *ev (which the caller deletes). Every loop over the
+ * document calls this, so CONFIG_MAX_EVENTS bounds them all. */
+static int parser_next(config_parser *p, yaml_event_t *ev, const char *path) {
+    if (++p->events > CONFIG_MAX_EVENTS)
+        return config_fail(p->source, 0, NULL, "more than %d YAML nodes", CONFIG_MAX_EVENTS);
+    if (!yaml_parser_parse(&p->yaml, ev))
+        return parser_syntax_error(p);
+    return event_check(p, ev, path);
+}
+
+static const char *event_kind(const yaml_event_t *ev) {
+    switch (ev->type) {
+    case YAML_MAPPING_START_EVENT: return "a mapping";
+    case YAML_SEQUENCE_START_EVENT: return "a sequence";
+    default: return "a single value";
+    }
+}
+
+/* A plain empty, "~" or "null" scalar: YAML's null. */
+static bool event_is_null(const yaml_event_t *ev) {
+    if (ev->type != YAML_SCALAR_EVENT || ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        return false;
+    const char *s = (const char *)ev->data.scalar.value;
+    return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") ||
+           !strcmp(s, "NULL");
+}
+
+/* The scalar's text; fails when it holds a NUL byte (it would be silently cut). */
+static int event_text(const char **out, const config_parser *p, const yaml_event_t *ev,
+                      const char *path) {
+    const char *s = (const char *)ev->data.scalar.value;
+    if (strlen(s) != ev->data.scalar.length)
+        return config_fail(p->source, event_line(ev), path, "contains a NUL byte");
+    *out = s;
+    return 0;
+}
+
+/* Resolves "$NAME" from the environment and "$$..." to a literal "$...". */
+static int scalar_resolve(config_scalar *out, const config_parser *p, const yaml_event_t *ev,
+                          const char *path) {
+    const char *raw = NULL;
+    int r = event_text(&raw, p, ev, path);
+    if (r < 0)
+        return r;
+    *out = (config_scalar){.text = raw, .path = path, .source = p->source, .line = event_line(ev)};
+    if (event_is_null(ev))
+        return config_fail(p->source, out->line, path, "a value is required");
+    if (raw[0] == '$' && raw[1] == '$') {
+        out->text = raw + 1;
+    } else if (raw[0] == '$' && name_valid(raw + 1)) {
+        out->text = getenv(raw + 1);
+        out->var = raw + 1;
+        if (!out->text)
+            return config_fail(p->source, out->line, path, "environment variable $%s is not set",
+                               out->var);
+    }
+    return 0;
+}
+
+/* ---- document walk ---- */
+
+static int parse_section(config_parser *p, const config_key *table, const char *path);
+
+static int parse_scalar(config_parser *p, const config_key *key, const yaml_event_t *ev,
+                        const char *path) {
+    if (ev->type != YAML_SCALAR_EVENT)
+        return config_fail(p->source, event_line(ev), path, "expected a single value, got %s",
+                           event_kind(ev));
+    config_scalar v;
+    int r = scalar_resolve(&v, p, ev, path);
+    if (r < 0)
+        return r;
+    return key->set(key_field(p->cfg, key), key, &v);
+}
+
+/* Sections and mappings accept null ("sandbox:" with nothing under it) as empty. */
+static int parse_value(config_parser *p, const config_key *key, const char *path) {
+    _cleanup_event_ yaml_event_t ev = {0};
+    int r = parser_next(p, &ev, path);
+    if (r < 0)
+        return r;
+    if (key->kind == CONFIG_SCALAR)
+        return parse_scalar(p, key, &ev, path);
+    if (event_is_null(&ev))
+        return 0;
+    if (ev.type != YAML_MAPPING_START_EVENT)
+        return config_fail(p->source, event_line(&ev), path, "expected a mapping, got %s",
+                           event_kind(&ev));
+    if (key->kind == CONFIG_SECTION)
+        return parse_section(p, key->children, path);
+    return key->parse(p, path);
+}
+
+/* Finds the schema entry named by a key event; unknown keys are errors. */
+static int section_find(size_t *out, const config_parser *p, const config_key *table,
+                        const yaml_event_t *ev, const char *path) {
+    if (ev->type != YAML_SCALAR_EVENT)
+        return config_fail(p->source, event_line(ev), *path ? path : NULL,
+                           "keys must be single values, got %s", event_kind(ev));
+    const char *name = NULL;
+    int r = event_text(&name, p, ev, *path ? path : NULL);
+    if (r < 0)
+        return r;
+    for (size_t i = 0; table[i].name; i++) {
+        if (strcmp(table[i].name, name) == 0) {
+            *out = i;
+            return 0;
+        }
+    }
+    char shown[CONFIG_SHOW_MAX + 4], full[CONFIG_PATH_MAX];
+    text_show(shown, name);
+    path_join(full, path, shown);
+    return config_fail(p->source, event_line(ev), NULL, "unknown key %s", full);
+}
+
+static int parse_section(config_parser *p, const config_key *table, const char *path) {
+    uint64_t seen = 0;
+    for (;;) {
+        _cleanup_event_ yaml_event_t key = {0};
+        int r = parser_next(p, &key, *path ? path : NULL);
+        if (r < 0 || key.type == YAML_MAPPING_END_EVENT)
+            return r;
+        size_t i = 0;
+        r = section_find(&i, p, table, &key, path);
+        if (r < 0)
+            return r;
+        char child[CONFIG_PATH_MAX];
+        path_join(child, path, table[i].name);
+        assert(i < CONFIG_SECTION_MAX_KEYS);
+        if (seen & ((uint64_t)1 << i))
+            return config_fail(p->source, event_line(&key), child, "duplicate key");
+        seen |= (uint64_t)1 << i;
+        r = parse_value(p, &table[i], child);
+        if (r < 0)
+            return r;
+    }
+}
+
+/* ---- sandbox.environment ---- */
+
+static int env_name_check(const char **out, const config_parser *p, const yaml_event_t *ev,
+                          const char *path) {
+    const fawn_sandbox_config *sb = &p->cfg->sandbox;
+    const char *name = NULL;
+    if (ev->type != YAML_SCALAR_EVENT)
+        return config_fail(p->source, event_line(ev), path, "names must be single values, got %s",
+                           event_kind(ev));
+    int r = event_text(&name, p, ev, path);
+    if (r < 0)
+        return r;
+    char shown[CONFIG_SHOW_MAX + 4];
+    text_show(shown, name);
+    if (!name_valid(name))
+        return config_fail(p->source, event_line(ev), path,
+                           "'%s' is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*, at most %d)",
+                           shown, CONFIG_NAME_MAX);
+    for (size_t i = 0; i < sb->n_env; i++)
+        if (strcmp(sb->env[i].name, name) == 0)
+            return config_fail(p->source, event_line(ev), path, "duplicate variable %s", shown);
+    if (sb->n_env == CONFIG_MAX_ENV)
+        return config_fail(p->source, event_line(ev), path, "more than %d variables",
+                           CONFIG_MAX_ENV);
+    *out = name;
+    return 0;
+}
+
+static int env_append(fawn_sandbox_config *sb, const char *name, const char *value) {
+    char *n = strdup(name), *v = strdup(value);
+    if (!n || !v) {
+        free(n);
+        free(v);
+        return fawn_err(FAWN_ENOMEM, "out of memory copying sandbox.environment.%s", name);
+    }
+    sb->env[sb->n_env++] = (fawn_env_var){.name = n, .value = v};
+    return 0;
+}
+
+static int env_entry_parse(config_parser *p, const yaml_event_t *key, const char *path) {
+    const char *name = NULL;
+    int r = env_name_check(&name, p, key, path);
+    if (r < 0)
+        return r;
+    char entry[CONFIG_PATH_MAX];
+    path_join(entry, path, name);
+    _cleanup_event_ yaml_event_t value = {0};
+    r = parser_next(p, &value, entry);
+    if (r < 0)
+        return r;
+    if (value.type != YAML_SCALAR_EVENT)
+        return config_fail(p->source, event_line(&value), entry, "expected a single value, got %s",
+                           event_kind(&value));
+    config_scalar v;
+    r = scalar_resolve(&v, p, &value, entry);
+    if (r < 0)
+        return r;
+    return env_append(&p->cfg->sandbox, name, v.text);
+}
+
+static int parse_sandbox_environment(config_parser *p, const char *path) {
+    for (;;) {
+        _cleanup_event_ yaml_event_t key = {0};
+        int r = parser_next(p, &key, path);
+        if (r < 0 || key.type == YAML_MAPPING_END_EVENT)
+            return r;
+        r = env_entry_parse(p, &key, path);
+        if (r < 0)
+            return r;
+    }
+}
+
+/* ---- stream ---- */
+
+static int parse_root(config_parser *p) {
+    _cleanup_event_ yaml_event_t ev = {0};
+    int r = parser_next(p, &ev, NULL);
+    if (r < 0 || event_is_null(&ev))
+        return r;
+    if (ev.type != YAML_MAPPING_START_EVENT)
+        return config_fail(p->source, event_line(&ev), NULL,
+                           "the top level must be a mapping of keys, got %s", event_kind(&ev));
+    return parse_section(p, root_keys, "");
+}
+
+/* An empty stream is the defaults; more than one document is refused. */
+static int parse_stream(config_parser *p) {
+    _cleanup_event_ yaml_event_t stream = {0};
+    _cleanup_event_ yaml_event_t doc = {0};
+    _cleanup_event_ yaml_event_t doc_end = {0};
+    _cleanup_event_ yaml_event_t next = {0};
+    int r = parser_next(p, &stream, NULL);
+    if (r == 0)
+        r = parser_next(p, &doc, NULL);
+    if (r < 0 || doc.type == YAML_STREAM_END_EVENT)
+        return r;
+    r = parse_root(p);
+    if (r == 0)
+        r = parser_next(p, &doc_end, NULL);
+    if (r == 0)
+        r = parser_next(p, &next, NULL);
+    if (r == 0 && next.type != YAML_STREAM_END_EVENT)
+        return config_fail(p->source, event_line(&next), NULL,
+                           "only one YAML document is allowed");
+    return r;
+}
+
+static int config_parse(fawn_config *cfg, const char *source, const char *text, size_t len) {
+    config_parser p = {.source = source, .cfg = cfg};
+    if (!yaml_parser_initialize(&p.yaml))
+        return fawn_err(FAWN_ENOMEM, "out of memory starting the YAML parser");
+    yaml_parser_set_input_string(&p.yaml, (const unsigned char *)text, len);
+    int r = parse_stream(&p);
+    yaml_parser_delete(&p.yaml);
+    return r;
+}
+
+/* ---- assembly ---- */
+
+static int defaults_apply(fawn_config *cfg, const config_key *table, const char *parent) {
+    for (const config_key *k = table; k->name; k++) {
+        char path[CONFIG_PATH_MAX];
+        path_join(path, parent, k->name);
+        int r = 0;
+        if (k->kind == CONFIG_SECTION)
+            r = defaults_apply(cfg, k->children, path);
+        else if (k->kind == CONFIG_SCALAR && k->def)
+            r = k->set(key_field(cfg, k), k,
+                       &(config_scalar){.text = k->def, .path = path,
+                                        .source = CONFIG_DEFAULTS_SOURCE});
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+/* Every default except the ones derived from other keys (config_derive). */
+static int config_init(fawn_config *cfg) {
+    const char *home = getenv("FAWN_HOME");
+    cfg->home = strdup(home && *home ? home : CONFIG_DEFAULT_HOME);
+    if (!cfg->home)
+        return fawn_err(FAWN_ENOMEM, "out of memory copying home");
+    return defaults_apply(cfg, root_keys, "");
+}
+
+static int config_derive(fawn_config *cfg) {
+    if (cfg->sandbox.skills_dir)
+        return 0;
+    size_t n = strlen(cfg->home);
+    const char *sep = cfg->home[n - 1] == '/' ? "" : "/";
+    if (asprintf(&cfg->sandbox.skills_dir, "%s%sskills", cfg->home, sep) < 0) {
+        cfg->sandbox.skills_dir = NULL;
+        return fawn_err(FAWN_ENOMEM, "out of memory building sandbox.skills_dir");
+    }
+    return 0;
+}
+
+static int config_run_checks(const fawn_config *cfg, const char *source) {
+    for (size_t i = 0; i < ARRAY_LEN(config_checks); i++) {
+        int r = config_checks[i](cfg, source);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+static int config_build(fawn_config *cfg, const char *source, const char *text, size_t len) {
+    if (len > CONFIG_FILE_MAX)
+        return config_fail(source, 0, NULL, "larger than %zu bytes", CONFIG_FILE_MAX);
+    int r = config_init(cfg);
+    if (r == 0)
+        r = config_parse(cfg, source, text ? text : "", len);
+    if (r == 0)
+        r = config_run_checks(cfg, source);
+    if (r == 0)
+        r = config_derive(cfg);
+    return r;
+}
+
+static int config_load_text(fawn_config *cfg, const char *source, const char *text, size_t len) {
+    memset(cfg, 0, sizeof *cfg);
+    int r = config_build(cfg, source, text, len);
+    if (r < 0)
+        config_free(cfg);
+    return r;
+}
+
+/* Reads a regular file of at most CONFIG_FILE_MAX bytes (never blocks on a FIFO). */
+static int config_read_file(char **out, size_t *len, const char *path) {
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0 && errno == ENOENT)
+        return fawn_err(FAWN_ENOENT, "config file %s does not exist", path);
+    if (fd < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "open %s", path);
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "stat %s", path);
+    if (!S_ISREG(st.st_mode))
+        return config_fail(path, 0, NULL, "not a regular file");
+    int r = fawn_read_all(out, len, fd, CONFIG_FILE_MAX);
+    if (r == FAWN_E2BIG)
+        return config_fail(path, 0, NULL, "larger than %zu bytes", CONFIG_FILE_MAX);
+    return r;
+}
+
+int config_defaults(fawn_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    int r = config_init(cfg);
+    if (r == 0)
+        r = config_derive(cfg);
+    if (r < 0)
+        config_free(cfg);
+    return r;
+}
+
+int config_load_string(fawn_config *cfg, const char *yaml, size_t len) {
+    return config_load_text(cfg, CONFIG_STRING_SOURCE, yaml, len);
+}
+
+int config_load_file(fawn_config *cfg, const char *path) {
+    memset(cfg, 0, sizeof *cfg);
+    _cleanup_free_ char *text = NULL;
+    size_t len = 0;
+    int r = config_read_file(&text, &len, path);
+    if (r < 0)
+        return r;
+    return config_load_text(cfg, path, text, len);
+}
+
+int config_load(fawn_config *cfg, const char *explicit_path) {
+    if (explicit_path)
+        return config_load_file(cfg, explicit_path);
+    const char *env = getenv("FAWN_CONFIG");
+    if (env && *env)
+        return config_load_file(cfg, env);
+    int r = config_load_file(cfg, CONFIG_DEFAULT_PATH);
+    return r == FAWN_ENOENT ? config_defaults(cfg) : r;
+}
+
+void config_free(fawn_config *cfg) {
+    free(cfg->home);
+    free(cfg->log_level);
+    free(cfg->sandbox.skills_dir);
+    for (size_t i = 0; i < cfg->sandbox.n_env && i < CONFIG_MAX_ENV; i++) {
+        free(cfg->sandbox.env[i].name);
+        free(cfg->sandbox.env[i].value);
+    }
+    memset(cfg, 0, sizeof *cfg);
+}

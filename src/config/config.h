@@ -1,0 +1,74 @@
+/* Configuration: config.yaml -> a typed, validated fawn_config.
+ *
+ * Values of the form "$NAME" are read from the environment (an unset variable
+ * is an error naming both the key and the variable). Unknown keys, wrong
+ * types and out-of-range values are errors naming the full key path
+ * ("sandbox.limits.memory_mb"). Every key and its default is documented in
+ * config.example.yaml. */
+#ifndef FAWN_CONFIG_H
+#define FAWN_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+enum fawn_network_mode { FAWN_NET_NONE, FAWN_NET_HOST };
+
+/* Most environment variables injected into a sandbox. */
+#define CONFIG_MAX_ENV 64
+
+typedef struct fawn_env_var {
+    char *name;  /* ^[A-Za-z_][A-Za-z0-9_]*$ */
+    char *value; /* already resolved from $VAR */
+} fawn_env_var;
+
+typedef struct fawn_sandbox_limits {
+    uint64_t memory_mb;     /* cgroup memory limit per sandbox (default 1024) */
+    uint64_t pids;          /* cgroup pids limit per sandbox (default 512) */
+    uint64_t nproc;         /* RLIMIT_NPROC fallback (default 512) */
+    uint64_t open_files;    /* RLIMIT_NOFILE (default 1024) */
+    uint64_t file_size_mb;  /* RLIMIT_FSIZE: largest file a command can write (default 1024) */
+    uint64_t address_space_mb; /* RLIMIT_AS when no memory cgroup can be used (default 4096) */
+    uint64_t tmp_size_mb;   /* size of the sandbox's private /tmp tmpfs (default 256) */
+} fawn_sandbox_limits;
+
+typedef struct fawn_sandbox_config {
+    enum fawn_network_mode network;  /* sandbox.network: none | host (default none) */
+    char *skills_dir;                /* sandbox.skills_dir (default "$home/skills") */
+    fawn_env_var env[CONFIG_MAX_ENV];/* sandbox.environment: NAME: value */
+    size_t n_env;
+    fawn_sandbox_limits limits;      /* sandbox.limits.* */
+    uint32_t exec_timeout_s;         /* sandbox.exec_timeout_s: default command timeout (600) */
+    uint32_t exec_max_timeout_s;     /* sandbox.exec_max_timeout_s: cap on client timeouts (3600) */
+    uint64_t exec_max_output_bytes;  /* sandbox.exec_max_output_bytes: per stream (1048576) */
+    uint32_t max_sessions;           /* sandbox.max_sessions: shell sessions per box (16) */
+} fawn_sandbox_config;
+
+typedef struct fawn_config {
+    char *home;       /* home: state directory (default $FAWN_HOME or ./.fawn) */
+    char *log_level;  /* log_level: debug|info|warn|error (default info) */
+    fawn_sandbox_config sandbox;
+} fawn_config;
+
+/* Fills *cfg with every default (home from $FAWN_HOME or "./.fawn").
+ * Caller releases with config_free. */
+int config_defaults(fawn_config *cfg);
+
+/* Loads the YAML file at path over the defaults. A missing file is
+ * FAWN_ENOENT; any invalid content is FAWN_ECONFIG with a message naming the
+ * key (and line). On error *cfg is left freed and zeroed. */
+int config_load_file(fawn_config *cfg, const char *path);
+
+/* Same as config_load_file, from a YAML text in memory (for tests). */
+int config_load_string(fawn_config *cfg, const char *yaml, size_t len);
+
+/* Resolves which file to load: explicit path, else $FAWN_CONFIG, else
+ * ./config.yaml if it exists, else none (defaults only). */
+int config_load(fawn_config *cfg, const char *explicit_path);
+
+/* Releases everything config_* allocated and zeroes *cfg. */
+void config_free(fawn_config *cfg);
+
+#endif

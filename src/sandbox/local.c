@@ -1,0 +1,439 @@
+/* The local provider: sandboxes as fresh Linux namespaces on this host. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <grp.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#include "base/fsx.h"
+#include "base/json.h"
+#include "box/box.h"
+#include "box/env.h"
+#include "box/isolate.h"
+#include "sandbox/cgroup.h"
+#include "sandbox/sandbox.h"
+
+extern char **environ;
+
+static const char *const user_data_parts[] = {"workspace", "uploads", "outputs"};
+
+int local_sandbox_id(char out[17], const char *user, const char *thread) {
+    if (!fawn_id_valid(user) || !fawn_id_valid(thread))
+        return fawn_err(FAWN_EINVAL, "user and thread ids must match [A-Za-z0-9_-]{1,64}");
+    char key[160], hex[65];
+    int n = snprintf(key, sizeof key, "%s:%s", user, thread);
+    fawn_sha256_hex(hex, key, (size_t)n);
+    memcpy(out, hex, 16);
+    out[16] = '\0';
+    return 0;
+}
+
+int local_user_data_dir(char *out, const fawn_config *cfg, const char *user, const char *thread) {
+    if (!fawn_id_valid(user) || !fawn_id_valid(thread))
+        return fawn_err(FAWN_EINVAL, "user and thread ids must match [A-Za-z0-9_-]{1,64}");
+    int n = snprintf(out, PATH_MAX, "%s/users/%s/threads/%s/user-data", cfg->home, user, thread);
+    return n < PATH_MAX ? 0 : fawn_err(FAWN_EINVAL, "home path too long");
+}
+
+static int run_path(char *out, const fawn_config *cfg, const char *sandbox_id, const char *ext) {
+    int n = snprintf(out, PATH_MAX, "%s/run/%s%s", cfg->home, sandbox_id, ext);
+    return n < PATH_MAX ? 0 : fawn_err(FAWN_EINVAL, "home path too long");
+}
+
+/* out = dir/name; FAWN_EINVAL when it does not fit in PATH_MAX. */
+static int join_path(char out[PATH_MAX], const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    if (a + 1 + b >= PATH_MAX)
+        return fawn_err(FAWN_EINVAL, "path too long: %s/%s", dir, name);
+    memcpy(out, dir, a);
+    out[a] = '/';
+    memcpy(out + a + 1, name, b + 1);
+    return 0;
+}
+
+/* The host uid a sandbox runs as: never host root. */
+static uid_t sandbox_host_uid(const char *sandbox_id) {
+    if (geteuid() != 0)
+        return geteuid();
+    unsigned long h = strtoul((char[9]){sandbox_id[0], sandbox_id[1], sandbox_id[2],
+                                        sandbox_id[3], sandbox_id[4], sandbox_id[5],
+                                        sandbox_id[6], sandbox_id[7], 0},
+                              NULL, 16);
+    return (uid_t)(SANDBOX_UID_BASE + h % SANDBOX_UID_RANGE);
+}
+
+/* Creates the thread's directories; the sandbox's uid owns the three it writes. */
+static int make_thread_dirs(const char *user_data, uid_t uid) {
+    char path[PATH_MAX];
+    for (size_t i = 0; i < ARRAY_LEN(user_data_parts); i++) {
+        int r = join_path(path, user_data, user_data_parts[i]);
+        if (r == 0)
+            r = fsx_mkdir_p(path, 0755);
+        if (r < 0)
+            return r;
+        if (geteuid() == 0 && lchown(path, uid, uid) < 0)
+            return fawn_err_sys(FAWN_EIO, errno, "chown %s", path);
+    }
+    return 0;
+}
+
+/* ---- launching ---- */
+
+typedef struct launch {
+    const local_spec *spec;
+    char sandbox_id[17];
+    char user_data[PATH_MAX];
+    char dirs[3][PATH_MAX]; /* workspace, uploads, outputs */
+    uid_t uid;
+    bool parent_maps_ids;   /* root: the parent maps the sandbox to an unprivileged uid */
+    box_mount_plan plan;
+    int listen_fd, log_fd, settings_fd;
+    int go[2], status[2];
+    cgroup_handle cg;
+} launch;
+
+static void launch_close(launch *l) {
+    int *fds[] = {&l->listen_fd, &l->log_fd, &l->settings_fd,
+                  &l->go[0],     &l->go[1],  &l->status[0], &l->status[1]};
+    for (size_t i = 0; i < ARRAY_LEN(fds); i++)
+        if (*fds[i] >= 0)
+            close(steal_fd(*fds[i]));
+}
+
+static int open_plan(launch *l) {
+    const fawn_config *cfg = l->spec->cfg;
+    for (size_t i = 0; i < ARRAY_LEN(user_data_parts); i++) {
+        int r = join_path(l->dirs[i], l->user_data, user_data_parts[i]);
+        if (r < 0)
+            return r;
+    }
+    l->plan = (box_mount_plan){
+        .workspace = l->dirs[0],
+        .uploads = l->dirs[1],
+        .outputs = l->dirs[2],
+        .skills = cfg->sandbox.skills_dir,
+        .network_none = cfg->sandbox.network == FAWN_NET_NONE,
+        .tmp_size_mb = cfg->sandbox.limits.tmp_size_mb,
+    };
+    return 0;
+}
+
+/* Binds a listening socket at path (any length) atomically: bind a temporary
+ * name in the same directory, then rename it into place. */
+static int listen_unix(int *out, const char *path) {
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        return fawn_err(FAWN_EINVAL, "socket path must be absolute or contain a directory");
+    *slash = '\0';
+    _cleanup_close_ int dirfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "open %s", dir);
+    char tmp_name[64], rand_hex[17];
+    fawn_random_hex(rand_hex, 8);
+    snprintf(tmp_name, sizeof tmp_name, ".sock-%s", rand_hex);
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof addr.sun_path, "/proc/self/fd/%d/%s", dirfd, tmp_name);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "socket");
+    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0 || listen(fd, 128) < 0 ||
+        fchmodat(dirfd, tmp_name, 0600, 0) < 0 || renameat(dirfd, tmp_name, dirfd, slash + 1) < 0) {
+        int e = errno;
+        unlinkat(dirfd, tmp_name, 0);
+        close(fd);
+        return fawn_err_sys(FAWN_EIO, e, "listen on %s", path);
+    }
+    *out = fd;
+    return 0;
+}
+
+static char **inject_list(const fawn_sandbox_config *sc, char **storage) {
+    for (size_t i = 0; i < sc->n_env; i++)
+        if (asprintf(&storage[i], "%s=%s", sc->env[i].name, sc->env[i].value) < 0)
+            storage[i] = NULL;
+    return storage;
+}
+
+static int write_settings(launch *l) {
+    const fawn_sandbox_config *sc = &l->spec->cfg->sandbox;
+    char *inject[CONFIG_MAX_ENV] = {0};
+    box_settings s = {
+        .exec = {
+            .default_timeout_s = sc->exec_timeout_s,
+            .max_timeout_s = sc->exec_max_timeout_s,
+            .max_output_bytes = sc->exec_max_output_bytes,
+            .max_sessions = sc->max_sessions,
+            .rlimit_nofile = sc->limits.open_files,
+            .rlimit_fsize = sc->limits.file_size_mb << 20,
+            .rlimit_nproc = sc->limits.nproc,
+            .rlimit_as = l->cg.mode == CGROUP_NONE ? sc->limits.address_space_mb << 20 : 0,
+        },
+        .files = box_file_limits_default(),
+        .env = box_env_build(environ, inject_list(sc, inject), sc->n_env),
+        .memory_bytes = l->cg.mode == CGROUP_NONE ? 0 : sc->limits.memory_mb << 20,
+        .pids_max = l->cg.mode == CGROUP_NONE ? 0 : sc->limits.pids,
+        .idle_exit_s = l->spec->idle_exit_s,
+    };
+    for (size_t i = 0; i < sc->n_env; i++)
+        free(inject[i]);
+    snprintf(s.network, sizeof s.network, "%s", sc->network == FAWN_NET_NONE ? "none" : "host");
+    snprintf(s.cgroup, sizeof s.cgroup, "%s",
+             l->cg.mode == CGROUP_V2 ? "v2" : l->cg.mode == CGROUP_V1 ? "v1" : "none");
+    json_t *j = s.env ? box_settings_to_json(&s) : NULL;
+    box_env_free(s.env);
+    _cleanup_free_ char *text = j ? fjson_dump(j) : NULL;
+    json_decref(j);
+    if (!text)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    int r = fawn_write_all(l->settings_fd, text, strlen(text));
+    if (r == 0 && lseek(l->settings_fd, 0, SEEK_SET) < 0)
+        r = fawn_err_sys(FAWN_EIO, errno, "lseek");
+    return r;
+}
+
+/* Makes src[i] the descriptor i for every i, whatever numbers they had (a
+ * source may sit on another's target, so all move out of the way first). */
+static bool install_fds(int *src, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (src[i] < 0 || (src[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 64)) < 0)
+            return false;
+    for (size_t i = 0; i < n; i++)
+        if (dup2(src[i], (int)i) < 0)
+            return false;
+    return true;
+}
+
+/* In the cloned child: only system calls from here to exec. */
+static _Noreturn void child_main(launch *l) {
+    char err[512] = "";
+    char go;
+    close(l->go[1]);
+    close(l->status[0]);
+    if (read(l->go[0], &go, 1) != 1)
+        _exit(1);
+    box_host_dirs dirs;
+    if (box_isolate_open_dirs(&dirs, &l->plan, err, sizeof err) < 0) {
+        dprintf(l->status[1], "error %s\n", err);
+        _exit(1);
+    }
+    if (!l->parent_maps_ids && box_write_id_maps(0, l->uid, getegid(), true) < 0) {
+        dprintf(l->status[1], "error writing uid map: %s\n", strerror(errno));
+        _exit(1);
+    }
+    /* Become the namespace's uid 0 (the mapped host uid) and drop the
+     * launcher's supplementary groups, which could grant host file access. */
+    if ((l->parent_maps_ids && setgroups(0, NULL) < 0) || setresgid(0, 0, 0) < 0 ||
+        setresuid(0, 0, 0) < 0) {
+        dprintf(l->status[1], "error becoming the sandbox user: %s\n", strerror(errno));
+        _exit(1);
+    }
+    setsid();
+    if (box_isolate_enter(&l->plan, &dirs, err, sizeof err) < 0) {
+        dprintf(l->status[1], "error %s\n", err);
+        _exit(1);
+    }
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    int order[] = {devnull, l->log_fd, l->log_fd, l->listen_fd, l->status[1], l->settings_fd};
+    if (!install_fds(order, ARRAY_LEN(order))) {
+        dprintf(l->status[1], "error dup2: %s\n", strerror(errno));
+        _exit(1);
+    }
+    syscall(SYS_close_range, 6, ~0U, 0);
+    char *argv[] = {"fawn", "box", "--fd", "3", "--status-fd", "4", "--settings-fd", "5", NULL};
+    char *envp[8] = {"PATH=/usr/bin:/bin"};
+    size_t n = 1;
+    /* Sanitizer settings of a test build pass through; nothing else does. */
+    static const char *const keep[] = {"ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"};
+    for (size_t i = 0; i < ARRAY_LEN(keep); i++) {
+        char *v = getenv(keep[i]);
+        if (v)
+            envp[n++] = v - strlen(keep[i]) - 1;
+    }
+    execve(BOX_EXE_PATH, argv, envp);
+    dprintf(4, "error exec fawn box: %s\n", strerror(errno));
+    _exit(1);
+}
+
+/* Reads the box's first status line: "ready <generation>" or "error <why>". */
+static int await_ready(launch *l, local_box *out) {
+    char line[600];
+    size_t len = 0;
+    int64_t deadline = fawn_now_ms() + SANDBOX_START_TIMEOUT_MS;
+    while (len < sizeof line - 1 && !memchr(line, '\n', len)) {
+        struct pollfd p = {.fd = l->status[0], .events = POLLIN};
+        int64_t left = deadline - fawn_now_ms();
+        if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+            return fawn_err(FAWN_ETIMEDOUT, "the sandbox did not start within %d ms",
+                            SANDBOX_START_TIMEOUT_MS);
+        ssize_t n = read(l->status[0], line + len, sizeof line - 1 - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    line[len] = '\0';
+    line[strcspn(line, "\n")] = '\0';
+    if (strncmp(line, "ready ", 6) == 0 && strlen(line + 6) == 32) {
+        memcpy(out->generation, line + 6, 33);
+        return 0;
+    }
+    return fawn_err(FAWN_EIO, "the sandbox failed to start: %s",
+                    strncmp(line, "error ", 6) == 0 ? line + 6 : "it exited without a reason");
+}
+
+static int clone_flags(const fawn_config *cfg) {
+    int f = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
+    return cfg->sandbox.network == FAWN_NET_NONE ? f | CLONE_NEWNET : f;
+}
+
+static int spawn(launch *l, local_box *out) {
+    const fawn_sandbox_config *sc = &l->spec->cfg->sandbox;
+    /* Created before the clone so the child shares it; filled in once the
+     * cgroup outcome is known. */
+    l->settings_fd = memfd_create("fawn-settings", MFD_CLOEXEC);
+    if (l->settings_fd < 0 || pipe2(l->go, O_CLOEXEC) < 0 || pipe2(l->status, O_CLOEXEC) < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "pipe");
+    pid_t pid = (pid_t)syscall(SYS_clone, clone_flags(l->spec->cfg) | SIGCHLD, NULL, NULL, NULL, 0);
+    if (pid < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "clone (are user namespaces enabled?)");
+    if (pid == 0)
+        child_main(l);
+    close(steal_fd(l->go[0]));
+    close(steal_fd(l->status[1]));
+    int r = 0;
+    if (l->parent_maps_ids && box_write_id_maps(pid, l->uid, l->uid, false) < 0)
+        r = fawn_err_sys(FAWN_EIO, errno, "writing the sandbox's uid map");
+    if (r == 0)
+        r = cgroup_setup(&l->cg, l->sandbox_id, pid, sc->limits.memory_mb << 20, sc->limits.pids);
+    if (r == 0)
+        r = write_settings(l);
+    if (r == 0 && write(l->go[1], "g", 1) != 1)
+        r = fawn_err_sys(FAWN_EIO, errno, "starting the sandbox");
+    if (r == 0)
+        r = await_ready(l, out);
+    if (r < 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        cgroup_destroy(&l->cg);
+        return r;
+    }
+    out->pid = pid;
+    out->started = true;
+    return 0;
+}
+
+static int open_log(launch *l) {
+    char path[PATH_MAX];
+    int r = run_path(path, l->spec->cfg, l->sandbox_id, ".log");
+    if (r < 0)
+        return r;
+    l->log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+    return l->log_fd < 0 ? fawn_err_sys(FAWN_EIO, errno, "open %s", path) : 0;
+}
+
+static int start_box(local_box *out, const local_spec *spec, const char *user_data) {
+    launch l = {.spec = spec,
+                .parent_maps_ids = geteuid() == 0,
+                .listen_fd = -1, .log_fd = -1, .settings_fd = -1,
+                .go = {-1, -1}, .status = {-1, -1}};
+    memcpy(l.sandbox_id, out->sandbox_id, sizeof l.sandbox_id);
+    snprintf(l.user_data, sizeof l.user_data, "%s", user_data);
+    l.uid = sandbox_host_uid(out->sandbox_id);
+    int r = make_thread_dirs(user_data, l.uid);
+    if (r == 0)
+        r = open_plan(&l);
+    if (r == 0)
+        r = open_log(&l);
+    if (r == 0) {
+        unlink(out->socket_path);
+        r = listen_unix(&l.listen_fd, out->socket_path);
+    }
+    if (r == 0)
+        r = spawn(&l, out);
+    launch_close(&l);
+    if (r < 0)
+        unlink(out->socket_path);
+    return r;
+}
+
+/* A running box answers GET /v1/sandbox; fills generation when it does. */
+static bool box_alive(local_box *b) {
+    json_t *reply = NULL;
+    int status = 0;
+    int r = box_call(&reply, &status, b->socket_path, "GET", "/v1/sandbox", NULL, 2000);
+    const char *gen = json_string_value(json_object_get(reply, "generation"));
+    bool ok = r == 0 && status == 200 && gen && strlen(gen) == 32;
+    if (ok)
+        memcpy(b->generation, gen, 33);
+    json_decref(reply);
+    return ok;
+}
+
+static int lock_sandbox(int *out, const fawn_config *cfg, const char *sandbox_id) {
+    char path[PATH_MAX];
+    int r = run_path(path, cfg, sandbox_id, ".lock");
+    if (r < 0)
+        return r;
+    *out = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (*out < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "open %s", path);
+    while (flock(*out, LOCK_EX) < 0)
+        if (errno != EINTR)
+            return fawn_err_sys(FAWN_EIO, errno, "lock %s", path);
+    return 0;
+}
+
+static int prepare(local_box *out, const fawn_config *cfg, const char *user, const char *thread,
+                   int *lock_fd) {
+    memset(out, 0, sizeof *out);
+    char run_dir[PATH_MAX];
+    int r = local_sandbox_id(out->sandbox_id, user, thread);
+    if (r == 0 && snprintf(run_dir, sizeof run_dir, "%s/run", cfg->home) >= (int)sizeof run_dir)
+        r = fawn_err(FAWN_EINVAL, "home path too long");
+    if (r == 0)
+        r = fsx_mkdir_p(run_dir, 0700);
+    if (r == 0)
+        r = run_path(out->socket_path, cfg, out->sandbox_id, ".sock");
+    if (r == 0)
+        r = lock_sandbox(lock_fd, cfg, out->sandbox_id);
+    return r;
+}
+
+int local_box_ensure(local_box *out, const local_spec *spec) {
+    _cleanup_close_ int lock_fd = -1;
+    char user_data[PATH_MAX];
+    int r = prepare(out, spec->cfg, spec->user, spec->thread, &lock_fd);
+    if (r == 0)
+        r = local_user_data_dir(user_data, spec->cfg, spec->user, spec->thread);
+    if (r < 0 || box_alive(out))
+        return r;
+    return start_box(out, spec, user_data);
+}
+
+int local_box_stop(const fawn_config *cfg, const char *user, const char *thread) {
+    _cleanup_close_ int lock_fd = -1;
+    local_box b;
+    int r = prepare(&b, cfg, user, thread, &lock_fd);
+    if (r < 0)
+        return r;
+    json_t *reply = NULL;
+    int status = 0;
+    if (box_call(&reply, &status, b.socket_path, "POST", "/v1/sandbox/shutdown", NULL, 5000) == 0)
+        json_decref(reply);
+    unlink(b.socket_path);
+    cgroup_handle cg;
+    if (cgroup_setup(&cg, b.sandbox_id, 0, 0, 0) == 0)
+        cgroup_destroy(&cg);
+    return 0;
+}

@@ -1,0 +1,68 @@
+/* Sandboxes on this host (the local provider) and the client side of the
+ * box API. */
+#ifndef FAWN_SANDBOX_H
+#define FAWN_SANDBOX_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "config/config.h"
+
+/* Host uids a root-run fawn maps sandboxes to: never host root, and
+ * different threads get different uids (2^16 of them from this base). */
+#define SANDBOX_UID_BASE 2000000000u
+#define SANDBOX_UID_RANGE 65536u
+/* Longest wait for a new box to report ready. */
+#define SANDBOX_START_TIMEOUT_MS 10000
+
+typedef struct local_box {
+    char sandbox_id[17];        /* first 16 hex of sha256("user:thread") */
+    char socket_path[PATH_MAX]; /* the box API socket on the host */
+    char generation[33];        /* the running box's generation id */
+    bool started;               /* true when this call started it */
+    pid_t pid;                  /* host pid when started by this call, else 0 */
+} local_box;
+
+typedef struct local_spec {
+    const fawn_config *cfg;
+    const char *user;
+    const char *thread;
+    uint32_t idle_exit_s; /* the box exits after this long unused; 0 = never */
+} local_spec;
+
+/* The sandbox id of (user, thread) into out. FAWN_EINVAL for invalid ids. */
+int local_sandbox_id(char out[17], const char *user, const char *thread);
+
+/* Host directory of a thread's user-data into out (size PATH_MAX). */
+int local_user_data_dir(char *out, const fawn_config *cfg, const char *user, const char *thread);
+
+/* Returns the thread's running box, or starts one: creates the thread's
+ * directories, then launches `fawn box` in fresh namespaces (see
+ * box/isolate.h) with cgroup limits, and waits for it to be ready. Starts
+ * for one sandbox are serialized with a lock file. */
+int local_box_ensure(local_box *out, const local_spec *spec);
+
+/* Asks the thread's box to shut down and removes its socket and cgroup.
+ * Returns 0 also when no box was running. */
+int local_box_stop(const fawn_config *cfg, const char *user, const char *thread);
+
+/* ---- box API client ---- */
+
+/* Largest reply accepted from a box: commands' output is capped by the box,
+ * but a box is untrusted, so its replies are capped here too. */
+#define BOX_REPLY_MAX ((size_t)256 << 20)
+
+/* Sends one request on a new connection to the box at socket_path and
+ * parses the JSON reply. body may be NULL. *status gets the HTTP status;
+ * *reply (caller decrefs) the parsed object (for non-2xx too, when JSON).
+ * timeout_ms bounds the whole exchange. FAWN_EPROTO for a malformed reply,
+ * FAWN_ETIMEDOUT, FAWN_EIO when the box is unreachable. */
+int box_call(json_t **reply, int *status, const char *socket_path, const char *method,
+             const char *path, const json_t *body, int timeout_ms);
+
+/* Connects to a unix socket path of any length. Returns fd or < 0. */
+int box_connect(const char *socket_path);
+
+#endif

@@ -1,0 +1,15 @@
+/* libFuzzer target: arbitrary bytes as config.yaml text. Every input must be
+ * either accepted or refused with a message, without leaks or undefined behavior. */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    fawn_config cfg;
+    config_load_string(&cfg, (const char *)data, size);
+    config_free(&cfg);
+    return 0;
+}
