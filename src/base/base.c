@@ -136,8 +136,11 @@ void fbuf_free(fbuf *b) {
 }
 
 char *fbuf_steal(fbuf *b) {
-    if (!b->data && fbuf_reserve(b, 0) < 0)
-        return NULL;
+    if (!b->data) {
+        if (fbuf_reserve(b, 0) < 0)
+            return NULL;
+        b->data[0] = '\0';
+    }
     char *p = b->data;
     b->data = NULL;
     b->len = b->cap = 0;

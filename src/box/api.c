@@ -1,6 +1,7 @@
 /* The box API: routing, request validation and replies (docs/box-api.md). */
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -14,6 +15,9 @@
 #include "box/http.h"
 
 #define BOX_VERSION "1"
+/* After this long without requests the box lets its spare init go and
+ * returns freed memory to the kernel. */
+#define IDLE_TRIM_MS 10000
 /* JSON bodies other than file writes are small; 1 MiB is generous. */
 #define JSON_BODY_MAX (1024 * 1024)
 
@@ -203,21 +207,33 @@ static void handle(http_conn *c, const http_request *req, void *ud) {
     atomic_fetch_sub(&b->in_flight, 1);
 }
 
-/* Stops the server once the box has been idle (no request, no session, no
- * running command) for idle_exit_s. */
+/* Once a second: hands memory freed by finished requests back to the kernel
+ * (an idle box should cost next to nothing), and stops the server once the
+ * box has been idle (no request, no session, no running command) for
+ * idle_exit_s, when that is set. */
 static void *idle_watch(void *arg) {
     box_state *b = arg;
     int64_t limit_ms = (int64_t)b->settings->idle_exit_s * 1000;
+    int64_t trimmed_at = 0;
+    /* Off the start-up path: the box reports ready before this is done. */
+    if (box_exec_prepare(b->exec) < 0)
+        log_error("box", "%s", fawn_errmsg());
     for (;;) {
         struct pollfd p = {.fd = b->idle_stop[0], .events = POLLIN};
         if (poll(&p, 1, 1000) != 0)
             return NULL;
         size_t sessions, running;
         box_exec_activity(b->exec, &sessions, &running);
-        bool busy = atomic_load(&b->in_flight) > 0 || sessions > 0 || running > 0;
-        if (busy)
-            atomic_store(&b->last_activity_ms, fawn_now_ms());
-        else if (fawn_now_ms() - atomic_load(&b->last_activity_ms) >= limit_ms)
+        bool busy = atomic_load(&b->in_flight) > 0 || running > 0;
+        int64_t last = atomic_load(&b->last_activity_ms);
+        if (busy || sessions > 0)
+            atomic_store(&b->last_activity_ms, last = fawn_now_ms());
+        if (!busy && trimmed_at < last && fawn_now_ms() - last >= IDLE_TRIM_MS) {
+            box_exec_trim(b->exec);
+            malloc_trim(0);
+            trimmed_at = fawn_now_ms();
+        }
+        if (limit_ms > 0 && !busy && sessions == 0 && fawn_now_ms() - last >= limit_ms)
             break;
     }
     log_info("box", "idle for %us: exiting", b->settings->idle_exit_s);
@@ -236,8 +252,6 @@ static int open_roots(box_files *f) {
 }
 
 static int start_idle_watch(box_state *b, pthread_t *t) {
-    if (b->settings->idle_exit_s == 0)
-        return 0;
     if (pipe2(b->idle_stop, O_CLOEXEC) < 0)
         return fawn_err_sys(FAWN_EIO, errno, "pipe");
     pthread_attr_t attr;
@@ -266,7 +280,16 @@ static void report_ready(int status_fd, const char *generation) {
     close(status_fd);
 }
 
+/* One arena and a fixed mmap threshold: freed request memory goes back to the
+ * kernel instead of lingering per thread. */
+static void tune_malloc(void) {
+    mallopt(M_ARENA_MAX, 1);
+    mallopt(M_MMAP_THRESHOLD, 64 * 1024);
+    mallopt(M_TRIM_THRESHOLD, 128 * 1024);
+}
+
 int box_serve(const box_serve_opts *o) {
+    tune_malloc();
     /* Commands must never read or trace the box's memory. */
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     /* Inits are reaped by the kernel; their end is observed through pidfds. */

@@ -10,6 +10,7 @@
 
 #include "box/exec.h"
 #include "box/files.h"
+#include "config/config.h"
 
 /* What a launcher tells a box: limits, the command environment, and facts
  * about its isolation that the box reports as capabilities. */
@@ -24,16 +25,12 @@ typedef struct box_settings {
     uint32_t idle_exit_s;   /* exit after this long without requests or sessions; 0 = never */
 } box_settings;
 
-/* Parses settings JSON (as written by box_settings_to_json). Unknown keys and
- * bad values are FAWN_EINVAL. Caller frees with box_settings_free. */
-int box_settings_from_json(box_settings *out, const char *json, size_t len);
-
-/* Serializes settings (new reference; NULL on OOM). */
-json_t *box_settings_to_json(const box_settings *s);
-
-/* Defaults for a box started without a launcher (TCP placement): the
- * process environment scrubbed, limits from fawn_config defaults. */
-int box_settings_default(box_settings *out);
+/* Settings from configuration: limits, and the command environment (this
+ * process's environment scrubbed of secrets, plus sandbox.environment).
+ * cgroup names the limits actually in force ("v2", "v1" or "none"); with
+ * "none", RLIMIT_AS stands in for the memory limit. Free with
+ * box_settings_free. */
+int box_settings_from_config(box_settings *out, const fawn_config *cfg, const char *cgroup);
 
 void box_settings_free(box_settings *s);
 

@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/sched.h>
 #include <sys/pidfd.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -43,8 +45,10 @@ struct box_exec_ctx {
     box_exec_config cfg;
     box_init_setup init_setup;
     struct sock_fprog seccomp;
+    pthread_mutex_t seccomp_mu; /* guards building seccomp once */
     pthread_mutex_t mu;
     session *sessions; /* persistent sessions only */
+    session *spare;    /* a one-shot whose init is idle and its namespace empty */
     size_t n_sessions;
     size_t running;
 };
@@ -52,60 +56,63 @@ struct box_exec_ctx {
 /* ---- output capture: the first and last halves of a stream, never more ---- */
 
 typedef struct capture {
-    char *head;
-    size_t head_len, head_cap;
-    char *tail; /* ring buffer */
+    fbuf head;  /* the first half of the cap, grown as output arrives */
+    char *tail; /* ring buffer of the last half, allocated once head is full */
     size_t tail_cap, tail_pos, tail_len;
     uint64_t total;
 } capture;
 
-static int capture_init(capture *c, uint64_t limit) {
+static void capture_init(capture *c, uint64_t limit) {
     memset(c, 0, sizeof *c);
-    c->head_cap = (size_t)(limit / 2);
+    c->head.limit = (size_t)(limit / 2);
     c->tail_cap = (size_t)(limit - limit / 2);
-    c->head = malloc(c->head_cap);
-    c->tail = malloc(c->tail_cap);
-    if (!c->head || !c->tail)
-        return fawn_err(FAWN_ENOMEM, "out of memory for output capture");
-    return 0;
 }
 
 static void capture_free(capture *c) {
-    free(c->head);
+    fbuf_free(&c->head);
     free(c->tail);
 }
 
-static void capture_add(capture *c, const char *data, size_t n) {
-    c->total += n;
-    size_t h = c->head_cap - c->head_len < n ? c->head_cap - c->head_len : n;
-    memcpy(c->head + c->head_len, data, h);
-    c->head_len += h;
-    data += h;
-    n -= h;
+static void tail_add(capture *c, const char *data, size_t n) {
+    if (!c->tail && !(c->tail = malloc(c->tail_cap)))
+        return; /* out of memory: the tail is lost, total still counts it */
     if (n > c->tail_cap) {
         data += n - c->tail_cap;
         n = c->tail_cap;
     }
-    for (size_t i = 0; i < n; i++) {
-        c->tail[c->tail_pos] = data[i];
-        c->tail_pos = (c->tail_pos + 1) % c->tail_cap;
-    }
+    size_t first = c->tail_cap - c->tail_pos < n ? c->tail_cap - c->tail_pos : n;
+    memcpy(c->tail + c->tail_pos, data, first);
+    memcpy(c->tail, data + first, n - first);
+    c->tail_pos = (c->tail_pos + n) % c->tail_cap;
     c->tail_len = c->tail_len + n > c->tail_cap ? c->tail_cap : c->tail_len + n;
+}
+
+static void capture_add(capture *c, const char *data, size_t n) {
+    c->total += n;
+    size_t room = c->head.limit - c->head.len;
+    size_t h = room < n ? room : n;
+    if (h && fbuf_append(&c->head, data, h) < 0)
+        h = 0;
+    if (n > h)
+        tail_add(c, data + h, n - h);
 }
 
 /* Renders head, a cut marker when bytes were dropped, and tail, as valid UTF-8. */
 static json_t *capture_render(const capture *c, bool *truncated) {
     fbuf raw = {0}, out = {0};
-    uint64_t kept = c->head_len + c->tail_len;
-    int r = fbuf_append(&raw, c->head, c->head_len);
+    uint64_t kept = c->head.len + c->tail_len;
+    int r = fbuf_append(&raw, c->head.data ? c->head.data : "", c->head.len);
     if (r == 0 && c->total > kept) {
         *truncated = true;
         r = fbuf_printf(&raw, "\n... [output truncated: %llu bytes omitted] ...\n",
                         (unsigned long long)(c->total - kept));
     }
     size_t start = (c->tail_pos + c->tail_cap - c->tail_len) % c->tail_cap;
-    for (size_t i = 0; r == 0 && i < c->tail_len; i++)
-        r = fbuf_append(&raw, &c->tail[(start + i) % c->tail_cap], 1);
+    size_t first = c->tail_cap - start < c->tail_len ? c->tail_cap - start : c->tail_len;
+    if (r == 0 && c->tail_len)
+        r = fbuf_append(&raw, c->tail + start, first);
+    if (r == 0 && c->tail_len > first)
+        r = fbuf_append(&raw, c->tail, c->tail_len - first);
     if (r == 0)
         r = fawn_utf8_sanitize(&out, raw.data ? raw.data : "", raw.len);
     json_t *s = r == 0 ? json_stringn(out.data ? out.data : "", out.len) : NULL;
@@ -131,11 +138,6 @@ int box_exec_new(box_exec_ctx **out, const box_exec_config *cfg) {
     box_exec_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
         return fawn_err(FAWN_ENOMEM, "out of memory");
-    int r = box_seccomp_build(&ctx->seccomp);
-    if (r < 0) {
-        free(ctx);
-        return r;
-    }
     ctx->cfg = *cfg;
     ctx->init_setup = (box_init_setup){
         .seccomp = &ctx->seccomp,
@@ -146,8 +148,16 @@ int box_exec_new(box_exec_ctx **out, const box_exec_config *cfg) {
         .rlimit_as = cfg->rlimit_as,
     };
     pthread_mutex_init(&ctx->mu, NULL);
+    pthread_mutex_init(&ctx->seccomp_mu, NULL);
     *out = ctx;
     return 0;
+}
+
+int box_exec_prepare(box_exec_ctx *ctx) {
+    pthread_mutex_lock(&ctx->seccomp_mu);
+    int r = ctx->seccomp.filter ? 0 : box_seccomp_build(&ctx->seccomp);
+    pthread_mutex_unlock(&ctx->seccomp_mu);
+    return r;
 }
 
 static void free_env(char **env) { box_env_free(env); }
@@ -192,8 +202,10 @@ void box_exec_free(box_exec_ctx *ctx) {
         next = s->next;
         session_free(s);
     }
+    session_free(ctx->spare);
     free(ctx->seccomp.filter);
     pthread_mutex_destroy(&ctx->mu);
+    pthread_mutex_destroy(&ctx->seccomp_mu);
     free(ctx);
 }
 
@@ -467,36 +479,34 @@ static int build_payload(fbuf *b, const char *cwd, const char *command, bool dir
     return r < 0 ? fawn_err(FAWN_E2BIG, "command and environment are too large") : 0;
 }
 
+/* Forks an init as PID 1 of a new PID namespace. clone3 is used directly
+ * (not fork) so the namespace does not touch the calling thread's
+ * pid_for_children and the pidfd arrives atomically; the child therefore
+ * runs without libc's fork handlers, and box_init_main never allocates. */
 static int start_init(box_exec_ctx *ctx, session *s) {
+    int r = box_exec_prepare(ctx);
+    if (r < 0)
+        return r;
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
         return fawn_err_sys(FAWN_EIO, errno, "socketpair");
-    /* The next child of this thread becomes PID 1 of a fresh namespace. */
-    if (unshare(CLONE_NEWPID) < 0) {
-        int e = errno;
-        close(sv[0]);
-        close(sv[1]);
-        return fawn_err_sys(FAWN_EIO, e, "unshare(CLONE_NEWPID)");
-    }
-    pid_t pid = fork();
+    int pidfd = -1;
+    struct clone_args args = {
+        .flags = CLONE_NEWPID | CLONE_PIDFD,
+        .pidfd = (uint64_t)(uintptr_t)&pidfd,
+        .exit_signal = SIGCHLD,
+    };
+    long pid = syscall(SYS_clone3, &args, sizeof args);
     if (pid < 0) {
         int e = errno;
         close(sv[0]);
         close(sv[1]);
-        return fawn_err_sys(FAWN_EIO, e, "fork");
+        return fawn_err_sys(FAWN_EIO, e, "clone3(CLONE_NEWPID)");
     }
     if (pid == 0)
         box_init_main(&ctx->init_setup, sv[1]);
     close(sv[1]);
-    /* The init cannot exit before its channel closes, so pid is still its own. */
-    int pidfd = pidfd_open(pid, 0);
-    if (pidfd < 0) {
-        int e = errno;
-        kill(pid, SIGKILL);
-        close(sv[0]);
-        return fawn_err_sys(FAWN_EIO, e, "pidfd_open");
-    }
-    s->init_pid = pid;
+    s->init_pid = (pid_t)pid;
     s->init_pidfd = pidfd;
     s->ctl_fd = sv[0];
     return 0;
@@ -648,9 +658,28 @@ fail:
 
 /* ---- running ---- */
 
+static bool init_alive(const session *s) {
+    struct pollfd p = {.fd = s->init_pidfd, .events = POLLIN};
+    return s->init_pid && poll(&p, 1, 0) == 0;
+}
+
+/* A one-shot execution reuses the parked init when there is one: its
+ * namespace held nothing but the init when the last command ended, and
+ * commands cannot change the init or its mounts, so it is as clean as a new
+ * one. Called with ctx->mu held. */
+static session *oneshot_take(box_exec_ctx *ctx, session **stale) {
+    session *s = ctx->spare;
+    ctx->spare = NULL;
+    if (s && init_alive(s))
+        return s;
+    *stale = s;
+    return session_alloc("oneshot", false);
+}
+
 static int session_acquire(session **out, box_exec_ctx *ctx, const char *id) {
+    session *stale = NULL;
     pthread_mutex_lock(&ctx->mu);
-    session *s = id ? session_find(ctx, id) : session_alloc("oneshot", false);
+    session *s = id ? session_find(ctx, id) : oneshot_take(ctx, &stale);
     int r = 0;
     if (!s)
         r = id ? fawn_err(FAWN_ENOENT, "no such session: %s", id) : fawn_err(FAWN_ENOMEM, "oom");
@@ -662,6 +691,7 @@ static int session_acquire(session **out, box_exec_ctx *ctx, const char *id) {
         *out = s;
     }
     pthread_mutex_unlock(&ctx->mu);
+    session_free(stale);
     return r;
 }
 
@@ -669,12 +699,23 @@ static void session_release(box_exec_ctx *ctx, session *s) {
     pthread_mutex_lock(&ctx->mu);
     ctx->running--;
     s->busy = false;
-    bool drop = !s->persistent || s->deleted;
+    bool park = !s->persistent && s->init_pid && !ctx->spare;
+    bool drop = (!s->persistent && !park) || s->deleted;
+    if (park)
+        ctx->spare = s;
     if (s->persistent && s->deleted)
         session_unlink(ctx, s);
     pthread_mutex_unlock(&ctx->mu);
     if (drop)
         session_free(s);
+}
+
+void box_exec_trim(box_exec_ctx *ctx) {
+    pthread_mutex_lock(&ctx->mu);
+    session *spare = ctx->spare;
+    ctx->spare = NULL;
+    pthread_mutex_unlock(&ctx->mu);
+    session_free(spare);
 }
 
 typedef struct pipes {
@@ -768,8 +809,11 @@ static enum wait_outcome run_started(run_state *st, session *s, uint32_t timeout
         *kill_confirmed = init_kill_and_confirm(s);
     if (outcome == WAIT_DONE && s->persistent && !st->state_overflow)
         session_take_state(s, &st->state);
-    if (outcome != WAIT_DONE || !s->persistent)
-        init_forget(s); /* a one-shot init lingers only for its background processes */
+    /* A one-shot init whose namespace still has processes (background jobs)
+     * is let go: it lingers for them alone. */
+    bool keep = outcome == WAIT_DONE && (s->persistent || st->status.namespace_empty);
+    if (!keep)
+        init_forget(s);
     return outcome;
 }
 
@@ -796,7 +840,7 @@ static void run_state_free(run_state *st) {
 }
 
 int box_exec_run(json_t **out, box_exec_ctx *ctx, const box_exec_request *req) {
-    session *s;
+    session *s = NULL;
     int r = session_acquire(&s, ctx, req->session_id);
     if (r < 0)
         return r;
@@ -805,7 +849,9 @@ int box_exec_run(json_t **out, box_exec_ctx *ctx, const box_exec_request *req) {
     run_state st = {.state = {.limit = STATE_MAX_BYTES}, .fd_out = -1, .fd_err = -1, .fd_state = -1};
     pipes p;
     r = pipes_open(&p, s->persistent);
-    if (r == 0 && (r = capture_init(&st.out, limit)) == 0 && (r = capture_init(&st.err, limit)) == 0)
+    capture_init(&st.out, limit);
+    capture_init(&st.err, limit);
+    if (r == 0)
         r = launch(ctx, s, req, &p);
     if (r == 0) {
         pipes_hand_over(&p, &st);

@@ -55,6 +55,10 @@ typedef struct box_exec_ctx box_exec_ctx;
 int box_exec_new(box_exec_ctx **out, const box_exec_config *cfg);
 void box_exec_free(box_exec_ctx *ctx);
 
+/* Compiles the command seccomp filter if that has not happened yet (the
+ * first execution does it otherwise). Thread-safe. Returns 0 or FAWN_E*. */
+int box_exec_prepare(box_exec_ctx *ctx);
+
 typedef struct box_exec_request {
     const char *command;
     const char *session_id; /* NULL for a one-shot execution */
@@ -90,6 +94,10 @@ int box_session_delete(box_exec_ctx *ctx, const char *id);
 
 /* {sessions: [{id, busy, cwd, running_init}]} */
 json_t *box_session_list(box_exec_ctx *ctx);
+
+/* Ends the idle init kept for the next one-shot execution, if any (an idle
+ * box should hold no process but itself). */
+void box_exec_trim(box_exec_ctx *ctx);
 
 /* Number of sessions and of executions in progress (for idle tracking). */
 void box_exec_activity(box_exec_ctx *ctx, size_t *sessions, size_t *running);

@@ -242,36 +242,46 @@ static _Noreturn void exec_command(exec_job *j) {
     _exit(126);
 }
 
+/* vfork: the init was cloned without libc's fork handlers, so it must not
+ * go through fork(); the child only makes system calls before execve. */
 static pid_t start_job(exec_job *j) {
     if (j->mode == INIT_RUN_SESSION && build_session_script(j) < 0)
         return -1;
-    pid_t pid = fork();
+    pid_t pid = vfork();
     if (pid == 0)
         exec_command(j);
     return pid;
 }
 
-static void send_status(int ctl, int wait_status, int spawn_errno) {
+static void send_status(int ctl, int wait_status, int spawn_errno, bool namespace_empty) {
     init_status_msg m = {.magic = INIT_MSG_MAGIC, .wait_status = wait_status,
-                         .spawn_errno = spawn_errno};
+                         .spawn_errno = spawn_errno, .namespace_empty = namespace_empty};
     (void)!send(ctl, &m, sizeof m, MSG_NOSIGNAL);
 }
 
-/* Reaps every exited child; reports the command's status. Returns false
- * once no child is left. */
+/* Reaps every exited child and reports the command's status once it has
+ * exited. Returns false when no child is left: every process of the
+ * namespace is a descendant of the init (orphans are reparented to it), so
+ * the namespace then holds nothing but the init. */
 static bool reap(int ctl, pid_t *command) {
+    bool exited = false, alive = true;
+    int status = 0;
     for (;;) {
         int st;
         pid_t pid = waitpid(-1, &st, WNOHANG);
-        if (pid < 0)
-            return errno != ECHILD;
-        if (pid == 0)
-            return true;
+        if (pid <= 0) {
+            alive = !(pid < 0 && errno == ECHILD);
+            break;
+        }
         if (pid == *command) {
-            send_status(ctl, st, 0);
             *command = 0;
+            status = st;
+            exited = true;
         }
     }
+    if (exited)
+        send_status(ctl, status, 0, !alive);
+    return alive;
 }
 
 static void serve(int ctl, int sigfd) {
@@ -304,7 +314,7 @@ static void serve(int ctl, int sigfd) {
             int e = r > 0 ? errno : EPROTO;
             release_job(&job); /* the command holds its own copies now */
             if (command < 0) {
-                send_status(ctl, 0, e);
+                send_status(ctl, 0, e, false);
                 command = 0;
             }
         }

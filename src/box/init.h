@@ -32,6 +32,7 @@ typedef struct init_status_msg {
     uint32_t magic;
     int32_t wait_status;  /* as from waitpid */
     int32_t spawn_errno;  /* non-zero when the command could not be started */
+    int32_t namespace_empty; /* 1: no process but the init is left in its namespace */
 } init_status_msg;
 
 typedef struct box_init_setup {

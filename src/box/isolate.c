@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <net/if.h>
 #include <stdio.h>
 #include <string.h>
@@ -224,17 +223,10 @@ int box_isolate_open_dirs(box_host_dirs *d, const box_mount_plan *p, char *err, 
     d->uploads = open(p->uploads, flags);
     d->outputs = open(p->outputs, flags);
     d->skills = p->skills ? open(p->skills, flags) : -1;
-    /* By path, so the fd names a mount of this (new) mount namespace. */
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    exe[n > 0 ? n : 0] = '\0';
-    d->exe = n > 0 ? open(exe, O_PATH | O_CLOEXEC) : -1;
     if (d->workspace < 0 || d->uploads < 0 || d->outputs < 0)
         return fail(&s, "open", "user-data directories");
-    return d->exe < 0 ? fail(&s, "open", "/proc/self/exe") : 0;
+    return 0;
 }
-
-void box_isolate_hide_exe(void) { umount2(BOX_EXE_PATH, MNT_DETACH); }
 
 static int make_user_data(iso *s, const box_host_dirs *d, uint64_t tmp_size_mb) {
     const uint64_t rw = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
@@ -243,12 +235,6 @@ static int make_user_data(iso *s, const box_host_dirs *d, uint64_t tmp_size_mb) 
         bind_fd(s, d->outputs, NEWROOT "/mnt/user-data/outputs", rw) < 0)
         return -1;
     if (d->skills >= 0 && bind_fd(s, d->skills, NEWROOT "/mnt/skills", rw | MOUNT_ATTR_RDONLY) < 0)
-        return -1;
-    int fd = open(NEWROOT BOX_EXE_PATH, O_WRONLY | O_CREAT | O_CLOEXEC, 0755);
-    if (fd < 0)
-        return fail(s, "create", BOX_EXE_PATH);
-    close(fd);
-    if (bind_fd(s, d->exe, NEWROOT BOX_EXE_PATH, rw | MOUNT_ATTR_RDONLY) < 0)
         return -1;
     char opts[64];
     snprintf(opts, sizeof opts, "mode=1777,size=%llum", (unsigned long long)tmp_size_mb);

@@ -9,10 +9,6 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* Where the launcher's fawn binary is bound (read-only) so the sandbox can
- * exec it; the box detaches it once running (box_isolate_hide_exe). */
-#define BOX_EXE_PATH "/run/fawn-box"
-
 typedef struct box_mount_plan {
     const char *workspace;  /* host directories, opened in the child's mount namespace */
     const char *uploads;
@@ -27,7 +23,6 @@ typedef struct box_mount_plan {
  * them), before the root tmpfs covers /tmp (where $FAWN_HOME may live). */
 typedef struct box_host_dirs {
     int workspace, uploads, outputs, skills; /* skills may be -1 */
-    int exe; /* this fawn binary */
 } box_host_dirs;
 
 /* Opens the plan's directories (no symlink as last component). Returns 0, or
@@ -50,8 +45,5 @@ int box_isolate_enter(const box_mount_plan *plan, const box_host_dirs *dirs, cha
  * ("self"), which the kernel only allows with setgroups denied first.
  * Returns 0 or -errno. */
 int box_write_id_maps(pid_t pid, uid_t outer_uid, gid_t outer_gid, bool deny_setgroups);
-
-/* Detaches BOX_EXE_PATH from the sandbox (called by the box at start). */
-void box_isolate_hide_exe(void);
 
 #endif

@@ -1,5 +1,6 @@
-/* fawn box: serve the box API. Started by the local provider with inherited
- * descriptors, or by hand / by a container for remote placement over TCP. */
+/* fawn box --listen: serve the box API over TCP for remote placement (a
+ * container, a pod, another host). The local provider runs the same box code
+ * inside each sandbox it starts, on a unix socket only fawn can reach. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -12,24 +13,23 @@
 
 #include "base/base.h"
 #include "box/box.h"
-#include "box/isolate.h"
+#include "config/config.h"
 #include "cli/cli.h"
 
 /* Bearer tokens shorter than this are refused: they must not be guessable. */
 #define BOX_TOKEN_MIN 32
 /* A token file holds one line. */
 #define BOX_TOKEN_MAX 512
-/* Settings are a few KiB of JSON plus the command environment. */
-#define SETTINGS_MAX (1024 * 1024)
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: fawn box --fd N [--status-fd N] [--settings-fd N]\n"
-            "       fawn box --listen HOST:PORT --token-file PATH\n\n"
-            "Serves the box API (docs/box-api.md). The local provider starts it inside a\n"
-            "fresh sandbox with inherited descriptors; for remote placement (a container,\n"
-            "a pod, another host) it listens on TCP and requires the bearer token read\n"
-            "from PATH (at least %d characters) on every request.\n",
+            "usage: fawn box --listen HOST:PORT --token-file PATH [--config FILE]\n\n"
+            "Serves the box API (docs/box-api.md) over TCP for remote placement: run it\n"
+            "as the entry point of a container, a pod or a VM, which provides the outer\n"
+            "isolation; every command still runs in its own PID namespace without\n"
+            "capabilities, under seccomp and rlimits. Every request must carry the\n"
+            "bearer token read from PATH (at least %d characters). Limits and the\n"
+            "command environment come from the configuration (sandbox.*).\n",
             BOX_TOKEN_MIN);
 }
 
@@ -73,78 +73,62 @@ static int read_token(char *out, const char *path) {
     return 0;
 }
 
-static int load_settings(box_settings *s, int fd) {
-    if (fd < 0)
-        return box_settings_default(s);
-    _cleanup_free_ char *json = NULL;
-    size_t len = 0;
-    int r = fawn_read_all(&json, &len, fd, SETTINGS_MAX);
-    close(fd);
-    return r < 0 ? r : box_settings_from_json(s, json, len);
-}
-
 typedef struct box_args {
-    int listen_fd, status_fd, settings_fd;
-    const char *listen, *token_file;
+    const char *listen, *token_file, *config;
 } box_args;
-
-static int parse_fd(int *out, const char *s) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*end || v < 3 || v > 1024)
-        return fawn_err(FAWN_EINVAL, "bad descriptor number '%s'", s);
-    *out = (int)v;
-    return 0;
-}
 
 static int parse_args(box_args *a, int argc, char **argv) {
     static const struct option opts[] = {
-        {"fd", required_argument, 0, 'f'},          {"status-fd", required_argument, 0, 's'},
-        {"settings-fd", required_argument, 0, 'c'}, {"listen", required_argument, 0, 'l'},
-        {"token-file", required_argument, 0, 't'},  {"help", no_argument, 0, 'h'},
+        {"listen", required_argument, 0, 'l'}, {"token-file", required_argument, 0, 't'},
+        {"config", required_argument, 0, 'c'}, {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    *a = (box_args){-1, -1, -1, NULL, NULL};
-    int c, r = 0;
-    while (r == 0 && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    *a = (box_args){0};
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 'f': r = parse_fd(&a->listen_fd, optarg); break;
-        case 's': r = parse_fd(&a->status_fd, optarg); break;
-        case 'c': r = parse_fd(&a->settings_fd, optarg); break;
         case 'l': a->listen = optarg; break;
         case 't': a->token_file = optarg; break;
+        case 'c': a->config = optarg; break;
         case 'h': usage(stdout); exit(0);
         default: return fawn_err(FAWN_EINVAL, "unknown option");
         }
     }
-    if (r == 0 && (a->listen_fd >= 0) == (a->listen != NULL))
-        r = fawn_err(FAWN_EINVAL, "give exactly one of --fd and --listen");
-    if (r == 0 && a->listen && !a->token_file)
-        r = fawn_err(FAWN_EINVAL, "--listen requires --token-file");
-    return r;
+    if (!a->listen || !a->token_file)
+        return fawn_err(FAWN_EINVAL, "--listen and --token-file are required");
+    return 0;
 }
 
 int cli_box(int argc, char **argv) {
     box_args a;
     char token[BOX_TOKEN_MAX + 1];
-    box_settings settings;
+    box_settings settings = {0};
+    fawn_config cfg = {0};
+    int listen_fd = -1;
     int r = parse_args(&a, argc, argv);
-    if (r == 0 && a.listen && (r = read_token(token, a.token_file)) == 0)
-        r = a.listen_fd = listen_tcp(a.listen);
-    if (r >= 0)
-        r = load_settings(&settings, a.settings_fd);
+    if (r == 0)
+        r = read_token(token, a.token_file);
+    if (r == 0)
+        r = config_load(&cfg, a.config);
+    if (r == 0)
+        r = box_settings_from_config(&settings, &cfg, "none");
+    if (r == 0)
+        r = listen_fd = listen_tcp(a.listen);
     if (r < 0) {
         fprintf(stderr, "fawn box: %s\n", fawn_errmsg());
         if (r == FAWN_EINVAL)
             usage(stderr);
+        box_settings_free(&settings);
+        config_free(&cfg);
         return 2;
     }
-    if (a.listen_fd >= 0 && !a.listen)
-        box_isolate_hide_exe(); /* started by the local provider */
-    box_serve_opts o = {.listen_fd = a.listen_fd, .token = a.listen ? token : NULL,
-                        .status_fd = a.status_fd, .settings = &settings};
+    /* The box does not isolate the network here; its host does. */
+    snprintf(settings.network, sizeof settings.network, "host");
+    box_serve_opts o = {.listen_fd = listen_fd, .token = token, .status_fd = -1,
+                        .settings = &settings};
     r = box_serve(&o);
     box_settings_free(&settings);
+    config_free(&cfg);
     if (r < 0)
         fprintf(stderr, "fawn box: %s\n", fawn_errmsg());
     return r < 0 ? 1 : 0;

@@ -28,7 +28,10 @@ typedef struct cgroup_handle {
 } cgroup_handle;
 
 /* Creates the group "fawn/<name>" with the given limits (0 = no limit) and
- * moves pid into it. Returns 0 (h filled, possibly mode CGROUP_NONE with a
+ * moves pid into it. With pid 0 nothing is moved and an existing group of
+ * that name is attached as it is (so cgroup_destroy can remove a group
+ * another process created). A leftover empty group of the same name is
+ * replaced; one that still has processes is FAWN_EEXIST. Returns 0 (h filled, possibly mode CGROUP_NONE with a
  * warning logged once per process when cgroups cannot be used) or a negative
  * FAWN_E* code when a group was created but could not be configured. */
 int cgroup_setup(cgroup_handle *h, const char *name, pid_t pid, uint64_t memory_bytes,

@@ -61,7 +61,7 @@ static int send_request(int fd, const char *method, const char *path, const char
     fbuf req = {0};
     size_t blen = body ? strlen(body) : 0;
     int r = fbuf_printf(&req,
-                        "%s %s HTTP/1.1\r\nHost: box\r\nConnection: close\r\n"
+                        "%s %s HTTP/1.1\r\nHost: box\r\n"
                         "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
                         method, path, blen);
     if (r == 0 && body)
@@ -79,8 +79,9 @@ static int send_request(int fd, const char *method, const char *path, const char
     return r;
 }
 
-/* Reads until EOF (the request said Connection: close), bounded. */
-static int read_reply(fbuf *out, int fd, int64_t deadline) {
+/* Appends what the socket has to in (waiting until the deadline). 0 at EOF
+ * is reported as FAWN_EPROTO: the box closed mid-reply. */
+static int read_more(fbuf *in, int fd, int64_t deadline) {
     char chunk[65536];
     for (;;) {
         int r = wait_fd(fd, POLLIN, deadline);
@@ -88,17 +89,66 @@ static int read_reply(fbuf *out, int fd, int64_t deadline) {
             return r;
         ssize_t n = recv(fd, chunk, sizeof chunk, MSG_DONTWAIT);
         if (n == 0)
-            return 0;
+            return fawn_err(FAWN_EPROTO, "the box closed the connection mid-reply");
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             continue;
         if (n < 0)
             return fawn_err_sys(FAWN_EIO, errno, "reading from the box");
-        if ((r = fbuf_append(out, chunk, (size_t)n)) < 0)
-            return fawn_err(FAWN_EPROTO, "the box's reply exceeds %zu bytes", out->limit);
+        if (fbuf_append(in, chunk, (size_t)n) < 0)
+            return fawn_err(FAWN_EPROTO, "the box's reply exceeds %zu bytes", in->limit);
+        return 0;
     }
 }
 
-/* Decodes a chunked body in place; returns its length or < 0. */
+typedef struct reply_head {
+    int status;
+    size_t head_len;       /* including the blank line */
+    bool chunked;
+    long long content_length; /* -1 when absent */
+    bool close;
+} reply_head;
+
+static int parse_head(reply_head *h, char *data, size_t len) {
+    char *sep = memmem(data, len, "\r\n\r\n", 4);
+    if (!sep)
+        return len > REPLY_HEAD_MAX ? fawn_err(FAWN_EPROTO, "reply head too large") : 1;
+    *sep = '\0';
+    *h = (reply_head){.head_len = (size_t)(sep - data) + 4, .content_length = -1};
+    if (sscanf(data, "HTTP/1.1 %3d ", &h->status) != 1 || h->status < 100 || h->status > 599)
+        return fawn_err(FAWN_EPROTO, "malformed reply from the box");
+    h->chunked = strcasestr(data, "\r\nTransfer-Encoding: chunked") != NULL;
+    h->close = strcasestr(data, "\r\nConnection: close") != NULL;
+    const char *cl = strcasestr(data, "\r\nContent-Length:");
+    char *end;
+    if (cl) {
+        h->content_length = strtoll(cl + 17, &end, 10);
+        if (h->content_length < 0 || (*end != '\r' && *end != '\0'))
+            return fawn_err(FAWN_EPROTO, "bad Content-Length from the box");
+    }
+    *sep = '\r';
+    if (!h->chunked && h->content_length < 0)
+        return fawn_err(FAWN_EPROTO, "the box's reply has no length");
+    return 0;
+}
+
+/* True once body[0..len) holds a complete chunked body. */
+static bool chunked_complete(const char *body, size_t len) {
+    size_t in = 0;
+    for (;;) {
+        const char *crlf = in < len ? memmem(body + in, len - in, "\r\n", 2) : NULL;
+        if (!crlf)
+            return false;
+        unsigned long long n = strtoull(body + in, NULL, 16);
+        in = (size_t)(crlf - body) + 2;
+        if (n == 0)
+            return len >= in + 2;
+        if (n > len || in + n + 2 > len)
+            return false;
+        in += n + 2;
+    }
+}
+
+/* Decodes a chunked body in place. */
 static int dechunk(char *body, size_t len, size_t *out_len) {
     size_t in = 0, out = 0;
     for (;;) {
@@ -122,43 +172,98 @@ static int dechunk(char *body, size_t len, size_t *out_len) {
     return 0;
 }
 
-static int parse_reply(json_t **reply, int *status, fbuf *raw) {
-    char *sep = raw->data ? memmem(raw->data, raw->len < REPLY_HEAD_MAX ? raw->len : REPLY_HEAD_MAX,
-                                   "\r\n\r\n", 4) : NULL;
-    if (!sep || sscanf(raw->data, "HTTP/1.1 %3d ", status) != 1 || *status < 100 || *status > 599)
-        return fawn_err(FAWN_EPROTO, "malformed reply from the box");
-    *sep = '\0';
-    char *body = sep + 4;
-    size_t blen = raw->len - (size_t)(body - raw->data);
-    bool chunked = strcasestr(raw->data, "\r\nTransfer-Encoding: chunked") != NULL;
-    if (chunked && dechunk(body, blen, &blen) < 0)
-        return fawn_err(FAWN_EPROTO, "malformed chunked reply from the box");
-    json_error_t jerr;
-    *reply = json_loadb(body, blen, 0, &jerr);
-    if (!*reply || !json_is_object(*reply)) {
-        json_decref(*reply);
-        *reply = NULL;
-        return fawn_err(FAWN_EPROTO, "the box's reply is not a JSON object");
+/* Reads one reply into in; body and body_len locate the (decoded) body. */
+static int read_reply(reply_head *h, char **body, size_t *body_len, fbuf *in, int fd,
+                      int64_t deadline) {
+    int r;
+    while ((r = in->len ? parse_head(h, in->data, in->len) : 1) == 1)
+        if ((r = read_more(in, fd, deadline)) < 0)
+            return r;
+    if (r < 0)
+        return r;
+    for (;;) {
+        char *b = in->data + h->head_len;
+        size_t have = in->len - h->head_len;
+        if (!h->chunked && have >= (size_t)h->content_length) {
+            if (have > (size_t)h->content_length)
+                return fawn_err(FAWN_EPROTO, "the box sent more than its reply");
+            *body = b;
+            *body_len = have;
+            return 0;
+        }
+        if (h->chunked && chunked_complete(b, have)) {
+            *body = b;
+            return dechunk(b, have, body_len) < 0
+                       ? fawn_err(FAWN_EPROTO, "malformed chunked reply from the box")
+                       : 0;
+        }
+        if ((r = read_more(in, fd, deadline)) < 0)
+            return r;
     }
-    return 0;
 }
 
-int box_call(json_t **reply, int *status, const char *socket_path, const char *method,
-             const char *path, const json_t *body, int timeout_ms) {
+void box_conn_init(box_conn *c, const char *socket_path) {
+    snprintf(c->socket_path, sizeof c->socket_path, "%s", socket_path);
+    c->fd = -1;
+}
+
+void box_conn_close(box_conn *c) {
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+}
+
+/* An idle keep-alive connection the box has closed reads as EOF (or an
+ * error); it is replaced before anything is sent, never after. */
+static int conn_ready(box_conn *c) {
+    if (c->fd >= 0) {
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        if (poll(&p, 1, 0) != 0)
+            box_conn_close(c);
+    }
+    if (c->fd < 0)
+        c->fd = box_connect(c->socket_path);
+    return c->fd < 0 ? c->fd : 0;
+}
+
+int box_conn_call(json_t **reply, int *status, box_conn *c, const char *method, const char *path,
+                  const json_t *body, int timeout_ms) {
     *reply = NULL;
     int64_t deadline = fawn_now_ms() + timeout_ms;
     _cleanup_free_ char *text = body ? fjson_dump(body) : NULL;
     if (body && !text)
         return fawn_err(FAWN_ENOMEM, "out of memory");
-    _cleanup_close_ int fd = box_connect(socket_path);
-    if (fd < 0)
-        return fd;
-    int r = send_request(fd, method, path, text, deadline);
-    fbuf raw = {.limit = BOX_REPLY_MAX};
+    int r = conn_ready(c);
     if (r == 0)
-        r = read_reply(&raw, fd, deadline);
+        r = send_request(c->fd, method, path, text, deadline);
+    fbuf in = {.limit = BOX_REPLY_MAX};
+    reply_head h;
+    char *data = NULL;
+    size_t len = 0;
     if (r == 0)
-        r = parse_reply(reply, status, &raw);
-    fbuf_free(&raw);
+        r = read_reply(&h, &data, &len, &in, c->fd, deadline);
+    if (r == 0) {
+        json_error_t jerr;
+        *status = h.status;
+        *reply = json_loadb(data, len, 0, &jerr);
+        if (!json_is_object(*reply)) {
+            json_decref(*reply);
+            *reply = NULL;
+            r = fawn_err(FAWN_EPROTO, "the box's reply is not a JSON object");
+        }
+    }
+    /* After any failure the connection's state is unknown: never reuse it. */
+    if (r < 0 || h.close)
+        box_conn_close(c);
+    fbuf_free(&in);
+    return r;
+}
+
+int box_call(json_t **reply, int *status, const char *socket_path, const char *method,
+             const char *path, const json_t *body, int timeout_ms) {
+    box_conn c;
+    box_conn_init(&c, socket_path);
+    int r = box_conn_call(reply, status, &c, method, path, body, timeout_ms);
+    box_conn_close(&c);
     return r;
 }

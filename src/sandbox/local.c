@@ -8,7 +8,6 @@
 #include <string.h>
 #include <grp.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -16,14 +15,10 @@
 #include <sys/wait.h>
 
 #include "base/fsx.h"
-#include "base/json.h"
 #include "box/box.h"
-#include "box/env.h"
 #include "box/isolate.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/sandbox.h"
-
-extern char **environ;
 
 static const char *const user_data_parts[] = {"workspace", "uploads", "outputs"};
 
@@ -58,6 +53,17 @@ static int join_path(char out[PATH_MAX], const char *dir, const char *name) {
     memcpy(out, dir, a);
     out[a] = '/';
     memcpy(out + a + 1, name, b + 1);
+    return 0;
+}
+
+/* The cgroup of a sandbox: its id plus a hash of the home directory, so two
+ * fawn instances on one host (or two test runs) never share a group. */
+static int cgroup_name(char out[40], const fawn_config *cfg, const char *sandbox_id) {
+    char home[PATH_MAX], hex[65];
+    if (!realpath(cfg->home, home))
+        return fawn_err_sys(FAWN_EIO, errno, "resolve %s", cfg->home);
+    fawn_sha256_hex(hex, home, strlen(home));
+    snprintf(out, 40, "%.8s-%s", hex, sandbox_id);
     return 0;
 }
 
@@ -97,14 +103,14 @@ typedef struct launch {
     uid_t uid;
     bool parent_maps_ids;   /* root: the parent maps the sandbox to an unprivileged uid */
     box_mount_plan plan;
-    int listen_fd, log_fd, settings_fd;
+    int listen_fd, log_fd;
     int go[2], status[2];
     cgroup_handle cg;
 } launch;
 
 static void launch_close(launch *l) {
-    int *fds[] = {&l->listen_fd, &l->log_fd, &l->settings_fd,
-                  &l->go[0],     &l->go[1],  &l->status[0], &l->status[1]};
+    int *fds[] = {&l->listen_fd, &l->log_fd,     &l->go[0],
+                  &l->go[1],     &l->status[0], &l->status[1]};
     for (size_t i = 0; i < ARRAY_LEN(fds); i++)
         if (*fds[i] >= 0)
             close(steal_fd(*fds[i]));
@@ -159,50 +165,6 @@ static int listen_unix(int *out, const char *path) {
     return 0;
 }
 
-static char **inject_list(const fawn_sandbox_config *sc, char **storage) {
-    for (size_t i = 0; i < sc->n_env; i++)
-        if (asprintf(&storage[i], "%s=%s", sc->env[i].name, sc->env[i].value) < 0)
-            storage[i] = NULL;
-    return storage;
-}
-
-static int write_settings(launch *l) {
-    const fawn_sandbox_config *sc = &l->spec->cfg->sandbox;
-    char *inject[CONFIG_MAX_ENV] = {0};
-    box_settings s = {
-        .exec = {
-            .default_timeout_s = sc->exec_timeout_s,
-            .max_timeout_s = sc->exec_max_timeout_s,
-            .max_output_bytes = sc->exec_max_output_bytes,
-            .max_sessions = sc->max_sessions,
-            .rlimit_nofile = sc->limits.open_files,
-            .rlimit_fsize = sc->limits.file_size_mb << 20,
-            .rlimit_nproc = sc->limits.nproc,
-            .rlimit_as = l->cg.mode == CGROUP_NONE ? sc->limits.address_space_mb << 20 : 0,
-        },
-        .files = box_file_limits_default(),
-        .env = box_env_build(environ, inject_list(sc, inject), sc->n_env),
-        .memory_bytes = l->cg.mode == CGROUP_NONE ? 0 : sc->limits.memory_mb << 20,
-        .pids_max = l->cg.mode == CGROUP_NONE ? 0 : sc->limits.pids,
-        .idle_exit_s = l->spec->idle_exit_s,
-    };
-    for (size_t i = 0; i < sc->n_env; i++)
-        free(inject[i]);
-    snprintf(s.network, sizeof s.network, "%s", sc->network == FAWN_NET_NONE ? "none" : "host");
-    snprintf(s.cgroup, sizeof s.cgroup, "%s",
-             l->cg.mode == CGROUP_V2 ? "v2" : l->cg.mode == CGROUP_V1 ? "v1" : "none");
-    json_t *j = s.env ? box_settings_to_json(&s) : NULL;
-    box_env_free(s.env);
-    _cleanup_free_ char *text = j ? fjson_dump(j) : NULL;
-    json_decref(j);
-    if (!text)
-        return fawn_err(FAWN_ENOMEM, "out of memory");
-    int r = fawn_write_all(l->settings_fd, text, strlen(text));
-    if (r == 0 && lseek(l->settings_fd, 0, SEEK_SET) < 0)
-        r = fawn_err_sys(FAWN_EIO, errno, "lseek");
-    return r;
-}
-
 /* Makes src[i] the descriptor i for every i, whatever numbers they had (a
  * source may sit on another's target, so all move out of the way first). */
 static bool install_fds(int *src, size_t n) {
@@ -215,55 +177,55 @@ static bool install_fds(int *src, size_t n) {
     return true;
 }
 
-/* In the cloned child: only system calls from here to exec. */
+/* What the parent tells the child once the sandbox's cgroup is in place
+ * (after a first byte that says the uid maps are written). */
+typedef struct go_msg {
+    char cgroup[8]; /* "v2" | "v1" | "none" */
+} go_msg;
+
+static _Noreturn void child_fail(const launch *l, const char *what, const char *detail) {
+    dprintf(l->status[1], "error %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
+    _exit(1);
+}
+
+/* In the cloned child: becomes the sandbox's PID 1 and serves the box API.
+ * Runs the box in this copy of the launcher rather than exec'ing a new one,
+ * which is what makes a cold start cheap (see DESIGN notes in README). */
 static _Noreturn void child_main(launch *l) {
     char err[512] = "";
-    char go;
+    go_msg go;
+    char mapped;
     close(l->go[1]);
     close(l->status[0]);
-    if (read(l->go[0], &go, 1) != 1)
+    if (read(l->go[0], &mapped, 1) != 1)
         _exit(1);
     box_host_dirs dirs;
-    if (box_isolate_open_dirs(&dirs, &l->plan, err, sizeof err) < 0) {
-        dprintf(l->status[1], "error %s\n", err);
-        _exit(1);
-    }
-    if (!l->parent_maps_ids && box_write_id_maps(0, l->uid, getegid(), true) < 0) {
-        dprintf(l->status[1], "error writing uid map: %s\n", strerror(errno));
-        _exit(1);
-    }
+    if (box_isolate_open_dirs(&dirs, &l->plan, err, sizeof err) < 0)
+        child_fail(l, err, NULL);
+    if (!l->parent_maps_ids && box_write_id_maps(0, l->uid, getegid(), true) < 0)
+        child_fail(l, "writing uid map", strerror(errno));
     /* Become the namespace's uid 0 (the mapped host uid) and drop the
      * launcher's supplementary groups, which could grant host file access. */
     if ((l->parent_maps_ids && setgroups(0, NULL) < 0) || setresgid(0, 0, 0) < 0 ||
-        setresuid(0, 0, 0) < 0) {
-        dprintf(l->status[1], "error becoming the sandbox user: %s\n", strerror(errno));
-        _exit(1);
-    }
+        setresuid(0, 0, 0) < 0)
+        child_fail(l, "becoming the sandbox user", strerror(errno));
     setsid();
-    if (box_isolate_enter(&l->plan, &dirs, err, sizeof err) < 0) {
-        dprintf(l->status[1], "error %s\n", err);
-        _exit(1);
-    }
+    if (box_isolate_enter(&l->plan, &dirs, err, sizeof err) < 0)
+        child_fail(l, err, NULL);
     int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-    int order[] = {devnull, l->log_fd, l->log_fd, l->listen_fd, l->status[1], l->settings_fd};
-    if (!install_fds(order, ARRAY_LEN(order))) {
-        dprintf(l->status[1], "error dup2: %s\n", strerror(errno));
+    int order[] = {devnull, l->log_fd, l->log_fd, l->listen_fd, l->status[1], l->go[0]};
+    if (!install_fds(order, ARRAY_LEN(order)))
+        child_fail(l, "dup2", strerror(errno));
+    /* The parent placed this process in its cgroup meanwhile. */
+    if (read(5, &go, sizeof go) != (ssize_t)sizeof go)
         _exit(1);
-    }
-    syscall(SYS_close_range, 6, ~0U, 0);
-    char *argv[] = {"fawn", "box", "--fd", "3", "--status-fd", "4", "--settings-fd", "5", NULL};
-    char *envp[8] = {"PATH=/usr/bin:/bin"};
-    size_t n = 1;
-    /* Sanitizer settings of a test build pass through; nothing else does. */
-    static const char *const keep[] = {"ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"};
-    for (size_t i = 0; i < ARRAY_LEN(keep); i++) {
-        char *v = getenv(keep[i]);
-        if (v)
-            envp[n++] = v - strlen(keep[i]) - 1;
-    }
-    execve(BOX_EXE_PATH, argv, envp);
-    dprintf(4, "error exec fawn box: %s\n", strerror(errno));
-    _exit(1);
+    go.cgroup[sizeof go.cgroup - 1] = '\0';
+    syscall(SYS_close_range, 5, ~0U, 0); /* the go pipe, and anything else */
+    box_settings settings;
+    if (box_settings_from_config(&settings, l->spec->cfg, go.cgroup) < 0)
+        child_fail(l, "settings", fawn_errmsg());
+    box_serve_opts o = {.listen_fd = 3, .status_fd = 4, .settings = &settings};
+    _exit(box_serve(&o) < 0 ? 1 : 0);
 }
 
 /* Reads the box's first status line: "ready <generation>" or "error <why>". */
@@ -299,10 +261,7 @@ static int clone_flags(const fawn_config *cfg) {
 
 static int spawn(launch *l, local_box *out) {
     const fawn_sandbox_config *sc = &l->spec->cfg->sandbox;
-    /* Created before the clone so the child shares it; filled in once the
-     * cgroup outcome is known. */
-    l->settings_fd = memfd_create("fawn-settings", MFD_CLOEXEC);
-    if (l->settings_fd < 0 || pipe2(l->go, O_CLOEXEC) < 0 || pipe2(l->status, O_CLOEXEC) < 0)
+    if (pipe2(l->go, O_CLOEXEC) < 0 || pipe2(l->status, O_CLOEXEC) < 0)
         return fawn_err_sys(FAWN_EIO, errno, "pipe");
     pid_t pid = (pid_t)syscall(SYS_clone, clone_flags(l->spec->cfg) | SIGCHLD, NULL, NULL, NULL, 0);
     if (pid < 0)
@@ -314,11 +273,18 @@ static int spawn(launch *l, local_box *out) {
     int r = 0;
     if (l->parent_maps_ids && box_write_id_maps(pid, l->uid, l->uid, false) < 0)
         r = fawn_err_sys(FAWN_EIO, errno, "writing the sandbox's uid map");
+    /* The child builds its mounts while the cgroup is set up here. */
+    if (r == 0 && write(l->go[1], "m", 1) != 1)
+        r = fawn_err_sys(FAWN_EIO, errno, "starting the sandbox");
+    char group[40];
     if (r == 0)
-        r = cgroup_setup(&l->cg, l->sandbox_id, pid, sc->limits.memory_mb << 20, sc->limits.pids);
+        r = cgroup_name(group, l->spec->cfg, l->sandbox_id);
     if (r == 0)
-        r = write_settings(l);
-    if (r == 0 && write(l->go[1], "g", 1) != 1)
+        r = cgroup_setup(&l->cg, group, pid, sc->limits.memory_mb << 20, sc->limits.pids);
+    go_msg go = {0};
+    snprintf(go.cgroup, sizeof go.cgroup, "%s",
+             l->cg.mode == CGROUP_V2 ? "v2" : l->cg.mode == CGROUP_V1 ? "v1" : "none");
+    if (r == 0 && write(l->go[1], &go, sizeof go) != (ssize_t)sizeof go)
         r = fawn_err_sys(FAWN_EIO, errno, "starting the sandbox");
     if (r == 0)
         r = await_ready(l, out);
@@ -345,7 +311,7 @@ static int open_log(launch *l) {
 static int start_box(local_box *out, const local_spec *spec, const char *user_data) {
     launch l = {.spec = spec,
                 .parent_maps_ids = geteuid() == 0,
-                .listen_fd = -1, .log_fd = -1, .settings_fd = -1,
+                .listen_fd = -1, .log_fd = -1,
                 .go = {-1, -1}, .status = {-1, -1}};
     memcpy(l.sandbox_id, out->sandbox_id, sizeof l.sandbox_id);
     snprintf(l.user_data, sizeof l.user_data, "%s", user_data);
@@ -433,7 +399,8 @@ int local_box_stop(const fawn_config *cfg, const char *user, const char *thread)
         json_decref(reply);
     unlink(b.socket_path);
     cgroup_handle cg;
-    if (cgroup_setup(&cg, b.sandbox_id, 0, 0, 0) == 0)
+    char group[40];
+    if (cgroup_name(group, cfg, b.sandbox_id) == 0 && cgroup_setup(&cg, group, 0, 0, 0) == 0)
         cgroup_destroy(&cg);
     return 0;
 }

@@ -54,6 +54,24 @@ int local_box_stop(const fawn_config *cfg, const char *user, const char *thread)
  * but a box is untrusted, so its replies are capped here too. */
 #define BOX_REPLY_MAX ((size_t)256 << 20)
 
+/* A keep-alive connection to one box. */
+typedef struct box_conn {
+    char socket_path[PATH_MAX];
+    int fd; /* -1 when not connected */
+} box_conn;
+
+/* Prepares c for the box at socket_path (connects lazily). */
+void box_conn_init(box_conn *c, const char *socket_path);
+/* Closes the connection (c can be used again: it reconnects). */
+void box_conn_close(box_conn *c);
+
+/* Sends one request on c, reusing its connection when the box kept it open,
+ * and parses the JSON reply. A request is never re-sent: when the exchange
+ * fails midway its outcome is unknown to the caller, and c is closed.
+ * Results and errors as for box_call. */
+int box_conn_call(json_t **reply, int *status, box_conn *c, const char *method, const char *path,
+                  const json_t *body, int timeout_ms);
+
 /* Sends one request on a new connection to the box at socket_path and
  * parses the JSON reply. body may be NULL. *status gets the HTTP status;
  * *reply (caller decrefs) the parsed object (for non-2xx too, when JSON).

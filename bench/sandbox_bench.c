@@ -1,0 +1,212 @@
+/* Benchmarks of fawn's local sandboxes, each against a baseline measured in
+ * the same run on the same machine (see bench/sandbox for how to run it):
+ *
+ *   cold start   launch -> box ready, vs. bwrap --unshare-all ... /bin/true
+ *   warm exec    /bin/true through the box API, vs. bare posix_spawn from C
+ *                (and vs. python's subprocess.run, measured by bench/sandbox)
+ *   idle memory  proportional and private resident memory per idle box,
+ *                and the whole machine's memory delta, for N idle boxes
+ *
+ * Output: one "name: value" line per figure, ratios last. Not a test. */
+#include <errno.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "base/base.h"
+#include "config/config.h"
+#include "sandbox/sandbox.h"
+
+extern char **environ;
+
+static double median(double *v, size_t n) {
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static int spawn_wait(char *const argv[]) {
+    pid_t pid;
+    int st;
+    if (posix_spawn(&pid, argv[0], NULL, NULL, argv, environ) != 0)
+        return -1;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static double bwrap_cold_us(void) {
+    char *argv[] = {"/usr/bin/bwrap", "--unshare-all", "--ro-bind", "/usr", "/usr",
+                    "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+                    "--symlink", "usr/bin", "/bin", "--proc", "/proc", "--dev", "/dev",
+                    "--tmpfs", "/tmp", "/bin/true", NULL};
+    int64_t t = fawn_now_us();
+    if (spawn_wait(argv) != 0) {
+        fprintf(stderr, "bwrap failed\n");
+        exit(1);
+    }
+    return (double)(fawn_now_us() - t);
+}
+
+static double spawn_true_us(void) {
+    char *argv[] = {"/bin/true", NULL};
+    int64_t t = fawn_now_us();
+    spawn_wait(argv);
+    return (double)(fawn_now_us() - t);
+}
+
+static void die(const char *what) {
+    fprintf(stderr, "bench: %s: %s\n", what, fawn_errmsg());
+    exit(1);
+}
+
+static double fawn_cold_us(const fawn_config *cfg, const char *thread, local_box *b) {
+    local_spec spec = {.cfg = cfg, .user = "bench", .thread = thread};
+    int64_t t = fawn_now_us();
+    if (local_box_ensure(b, &spec) < 0 || !b->started)
+        die("starting a sandbox");
+    return (double)(fawn_now_us() - t);
+}
+
+static double fawn_exec_us(box_conn *c, const json_t *body) {
+    json_t *reply = NULL;
+    int status = 0;
+    int64_t t = fawn_now_us();
+    if (box_conn_call(&reply, &status, c, "POST", "/v1/shell/exec", body, 10000) < 0 ||
+        status != 200 || json_integer_value(json_object_get(reply, "exit_code")) != 0)
+        die("exec /bin/true");
+    double us = (double)(fawn_now_us() - t);
+    json_decref(reply);
+    return us;
+}
+
+/* Sums a field ("Pss:", "Private_Dirty:" ...) of /proc/pid/smaps_rollup in kB. */
+static long smaps_kb(pid_t pid, const char *field) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/smaps_rollup", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, field, strlen(field)) == 0)
+            kb += atol(line + strlen(field));
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+static long mem_available_kb(void) {
+    char line[256];
+    long kb = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "MemAvailable:", 13) == 0)
+            kb = atol(line + 13);
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+static void stop_all(const fawn_config *cfg, int n) {
+    char thread[32];
+    for (int i = 0; i < n; i++) {
+        snprintf(thread, sizeof thread, "t%d", i);
+        local_box_stop(cfg, "bench", thread);
+    }
+    while (waitpid(-1, NULL, WNOHANG) > 0) {
+    }
+}
+
+static void bench_cold(const fawn_config *cfg, int rounds) {
+    double *ours = calloc((size_t)rounds, sizeof *ours), *theirs = calloc((size_t)rounds, sizeof *theirs);
+    char thread[32];
+    for (int i = 0; i < rounds; i++) {
+        local_box b;
+        snprintf(thread, sizeof thread, "cold%d", i);
+        theirs[i] = bwrap_cold_us();
+        ours[i] = fawn_cold_us(cfg, thread, &b);
+        local_box_stop(cfg, "bench", thread);
+        while (waitpid(-1, NULL, WNOHANG) > 0) {
+        }
+    }
+    double a = median(ours, (size_t)rounds), c = median(theirs, (size_t)rounds);
+    printf("cold_start_us: %.0f\nbwrap_cold_us: %.0f\ncold_start_ratio_vs_bwrap: %.2f (target <= 0.5)\n",
+           a, c, a / c);
+    free(ours);
+    free(theirs);
+}
+
+static void bench_warm(const fawn_config *cfg, int rounds) {
+    local_box b;
+    fawn_cold_us(cfg, "warm", &b);
+    json_t *body = json_pack("{s:s}", "command", "/bin/true");
+    box_conn conn;
+    box_conn_init(&conn, b.socket_path);
+    double *ours = calloc((size_t)rounds, sizeof *ours), *spawn = calloc((size_t)rounds, sizeof *spawn);
+    for (int i = 0; i < 50; i++) /* warm up both */
+        fawn_exec_us(&conn, body), spawn_true_us();
+    /* Separate phases, so neither run's background work lands on the other. */
+    for (int i = 0; i < rounds; i++)
+        ours[i] = fawn_exec_us(&conn, body);
+    for (int i = 0; i < rounds; i++)
+        spawn[i] = spawn_true_us();
+    box_conn_close(&conn);
+    double a = median(ours, (size_t)rounds), s = median(spawn, (size_t)rounds);
+    printf("warm_exec_us: %.0f\nposix_spawn_us: %.0f\nwarm_exec_ratio_vs_posix_spawn: %.2f (target <= 1.3)\n",
+           a, s, a / s);
+    json_decref(body);
+    free(ours);
+    free(spawn);
+    local_box_stop(cfg, "bench", "warm");
+}
+
+static void bench_idle(const fawn_config *cfg, int n) {
+    long before = mem_available_kb();
+    pid_t *pids = calloc((size_t)n, sizeof *pids);
+    char thread[32];
+    for (int i = 0; i < n; i++) {
+        local_box b;
+        snprintf(thread, sizeof thread, "t%d", i);
+        fawn_cold_us(cfg, thread, &b);
+        pids[i] = b.pid;
+    }
+    sleep(3); /* let every box settle (and trim) */
+    long pss = 0, priv = 0, rss = 0;
+    for (int i = 0; i < n; i++) {
+        pss += smaps_kb(pids[i], "Pss:");
+        priv += smaps_kb(pids[i], "Private_Clean:") + smaps_kb(pids[i], "Private_Dirty:");
+        rss += smaps_kb(pids[i], "Rss:");
+    }
+    long delta = before - mem_available_kb();
+    printf("idle_sandboxes: %d (all started without error)\n", n);
+    printf("idle_pss_kib_per_sandbox: %.0f (target < 1024)\nidle_private_kib_per_sandbox: %.0f\n"
+           "idle_rss_kib_per_sandbox: %.0f (counts shared library pages in every box)\n"
+           "idle_total_pss_mib: %.1f\nsystem_memory_delta_kib_per_sandbox: %.0f (includes kernel "
+           "namespaces, mounts, sockets)\n",
+           (double)pss / n, (double)priv / n, (double)rss / n, (double)pss / 1024, (double)delta / n);
+    stop_all(cfg, n);
+    free(pids);
+}
+
+int main(int argc, char **argv) {
+    int rounds = argc > 1 ? atoi(argv[1]) : 200, idle = argc > 2 ? atoi(argv[2]) : 200;
+    char home[] = "/tmp/fawn-bench-XXXXXX";
+    if (!mkdtemp(home))
+        return 1;
+    fawn_config cfg;
+    if (config_defaults(&cfg) < 0)
+        die("config");
+    free(cfg.home);
+    cfg.home = strdup(home);
+    printf("machine: %ld cores\n", sysconf(_SC_NPROCESSORS_ONLN));
+    bench_cold(&cfg, rounds / 4 > 10 ? rounds / 4 : 10);
+    bench_warm(&cfg, rounds);
+    bench_idle(&cfg, idle);
+    config_free(&cfg);
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", home);
+    return system(cmd) == 0 ? 0 : 1;
+}

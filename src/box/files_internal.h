@@ -1,0 +1,47 @@
+/* The transport-free core of the box's streamed file operations. Only
+ * src/box/files.c, src/box/files_http.c and their tests include this; the
+ * rest of fawn uses box/files.h. */
+#ifndef FAWN_BOX_FILES_INTERNAL_H
+#define FAWN_BOX_FILES_INTERNAL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "box/files.h"
+
+/* Reads up to n body bytes into buf: the count, 0 at the end of the body, or
+ * a negative FAWN_E* code (with its message set). */
+typedef ssize_t (*box_body_read_fn)(void *ctx, void *buf, size_t n);
+
+/* Sends n bytes onward: 0 or a negative FAWN_E* code. */
+typedef int (*box_chunk_write_fn)(void *ctx, const void *data, size_t n);
+
+/* Stores exactly content_length bytes from read_body at the virtual path
+ * `path` (under /mnt/user-data/{workspace,uploads,outputs} only). The bytes
+ * go to a ".upload-*.part" staging file in the target directory that is
+ * renamed into place once complete; an existing target is replaced only when
+ * overwrite is true (and only if it is a regular file with one link, not a
+ * symlink). On any failure, including a body shorter than content_length
+ * (FAWN_EPROTO), nothing is left behind. On success *out is a new
+ * {path, size, sha256} object (caller decrefs). Errors: FAWN_EINVAL,
+ * FAWN_EPERM, FAWN_ENOENT, FAWN_EEXIST (target exists, no overwrite),
+ * FAWN_E2BIG (content_length over limits.upload_max_bytes, checked before
+ * anything is read), FAWN_EPROTO, FAWN_EIO, or the reader's own code. */
+int box_file_upload_stream(json_t **out, const box_files *f, const char *path, bool overwrite,
+                           int64_t content_length, box_body_read_fn read_body, void *ctx);
+
+/* Opens the regular file at virtual path `path` for a download (symlinks
+ * followed only beneath their root, never blocking on a FIFO). Stores the fd
+ * (caller closes) and the size to send. Errors: FAWN_EINVAL (not a regular
+ * file, bad path), FAWN_EPERM, FAWN_ENOENT, FAWN_E2BIG (larger than
+ * limits.download_max_bytes), FAWN_EIO. */
+int box_file_download_open(int *fd_out, uint64_t *size_out, const box_files *f, const char *path);
+
+/* Sends exactly `size` bytes of fd through write_chunk with a fixed buffer.
+ * FAWN_EIO when the file ends early (it shrank while being sent), or the
+ * writer's code. Never sends more than size bytes, even if the file grew. */
+int box_file_download_copy(int fd, uint64_t size, box_chunk_write_fn write_chunk, void *ctx);
+
+#endif
