@@ -147,6 +147,13 @@ static int conn_read_head(http_conn *c, const server *srv, http_request *req, si
     }
 }
 
+/* Forgets everything about the previous request on this connection. */
+static void conn_reset_request(http_conn *c) {
+    c->body_left = 0;
+    c->keep_alive = c->http10 = c->head_method = c->expect_continue = c->continue_sent = false;
+    c->responded = c->streaming = c->chunked = c->stream_ended = false;
+}
+
 static void conn_begin_request(http_conn *c, const http_request *req, size_t head_len) {
     const char *expect = http_header_get(req, "Expect");
     c->buf_pos = head_len;
@@ -155,7 +162,6 @@ static void conn_begin_request(http_conn *c, const http_request *req, size_t hea
     c->head_method = strcmp(req->method, "HEAD") == 0;
     c->expect_continue = !c->http10 && expect && strcasecmp(expect, "100-continue") == 0;
     c->keep_alive = req->keep_alive && !atomic_load(&stop_requested);
-    c->continue_sent = c->responded = c->streaming = c->chunked = c->stream_ended = false;
 }
 
 static void conn_dispatch(const server *srv, http_conn *c, const http_request *req) {
@@ -210,10 +216,10 @@ static bool conn_serve(const server *srv, http_conn *c) {
         http_request req;
         size_t head_len = 0;
         int status = 0;
+        conn_reset_request(c);
         if (conn_read_head(c, srv, &req, &head_len, &status) < 0) {
             if (status == 0)
                 return false;
-            c->keep_alive = false;
             http_respond_error(c, status, error_code_for_status(status), "%s", fawn_errmsg());
             return true;
         }

@@ -1,6 +1,7 @@
 /* fawn box --listen: serve the box API over TCP for remote placement (a
- * container, a pod, another host). The local provider runs the same box code
- * inside each sandbox it starts, on a unix socket only fawn can reach. */
+ * container, a pod, another host). The box runs in a sandbox built exactly
+ * like the local provider's (which serves the same API on a unix socket only
+ * fawn can reach), over the given user-data directory. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -9,10 +10,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "base/base.h"
-#include "box/box.h"
+#include "sandbox/sandbox.h"
 #include "config/config.h"
 #include "cli/cli.h"
 
@@ -23,13 +26,14 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: fawn box --listen HOST:PORT --token-file PATH [--config FILE]\n\n"
-            "Serves the box API (docs/box-api.md) over TCP for remote placement: run it\n"
-            "as the entry point of a container, a pod or a VM, which provides the outer\n"
-            "isolation; every command still runs in its own PID namespace without\n"
-            "capabilities, under seccomp and rlimits. Every request must carry the\n"
-            "bearer token read from PATH (at least %d characters). Limits and the\n"
-            "command environment come from the configuration (sandbox.*).\n",
+            "usage: fawn box --listen HOST:PORT --token-file PATH [--user-data DIR]\n"
+            "                [--config FILE]\n\n"
+            "Serves the box API (docs/box-api.md) over TCP for remote placement: as the\n"
+            "entry point of a container, a pod or a VM, or on a plain host. The box runs\n"
+            "in a fresh sandbox like the local provider's, with DIR (default\n"
+            "/mnt/user-data) as its /mnt/user-data. Every request must carry the bearer\n"
+            "token read from PATH (at least %d characters). Limits, network mode and the\n"
+            "command environment come from the configuration (sandbox.*). SIGTERM stops it.\n",
             BOX_TOKEN_MIN);
 }
 
@@ -74,22 +78,23 @@ static int read_token(char *out, const char *path) {
 }
 
 typedef struct box_args {
-    const char *listen, *token_file, *config;
+    const char *listen, *token_file, *config, *user_data;
 } box_args;
 
 static int parse_args(box_args *a, int argc, char **argv) {
     static const struct option opts[] = {
         {"listen", required_argument, 0, 'l'}, {"token-file", required_argument, 0, 't'},
-        {"config", required_argument, 0, 'c'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"config", required_argument, 0, 'c'}, {"user-data", required_argument, 0, 'u'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
     };
-    *a = (box_args){0};
+    *a = (box_args){.user_data = "/mnt/user-data"};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'l': a->listen = optarg; break;
         case 't': a->token_file = optarg; break;
         case 'c': a->config = optarg; break;
+        case 'u': a->user_data = optarg; break;
         case 'h': usage(stdout); exit(0);
         default: return fawn_err(FAWN_EINVAL, "unknown option");
         }
@@ -99,37 +104,64 @@ static int parse_args(box_args *a, int argc, char **argv) {
     return 0;
 }
 
+static volatile sig_atomic_t stop_signal;
+static void on_stop(int sig) { stop_signal = sig; }
+
+/* Waits for the box, passing SIGTERM/SIGINT on to it. Returns its exit status. */
+static int wait_box(pid_t pid) {
+    struct sigaction sa = {.sa_handler = on_stop};
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    for (;;) {
+        int st;
+        if (waitpid(pid, &st, 0) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+        if (errno != EINTR)
+            return 1;
+        if (stop_signal)
+            kill(pid, SIGTERM);
+    }
+}
+
+static int serve_tcp(const box_args *a, const fawn_config *cfg, const char *token) {
+    char hex[65], sandbox_id[17];
+    fawn_sha256_hex(hex, a->user_data, strlen(a->user_data));
+    snprintf(sandbox_id, sizeof sandbox_id, "%.16s", hex);
+    _cleanup_close_ int fd = listen_tcp(a->listen);
+    if (fd < 0)
+        return fd;
+    local_launch_spec spec = {.cfg = cfg, .sandbox_id = sandbox_id, .user_data = a->user_data,
+                              .listen_fd = fd, .log_fd = STDERR_FILENO, .token = token};
+    pid_t pid;
+    char generation[33];
+    int r = local_launch(&pid, generation, &spec);
+    if (r < 0)
+        return r;
+    log_info("box", "serving on %s (generation %s)", a->listen, generation);
+    r = wait_box(pid);
+    local_launch_cleanup(cfg, sandbox_id);
+    return r;
+}
+
 int cli_box(int argc, char **argv) {
     box_args a;
     char token[BOX_TOKEN_MAX + 1];
-    box_settings settings = {0};
     fawn_config cfg = {0};
-    int listen_fd = -1;
     int r = parse_args(&a, argc, argv);
     if (r == 0)
         r = read_token(token, a.token_file);
     if (r == 0)
         r = config_load(&cfg, a.config);
-    if (r == 0)
-        r = box_settings_from_config(&settings, &cfg, "none");
-    if (r == 0)
-        r = listen_fd = listen_tcp(a.listen);
     if (r < 0) {
         fprintf(stderr, "fawn box: %s\n", fawn_errmsg());
         if (r == FAWN_EINVAL)
             usage(stderr);
-        box_settings_free(&settings);
         config_free(&cfg);
         return 2;
     }
-    /* The box does not isolate the network here; its host does. */
-    snprintf(settings.network, sizeof settings.network, "host");
-    box_serve_opts o = {.listen_fd = listen_fd, .token = token, .status_fd = -1,
-                        .settings = &settings};
-    r = box_serve(&o);
-    box_settings_free(&settings);
-    config_free(&cfg);
+    r = serve_tcp(&a, &cfg, token);
     if (r < 0)
         fprintf(stderr, "fawn box: %s\n", fawn_errmsg());
-    return r < 0 ? 1 : 0;
+    config_free(&cfg);
+    return r < 0 ? 1 : r;
 }

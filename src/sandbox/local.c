@@ -59,9 +59,11 @@ static int join_path(char out[PATH_MAX], const char *dir, const char *name) {
 /* The cgroup of a sandbox: its id plus a hash of the home directory, so two
  * fawn instances on one host (or two test runs) never share a group. */
 static int cgroup_name(char out[40], const fawn_config *cfg, const char *sandbox_id) {
+    if (strlen(sandbox_id) > 30)
+        return fawn_err(FAWN_EINVAL, "sandbox id too long for a cgroup name");
     char home[PATH_MAX], hex[65];
     if (!realpath(cfg->home, home))
-        return fawn_err_sys(FAWN_EIO, errno, "resolve %s", cfg->home);
+        snprintf(home, sizeof home, "%s", cfg->home); /* not created (yet): its name */
     fawn_sha256_hex(hex, home, strlen(home));
     snprintf(out, 40, "%.8s-%s", hex, sandbox_id);
     return 0;
@@ -78,17 +80,30 @@ static uid_t sandbox_host_uid(const char *sandbox_id) {
     return (uid_t)(SANDBOX_UID_BASE + h % SANDBOX_UID_RANGE);
 }
 
-/* Creates the thread's directories; the sandbox's uid owns the three it writes. */
+/* Creates a directory (and its parents only when they are missing). */
+static int ensure_dir(const char *path, mode_t mode) {
+    if (mkdir(path, mode) == 0 || errno == EEXIST)
+        return 0;
+    return errno == ENOENT ? fsx_mkdir_p(path, mode) : fawn_err_sys(FAWN_EIO, errno, "mkdir %s", path);
+}
+
+/* Creates the thread's directories; the sandbox's uid owns the three it
+ * writes (set when they are created). */
 static int make_thread_dirs(const char *user_data, uid_t uid) {
-    char path[PATH_MAX];
+    int r = ensure_dir(user_data, 0755);
+    if (r < 0)
+        return r;
+    _cleanup_close_ int dirfd = open(user_data, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dirfd < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "open %s", user_data);
     for (size_t i = 0; i < ARRAY_LEN(user_data_parts); i++) {
-        int r = join_path(path, user_data, user_data_parts[i]);
-        if (r == 0)
-            r = fsx_mkdir_p(path, 0755);
-        if (r < 0)
-            return r;
-        if (geteuid() == 0 && lchown(path, uid, uid) < 0)
-            return fawn_err_sys(FAWN_EIO, errno, "chown %s", path);
+        const char *part = user_data_parts[i];
+        if (mkdirat(dirfd, part, 0755) < 0) {
+            if (errno != EEXIST)
+                return fawn_err_sys(FAWN_EIO, errno, "mkdir %s/%s", user_data, part);
+        } else if (geteuid() == 0 && fchownat(dirfd, part, uid, uid, AT_SYMLINK_NOFOLLOW) < 0) {
+            return fawn_err_sys(FAWN_EIO, errno, "chown %s/%s", user_data, part);
+        }
     }
     return 0;
 }
@@ -96,30 +111,26 @@ static int make_thread_dirs(const char *user_data, uid_t uid) {
 /* ---- launching ---- */
 
 typedef struct launch {
-    const local_spec *spec;
-    char sandbox_id[17];
-    char user_data[PATH_MAX];
+    const local_launch_spec *p;
     char dirs[3][PATH_MAX]; /* workspace, uploads, outputs */
     uid_t uid;
     bool parent_maps_ids;   /* root: the parent maps the sandbox to an unprivileged uid */
     box_mount_plan plan;
-    int listen_fd, log_fd;
     int go[2], status[2];
     cgroup_handle cg;
 } launch;
 
 static void launch_close(launch *l) {
-    int *fds[] = {&l->listen_fd, &l->log_fd,     &l->go[0],
-                  &l->go[1],     &l->status[0], &l->status[1]};
+    int *fds[] = {&l->go[0], &l->go[1], &l->status[0], &l->status[1]};
     for (size_t i = 0; i < ARRAY_LEN(fds); i++)
         if (*fds[i] >= 0)
             close(steal_fd(*fds[i]));
 }
 
 static int open_plan(launch *l) {
-    const fawn_config *cfg = l->spec->cfg;
+    const fawn_config *cfg = l->p->cfg;
     for (size_t i = 0; i < ARRAY_LEN(user_data_parts); i++) {
-        int r = join_path(l->dirs[i], l->user_data, user_data_parts[i]);
+        int r = join_path(l->dirs[i], l->p->user_data, user_data_parts[i]);
         if (r < 0)
             return r;
     }
@@ -146,9 +157,9 @@ static int listen_unix(int *out, const char *path) {
     _cleanup_close_ int dirfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (dirfd < 0)
         return fawn_err_sys(FAWN_EIO, errno, "open %s", dir);
-    char tmp_name[64], rand_hex[17];
-    fawn_random_hex(rand_hex, 8);
-    snprintf(tmp_name, sizeof tmp_name, ".sock-%s", rand_hex);
+    /* Unique: starts of one sandbox hold its lock, and names carry the pid. */
+    char tmp_name[64];
+    snprintf(tmp_name, sizeof tmp_name, ".%s.%d", slash + 1, (int)getpid());
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     snprintf(addr.sun_path, sizeof addr.sun_path, "/proc/self/fd/%d/%s", dirfd, tmp_name);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -213,7 +224,7 @@ static _Noreturn void child_main(launch *l) {
     if (box_isolate_enter(&l->plan, &dirs, err, sizeof err) < 0)
         child_fail(l, err, NULL);
     int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-    int order[] = {devnull, l->log_fd, l->log_fd, l->listen_fd, l->status[1], l->go[0]};
+    int order[] = {devnull, l->p->log_fd, l->p->log_fd, l->p->listen_fd, l->status[1], l->go[0]};
     if (!install_fds(order, ARRAY_LEN(order)))
         child_fail(l, "dup2", strerror(errno));
     /* The parent placed this process in its cgroup meanwhile. */
@@ -222,14 +233,15 @@ static _Noreturn void child_main(launch *l) {
     go.cgroup[sizeof go.cgroup - 1] = '\0';
     syscall(SYS_close_range, 5, ~0U, 0); /* the go pipe, and anything else */
     box_settings settings;
-    if (box_settings_from_config(&settings, l->spec->cfg, go.cgroup) < 0)
+    if (box_settings_from_config(&settings, l->p->cfg, go.cgroup) < 0)
         child_fail(l, "settings", fawn_errmsg());
-    box_serve_opts o = {.listen_fd = 3, .status_fd = 4, .settings = &settings};
+    settings.idle_exit_s = l->p->idle_exit_s;
+    box_serve_opts o = {.listen_fd = 3, .status_fd = 4, .token = l->p->token, .settings = &settings};
     _exit(box_serve(&o) < 0 ? 1 : 0);
 }
 
 /* Reads the box's first status line: "ready <generation>" or "error <why>". */
-static int await_ready(launch *l, local_box *out) {
+static int await_ready(launch *l, char generation[33]) {
     char line[600];
     size_t len = 0;
     int64_t deadline = fawn_now_ms() + SANDBOX_START_TIMEOUT_MS;
@@ -247,7 +259,7 @@ static int await_ready(launch *l, local_box *out) {
     line[len] = '\0';
     line[strcspn(line, "\n")] = '\0';
     if (strncmp(line, "ready ", 6) == 0 && strlen(line + 6) == 32) {
-        memcpy(out->generation, line + 6, 33);
+        memcpy(generation, line + 6, 33);
         return 0;
     }
     return fawn_err(FAWN_EIO, "the sandbox failed to start: %s",
@@ -259,11 +271,13 @@ static int clone_flags(const fawn_config *cfg) {
     return cfg->sandbox.network == FAWN_NET_NONE ? f | CLONE_NEWNET : f;
 }
 
-static int spawn(launch *l, local_box *out) {
-    const fawn_sandbox_config *sc = &l->spec->cfg->sandbox;
+/* Clones the child, maps its ids, puts it in its cgroup while it builds its
+ * mounts, and waits for its box to report ready. */
+static int spawn(launch *l, pid_t *pid_out, char generation[33]) {
+    const fawn_sandbox_config *sc = &l->p->cfg->sandbox;
     if (pipe2(l->go, O_CLOEXEC) < 0 || pipe2(l->status, O_CLOEXEC) < 0)
         return fawn_err_sys(FAWN_EIO, errno, "pipe");
-    pid_t pid = (pid_t)syscall(SYS_clone, clone_flags(l->spec->cfg) | SIGCHLD, NULL, NULL, NULL, 0);
+    pid_t pid = (pid_t)syscall(SYS_clone, clone_flags(l->p->cfg) | SIGCHLD, NULL, NULL, NULL, 0);
     if (pid < 0)
         return fawn_err_sys(FAWN_EIO, errno, "clone (are user namespaces enabled?)");
     if (pid == 0)
@@ -278,7 +292,7 @@ static int spawn(launch *l, local_box *out) {
         r = fawn_err_sys(FAWN_EIO, errno, "starting the sandbox");
     char group[40];
     if (r == 0)
-        r = cgroup_name(group, l->spec->cfg, l->sandbox_id);
+        r = cgroup_name(group, l->p->cfg, l->p->sandbox_id);
     if (r == 0)
         r = cgroup_setup(&l->cg, group, pid, sc->limits.memory_mb << 20, sc->limits.pids);
     go_msg go = {0};
@@ -287,49 +301,62 @@ static int spawn(launch *l, local_box *out) {
     if (r == 0 && write(l->go[1], &go, sizeof go) != (ssize_t)sizeof go)
         r = fawn_err_sys(FAWN_EIO, errno, "starting the sandbox");
     if (r == 0)
-        r = await_ready(l, out);
+        r = await_ready(l, generation);
     if (r < 0) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
         cgroup_destroy(&l->cg);
         return r;
     }
-    out->pid = pid;
-    out->started = true;
+    *pid_out = pid;
     return 0;
 }
 
-static int open_log(launch *l) {
-    char path[PATH_MAX];
-    int r = run_path(path, l->spec->cfg, l->sandbox_id, ".log");
-    if (r < 0)
-        return r;
-    l->log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-    return l->log_fd < 0 ? fawn_err_sys(FAWN_EIO, errno, "open %s", path) : 0;
-}
-
-static int start_box(local_box *out, const local_spec *spec, const char *user_data) {
-    launch l = {.spec = spec,
-                .parent_maps_ids = geteuid() == 0,
-                .listen_fd = -1, .log_fd = -1,
-                .go = {-1, -1}, .status = {-1, -1}};
-    memcpy(l.sandbox_id, out->sandbox_id, sizeof l.sandbox_id);
-    snprintf(l.user_data, sizeof l.user_data, "%s", user_data);
-    l.uid = sandbox_host_uid(out->sandbox_id);
-    int r = make_thread_dirs(user_data, l.uid);
+int local_launch(pid_t *pid, char generation[33], const local_launch_spec *spec) {
+    if (!fawn_id_valid(spec->sandbox_id))
+        return fawn_err(FAWN_EINVAL, "bad sandbox id");
+    launch l = {.p = spec, .parent_maps_ids = geteuid() == 0, .go = {-1, -1}, .status = {-1, -1}};
+    l.uid = sandbox_host_uid(spec->sandbox_id);
+    int r = make_thread_dirs(spec->user_data, l.uid);
     if (r == 0)
         r = open_plan(&l);
     if (r == 0)
-        r = open_log(&l);
+        r = spawn(&l, pid, generation);
+    launch_close(&l);
+    return r;
+}
+
+void local_launch_cleanup(const fawn_config *cfg, const char *sandbox_id) {
+    cgroup_handle cg;
+    char group[40];
+    if (cgroup_name(group, cfg, sandbox_id) == 0 && cgroup_setup(&cg, group, 0, 0, 0) == 0)
+        cgroup_destroy(&cg);
+}
+
+static int open_log(int *out, const fawn_config *cfg, const char *sandbox_id) {
+    char path[PATH_MAX];
+    int r = run_path(path, cfg, sandbox_id, ".log");
+    if (r < 0)
+        return r;
+    *out = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+    return *out < 0 ? fawn_err_sys(FAWN_EIO, errno, "open %s", path) : 0;
+}
+
+static int start_box(local_box *out, const local_spec *spec, const char *user_data) {
+    _cleanup_close_ int log_fd = -1, listen_fd = -1;
+    int r = open_log(&log_fd, spec->cfg, out->sandbox_id);
     if (r == 0) {
         unlink(out->socket_path);
-        r = listen_unix(&l.listen_fd, out->socket_path);
+        r = listen_unix(&listen_fd, out->socket_path);
     }
+    local_launch_spec ls = {.cfg = spec->cfg, .sandbox_id = out->sandbox_id,
+                            .user_data = user_data, .listen_fd = listen_fd, .log_fd = log_fd,
+                            .idle_exit_s = spec->idle_exit_s};
     if (r == 0)
-        r = spawn(&l, out);
-    launch_close(&l);
+        r = local_launch(&out->pid, out->generation, &ls);
     if (r < 0)
         unlink(out->socket_path);
+    out->started = r == 0;
     return r;
 }
 
@@ -368,7 +395,7 @@ static int prepare(local_box *out, const fawn_config *cfg, const char *user, con
     if (r == 0 && snprintf(run_dir, sizeof run_dir, "%s/run", cfg->home) >= (int)sizeof run_dir)
         r = fawn_err(FAWN_EINVAL, "home path too long");
     if (r == 0)
-        r = fsx_mkdir_p(run_dir, 0700);
+        r = ensure_dir(run_dir, 0700);
     if (r == 0)
         r = run_path(out->socket_path, cfg, out->sandbox_id, ".sock");
     if (r == 0)
@@ -398,9 +425,6 @@ int local_box_stop(const fawn_config *cfg, const char *user, const char *thread)
     if (box_call(&reply, &status, b.socket_path, "POST", "/v1/sandbox/shutdown", NULL, 5000) == 0)
         json_decref(reply);
     unlink(b.socket_path);
-    cgroup_handle cg;
-    char group[40];
-    if (cgroup_name(group, cfg, b.sandbox_id) == 0 && cgroup_setup(&cg, group, 0, 0, 0) == 0)
-        cgroup_destroy(&cg);
+    local_launch_cleanup(cfg, b.sandbox_id);
     return 0;
 }

@@ -44,6 +44,26 @@ int local_user_data_dir(char *out, const fawn_config *cfg, const char *user, con
  * for one sandbox are serialized with a lock file. */
 int local_box_ensure(local_box *out, const local_spec *spec);
 
+/* What local_launch needs: one sandbox's box, serving on listen_fd. */
+typedef struct local_launch_spec {
+    const fawn_config *cfg;
+    const char *sandbox_id; /* [A-Za-z0-9_-]{1,64}: names its host uid and cgroup */
+    const char *user_data;  /* host directory holding workspace/, uploads/, outputs/ (created) */
+    int listen_fd;          /* a listening socket the box serves on (borrowed) */
+    int log_fd;             /* the box's stdout and stderr (borrowed) */
+    const char *token;      /* bearer token every request must carry, or NULL */
+    uint32_t idle_exit_s;   /* 0 = never */
+} local_launch_spec;
+
+/* Starts a box as PID 1 of fresh user, mount, pid, ipc, uts (and, for
+ * network none, net) namespaces with the sandbox's mounts (box/isolate.h),
+ * its cgroup, and a host uid that is never root; waits until it is ready.
+ * Stores its host pid (a child of the caller, who reaps it) and generation. */
+int local_launch(pid_t *pid, char generation[33], const local_launch_spec *spec);
+
+/* Removes what a launched box leaves on the host after it exited (its cgroup). */
+void local_launch_cleanup(const fawn_config *cfg, const char *sandbox_id);
+
 /* Asks the thread's box to shut down and removes its socket and cgroup.
  * Returns 0 also when no box was running. */
 int local_box_stop(const fawn_config *cfg, const char *user, const char *thread);

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds fawn with AddressSanitizer and UndefinedBehaviorSanitizer and runs
+# every test: a short run of each fuzzer, then the unit, box API, sandbox
+# and escape suites (meson's summary is the last thing printed).
+# Usage: scripts/run-tests.sh [BUILD_DIR] [FUZZ_BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-asan}
+fuzz_build=${2:-build-fuzz}
+
+if [ ! -f "$build/build.ninja" ]; then
+  meson setup "$build" -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
+fi
+ninja -C "$build" >/dev/null
+
+# Each fuzzer for a short while on its seeds; a crash fails the run.
+bash scripts/fuzz.sh "$fuzz_build" "${FAWN_FUZZ_SECONDS:-15}"
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+meson test -C "$build" --print-errorlogs

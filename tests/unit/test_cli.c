@@ -1,0 +1,207 @@
+/* The fawn binary as a user runs it: `fawn sandbox exec/stop`, `fawn doctor`,
+ * and `fawn box --listen` (remote placement over TCP with a bearer token). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/base.h"
+
+static char home[64];
+
+/* Runs `fawn ARGS` with FAWN_HOME=home; returns its exit status and stores
+ * its stdout (up to outsz-1 bytes) in out when out is not NULL. */
+static int run_fawn(char *out, size_t outsz, const char *args) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "FAWN_HOME=%s %s %s", home, getenv("FAWN_BIN"), args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = out ? fread(out, 1, outsz - 1, p) : 0;
+    if (out)
+        out[n] = '\0';
+    else
+        while (fgetc(p) != EOF) {
+        }
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int setup(void **state) {
+    snprintf(home, sizeof home, "/tmp/fawn-cli-XXXXXX");
+    return mkdtemp(home) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    run_fawn(NULL, 0, "sandbox stop --user u --thread t >/dev/null 2>&1");
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", home);
+    return system(cmd);
+}
+
+static void exec_propagates_exit_code_and_output(void **state) {
+    char out[256];
+    assert_int_equal(run_fawn(out, sizeof out, "sandbox exec --user u --thread t -- 'echo hi; exit 3'"), 3);
+    assert_string_equal(out, "hi\n");
+    assert_int_equal(run_fawn(NULL, 0, "sandbox exec --user u --thread t -- true"), 0);
+}
+
+static void exec_timeout_exits_124(void **state) {
+    int64_t t = fawn_now_ms();
+    assert_int_equal(run_fawn(NULL, 0, "sandbox exec --user u --thread t --timeout 1 -- 'sleep 30' 2>/dev/null"), 124);
+    assert_true(fawn_now_ms() - t < 10000);
+}
+
+static void files_persist_between_invocations_and_stop(void **state) {
+    char out[256];
+    assert_int_equal(run_fawn(NULL, 0, "sandbox exec --user u --thread t -- 'echo kept > /mnt/user-data/workspace/f'"), 0);
+    assert_int_equal(run_fawn(NULL, 0, "sandbox stop --user u --thread t"), 0);
+    assert_int_equal(run_fawn(out, sizeof out, "sandbox exec --user u --thread t -- 'cat /mnt/user-data/workspace/f'"), 0);
+    assert_string_equal(out, "kept\n");
+}
+
+static void session_state_persists_between_invocations(void **state) {
+    char out[256];
+    assert_int_equal(run_fawn(NULL, 0, "sandbox exec --user u --thread t --session s -- 'cd /tmp; export X=42'"), 0);
+    assert_int_equal(run_fawn(out, sizeof out, "sandbox exec --user u --thread t --session s -- 'echo $PWD $X'"), 0);
+    assert_string_equal(out, "/tmp 42\n");
+    assert_int_equal(run_fawn(out, sizeof out, "sandbox exec --user u --thread t -- 'echo $PWD ${X:-unset}'"), 0);
+    assert_string_equal(out, "/mnt/user-data/workspace unset\n");
+}
+
+static void bad_arguments_exit_2(void **state) {
+    assert_int_equal(run_fawn(NULL, 0, "sandbox exec --user u -- true 2>/dev/null"), 2);
+    assert_int_equal(run_fawn(NULL, 0, "sandbox exec --user u --thread t 2>/dev/null"), 2);
+    assert_int_equal(run_fawn(NULL, 0, "sandbox exec --user u --thread t --timeout 0 -- true 2>/dev/null"), 2);
+    assert_int_equal(run_fawn(NULL, 0, "nosuchcommand 2>/dev/null"), 2);
+    /* A thread id that would climb out of the home directory. */
+    assert_int_equal(run_fawn(NULL, 0, "sandbox exec --user u --thread ../../x -- true 2>/dev/null"), 1);
+}
+
+static void doctor_reports_ready_host(void **state) {
+    char out[8192];
+    assert_int_equal(run_fawn(out, sizeof out, "doctor --json"), 0);
+    assert_non_null(strstr(out, "\"local_provider_ready\": true"));
+}
+
+/* ---- fawn box --listen ---- */
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    getsockname(fd, (struct sockaddr *)&a, &len);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Sends one raw HTTP request to 127.0.0.1:port; returns the status code. */
+static int http_status(int port, const char *request, char *body, size_t bodysz) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int64_t deadline = fawn_now_ms() + 5000;
+    while (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+        assert_true(fawn_now_ms() < deadline);
+        close(fd);
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        usleep(20000);
+    }
+    assert_int_equal(fawn_write_all(fd, request, strlen(request)), 0);
+    char *reply = NULL;
+    size_t len = 0;
+    assert_int_equal(fawn_read_all(&reply, &len, fd, 1 << 20), 0);
+    close(fd);
+    int status = 0;
+    sscanf(reply, "HTTP/1.1 %d", &status);
+    const char *b = strstr(reply, "\r\n\r\n");
+    if (body)
+        snprintf(body, bodysz, "%s", b ? b + 4 : "");
+    free(reply);
+    return status;
+}
+
+static void box_over_tcp_requires_the_bearer_token(void **state) {
+    char token_path[128], listen[64], cmd[512], user_data[128];
+    snprintf(user_data, sizeof user_data, "%s/remote-user-data", home);
+    snprintf(token_path, sizeof token_path, "%s/token", home);
+    const char *token = "0123456789abcdef0123456789abcdef-test";
+    FILE *f = fopen(token_path, "w");
+    fputs(token, f);
+    fclose(f);
+    int port = free_port();
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    pid_t pid = fork();
+    if (pid == 0) {
+        snprintf(cmd, sizeof cmd, "%s", getenv("FAWN_BIN"));
+        execl(cmd, "fawn", "box", "--listen", listen, "--token-file", token_path, "--user-data",
+              user_data, (char *)NULL);
+        _exit(127);
+    }
+    char req[1024], body[4096];
+    const char *exec_body =
+        "{\"command\":\"echo over-tcp > /mnt/user-data/outputs/o; cat /mnt/user-data/outputs/o\"}";
+    snprintf(req, sizeof req,
+             "POST /v1/shell/exec HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+             "Content-Length: %zu\r\n\r\n%s", strlen(exec_body), exec_body);
+    assert_int_equal(http_status(port, req, body, sizeof body), 401);
+    snprintf(req, sizeof req,
+             "POST /v1/shell/exec HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+             "Authorization: Bearer wrong-token-wrong-token-wrong-token\r\n"
+             "Content-Length: %zu\r\n\r\n%s", strlen(exec_body), exec_body);
+    assert_int_equal(http_status(port, req, body, sizeof body), 401);
+    snprintf(req, sizeof req,
+             "POST /v1/shell/exec HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+             "Authorization: Bearer %s\r\nContent-Length: %zu\r\n\r\n%s", token,
+             strlen(exec_body), exec_body);
+    assert_int_equal(http_status(port, req, body, sizeof body), 200);
+    assert_non_null(strstr(body, "over-tcp"));
+    /* The file landed in the given user-data directory on the host. */
+    char host_file[192], *content = NULL;
+    snprintf(host_file, sizeof host_file, "%s/outputs/o", user_data);
+    int fd = open(host_file, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(fawn_read_all(&content, NULL, fd, 1024), 0);
+    close(fd);
+    assert_string_equal(content, "over-tcp\n");
+    free(content);
+    kill(pid, SIGTERM);
+    int st;
+    waitpid(pid, &st, 0);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+static void box_refuses_short_token(void **state) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "sh -c 'echo short > %s/short' && true", home);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "box --listen 127.0.0.1:%d --token-file %s/short 2>/dev/null", free_port(), home);
+    assert_int_equal(run_fawn(NULL, 0, cmd), 2);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(exec_propagates_exit_code_and_output),
+        cmocka_unit_test(exec_timeout_exits_124),
+        cmocka_unit_test(files_persist_between_invocations_and_stop),
+        cmocka_unit_test(session_state_persists_between_invocations),
+        cmocka_unit_test(bad_arguments_exit_2),
+        cmocka_unit_test(doctor_reports_ready_host),
+        cmocka_unit_test(box_over_tcp_requires_the_bearer_token),
+        cmocka_unit_test(box_refuses_short_token),
+    };
+    return cmocka_run_group_tests_name("cli", tests, setup, teardown);
+}
