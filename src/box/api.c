@@ -222,6 +222,7 @@ static void *idle_watch(void *arg) {
         struct pollfd p = {.fd = b->idle_stop[0], .events = POLLIN};
         if (poll(&p, 1, 1000) != 0)
             return NULL;
+        box_exec_reap(b->exec);
         size_t sessions, running;
         box_exec_activity(b->exec, &sessions, &running);
         bool busy = atomic_load(&b->in_flight) > 0 || running > 0;

@@ -28,6 +28,16 @@
 /* Read granularity for command output. */
 #define READ_CHUNK 65536
 
+/* A one-shot command's init kept alive after the reply by the command's
+ * background processes; killed, with them, when the command's deadline
+ * passes: a one-shot command's process tree never outlives its timeout. */
+typedef struct lingering {
+    pid_t pid;
+    int pidfd;
+    int64_t deadline_ms;
+    struct lingering *next;
+} lingering;
+
 typedef struct session {
     char id[BOX_SESSION_ID_MAX + 1];
     bool busy;      /* an exec owns the init fields */
@@ -49,6 +59,7 @@ struct box_exec_ctx {
     pthread_mutex_t mu;
     session *sessions; /* persistent sessions only */
     session *spare;    /* a one-shot whose init is idle and its namespace empty */
+    lingering *lingering;
     size_t n_sessions;
     size_t running;
 };
@@ -203,6 +214,12 @@ void box_exec_free(box_exec_ctx *ctx) {
         session_free(s);
     }
     session_free(ctx->spare);
+    for (lingering *l = ctx->lingering, *next; l; l = next) {
+        next = l->next;
+        pidfd_send_signal(l->pidfd, SIGKILL, NULL, 0);
+        close(l->pidfd);
+        free(l);
+    }
     free(ctx->seccomp.filter);
     pthread_mutex_destroy(&ctx->mu);
     pthread_mutex_destroy(&ctx->seccomp_mu);
@@ -545,6 +562,7 @@ typedef struct run_state {
     capture out, err;
     fbuf state;
     bool state_overflow;
+    int64_t deadline_ms; /* the command's deadline */
     int fd_out, fd_err, fd_state; /* read ends, -1 when closed */
     bool have_status;
     init_status_msg status;
@@ -800,19 +818,58 @@ static json_t *reply_for(run_state *st, enum wait_outcome outcome, bool kill_con
     return reply;
 }
 
-static enum wait_outcome run_started(run_state *st, session *s, uint32_t timeout_s,
-                                     bool *kill_confirmed) {
+/* Hands a one-shot init whose namespace still has processes over to the
+ * lingering list (its channel is closed: it exits once they are gone). */
+static void linger(box_exec_ctx *ctx, session *s, int64_t deadline_ms) {
+    lingering *l = malloc(sizeof *l);
+    if (!l) {
+        init_kill_and_confirm(s);
+        init_forget(s);
+        return;
+    }
+    *l = (lingering){.pid = s->init_pid, .pidfd = s->init_pidfd, .deadline_ms = deadline_ms};
+    close(s->ctl_fd);
+    s->init_pid = 0;
+    s->init_pidfd = s->ctl_fd = -1;
+    pthread_mutex_lock(&ctx->mu);
+    l->next = ctx->lingering;
+    ctx->lingering = l;
+    pthread_mutex_unlock(&ctx->mu);
+}
+
+void box_exec_reap(box_exec_ctx *ctx) {
+    int64_t now = fawn_now_ms();
+    pthread_mutex_lock(&ctx->mu);
+    for (lingering **pp = &ctx->lingering; *pp;) {
+        lingering *l = *pp;
+        struct pollfd p = {.fd = l->pidfd, .events = POLLIN};
+        if (poll(&p, 1, 0) > 0) {
+            *pp = l->next;
+            close(l->pidfd);
+            free(l);
+            continue;
+        }
+        if (now >= l->deadline_ms)
+            pidfd_send_signal(l->pidfd, SIGKILL, NULL, 0);
+        pp = &l->next;
+    }
+    pthread_mutex_unlock(&ctx->mu);
+}
+
+static enum wait_outcome run_started(box_exec_ctx *ctx, run_state *st, session *s,
+                                     uint32_t timeout_s, bool *kill_confirmed) {
     int64_t deadline = fawn_now_ms() + (int64_t)timeout_s * 1000;
     enum wait_outcome outcome = wait_command(st, s, deadline);
+    st->deadline_ms = deadline;
     *kill_confirmed = true;
     if (outcome == WAIT_TIMEOUT)
         *kill_confirmed = init_kill_and_confirm(s);
     if (outcome == WAIT_DONE && s->persistent && !st->state_overflow)
         session_take_state(s, &st->state);
-    /* A one-shot init whose namespace still has processes (background jobs)
-     * is let go: it lingers for them alone. */
     bool keep = outcome == WAIT_DONE && (s->persistent || st->status.namespace_empty);
-    if (!keep)
+    if (!keep && outcome == WAIT_DONE && !s->persistent)
+        linger(ctx, s, st->deadline_ms);
+    else if (!keep)
         init_forget(s);
     return outcome;
 }
@@ -857,7 +914,7 @@ int box_exec_run(json_t **out, box_exec_ctx *ctx, const box_exec_request *req) {
         pipes_hand_over(&p, &st);
         bool confirmed;
         uint32_t timeout = req->timeout_s ? req->timeout_s : ctx->cfg.default_timeout_s;
-        enum wait_outcome outcome = run_started(&st, s, timeout, &confirmed);
+        enum wait_outcome outcome = run_started(ctx, &st, s, timeout, &confirmed);
         if (!(*out = reply_for(&st, outcome, confirmed, start, s)))
             r = fawn_err(FAWN_ENOMEM, "out of memory building the reply");
     } else if (s->init_pid) {

@@ -10,7 +10,10 @@
  * provably ends the whole process tree, however it forked or daemonized.
  *
  * A one-shot execution gets a fresh init, which lingers after the reply only
- * while background processes it started are alive. A session owns one init
+ * while background processes it started are alive, and at most until the
+ * command's deadline (timeout_s after it started): then it is killed with
+ * them, so a one-shot command's process tree never outlives its timeout
+ * (a fork bomb included). A session owns one init
  * for as long as it lives: its background processes persist between execs,
  * and its cwd and exported variables are carried from one exec to the next
  * (they are held by the box, never read back from the filesystem). */
@@ -94,6 +97,10 @@ int box_session_delete(box_exec_ctx *ctx, const char *id);
 
 /* {sessions: [{id, busy, cwd, running_init}]} */
 json_t *box_session_list(box_exec_ctx *ctx);
+
+/* Forgets lingering one-shot inits that have exited and kills those whose
+ * command's deadline has passed. Called about once a second. */
+void box_exec_reap(box_exec_ctx *ctx);
 
 /* Ends the idle init kept for the next one-shot execution, if any (an idle
  * box should hold no process but itself). */

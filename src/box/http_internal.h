@@ -31,6 +31,7 @@ struct http_conn {
     bool chunked;   /* the stream uses chunked encoding (else ends with the connection) */
     bool stream_ended;
     bool failed; /* an I/O error happened; the connection must close */
+    bool single_request; /* serve one request, then close (no keep-alive) */
 };
 
 /* Receives up to n bytes, waiting until deadline_ms (fawn_now_ms clock).

@@ -161,7 +161,7 @@ static void conn_begin_request(http_conn *c, const http_request *req, size_t hea
     c->http10 = req->version_minor == 0;
     c->head_method = strcmp(req->method, "HEAD") == 0;
     c->expect_continue = !c->http10 && expect && strcasecmp(expect, "100-continue") == 0;
-    c->keep_alive = req->keep_alive && !atomic_load(&stop_requested);
+    c->keep_alive = req->keep_alive && !c->single_request && !atomic_load(&stop_requested);
 }
 
 static void conn_dispatch(const server *srv, http_conn *c, const http_request *req) {
@@ -326,8 +326,15 @@ static void server_admit(server *srv, int fd) {
     conn_job *job = NULL;
     atomic_fetch_add(&srv->active, 1);
     int r = conn_job_new(&job, srv, fd);
-    if (r == 0)
-        r = conn_thread_start(job);
+    if (r == 0 && conn_thread_start(job) < 0) {
+        /* No thread to be had (the sandbox's process limit is exhausted, say
+         * by a fork bomb): serve one request here, so a kill or a shutdown
+         * can still get through. */
+        log_warn("http", "serving a connection on the accept thread: %s", fawn_errmsg());
+        job->c.single_request = true;
+        conn_thread(job);
+        return;
+    }
     if (r < 0) {
         log_warn("http", "cannot serve a connection: %s", fawn_errmsg());
         if (job)

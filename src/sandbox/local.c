@@ -236,6 +236,10 @@ static _Noreturn void child_main(launch *l) {
     if (box_settings_from_config(&settings, l->p->cfg, go.cgroup) < 0)
         child_fail(l, "settings", fawn_errmsg());
     settings.idle_exit_s = l->p->idle_exit_s;
+    /* This process is a copy of its launcher: commands must not read the
+     * launcher's command line as PID 1's. */
+    if (fawn_set_cmdline("fawn box") < 0)
+        child_fail(l, "hiding the launcher's command line", fawn_errmsg());
     box_serve_opts o = {.listen_fd = 3, .status_fd = 4, .token = l->p->token, .settings = &settings};
     _exit(box_serve(&o) < 0 ? 1 : 0);
 }
