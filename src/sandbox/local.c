@@ -348,6 +348,9 @@ static int open_log(int *out, const fawn_config *cfg, const char *sandbox_id) {
 
 static int start_box(local_box *out, const local_spec *spec, const char *user_data) {
     _cleanup_close_ int log_fd = -1, listen_fd = -1;
+    /* A previous box of this sandbox that no longer answers must not share
+     * the thread's files with the new one: its cgroup holds all of it. */
+    local_launch_cleanup(spec->cfg, out->sandbox_id);
     int r = open_log(&log_fd, spec->cfg, out->sandbox_id);
     if (r == 0) {
         unlink(out->socket_path);

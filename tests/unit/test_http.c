@@ -836,6 +836,33 @@ static void test_server_malformed_heads(void **state) {
     server_stop(&ts);
 }
 
+/* A bad head after a good one on the same connection still gets its answer,
+ * and the state of the earlier request (HEAD: no body) does not leak into it. */
+static void test_server_error_after_keep_alive(void **state) {
+    test_server ts;
+    server_start_with(&ts, NULL, 8, 10000, 300);
+    int fd = client_connect(&ts);
+    response r;
+    client_send(fd, "HEAD /h HTTP/1.1\r\n\r\nGET /bad\tpath HTTP/1.1\r\n\r\n");
+    assert_int_equal(client_response_ex(fd, &r, true), 0);
+    assert_int_equal(r.status, 200);
+    client_response(fd, &r);
+    assert_int_equal(r.status, 400);
+    expect_json_field(&r, "error", "bad_request");
+    assert_string_equal(head_value(&r, "Connection"), "close");
+    expect_closed(fd, CLIENT_TIMEOUT_MS);
+    close(fd);
+    fd = client_connect(&ts);
+    client_send(fd, "GET /first HTTP/1.1\r\n\r\nGET /never-finished HTTP/1.1\r\n");
+    client_response(fd, &r);
+    expect_json_field(&r, "path", "/first");
+    client_response(fd, &r);
+    assert_int_equal(r.status, 408);
+    expect_closed(fd, CLIENT_TIMEOUT_MS);
+    close(fd);
+    server_stop(&ts);
+}
+
 static void test_server_handler_without_response(void **state) {
     test_server ts;
     server_start(&ts);
@@ -1073,6 +1100,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_server_slowloris, server_teardown),
         cmocka_unit_test_teardown(test_server_oversized_head, server_teardown),
         cmocka_unit_test_teardown(test_server_malformed_heads, server_teardown),
+        cmocka_unit_test_teardown(test_server_error_after_keep_alive, server_teardown),
         cmocka_unit_test_teardown(test_server_handler_without_response, server_teardown),
         cmocka_unit_test_teardown(test_server_stream, server_teardown),
         cmocka_unit_test_teardown(test_server_http10, server_teardown),
