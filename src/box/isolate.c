@@ -1,4 +1,5 @@
 #include "box/isolate.h"
+#include "box/etc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,17 +24,6 @@
  * host, or recreated as the same symlink (merged /usr). */
 static const char *const system_dirs[] = {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32",
                                           "/libx32"};
-
-/* The only parts of the host's /etc a sandbox sees: what the dynamic loader,
- * TLS, time zones, and common tools need. Never passwd/shadow/ssh/... */
-static const char *const etc_entries[] = {
-    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "ssl", "ca-certificates",
-    "ca-certificates.conf", "localtime", "timezone", "mime.types", "nsswitch.conf", "protocols",
-    "services", "host.conf", "gai.conf", "bash.bashrc", "profile", "inputrc", "python3",
-    "magic", "magic.mime", "debian_version", "os-release", "lsb-release", "gitconfig",
-};
-/* Host files a sandbox with network "host" also needs to resolve names. */
-static const char *const etc_network_entries[] = {"resolv.conf"};
 
 static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
 
@@ -146,38 +136,27 @@ static int make_system(iso *s) {
     return 0;
 }
 
-static int put_file(iso *s, const char *path, const char *content) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return fail(s, "create", path);
-    ssize_t n = write(fd, content, strlen(content));
-    close(fd);
-    return n == (ssize_t)strlen(content) ? 0 : fail(s, "write", path);
+static int bind_fd(iso *s, int fd, const char *dst, uint64_t attrs) {
+    char src[64];
+    snprintf(src, sizeof src, "/proc/self/fd/%d", fd);
+    if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
+        return fail(s, "bind", dst);
+    return set_attr(dst, attrs, false) < 0 ? fail(s, "mount_setattr", dst) : 0;
 }
 
-static int make_etc(iso *s, bool network_none) {
+/* The prepared /etc (box/etc.h), then the host directories bound over it. */
+static int make_etc(iso *s, const box_host_dirs *d) {
+    const uint64_t ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    if (bind_fd(s, d->etc, NEWROOT "/etc", ro) < 0)
+        return -1;
     char src[128], dst[256];
-    for (size_t i = 0; i < sizeof etc_entries / sizeof etc_entries[0]; i++) {
-        snprintf(src, sizeof src, "/etc/%s", etc_entries[i]);
-        snprintf(dst, sizeof dst, NEWROOT "/etc/%s", etc_entries[i]);
-        if (mirror(s, src, dst) < 0)
+    for (size_t i = 0; i < box_etc_bound_dirs_count; i++) {
+        snprintf(src, sizeof src, "/etc/%s", box_etc_bound_dirs[i]);
+        snprintf(dst, sizeof dst, NEWROOT "/etc/%s", box_etc_bound_dirs[i]);
+        struct stat st;
+        if (lstat(src, &st) == 0 && S_ISDIR(st.st_mode) && bind_path(s, src, dst, ro, true) < 0)
             return -1;
     }
-    if (!network_none) {
-        for (size_t i = 0; i < sizeof etc_network_entries / sizeof etc_network_entries[0]; i++) {
-            snprintf(src, sizeof src, "/etc/%s", etc_network_entries[i]);
-            snprintf(dst, sizeof dst, NEWROOT "/etc/%s", etc_network_entries[i]);
-            if (mirror(s, src, dst) < 0)
-                return -1;
-        }
-    }
-    if (put_file(s, NEWROOT "/etc/passwd",
-                 "root:x:0:0:sandbox:/tmp:/bin/bash\n"
-                 "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n") < 0 ||
-        put_file(s, NEWROOT "/etc/group", "root:x:0:\nnogroup:x:65534:\n") < 0 ||
-        put_file(s, NEWROOT "/etc/hostname", "sandbox\n") < 0 ||
-        put_file(s, NEWROOT "/etc/hosts", "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost\n") < 0)
-        return -1;
     return 0;
 }
 
@@ -208,13 +187,6 @@ static int make_dev(iso *s, uint64_t tmp_size_mb) {
     return 0;
 }
 
-static int bind_fd(iso *s, int fd, const char *dst, uint64_t attrs) {
-    char src[64];
-    snprintf(src, sizeof src, "/proc/self/fd/%d", fd);
-    if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
-        return fail(s, "bind", dst);
-    return set_attr(dst, attrs, false) < 0 ? fail(s, "mount_setattr", dst) : 0;
-}
 
 int box_isolate_open_dirs(box_host_dirs *d, const box_mount_plan *p, char *err, size_t errsz) {
     iso s = {.err = err, .errsz = errsz};
@@ -223,6 +195,9 @@ int box_isolate_open_dirs(box_host_dirs *d, const box_mount_plan *p, char *err, 
     d->uploads = open(p->uploads, flags);
     d->outputs = open(p->outputs, flags);
     d->skills = p->skills ? open(p->skills, flags) : -1;
+    d->etc = open(p->etc, flags);
+    if (d->etc < 0)
+        return fail(&s, "open", p->etc);
     if (d->workspace < 0 || d->uploads < 0 || d->outputs < 0)
         return fail(&s, "open", "user-data directories");
     return 0;
@@ -279,7 +254,7 @@ int box_isolate_enter(const box_mount_plan *plan, const box_host_dirs *dirs, cha
         return fail(&s, "make-rprivate", "/");
     if (mount("tmpfs", NEWROOT, "tmpfs", MS_NOSUID | MS_NODEV, ROOT_TMPFS_OPTS) < 0)
         return fail(&s, "mount", "root tmpfs");
-    if (make_dirs(&s) < 0 || make_system(&s) < 0 || make_etc(&s, plan->network_none) < 0 ||
+    if (make_dirs(&s) < 0 || make_system(&s) < 0 || make_etc(&s, dirs) < 0 ||
         make_dev(&s, plan->tmp_size_mb) < 0 || make_user_data(&s, dirs, plan->tmp_size_mb) < 0)
         return -1;
     if (mount("proc", NEWROOT "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)

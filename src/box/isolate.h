@@ -14,6 +14,7 @@ typedef struct box_mount_plan {
     const char *uploads;
     const char *outputs;
     const char *skills;     /* missing: /mnt/skills stays an empty read-only dir */
+    const char *etc;        /* the prepared /etc (box_etc_prepare) */
     bool network_none;  /* bring up loopback in the new net namespace; keep host resolv.conf out */
     uint64_t tmp_size_mb;
 } box_mount_plan;
@@ -23,6 +24,7 @@ typedef struct box_mount_plan {
  * them), before the root tmpfs covers /tmp (where $FAWN_HOME may live). */
 typedef struct box_host_dirs {
     int workspace, uploads, outputs, skills; /* skills may be -1 */
+    int etc;
 } box_host_dirs;
 
 /* Opens the plan's directories (no symlink as last component). Returns 0, or
@@ -32,7 +34,7 @@ int box_isolate_open_dirs(box_host_dirs *out, const box_mount_plan *plan, char *
 /* Turns the calling process (PID 1 of new namespaces, with its uid/gid maps
  * already written) into the sandbox: private mounts, a read-only tmpfs root
  * with read-only system directories and a minimal /etc, the thread's
- * user-data read-write (nosuid, nodev), skills read-only, private /tmp and
+ * user-data read-write (nosuid, nodev), skills read-only, the prepared /etc, private /tmp and
  * /dev/shm, a fresh /proc, a minimal /dev, pivot_root, hostname "sandbox",
  * loopback up. On failure writes a message to err (size errsz) and returns
  * -1; the caller must then exit. */

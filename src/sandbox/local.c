@@ -16,6 +16,7 @@
 
 #include "base/fsx.h"
 #include "box/box.h"
+#include "box/etc.h"
 #include "box/isolate.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/sandbox.h"
@@ -113,6 +114,7 @@ static int make_thread_dirs(const char *user_data, uid_t uid) {
 typedef struct launch {
     const local_launch_spec *p;
     char dirs[3][PATH_MAX]; /* workspace, uploads, outputs */
+    char etc[PATH_MAX];     /* the prepared /etc */
     uid_t uid;
     bool parent_maps_ids;   /* root: the parent maps the sandbox to an unprivileged uid */
     box_mount_plan plan;
@@ -134,11 +136,20 @@ static int open_plan(launch *l) {
         if (r < 0)
             return r;
     }
+    char run_dir[PATH_MAX];
+    int r = join_path(run_dir, cfg->home, "run");
+    if (r == 0)
+        r = ensure_dir(run_dir, 0700);
+    if (r == 0)
+        r = box_etc_prepare(l->etc, run_dir, cfg->sandbox.network == FAWN_NET_NONE);
+    if (r < 0)
+        return r;
     l->plan = (box_mount_plan){
         .workspace = l->dirs[0],
         .uploads = l->dirs[1],
         .outputs = l->dirs[2],
         .skills = cfg->sandbox.skills_dir,
+        .etc = l->etc,
         .network_none = cfg->sandbox.network == FAWN_NET_NONE,
         .tmp_size_mb = cfg->sandbox.limits.tmp_size_mb,
     };
@@ -299,6 +310,13 @@ static int spawn(launch *l, pid_t *pid_out, char generation[33]) {
         r = cgroup_name(group, l->p->cfg, l->p->sandbox_id);
     if (r == 0)
         r = cgroup_setup(&l->cg, group, pid, sc->limits.memory_mb << 20, sc->limits.pids);
+    if (r == FAWN_EEXIST) {
+        /* A previous box of this sandbox is still there without answering:
+         * it must not share the thread's files with the new one. Its cgroup
+         * holds all of it. */
+        local_launch_cleanup(l->p->cfg, l->p->sandbox_id);
+        r = cgroup_setup(&l->cg, group, pid, sc->limits.memory_mb << 20, sc->limits.pids);
+    }
     go_msg go = {0};
     snprintf(go.cgroup, sizeof go.cgroup, "%s",
              l->cg.mode == CGROUP_V2 ? "v2" : l->cg.mode == CGROUP_V1 ? "v1" : "none");
@@ -348,9 +366,6 @@ static int open_log(int *out, const fawn_config *cfg, const char *sandbox_id) {
 
 static int start_box(local_box *out, const local_spec *spec, const char *user_data) {
     _cleanup_close_ int log_fd = -1, listen_fd = -1;
-    /* A previous box of this sandbox that no longer answers must not share
-     * the thread's files with the new one: its cgroup holds all of it. */
-    local_launch_cleanup(spec->cfg, out->sandbox_id);
     int r = open_log(&log_fd, spec->cfg, out->sandbox_id);
     if (r == 0) {
         unlink(out->socket_path);
