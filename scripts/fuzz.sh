@@ -9,7 +9,7 @@ seconds=${2:-60}
 if [ ! -f "$build/build.ninja" ]; then
   CC=clang meson setup "$build" -Dfuzz=true -Db_lundef=false --buildtype=debugoptimized >/dev/null
 fi
-ninja -C "$build" >/dev/null
+ninja -C "$build"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -11,7 +11,7 @@ fuzz_build=${2:-build-fuzz}
 if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
 fi
-ninja -C "$build" >/dev/null
+ninja -C "$build"
 
 # Each fuzzer for a short while on its seeds; a crash fails the run.
 bash scripts/fuzz.sh "$fuzz_build" "${FAWN_FUZZ_SECONDS:-15}"

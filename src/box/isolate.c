@@ -218,21 +218,21 @@ static int make_user_data(iso *s, const box_host_dirs *d, uint64_t tmp_size_mb) 
     return 0;
 }
 
-static int loopback_up(iso *s) {
+int box_isolate_loopback_up(void) {
     int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return fail(s, "socket", "lo");
+        return -1;
     struct ifreq ifr = {0};
     strcpy(ifr.ifr_name, "lo");
     int r = ioctl(fd, SIOCGIFFLAGS, &ifr);
-    if (r == 0) {
+    if (r == 0 && !(ifr.ifr_flags & IFF_UP)) {
         ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
         r = ioctl(fd, SIOCSIFFLAGS, &ifr);
     }
     int e = errno;
     close(fd);
     errno = e;
-    return r < 0 ? fail(s, "ifup", "lo") : 0;
+    return r;
 }
 
 static int enter_root(iso *s) {
@@ -261,7 +261,7 @@ int box_isolate_enter(const box_mount_plan *plan, const box_host_dirs *dirs, cha
         return fail(&s, "mount", "/proc");
     if (sethostname("sandbox", 7) < 0)
         return fail(&s, "sethostname", NULL);
-    if (plan->network_none && loopback_up(&s) < 0)
-        return -1;
+    if (plan->network_none && box_isolate_loopback_up() < 0)
+        return fail(&s, "ifup", "lo");
     return enter_root(&s);
 }

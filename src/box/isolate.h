@@ -48,4 +48,8 @@ int box_isolate_enter(const box_mount_plan *plan, const box_host_dirs *dirs, cha
  * Returns 0 or -errno. */
 int box_write_id_maps(pid_t pid, uid_t outer_uid, gid_t outer_gid, bool deny_setgroups);
 
+/* Brings up the loopback interface of the calling thread's network
+ * namespace (nothing to do when it is up). Returns 0 or -1 with errno. */
+int box_isolate_loopback_up(void);
+
 #endif

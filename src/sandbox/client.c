@@ -2,7 +2,6 @@
  * from inside a sandbox and are parsed as untrusted input. */
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,21 +17,23 @@
 
 int box_connect(const char *socket_path) {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    char dir[PATH_MAX], base[PATH_MAX];
-    if (strlen(socket_path) >= sizeof dir)
-        return fawn_err(FAWN_EINVAL, "socket path too long");
-    snprintf(dir, sizeof dir, "%s", socket_path);
-    snprintf(base, sizeof base, "%s", socket_path);
+    size_t len = strlen(socket_path);
+    const char *slash = strrchr(socket_path, '/');
     _cleanup_close_ int dirfd = -1;
-    if (strlen(socket_path) < sizeof addr.sun_path) {
-        snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket_path);
+    if (len < sizeof addr.sun_path) {
+        memcpy(addr.sun_path, socket_path, len + 1);
     } else {
         /* Long paths: reach the socket through its directory's fd. */
-        dirfd = open(dirname(dir), O_PATH | O_DIRECTORY | O_CLOEXEC);
+        char dir[PATH_MAX];
+        size_t dir_len = slash ? (size_t)(slash - socket_path) : 0;
+        if (!slash || dir_len == 0 || dir_len >= sizeof dir || strlen(slash + 1) > 64)
+            return fawn_err(FAWN_EINVAL, "unusable socket path: %s", socket_path);
+        memcpy(dir, socket_path, dir_len);
+        dir[dir_len] = '\0';
+        dirfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
         if (dirfd < 0)
             return fawn_err_sys(FAWN_EIO, errno, "open %s", dir);
-        snprintf(addr.sun_path, sizeof addr.sun_path, "/proc/self/fd/%d/%s", dirfd,
-                 basename(base));
+        snprintf(addr.sun_path, sizeof addr.sun_path, "/proc/self/fd/%d/%s", dirfd, slash + 1);
     }
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -109,7 +110,7 @@ typedef struct reply_head {
 } reply_head;
 
 static int parse_head(reply_head *h, char *data, size_t len) {
-    char *sep = memmem(data, len, "\r\n\r\n", 4);
+    char *sep = data ? memmem(data, len, "\r\n\r\n", 4) : NULL;
     if (!sep)
         return len > REPLY_HEAD_MAX ? fawn_err(FAWN_EPROTO, "reply head too large") : 1;
     *sep = '\0';
@@ -131,15 +132,23 @@ static int parse_head(reply_head *h, char *data, size_t len) {
     return 0;
 }
 
+/* Index of the first CRLF in s[from..len), or len. */
+static size_t find_crlf(const char *s, size_t from, size_t len) {
+    for (size_t i = from; i + 1 < len; i++)
+        if (s[i] == '\r' && s[i + 1] == '\n')
+            return i;
+    return len;
+}
+
 /* True once body[0..len) holds a complete chunked body. */
 static bool chunked_complete(const char *body, size_t len) {
     size_t in = 0;
     for (;;) {
-        const char *crlf = in < len ? memmem(body + in, len - in, "\r\n", 2) : NULL;
-        if (!crlf)
+        size_t crlf = find_crlf(body, in, len);
+        if (crlf == len)
             return false;
         unsigned long long n = strtoull(body + in, NULL, 16);
-        in = (size_t)(crlf - body) + 2;
+        in = crlf + 2;
         if (n == 0)
             return len >= in + 2;
         if (n > len || in + n + 2 > len)

@@ -281,9 +281,24 @@ static int await_ready(launch *l, char generation[33]) {
                     strncmp(line, "error ", 6) == 0 ? line + 6 : "it exited without a reason");
 }
 
-static int clone_flags(const fawn_config *cfg) {
-    int f = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
-    return cfg->sandbox.network == FAWN_NET_NONE ? f | CLONE_NEWNET : f;
+/* Clones the child into its namespaces. A network namespace from the pool
+ * is entered by this thread just for the clone (the child inherits it);
+ * otherwise the clone creates one. */
+static pid_t clone_child(const local_launch_spec *p) {
+    int flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
+    bool none = p->cfg->sandbox.network == FAWN_NET_NONE;
+    _cleanup_close_ int pooled = none && p->netns ? netns_pool_take(p->netns) : -1;
+    _cleanup_close_ int home = pooled >= 0 ? open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC) : -1;
+    if (home < 0 || setns(pooled, CLONE_NEWNET) < 0)
+        return (pid_t)syscall(SYS_clone, flags | (none ? CLONE_NEWNET : 0) | SIGCHLD, NULL, NULL,
+                              NULL, 0);
+    pid_t pid = (pid_t)syscall(SYS_clone, flags | SIGCHLD, NULL, NULL, NULL, 0);
+    if (pid != 0 && setns(home, CLONE_NEWNET) < 0) {
+        /* This thread would go on in the sandbox's network: nothing sane is left. */
+        log_error("sandbox", "cannot return to the host network namespace: %s", strerror(errno));
+        abort();
+    }
+    return pid;
 }
 
 /* Clones the child, maps its ids, puts it in its cgroup while it builds its
@@ -292,7 +307,7 @@ static int spawn(launch *l, pid_t *pid_out, char generation[33]) {
     const fawn_sandbox_config *sc = &l->p->cfg->sandbox;
     if (pipe2(l->go, O_CLOEXEC) < 0 || pipe2(l->status, O_CLOEXEC) < 0)
         return fawn_err_sys(FAWN_EIO, errno, "pipe");
-    pid_t pid = (pid_t)syscall(SYS_clone, clone_flags(l->p->cfg) | SIGCHLD, NULL, NULL, NULL, 0);
+    pid_t pid = clone_child(l->p);
     if (pid < 0)
         return fawn_err_sys(FAWN_EIO, errno, "clone (are user namespaces enabled?)");
     if (pid == 0)
@@ -373,7 +388,7 @@ static int start_box(local_box *out, const local_spec *spec, const char *user_da
     }
     local_launch_spec ls = {.cfg = spec->cfg, .sandbox_id = out->sandbox_id,
                             .user_data = user_data, .listen_fd = listen_fd, .log_fd = log_fd,
-                            .idle_exit_s = spec->idle_exit_s};
+                            .idle_exit_s = spec->idle_exit_s, .netns = spec->netns};
     if (r == 0)
         r = local_launch(&out->pid, out->generation, &ls);
     if (r < 0)

@@ -25,11 +25,26 @@ typedef struct local_box {
     pid_t pid;                  /* host pid when started by this call, else 0 */
 } local_box;
 
+/* Network namespaces (loopback up) created ahead of need by a background
+ * thread, so a sandbox with network "none" does not wait for one while it
+ * starts (creating one is the costliest part of a start). For long-running
+ * launchers; needs root. The namespaces belong to the host's user namespace,
+ * so commands cannot reconfigure them. Each is handed out once. */
+typedef struct netns_pool netns_pool;
+
+/* Starts a pool keeping `size` namespaces ready. FAWN_EUNSUP when not root. */
+int netns_pool_new(netns_pool **out, size_t size);
+/* A ready namespace's fd (the caller owns it), or -1 when none is ready. */
+int netns_pool_take(netns_pool *p);
+/* Stops the filler thread and closes the namespaces not handed out. */
+void netns_pool_free(netns_pool *p);
+
 typedef struct local_spec {
     const fawn_config *cfg;
     const char *user;
     const char *thread;
     uint32_t idle_exit_s; /* the box exits after this long unused; 0 = never */
+    netns_pool *netns;    /* optional: where network "none" sandboxes get their namespace */
 } local_spec;
 
 /* The sandbox id of (user, thread) into out. FAWN_EINVAL for invalid ids. */
@@ -53,6 +68,7 @@ typedef struct local_launch_spec {
     int log_fd;             /* the box's stdout and stderr (borrowed) */
     const char *token;      /* bearer token every request must carry, or NULL */
     uint32_t idle_exit_s;   /* 0 = never */
+    netns_pool *netns;      /* optional (see netns_pool) */
 } local_launch_spec;
 
 /* Starts a box as PID 1 of fresh user, mount, pid, ipc, uts (and, for
