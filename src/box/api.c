@@ -147,56 +147,80 @@ static void handle_file_op(http_conn *c, box_state *b, file_op op) {
     respond_owned(c, r, reply);
 }
 
-static const struct {
-    const char *path;
-    file_op op;
-} file_routes[] = {
-    {"/v1/file/read", box_file_read},   {"/v1/file/write", box_file_write},
-    {"/v1/file/list", box_file_list},   {"/v1/file/find", box_file_glob},
-    {"/v1/file/grep", box_file_grep},
-};
-
-static bool route_files(http_conn *c, const http_request *req, box_state *b, bool post) {
-    for (size_t i = 0; i < ARRAY_LEN(file_routes); i++) {
-        if (strcmp(req->path, file_routes[i].path) == 0) {
-            if (post)
-                handle_file_op(c, b, file_routes[i].op);
-            else
-                http_respond_error(c, 405, "method_not_allowed", "use POST");
-            return true;
-        }
-    }
-    if (strcmp(req->path, "/v1/file/upload") == 0 && post) {
-        box_file_upload(c, req, &b->files);
-        return true;
-    }
-    if (strcmp(req->path, "/v1/file/download") == 0 && strcmp(req->method, "GET") == 0) {
-        box_file_download(c, req, &b->files);
-        return true;
-    }
-    return false;
+static void route_describe(http_conn *c, const http_request *req, box_state *b, file_op op) {
+    json_t *d = describe(b);
+    respond_owned(c, d ? 0 : FAWN_ENOMEM, d);
 }
 
+static void route_shutdown(http_conn *c, const http_request *req, box_state *b, file_op op) {
+    respond_owned(c, 0, json_pack("{s:b}", "ok", 1));
+    http_server_stop();
+}
+
+static void route_exec(http_conn *c, const http_request *req, box_state *b, file_op op) {
+    handle_exec(c, b);
+}
+
+static void route_session_create(http_conn *c, const http_request *req, box_state *b, file_op op) {
+    handle_session_create(c, b);
+}
+
+static void route_session_list(http_conn *c, const http_request *req, box_state *b, file_op op) {
+    respond_owned(c, 0, box_session_list(b->exec));
+}
+
+static void route_file(http_conn *c, const http_request *req, box_state *b, file_op op) {
+    handle_file_op(c, b, op);
+}
+
+static void route_upload(http_conn *c, const http_request *req, box_state *b, file_op op) {
+    box_file_upload(c, req, &b->files);
+}
+
+static void route_download(http_conn *c, const http_request *req, box_state *b, file_op op) {
+    box_file_download(c, req, &b->files);
+}
+
+typedef void (*route_fn)(http_conn *c, const http_request *req, box_state *b, file_op op);
+
+static const struct {
+    const char *method, *path;
+    route_fn fn;
+    file_op op; /* for route_file */
+} routes[] = {
+    {"GET", "/v1/sandbox", route_describe, NULL},
+    {"POST", "/v1/sandbox/shutdown", route_shutdown, NULL},
+    {"POST", "/v1/shell/exec", route_exec, NULL},
+    {"POST", "/v1/shell/sessions", route_session_create, NULL},
+    {"GET", "/v1/shell/sessions", route_session_list, NULL},
+    {"POST", "/v1/file/read", route_file, box_file_read},
+    {"POST", "/v1/file/write", route_file, box_file_write},
+    {"POST", "/v1/file/list", route_file, box_file_list},
+    {"POST", "/v1/file/find", route_file, box_file_glob},
+    {"POST", "/v1/file/grep", route_file, box_file_grep},
+    {"POST", "/v1/file/upload", route_upload, NULL},
+    {"GET", "/v1/file/download", route_download, NULL},
+};
+
+/* A known path with another method is 405, an unknown path 404. */
 static void route(http_conn *c, const http_request *req, box_state *b) {
-    bool get = strcmp(req->method, "GET") == 0, post = strcmp(req->method, "POST") == 0;
-    const char *p = req->path;
-    if (strcmp(p, "/v1/sandbox") == 0 && get) {
-        json_t *d = describe(b);
-        respond_owned(c, d ? 0 : FAWN_ENOMEM, d);
-    } else if (strcmp(p, "/v1/shell/exec") == 0 && post) {
-        handle_exec(c, b);
-    } else if (strcmp(p, "/v1/shell/sessions") == 0 && post) {
-        handle_session_create(c, b);
-    } else if (strcmp(p, "/v1/shell/sessions") == 0 && get) {
-        respond_owned(c, 0, box_session_list(b->exec));
-    } else if (strncmp(p, "/v1/shell/sessions/", 19) == 0) {
-        handle_session_path(c, req, b);
-    } else if (strcmp(p, "/v1/sandbox/shutdown") == 0 && post) {
-        respond_owned(c, 0, json_pack("{s:b}", "ok", 1));
-        http_server_stop();
-    } else if (!route_files(c, req, b, post)) {
-        http_respond_error(c, 404, "not_found", "no route for %s %.200s", req->method, p);
+    bool known = false;
+    for (size_t i = 0; i < ARRAY_LEN(routes); i++) {
+        if (strcmp(req->path, routes[i].path) != 0)
+            continue;
+        if (strcmp(req->method, routes[i].method) == 0) {
+            routes[i].fn(c, req, b, routes[i].op);
+            return;
+        }
+        known = true;
     }
+    if (known)
+        http_respond_error(c, 405, "method_not_allowed", "%s is not allowed on %.200s",
+                           req->method, req->path);
+    else if (strncmp(req->path, "/v1/shell/sessions/", 19) == 0)
+        handle_session_path(c, req, b);
+    else
+        http_respond_error(c, 404, "not_found", "no route for %s %.200s", req->method, req->path);
 }
 
 static void handle(http_conn *c, const http_request *req, void *ud) {

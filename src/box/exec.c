@@ -279,15 +279,6 @@ int box_session_create(json_t **out, box_exec_ctx *ctx, const char *id) {
     return r;
 }
 
-int box_session_kill(box_exec_ctx *ctx, const char *id) {
-    pthread_mutex_lock(&ctx->mu);
-    session *s = session_find(ctx, id);
-    if (s && s->init_pid)
-        pidfd_send_signal(s->init_pidfd, SIGKILL, NULL, 0);
-    pthread_mutex_unlock(&ctx->mu);
-    return s ? 0 : fawn_err(FAWN_ENOENT, "no such session: %s", id);
-}
-
 static void session_unlink(box_exec_ctx *ctx, session *s) {
     for (session **pp = &ctx->sessions; *pp; pp = &(*pp)->next) {
         if (*pp == s) {
@@ -296,6 +287,33 @@ static void session_unlink(box_exec_ctx *ctx, session *s) {
             return;
         }
     }
+}
+
+int box_session_kill(box_exec_ctx *ctx, const char *id) {
+    pthread_mutex_lock(&ctx->mu);
+    session *s = session_find(ctx, id);
+    bool own = s && !s->busy;
+    if (own)
+        s->busy = true; /* hold the session while its init dies */
+    else if (s && s->init_pid)
+        pidfd_send_signal(s->init_pidfd, SIGKILL, NULL, 0); /* its running exec reports it */
+    pthread_mutex_unlock(&ctx->mu);
+    if (!s)
+        return fawn_err(FAWN_ENOENT, "no such session: %s", id);
+    if (!own)
+        return 0;
+    bool confirmed = init_kill_and_confirm(s);
+    if (confirmed)
+        init_forget(s);
+    pthread_mutex_lock(&ctx->mu);
+    s->busy = false;
+    bool drop = s->deleted; /* deleted meanwhile: freed here, as by an exec */
+    if (drop)
+        session_unlink(ctx, s);
+    pthread_mutex_unlock(&ctx->mu);
+    if (drop)
+        session_free(s);
+    return confirmed ? 0 : fawn_err(FAWN_ETIMEDOUT, "the session's processes did not die in time");
 }
 
 int box_session_delete(box_exec_ctx *ctx, const char *id) {
@@ -710,6 +728,10 @@ static int session_acquire(session **out, box_exec_ctx *ctx, const char *id) {
     }
     pthread_mutex_unlock(&ctx->mu);
     session_free(stale);
+    /* A session whose init was killed (a kill request, the OOM killer)
+     * starts a new one, keeping its state. */
+    if (r == 0 && (*out)->persistent && (*out)->init_pid && !init_alive(*out))
+        init_forget(*out);
     return r;
 }
 

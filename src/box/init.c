@@ -107,13 +107,17 @@ static void mount_own_proc(void) {
         die("mount /proc");
 }
 
-static int raise_oom_score(void) {
-    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+/* Makes a started command (and what it forks) the OOM killer's first pick,
+ * never the box. Done from here once it has exec'd: only then is it
+ * dumpable, so that its /proc files belong to the sandbox's uid. */
+static void raise_oom_score(pid_t pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/oom_score_adj", (int)pid);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0)
-        return -1;
-    ssize_t n = write(fd, "1000", 4);
+        return;
+    (void)!write(fd, "1000", 4);
     close(fd);
-    return n == 4 ? 0 : -1;
 }
 
 static int setup_signals(void) {
@@ -250,6 +254,8 @@ static pid_t start_job(exec_job *j) {
     pid_t pid = vfork();
     if (pid == 0)
         exec_command(j);
+    if (pid > 0)
+        raise_oom_score(pid); /* vfork returns once the child has exec'd */
     return pid;
 }
 
@@ -332,7 +338,6 @@ _Noreturn void box_init_main(const box_init_setup *setup, int ctl_fd) {
     int sigfd = setup_signals();
     if (sigfd < 0)
         die("signalfd");
-    raise_oom_score();
     set_limit(RLIMIT_NOFILE, setup->rlimit_nofile);
     set_limit(RLIMIT_FSIZE, setup->rlimit_fsize);
     set_limit(RLIMIT_NPROC, setup->rlimit_nproc);

@@ -115,6 +115,8 @@ typedef struct launch {
     const local_launch_spec *p;
     char dirs[3][PATH_MAX]; /* workspace, uploads, outputs */
     char etc[PATH_MAX];     /* the prepared /etc */
+    int pooled_netns;       /* a ready network namespace, or -1 */
+    bool via_helper;        /* spawned by a helper process (see spawn_via_helper) */
     uid_t uid;
     bool parent_maps_ids;   /* root: the parent maps the sandbox to an unprivileged uid */
     box_mount_plan plan;
@@ -282,19 +284,19 @@ static int await_ready(launch *l, char generation[33]) {
 }
 
 /* Clones the child into its namespaces. A network namespace from the pool
- * is entered by this thread just for the clone (the child inherits it);
- * otherwise the clone creates one. */
-static pid_t clone_child(const local_launch_spec *p) {
-    int flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
-    bool none = p->cfg->sandbox.network == FAWN_NET_NONE;
-    _cleanup_close_ int pooled = none && p->netns ? netns_pool_take(p->netns) : -1;
-    _cleanup_close_ int home = pooled >= 0 ? open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC) : -1;
-    if (home < 0 || setns(pooled, CLONE_NEWNET) < 0)
-        return (pid_t)syscall(SYS_clone, flags | (none ? CLONE_NEWNET : 0) | SIGCHLD, NULL, NULL,
-                              NULL, 0);
-    pid_t pid = (pid_t)syscall(SYS_clone, flags | SIGCHLD, NULL, NULL, NULL, 0);
+ * is entered by this (single) thread just for the clone, so the child
+ * inherits it; otherwise the clone creates one. */
+static pid_t clone_child(const launch *l) {
+    int flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD;
+    if (l->via_helper)
+        flags |= CLONE_PARENT; /* the box is the launcher's child, not the helper's */
+    bool none = l->p->cfg->sandbox.network == FAWN_NET_NONE;
+    _cleanup_close_ int home = l->pooled_netns >= 0 ? open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC) : -1;
+    if (home < 0 || setns(l->pooled_netns, CLONE_NEWNET) < 0)
+        return (pid_t)syscall(SYS_clone, flags | (none ? CLONE_NEWNET : 0), NULL, NULL, NULL, 0);
+    pid_t pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, 0);
     if (pid != 0 && setns(home, CLONE_NEWNET) < 0) {
-        /* This thread would go on in the sandbox's network: nothing sane is left. */
+        /* This process would go on in the sandbox's network: nothing sane is left. */
         log_error("sandbox", "cannot return to the host network namespace: %s", strerror(errno));
         abort();
     }
@@ -307,7 +309,7 @@ static int spawn(launch *l, pid_t *pid_out, char generation[33]) {
     const fawn_sandbox_config *sc = &l->p->cfg->sandbox;
     if (pipe2(l->go, O_CLOEXEC) < 0 || pipe2(l->status, O_CLOEXEC) < 0)
         return fawn_err_sys(FAWN_EIO, errno, "pipe");
-    pid_t pid = clone_child(l->p);
+    pid_t pid = clone_child(l);
     if (pid < 0)
         return fawn_err_sys(FAWN_EIO, errno, "clone (are user namespaces enabled?)");
     if (pid == 0)
@@ -339,26 +341,90 @@ static int spawn(launch *l, pid_t *pid_out, char generation[33]) {
         r = fawn_err_sys(FAWN_EIO, errno, "starting the sandbox");
     if (r == 0)
         r = await_ready(l, generation);
+    *pid_out = pid;
     if (r < 0) {
         kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
+        if (!l->via_helper) /* else the launcher, its parent, reaps it */
+            waitpid(pid, NULL, 0);
         cgroup_destroy(&l->cg);
-        return r;
     }
-    *pid_out = pid;
+    return r;
+}
+
+/* True when this process runs a single thread: only then may it clone a
+ * child that goes on running library code (malloc and all) without exec. */
+static bool single_threaded(void) {
+    char buf[4096];
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    const char *t = strstr(buf, "\nThreads:");
+    return t && strtol(t + 10, NULL, 10) == 1;
+}
+
+/* What a launch helper reports to the launcher. */
+typedef struct helper_result {
+    int code;
+    pid_t pid;
+    char generation[33];
+    char message[256];
+} helper_result;
+
+/* From a multithreaded launcher: fork (libc's fork makes malloc and stdio
+ * safe in the child) a single-threaded helper that spawns the box as the
+ * launcher's child (CLONE_PARENT) and reports back. Another thread may hold
+ * a lock (malloc's, say) at the moment of a raw clone, which the box would
+ * then inherit locked forever. */
+static int spawn_via_helper(launch *l, pid_t *pid_out, char generation[33]) {
+    int res[2];
+    if (pipe2(res, O_CLOEXEC) < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "pipe");
+    pid_t helper = fork();
+    if (helper < 0) {
+        close(res[0]);
+        close(res[1]);
+        return fawn_err_sys(FAWN_EIO, errno, "fork");
+    }
+    if (helper == 0) {
+        helper_result hr = {0};
+        l->via_helper = true;
+        hr.code = spawn(l, &hr.pid, hr.generation);
+        snprintf(hr.message, sizeof hr.message, "%s", fawn_errmsg());
+        _exit(write(res[1], &hr, sizeof hr) == (ssize_t)sizeof hr ? 0 : 1);
+    }
+    close(res[1]);
+    helper_result hr = {.code = FAWN_EIO};
+    bool got = read(res[0], &hr, sizeof hr) == (ssize_t)sizeof hr;
+    close(res[0]);
+    waitpid(helper, NULL, 0);
+    if (!got)
+        return fawn_err(FAWN_EIO, "the sandbox launch helper died");
+    if (hr.code < 0 && hr.pid > 0)
+        waitpid(hr.pid, NULL, 0); /* the helper killed it; it is ours to reap */
+    if (hr.code < 0)
+        return fawn_err(hr.code, "%s", hr.message);
+    *pid_out = hr.pid;
+    memcpy(generation, hr.generation, 33);
     return 0;
 }
 
 int local_launch(pid_t *pid, char generation[33], const local_launch_spec *spec) {
     if (!fawn_id_valid(spec->sandbox_id))
         return fawn_err(FAWN_EINVAL, "bad sandbox id");
-    launch l = {.p = spec, .parent_maps_ids = geteuid() == 0, .go = {-1, -1}, .status = {-1, -1}};
+    launch l = {.p = spec, .parent_maps_ids = geteuid() == 0, .go = {-1, -1}, .status = {-1, -1},
+                .pooled_netns = -1};
     l.uid = sandbox_host_uid(spec->sandbox_id);
     int r = make_thread_dirs(spec->user_data, l.uid);
     if (r == 0)
         r = open_plan(&l);
+    if (r == 0 && spec->netns && spec->cfg->sandbox.network == FAWN_NET_NONE)
+        l.pooled_netns = netns_pool_take(spec->netns);
     if (r == 0)
-        r = spawn(&l, pid, generation);
+        r = single_threaded() ? spawn(&l, pid, generation) : spawn_via_helper(&l, pid, generation);
+    if (l.pooled_netns >= 0)
+        close(l.pooled_netns);
     launch_close(&l);
     return r;
 }
