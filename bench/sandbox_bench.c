@@ -67,7 +67,7 @@ static void die(const char *what) {
 
 static double fawn_cold_us(const fawn_config *cfg, const char *thread, local_box *b,
                            netns_pool *pool) {
-    local_spec spec = {.cfg = cfg, .user = "bench", .thread = thread, .netns = pool};
+    local_spec spec = {.cfg = cfg, .user = "bench", .thread = thread, .netns = pool, .fawn_bin = getenv("FAWN_BIN")};
     int64_t t = fawn_now_us();
     if (local_box_ensure(b, &spec) < 0 || !b->started)
         die("starting a sandbox");

@@ -136,6 +136,8 @@ static int run_exec(const sandbox_args *a, const fawn_config *cfg) {
 }
 
 int cli_sandbox(int argc, char **argv) {
+    if (argc >= 2 && argc <= 3 && strcmp(argv[1], "launch-helper") == 0)
+        return local_launch_helper_main(argc == 3 && strcmp(argv[2], "netns") == 0);
     if (argc < 2 || (strcmp(argv[1], "exec") != 0 && strcmp(argv[1], "stop") != 0)) {
         usage(argc < 2 ? stderr : (strcmp(argv[1], "--help") == 0 ? stdout : stderr));
         return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <grp.h>
+#include <spawn.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -16,9 +18,11 @@
 
 #include "base/fsx.h"
 #include "box/box.h"
+#include "base/json.h"
 #include "box/etc.h"
 #include "box/isolate.h"
 #include "sandbox/cgroup.h"
+#include "sandbox/launch_spec.h"
 #include "sandbox/sandbox.h"
 
 static const char *const user_data_parts[] = {"workspace", "uploads", "outputs"};
@@ -351,20 +355,31 @@ static int spawn(launch *l, pid_t *pid_out, char generation[33]) {
     return r;
 }
 
-/* True when this process runs a single thread: only then may it clone a
- * child that goes on running library code (malloc and all) without exec. */
-static bool single_threaded(void) {
+/* A box cloned from its launcher carries the launcher's resident memory, which
+ * counts in the OOM killer's choice: past this the launch goes through the
+ * helper, so the box stays small next to its commands. */
+#define CLONE_LAUNCHER_RSS_MAX_KB (32 * 1024)
+
+/* True when this process may run the box in a clone of itself: it runs a
+ * single thread (else the clone would copy locks other threads hold, like
+ * malloc's, into a box that runs library code without exec) and is small
+ * (against the sandbox's memory limit too). */
+static bool may_clone_self(const fawn_config *cfg) {
     char buf[4096];
     int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
     ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
     if (fd >= 0)
         close(fd);
     buf[n > 0 ? n : 0] = '\0';
-    const char *t = strstr(buf, "\nThreads:");
-    return t && strtol(t + 10, NULL, 10) == 1;
+    const char *threads = strstr(buf, "\nThreads:"), *rss = strstr(buf, "\nVmRSS:");
+    if (!threads || !rss || strtol(threads + 10, NULL, 10) != 1)
+        return false;
+    long long kb = strtoll(rss + 8, NULL, 10);
+    long long limit_kb = (long long)(cfg->sandbox.limits.memory_mb << 10) / 4;
+    return kb <= CLONE_LAUNCHER_RSS_MAX_KB && kb <= limit_kb;
 }
 
-/* What a launch helper reports to the launcher. */
+/* What the launch helper reports to its launcher. */
 typedef struct helper_result {
     int code;
     pid_t pid;
@@ -372,42 +387,100 @@ typedef struct helper_result {
     char message[256];
 } helper_result;
 
-/* From a multithreaded launcher: fork (libc's fork makes malloc and stdio
- * safe in the child) a single-threaded helper that spawns the box as the
- * launcher's child (CLONE_PARENT) and reports back. Another thread may hold
- * a lock (malloc's, say) at the moment of a raw clone, which the box would
- * then inherit locked forever. */
+/* Descriptor numbers in the launch helper (fawn sandbox launch-helper). */
+enum { HELPER_LISTEN_FD = 3, HELPER_LOG_FD, HELPER_RESULT_FD, HELPER_SPEC_FD, HELPER_NETNS_FD };
+
+static int write_spec(int *out, const local_launch_spec *spec) {
+    json_t *j = launch_spec_to_json(spec);
+    _cleanup_free_ char *text = j ? fjson_dump(j) : NULL;
+    json_decref(j);
+    if (!text)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    *out = memfd_create("fawn-launch", MFD_CLOEXEC);
+    if (*out < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "memfd_create");
+    int r = fawn_write_all(*out, text, strlen(text));
+    if (r == 0 && lseek(*out, 0, SEEK_SET) < 0)
+        r = fawn_err_sys(FAWN_EIO, errno, "lseek");
+    return r;
+}
+
+static int start_helper(pid_t *helper, const launch *l, int spec_fd, int result_fd) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    int from[] = {l->p->listen_fd, l->p->log_fd, result_fd, spec_fd, l->pooled_netns};
+    size_t n = l->pooled_netns >= 0 ? 5 : 4;
+    /* Moved above every target first, so no source is overwritten early. */
+    for (size_t i = 0; i < n; i++)
+        posix_spawn_file_actions_adddup2(&fa, from[i], 100 + (int)i);
+    for (size_t i = 0; i < n; i++)
+        posix_spawn_file_actions_adddup2(&fa, 100 + (int)i, HELPER_LISTEN_FD + (int)i);
+    const char *bin = l->p->fawn_bin ? l->p->fawn_bin : "/proc/self/exe";
+    char *argv[] = {"fawn", "sandbox", "launch-helper", n == 5 ? "netns" : NULL, NULL};
+    extern char **environ;
+    int e = posix_spawn(helper, bin, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    return e ? fawn_err_sys(FAWN_EIO, e, "starting the launch helper %s", bin) : 0;
+}
+
+/* From a multithreaded launcher, a raw clone would copy whatever locks other
+ * threads hold (malloc's, libc's thread list) into the box, and the box
+ * would carry the launcher's memory. So the launcher execs a fresh fawn
+ * (posix_spawn: safe from any thread) that launches the box as the
+ * launcher's child (CLONE_PARENT) and reports back. */
 static int spawn_via_helper(launch *l, pid_t *pid_out, char generation[33]) {
-    int res[2];
-    if (pipe2(res, O_CLOEXEC) < 0)
-        return fawn_err_sys(FAWN_EIO, errno, "pipe");
-    pid_t helper = fork();
-    if (helper < 0) {
-        close(res[0]);
+    _cleanup_close_ int spec_fd = -1;
+    int res[2] = {-1, -1};
+    pid_t helper = -1;
+    int r = write_spec(&spec_fd, l->p);
+    if (r == 0 && pipe2(res, O_CLOEXEC) < 0)
+        r = fawn_err_sys(FAWN_EIO, errno, "pipe");
+    if (r == 0)
+        r = start_helper(&helper, l, spec_fd, res[1]);
+    if (res[1] >= 0)
         close(res[1]);
-        return fawn_err_sys(FAWN_EIO, errno, "fork");
-    }
-    if (helper == 0) {
-        helper_result hr = {0};
-        l->via_helper = true;
-        hr.code = spawn(l, &hr.pid, hr.generation);
-        snprintf(hr.message, sizeof hr.message, "%s", fawn_errmsg());
-        _exit(write(res[1], &hr, sizeof hr) == (ssize_t)sizeof hr ? 0 : 1);
-    }
-    close(res[1]);
     helper_result hr = {.code = FAWN_EIO};
-    bool got = read(res[0], &hr, sizeof hr) == (ssize_t)sizeof hr;
-    close(res[0]);
-    waitpid(helper, NULL, 0);
+    bool got = r == 0 && read(res[0], &hr, sizeof hr) == (ssize_t)sizeof hr;
+    if (res[0] >= 0)
+        close(res[0]);
+    if (helper > 0)
+        waitpid(helper, NULL, 0);
+    if (r < 0)
+        return r;
     if (!got)
         return fawn_err(FAWN_EIO, "the sandbox launch helper died");
     if (hr.code < 0 && hr.pid > 0)
         waitpid(hr.pid, NULL, 0); /* the helper killed it; it is ours to reap */
     if (hr.code < 0)
-        return fawn_err(hr.code, "%s", hr.message);
+        return fawn_err(hr.code, "%.255s", hr.message);
     *pid_out = hr.pid;
     memcpy(generation, hr.generation, 33);
     return 0;
+}
+
+int local_launch_helper_main(bool have_netns) {
+    _cleanup_free_ char *json = NULL;
+    size_t len = 0;
+    launch_spec_copy copy;
+    helper_result hr = {0};
+    hr.code = fawn_read_all(&json, &len, HELPER_SPEC_FD, 1 << 20);
+    if (hr.code == 0)
+        hr.code = launch_spec_from_json(&copy, json, len);
+    if (hr.code == 0) {
+        copy.spec.listen_fd = HELPER_LISTEN_FD;
+        copy.spec.log_fd = HELPER_LOG_FD;
+        launch l = {.p = &copy.spec, .parent_maps_ids = geteuid() == 0, .go = {-1, -1},
+                    .status = {-1, -1}, .via_helper = true,
+                    .pooled_netns = have_netns ? HELPER_NETNS_FD : -1};
+        l.uid = sandbox_host_uid(copy.spec.sandbox_id);
+        hr.code = open_plan(&l);
+        if (hr.code == 0)
+            hr.code = spawn(&l, &hr.pid, hr.generation);
+        launch_close(&l);
+        launch_spec_free(&copy);
+    }
+    snprintf(hr.message, sizeof hr.message, "%s", fawn_errmsg());
+    return fawn_write_all(HELPER_RESULT_FD, &hr, sizeof hr) == 0 ? 0 : 1;
 }
 
 int local_launch(pid_t *pid, char generation[33], const local_launch_spec *spec) {
@@ -422,7 +495,8 @@ int local_launch(pid_t *pid, char generation[33], const local_launch_spec *spec)
     if (r == 0 && spec->netns && spec->cfg->sandbox.network == FAWN_NET_NONE)
         l.pooled_netns = netns_pool_take(spec->netns);
     if (r == 0)
-        r = single_threaded() ? spawn(&l, pid, generation) : spawn_via_helper(&l, pid, generation);
+        r = may_clone_self(spec->cfg) ? spawn(&l, pid, generation)
+                                      : spawn_via_helper(&l, pid, generation);
     if (l.pooled_netns >= 0)
         close(l.pooled_netns);
     launch_close(&l);
@@ -454,7 +528,8 @@ static int start_box(local_box *out, const local_spec *spec, const char *user_da
     }
     local_launch_spec ls = {.cfg = spec->cfg, .sandbox_id = out->sandbox_id,
                             .user_data = user_data, .listen_fd = listen_fd, .log_fd = log_fd,
-                            .idle_exit_s = spec->idle_exit_s, .netns = spec->netns};
+                            .idle_exit_s = spec->idle_exit_s, .netns = spec->netns,
+                            .fawn_bin = spec->fawn_bin};
     if (r == 0)
         r = local_launch(&out->pid, out->generation, &ls);
     if (r < 0)

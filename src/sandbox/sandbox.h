@@ -45,6 +45,8 @@ typedef struct local_spec {
     const char *thread;
     uint32_t idle_exit_s; /* the box exits after this long unused; 0 = never */
     netns_pool *netns;    /* optional: where network "none" sandboxes get their namespace */
+    const char *fawn_bin; /* the fawn binary, for launches from multithreaded programs;
+                             NULL = this program (right when it is fawn) */
 } local_spec;
 
 /* The sandbox id of (user, thread) into out. FAWN_EINVAL for invalid ids. */
@@ -69,13 +71,23 @@ typedef struct local_launch_spec {
     const char *token;      /* bearer token every request must carry, or NULL */
     uint32_t idle_exit_s;   /* 0 = never */
     netns_pool *netns;      /* optional (see netns_pool) */
+    const char *fawn_bin;   /* as in local_spec */
 } local_launch_spec;
 
 /* Starts a box as PID 1 of fresh user, mount, pid, ipc, uts (and, for
  * network none, net) namespaces with the sandbox's mounts (box/isolate.h),
  * its cgroup, and a host uid that is never root; waits until it is ready.
- * Stores its host pid (a child of the caller, who reaps it) and generation. */
+ * Stores its host pid (a child of the caller, who reaps it) and generation.
+ * A small single-threaded caller (like the CLI) runs the box in a clone of
+ * itself, which is fast; any other goes through a freshly exec'd launch
+ * helper, so the box never inherits another thread's locks or a big
+ * caller's memory. */
 int local_launch(pid_t *pid, char generation[33], const local_launch_spec *spec);
+
+/* The launch helper (`fawn sandbox launch-helper`, run by local_launch from
+ * multithreaded programs): reads a spec and descriptors at fixed numbers,
+ * launches, reports. Returns the process exit status. */
+int local_launch_helper_main(bool have_netns);
 
 /* Removes what a launched box leaves on the host after it exited (its cgroup). */
 void local_launch_cleanup(const fawn_config *cfg, const char *sandbox_id);

@@ -471,7 +471,7 @@ static int setup_config(escape_ctx *c) {
 }
 
 static int start_box(local_box *box, escape_ctx *c, const char *user, const char *thread) {
-    local_spec spec = {.cfg = &c->cfg, .user = user, .thread = thread, .idle_exit_s = 0};
+    local_spec spec = {.cfg = &c->cfg, .user = user, .thread = thread, .idle_exit_s = 0, .fawn_bin = getenv("FAWN_BIN")};
     int r = local_box_ensure(box, &spec);
     if (r < 0)
         print_error("starting sandbox %s/%s: %s\n", user, thread, fawn_errmsg());

@@ -1,0 +1,26 @@
+/* A local_launch_spec crossing an exec, as JSON (private to src/sandbox and
+ * the launch helper subcommand). */
+#ifndef FAWN_SANDBOX_LAUNCH_SPEC_H
+#define FAWN_SANDBOX_LAUNCH_SPEC_H
+
+#include <jansson.h>
+
+#include "sandbox/sandbox.h"
+
+/* The spec with the storage its pointers refer to. */
+typedef struct launch_spec_copy {
+    local_launch_spec spec;
+    fawn_config cfg;
+    char *sandbox_id, *user_data, *token;
+} launch_spec_copy;
+
+/* Everything of s but its descriptors and netns pool (new reference). */
+json_t *launch_spec_to_json(const local_launch_spec *s);
+
+/* Rebuilds a spec (descriptors left 0: the caller sets them). FAWN_EINVAL on
+ * a malformed text. Free with launch_spec_free. */
+int launch_spec_from_json(launch_spec_copy *out, const char *json, size_t len);
+
+void launch_spec_free(launch_spec_copy *s);
+
+#endif
