@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds fawn with AddressSanitizer and UndefinedBehaviorSanitizer and runs
 # every test: a short run of each fuzzer, then the unit, box API, sandbox
-# and escape suites (meson's summary is the last thing printed).
+# and escape suites. The last line counts every test case.
 # Usage: scripts/run-tests.sh [BUILD_DIR] [FUZZ_BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,4 +18,12 @@ bash scripts/fuzz.sh "$fuzz_build" "${FAWN_FUZZ_SECONDS:-15}"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-meson test -C "$build" --print-errorlogs
+status=0
+meson test -C "$build" --print-errorlogs || status=$?
+
+# Every test case of every program, from their TAP output.
+log="$build/meson-logs/testlog.txt"
+passed=$(grep -cE '^ok [0-9]+ ' "$log" || true)
+failed=$(grep -cE '^not ok [0-9]+ ' "$log" || true)
+echo "$passed passed, $failed failed"
+exit "$status"
