@@ -25,18 +25,24 @@ typedef struct local_box {
     pid_t pid;                  /* host pid when started by this call, else 0 */
 } local_box;
 
-/* Network namespaces (loopback up) created ahead of need by a background
- * thread, so a sandbox with network "none" does not wait for one while it
- * starts (creating one is the costliest part of a start). For long-running
- * launchers; needs root. The namespaces belong to the host's user namespace,
- * so commands cannot reconfigure them. Each is handed out once. */
+/* Network namespaces (loopback up) created ahead of need, so a sandbox with
+ * network "none" does not wait for one while it starts (creating one is the
+ * costliest part of a start). A long-running launcher fills the pool when it
+ * has time (between starts); a start takes one if there is one. Needs root;
+ * the namespaces belong to the host's user namespace, so commands cannot
+ * reconfigure them. Each is handed out once. Not thread-safe: one launcher
+ * thread owns a pool. */
 typedef struct netns_pool netns_pool;
 
-/* Starts a pool keeping `size` namespaces ready. FAWN_EUNSUP when not root. */
+/* An empty pool that holds up to `size`. FAWN_EUNSUP when not root. */
 int netns_pool_new(netns_pool **out, size_t size);
-/* A ready namespace's fd (the caller owns it), or -1 when none is ready. */
+/* Creates namespaces until the pool is full (this process's threads leave
+ * the host's network namespace only for the instant of each creation, so
+ * call it from a single-threaded launcher). */
+int netns_pool_fill(netns_pool *p);
+/* A ready namespace's fd (the caller owns it), or -1 when the pool is empty. */
 int netns_pool_take(netns_pool *p);
-/* Stops the filler thread and closes the namespaces not handed out. */
+/* Closes the namespaces not handed out. */
 void netns_pool_free(netns_pool *p);
 
 typedef struct local_spec {

@@ -15,6 +15,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "support.h"
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -93,32 +95,6 @@ typedef struct escape_ctx {
 
 /* ---- assertions with context ---- */
 
-static const char *or_empty(const char *s) { return s ? s : ""; }
-
-#define check_contains(what, hay, needle)                                                          \
-    do {                                                                                           \
-        const char *_h = or_empty(hay);                                                            \
-        if (!strstr(_h, (needle)))                                                                 \
-            fail_msg("%s: expected \"%s\" in:\n%s", (what), (needle), _h);                         \
-    } while (0)
-
-#define check_lacks(what, hay, needle)                                                             \
-    do {                                                                                           \
-        const char *_h = or_empty(hay);                                                            \
-        if (strstr(_h, (needle)))                                                                  \
-            fail_msg("%s: \"%s\" must not appear in:\n%s", (what), (needle), _h);                  \
-    } while (0)
-
-static char *strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *strf(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    int n = vasprintf(&s, fmt, ap);
-    va_end(ap);
-    assert_true(n >= 0);
-    return s;
-}
 
 /* ---- host-side files ---- */
 

@@ -9,6 +9,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "support.h"
+
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -58,30 +60,6 @@ typedef struct api_ctx {
 
 /* ---- assertions with context ---- */
 
-#define check_contains(what, hay, needle)                                                          \
-    do {                                                                                           \
-        const char *_h = (hay) ? (hay) : "";                                                       \
-        if (!strstr(_h, (needle)))                                                                 \
-            fail_msg("%s: expected \"%s\" in:\n%s", (what), (needle), _h);                         \
-    } while (0)
-
-#define check_lacks(what, hay, needle)                                                             \
-    do {                                                                                           \
-        const char *_h = (hay) ? (hay) : "";                                                       \
-        if (strstr(_h, (needle)))                                                                  \
-            fail_msg("%s: \"%s\" must not appear in:\n%s", (what), (needle), _h);                  \
-    } while (0)
-
-static char *strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *strf(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    int n = vasprintf(&s, fmt, ap);
-    va_end(ap);
-    assert_true(n >= 0);
-    return s;
-}
 
 static const char *jstr(const json_t *o, const char *key) {
     return json_string_value(json_object_get(o, key));

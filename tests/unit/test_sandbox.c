@@ -9,6 +9,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "support.h"
+
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -67,30 +69,6 @@ typedef struct sbx_ctx {
 
 /* ---- assertions with context ---- */
 
-#define check_contains(what, hay, needle)                                                          \
-    do {                                                                                           \
-        const char *_h = (hay) ? (hay) : "";                                                       \
-        if (!strstr(_h, (needle)))                                                                 \
-            fail_msg("%s: expected \"%s\" in:\n%s", (what), (needle), _h);                         \
-    } while (0)
-
-#define check_lacks(what, hay, needle)                                                             \
-    do {                                                                                           \
-        const char *_h = (hay) ? (hay) : "";                                                       \
-        if (strstr(_h, (needle)))                                                                  \
-            fail_msg("%s: \"%s\" must not appear in:\n%s", (what), (needle), _h);                  \
-    } while (0)
-
-static char *strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *strf(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    int n = vasprintf(&s, fmt, ap);
-    va_end(ap);
-    assert_true(n >= 0);
-    return s;
-}
 
 static const char *jstr(const json_t *o, const char *key) {
     return json_string_value(json_object_get(o, key));
@@ -691,6 +669,48 @@ static void test_network_none(void **state) {
     stop(t, &box, "net-none");
 }
 
+/* Sandboxes started with namespaces prepared ahead get them, one each:
+ * only loopback, up; none shared with the host or with each other. */
+static void test_network_namespace_pool(void **state) {
+    sbx_ctx *t = *state;
+    netns_pool *pool = NULL;
+    assert_int_equal(netns_pool_new(&pool, 2), 0);
+    assert_int_equal(netns_pool_fill(pool), 0);
+    const char *threads[] = {"pool-a", "pool-b"};
+    char *ns[2];
+    local_box box[2];
+    for (int i = 0; i < 2; i++) {
+        remember_thread(t, threads[i]);
+        local_spec spec = {.cfg = &t->cfg, .user = USER_ID, .thread = threads[i],
+                           .netns = pool, .fawn_bin = getenv("FAWN_BIN")};
+        if (local_box_ensure(&box[i], &spec) < 0)
+            fail_msg("local_box_ensure %s: %s", threads[i], fawn_errmsg());
+        remember_pid(t, box[i].pid);
+        char *dev = run(&box[i], "cat /proc/net/dev");
+        char *names = interfaces(dev);
+        assert_string_equal(names, "lo\n");
+        free(names);
+        free(dev);
+        json_t *r = exec_reply(&box[i], "exec 3<>/dev/tcp/127.0.0.1/1");
+        check_contains("loopback up", jstr(r, "stderr"), "Connection refused");
+        json_decref(r);
+        ns[i] = run(&box[i], "readlink /proc/self/ns/net");
+    }
+    /* Both came from the pool, which is now empty. */
+    assert_int_equal(netns_pool_take(pool), -1);
+    assert_string_not_equal(ns[0], ns[1]);
+    char host[64] = "";
+    ssize_t n = readlink("/proc/self/ns/net", host, sizeof host - 1);
+    assert_true(n > 0);
+    host[n] = '\0';
+    for (int i = 0; i < 2; i++) {
+        check_lacks("host namespace", ns[i], host);
+        free(ns[i]);
+        stop(t, &box[i], threads[i]);
+    }
+    netns_pool_free(pool);
+}
+
 static void test_network_host(void **state) {
     sbx_ctx *t = *state;
     fawn_config cfg = t->cfg; /* shallow: t->cfg keeps ownership */
@@ -973,6 +993,7 @@ int main(void) {
         cmocka_unit_test(test_runs_as_unprivileged_host_uid),
         cmocka_unit_test(test_network_none),
         cmocka_unit_test(test_network_host),
+        cmocka_unit_test(test_network_namespace_pool),
         cmocka_unit_test(test_cgroup_placement),
         cmocka_unit_test(test_memory_limit_enforced),
         cmocka_unit_test(test_memory_limit_spares_box_of_big_launcher),
