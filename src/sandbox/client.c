@@ -67,14 +67,15 @@ static int send_request(int fd, const char *method, const char *path, const char
                         method, path, blen);
     if (r == 0 && body)
         r = fbuf_append(&req, body, blen);
+    /* Send first, wait only when the socket is full. */
     for (size_t off = 0; r == 0 && off < req.len;) {
-        if ((r = wait_fd(fd, POLLOUT, deadline)) < 0)
-            break;
         ssize_t n = send(fd, req.data + off, req.len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0 && errno != EAGAIN && errno != EINTR)
-            r = fawn_err_sys(FAWN_EIO, errno, "sending to the box");
-        else if (n > 0)
+        if (n > 0)
             off += (size_t)n;
+        else if (n < 0 && errno == EAGAIN)
+            r = wait_fd(fd, POLLOUT, deadline);
+        else if (n < 0 && errno != EINTR)
+            r = fawn_err_sys(FAWN_EIO, errno, "sending to the box");
     }
     fbuf_free(&req);
     return r;
