@@ -32,26 +32,9 @@ typedef struct box_state {
     int idle_stop[2]; /* box_serve writes to [1] when it returns; the idle watch ends */
 } box_state;
 
-static int http_status_for(int code) {
-    switch (code) {
-    case FAWN_EINVAL: return 400;
-    case FAWN_EPERM: return 403;
-    case FAWN_ENOENT: return 404;
-    case FAWN_EEXIST:
-    case FAWN_EBUSY: return 409;
-    case FAWN_E2BIG: return 413;
-    case FAWN_EUNSUP: return 501;
-    default: return 500;
-    }
-}
-
-static void respond_code(http_conn *c, int code) {
-    http_respond_error(c, http_status_for(code), fawn_strerror(code), "%s", fawn_errmsg());
-}
-
 static void respond_owned(http_conn *c, int code, json_t *reply) {
     if (code < 0)
-        respond_code(c, code);
+        http_respond_failure(c, code);
     else
         http_respond_json(c, 200, reply);
     json_decref(reply);

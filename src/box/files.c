@@ -52,10 +52,6 @@
 /* Random bytes in a staging file name: collisions are negligible and still retried. */
 #define STAGING_RANDOM_BYTES 8
 #define STAGING_ATTEMPTS 8
-/* Staging names; vpath_is_staging_name() recognizes both, so they stay hidden. */
-#define STAGING_WRITE_PREFIX ".fawn-tmp-"
-#define STAGING_UPLOAD_PREFIX ".upload-"
-#define STAGING_UPLOAD_SUFFIX ".part"
 /* A virtual path as shown to clients: root, '/', rel. */
 #define SHOWN_MAX (VPATH_MAX + sizeof VPATH_USER_DATA + 1)
 
@@ -556,7 +552,7 @@ static int write_replace(struct stat *st, int dirfd, const target *t, const char
     mode_t mode = 0;
     int r = check_existing(&exists, &mode, dirfd, target_name(t), t->shown);
     staged s;
-    if (r < 0 || (r = staged_open(&s, dirfd, STAGING_WRITE_PREFIX, "")) < 0)
+    if (r < 0 || (r = staged_open(&s, dirfd, VPATH_STAGING_WRITE_PREFIX, "")) < 0)
         return r;
     if (exists && fchmod(s.fd, mode & 0777) < 0)
         r = fawn_err_sys(FAWN_EIO, errno, "chmod %s", t->shown);
@@ -1346,7 +1342,7 @@ int box_file_upload_stream(json_t **out, const box_files *f, const char *path, b
         return fawn_err(FAWN_EEXIST, "already exists: %s (pass overwrite=true to replace it)",
                         t.shown);
     staged s;
-    if ((r = staged_open(&s, dirfd, STAGING_UPLOAD_PREFIX, STAGING_UPLOAD_SUFFIX)) < 0)
+    if ((r = staged_open(&s, dirfd, VPATH_STAGING_UPLOAD_PREFIX, VPATH_STAGING_UPLOAD_SUFFIX)) < 0)
         return r;
     char sha[65];
     struct stat st;

@@ -6,31 +6,6 @@
 #include "box/files_internal.h"
 #include "paths/paths.h"
 
-static int status_for(int code) {
-    switch (code) {
-    case FAWN_EINVAL:
-    case FAWN_EPROTO:
-        return 400;
-    case FAWN_EPERM:
-        return 403;
-    case FAWN_ENOENT:
-        return 404;
-    case FAWN_EEXIST:
-    case FAWN_EBUSY:
-        return 409;
-    case FAWN_E2BIG:
-        return 413;
-    case FAWN_EUNSUP:
-        return 501;
-    default:
-        return 500;
-    }
-}
-
-static void respond_failure(http_conn *c, int code) {
-    http_respond_error(c, status_for(code), fawn_strerror(code), "%s", fawn_errmsg());
-}
-
 /* The required ?path= parameter, decoded once by http_query_get. */
 static int query_path(char *out, size_t outsz, const http_request *req) {
     int r = http_query_get(out, outsz, req, "path");
@@ -67,7 +42,7 @@ void box_file_upload(http_conn *c, const http_request *req, const box_files *f) 
     int r;
     if ((r = query_path(path, sizeof path, req)) < 0 ||
         (r = query_overwrite(&overwrite, req)) < 0) {
-        respond_failure(c, r);
+        http_respond_failure(c, r);
         return;
     }
     if (req->content_length < 0) {
@@ -77,7 +52,7 @@ void box_file_upload(http_conn *c, const http_request *req, const box_files *f) 
     json_t *reply = NULL;
     r = box_file_upload_stream(&reply, f, path, overwrite, req->content_length, body_read, c);
     if (r < 0) {
-        respond_failure(c, r);
+        http_respond_failure(c, r);
         return;
     }
     http_respond_json(c, 200, reply);
@@ -91,7 +66,7 @@ void box_file_download(http_conn *c, const http_request *req, const box_files *f
     int r;
     if ((r = query_path(path, sizeof path, req)) < 0 ||
         (r = box_file_download_open(&fd, &size, f, path)) < 0) {
-        respond_failure(c, r);
+        http_respond_failure(c, r);
         return;
     }
     if (http_stream_begin(c, 200, "application/octet-stream", NULL) < 0)

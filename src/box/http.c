@@ -695,3 +695,28 @@ int http_stream_end(http_conn *c) {
 }
 
 bool http_responded(const http_conn *c) { return c->responded; }
+
+static int status_for_code(int code) {
+    switch (code) {
+    case FAWN_EINVAL:
+    case FAWN_EPROTO:
+        return 400;
+    case FAWN_EPERM:
+        return 403;
+    case FAWN_ENOENT:
+        return 404;
+    case FAWN_EEXIST:
+    case FAWN_EBUSY:
+        return 409;
+    case FAWN_E2BIG:
+        return 413;
+    case FAWN_EUNSUP:
+        return 501;
+    default:
+        return 500;
+    }
+}
+
+int http_respond_failure(http_conn *c, int code) {
+    return http_respond_error(c, status_for_code(code), fawn_strerror(code), "%s", fawn_errmsg());
+}

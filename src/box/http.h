@@ -81,6 +81,11 @@ int http_respond_json(http_conn *c, int status, const json_t *v);
 int http_respond_error(http_conn *c, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Answers a failed operation: the negative FAWN_E* code picks the status
+ * (EINVAL and EPROTO 400, EPERM 403, ENOENT 404, EEXIST and EBUSY 409,
+ * E2BIG 413, EUNSUP 501, anything else 500) and fawn_errmsg() is the detail. */
+int http_respond_failure(http_conn *c, int code);
+
 /* Starts a streamed response with the given status and headers (extra_headers
  * is NULL or complete "Name: value\r\n" lines). The body is then sent with
  * http_stream_write and ended with http_stream_end (chunked encoding). */

@@ -4,9 +4,6 @@
 
 #include "base/base.h"
 
-#define STAGING_UPLOAD_PREFIX ".upload-"
-#define STAGING_UPLOAD_SUFFIX ".part"
-#define STAGING_TMP_PREFIX ".fawn-tmp-"
 
 static bool char_refused(unsigned char c) { return c < 0x20 || c == 0x7f || c == '\\'; }
 
@@ -171,10 +168,10 @@ static bool has_prefix(const char *s, const char *prefix) {
 }
 
 bool vpath_is_staging_name(const char *name) {
-    if (has_prefix(name, STAGING_TMP_PREFIX))
+    if (has_prefix(name, VPATH_STAGING_WRITE_PREFIX))
         return true;
     size_t n = strlen(name);
-    size_t pre = strlen(STAGING_UPLOAD_PREFIX), suf = strlen(STAGING_UPLOAD_SUFFIX);
-    return n >= pre + suf && has_prefix(name, STAGING_UPLOAD_PREFIX) &&
-           strcmp(name + n - suf, STAGING_UPLOAD_SUFFIX) == 0;
+    size_t pre = strlen(VPATH_STAGING_UPLOAD_PREFIX), suf = strlen(VPATH_STAGING_UPLOAD_SUFFIX);
+    return n >= pre + suf && has_prefix(name, VPATH_STAGING_UPLOAD_PREFIX) &&
+           strcmp(name + n - suf, VPATH_STAGING_UPLOAD_SUFFIX) == 0;
 }
