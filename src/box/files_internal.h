@@ -1,5 +1,6 @@
-/* The transport-free core of the box's streamed file operations. Only
- * src/box/files.c, src/box/files_http.c and their tests include this; the
+/* Internals of the box's file operations, shared by src/box/files.c (paths,
+ * read, write, list, streamed upload and download), files_search.c (glob,
+ * grep) and files_http.c (the HTTP face); their tests include it too. The
  * rest of fawn uses box/files.h. */
 #ifndef FAWN_BOX_FILES_INTERNAL_H
 #define FAWN_BOX_FILES_INTERNAL_H
@@ -9,7 +10,57 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <sys/stat.h>
+
 #include "box/files.h"
+#include "paths/paths.h"
+
+/* A NUL byte in this many leading bytes marks a file as binary (git's and grep's heuristic). */
+#define FILES_SNIFF_BYTES 8192
+/* A virtual path as shown to clients: root, '/', rel. */
+#define SHOWN_MAX (VPATH_MAX + sizeof VPATH_USER_DATA + 1)
+
+typedef struct target {
+    vpath vp;
+    int rootfd;
+    char shown[SHOWN_MAX];
+} target;
+
+typedef bool (*name_filter)(const char *name);
+
+typedef struct names {
+    char **v;
+    size_t n, cap;
+} names;
+
+/* Parses path and picks its root fd. Writes are refused under /mnt/skills
+ * and anywhere but inside the three read-write directories. */
+int files_target_resolve(target *t, const box_files *f, const char *path, bool for_write);
+/* Stats t without opening it (no side effects on devices or FIFOs). */
+int files_target_stat(struct stat *st, const target *t);
+/* Opens t's regular file for reading (symlinks only beneath the root; other
+ * file types refused before and after opening). Stores the fd and its stat. */
+int files_target_open_regular(int *fd_out, struct stat *st, const target *t);
+/* Opens t's directory (symlinks only beneath the root). */
+int files_target_open_dir(int *fd_out, const target *t);
+/* Stores v in *out, or FAWN_ENOMEM when v is NULL. */
+int files_reply_set(json_t **out, json_t *v);
+/* Length of the valid UTF-8 character at s (at most n bytes), or 0. */
+size_t files_utf8_char_at(const char *s, size_t n);
+/* Characters in s[0..n) (each invalid byte counts as one). */
+size_t files_utf8_count_chars(const char *s, size_t n);
+/* Frees the names and empties nm. */
+void files_names_free(names *nm);
+/* Names the API can address and show: valid UTF-8 file names, not staging files. */
+bool files_name_addressable(const char *name);
+/* Reads the names in dirfd that keep() accepts, sorted. Every name read is
+ * charged to *budget; when it runs out *cut is set and reading stops. */
+int files_names_read(names *out, int dirfd, size_t *budget, bool *cut, name_filter keep);
+/* Room for a path below a directory shown as `shown` so that the full
+ * virtual path still parses (shorter than VPATH_MAX). */
+size_t files_rel_room(const char *shown);
+/* Directory entries one list, glob or grep looks at before stopping with truncated=true. */
+#define WALK_MAX_VISITS 100000
 
 /* Reads up to n body bytes into buf: the count, 0 at the end of the body, or
  * a negative FAWN_E* code (with its message set). */

@@ -70,8 +70,8 @@ static bool host_exists(fx *x, const char *rel) {
     return fstatat(x->rootfd, rel, &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
-static void host_symlink(fx *x, const char *target, const char *rel) {
-    if (symlinkat(target, x->rootfd, rel) < 0)
+static void host_symlink(fx *x, const char *link_target, const char *rel) {
+    if (symlinkat(link_target, x->rootfd, rel) < 0)
         fail_msg("symlink %s: %s", rel, strerror(errno));
 }
 
