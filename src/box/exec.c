@@ -547,29 +547,45 @@ static int start_init(box_exec_ctx *ctx, session *s) {
     return 0;
 }
 
-static int send_job(session *s, uint32_t mode, const fbuf *payload, const int *fds, size_t n_fds) {
-    _cleanup_close_ int memfd = memfd_create("fawn-exec", MFD_CLOEXEC);
-    if (memfd < 0)
-        return fawn_err_sys(FAWN_EIO, errno, "memfd_create");
-    int r = fawn_write_all(memfd, payload->data, payload->len);
-    if (r < 0)
-        return r;
-    int all[4];
-    memcpy(all, fds, n_fds * sizeof(int));
-    all[n_fds] = memfd;
-    init_exec_msg m = {.magic = INIT_MSG_MAGIC, .mode = mode, .n_fds = (uint32_t)n_fds + 1,
-                       .payload_len = (uint32_t)payload->len};
-    char cbuf[CMSG_SPACE(sizeof all)];
+typedef struct pipes {
+    int out[2], err[2], state[2];
+} pipes;
+
+/* Sends an exec message: the pipes (and the state pipe of a session), the
+ * payload inline when it is small, else in a memfd. */
+static int send_job(session *s, uint32_t mode, const fbuf *payload, const pipes *p) {
+    bool inline_payload = payload->len <= INIT_INLINE_MAX;
+    _cleanup_close_ int memfd = -1;
+    if (!inline_payload) {
+        memfd = memfd_create("fawn-exec", MFD_CLOEXEC);
+        if (memfd < 0)
+            return fawn_err_sys(FAWN_EIO, errno, "memfd_create");
+        int r = fawn_write_all(memfd, payload->data, payload->len);
+        if (r < 0)
+            return r;
+    }
+    int fds[4] = {p->out[1], p->err[1]};
+    uint32_t n = 2;
+    if (s->persistent)
+        fds[n++] = p->state[1];
+    if (!inline_payload)
+        fds[n++] = memfd;
+    init_exec_msg m = {.magic = INIT_MSG_MAGIC, .mode = mode, .n_fds = n,
+                       .payload_len = (uint32_t)payload->len, .inline_payload = inline_payload,
+                       .has_state = s->persistent};
+    char cbuf[CMSG_SPACE(sizeof fds)];
     memset(cbuf, 0, sizeof cbuf);
-    struct iovec iov = {.iov_base = &m, .iov_len = sizeof m};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-                        .msg_controllen = CMSG_SPACE(m.n_fds * sizeof(int))};
+    struct iovec iov[2] = {{.iov_base = &m, .iov_len = sizeof m},
+                           {.iov_base = payload->data, .iov_len = inline_payload ? payload->len : 0}};
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2, .msg_control = cbuf,
+                        .msg_controllen = CMSG_SPACE(n * sizeof(int))};
     struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(m.n_fds * sizeof(int));
-    memcpy(CMSG_DATA(c), all, m.n_fds * sizeof(int));
-    if (sendmsg(s->ctl_fd, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof m)
+    c->cmsg_len = CMSG_LEN(n * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, n * sizeof(int));
+    ssize_t expect = (ssize_t)(sizeof m + iov[1].iov_len);
+    if (sendmsg(s->ctl_fd, &mh, MSG_NOSIGNAL) != expect)
         return fawn_err_sys(FAWN_EIO, errno, "sending the command to its init");
     return 0;
 }
@@ -758,9 +774,6 @@ void box_exec_trim(box_exec_ctx *ctx) {
     session_free(spare);
 }
 
-typedef struct pipes {
-    int out[2], err[2], state[2];
-} pipes;
 
 static void pipes_close(pipes *p) {
     int *all[] = {p->out, p->err, p->state};
@@ -798,9 +811,8 @@ static int launch(box_exec_ctx *ctx, session *s, const box_exec_request *req, pi
     box_env_free(env);
     if (r == 0 && s->init_pid == 0)
         r = start_init(ctx, s);
-    int fds[3] = {p->out[1], p->err[1], p->state[1]};
     if (r == 0)
-        r = send_job(s, mode, &payload, fds, s->persistent ? 3 : 2);
+        r = send_job(s, mode, &payload, p);
     fbuf_free(&payload);
     return r;
 }

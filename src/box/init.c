@@ -46,7 +46,9 @@ typedef struct exec_job {
     const char *command;
     char *argv[INIT_MAX_WORDS + 1];
     char *envp[INIT_MAX_WORDS + 1];
-    char *payload; /* mmap'd */
+    char *payload;  /* inline in the message buffer, or = mapped */
+    char *mapped;   /* the payload memfd's mapping, or NULL */
+    bool has_state; /* fds[2] is the session state pipe */
     size_t payload_len;
     char *script;  /* mmap'd: prelude + command for sessions */
     size_t script_len;
@@ -161,36 +163,47 @@ static int parse_payload(exec_job *j) {
     return 0;
 }
 
-static int recv_job(exec_job *j, int ctl) {
+static int recv_job(exec_job *j, int ctl, char *inline_buf) {
     init_exec_msg m;
     char cbuf[CMSG_SPACE(4 * sizeof(int))];
-    struct iovec iov = {.iov_base = &m, .iov_len = sizeof m};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+    struct iovec iov[2] = {{.iov_base = &m, .iov_len = sizeof m},
+                           {.iov_base = inline_buf, .iov_len = INIT_INLINE_MAX}};
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2, .msg_control = cbuf,
                         .msg_controllen = sizeof cbuf};
     ssize_t n = recvmsg(ctl, &mh, MSG_CMSG_CLOEXEC);
     if (n <= 0)
         return 0; /* the box closed the channel */
     struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-    if (n != sizeof m || m.magic != INIT_MSG_MAGIC || !c || c->cmsg_type != SCM_RIGHTS ||
-        m.n_fds < 3 || m.n_fds > 4 || c->cmsg_len != CMSG_LEN(m.n_fds * sizeof(int)) ||
-        m.payload_len == 0 || m.payload_len > INIT_MAX_PAYLOAD)
+    size_t fds_needed = 2 + (m.has_state ? 1 : 0) + (m.inline_payload ? 0 : 1);
+    if (n < (ssize_t)sizeof m || m.magic != INIT_MSG_MAGIC || !c || c->cmsg_type != SCM_RIGHTS ||
+        m.n_fds != fds_needed || c->cmsg_len != CMSG_LEN(m.n_fds * sizeof(int)) ||
+        m.payload_len == 0 || m.payload_len > INIT_MAX_PAYLOAD ||
+        (m.inline_payload && (size_t)n != sizeof m + m.payload_len))
         return -1;
     j->mode = m.mode;
+    j->has_state = m.has_state;
     j->n_fds = m.n_fds;
     memcpy(j->fds, CMSG_DATA(c), m.n_fds * sizeof(int));
-    int memfd = j->fds[j->n_fds - 1];
-    j->payload = mmap(NULL, m.payload_len, PROT_READ | PROT_WRITE, MAP_PRIVATE, memfd, 0);
-    if (j->payload == MAP_FAILED)
-        return -1;
     j->payload_len = m.payload_len;
+    if (m.inline_payload) {
+        j->payload = inline_buf;
+    } else {
+        j->mapped = mmap(NULL, m.payload_len, PROT_READ | PROT_WRITE, MAP_PRIVATE,
+                         j->fds[j->n_fds - 1], 0);
+        if (j->mapped == MAP_FAILED) {
+            j->mapped = NULL;
+            return -1;
+        }
+        j->payload = j->mapped;
+    }
     return parse_payload(j) < 0 ? -1 : 1;
 }
 
 static void release_job(exec_job *j) {
     for (size_t i = 0; i < j->n_fds; i++)
         close(j->fds[i]);
-    if (j->payload && j->payload != MAP_FAILED)
-        munmap(j->payload, j->payload_len);
+    if (j->mapped)
+        munmap(j->mapped, j->payload_len);
     if (j->script)
         munmap(j->script, j->script_len);
     memset(j, 0, sizeof *j);
@@ -223,7 +236,7 @@ static _Noreturn void exec_command(exec_job *j) {
     if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(j->fds[0], 1) < 0 || dup2(j->fds[1], 2) < 0)
         _exit(125);
     int keep = 3;
-    if (j->n_fds == 4 && j->fds[2] >= 0) {
+    if (j->has_state) {
         if (dup2(j->fds[2], 3) < 0)
             _exit(125);
         keep = 4;
@@ -291,6 +304,11 @@ static bool reap(int ctl, pid_t *command) {
 }
 
 static void serve(int ctl, int sigfd) {
+    /* Inline payloads land here (mapped once: an init never mallocs). */
+    char *inline_buf = mmap(NULL, INIT_INLINE_MAX, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (inline_buf == MAP_FAILED)
+        die("mmap");
     bool ctl_open = true;
     pid_t command = 0;
     exec_job job = {0};
@@ -308,7 +326,7 @@ static void serve(int ctl, int sigfd) {
                 _exit(0);
         }
         if (p[1].revents) {
-            int r = recv_job(&job, ctl);
+            int r = recv_job(&job, ctl, inline_buf);
             if (r == 0) {
                 ctl_open = false;
                 close(ctl);

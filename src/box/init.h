@@ -17,12 +17,19 @@ enum init_mode {
     INIT_RUN_DIRECT = 3,  /* execvp argv directly (plain words, no shell syntax) */
 };
 
-/* box -> init, with SCM_RIGHTS fds: stdout, stderr, state (or -1 -> none), payload memfd. */
+/* Payloads up to this size travel in the message itself; larger ones in a
+ * memfd passed along (a datagram this size fits any socket buffer). */
+#define INIT_INLINE_MAX (32 * 1024)
+
+/* box -> init, with SCM_RIGHTS fds: stdout, stderr, [state,] [payload memfd].
+ * An inline payload follows this header in the same datagram. */
 typedef struct init_exec_msg {
     uint32_t magic;
     uint32_t mode;
-    uint32_t n_fds; /* 3 or 4 */
+    uint32_t n_fds;  /* 2 to 4 */
     uint32_t payload_len;
+    uint32_t inline_payload; /* 1: the payload follows; 0: it is in the last fd */
+    uint32_t has_state;      /* 1: the third fd receives the session's state */
 } init_exec_msg;
 /* Payload: cwd '\0' command '\0' then argv words each '\0', an empty string,
  * then NAME=VALUE entries each '\0', an empty string. */

@@ -1393,6 +1393,28 @@ static void test_restart_new_generation(void **state) {
     free(out);
 }
 
+/* Commands (with their environment) over 32 KiB reach the init another way
+ * than short ones; both run, one-shot and in a session. */
+static void test_exec_long_command(void **state) {
+    api_ctx *t = *state;
+    size_t n = 40000;
+    char *word = malloc(n + 1);
+    assert_non_null(word);
+    memset(word, 'x', n);
+    word[n] = '\0';
+    char *cmd = strf("echo %s | wc -c", word);
+    free(word);
+    session_create(t, "s-long");
+    const char *where[] = {NULL, "s-long"};
+    for (size_t i = 0; i < ARRAY_LEN(where); i++) {
+        char *out = run_stdout(t, where[i], cmd);
+        assert_string_equal(out, "40001\n");
+        free(out);
+    }
+    free(cmd);
+    session_delete(t, "s-long");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_describe, delete_all_sessions),
@@ -1400,6 +1422,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_exec_default_cwd_and_stdin, delete_all_sessions),
         cmocka_unit_test_teardown(test_exec_runs_under_init, delete_all_sessions),
         cmocka_unit_test_teardown(test_exec_env_and_cwd, delete_all_sessions),
+        cmocka_unit_test_teardown(test_exec_long_command, delete_all_sessions),
         cmocka_unit_test_teardown(test_exec_missing_cwd_falls_back, delete_all_sessions),
         cmocka_unit_test_teardown(test_exec_exit_codes, delete_all_sessions),
         cmocka_unit_test_teardown(test_exec_killed_by_signal, delete_all_sessions),
