@@ -9,8 +9,8 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *summary;
 } commands[] = {
-    {"sandbox", cli_sandbox, "run commands in a thread's sandbox (exec, shell)"},
-    {"box", cli_box, "serve the box API (the in-sandbox agent)"},
+    {"sandbox", cli_sandbox, "run commands in a thread's sandbox (exec, stop)"},
+    {"box", cli_box, "serve the box API over TCP, in its own sandbox (remote placement)"},
     {"doctor", cli_doctor, "report which isolation features this host supports"},
 };
 
