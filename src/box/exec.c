@@ -32,7 +32,6 @@
  * background processes; killed, with them, when the command's deadline
  * passes: a one-shot command's process tree never outlives its timeout. */
 typedef struct lingering {
-    pid_t pid;
     int pidfd;
     int64_t deadline_ms;
     struct lingering *next;
@@ -171,8 +170,6 @@ int box_exec_prepare(box_exec_ctx *ctx) {
     return r;
 }
 
-static void free_env(char **env) { box_env_free(env); }
-
 /* Kills the init (and so its whole namespace) and waits for the kernel to
  * confirm. Returns true when confirmed. Caller owns the session's init. */
 static bool init_kill_and_confirm(session *s) {
@@ -187,22 +184,30 @@ static bool init_kill_and_confirm(session *s) {
     return r > 0;
 }
 
-static void init_forget(session *s) {
-    if (s->init_pid == 0)
-        return;
-    close(s->init_pidfd);
-    close(s->ctl_fd);
-    s->init_pid = 0;
-    s->init_pidfd = s->ctl_fd = -1;
+/* Closes the session's handles on its init. Other threads read those
+ * handles under ctx->mu (to signal a busy session), so a session others can
+ * see is changed only under it: pass ctx; pass NULL for one no other thread
+ * can reach any more. */
+static void init_forget(box_exec_ctx *ctx, session *s) {
+    if (ctx)
+        pthread_mutex_lock(&ctx->mu);
+    if (s->init_pid != 0) {
+        close(s->init_pidfd);
+        close(s->ctl_fd);
+        s->init_pid = 0;
+        s->init_pidfd = s->ctl_fd = -1;
+    }
+    if (ctx)
+        pthread_mutex_unlock(&ctx->mu);
 }
 
 static void session_free(session *s) {
     if (!s)
         return;
     init_kill_and_confirm(s);
-    init_forget(s);
+    init_forget(NULL, s);
     free(s->cwd);
-    free_env(s->env);
+    box_env_free(s->env);
     free(s);
 }
 
@@ -304,7 +309,7 @@ int box_session_kill(box_exec_ctx *ctx, const char *id) {
         return 0;
     bool confirmed = init_kill_and_confirm(s);
     if (confirmed)
-        init_forget(s);
+        init_forget(ctx, s);
     pthread_mutex_lock(&ctx->mu);
     s->busy = false;
     bool drop = s->deleted; /* deleted meanwhile: freed here, as by an exec */
@@ -541,9 +546,11 @@ static int start_init(box_exec_ctx *ctx, session *s) {
     if (pid == 0)
         box_init_main(&ctx->init_setup, sv[1]);
     close(sv[1]);
+    pthread_mutex_lock(&ctx->mu);
     s->init_pid = (pid_t)pid;
     s->init_pidfd = pidfd;
     s->ctl_fd = sv[0];
+    pthread_mutex_unlock(&ctx->mu);
     return 0;
 }
 
@@ -747,7 +754,7 @@ static int session_acquire(session **out, box_exec_ctx *ctx, const char *id) {
     /* A session whose init was killed (a kill request, the OOM killer)
      * starts a new one, keeping its state. */
     if (r == 0 && (*out)->persistent && (*out)->init_pid && !init_alive(*out))
-        init_forget(*out);
+        init_forget(ctx, *out);
     return r;
 }
 
@@ -858,14 +865,14 @@ static void linger(box_exec_ctx *ctx, session *s, int64_t deadline_ms) {
     lingering *l = malloc(sizeof *l);
     if (!l) {
         init_kill_and_confirm(s);
-        init_forget(s);
+        init_forget(ctx, s);
         return;
     }
-    *l = (lingering){.pid = s->init_pid, .pidfd = s->init_pidfd, .deadline_ms = deadline_ms};
+    pthread_mutex_lock(&ctx->mu);
+    *l = (lingering){.pidfd = s->init_pidfd, .deadline_ms = deadline_ms};
     close(s->ctl_fd);
     s->init_pid = 0;
     s->init_pidfd = s->ctl_fd = -1;
-    pthread_mutex_lock(&ctx->mu);
     l->next = ctx->lingering;
     ctx->lingering = l;
     pthread_mutex_unlock(&ctx->mu);
@@ -904,7 +911,7 @@ static enum wait_outcome run_started(box_exec_ctx *ctx, run_state *st, session *
     if (!keep && outcome == WAIT_DONE && !s->persistent)
         linger(ctx, s, st->deadline_ms);
     else if (!keep)
-        init_forget(s);
+        init_forget(ctx, s);
     return outcome;
 }
 
@@ -953,7 +960,7 @@ int box_exec_run(json_t **out, box_exec_ctx *ctx, const box_exec_request *req) {
             r = fawn_err(FAWN_ENOMEM, "out of memory building the reply");
     } else if (s->init_pid) {
         init_kill_and_confirm(s);
-        init_forget(s);
+        init_forget(ctx, s);
     }
     pipes_close(&p);
     run_state_free(&st);
