@@ -218,7 +218,7 @@ static _Noreturn void child_fail(const launch *l, const char *what, const char *
 
 /* In the cloned child: becomes the sandbox's PID 1 and serves the box API.
  * Runs the box in this copy of the launcher rather than exec'ing a new one,
- * which is what makes a cold start cheap (see DESIGN notes in README). */
+ * which is what makes a cold start cheap (README, "What a sandbox is"). */
 static _Noreturn void child_main(launch *l) {
     char err[512] = "";
     go_msg go;
@@ -244,6 +244,7 @@ static _Noreturn void child_main(launch *l) {
     int order[] = {devnull, l->p->log_fd, l->p->log_fd, l->p->listen_fd, l->status[1], l->go[0]};
     if (!install_fds(order, ARRAY_LEN(order)))
         child_fail(l, "dup2", strerror(errno));
+    l->status[1] = 4;
     /* The parent placed this process in its cgroup meanwhile. */
     if (read(5, &go, sizeof go) != (ssize_t)sizeof go)
         _exit(1);
