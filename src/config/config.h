@@ -27,7 +27,7 @@ typedef struct fawn_env_var {
 typedef struct fawn_sandbox_limits {
     uint64_t memory_mb;     /* cgroup memory limit per sandbox (default 1024) */
     uint64_t pids;          /* cgroup pids limit per sandbox (default 512) */
-    uint64_t nproc;         /* RLIMIT_NPROC fallback (default 512) */
+    uint64_t nproc;         /* RLIMIT_NPROC of every command (default 512) */
     uint64_t open_files;    /* RLIMIT_NOFILE (default 1024) */
     uint64_t file_size_mb;  /* RLIMIT_FSIZE: largest file a command can write (default 1024) */
     uint64_t address_space_mb; /* RLIMIT_AS when no memory cgroup can be used (default 4096) */
