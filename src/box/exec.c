@@ -464,43 +464,30 @@ static bool is_plain_command(const char *cmd) {
     return true;
 }
 
-static int append_list(fbuf *b, char *const *list) {
-    for (size_t i = 0; list && list[i]; i++)
-        if (fbuf_append(b, list[i], strlen(list[i]) + 1) < 0)
-            return FAWN_E2BIG;
-    return fbuf_append(b, "", 1);
+static bool overridden(const char *entry, const box_exec_request *req) {
+    size_t name_len = strcspn(entry, "=");
+    for (size_t j = 0; j < req->n_env; j++)
+        if (strncmp(req->env[j], entry, name_len + 1) == 0)
+            return true;
+    return false;
 }
 
-/* Environment of one exec: the session's (or the base) plus request variables,
- * which replace same-named ones. Caller frees with box_env_free. */
-static char **exec_env(const box_exec_ctx *ctx, const session *s, const box_exec_request *req) {
-    char *const *base = s->env ? s->env : ctx->cfg.base_env;
-    size_t n = 0;
-    while (base && base[n])
-        n++;
-    char **env = calloc(n + req->n_env + 1, sizeof *env);
-    if (!env)
-        return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t name_len = strcspn(base[i], "=");
-        bool overridden = false;
-        for (size_t j = 0; j < req->n_env && !overridden; j++)
-            overridden = strncmp(req->env[j], base[i], name_len + 1) == 0;
-        if (!overridden && !(env[k++] = strdup(base[i])))
-            goto oom;
-    }
-    for (size_t j = 0; j < req->n_env; j++)
-        if (!(env[k++] = strdup(req->env[j])))
-            goto oom;
-    return env;
-oom:
-    box_env_free(env);
-    return NULL;
+/* Appends the environment of one exec: base entries (the session's, or the
+ * box's) that the request does not replace, then the request's, then the
+ * empty terminating entry. */
+static int append_env(fbuf *b, char *const *base, const box_exec_request *req) {
+    int r = 0;
+    for (size_t i = 0; r == 0 && base && base[i]; i++)
+        if (!overridden(base[i], req))
+            r = fbuf_append(b, base[i], strlen(base[i]) + 1);
+    for (size_t j = 0; r == 0 && j < req->n_env; j++)
+        r = fbuf_append(b, req->env[j], strlen(req->env[j]) + 1);
+    return r == 0 ? fbuf_append(b, "", 1) : r;
 }
 
 /* Payload of an exec message (see init.h). */
-static int build_payload(fbuf *b, const char *cwd, const char *command, bool direct, char **env) {
+static int build_payload(fbuf *b, const char *cwd, const char *command, bool direct,
+                         char *const *base_env, const box_exec_request *req) {
     int r = fbuf_append(b, cwd, strlen(cwd) + 1);
     if (r == 0)
         r = fbuf_append(b, command, strlen(command) + 1);
@@ -515,7 +502,7 @@ static int build_payload(fbuf *b, const char *cwd, const char *command, bool dir
     if (r == 0)
         r = fbuf_append(b, "", 1);
     if (r == 0)
-        r = append_list(b, env);
+        r = append_env(b, base_env, req);
     return r < 0 ? fawn_err(FAWN_E2BIG, "command and environment are too large") : 0;
 }
 
@@ -810,12 +797,9 @@ static int launch(box_exec_ctx *ctx, session *s, const box_exec_request *req, pi
     bool direct = !s->persistent && is_plain_command(req->command);
     uint32_t mode = s->persistent ? INIT_RUN_SESSION : direct ? INIT_RUN_DIRECT : INIT_RUN_SHELL;
     const char *cwd = req->cwd ? req->cwd : s->cwd ? s->cwd : DEFAULT_CWD;
-    char **env = exec_env(ctx, s, req);
-    if (!env)
-        return fawn_err(FAWN_ENOMEM, "out of memory");
     fbuf payload = {.limit = BOX_COMMAND_MAX + 2 * BOX_ENV_BYTES_MAX + 8192};
-    int r = build_payload(&payload, cwd, req->command, direct, env);
-    box_env_free(env);
+    int r = build_payload(&payload, cwd, req->command, direct, s->env ? s->env : ctx->cfg.base_env,
+                          req);
     if (r == 0 && s->init_pid == 0)
         r = start_init(ctx, s);
     if (r == 0)

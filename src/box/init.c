@@ -109,17 +109,18 @@ static void mount_own_proc(void) {
         die("mount /proc");
 }
 
-/* Makes a started command (and what it forks) the OOM killer's first pick,
- * never the box. Done from here once it has exec'd: only then is it
- * dumpable, so that its /proc files belong to the sandbox's uid. */
-static void raise_oom_score(pid_t pid) {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/oom_score_adj", (int)pid);
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    (void)!write(fd, "1000", 4);
-    close(fd);
+/* Makes the init, and so every command it starts, the OOM killer's first
+ * pick, never the box. The init is not dumpable, so its /proc files belong to
+ * the host's root: it turns dumpable for this one write, while nothing else
+ * runs in its namespace and no command can see it. */
+static void raise_oom_score(void) {
+    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)!write(fd, "1000", 4);
+        close(fd);
+    }
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 }
 
 static int setup_signals(void) {
@@ -267,8 +268,6 @@ static pid_t start_job(exec_job *j) {
     pid_t pid = vfork();
     if (pid == 0)
         exec_command(j);
-    if (pid > 0)
-        raise_oom_score(pid); /* vfork returns once the child has exec'd */
     return pid;
 }
 
@@ -353,6 +352,7 @@ _Noreturn void box_init_main(const box_init_setup *setup, int ctl_fd) {
     syscall(SYS_close_range, 4, ~0U, 0);
     ctl_fd = 3;
     mount_own_proc();
+    raise_oom_score();
     int sigfd = setup_signals();
     if (sigfd < 0)
         die("signalfd");
