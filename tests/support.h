@@ -3,10 +3,14 @@
 #ifndef FAWN_TESTS_SUPPORT_H
 #define FAWN_TESTS_SUPPORT_H
 
+#include <ctype.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static inline const char *or_empty(const char *s) { return s ? s : ""; }
 
@@ -36,6 +40,37 @@ static inline char *strf(const char *fmt, ...) {
     va_end(ap);
     assert_true(n >= 0);
     return s;
+}
+
+/* Counts the host's processes (other than this one) whose command line
+ * contains marker; *last gets the pid of one of them (when not NULL). */
+static inline int host_procs_with(const char *marker, pid_t *last) {
+    DIR *d = opendir("/proc");
+    assert_non_null(d);
+    int count = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!isdigit((unsigned char)e->d_name[0]) || atoi(e->d_name) == getpid())
+            continue;
+        char path[sizeof e->d_name + 16], buf[4096];
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        if (n <= 0)
+            continue;
+        for (ssize_t i = 0; i < n; i++)
+            if (buf[i] == '\0')
+                buf[i] = ' ';
+        buf[n] = '\0';
+        if (strstr(buf, marker)) {
+            count++;
+            if (last)
+                *last = atoi(e->d_name);
+        }
+    }
+    closedir(d);
+    return count;
 }
 
 #endif

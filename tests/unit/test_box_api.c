@@ -308,30 +308,7 @@ static char *host_read(const char *path) {
 }
 
 /* Host processes (other than this one) whose command line contains marker. */
-static int host_count_procs(const char *marker) {
-    DIR *d = opendir("/proc");
-    assert_non_null(d);
-    int count = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!isdigit((unsigned char)e->d_name[0]) || atoi(e->d_name) == getpid())
-            continue;
-        char path[sizeof e->d_name + 16];
-        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        char buf[4096];
-        ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-        if (n <= 0)
-            continue;
-        for (ssize_t i = 0; i < n; i++)
-            if (buf[i] == '\0')
-                buf[i] = ' ';
-        buf[n] = '\0';
-        if (strstr(buf, marker))
-            count++;
-    }
-    closedir(d);
-    return count;
-}
+static int host_count_procs(const char *marker) { return host_procs_with(marker, NULL); }
 
 /* Waits until no host process carries marker; true when that happened. */
 static bool host_procs_gone(const char *marker, int timeout_ms) {

@@ -184,28 +184,9 @@ static char *host_path(sbx_ctx *t, const char *thread, const char *rel) {
 
 /* The host pid of the one process whose command line contains marker, or 0. */
 static pid_t host_find_proc(const char *marker) {
-    DIR *d = opendir("/proc");
-    assert_non_null(d);
-    pid_t found = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!isdigit((unsigned char)e->d_name[0]) || atoi(e->d_name) == getpid())
-            continue;
-        char path[sizeof e->d_name + 16];
-        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        char buf[4096];
-        ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-        if (n <= 0)
-            continue;
-        for (ssize_t i = 0; i < n; i++)
-            if (buf[i] == '\0')
-                buf[i] = ' ';
-        buf[n] = '\0';
-        if (strstr(buf, marker))
-            found = atoi(e->d_name);
-    }
-    closedir(d);
-    return found;
+    pid_t pid = 0;
+    host_procs_with(marker, &pid);
+    return pid;
 }
 
 /* Waits until a process carrying marker exists; returns its pid. */
