@@ -5,7 +5,7 @@ BUILD ?= build
 BUILD_ASAN ?= build-asan
 BUILD_FUZZ ?= build-fuzz
 
-.PHONY: deps build run test unit escape fuzz bench clean
+.PHONY: deps build run test fuzz bench clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -29,7 +29,7 @@ fuzz: deps
 	@bash scripts/fuzz.sh $(BUILD_FUZZ) 60
 
 bench: build
-	@bash bench/sandbox $(BUILD)/fawn
+	@bash bench/sandbox $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ)
