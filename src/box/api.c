@@ -252,10 +252,10 @@ static void *idle_watch(void *arg) {
 static void on_stop_signal(int sig) { http_server_stop(); }
 
 static int open_roots(box_files *f) {
-    f->user_data_fd = open("/mnt/user-data", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (f->user_data_fd < 0)
+    f->roots.user_data_fd = open("/mnt/user-data", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (f->roots.user_data_fd < 0)
         return fawn_err_sys(FAWN_EIO, errno, "open /mnt/user-data");
-    f->skills_fd = open("/mnt/skills", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    f->roots.skills_fd = open("/mnt/skills", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     return 0;
 }
 

@@ -27,151 +27,6 @@
 #define STAGING_RANDOM_BYTES 8
 #define STAGING_ATTEMPTS 8
 
-/* ---- targets: a parsed virtual path and the directory fd of its root ---- */
-
-
-static const char *const rw_dirs[] = {"workspace", "uploads", "outputs"};
-
-static bool target_writable(const vpath *vp) {
-    for (size_t i = 0; i < ARRAY_LEN(rw_dirs); i++) {
-        if (vpath_in_dir(vp, rw_dirs[i]) && strcmp(vp->rel, rw_dirs[i]) != 0)
-            return true;
-    }
-    return false;
-}
-
-/* Parses path and picks its root fd. Writes are refused under /mnt/skills
- * and anywhere but inside the three read-write directories. */
-int files_target_resolve(target *t, const box_files *f, const char *path, bool for_write) {
-    int r = vpath_parse(&t->vp, path);
-    if (r < 0)
-        return r;
-    bool skills = t->vp.root == VPATH_ROOT_SKILLS;
-    snprintf(t->shown, sizeof t->shown, "%s%s%s", skills ? VPATH_SKILLS : VPATH_USER_DATA,
-             t->vp.rel[0] ? "/" : "", t->vp.rel);
-    if (skills && for_write)
-        return fawn_err(FAWN_EPERM, "%s is read-only: %s", VPATH_SKILLS, t->shown);
-    if (skills && f->skills_fd < 0)
-        return fawn_err(FAWN_ENOENT, "no such file or directory: %s", t->shown);
-    if (for_write && !target_writable(&t->vp))
-        return fawn_err(FAWN_EPERM,
-                        "writes are allowed only inside %s/workspace, uploads or outputs: %s",
-                        VPATH_USER_DATA, t->shown);
-    t->rootfd = skills ? f->skills_fd : f->user_data_fd;
-    return 0;
-}
-
-static const char *target_name(const target *t) {
-    const char *slash = strrchr(t->vp.rel, '/');
-    return slash ? slash + 1 : t->vp.rel;
-}
-
-/* Restates an fsx open failure with the virtual path instead of the relative one. */
-static int target_open_err(int code, const target *t) {
-    if (code == FAWN_ENOENT)
-        return fawn_err(code, "no such file or directory: %s", t->shown);
-    if (code == FAWN_EPERM)
-        return fawn_err(code, "access refused (outside its root, or through a symlink): %s",
-                        t->shown);
-    return code;
-}
-
-/* Stats t without opening it (O_PATH has no side effects on devices or FIFOs). */
-int files_target_stat(struct stat *st, const target *t) {
-    _cleanup_close_ int fd =
-        fsx_open_beneath(t->rootfd, t->vp.rel, O_PATH, 0, FSX_SYMLINKS_BENEATH);
-    if (fd < 0)
-        return target_open_err(fd, t);
-    if (fstat(fd, st) < 0)
-        return fawn_err_sys(FAWN_EIO, errno, "stat %s", t->shown);
-    return 0;
-}
-
-/* Opens t's regular file for reading: symlinks only beneath the root. Other
- * file types are refused before they are opened (no device side effects), and
- * again after, never blocking on a FIFO swapped in meanwhile nor acquiring a
- * controlling tty. Stores the fd and its stat. */
-int files_target_open_regular(int *fd_out, struct stat *st, const target *t) {
-    if (vpath_is_staging_name(target_name(t)))
-        return fawn_err(FAWN_ENOENT, "no such file or directory: %s", t->shown);
-    int r = files_target_stat(st, t);
-    if (r < 0)
-        return r;
-    if (!S_ISREG(st->st_mode))
-        return fawn_err(FAWN_EINVAL, "not a regular file: %s", t->shown);
-    _cleanup_close_ int fd = fsx_open_beneath(
-        t->rootfd, t->vp.rel, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0, FSX_SYMLINKS_BENEATH);
-    if (fd < 0)
-        return target_open_err(fd, t);
-    if (fstat(fd, st) < 0)
-        return fawn_err_sys(FAWN_EIO, errno, "stat %s", t->shown);
-    if (!S_ISREG(st->st_mode))
-        return fawn_err(FAWN_EINVAL, "not a regular file: %s", t->shown);
-    *fd_out = steal_fd(fd);
-    return 0;
-}
-
-int files_target_open_dir(int *fd_out, const target *t) {
-    _cleanup_close_ int pfd =
-        fsx_open_beneath(t->rootfd, t->vp.rel, O_PATH, 0, FSX_SYMLINKS_BENEATH);
-    if (pfd < 0)
-        return target_open_err(pfd, t);
-    struct stat st;
-    if (fstat(pfd, &st) < 0)
-        return fawn_err_sys(FAWN_EIO, errno, "stat %s", t->shown);
-    if (!S_ISDIR(st.st_mode))
-        return fawn_err(FAWN_EINVAL, "not a directory: %s", t->shown);
-    int fd = openat(pfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return fawn_err_sys(errno == EACCES ? FAWN_EPERM : FAWN_EIO, errno, "open %s", t->shown);
-    *fd_out = fd;
-    return 0;
-}
-
-/* Creates t's missing parent directories without following any symlink and
- * returns an fd of the parent. Staging names are reserved. */
-static int target_open_parent(int *fd_out, const target *t) {
-    const char *name = target_name(t);
-    if (vpath_is_staging_name(name))
-        return fawn_err(FAWN_EINVAL, "reserved file name: %s", t->shown);
-    char parent[VPATH_MAX];
-    size_t n = (size_t)(name - t->vp.rel) - 1; /* writable targets always have a parent */
-    memcpy(parent, t->vp.rel, n);
-    parent[n] = '\0';
-    int fd = fsx_mkdirs_beneath(t->rootfd, parent);
-    if (fd < 0)
-        return target_open_err(fd, t);
-    *fd_out = fd;
-    return 0;
-}
-
-/* A file that may be written over: regular, not a symlink, one link only (a
- * hard link planted to some other file must not be written through). */
-static int check_writable_stat(const struct stat *st, const char *shown) {
-    if (S_ISLNK(st->st_mode))
-        return fawn_err(FAWN_EPERM, "refusing to write through a symlink: %s", shown);
-    if (!S_ISREG(st->st_mode))
-        return fawn_err(FAWN_EINVAL, "not a regular file: %s", shown);
-    if (st->st_nlink != 1)
-        return fawn_err(FAWN_EPERM, "refusing to write to a file with several hard links: %s",
-                        shown);
-    return 0;
-}
-
-static int check_existing(bool *exists, mode_t *mode, int dirfd, const char *name,
-                          const char *shown) {
-    struct stat st;
-    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-        if (errno != ENOENT)
-            return fawn_err_sys(FAWN_EIO, errno, "stat %s", shown);
-        *exists = false;
-        return 0;
-    }
-    *exists = true;
-    *mode = st.st_mode;
-    return check_writable_stat(&st, shown);
-}
-
 int files_reply_set(json_t **out, json_t *v) {
     if (!v)
         return fawn_err(FAWN_ENOMEM, "building the reply failed");
@@ -348,7 +203,7 @@ static void read_note(char *note, size_t n, const read_scan *s, int64_t total) {
                  (unsigned long long)(READ_SCAN_MAX_BYTES >> 20));
 }
 
-static int read_reply(json_t **out, const target *t, const read_scan *s, uint64_t size,
+static int read_reply(json_t **out, const vpath_target *t, const read_scan *s, uint64_t size,
                       bool binary) {
     int64_t total = binary ? 0 : read_total_lines(s);
     int64_t end = binary || s->last_line == 0 ? s->start - 1 : s->last_line;
@@ -376,12 +231,12 @@ int box_file_read(json_t **out, const json_t *req, const box_files *f) {
     read_scan s = {0};
     const char *path = NULL;
     int r = read_opts_get(&s, &path, req, f);
-    target t;
-    if (r < 0 || (r = files_target_resolve(&t, f, path, false)) < 0)
+    vpath_target t;
+    if (r < 0 || (r = vpath_resolve(&t, &f->roots, path, false)) < 0)
         return r;
     struct stat st;
     _cleanup_close_ int fd = -1;
-    if ((r = files_target_open_regular(&fd, &st, &t)) < 0)
+    if ((r = vpath_open_regular(&fd, &st, &t)) < 0)
         return r;
     uint64_t size = (uint64_t)st.st_size;
     bool binary = false;
@@ -513,11 +368,11 @@ static int write_decode(const char **data, size_t *len, char **owned, const char
 }
 
 /* Atomic replace: a staging file in the same directory, renamed over the target. */
-static int write_replace(struct stat *st, int dirfd, const target *t, const char *data,
+static int write_replace(struct stat *st, int dirfd, const vpath_target *t, const char *data,
                          size_t len) {
     bool exists = false;
     mode_t mode = 0;
-    int r = check_existing(&exists, &mode, dirfd, target_name(t), t->shown);
+    int r = vpath_check_existing(&exists, &mode, dirfd, vpath_target_name(t), t->shown);
     staged s;
     if (r < 0 || (r = staged_open(&s, dirfd, VPATH_STAGING_WRITE_PREFIX, "")) < 0)
         return r;
@@ -526,12 +381,12 @@ static int write_replace(struct stat *st, int dirfd, const target *t, const char
     if (r == 0)
         r = fawn_write_all(s.fd, data, len);
     if (r == 0)
-        r = staged_commit(&s, st, target_name(t), true, t->shown);
+        r = staged_commit(&s, st, vpath_target_name(t), true, t->shown);
     staged_close(&s);
     return r;
 }
 
-static int write_open_err(int e, const target *t) {
+static int write_open_err(int e, const vpath_target *t) {
     if (e == ELOOP)
         return fawn_err(FAWN_EPERM, "refusing to write through a symlink: %s", t->shown);
     if (e == ENXIO || e == EISDIR || e == ENODEV)
@@ -541,8 +396,8 @@ static int write_open_err(int e, const target *t) {
     return fawn_err_sys(errno_code(e), e, "open %s", t->shown);
 }
 
-static int write_append(struct stat *st, int dirfd, const target *t, const char *data, size_t len) {
-    const char *name = target_name(t);
+static int write_append(struct stat *st, int dirfd, const vpath_target *t, const char *data, size_t len) {
+    const char *name = vpath_target_name(t);
     _cleanup_close_ int fd =
         openat(dirfd, name, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT)
@@ -552,7 +407,7 @@ static int write_append(struct stat *st, int dirfd, const target *t, const char 
         return write_open_err(errno, t);
     if (fstat(fd, st) < 0)
         return fawn_err_sys(FAWN_EIO, errno, "stat %s", t->shown);
-    int r = check_writable_stat(st, t->shown);
+    int r = vpath_check_writable(st, t->shown);
     if (r == 0)
         r = fawn_write_all(fd, data, len);
     if (r == 0 && fstat(fd, st) < 0)
@@ -575,9 +430,9 @@ int box_file_write(json_t **out, const json_t *req, const box_files *f) {
     _cleanup_free_ char *owned = NULL;
     if ((r = write_decode(&data, &len, &owned, content, encoding, f->limits.write_max_bytes)) < 0)
         return r;
-    target t;
+    vpath_target t;
     _cleanup_close_ int dirfd = -1;
-    if ((r = files_target_resolve(&t, f, path, true)) < 0 || (r = target_open_parent(&dirfd, &t)) < 0)
+    if ((r = vpath_resolve(&t, &f->roots, path, true)) < 0 || (r = vpath_open_parent(&dirfd, &t)) < 0)
         return r;
     struct stat st;
     r = append ? write_append(&st, dirfd, &t, data, len) : write_replace(&st, dirfd, &t, data, len);
@@ -757,7 +612,7 @@ static int cmp_tree(const void *a, const void *b) {
 }
 
 static json_t *list_entry_json(const list_entry *e, const char *shown) {
-    char path[SHOWN_MAX];
+    char path[VPATH_SHOWN_MAX];
     if (snprintf(path, sizeof path, "%s/%s", shown, e->rel) >= (int)sizeof path)
         return NULL; /* cannot happen: list_push keeps rel within files_rel_room */
     const char *slash = strrchr(e->rel, '/');
@@ -765,7 +620,7 @@ static json_t *list_entry_json(const list_entry *e, const char *shown) {
                      "type", e->type, "size", (json_int_t)e->size);
 }
 
-static int list_reply(json_t **out, list_state *ls, const target *t, size_t max_entries) {
+static int list_reply(json_t **out, list_state *ls, const vpath_target *t, size_t max_entries) {
     if (ls->n > 1)
         qsort(ls->v, ls->n, sizeof *ls->v, cmp_tree);
     json_t *entries = json_array();
@@ -788,9 +643,9 @@ int box_file_list(json_t **out, const json_t *req, const box_files *f) {
         (r = fjson_get_string(&path, req, "path", true)) < 0 ||
         (r = fjson_get_int(&max_depth, req, "max_depth", false, 1, LIST_MAX_DEPTH)) < 0)
         return r;
-    target t;
+    vpath_target t;
     _cleanup_close_ int dirfd = -1;
-    if ((r = files_target_resolve(&t, f, path, false)) < 0 || (r = files_target_open_dir(&dirfd, &t)) < 0)
+    if ((r = vpath_resolve(&t, &f->roots, path, false)) < 0 || (r = vpath_open_dir(&dirfd, &t)) < 0)
         return r;
     list_state ls = {.budget = WALK_MAX_VISITS, .room = files_rel_room(t.shown)};
     r = list_dir(&ls, dirfd, "", 1, (int)max_depth);
@@ -837,14 +692,14 @@ int box_file_upload_stream(json_t **out, const box_files *f, const char *path, b
     if ((uint64_t)content_length > f->limits.upload_max_bytes)
         return fawn_err(FAWN_E2BIG, "upload of %lld bytes is over the %zu-byte limit",
                         (long long)content_length, f->limits.upload_max_bytes);
-    target t;
+    vpath_target t;
     _cleanup_close_ int dirfd = -1;
     int r;
-    if ((r = files_target_resolve(&t, f, path, true)) < 0 || (r = target_open_parent(&dirfd, &t)) < 0)
+    if ((r = vpath_resolve(&t, &f->roots, path, true)) < 0 || (r = vpath_open_parent(&dirfd, &t)) < 0)
         return r;
     bool exists = false;
     mode_t mode = 0;
-    if ((r = check_existing(&exists, &mode, dirfd, target_name(&t), t.shown)) < 0)
+    if ((r = vpath_check_existing(&exists, &mode, dirfd, vpath_target_name(&t), t.shown)) < 0)
         return r;
     if (exists && !overwrite)
         return fawn_err(FAWN_EEXIST, "already exists: %s (pass overwrite=true to replace it)",
@@ -856,7 +711,7 @@ int box_file_upload_stream(json_t **out, const box_files *f, const char *path, b
     struct stat st;
     r = upload_copy(sha, s.fd, (uint64_t)content_length, read_body, ctx);
     if (r == 0)
-        r = staged_commit(&s, &st, target_name(&t), overwrite, t.shown);
+        r = staged_commit(&s, &st, vpath_target_name(&t), overwrite, t.shown);
     staged_close(&s);
     if (r < 0)
         return r;
@@ -865,11 +720,11 @@ int box_file_upload_stream(json_t **out, const box_files *f, const char *path, b
 }
 
 int box_file_download_open(int *fd_out, uint64_t *size_out, const box_files *f, const char *path) {
-    target t;
+    vpath_target t;
     struct stat st;
     _cleanup_close_ int fd = -1;
     int r;
-    if ((r = files_target_resolve(&t, f, path, false)) < 0 || (r = files_target_open_regular(&fd, &st, &t)) < 0)
+    if ((r = vpath_resolve(&t, &f->roots, path, false)) < 0 || (r = vpath_open_regular(&fd, &st, &t)) < 0)
         return r;
     if ((uint64_t)st.st_size > f->limits.download_max_bytes)
         return fawn_err(FAWN_E2BIG, "%s is %lld bytes, over the %zu-byte download limit", t.shown,

@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "box/http.h"
+#include "paths/paths.h"
 
 typedef struct box_file_limits {
     size_t read_max_bytes;     /* bytes of content a read returns before cutting (default 1 MiB) */
@@ -27,8 +28,7 @@ typedef struct box_file_limits {
 box_file_limits box_file_limits_default(void);
 
 typedef struct box_files {
-    int user_data_fd; /* O_DIRECTORY fd of /mnt/user-data */
-    int skills_fd;    /* O_DIRECTORY fd of /mnt/skills, or -1 when absent */
+    vpath_roots roots; /* /mnt/user-data and /mnt/skills (or -1) */
     box_file_limits limits;
 } box_files;
 

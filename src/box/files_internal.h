@@ -17,14 +17,7 @@
 
 /* A NUL byte in this many leading bytes marks a file as binary (git's and grep's heuristic). */
 #define FILES_SNIFF_BYTES 8192
-/* A virtual path as shown to clients: root, '/', rel. */
-#define SHOWN_MAX (VPATH_MAX + sizeof VPATH_USER_DATA + 1)
 
-typedef struct target {
-    vpath vp;
-    int rootfd;
-    char shown[SHOWN_MAX];
-} target;
 
 typedef bool (*name_filter)(const char *name);
 
@@ -33,16 +26,6 @@ typedef struct names {
     size_t n, cap;
 } names;
 
-/* Parses path and picks its root fd. Writes are refused under /mnt/skills
- * and anywhere but inside the three read-write directories. */
-int files_target_resolve(target *t, const box_files *f, const char *path, bool for_write);
-/* Stats t without opening it (no side effects on devices or FIFOs). */
-int files_target_stat(struct stat *st, const target *t);
-/* Opens t's regular file for reading (symlinks only beneath the root; other
- * file types refused before and after opening). Stores the fd and its stat. */
-int files_target_open_regular(int *fd_out, struct stat *st, const target *t);
-/* Opens t's directory (symlinks only beneath the root). */
-int files_target_open_dir(int *fd_out, const target *t);
 /* Stores v in *out, or FAWN_ENOMEM when v is NULL. */
 int files_reply_set(json_t **out, json_t *v);
 /* Length of the valid UTF-8 character at s (at most n bytes), or 0. */

@@ -210,7 +210,7 @@ static int glob_visit(walker *w, int dirfd, const char *name, const struct stat 
         g->truncated = w->stop = true;
         return 0;
     }
-    char path[SHOWN_MAX];
+    char path[VPATH_SHOWN_MAX];
     snprintf(path, sizeof path, "%s/%s", g->base, w->rel);
     if (json_array_append_new(g->matches, json_string(path)) < 0)
         return fawn_err(FAWN_ENOMEM, "out of memory collecting matches");
@@ -229,10 +229,10 @@ int box_file_glob(json_t **out, const json_t *req, const box_files *f) {
         (r = fjson_get_int(&max_results, req, "max_results", false, INT64_MIN, INT64_MAX)) < 0)
         return r;
     __attribute__((cleanup(glob_pat_free))) glob_pat pat = {0};
-    target t;
+    vpath_target t;
     _cleanup_close_ int dirfd = -1;
     if ((r = glob_pat_parse(&pat, pattern, "pattern")) < 0 ||
-        (r = files_target_resolve(&t, f, path, false)) < 0 || (r = files_target_open_dir(&dirfd, &t)) < 0)
+        (r = vpath_resolve(&t, &f->roots, path, false)) < 0 || (r = vpath_open_dir(&dirfd, &t)) < 0)
         return r;
     glob_run g = {.matches = json_array(),
                   .include_dirs = include_dirs,
@@ -418,7 +418,7 @@ static int grep_visit(walker *w, int dirfd, const char *name, const struct stat 
         openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0)
         return 0;
-    char path[SHOWN_MAX];
+    char path[VPATH_SHOWN_MAX];
     snprintf(path, sizeof path, "%s/%s", g->base, w->rel);
     int r = grep_fd(g, fd, path);
     w->stop = g->stop;
@@ -436,16 +436,16 @@ static int grep_filter_parse(glob_pat *pat, const char *glob) {
     return glob_pat_parse(pat, glob[0] ? anywhere : glob, "glob");
 }
 
-static int grep_search(grep_run *g, const target *t, const glob_pat *filter) {
+static int grep_search(grep_run *g, const vpath_target *t, const glob_pat *filter) {
     struct stat st;
-    int r = files_target_stat(&st, t);
+    int r = vpath_stat(&st, t);
     _cleanup_close_ int fd = -1;
     if (r == 0 && S_ISREG(st.st_mode)) {
-        if ((r = files_target_open_regular(&fd, &st, t)) < 0)
+        if ((r = vpath_open_regular(&fd, &st, t)) < 0)
             return r;
         return grep_fd(g, fd, t->shown);
     }
-    if (r < 0 || (r = files_target_open_dir(&fd, t)) < 0)
+    if (r < 0 || (r = vpath_open_dir(&fd, t)) < 0)
         return r;
     walker w;
     walker_init(&w, filter, grep_visit, g, t->shown);
@@ -471,10 +471,10 @@ int box_file_grep(json_t **out, const json_t *req, const box_files *f) {
     __attribute__((cleanup(grep_run_free)))
     grep_run g = {.max = results_max(max_results, GREP_DEFAULT_RESULTS, f->limits.grep_max_results),
                   .bytes_left = GREP_MAX_TOTAL_BYTES};
-    target t;
+    vpath_target t;
     if ((glob && (r = grep_filter_parse(&filter, glob)) < 0) ||
         (r = grep_compile(&g, pattern, literal, case_sensitive)) < 0 ||
-        (r = files_target_resolve(&t, f, path, false)) < 0)
+        (r = vpath_resolve(&t, &f->roots, path, false)) < 0)
         return r;
     g.base = t.shown;
     g.matches = json_array();

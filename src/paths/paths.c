@@ -1,8 +1,13 @@
 #include "paths.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/base.h"
+#include "base/fsx.h"
 
 
 static bool char_refused(unsigned char c) { return c < 0x20 || c == 0x7f || c == '\\'; }
@@ -174,4 +179,151 @@ bool vpath_is_staging_name(const char *name) {
     size_t pre = strlen(VPATH_STAGING_UPLOAD_PREFIX), suf = strlen(VPATH_STAGING_UPLOAD_SUFFIX);
     return n >= pre + suf && has_prefix(name, VPATH_STAGING_UPLOAD_PREFIX) &&
            strcmp(name + n - suf, VPATH_STAGING_UPLOAD_SUFFIX) == 0;
+}
+
+/* ---- confinement: virtual paths opened beneath their root's directory fd ---- */
+
+
+
+/* The directories a write may land in. */
+static const char *const rw_dirs[] = {"workspace", "uploads", "outputs"};
+
+static bool writable(const vpath *vp) {
+    for (size_t i = 0; i < ARRAY_LEN(rw_dirs); i++) {
+        if (vpath_in_dir(vp, rw_dirs[i]) && strcmp(vp->rel, rw_dirs[i]) != 0)
+            return true;
+    }
+    return false;
+}
+
+/* Parses path and picks its root fd. Writes are refused under /mnt/skills
+ * and anywhere but inside the three read-write directories. */
+int vpath_resolve(vpath_target *t, const vpath_roots *roots, const char *path, bool for_write) {
+    int r = vpath_parse(&t->vp, path);
+    if (r < 0)
+        return r;
+    bool skills = t->vp.root == VPATH_ROOT_SKILLS;
+    snprintf(t->shown, sizeof t->shown, "%s%s%s", skills ? VPATH_SKILLS : VPATH_USER_DATA,
+             t->vp.rel[0] ? "/" : "", t->vp.rel);
+    if (skills && for_write)
+        return fawn_err(FAWN_EPERM, "%s is read-only: %s", VPATH_SKILLS, t->shown);
+    if (skills && roots->skills_fd < 0)
+        return fawn_err(FAWN_ENOENT, "no such file or directory: %s", t->shown);
+    if (for_write && !writable(&t->vp))
+        return fawn_err(FAWN_EPERM,
+                        "writes are allowed only inside %s/workspace, uploads or outputs: %s",
+                        VPATH_USER_DATA, t->shown);
+    t->rootfd = skills ? roots->skills_fd : roots->user_data_fd;
+    return 0;
+}
+
+const char *vpath_target_name(const vpath_target *t) {
+    const char *slash = strrchr(t->vp.rel, '/');
+    return slash ? slash + 1 : t->vp.rel;
+}
+
+/* Restates an fsx open failure with the virtual path instead of the relative one. */
+static int open_err(int code, const vpath_target *t) {
+    if (code == FAWN_ENOENT)
+        return fawn_err(code, "no such file or directory: %s", t->shown);
+    if (code == FAWN_EPERM)
+        return fawn_err(code, "access refused (outside its root, or through a symlink): %s",
+                        t->shown);
+    return code;
+}
+
+/* Stats t without opening it (O_PATH has no side effects on devices or FIFOs). */
+int vpath_stat(struct stat *st, const vpath_target *t) {
+    _cleanup_close_ int fd =
+        fsx_open_beneath(t->rootfd, t->vp.rel, O_PATH, 0, FSX_SYMLINKS_BENEATH);
+    if (fd < 0)
+        return open_err(fd, t);
+    if (fstat(fd, st) < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "stat %s", t->shown);
+    return 0;
+}
+
+/* Opens t's regular file for reading: symlinks only beneath the root. Other
+ * file types are refused before they are opened (no device side effects), and
+ * again after, never blocking on a FIFO swapped in meanwhile nor acquiring a
+ * controlling tty. Stores the fd and its stat. */
+int vpath_open_regular(int *fd_out, struct stat *st, const vpath_target *t) {
+    if (vpath_is_staging_name(vpath_target_name(t)))
+        return fawn_err(FAWN_ENOENT, "no such file or directory: %s", t->shown);
+    int r = vpath_stat(st, t);
+    if (r < 0)
+        return r;
+    if (!S_ISREG(st->st_mode))
+        return fawn_err(FAWN_EINVAL, "not a regular file: %s", t->shown);
+    _cleanup_close_ int fd = fsx_open_beneath(
+        t->rootfd, t->vp.rel, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0, FSX_SYMLINKS_BENEATH);
+    if (fd < 0)
+        return open_err(fd, t);
+    if (fstat(fd, st) < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "stat %s", t->shown);
+    if (!S_ISREG(st->st_mode))
+        return fawn_err(FAWN_EINVAL, "not a regular file: %s", t->shown);
+    *fd_out = steal_fd(fd);
+    return 0;
+}
+
+int vpath_open_dir(int *fd_out, const vpath_target *t) {
+    _cleanup_close_ int pfd =
+        fsx_open_beneath(t->rootfd, t->vp.rel, O_PATH, 0, FSX_SYMLINKS_BENEATH);
+    if (pfd < 0)
+        return open_err(pfd, t);
+    struct stat st;
+    if (fstat(pfd, &st) < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "stat %s", t->shown);
+    if (!S_ISDIR(st.st_mode))
+        return fawn_err(FAWN_EINVAL, "not a directory: %s", t->shown);
+    int fd = openat(pfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return fawn_err_sys(errno == EACCES ? FAWN_EPERM : FAWN_EIO, errno, "open %s", t->shown);
+    *fd_out = fd;
+    return 0;
+}
+
+/* Creates t's missing parent directories without following any symlink and
+ * returns an fd of the parent. Staging names are reserved. */
+int vpath_open_parent(int *fd_out, const vpath_target *t) {
+    const char *name = vpath_target_name(t);
+    if (vpath_is_staging_name(name))
+        return fawn_err(FAWN_EINVAL, "reserved file name: %s", t->shown);
+    char parent[VPATH_MAX];
+    size_t n = (size_t)(name - t->vp.rel) - 1; /* writable targets always have a parent */
+    memcpy(parent, t->vp.rel, n);
+    parent[n] = '\0';
+    int fd = fsx_mkdirs_beneath(t->rootfd, parent);
+    if (fd < 0)
+        return open_err(fd, t);
+    *fd_out = fd;
+    return 0;
+}
+
+/* A file that may be written over: regular, not a symlink, one link only (a
+ * hard link planted to some other file must not be written through). */
+int vpath_check_writable(const struct stat *st, const char *shown) {
+    if (S_ISLNK(st->st_mode))
+        return fawn_err(FAWN_EPERM, "refusing to write through a symlink: %s", shown);
+    if (!S_ISREG(st->st_mode))
+        return fawn_err(FAWN_EINVAL, "not a regular file: %s", shown);
+    if (st->st_nlink != 1)
+        return fawn_err(FAWN_EPERM, "refusing to write to a file with several hard links: %s",
+                        shown);
+    return 0;
+}
+
+int vpath_check_existing(bool *exists, mode_t *mode, int dirfd, const char *name,
+                          const char *shown) {
+    struct stat st;
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+        if (errno != ENOENT)
+            return fawn_err_sys(FAWN_EIO, errno, "stat %s", shown);
+        *exists = false;
+        return 0;
+    }
+    *exists = true;
+    *mode = st.st_mode;
+    return vpath_check_writable(&st, shown);
 }

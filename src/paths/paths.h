@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/stat.h>
 
 #define VPATH_USER_DATA "/mnt/user-data"
 #define VPATH_SKILLS "/mnt/skills"
@@ -60,5 +61,62 @@ bool vpath_name_valid(const char *name);
 /* True for names fawn itself uses for staging files (".upload-*.part",
  * ".fawn-tmp-*"); they are hidden from listings and never served. */
 bool vpath_is_staging_name(const char *name);
+
+/* ---- confinement: the one place a virtual path is opened ----
+ * A virtual path is resolved against the directory fds of its roots (inside
+ * a sandbox: /mnt/user-data and /mnt/skills; on the host: a thread's
+ * user-data directory and the skills directory) and opened with
+ * fsx_open_beneath, so the kernel keeps every open beneath its root. */
+
+typedef struct vpath_roots {
+    int user_data_fd; /* O_DIRECTORY fd of the user-data root */
+    int skills_fd;    /* O_DIRECTORY fd of the skills root, or -1 when there is none */
+} vpath_roots;
+
+/* A virtual path as shown to clients: root, '/', rel. */
+#define VPATH_SHOWN_MAX (VPATH_MAX + sizeof VPATH_USER_DATA + 1)
+
+typedef struct vpath_target {
+    vpath vp;
+    int rootfd;                   /* the root's fd (borrowed from vpath_roots) */
+    char shown[VPATH_SHOWN_MAX];  /* the normalized virtual path, for messages */
+} vpath_target;
+
+/* Parses path and picks its root. With for_write, refuses (FAWN_EPERM)
+ * /mnt/skills and anything but paths inside workspace/, uploads/ or
+ * outputs/ (not those directories themselves). FAWN_ENOENT for /mnt/skills
+ * when there is no skills root; parse errors as vpath_parse. */
+int vpath_resolve(vpath_target *t, const vpath_roots *roots, const char *path, bool for_write);
+
+/* The last component of t ("" for a root). */
+const char *vpath_target_name(const vpath_target *t);
+
+/* Stats t without opening it (no side effects on devices or FIFOs); symlinks
+ * are followed only while they stay beneath the root. */
+int vpath_stat(struct stat *st, const vpath_target *t);
+
+/* Opens t's regular file for reading (symlinks only beneath the root). Other
+ * file types are refused (FAWN_EINVAL) before they are opened and again
+ * after, never blocking on a FIFO nor acquiring a controlling tty; staging
+ * names are FAWN_ENOENT. Stores the fd (caller closes) and its stat. */
+int vpath_open_regular(int *fd_out, struct stat *st, const vpath_target *t);
+
+/* Opens t's directory for reading (symlinks only beneath the root);
+ * FAWN_EINVAL when it is not a directory. Caller closes *fd_out. */
+int vpath_open_dir(int *fd_out, const vpath_target *t);
+
+/* Creates t's missing parent directories without following any symlink and
+ * opens the parent (caller closes). Staging names are refused (FAWN_EINVAL). */
+int vpath_open_parent(int *fd_out, const vpath_target *t);
+
+/* Whether an existing file may be written over: FAWN_EPERM for a symlink or
+ * a file with several hard links (one planted to a file elsewhere),
+ * FAWN_EINVAL for anything but a regular file. */
+int vpath_check_writable(const struct stat *st, const char *shown);
+
+/* Looks up name in dirfd without following it: *exists tells whether it is
+ * there, *mode its type, and an existing one must pass vpath_check_writable. */
+int vpath_check_existing(bool *exists, mode_t *mode, int dirfd, const char *name,
+                         const char *shown);
 
 #endif

@@ -108,8 +108,8 @@ static int setup(void **state) {
         host_mkdir(x, dirs[i]);
     host_puts(x, "skills/demo/SKILL.md", "# demo skill\n");
     host_puts(x, "outside/secret.txt", "TOP SECRET\n");
-    x->f.user_data_fd = openat(x->rootfd, "user-data", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    x->f.skills_fd = openat(x->rootfd, "skills", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    x->f.roots.user_data_fd = openat(x->rootfd, "user-data", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    x->f.roots.skills_fd = openat(x->rootfd, "skills", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     x->f.limits = box_file_limits_default();
     *state = x;
     alarm(HANG_GUARD_S);
@@ -123,9 +123,9 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 static int teardown(void **state) {
     fx *x = *state;
     alarm(0);
-    close(x->f.user_data_fd);
-    if (x->f.skills_fd >= 0)
-        close(x->f.skills_fd);
+    close(x->f.roots.user_data_fd);
+    if (x->f.roots.skills_fd >= 0)
+        close(x->f.roots.skills_fd);
     close(x->rootfd);
     nftw(x->root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     free(x);
@@ -426,8 +426,8 @@ static void test_read_skills(void **state) {
     assert_string_equal(S(o, "content"), "# demo skill\n");
     assert_string_equal(S(o, "path"), "/mnt/skills/demo/SKILL.md");
     json_decref(o);
-    close(x->f.skills_fd);
-    x->f.skills_fd = -1;
+    close(x->f.roots.skills_fd);
+    x->f.roots.skills_fd = -1;
     refused(FAWN_ENOENT, box_file_read, x, J("{s:s}", "path", "/mnt/skills/demo/SKILL.md"));
 }
 
