@@ -396,7 +396,8 @@ static int write_open_err(int e, const vpath_target *t) {
     return fawn_err_sys(errno_code(e), e, "open %s", t->shown);
 }
 
-static int write_append(struct stat *st, int dirfd, const vpath_target *t, const char *data, size_t len) {
+static int write_append(struct stat *st, int dirfd, const vpath_target *t, const char *data,
+                        size_t len) {
     const char *name = vpath_target_name(t);
     _cleanup_close_ int fd =
         openat(dirfd, name, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
@@ -432,7 +433,8 @@ int box_file_write(json_t **out, const json_t *req, const box_files *f) {
         return r;
     vpath_target t;
     _cleanup_close_ int dirfd = -1;
-    if ((r = vpath_resolve(&t, &f->roots, path, true)) < 0 || (r = vpath_open_parent(&dirfd, &t)) < 0)
+    if ((r = vpath_resolve(&t, &f->roots, path, true)) < 0 ||
+        (r = vpath_open_parent(&dirfd, &t)) < 0)
         return r;
     struct stat st;
     r = append ? write_append(&st, dirfd, &t, data, len) : write_replace(&st, dirfd, &t, data, len);
@@ -538,7 +540,8 @@ typedef struct list_state {
 } list_state;
 
 static bool list_keep(const char *name) {
-    return files_name_addressable(name) && strcmp(name, ".git") != 0 && strcmp(name, "node_modules") != 0;
+    return files_name_addressable(name) && strcmp(name, ".git") != 0 &&
+           strcmp(name, "node_modules") != 0;
 }
 
 static const char *list_type(mode_t mode) {
@@ -645,7 +648,8 @@ int box_file_list(json_t **out, const json_t *req, const box_files *f) {
         return r;
     vpath_target t;
     _cleanup_close_ int dirfd = -1;
-    if ((r = vpath_resolve(&t, &f->roots, path, false)) < 0 || (r = vpath_open_dir(&dirfd, &t)) < 0)
+    if ((r = vpath_resolve(&t, &f->roots, path, false)) < 0 ||
+        (r = vpath_open_dir(&dirfd, &t)) < 0)
         return r;
     list_state ls = {.budget = WALK_MAX_VISITS, .room = files_rel_room(t.shown)};
     r = list_dir(&ls, dirfd, "", 1, (int)max_depth);
@@ -695,7 +699,8 @@ int box_file_upload_stream(json_t **out, const box_files *f, const char *path, b
     vpath_target t;
     _cleanup_close_ int dirfd = -1;
     int r;
-    if ((r = vpath_resolve(&t, &f->roots, path, true)) < 0 || (r = vpath_open_parent(&dirfd, &t)) < 0)
+    if ((r = vpath_resolve(&t, &f->roots, path, true)) < 0 ||
+        (r = vpath_open_parent(&dirfd, &t)) < 0)
         return r;
     bool exists = false;
     mode_t mode = 0;
@@ -724,7 +729,8 @@ int box_file_download_open(int *fd_out, uint64_t *size_out, const box_files *f, 
     struct stat st;
     _cleanup_close_ int fd = -1;
     int r;
-    if ((r = vpath_resolve(&t, &f->roots, path, false)) < 0 || (r = vpath_open_regular(&fd, &st, &t)) < 0)
+    if ((r = vpath_resolve(&t, &f->roots, path, false)) < 0 ||
+        (r = vpath_open_regular(&fd, &st, &t)) < 0)
         return r;
     if ((uint64_t)st.st_size > f->limits.download_max_bytes)
         return fawn_err(FAWN_E2BIG, "%s is %lld bytes, over the %zu-byte download limit", t.shown,
