@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/capability.h>
 #include <poll.h>
 #include <sched.h>
@@ -227,6 +228,44 @@ static int build_session_script(exec_job *j) {
 
 static const char *shell_path(void) { return access("/bin/bash", X_OK) == 0 ? "/bin/bash" : "/bin/sh"; }
 
+/* The command's PATH (not this process's), or the shell's default. */
+static const char *path_of(char *const *envp) {
+    for (size_t i = 0; envp[i]; i++)
+        if (strncmp(envp[i], "PATH=", 5) == 0)
+            return envp[i] + 5;
+    return "/usr/bin:/bin";
+}
+
+/* execve()s argv[0] as bash would find it: as given when it holds a '/',
+ * else in each directory of the command's PATH. Returns only on failure,
+ * with errno ENOENT when nothing was found (EACCES when something was found
+ * but could not be run). Allocation-free: runs in a vfork child. */
+static void exec_in_path(char *const *argv, char *const *envp) {
+    if (strchr(argv[0], '/')) {
+        execve(argv[0], argv, envp);
+        return;
+    }
+    bool denied = false;
+    char candidate[PATH_MAX];
+    size_t name_len = strlen(argv[0]);
+    for (const char *dir = path_of(envp); ; dir++) {
+        size_t len = strcspn(dir, ":");
+        const char *d = len ? dir : "."; /* an empty entry means the cwd */
+        size_t dlen = len ? len : 1;
+        if (dlen + 1 + name_len < sizeof candidate) {
+            memcpy(candidate, d, dlen);
+            candidate[dlen] = '/';
+            memcpy(candidate + dlen + 1, argv[0], name_len + 1);
+            execve(candidate, argv, envp);
+            denied |= errno == EACCES;
+        }
+        dir += len;
+        if (*dir == '\0')
+            break;
+    }
+    errno = denied ? EACCES : ENOENT;
+}
+
 /* In the command's process: never returns. */
 static _Noreturn void exec_command(exec_job *j) {
     sigset_t none;
@@ -246,7 +285,7 @@ static _Noreturn void exec_command(exec_job *j) {
     if (chdir(j->cwd) < 0 && chdir(DEFAULT_CWD) < 0 && chdir("/") < 0)
         _exit(125);
     if (j->mode == INIT_RUN_DIRECT) {
-        execvpe(j->argv[0], j->argv, j->envp);
+        exec_in_path(j->argv, j->envp);
         int e = errno;
         dprintf(2, "%s: %s\n", j->argv[0], e == ENOENT ? "command not found" : strerror(e));
         _exit(e == ENOENT ? 127 : 126);

@@ -523,6 +523,17 @@ static void test_exec_env_and_cwd(void **state) {
     r = exec_body(t, json_pack("{s:s, s:s}", "command", "pwd", "cwd", "/mnt/user-data/outputs"));
     assert_string_equal(jstr(r, "stdout"), "/mnt/user-data/outputs\n");
     json_decref(r);
+    /* Commands are found in the command's PATH, with or without a shell:
+     * "ls" alone runs without one, "ls;" with one. */
+    const char *forms[] = {"ls", "ls;"};
+    for (size_t i = 0; i < ARRAY_LEN(forms); i++) {
+        r = exec_body(t, json_pack("{s:s, s:{s:s}}", "command", forms[i], "env", "PATH", "/nowhere"));
+        assert_int_equal(jint(r, "exit_code"), 127);
+        json_decref(r);
+        r = exec_body(t, json_pack("{s:s, s:{s:s}}", "command", forms[i], "env", "PATH", "/usr/bin"));
+        assert_int_equal(jint(r, "exit_code"), 0);
+        json_decref(r);
+    }
 }
 
 /* A cwd that does not exist (or is not a directory) is not an error: the
