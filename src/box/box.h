@@ -6,7 +6,9 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <limits.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "box/exec.h"
 #include "box/files.h"
@@ -44,5 +46,73 @@ typedef struct box_serve_opts {
 /* Runs the box until shutdown (API, SIGTERM, or idle exit). Returns 0 or a
  * negative FAWN_E* code when it could not start. */
 int box_serve(const box_serve_opts *opts);
+
+/* ---- isolation: building a sandbox's world ----
+ * Called by a launcher in a child freshly cloned into new user, mount, pid,
+ * ipc, uts (and, for network "none", net) namespaces, before it becomes the
+ * box. Only system calls run there, so it is safe right after clone(). */
+
+typedef struct box_mount_plan {
+    const char *workspace;  /* host directories, opened in the child's mount namespace */
+    const char *uploads;
+    const char *outputs;
+    const char *skills;     /* missing: /mnt/skills stays an empty read-only dir */
+    const char *etc;        /* the prepared /etc (box_etc_prepare) */
+    bool network_none;  /* bring up loopback in the new net namespace; keep host resolv.conf out */
+    uint64_t tmp_size_mb;
+} box_mount_plan;
+
+/* The plan's directories, opened by the child while it still has the
+ * launcher's host identity (the sandbox's own uid may not be able to reach
+ * them), before the root tmpfs covers /tmp (where $FAWN_HOME may live). */
+typedef struct box_host_dirs {
+    int workspace, uploads, outputs, skills; /* skills may be -1 */
+    int etc;
+} box_host_dirs;
+
+/* Opens the plan's directories (no symlink as last component). Returns 0, or
+ * -1 with a message in err. */
+int box_isolate_open_dirs(box_host_dirs *out, const box_mount_plan *plan, char *err, size_t errsz);
+
+/* Turns the calling process (PID 1 of new namespaces, with its uid/gid maps
+ * already written) into the sandbox: private mounts, a read-only tmpfs root
+ * with read-only system directories, the prepared /etc, the thread's
+ * user-data read-write (nosuid, nodev), skills read-only, private /tmp and
+ * /dev/shm, a fresh /proc, a minimal /dev, pivot_root, hostname "sandbox",
+ * loopback up. On failure writes a message to err (size errsz) and returns
+ * -1; the caller must then exit. */
+int box_isolate_enter(const box_mount_plan *plan, const box_host_dirs *dirs, char *err,
+                      size_t errsz);
+
+/* Writes "0 outer 1" maps for pid. Called by a privileged parent mapping to
+ * another uid (setgroups stays allowed so the child can drop the parent's
+ * supplementary groups), or by an unprivileged child itself with pid 0
+ * ("self"), which the kernel only allows with setgroups denied first.
+ * Returns 0 or -errno. */
+int box_write_id_maps(pid_t pid, uid_t outer_uid, gid_t outer_gid, bool deny_setgroups);
+
+/* Brings up the loopback interface of the calling thread's network
+ * namespace (nothing to do when it is up). Returns 0 or -1 with errno. */
+int box_isolate_loopback_up(void);
+
+/* ---- the sandbox's /etc ----
+ * A directory the launcher prepares on the host once per set of sources,
+ * bound read-only as /etc in every sandbox (one mount instead of one per
+ * file), with a few host directories bound over it. */
+
+/* Host /etc directories bound read-only over the prepared /etc (their
+ * contents change too often, and too deep, to copy). */
+extern const char *const box_etc_bound_dirs[];
+extern const size_t box_etc_bound_dirs_count;
+
+/* Makes sure run_dir holds the prepared /etc for the host's current files
+ * and stores its path in out: copies of the host /etc files a sandbox needs
+ * (only those any host user may read; never passwd, shadow, keys),
+ * generated passwd, group, hostname and hosts, resolv.conf when the network
+ * is shared, and empty mount points for box_etc_bound_dirs. Its name is a
+ * fingerprint of its sources, so it is rebuilt exactly when one changes;
+ * concurrent launchers build it at most once each and never see it half
+ * written. Returns 0 or a negative FAWN_E* code. */
+int box_etc_prepare(char out[PATH_MAX], const char *run_dir, bool network_none);
 
 #endif

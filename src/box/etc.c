@@ -1,4 +1,4 @@
-#include "box/etc.h"
+#include "box/box.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,5 +1,4 @@
-#include "box/isolate.h"
-#include "box/etc.h"
+#include "box/box.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "sandbox/cgroup.h"
+#include "sandbox/sandbox.h"
 
 enum doctor_feature {
     DOCTOR_USER_NS,

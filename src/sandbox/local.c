@@ -19,9 +19,6 @@
 #include "base/fsx.h"
 #include "box/box.h"
 #include "base/json.h"
-#include "box/etc.h"
-#include "box/isolate.h"
-#include "sandbox/cgroup.h"
 #include "sandbox/launch_spec.h"
 #include "sandbox/sandbox.h"
 

@@ -4,7 +4,7 @@
 #include <sched.h>
 #include <string.h>
 
-#include "box/isolate.h"
+#include "box/box.h"
 #include "sandbox/sandbox.h"
 
 /* More ready namespaces than this would only hold kernel memory. */

@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "config/config.h"
@@ -63,7 +64,7 @@ int local_user_data_dir(char *out, const fawn_config *cfg, const char *user, con
 
 /* Returns the thread's running box, or starts one: creates the thread's
  * directories, then launches `fawn box` in fresh namespaces (see
- * box/isolate.h) with cgroup limits, and waits for it to be ready. Starts
+ * box/box.h) with cgroup limits, and waits for it to be ready. Starts
  * for one sandbox are serialized with a lock file. */
 int local_box_ensure(local_box *out, const local_spec *spec);
 
@@ -81,7 +82,7 @@ typedef struct local_launch_spec {
 } local_launch_spec;
 
 /* Starts a box as PID 1 of fresh user, mount, pid, ipc, uts (and, for
- * network none, net) namespaces with the sandbox's mounts (box/isolate.h),
+ * network none, net) namespaces with the sandbox's mounts (box/box.h),
  * its cgroup, and a host uid that is never root; waits until it is ready.
  * Stores its host pid (a child of the caller, who reaps it) and generation.
  * A small single-threaded caller (like the CLI) runs the box in a clone of
@@ -136,5 +137,41 @@ int box_call(json_t **reply, int *status, const char *socket_path, const char *m
 
 /* Connects to a unix socket path of any length. Returns fd or < 0. */
 int box_connect(const char *socket_path);
+
+/* ---- resource limits: cgroups (v2, else v1 memory + pids) ----
+ * When neither can be used, callers fall back to rlimits and cgroup_setup
+ * says so in a log line. */
+
+enum cgroup_mode { CGROUP_NONE, CGROUP_V1, CGROUP_V2 };
+
+typedef struct cgroup_caps {
+    enum cgroup_mode mode;
+    bool memory; /* a usable memory controller */
+    bool pids;   /* a usable pids controller */
+    char detail[256]; /* why a controller is missing, for doctor and logs */
+} cgroup_caps;
+
+/* Probes what this host lets fawn do (creates and removes a test group). */
+void cgroup_probe(cgroup_caps *out);
+
+typedef struct cgroup_handle {
+    enum cgroup_mode mode;
+    char v2_path[512];     /* the sandbox's v2 group, or "" */
+    char v1_memory[512];   /* the sandbox's v1 memory group, or "" */
+    char v1_pids[512];     /* the sandbox's v1 pids group, or "" */
+} cgroup_handle;
+
+/* Creates the group "fawn/<name>" with the given limits (0 = no limit) and
+ * moves pid into it. With pid 0 nothing is moved and an existing group of
+ * that name is attached as it is (so cgroup_destroy can remove a group
+ * another process created). A leftover empty group of the same name is
+ * replaced; one that still has processes is FAWN_EEXIST. Returns 0 (h filled, possibly mode CGROUP_NONE with a
+ * warning logged once per process when cgroups cannot be used) or a negative
+ * FAWN_E* code when a group was created but could not be configured. */
+int cgroup_setup(cgroup_handle *h, const char *name, pid_t pid, uint64_t memory_bytes,
+                 uint64_t max_pids);
+
+/* Kills every process left in the group and removes it. Safe on CGROUP_NONE. */
+void cgroup_destroy(cgroup_handle *h);
 
 #endif
