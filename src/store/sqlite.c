@@ -1,0 +1,486 @@
+/* The store on SQLite (store.h). One connection, used under a mutex: every
+ * operation is one statement or one transaction, so concurrent callers
+ * never see or leave a half-done change. WAL journal, synchronous FULL: a
+ * committed change survives the gateway being killed. */
+#include <errno.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/fsx.h"
+#include "base/json.h"
+#include "store/store.h"
+
+/* How long a statement waits for another process's lock before FAWN_EBUSY. */
+#define STORE_BUSY_TIMEOUT_MS 5000
+/* Rows one search returns at most. */
+#define STORE_SEARCH_MAX 1000
+
+struct store {
+    sqlite3 *db;
+    pthread_mutex_t mu;
+};
+
+/* Numbered migrations: migrations[i] brings a database from version i to
+ * i + 1. Append only; never edit one that has shipped. */
+static const char *const migrations[] = {
+    /* 1: users and threads */
+    "CREATE TABLE users ("
+    "  id INTEGER PRIMARY KEY,"
+    "  username TEXT NOT NULL UNIQUE,"
+    "  password_hash TEXT NOT NULL,"
+    "  role TEXT NOT NULL,"
+    "  token_version INTEGER NOT NULL DEFAULT 0,"
+    "  created_at_ms INTEGER NOT NULL);"
+    "CREATE TABLE threads ("
+    "  id TEXT PRIMARY KEY,"
+    "  owner_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
+    "  status TEXT NOT NULL DEFAULT 'idle',"
+    "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
+    "  created_at_ms INTEGER NOT NULL,"
+    "  updated_at_ms INTEGER NOT NULL);"
+    "CREATE INDEX threads_by_owner ON threads(owner_id, updated_at_ms);",
+};
+
+static int db_err(store *s, int rc, const char *what) {
+    int code = rc == SQLITE_BUSY || rc == SQLITE_LOCKED ? FAWN_EBUSY
+               : rc == SQLITE_CONSTRAINT               ? FAWN_EEXIST
+                                                       : FAWN_EIO;
+    return fawn_err(code, "%s: %s", what, s ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+}
+
+static int exec_sql(store *s, const char *sql, const char *what) {
+    int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+    return rc == SQLITE_OK ? 0 : db_err(s, rc, what);
+}
+
+static int prepare(store *s, sqlite3_stmt **st, const char *sql) {
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
+    return rc == SQLITE_OK ? 0 : db_err(s, rc, "prepare");
+}
+
+int store_schema_version(store *s, int *out) {
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->mu);
+    int r = prepare(s, &st, "PRAGMA user_version");
+    if (r == 0) {
+        r = sqlite3_step(st) == SQLITE_ROW ? 0 : db_err(s, SQLITE_ERROR, "user_version");
+        *out = r == 0 ? sqlite3_column_int(st, 0) : 0;
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+static int migrate(store *s) {
+    int version;
+    int r = store_schema_version(s, &version);
+    int latest = (int)ARRAY_LEN(migrations);
+    if (r == 0 && version > latest)
+        return fawn_err(FAWN_EINVAL, "the database is at schema %d, newer than this fawn (%d)",
+                        version, latest);
+    for (int v = version; r == 0 && v < latest; v++) {
+        char bump[64];
+        snprintf(bump, sizeof bump, "PRAGMA user_version = %d", v + 1);
+        r = exec_sql(s, "BEGIN IMMEDIATE", "begin migration");
+        if (r == 0 && (r = exec_sql(s, migrations[v], "migration")) == 0)
+            r = exec_sql(s, bump, "migration version");
+        if (r == 0)
+            r = exec_sql(s, "COMMIT", "commit migration");
+        else
+            sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    }
+    return r;
+}
+
+static int make_parent_dir(const char *path) {
+    char dir[4096];
+    if (strlen(path) >= sizeof dir)
+        return fawn_err(FAWN_EINVAL, "database path too long");
+    strcpy(dir, path);
+    const char *d = dirname(dir);
+    return strcmp(d, ".") == 0 ? 0 : fsx_mkdir_p(d, 0700);
+}
+
+int store_open(store **out, const char *path) {
+    int r = make_parent_dir(path);
+    if (r < 0)
+        return r;
+    store *s = calloc(1, sizeof *s);
+    if (!s)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    pthread_mutex_init(&s->mu, NULL);
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX |
+                SQLITE_OPEN_NOFOLLOW;
+    int rc = sqlite3_open_v2(path, &s->db, flags, NULL);
+    r = rc == SQLITE_OK ? 0 : db_err(s, rc, "open database");
+    if (r == 0)
+        sqlite3_busy_timeout(s->db, STORE_BUSY_TIMEOUT_MS);
+    if (r == 0)
+        r = exec_sql(s, "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;"
+                        "PRAGMA foreign_keys = ON;", "configure database");
+    if (r == 0)
+        r = migrate(s);
+    if (r < 0) {
+        store_close(s);
+        return r;
+    }
+    *out = s;
+    return 0;
+}
+
+void store_close(store *s) {
+    if (!s)
+        return;
+    sqlite3_close(s->db);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+/* ---- users ---- */
+
+static bool text_ok(const char *v, size_t max) { return v && v[0] && strlen(v) <= max; }
+
+static void copy_col(char *dst, size_t size, sqlite3_stmt *st, int col) {
+    const unsigned char *v = sqlite3_column_text(st, col);
+    snprintf(dst, size, "%s", v ? (const char *)v : "");
+}
+
+#define USER_COLUMNS "id, username, password_hash, role, token_version, created_at_ms"
+
+static void read_user(store_user *u, sqlite3_stmt *st) {
+    u->id = sqlite3_column_int64(st, 0);
+    copy_col(u->username, sizeof u->username, st, 1);
+    copy_col(u->password_hash, sizeof u->password_hash, st, 2);
+    copy_col(u->role, sizeof u->role, st, 3);
+    u->token_version = sqlite3_column_int64(st, 4);
+    u->created_at_ms = sqlite3_column_int64(st, 5);
+}
+
+/* Runs a prepared query expecting at most one user row. */
+static int one_user(store *s, store_user *out, sqlite3_stmt *st, const char *what) {
+    int rc = sqlite3_step(st);
+    int r = rc == SQLITE_ROW    ? 0
+            : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "no such user")
+                                : db_err(s, rc, what);
+    if (r == 0)
+        read_user(out, st);
+    sqlite3_finalize(st);
+    return r;
+}
+
+int store_user_create(store *s, store_user *out, const char *username, const char *password_hash,
+                      const char *role) {
+    if (!text_ok(username, STORE_NAME_MAX) || !text_ok(password_hash, STORE_HASH_MAX) ||
+        !text_ok(role, STORE_ROLE_MAX))
+        return fawn_err(FAWN_EINVAL, "username, password hash and role are required and bounded");
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->mu);
+    int r = prepare(s, &st,
+                    "INSERT INTO users (username, password_hash, role, created_at_ms) "
+                    "VALUES (?1, ?2, ?3, ?4) RETURNING " USER_COLUMNS);
+    if (r == 0) {
+        sqlite3_bind_text(st, 1, username, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, password_hash, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, role, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 4, fawn_wall_ms());
+        r = one_user(s, out, st, "create user");
+        if (r == FAWN_EEXIST)
+            r = fawn_err(FAWN_EEXIST, "username '%s' is taken", username);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+int store_user_get(store *s, store_user *out, int64_t id) {
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->mu);
+    int r = prepare(s, &st, "SELECT " USER_COLUMNS " FROM users WHERE id = ?1");
+    if (r == 0) {
+        sqlite3_bind_int64(st, 1, id);
+        r = one_user(s, out, st, "get user");
+    }
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+int store_user_get_by_name(store *s, store_user *out, const char *username) {
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->mu);
+    int r = prepare(s, &st, "SELECT " USER_COLUMNS " FROM users WHERE username = ?1");
+    if (r == 0) {
+        sqlite3_bind_text(st, 1, username, -1, SQLITE_STATIC);
+        r = one_user(s, out, st, "get user");
+    }
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+int store_user_count(store *s, int64_t *out, const char *role) {
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->mu);
+    int r = prepare(s, &st, "SELECT count(*) FROM users WHERE ?1 IS NULL OR role = ?1");
+    if (r == 0) {
+        sqlite3_bind_text(st, 1, role, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        r = rc == SQLITE_ROW ? 0 : db_err(s, rc, "count users");
+        *out = r == 0 ? sqlite3_column_int64(st, 0) : 0;
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+/* Runs an UPDATE of one row: FAWN_ENOENT when it matched none. */
+static int update_one(store *s, sqlite3_stmt *st, const char *what) {
+    int rc = sqlite3_step(st);
+    int changed = sqlite3_changes(s->db);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return db_err(s, rc, what);
+    return changed == 1 ? 0 : fawn_err(FAWN_ENOENT, "%s: no such row", what);
+}
+
+int store_user_set_password(store *s, int64_t id, const char *password_hash) {
+    if (!text_ok(password_hash, STORE_HASH_MAX))
+        return fawn_err(FAWN_EINVAL, "password hash is required and bounded");
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->mu);
+    int r = prepare(s, &st,
+                    "UPDATE users SET password_hash = ?2, token_version = token_version + 1 "
+                    "WHERE id = ?1");
+    if (r == 0) {
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_text(st, 2, password_hash, -1, SQLITE_STATIC);
+        r = update_one(s, st, "set password");
+    }
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+int store_user_revoke_sessions(store *s, int64_t id) {
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->mu);
+    int r = prepare(s, &st, "UPDATE users SET token_version = token_version + 1 WHERE id = ?1");
+    if (r == 0) {
+        sqlite3_bind_int64(st, 1, id);
+        r = update_one(s, st, "revoke sessions");
+    }
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+/* ---- threads ---- */
+
+static const char *const thread_statuses[] = {"idle", "busy", "interrupted", "error"};
+
+#define THREAD_COLUMNS "id, owner_id, status, metadata, created_at_ms, updated_at_ms"
+
+void store_thread_clear(store_thread *t) {
+    free(t->metadata);
+    memset(t, 0, sizeof *t);
+}
+
+static int read_thread(store_thread *t, sqlite3_stmt *st) {
+    memset(t, 0, sizeof *t);
+    copy_col(t->id, sizeof t->id, st, 0);
+    t->owner_id = sqlite3_column_int64(st, 1);
+    copy_col(t->status, sizeof t->status, st, 2);
+    const unsigned char *m = sqlite3_column_text(st, 3);
+    t->metadata = strdup(m ? (const char *)m : "{}");
+    t->created_at_ms = sqlite3_column_int64(st, 4);
+    t->updated_at_ms = sqlite3_column_int64(st, 5);
+    return t->metadata ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+}
+
+/* A metadata text must be a JSON object within STORE_METADATA_MAX. */
+static int check_metadata(const char *metadata) {
+    if (!metadata)
+        return 0;
+    size_t n = strlen(metadata);
+    if (n > STORE_METADATA_MAX)
+        return fawn_err(FAWN_E2BIG, "metadata is larger than %d bytes", STORE_METADATA_MAX);
+    json_t *o = NULL;
+    int r = fjson_parse_object(&o, metadata, n);
+    json_decref(o);
+    return r < 0 ? fawn_err(FAWN_EINVAL, "metadata must be a JSON object") : 0;
+}
+
+static int check_thread_args(const char *id, const char *metadata) {
+    if (!fawn_id_valid(id))
+        return fawn_err(FAWN_EINVAL, "thread id must match [A-Za-z0-9_-]{1,64}");
+    return check_metadata(metadata);
+}
+
+static int get_thread_locked(store *s, store_thread *out, int64_t owner_id, const char *id) {
+    sqlite3_stmt *st;
+    int r = prepare(s, &st, "SELECT " THREAD_COLUMNS " FROM threads WHERE id = ?1 AND owner_id = ?2");
+    if (r < 0)
+        return r;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, owner_id);
+    int rc = sqlite3_step(st);
+    r = rc == SQLITE_ROW    ? read_thread(out, st)
+        : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "no such thread: %s", id)
+                            : db_err(s, rc, "get thread");
+    sqlite3_finalize(st);
+    return r;
+}
+
+int store_thread_create(store *s, store_thread *out, bool *existed, int64_t owner_id,
+                        const char *id, const char *metadata) {
+    int r = check_thread_args(id, metadata);
+    if (r < 0)
+        return r;
+    sqlite3_stmt *st;
+    int64_t now = fawn_wall_ms();
+    pthread_mutex_lock(&s->mu);
+    r = prepare(s, &st,
+                "INSERT INTO threads (id, owner_id, metadata, created_at_ms, updated_at_ms) "
+                "VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT(id) DO NOTHING");
+    if (r == 0) {
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, owner_id);
+        sqlite3_bind_text(st, 3, metadata ? metadata : "{}", -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 4, now);
+        int rc = sqlite3_step(st);
+        *existed = sqlite3_changes(s->db) == 0;
+        sqlite3_finalize(st);
+        r = rc == SQLITE_DONE ? 0 : db_err(s, rc, "create thread");
+    }
+    if (r == 0)
+        r = get_thread_locked(s, out, owner_id, id);
+    if (r == FAWN_ENOENT) /* the id exists, under another owner */
+        r = fawn_err(FAWN_EEXIST, "thread id %s is taken", id);
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+int store_thread_get(store *s, store_thread *out, int64_t owner_id, const char *id) {
+    if (!fawn_id_valid(id))
+        return fawn_err(FAWN_ENOENT, "no such thread");
+    pthread_mutex_lock(&s->mu);
+    int r = get_thread_locked(s, out, owner_id, id);
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+/* Updates one column of the owner's thread (and updated_at). */
+static int thread_update(store *s, int64_t owner_id, const char *id, const char *sql,
+                         const char *value, const char *what) {
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->mu);
+    int r = prepare(s, &st, sql);
+    if (r == 0) {
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, owner_id);
+        sqlite3_bind_text(st, 3, value, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 4, fawn_wall_ms());
+        r = update_one(s, st, what);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return r == FAWN_ENOENT ? fawn_err(FAWN_ENOENT, "no such thread: %s", id) : r;
+}
+
+int store_thread_set_metadata(store *s, int64_t owner_id, const char *id, const char *metadata) {
+    int r = check_thread_args(id, metadata);
+    if (r == 0 && !metadata)
+        r = fawn_err(FAWN_EINVAL, "metadata is required");
+    return r < 0 ? r
+                 : thread_update(s, owner_id, id,
+                                 "UPDATE threads SET metadata = ?3, updated_at_ms = ?4 "
+                                 "WHERE id = ?1 AND owner_id = ?2",
+                                 metadata, "set metadata");
+}
+
+int store_thread_set_status(store *s, int64_t owner_id, const char *id, const char *status) {
+    bool known = false;
+    for (size_t i = 0; status && i < ARRAY_LEN(thread_statuses) && !known; i++)
+        known = strcmp(status, thread_statuses[i]) == 0;
+    if (!known)
+        return fawn_err(FAWN_EINVAL, "status must be idle, busy, interrupted or error");
+    return thread_update(s, owner_id, id,
+                         "UPDATE threads SET status = ?3, updated_at_ms = ?4 "
+                         "WHERE id = ?1 AND owner_id = ?2",
+                         status, "set status");
+}
+
+int store_thread_delete(store *s, int64_t owner_id, const char *id) {
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->mu);
+    int r = prepare(s, &st, "DELETE FROM threads WHERE id = ?1 AND owner_id = ?2");
+    if (r == 0) {
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, owner_id);
+        r = update_one(s, st, "delete thread");
+    }
+    pthread_mutex_unlock(&s->mu);
+    return r == FAWN_ENOENT ? fawn_err(FAWN_ENOENT, "no such thread: %s", id) : r;
+}
+
+/* Keys a metadata match may name: they go into a JSON path, quoted. */
+static int check_match_keys(const char *match) {
+    json_t *o = NULL;
+    int r = fjson_parse_object(&o, match, strlen(match));
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v) {
+        (void)v;
+        for (const char *c = key; r == 0 && *c; c++)
+            if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
+                r = fawn_err(FAWN_EINVAL, "metadata keys to match must not hold quotes, "
+                                          "backslashes or control characters");
+    }
+    json_decref(o);
+    return r;
+}
+
+/* Every key of the match object equals the thread's value (JSON types too). */
+#define MATCH_CLAUSE                                                                               \
+    "NOT EXISTS (SELECT 1 FROM json_each(?2) m WHERE "                                             \
+    "json_extract(threads.metadata, '$.\"' || m.key || '\"') IS NOT m.value "                      \
+    "OR json_type(threads.metadata, '$.\"' || m.key || '\"') IS NOT m.type)"
+
+int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_id,
+                        const char *match, const char *status, size_t limit, size_t offset) {
+    *out = NULL;
+    *n = 0;
+    int r = match ? check_match_keys(match) : 0;
+    if (r < 0)
+        return r;
+    limit = limit < 1 ? 1 : limit > STORE_SEARCH_MAX ? STORE_SEARCH_MAX : limit;
+    store_thread *rows = calloc(limit, sizeof *rows);
+    if (!rows)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->mu);
+    r = prepare(s, &st,
+                "SELECT " THREAD_COLUMNS " FROM threads WHERE owner_id = ?1 AND "
+                "(?3 IS NULL OR status = ?3) AND (?2 IS NULL OR " MATCH_CLAUSE ") "
+                "ORDER BY updated_at_ms DESC, id LIMIT ?4 OFFSET ?5");
+    if (r == 0) {
+        sqlite3_bind_int64(st, 1, owner_id);
+        sqlite3_bind_text(st, 2, match, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, status, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 4, (sqlite3_int64)limit);
+        sqlite3_bind_int64(st, 5, (sqlite3_int64)offset);
+        int rc;
+        while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW && *n < limit)
+            r = read_thread(&rows[(*n)++], st);
+        if (r == 0 && rc != SQLITE_DONE && rc != SQLITE_ROW)
+            r = db_err(s, rc, "search threads");
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (r < 0) {
+        for (size_t i = 0; i < *n; i++)
+            store_thread_clear(&rows[i]);
+        free(rows);
+        *n = 0;
+        return r;
+    }
+    *out = rows;
+    return 0;
+}

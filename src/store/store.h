@@ -1,0 +1,92 @@
+/* The store: fawn's durable state behind one interface (DESIGN §4). This is
+ * its SQLite implementation's contract; numbered migrations bring any older
+ * database up to date when it is opened.
+ *
+ * Every function returns 0 or a negative FAWN_E*: FAWN_ENOENT when the row
+ * does not exist (or belongs to another owner), FAWN_EEXIST on a unique key,
+ * FAWN_EINVAL for bad input, FAWN_EBUSY when the database stayed locked past
+ * the busy timeout, FAWN_EIO otherwise. A store handle may be used from
+ * several threads at once. */
+#ifndef FAWN_STORE_H
+#define FAWN_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+typedef struct store store;
+
+/* Opens (creating it and its directory when missing) the database at path,
+ * in WAL mode, and applies the migrations it lacks in one transaction each.
+ * FAWN_EINVAL when the database is newer than this fawn. Caller closes. */
+int store_open(store **out, const char *path);
+void store_close(store *s);
+
+/* The schema version the database is at. */
+int store_schema_version(store *s, int *out);
+
+/* ---- users ---- */
+
+/* Longest username and password hash accepted. */
+#define STORE_NAME_MAX 64
+#define STORE_HASH_MAX 256
+#define STORE_ROLE_MAX 32
+
+typedef struct store_user {
+    int64_t id;
+    char username[STORE_NAME_MAX + 1];
+    char password_hash[STORE_HASH_MAX + 1];
+    char role[STORE_ROLE_MAX + 1];
+    int64_t token_version; /* bumped to revoke every session of the user */
+    int64_t created_at_ms;
+} store_user;
+
+/* Creates a user; FAWN_EEXIST when the username is taken. */
+int store_user_create(store *s, store_user *out, const char *username, const char *password_hash,
+                      const char *role);
+int store_user_get(store *s, store_user *out, int64_t id);
+int store_user_get_by_name(store *s, store_user *out, const char *username);
+/* Number of users with role (all users when role is NULL). */
+int store_user_count(store *s, int64_t *out, const char *role);
+/* Replaces the password hash and bumps token_version (revoking sessions). */
+int store_user_set_password(store *s, int64_t id, const char *password_hash);
+/* Bumps token_version alone (log out everywhere). */
+int store_user_revoke_sessions(store *s, int64_t id);
+
+/* ---- threads ---- */
+
+/* A thread's metadata is a JSON object of at most this many bytes. */
+#define STORE_METADATA_MAX (64 * 1024)
+
+typedef struct store_thread {
+    char id[65];
+    int64_t owner_id;
+    char status[16];  /* idle | busy | interrupted | error */
+    char *metadata;   /* JSON object text, malloc'd (store_thread_clear frees it) */
+    int64_t created_at_ms, updated_at_ms;
+} store_thread;
+
+void store_thread_clear(store_thread *t);
+
+/* Creates thread id for owner with metadata (a JSON object text). An id that
+ * already exists for the same owner is not an error: *existed is set and out
+ * holds the stored thread. An id taken by another owner is FAWN_EEXIST. */
+int store_thread_create(store *s, store_thread *out, bool *existed, int64_t owner_id,
+                        const char *id, const char *metadata);
+/* The owner's thread (another owner's is FAWN_ENOENT). */
+int store_thread_get(store *s, store_thread *out, int64_t owner_id, const char *id);
+/* Replaces the metadata and bumps updated_at. */
+int store_thread_set_metadata(store *s, int64_t owner_id, const char *id, const char *metadata);
+int store_thread_set_status(store *s, int64_t owner_id, const char *id, const char *status);
+int store_thread_delete(store *s, int64_t owner_id, const char *id);
+
+/* The owner's threads whose metadata contains every key/value of `match` (a
+ * JSON object text, or NULL) and whose status is `status` (or any when
+ * NULL), newest first. *out is a malloc'd array of *n threads (free each
+ * with store_thread_clear, then the array). limit is clamped to 1..1000. */
+int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_id,
+                        const char *match, const char *status, size_t limit, size_t offset);
+
+#endif

@@ -1,0 +1,266 @@
+/* The SQLite store: migrations, users, owner-scoped threads, search,
+ * concurrent writers, and reopening after the writer was killed. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "store/store.h"
+
+typedef struct fx {
+    char dir[64];
+    char path[128];
+    store *s;
+    int64_t alice, bob;
+} fx;
+
+static int setup(void **state) {
+    fx *x = calloc(1, sizeof *x);
+    snprintf(x->dir, sizeof x->dir, "/tmp/fawn-store-XXXXXX");
+    if (!mkdtemp(x->dir))
+        return -1;
+    snprintf(x->path, sizeof x->path, "%s/db/fawn.db", x->dir);
+    if (store_open(&x->s, x->path) < 0)
+        return -1;
+    store_user u;
+    if (store_user_create(x->s, &u, "alice", "hash-a", "admin") < 0)
+        return -1;
+    x->alice = u.id;
+    if (store_user_create(x->s, &u, "bob", "hash-b", "user") < 0)
+        return -1;
+    x->bob = u.id;
+    *state = x;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fx *x = *state;
+    store_close(x->s);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", x->dir);
+    int r = system(cmd);
+    free(x);
+    return r;
+}
+
+static void migrations_bring_schema_current(void **state) {
+    fx *x = *state;
+    int v = 0;
+    assert_int_equal(store_schema_version(x->s, &v), 0);
+    assert_int_equal(v, 1);
+    /* Reopening applies nothing twice. */
+    store *again;
+    assert_int_equal(store_open(&again, x->path), 0);
+    assert_int_equal(store_schema_version(again, &v), 0);
+    assert_int_equal(v, 1);
+    store_close(again);
+}
+
+static void users(void **state) {
+    fx *x = *state;
+    store_user u;
+    assert_int_equal(store_user_create(x->s, &u, "alice", "h", "user"), FAWN_EEXIST);
+    assert_int_equal(store_user_create(x->s, &u, "", "h", "user"), FAWN_EINVAL);
+    assert_int_equal(store_user_get_by_name(x->s, &u, "alice"), 0);
+    assert_int_equal(u.id, x->alice);
+    assert_string_equal(u.role, "admin");
+    int64_t version = u.token_version, n = 0;
+    assert_int_equal(store_user_set_password(x->s, x->alice, "hash-a2"), 0);
+    assert_int_equal(store_user_get(x->s, &u, x->alice), 0);
+    assert_string_equal(u.password_hash, "hash-a2");
+    assert_int_equal(u.token_version, version + 1);
+    assert_int_equal(store_user_revoke_sessions(x->s, x->alice), 0);
+    assert_int_equal(store_user_get(x->s, &u, x->alice), 0);
+    assert_int_equal(u.token_version, version + 2);
+    assert_int_equal(store_user_get(x->s, &u, 99999), FAWN_ENOENT);
+    assert_int_equal(store_user_set_password(x->s, 99999, "x"), FAWN_ENOENT);
+    assert_int_equal(store_user_count(x->s, &n, "admin"), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(store_user_count(x->s, &n, NULL), 0);
+    assert_true(n >= 2);
+}
+
+static void threads_are_owner_scoped_and_idempotent(void **state) {
+    fx *x = *state;
+    store_thread t;
+    bool existed = true;
+    assert_int_equal(store_thread_create(x->s, &t, &existed, x->alice, "t-1", "{\"a\":1}"), 0);
+    assert_false(existed);
+    assert_string_equal(t.metadata, "{\"a\":1}");
+    assert_string_equal(t.status, "idle");
+    store_thread_clear(&t);
+    /* Same id, same owner: the stored thread, untouched. */
+    assert_int_equal(store_thread_create(x->s, &t, &existed, x->alice, "t-1", "{\"b\":2}"), 0);
+    assert_true(existed);
+    assert_string_equal(t.metadata, "{\"a\":1}");
+    store_thread_clear(&t);
+    /* Same id, another owner: taken, and invisible to them. */
+    assert_int_equal(store_thread_create(x->s, &t, &existed, x->bob, "t-1", NULL), FAWN_EEXIST);
+    assert_int_equal(store_thread_get(x->s, &t, x->bob, "t-1"), FAWN_ENOENT);
+    assert_int_equal(store_thread_set_metadata(x->s, x->bob, "t-1", "{}"), FAWN_ENOENT);
+    assert_int_equal(store_thread_delete(x->s, x->bob, "t-1"), FAWN_ENOENT);
+    /* Bad input. */
+    assert_int_equal(store_thread_create(x->s, &t, &existed, x->alice, "../x", NULL), FAWN_EINVAL);
+    assert_int_equal(store_thread_create(x->s, &t, &existed, x->alice, "t-2", "[1]"), FAWN_EINVAL);
+    assert_int_equal(store_thread_create(x->s, &t, &existed, x->alice, "t-2", "{bad"), FAWN_EINVAL);
+    assert_int_equal(store_thread_set_status(x->s, x->alice, "t-1", "weird"), FAWN_EINVAL);
+    /* Updates and delete. */
+    assert_int_equal(store_thread_set_metadata(x->s, x->alice, "t-1", "{\"c\":3}"), 0);
+    assert_int_equal(store_thread_set_status(x->s, x->alice, "t-1", "busy"), 0);
+    assert_int_equal(store_thread_get(x->s, &t, x->alice, "t-1"), 0);
+    assert_string_equal(t.metadata, "{\"c\":3}");
+    assert_string_equal(t.status, "busy");
+    store_thread_clear(&t);
+    assert_int_equal(store_thread_delete(x->s, x->alice, "t-1"), 0);
+    assert_int_equal(store_thread_get(x->s, &t, x->alice, "t-1"), FAWN_ENOENT);
+}
+
+static size_t search(fx *x, int64_t owner, const char *match, const char *status, char *ids,
+                     size_t idsz) {
+    store_thread *rows;
+    size_t n;
+    assert_int_equal(store_thread_search(x->s, &rows, &n, owner, match, status, 100, 0), 0);
+    ids[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        strncat(ids, rows[i].id, idsz - strlen(ids) - 2);
+        strcat(ids, " ");
+        store_thread_clear(&rows[i]);
+    }
+    free(rows);
+    return n;
+}
+
+static void search_matches_metadata_exactly(void **state) {
+    fx *x = *state;
+    store_thread t;
+    bool existed;
+    const char *meta[][2] = {{"s-1", "{\"k\":\"v\",\"n\":1}"}, {"s-2", "{\"k\":\"v\",\"n\":\"1\"}"},
+                             {"s-3", "{\"k\":\"w\"}"}, {"s-4", "{\"k\":\"v\",\"o\":{\"x\":[1,2]}}"}};
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(store_thread_create(x->s, &t, &existed, x->bob, meta[i][0], meta[i][1]), 0);
+        store_thread_clear(&t);
+    }
+    char ids[256];
+    assert_int_equal(search(x, x->bob, "{\"k\":\"v\"}", NULL, ids, sizeof ids), 3);
+    /* The number 1 is not the string "1". */
+    assert_int_equal(search(x, x->bob, "{\"n\":1}", NULL, ids, sizeof ids), 1);
+    assert_string_equal(ids, "s-1 ");
+    assert_int_equal(search(x, x->bob, "{\"o\":{\"x\":[1,2]}}", NULL, ids, sizeof ids), 1);
+    assert_int_equal(search(x, x->bob, "{\"missing\":null}", NULL, ids, sizeof ids), 0);
+    assert_int_equal(search(x, x->bob, NULL, "busy", ids, sizeof ids), 0);
+    assert_int_equal(search(x, x->bob, NULL, NULL, ids, sizeof ids), 4);
+    assert_int_equal(search(x, x->alice, "{\"k\":\"v\"}", NULL, ids, sizeof ids), 0);
+    store_thread *rows;
+    size_t n;
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, "{\"a\\\"b\":1}", NULL, 10, 0),
+                     FAWN_EINVAL);
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, NULL, NULL, 2, 1), 0);
+    assert_int_equal(n, 2);
+    for (size_t i = 0; i < n; i++)
+        store_thread_clear(&rows[i]);
+    free(rows);
+}
+
+typedef struct writer {
+    fx *x;
+    int index;
+    int failures;
+} writer;
+
+static void *write_threads(void *arg) {
+    writer *w = arg;
+    char id[32];
+    for (int i = 0; i < 50; i++) {
+        store_thread t;
+        bool existed;
+        snprintf(id, sizeof id, "w%d-%d", w->index, i);
+        if (store_thread_create(w->x->s, &t, &existed, w->x->alice, id, "{\"w\":1}") < 0 || existed)
+            w->failures++;
+        else
+            store_thread_clear(&t);
+    }
+    return NULL;
+}
+
+static void concurrent_writers_lose_nothing(void **state) {
+    fx *x = *state;
+    pthread_t th[8];
+    writer w[8];
+    for (int i = 0; i < 8; i++) {
+        w[i] = (writer){.x = x, .index = i};
+        assert_int_equal(pthread_create(&th[i], NULL, write_threads, &w[i]), 0);
+    }
+    for (int i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(w[i].failures, 0);
+    }
+    store_thread *rows;
+    size_t n;
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->alice, "{\"w\":1}", NULL, 1000, 0), 0);
+    assert_int_equal(n, 400);
+    for (size_t i = 0; i < n; i++)
+        store_thread_clear(&rows[i]);
+    free(rows);
+}
+
+/* A process killed right after its commits: every committed row is there
+ * when the database is opened again, and it opens cleanly. */
+static void killed_writer_restarts_cleanly(void **state) {
+    fx *x = *state;
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        store *s;
+        if (store_open(&s, x->path) < 0)
+            _exit(1);
+        for (int i = 0; i < 20; i++) {
+            char id[16];
+            store_thread t;
+            bool existed;
+            snprintf(id, sizeof id, "k-%d", i);
+            if (store_thread_create(s, &t, &existed, x->bob, id, NULL) < 0)
+                _exit(1);
+        }
+        (void)!write(ready[1], "r", 1);
+        pause();
+        _exit(0);
+    }
+    char c;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    store *s;
+    assert_int_equal(store_open(&s, x->path), 0);
+    store_thread t;
+    for (int i = 0; i < 20; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "k-%d", i);
+        assert_int_equal(store_thread_get(s, &t, x->bob, id), 0);
+        store_thread_clear(&t);
+    }
+    store_close(s);
+    close(ready[0]);
+    close(ready[1]);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(migrations_bring_schema_current),
+        cmocka_unit_test(users),
+        cmocka_unit_test(threads_are_owner_scoped_and_idempotent),
+        cmocka_unit_test(search_matches_metadata_exactly),
+        cmocka_unit_test(concurrent_writers_lose_nothing),
+        cmocka_unit_test(killed_writer_restarts_cleanly),
+    };
+    return cmocka_run_group_tests_name("store", tests, setup, teardown);
+}
