@@ -260,9 +260,19 @@ static const config_key sandbox_keys[] = {
     {0},
 };
 
+static const config_key server_keys[] = {
+    KEY_SCALAR("host", server.host, set_string, "127.0.0.1"),
+    /* Any unprivileged-or-not TCP port. */
+    KEY_INT("port", server.port, set_u32, "8001", 1, 65535),
+    /* One thread still serves; 256 is far past the cores of any gateway host. */
+    KEY_INT("threads", server.threads, set_u32, "4", 1, 256),
+    {0},
+};
+
 static const config_key root_keys[] = {
     KEY_SCALAR("home", home, set_string, NULL),
     KEY_SCALAR("log_level", log_level, set_log_level, "info"),
+    KEY_SECTION("server", server_keys),
     KEY_SECTION("sandbox", sandbox_keys),
     {0},
 };
@@ -701,6 +711,7 @@ int config_load(fawn_config *cfg, const char *explicit_path) {
 void config_free(fawn_config *cfg) {
     free(cfg->home);
     free(cfg->log_level);
+    free(cfg->server.host);
     free(cfg->sandbox.skills_dir);
     for (size_t i = 0; i < cfg->sandbox.n_env && i < CONFIG_MAX_ENV; i++) {
         free(cfg->sandbox.env[i].name);

@@ -46,9 +46,16 @@ typedef struct fawn_sandbox_config {
     uint32_t max_sessions;           /* sandbox.max_sessions: shell sessions per box (16) */
 } fawn_sandbox_config;
 
+typedef struct fawn_server_config {
+    char *host;       /* server.host: IPv4 address to listen on (default 127.0.0.1) */
+    uint32_t port;    /* server.port (default 8001) */
+    uint32_t threads; /* server.threads: request threads (default 4) */
+} fawn_server_config;
+
 typedef struct fawn_config {
     char *home;       /* home: state directory (default $FAWN_HOME or ./.fawn) */
     char *log_level;  /* log_level: debug|info|warn|error (default info) */
+    fawn_server_config server;
     fawn_sandbox_config sandbox;
 } fawn_config;
 
