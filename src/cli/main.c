@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "cli/cli.h"
 
 static const struct {
@@ -23,6 +25,10 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+    if (sodium_init() < 0) {
+        fprintf(stderr, "fawn: libsodium could not be initialized\n");
+        return 1;
+    }
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -1,0 +1,49 @@
+/* Authentication primitives: password hashing and session tokens. */
+#ifndef FAWN_AUTH_H
+#define FAWN_AUTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+/* Password lengths accepted (bytes): short ones are guessable, long ones
+ * only cost hashing time. */
+#define AUTH_PASSWORD_MIN 8
+#define AUTH_PASSWORD_MAX 1024
+/* A stored hash (argon2id string form, parameters included) fits here. */
+#define AUTH_HASH_MAX 128
+
+/* Hashes password with argon2id (libsodium's interactive limits) into out.
+ * FAWN_EINVAL for a password outside the accepted lengths, FAWN_ENOMEM when
+ * the hashing memory cannot be had. */
+int auth_password_hash(char out[AUTH_HASH_MAX], const char *password);
+
+/* 0 when password matches hash; FAWN_EPERM otherwise (a malformed hash
+ * included). Takes the same time whether or not the user exists only if the
+ * caller also verifies against a dummy hash for unknown users. */
+int auth_password_verify(const char *hash, const char *password);
+
+/* Session tokens are HS256 JSON Web Tokens signed with a 32-byte secret. */
+#define AUTH_SECRET_BYTES 32
+/* Longest token accepted for verification. */
+#define AUTH_TOKEN_MAX 4096
+
+typedef struct auth_claims {
+    int64_t user_id;       /* "sub", as a decimal string */
+    int64_t token_version; /* "ver": must equal the user's to be valid */
+    int64_t issued_at;     /* "iat", seconds since the epoch */
+    int64_t expires_at;    /* "exp", seconds since the epoch */
+} auth_claims;
+
+/* Signs claims into a new token (malloc'd, caller frees). */
+int auth_jwt_sign(char **out, const unsigned char secret[AUTH_SECRET_BYTES], const auth_claims *c);
+
+/* Checks token: exactly the header fawn issues (HS256; nothing else is
+ * negotiable), a valid signature (compared in constant time), then claims of
+ * the right types. FAWN_EPERM for any invalid token, FAWN_ETIMEDOUT for a
+ * valid one whose "exp" is at or before now (seconds). */
+int auth_jwt_verify(auth_claims *out, const unsigned char secret[AUTH_SECRET_BYTES],
+                    const char *token, int64_t now);
+
+#endif

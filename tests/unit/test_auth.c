@@ -1,0 +1,134 @@
+/* Password hashing and session tokens, as an attacker would poke them. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <sodium.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "auth/auth.h"
+
+static const unsigned char secret[AUTH_SECRET_BYTES] = "0123456789abcdef0123456789abcde";
+
+static void passwords(void **state) {
+    char hash[AUTH_HASH_MAX], again[AUTH_HASH_MAX];
+    assert_int_equal(auth_password_hash(hash, "correct horse"), 0);
+    assert_non_null(strstr(hash, "$argon2id$"));
+    assert_int_equal(auth_password_verify(hash, "correct horse"), 0);
+    assert_int_equal(auth_password_verify(hash, "correct horsE"), FAWN_EPERM);
+    assert_int_equal(auth_password_verify(hash, ""), FAWN_EPERM);
+    assert_int_equal(auth_password_verify("not a hash", "correct horse"), FAWN_EPERM);
+    /* Salted: the same password never hashes the same way twice. */
+    assert_int_equal(auth_password_hash(again, "correct horse"), 0);
+    assert_string_not_equal(hash, again);
+    assert_int_equal(auth_password_hash(hash, "short"), FAWN_EINVAL);
+    char *huge = malloc(AUTH_PASSWORD_MAX + 2);
+    memset(huge, 'a', AUTH_PASSWORD_MAX + 1);
+    huge[AUTH_PASSWORD_MAX + 1] = '\0';
+    assert_int_equal(auth_password_hash(hash, huge), FAWN_EINVAL);
+    free(huge);
+}
+
+static char *token_for(const auth_claims *c) {
+    char *t = NULL;
+    assert_int_equal(auth_jwt_sign(&t, secret, c), 0);
+    return t;
+}
+
+static void tokens_round_trip_and_expire(void **state) {
+    auth_claims c = {.user_id = 42, .token_version = 3, .issued_at = 1000, .expires_at = 2000}, got;
+    char *t = token_for(&c);
+    assert_int_equal(auth_jwt_verify(&got, secret, t, 1500), 0);
+    assert_int_equal(got.user_id, 42);
+    assert_int_equal(got.token_version, 3);
+    assert_int_equal(got.expires_at, 2000);
+    assert_int_equal(auth_jwt_verify(&got, secret, t, 2000), FAWN_ETIMEDOUT);
+    unsigned char other[AUTH_SECRET_BYTES] = {1};
+    assert_int_equal(auth_jwt_verify(&got, other, t, 1500), FAWN_EPERM);
+    free(t);
+}
+
+/* base64url of a text, for forging tokens. */
+static char *b64(const char *text) {
+    size_t cap = sodium_base64_encoded_len(strlen(text), sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+    char *out = malloc(cap);
+    sodium_bin2base64(out, cap, (const unsigned char *)text, strlen(text),
+                      sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+    return out;
+}
+
+static void forged_tokens_refused(void **state) {
+    auth_claims c = {.user_id = 7, .token_version = 0, .issued_at = 1, .expires_at = 9999}, got;
+    char *t = token_for(&c);
+    char *dot1 = strchr(t, '.'), *dot2 = strchr(dot1 + 1, '.');
+    char forged[2048];
+    /* alg "none" with the signature dropped, and with it kept. */
+    char *none = b64("{\"alg\":\"none\",\"typ\":\"JWT\"}");
+    snprintf(forged, sizeof forged, "%s%.*s.", none, (int)(dot2 - dot1), dot1);
+    assert_int_equal(auth_jwt_verify(&got, secret, forged, 10), FAWN_EPERM);
+    snprintf(forged, sizeof forged, "%s%s", none, dot1);
+    assert_int_equal(auth_jwt_verify(&got, secret, forged, 10), FAWN_EPERM);
+    free(none);
+    /* Another user id in the payload, signature unchanged. */
+    char *payload = b64("{\"sub\":\"1\",\"ver\":0,\"iat\":1,\"exp\":9999}");
+    snprintf(forged, sizeof forged, "%.*s.%s%s", (int)(dot1 - t), t, payload, dot2);
+    assert_int_equal(auth_jwt_verify(&got, secret, forged, 10), FAWN_EPERM);
+    free(payload);
+    /* A flipped signature character, a truncated token, extra parts. */
+    snprintf(forged, sizeof forged, "%s", t);
+    forged[strlen(forged) - 2] = forged[strlen(forged) - 2] == 'A' ? 'B' : 'A';
+    assert_int_equal(auth_jwt_verify(&got, secret, forged, 10), FAWN_EPERM);
+    snprintf(forged, sizeof forged, "%.*s", (int)(dot2 - t), t);
+    assert_int_equal(auth_jwt_verify(&got, secret, forged, 10), FAWN_EPERM);
+    snprintf(forged, sizeof forged, "%s.x", t);
+    assert_int_equal(auth_jwt_verify(&got, secret, forged, 10), FAWN_EPERM);
+    assert_int_equal(auth_jwt_verify(&got, secret, "", 10), FAWN_EPERM);
+    assert_int_equal(auth_jwt_verify(&got, secret, "..", 10), FAWN_EPERM);
+    free(t);
+}
+
+/* Correctly signed but malformed claims are refused too. */
+static void bad_claims_refused(void **state) {
+    const char *payloads[] = {
+        "{\"sub\":42,\"ver\":0,\"iat\":1,\"exp\":9999}",    /* sub not a string */
+        "{\"sub\":\"-1\",\"ver\":0,\"iat\":1,\"exp\":9999}", /* sub not positive */
+        "{\"sub\":\"4x\",\"ver\":0,\"iat\":1,\"exp\":9999}", /* sub not a number */
+        "{\"sub\":\"4\",\"iat\":1,\"exp\":9999}",            /* no ver */
+        "{\"sub\":\"4\",\"ver\":0,\"iat\":1,\"exp\":\"9\"}", /* exp a string */
+        "[1,2]",
+        "not json",
+    };
+    char *header = b64("{\"alg\":\"HS256\",\"typ\":\"JWT\"}");
+    for (size_t i = 0; i < sizeof payloads / sizeof payloads[0]; i++) {
+        char *p = b64(payloads[i]), signing[1024], token[2048];
+        snprintf(signing, sizeof signing, "%s.%s", header, p);
+        unsigned char mac[crypto_auth_hmacsha256_BYTES];
+        crypto_auth_hmacsha256_state st;
+        crypto_auth_hmacsha256_init(&st, secret, AUTH_SECRET_BYTES);
+        crypto_auth_hmacsha256_update(&st, (const unsigned char *)signing, strlen(signing));
+        crypto_auth_hmacsha256_final(&st, mac);
+        char sig[64];
+        sodium_bin2base64(sig, sizeof sig, mac, sizeof mac, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+        snprintf(token, sizeof token, "%s.%s", signing, sig);
+        auth_claims got;
+        if (auth_jwt_verify(&got, secret, token, 10) != FAWN_EPERM)
+            fail_msg("accepted claims %s", payloads[i]);
+        free(p);
+    }
+    free(header);
+}
+
+int main(void) {
+    if (sodium_init() < 0)
+        return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(passwords),
+        cmocka_unit_test(tokens_round_trip_and_expire),
+        cmocka_unit_test(forged_tokens_refused),
+        cmocka_unit_test(bad_claims_refused),
+    };
+    return cmocka_run_group_tests_name("auth", tests, NULL, NULL);
+}
