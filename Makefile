@@ -14,7 +14,7 @@ $(BUILD)/build.ninja:
 	meson setup $(BUILD) --buildtype=release -Db_ndebug=false >/dev/null
 
 build: deps $(BUILD)/build.ninja
-	@ninja -C $(BUILD) >/dev/null
+	@ninja -C $(BUILD) fawn >/dev/null
 
 run: build
 	@bash scripts/demo.sh $(BUILD)/fawn
