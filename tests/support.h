@@ -11,6 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "base/base.h"
 
 static inline const char *or_empty(const char *s) { return s ? s : ""; }
 
@@ -71,6 +77,50 @@ static inline int host_procs_with(const char *marker, pid_t *last) {
     }
     closedir(d);
     return count;
+}
+
+/* A TCP port on loopback that was free a moment ago. */
+static inline uint16_t loopback_free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    getsockname(fd, (struct sockaddr *)&a, &len);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Sends one raw HTTP request to 127.0.0.1:port (retrying the connection for
+ * up to connect_ms while a server starts) and reads to the end. Returns the
+ * status (0 for an empty or unparsable reply, -1 when nothing listens); the
+ * body goes to body (size bodysz) when not NULL. */
+static inline int loopback_http(uint16_t port, const char *raw, char *body, size_t bodysz,
+                                int connect_ms) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int64_t deadline = fawn_now_ms() + connect_ms;
+    int fd;
+    for (;;) {
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
+            break;
+        close(fd);
+        if (fawn_now_ms() >= deadline)
+            return -1;
+        usleep(20000);
+    }
+    assert_int_equal(fawn_write_all(fd, raw, strlen(raw)), 0);
+    char *reply = NULL;
+    size_t len = 0;
+    assert_int_equal(fawn_read_all(&reply, &len, fd, 1 << 20), 0);
+    close(fd);
+    int status = 0;
+    sscanf(reply, "HTTP/1.1 %d", &status);
+    const char *b = strstr(reply, "\r\n\r\n");
+    if (body)
+        snprintf(body, bodysz, "%s", b ? b + 4 : "");
+    free(reply);
+    return status;
 }
 
 #endif

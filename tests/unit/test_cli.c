@@ -6,6 +6,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "support.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -97,42 +99,6 @@ static void doctor_reports_ready_host(void **state) {
 
 /* ---- fawn box --listen ---- */
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-/* Sends one raw HTTP request to 127.0.0.1:port; returns the status code. */
-static int http_status(int port, const char *request, char *body, size_t bodysz) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int64_t deadline = fawn_now_ms() + 5000;
-    while (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
-        assert_true(fawn_now_ms() < deadline);
-        close(fd);
-        fd = socket(AF_INET, SOCK_STREAM, 0);
-        usleep(20000);
-    }
-    assert_int_equal(fawn_write_all(fd, request, strlen(request)), 0);
-    char *reply = NULL;
-    size_t len = 0;
-    assert_int_equal(fawn_read_all(&reply, &len, fd, 1 << 20), 0);
-    close(fd);
-    int status = 0;
-    sscanf(reply, "HTTP/1.1 %d", &status);
-    const char *b = strstr(reply, "\r\n\r\n");
-    if (body)
-        snprintf(body, bodysz, "%s", b ? b + 4 : "");
-    free(reply);
-    return status;
-}
-
 static void box_over_tcp_requires_the_bearer_token(void **state) {
     char token_path[128], listen[64], cmd[512], user_data[128];
     snprintf(user_data, sizeof user_data, "%s/remote-user-data", home);
@@ -141,7 +107,7 @@ static void box_over_tcp_requires_the_bearer_token(void **state) {
     FILE *f = fopen(token_path, "w");
     fputs(token, f);
     fclose(f);
-    int port = free_port();
+    int port = loopback_free_port();
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
     pid_t pid = fork();
     if (pid == 0) {
@@ -156,17 +122,17 @@ static void box_over_tcp_requires_the_bearer_token(void **state) {
     snprintf(req, sizeof req,
              "POST /v1/shell/exec HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
              "Content-Length: %zu\r\n\r\n%s", strlen(exec_body), exec_body);
-    assert_int_equal(http_status(port, req, body, sizeof body), 401);
+    assert_int_equal(loopback_http((uint16_t)port, req, body, sizeof body, 5000), 401);
     snprintf(req, sizeof req,
              "POST /v1/shell/exec HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
              "Authorization: Bearer wrong-token-wrong-token-wrong-token\r\n"
              "Content-Length: %zu\r\n\r\n%s", strlen(exec_body), exec_body);
-    assert_int_equal(http_status(port, req, body, sizeof body), 401);
+    assert_int_equal(loopback_http((uint16_t)port, req, body, sizeof body, 5000), 401);
     snprintf(req, sizeof req,
              "POST /v1/shell/exec HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
              "Authorization: Bearer %s\r\nContent-Length: %zu\r\n\r\n%s", token,
              strlen(exec_body), exec_body);
-    assert_int_equal(http_status(port, req, body, sizeof body), 200);
+    assert_int_equal(loopback_http((uint16_t)port, req, body, sizeof body, 5000), 200);
     assert_non_null(strstr(body, "over-tcp"));
     /* The file landed in the given user-data directory on the host. */
     char host_file[192], *content = NULL;
@@ -188,7 +154,8 @@ static void box_refuses_short_token(void **state) {
     char cmd[512];
     snprintf(cmd, sizeof cmd, "sh -c 'echo short > %s/short' && true", home);
     assert_int_equal(system(cmd), 0);
-    snprintf(cmd, sizeof cmd, "box --listen 127.0.0.1:%d --token-file %s/short 2>/dev/null", free_port(), home);
+    snprintf(cmd, sizeof cmd, "box --listen 127.0.0.1:%d --token-file %s/short 2>/dev/null",
+             loopback_free_port(), home);
     assert_int_equal(run_fawn(NULL, 0, cmd), 2);
 }
 

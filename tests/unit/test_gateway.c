@@ -6,6 +6,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "support.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -29,37 +31,8 @@ typedef struct fx {
     gateway *g;
 } fx;
 
-static uint32_t free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-/* One request on a new connection; returns the status, body into body. */
 static int request(uint32_t port, const char *raw, char *body, size_t bodysz) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
-        close(fd);
-        return -1;
-    }
-    assert_int_equal(fawn_write_all(fd, raw, strlen(raw)), 0);
-    char *reply = NULL;
-    size_t len = 0;
-    assert_int_equal(fawn_read_all(&reply, &len, fd, 1 << 20), 0);
-    close(fd);
-    int status = 0;
-    sscanf(reply, "HTTP/1.1 %d", &status);
-    const char *b = strstr(reply, "\r\n\r\n");
-    if (body)
-        snprintf(body, bodysz, "%s", b ? b + 4 : "");
-    free(reply);
-    return status;
+    return loopback_http((uint16_t)port, raw, body, bodysz, 0);
 }
 
 static int setup(void **state) {
@@ -67,7 +40,7 @@ static int setup(void **state) {
     snprintf(x->home, sizeof x->home, "/tmp/fawn-gateway-XXXXXX");
     if (!mkdtemp(x->home) || config_defaults(&x->cfg) < 0)
         return -1;
-    x->cfg.server.port = free_port();
+    x->cfg.server.port = loopback_free_port();
     char path[128];
     snprintf(path, sizeof path, "%s/fawn.db", x->home);
     if (store_open(&x->st, path) < 0 || gateway_start(&x->g, &x->cfg, x->st) < 0)
@@ -131,7 +104,7 @@ static void bad_address_refused(void **state) {
 /* `fawn serve`: answers, then stops on SIGTERM with exit status 0. */
 static void serve_stops_on_sigterm(void **state) {
     fx *x = *state;
-    uint32_t port = free_port();
+    uint32_t port = loopback_free_port();
     char config[128], home[128];
     snprintf(config, sizeof config, "%s/serve.yaml", x->home);
     snprintf(home, sizeof home, "%s/serve-home", x->home);
