@@ -1,9 +1,14 @@
 #include "auth/auth.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <sodium.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "base/fsx.h"
 #include "base/json.h"
 
 /* The only header fawn issues or accepts. */
@@ -135,4 +140,66 @@ int auth_jwt_verify(auth_claims *out, const unsigned char secret[AUTH_SECRET_BYT
     if (pl <= 0 || parse_claims(out, (const char *)payload, (size_t)pl) < 0)
         return invalid();
     return out->expires_at > now ? 0 : fawn_err(FAWN_ETIMEDOUT, "token_expired");
+}
+
+static int secret_from_env(unsigned char out[AUTH_SECRET_BYTES], const char *hex) {
+    size_t len = 0;
+    unsigned char buf[256];
+    if (strlen(hex) < 2 * AUTH_SECRET_BYTES ||
+        sodium_hex2bin(buf, sizeof buf, hex, strlen(hex), NULL, &len, NULL) != 0 ||
+        len < AUTH_SECRET_BYTES)
+        return fawn_err(FAWN_EINVAL, "%s must be at least %d hex digits", AUTH_SECRET_ENV,
+                        2 * AUTH_SECRET_BYTES);
+    memcpy(out, buf, AUTH_SECRET_BYTES);
+    sodium_memzero(buf, sizeof buf);
+    return 0;
+}
+
+static int secret_read(unsigned char out[AUTH_SECRET_BYTES], int fd, const char *path) {
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "stat %s", path);
+    if (!S_ISREG(st.st_mode) || (st.st_mode & 077) || st.st_uid != geteuid())
+        return fawn_err(FAWN_EPERM, "%s must be a regular file of this user, mode 0600", path);
+    if (st.st_size != AUTH_SECRET_BYTES || read(fd, out, AUTH_SECRET_BYTES) != AUTH_SECRET_BYTES)
+        return fawn_err(FAWN_EINVAL, "%s must hold exactly %d bytes", path, AUTH_SECRET_BYTES);
+    return 0;
+}
+
+/* Writes a new secret to a temporary file and links it into place: the
+ * name appears complete or not at all, and only one start's secret wins. */
+static int secret_create(const char *home, const char *path) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s/.jwt.secret.XXXXXX", home) >= (int)sizeof tmp)
+        return fawn_err(FAWN_EINVAL, "home path too long");
+    _cleanup_close_ int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "create %s", tmp);
+    unsigned char secret[AUTH_SECRET_BYTES];
+    randombytes_buf(secret, sizeof secret);
+    int r = fchmod(fd, 0600) == 0 ? fawn_write_all(fd, secret, sizeof secret)
+                                   : fawn_err_sys(FAWN_EIO, errno, "chmod %s", tmp);
+    sodium_memzero(secret, sizeof secret);
+    if (r == 0 && fsync(fd) < 0)
+        r = fawn_err_sys(FAWN_EIO, errno, "fsync %s", tmp);
+    if (r == 0 && link(tmp, path) < 0 && errno != EEXIST)
+        r = fawn_err_sys(FAWN_EIO, errno, "create %s", path);
+    unlink(tmp);
+    return r;
+}
+
+int auth_secret_load(unsigned char out[AUTH_SECRET_BYTES], const char *home) {
+    const char *env = getenv(AUTH_SECRET_ENV);
+    if (env && *env)
+        return secret_from_env(out, env);
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", home, AUTH_SECRET_FILE) >= (int)sizeof path)
+        return fawn_err(FAWN_EINVAL, "home path too long");
+    int r = fsx_mkdir_p(home, 0700);
+    _cleanup_close_ int fd = r == 0 ? open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    if (r == 0 && fd < 0 && errno == ENOENT && (r = secret_create(home, path)) == 0)
+        fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (r == 0 && fd < 0)
+        r = fawn_err_sys(errno == ELOOP ? FAWN_EPERM : FAWN_EIO, errno, "open %s", path);
+    return r < 0 ? r : secret_read(out, fd, path);
 }

@@ -46,4 +46,17 @@ int auth_jwt_sign(char **out, const unsigned char secret[AUTH_SECRET_BYTES], con
 int auth_jwt_verify(auth_claims *out, const unsigned char secret[AUTH_SECRET_BYTES],
                     const char *token, int64_t now);
 
+/* The environment variable that may hold the session secret: at least 32
+ * bytes, given as 64 or more hex digits. */
+#define AUTH_SECRET_ENV "FAWN_JWT_SECRET"
+#define AUTH_SECRET_FILE "jwt.secret"
+
+/* Loads the session secret: from $FAWN_JWT_SECRET when set (the first 32
+ * bytes of its hex), else from home/jwt.secret, which is created with 32
+ * random bytes (mode 0600, atomically: concurrent starts agree on one
+ * secret) when missing. A secret file that is a symlink, not a regular
+ * file, not exactly 32 bytes, or readable by group or others is refused
+ * (FAWN_EPERM / FAWN_EINVAL): the secret signs every session. */
+int auth_secret_load(unsigned char out[AUTH_SECRET_BYTES], const char *home);
+
 #endif

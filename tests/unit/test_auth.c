@@ -8,6 +8,7 @@
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "auth/auth.h"
 
@@ -123,6 +124,38 @@ static void bad_claims_refused(void **state) {
     free(header);
 }
 
+static void secret_file_created_once_and_checked(void **state) {
+    char home[] = "/tmp/fawn-auth-XXXXXX";
+    assert_non_null(mkdtemp(home));
+    unsetenv(AUTH_SECRET_ENV);
+    unsigned char a[AUTH_SECRET_BYTES], b[AUTH_SECRET_BYTES];
+    assert_int_equal(auth_secret_load(a, home), 0);
+    assert_int_equal(auth_secret_load(b, home), 0);
+    assert_memory_equal(a, b, sizeof a); /* the second start reads the first's secret */
+    char path[128], cmd[512];
+    snprintf(path, sizeof path, "%s/%s", home, AUTH_SECRET_FILE);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    /* Readable by others: refused. */
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(auth_secret_load(b, home), FAWN_EPERM);
+    /* A symlink planted in its place: refused, never followed. */
+    snprintf(cmd, sizeof cmd, "rm %s && ln -s /etc/hostname %s", path, path);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(auth_secret_load(b, home), FAWN_EPERM);
+    /* The environment wins, and is checked. */
+    setenv(AUTH_SECRET_ENV, "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
+    assert_int_equal(auth_secret_load(b, home), 0);
+    assert_int_equal(b[0], 0x00);
+    assert_int_equal(b[31], 0xff);
+    setenv(AUTH_SECRET_ENV, "abcd", 1);
+    assert_int_equal(auth_secret_load(b, home), FAWN_EINVAL);
+    unsetenv(AUTH_SECRET_ENV);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", home);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
     if (sodium_init() < 0)
         return 1;
@@ -131,6 +164,7 @@ int main(void) {
         cmocka_unit_test(tokens_round_trip_and_expire),
         cmocka_unit_test(forged_tokens_refused),
         cmocka_unit_test(bad_claims_refused),
+        cmocka_unit_test(secret_file_created_once_and_checked),
     };
     return cmocka_run_group_tests_name("auth", tests, NULL, NULL);
 }
