@@ -12,6 +12,7 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"serve", cli_serve, "run the gateway (HTTP API; so far: GET /health)"},
+    {"user", cli_user, "manage users (add)"},
     {"sandbox", cli_sandbox, "run commands in a thread's sandbox (exec, stop)"},
     {"box", cli_box, "serve the box API over TCP, in its own sandbox (remote placement)"},
     {"doctor", cli_doctor, "report which isolation features this host supports"},

@@ -159,6 +159,43 @@ static void box_refuses_short_token(void **state) {
     assert_int_equal(run_fawn(NULL, 0, cmd), 2);
 }
 
+/* Writes text to home/name and returns "< home/name" for a command line. */
+static const char *stdin_from(const char *name, const char *text) {
+    static char redirect[160];
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", home, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    snprintf(redirect, sizeof redirect, "< %s", path);
+    return redirect;
+}
+
+/* `fawn user add`: the password comes from stdin and is stored hashed. */
+static void user_add_creates_a_hashed_user(void **state) {
+    char out[256], args[512], cmd[512];
+    snprintf(args, sizeof args, "user add --username ada --admin %s",
+             stdin_from("pw1", "secret-pass-1\n"));
+    assert_int_equal(run_fawn(out, sizeof out, args), 0);
+    assert_non_null(strstr(out, "created admin ada"));
+    /* A taken name, a bad name, a short password. */
+    snprintf(args, sizeof args, "user add --username ada %s 2>/dev/null",
+             stdin_from("pw2", "secret-pass-2\n"));
+    assert_int_equal(run_fawn(NULL, 0, args), 1);
+    snprintf(args, sizeof args, "user add --username '../x' %s 2>/dev/null",
+             stdin_from("pw2", "secret-pass-2\n"));
+    assert_int_equal(run_fawn(NULL, 0, args), 2);
+    snprintf(args, sizeof args, "user add --username bob %s 2>/dev/null",
+             stdin_from("pw3", "short\n"));
+    assert_int_equal(run_fawn(NULL, 0, args), 1);
+    /* The database holds a hash, not the password. */
+    snprintf(cmd, sizeof cmd, "grep -c secret-pass-1 %s/fawn.db >/dev/null", home);
+    assert_int_not_equal(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "grep -c argon2id %s/fawn.db >/dev/null", home);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(exec_propagates_exit_code_and_output),
@@ -169,6 +206,7 @@ int main(void) {
         cmocka_unit_test(doctor_reports_ready_host),
         cmocka_unit_test(box_over_tcp_requires_the_bearer_token),
         cmocka_unit_test(box_refuses_short_token),
+        cmocka_unit_test(user_add_creates_a_hashed_user),
     };
     return cmocka_run_group_tests_name("cli", tests, setup, teardown);
 }
