@@ -48,6 +48,7 @@ const char *fawn_strerror(int code) {
     case FAWN_EUNSUP: return "unsupported";
     case FAWN_EPROTO: return "protocol_error";
     case FAWN_ECONFIG: return "config_error";
+    case FAWN_ESTALE: return "stale";
     default: return "error";
     }
 }

@@ -28,6 +28,7 @@ enum {
     FAWN_EUNSUP = -10,   /* not supported on this host or in this mode */
     FAWN_EPROTO = -11,   /* a peer broke the protocol */
     FAWN_ECONFIG = -12,  /* configuration error */
+    FAWN_ESTALE = -13,   /* a precondition the caller stated no longer holds */
 };
 
 /* Records `fmt` as this thread's error message and returns `code`, so that

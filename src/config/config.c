@@ -202,6 +202,14 @@ static int set_log_level(void *field, const config_key *key, const config_scalar
     return set_string(field, key, v);
 }
 
+static int set_bool(void *field, const config_key *key, const config_scalar *v) {
+    bool value = strcmp(v->text, "true") == 0;
+    if (!value && strcmp(v->text, "false") != 0)
+        return scalar_fail(v, "must be true or false");
+    *(bool *)field = value;
+    return 0;
+}
+
 static const char *const network_names[] = {[FAWN_NET_NONE] = "none", [FAWN_NET_HOST] = "host"};
 
 static int set_network(void *field, const config_key *key, const config_scalar *v) {
@@ -217,6 +225,7 @@ static int set_network(void *field, const config_key *key, const config_scalar *
 /* ---- schema ---- */
 
 static int parse_sandbox_environment(config_parser *p, const char *path);
+static int parse_authorization(config_parser *p, const char *path);
 
 #define KEY_SCALAR(n, field, setter, d)                                                          \
     {.name = (n), .kind = CONFIG_SCALAR, .offset = offsetof(fawn_config, field), .set = (setter), \
@@ -269,11 +278,32 @@ static const config_key server_keys[] = {
     {0},
 };
 
+static const config_key auth_keys[] = {
+    KEY_SCALAR("disabled", auth.disabled, set_bool, "false"),
+    KEY_SCALAR("registration_enabled", auth.registration_enabled, set_bool, "false"),
+    /* Five minutes up to one year. */
+    KEY_INT("session_ttl_s", auth.session_ttl_s, set_u32, "604800", 300, 31536000),
+    KEY_SCALAR("cookie_secure", auth.cookie_secure, set_bool, "false"),
+    {0},
+};
+
+static const config_key uploads_keys[] = {
+    /* One file up to 1000 per request. */
+    KEY_INT("max_files", uploads.max_files, set_u32, "10", 1, 1000),
+    /* 1 MiB up to 64 GiB. */
+    KEY_INT("max_file_size_mb", uploads.max_file_size_mb, set_u64, "50", 1, 65536),
+    KEY_INT("max_total_size_mb", uploads.max_total_size_mb, set_u64, "100", 1, 65536),
+    {0},
+};
+
 static const config_key root_keys[] = {
     KEY_SCALAR("home", home, set_string, NULL),
     KEY_SCALAR("log_level", log_level, set_log_level, "info"),
     KEY_SECTION("server", server_keys),
     KEY_SECTION("sandbox", sandbox_keys),
+    KEY_SECTION("auth", auth_keys),
+    KEY_SECTION("uploads", uploads_keys),
+    KEY_MAPPING("authorization", parse_authorization),
     {0},
 };
 
@@ -286,7 +316,16 @@ static int check_exec_timeouts(const fawn_config *cfg, const char *source) {
                        sb->exec_timeout_s, sb->exec_max_timeout_s);
 }
 
-static const config_check config_checks[] = {check_exec_timeouts};
+static int check_upload_sizes(const fawn_config *cfg, const char *source) {
+    const fawn_uploads_config *u = &cfg->uploads;
+    if (u->max_file_size_mb <= u->max_total_size_mb)
+        return 0;
+    return config_fail(source, 0, "uploads.max_file_size_mb",
+                       "must not exceed uploads.max_total_size_mb (%" PRIu64 " > %" PRIu64 ")",
+                       u->max_file_size_mb, u->max_total_size_mb);
+}
+
+static const config_check config_checks[] = {check_exec_timeouts, check_upload_sizes};
 
 static void *key_field(fawn_config *cfg, const config_key *key) {
     return (char *)cfg + key->offset;
@@ -541,6 +580,103 @@ static int parse_sandbox_environment(config_parser *p, const char *path) {
     }
 }
 
+/* ---- authorization: a free-form tree kept as JSON ---- */
+
+static int tree_parse(json_t **out, config_parser *p, const yaml_event_t *ev, const char *path);
+
+static int tree_add(json_t *container, const char *key, json_t *value) {
+    int r = key ? json_object_set_new(container, key, value) : json_array_append_new(container, value);
+    return r == 0 ? 0 : fawn_err(FAWN_ENOMEM, "out of memory reading the authorization section");
+}
+
+static int tree_key(const char **out, config_parser *p, const yaml_event_t *ev, const json_t *obj,
+                    const char *path) {
+    if (ev->type != YAML_SCALAR_EVENT)
+        return config_fail(p->source, event_line(ev), path, "keys must be single values, got %s",
+                           event_kind(ev));
+    int r = event_text(out, p, ev, path);
+    if (r < 0 || !json_object_get(obj, *out))
+        return r;
+    char shown[CONFIG_SHOW_MAX + 4], full[CONFIG_PATH_MAX];
+    text_show(shown, *out);
+    path_join(full, path, shown);
+    return config_fail(p->source, event_line(ev), full, "duplicate key");
+}
+
+/* Reads entries until the collection ends: key/value pairs into an object,
+ * items into an array. */
+static int tree_collection(json_t *container, config_parser *p, const char *path) {
+    bool mapping = json_is_object(container);
+    for (;;) {
+        _cleanup_event_ yaml_event_t ev = {0};
+        int r = parser_next(p, &ev, path);
+        if (r < 0 || ev.type == YAML_MAPPING_END_EVENT || ev.type == YAML_SEQUENCE_END_EVENT)
+            return r;
+        const char *key = NULL;
+        char child[CONFIG_PATH_MAX];
+        _cleanup_event_ yaml_event_t value_ev = {0};
+        const yaml_event_t *value_at = &ev;
+        if (mapping) {
+            if ((r = tree_key(&key, p, &ev, container, path)) < 0)
+                return r;
+            path_join(child, path, key);
+            if ((r = parser_next(p, &value_ev, child)) < 0)
+                return r;
+            value_at = &value_ev;
+        } else {
+            snprintf(child, sizeof child, "%s[%zu]", path, json_array_size(container));
+        }
+        json_t *value = NULL;
+        if ((r = tree_parse(&value, p, value_at, child)) < 0 || (r = tree_add(container, key, value)) < 0)
+            return r;
+    }
+}
+
+static int tree_scalar(json_t **out, const config_parser *p, const yaml_event_t *ev,
+                       const char *path) {
+    bool plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+    const char *raw = (const char *)ev->data.scalar.value;
+    config_scalar v;
+    int r = 0;
+    if (event_is_null(ev))
+        *out = json_null();
+    else if (plain && (!strcmp(raw, "true") || !strcmp(raw, "false")))
+        *out = json_boolean(raw[0] == 't');
+    else if ((r = scalar_resolve(&v, p, ev, path)) == 0)
+        *out = json_string(v.text);
+    if (r == 0 && !*out)
+        r = fawn_err(FAWN_ENOMEM, "out of memory reading %s", path);
+    return r;
+}
+
+static int tree_parse(json_t **out, config_parser *p, const yaml_event_t *ev, const char *path) {
+    if (ev->type == YAML_SCALAR_EVENT)
+        return tree_scalar(out, p, ev, path);
+    json_t *container = ev->type == YAML_MAPPING_START_EVENT ? json_object() : json_array();
+    if (!container)
+        return fawn_err(FAWN_ENOMEM, "out of memory reading %s", path);
+    int r = tree_collection(container, p, path);
+    if (r < 0)
+        json_decref(container);
+    else
+        *out = container;
+    return r;
+}
+
+static int parse_authorization(config_parser *p, const char *path) {
+    json_t *section = json_object();
+    if (!section)
+        return fawn_err(FAWN_ENOMEM, "out of memory reading %s", path);
+    int r = tree_collection(section, p, path);
+    if (r < 0) {
+        json_decref(section);
+        return r;
+    }
+    json_decref(p->cfg->authorization);
+    p->cfg->authorization = section;
+    return 0;
+}
+
 /* ---- stream ---- */
 
 static int parse_root(config_parser *p) {
@@ -713,6 +849,7 @@ void config_free(fawn_config *cfg) {
     free(cfg->log_level);
     free(cfg->server.host);
     free(cfg->sandbox.skills_dir);
+    json_decref(cfg->authorization);
     for (size_t i = 0; i < cfg->sandbox.n_env && i < CONFIG_MAX_ENV; i++) {
         free(cfg->sandbox.env[i].name);
         free(cfg->sandbox.env[i].value);

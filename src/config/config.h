@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "base/base.h"
 
 enum fawn_network_mode { FAWN_NET_NONE, FAWN_NET_HOST };
@@ -52,11 +54,31 @@ typedef struct fawn_server_config {
     uint32_t threads; /* server.threads: request threads (default 4) */
 } fawn_server_config;
 
+typedef struct fawn_auth_config {
+    bool disabled;             /* auth.disabled: everyone is the local admin (default false;
+                                  refused when FAWN_ENV=production) */
+    bool registration_enabled; /* auth.registration_enabled: POST /api/v1/auth/register (false) */
+    uint32_t session_ttl_s;    /* auth.session_ttl_s: session lifetime (604800 = 7 days) */
+    bool cookie_secure;        /* auth.cookie_secure: mark cookies Secure (behind TLS) (false) */
+} fawn_auth_config;
+
+typedef struct fawn_uploads_config {
+    uint32_t max_files;         /* uploads.max_files per request (10) */
+    uint64_t max_file_size_mb;  /* uploads.max_file_size_mb (50) */
+    uint64_t max_total_size_mb; /* uploads.max_total_size_mb per request (100) */
+} fawn_uploads_config;
+
 typedef struct fawn_config {
     char *home;       /* home: state directory (default $FAWN_HOME or ./.fawn) */
     char *log_level;  /* log_level: debug|info|warn|error (default info) */
     fawn_server_config server;
     fawn_sandbox_config sandbox;
+    fawn_auth_config auth;
+    fawn_uploads_config uploads;
+    /* authorization: the section as JSON (mappings -> objects, sequences ->
+     * arrays, plain true/false -> booleans, plain null -> null, other
+     * scalars -> strings), or NULL when absent; src/authz validates it. */
+    json_t *authorization;
 } fawn_config;
 
 /* Fills *cfg with every default (home from $FAWN_HOME or "./.fawn").

@@ -131,6 +131,14 @@ static void assert_default_values(const fawn_config *cfg) {
     assert_int_equal(cfg->sandbox.exec_max_timeout_s, 3600);
     assert_int_equal(cfg->sandbox.exec_max_output_bytes, 1048576);
     assert_int_equal(cfg->sandbox.max_sessions, 16);
+    assert_false(cfg->auth.disabled);
+    assert_false(cfg->auth.registration_enabled);
+    assert_int_equal(cfg->auth.session_ttl_s, 604800);
+    assert_false(cfg->auth.cookie_secure);
+    assert_int_equal(cfg->uploads.max_files, 10);
+    assert_int_equal(cfg->uploads.max_file_size_mb, 50);
+    assert_int_equal(cfg->uploads.max_total_size_mb, 100);
+    assert_null(cfg->authorization);
 }
 
 static void test_defaults(void **state) {
@@ -331,6 +339,55 @@ static void test_exec_timeout_cross_check(void **state) {
     accept(&cfg, "sandbox:\n  exec_timeout_s: 3600\n  exec_max_timeout_s: 3600\n");
     assert_int_equal(cfg.sandbox.exec_timeout_s, 3600);
     config_free(&cfg);
+}
+
+static void test_upload_size_cross_check(void **state) {
+    refuse2("uploads:\n  max_file_size_mb: 200\n", "uploads.max_file_size_mb",
+            "must not exceed uploads.max_total_size_mb (200 > 100)");
+}
+
+static void test_booleans(void **state) {
+    fawn_config cfg;
+    accept(&cfg, "auth:\n  disabled: true\n  registration_enabled: true\n  cookie_secure: false\n");
+    assert_true(cfg.auth.disabled);
+    assert_true(cfg.auth.registration_enabled);
+    assert_false(cfg.auth.cookie_secure);
+    config_free(&cfg);
+    refuse("auth:\n  disabled: yes\n", "auth.disabled: must be true or false (got 'yes')");
+    refuse("auth:\n  disabled: 1\n", "must be true or false");
+    refuse("auth:\n  disabled:\n", "auth.disabled: a value is required");
+}
+
+/* The authorization section is kept as a JSON tree for src/authz to judge. */
+static void test_authorization_tree(void **state) {
+    fawn_config cfg;
+    setenv("FAWN_TEST_ROLE", "from-env", 1);
+    accept(&cfg, "authorization:\n"
+                 "  enabled: true\n"
+                 "  default_role: $FAWN_TEST_ROLE\n"
+                 "  roles:\n"
+                 "    guest:\n"
+                 "      tools: {allow: [read_file, \"true\"], deny: []}\n"
+                 "      models: {allow: false}\n"
+                 "      skills: {allow: 5, deny: ~}\n"
+                 "    admin:\n");
+    unsetenv("FAWN_TEST_ROLE");
+    char *text = json_dumps(cfg.authorization, JSON_SORT_KEYS | JSON_COMPACT);
+    assert_string_equal(text, "{\"default_role\":\"from-env\",\"enabled\":true,\"roles\":"
+                              "{\"admin\":null,\"guest\":{\"models\":{\"allow\":false},"
+                              "\"skills\":{\"allow\":\"5\",\"deny\":null},\"tools\":{\"allow\":"
+                              "[\"read_file\",\"true\"],\"deny\":[]}}}}");
+    free(text);
+    config_free(&cfg);
+    accept(&cfg, "authorization:\n");
+    assert_null(cfg.authorization); /* empty is absent */
+    config_free(&cfg);
+    refuse("authorization:\n  roles: {a: 1, a: 2}\n", "authorization.roles.a: duplicate key");
+    refuse("authorization:\n  roles:\n    [x]: 1\n", "authorization.roles: keys must be single values");
+    refuse("authorization:\n  x: $FAWN_TEST_UNSET_VAR\n",
+           "authorization.x: environment variable $FAWN_TEST_UNSET_VAR is not set");
+    refuse("authorization: [1]\n", "authorization: expected a mapping");
+    refuse("authorization:\n  a: &x 1\n  b: *x\n", "anchors and aliases are not allowed");
 }
 
 /* ---- keys and types ---- */
@@ -717,7 +774,9 @@ static void test_example_file(void **state) {
         "home:", "log_level:", "sandbox:", "network:", "skills_dir:", "environment:", "limits:",
         "memory_mb:", "pids:", "nproc:", "open_files:", "file_size_mb:", "address_space_mb:",
         "tmp_size_mb:", "exec_timeout_s:", "exec_max_timeout_s:", "exec_max_output_bytes:",
-        "max_sessions:",
+        "max_sessions:", "auth:", "disabled:", "registration_enabled:", "session_ttl_s:",
+        "cookie_secure:", "uploads:", "max_files:", "max_file_size_mb:", "max_total_size_mb:",
+        "authorization:", "enabled:", "fail_closed:", "default_role:", "roles:",
     };
     for (size_t i = 0; i < ARRAY_LEN(keys); i++)
         if (!strstr(text, keys[i]))
@@ -750,6 +809,9 @@ int main(void) {
         cmocka_unit_test(test_load_file),
         cmocka_unit_test(test_load_resolution),
         cmocka_unit_test(test_example_file),
+        cmocka_unit_test(test_upload_size_cross_check),
+        cmocka_unit_test(test_booleans),
+        cmocka_unit_test(test_authorization_tree),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }
