@@ -10,12 +10,18 @@
 
 #include "base/fsx.h"
 #include "base/json.h"
+#include "store/store.h"
 
 /* The only header fawn issues or accepts. */
 static const char jwt_header[] = "{\"alg\":\"HS256\",\"typ\":\"JWT\"}";
 /* A payload (four integer claims) is far smaller than this. */
 #define JWT_PAYLOAD_MAX 1024
 #define B64_VARIANT sodium_base64_VARIANT_URLSAFE_NO_PADDING
+
+bool auth_username_valid(const char *name) {
+    size_t n = strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._@+-");
+    return n > 0 && n <= STORE_NAME_MAX && name[n] == '\0';
+}
 
 int auth_password_hash(char out[AUTH_HASH_MAX], const char *password) {
     size_t n = strlen(password);

@@ -2,10 +2,15 @@
 #ifndef FAWN_AUTH_H
 #define FAWN_AUTH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "base/base.h"
+
+/* True for an acceptable username: 1 to STORE_NAME_MAX (254) bytes of
+ * letters, digits and . _ @ + - (an email address or a plain name). */
+bool auth_username_valid(const char *name);
 
 /* Password lengths accepted (bytes): short ones are guessable, long ones
  * only cost hashing time. */

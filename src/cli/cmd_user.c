@@ -40,8 +40,9 @@ static int parse_args(user_args *a, int argc, char **argv) {
         default: return fawn_err(FAWN_EINVAL, "unknown option");
         }
     }
-    if (!a->username || !fawn_id_valid(a->username))
-        return fawn_err(FAWN_EINVAL, "--username must match [A-Za-z0-9_-]{1,64}");
+    if (!a->username || !auth_username_valid(a->username))
+        return fawn_err(FAWN_EINVAL, "--username must be 1 to %d letters, digits or . _ @ + -",
+                        STORE_NAME_MAX);
     return 0;
 }
 

@@ -3,6 +3,7 @@
  * never see or leave a half-done change. WAL journal, synchronous FULL: a
  * committed change survives the gateway being killed. */
 #include <errno.h>
+#include <inttypes.h>
 #include <libgen.h>
 #include <pthread.h>
 #include <sqlite3.h>
@@ -42,6 +43,16 @@ static const char *const migrations[] = {
     "  created_at_ms INTEGER NOT NULL,"
     "  updated_at_ms INTEGER NOT NULL);"
     "CREATE INDEX threads_by_owner ON threads(owner_id, updated_at_ms);",
+    /* 2: usernames unique regardless of case; API tokens */
+    "CREATE UNIQUE INDEX users_by_name_nocase ON users(username COLLATE NOCASE);"
+    "CREATE TABLE api_tokens ("
+    "  id INTEGER PRIMARY KEY,"
+    "  user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
+    "  name TEXT NOT NULL,"
+    "  token_hash TEXT NOT NULL UNIQUE,"
+    "  created_at_ms INTEGER NOT NULL,"
+    "  last_used_at_ms INTEGER);"
+    "CREATE INDEX api_tokens_by_user ON api_tokens(user_id);",
 };
 
 static int db_err(store *s, int rc, const char *what) {
@@ -209,7 +220,7 @@ int store_user_get(store *s, store_user *out, int64_t id) {
 int store_user_get_by_name(store *s, store_user *out, const char *username) {
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st, "SELECT " USER_COLUMNS " FROM users WHERE username = ?1");
+    int r = prepare(s, &st, "SELECT " USER_COLUMNS " FROM users WHERE username = ?1 COLLATE NOCASE");
     if (r == 0) {
         sqlite3_bind_text(st, 1, username, -1, SQLITE_STATIC);
         r = one_user(s, out, st, "get user");
@@ -483,4 +494,120 @@ int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_i
     }
     *out = rows;
     return 0;
+}
+
+/* ---- API tokens ---- */
+
+#define TOKEN_COLUMNS "id, user_id, name, created_at_ms, coalesce(last_used_at_ms, 0)"
+
+static void read_token(store_token *t, sqlite3_stmt *st) {
+    t->id = sqlite3_column_int64(st, 0);
+    t->user_id = sqlite3_column_int64(st, 1);
+    copy_col(t->name, sizeof t->name, st, 2);
+    t->created_at_ms = sqlite3_column_int64(st, 3);
+    t->last_used_at_ms = sqlite3_column_int64(st, 4);
+}
+
+int store_token_create(store *s, store_token *out, int64_t user_id, const char *name,
+                       const char *token_hash) {
+    if (!text_ok(name, STORE_TOKEN_NAME_MAX) || !text_ok(token_hash, 64))
+        return fawn_err(FAWN_EINVAL, "a token name of 1 to %d bytes is required",
+                        STORE_TOKEN_NAME_MAX);
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->mu);
+    /* The count and the insert are one statement: concurrent creations
+     * cannot pass the cap together. */
+    int r = prepare(s, &st,
+                    "INSERT INTO api_tokens (user_id, name, token_hash, created_at_ms) "
+                    "SELECT ?1, ?2, ?3, ?4 WHERE (SELECT count(*) FROM api_tokens "
+                    "WHERE user_id = ?1) < ?5 RETURNING " TOKEN_COLUMNS);
+    if (r == 0) {
+        sqlite3_bind_int64(st, 1, user_id);
+        sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, token_hash, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 4, fawn_wall_ms());
+        sqlite3_bind_int(st, 5, STORE_TOKENS_PER_USER_MAX);
+        int rc = sqlite3_step(st);
+        r = rc == SQLITE_ROW    ? 0
+            : rc == SQLITE_DONE ? fawn_err(FAWN_E2BIG, "a user may hold at most %d API tokens",
+                                           STORE_TOKENS_PER_USER_MAX)
+                                : db_err(s, rc, "create token");
+        if (r == 0)
+            read_token(out, st);
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+int store_token_list(store *s, store_token **out, size_t *n, int64_t user_id) {
+    *out = NULL;
+    *n = 0;
+    store_token *rows = calloc(STORE_TOKENS_PER_USER_MAX, sizeof *rows);
+    if (!rows)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->mu);
+    int r = prepare(s, &st, "SELECT " TOKEN_COLUMNS " FROM api_tokens WHERE user_id = ?1 "
+                            "ORDER BY id LIMIT ?2");
+    if (r == 0) {
+        sqlite3_bind_int64(st, 1, user_id);
+        sqlite3_bind_int(st, 2, STORE_TOKENS_PER_USER_MAX);
+        int rc;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < STORE_TOKENS_PER_USER_MAX)
+            read_token(&rows[(*n)++], st);
+        if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+            r = db_err(s, rc, "list tokens");
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (r < 0) {
+        free(rows);
+        *n = 0;
+        return r;
+    }
+    *out = rows;
+    return 0;
+}
+
+int store_token_delete(store *s, int64_t user_id, int64_t id) {
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->mu);
+    int r = prepare(s, &st, "DELETE FROM api_tokens WHERE id = ?1 AND user_id = ?2");
+    if (r == 0) {
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_int64(st, 2, user_id);
+        r = update_one(s, st, "delete token");
+    }
+    pthread_mutex_unlock(&s->mu);
+    return r == FAWN_ENOENT ? fawn_err(FAWN_ENOENT, "no such token: %" PRId64, id) : r;
+}
+
+int store_token_authenticate(store *s, store_user *user, int64_t *token_id,
+                             const char *token_hash) {
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->mu);
+    int r = prepare(s, &st,
+                    "UPDATE api_tokens SET last_used_at_ms = ?2 WHERE token_hash = ?1 "
+                    "RETURNING id, user_id");
+    int64_t user_id = 0;
+    if (r == 0) {
+        sqlite3_bind_text(st, 1, token_hash, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, fawn_wall_ms());
+        int rc = sqlite3_step(st);
+        r = rc == SQLITE_ROW    ? 0
+            : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "unknown API token")
+                                : db_err(s, rc, "authenticate token");
+        if (r == 0) {
+            *token_id = sqlite3_column_int64(st, 0);
+            user_id = sqlite3_column_int64(st, 1);
+        }
+        sqlite3_finalize(st);
+    }
+    if (r == 0 && (r = prepare(s, &st, "SELECT " USER_COLUMNS " FROM users WHERE id = ?1")) == 0) {
+        sqlite3_bind_int64(st, 1, user_id);
+        r = one_user(s, user, st, "get user");
+    }
+    pthread_mutex_unlock(&s->mu);
+    return r;
 }

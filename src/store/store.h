@@ -29,8 +29,9 @@ int store_schema_version(store *s, int *out);
 
 /* ---- users ---- */
 
-/* Longest username and password hash accepted. */
-#define STORE_NAME_MAX 64
+/* Longest username (an email address fits) and password hash accepted.
+ * Usernames are unique regardless of case, and found regardless of case. */
+#define STORE_NAME_MAX 254
 #define STORE_HASH_MAX 256
 #define STORE_ROLE_MAX 32
 
@@ -88,5 +89,34 @@ int store_thread_delete(store *s, int64_t owner_id, const char *id);
  * with store_thread_clear, then the array). limit is clamped to 1..1000. */
 int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_id,
                         const char *match, const char *status, size_t limit, size_t offset);
+
+/* ---- API tokens ----
+ * A token is shown to its owner once; the store keeps only its SHA-256. */
+
+/* Longest token name, and tokens one user may hold: enough for every
+ * script and service a person runs; bounds what a listing returns. */
+#define STORE_TOKEN_NAME_MAX 128
+#define STORE_TOKENS_PER_USER_MAX 100
+
+typedef struct store_token {
+    int64_t id;
+    int64_t user_id;
+    char name[STORE_TOKEN_NAME_MAX + 1];
+    int64_t created_at_ms;
+    int64_t last_used_at_ms; /* 0 = never used */
+} store_token;
+
+/* Records a token (token_hash: 64 hex digits) named name for user_id.
+ * FAWN_E2BIG when the user already holds STORE_TOKENS_PER_USER_MAX. */
+int store_token_create(store *s, store_token *out, int64_t user_id, const char *name,
+                       const char *token_hash);
+/* The user's tokens, oldest first: *out is a malloc'd array of *n (caller frees). */
+int store_token_list(store *s, store_token **out, size_t *n, int64_t user_id);
+/* Revokes the user's token id (another user's is FAWN_ENOENT). */
+int store_token_delete(store *s, int64_t user_id, int64_t id);
+/* The user holding the token whose hash is token_hash (FAWN_ENOENT when
+ * none), recording its use. */
+int store_token_authenticate(store *s, store_user *user, int64_t *token_id,
+                             const char *token_hash);
 
 #endif

@@ -56,12 +56,12 @@ static void migrations_bring_schema_current(void **state) {
     fx *x = *state;
     int v = 0;
     assert_int_equal(store_schema_version(x->s, &v), 0);
-    assert_int_equal(v, 1);
+    assert_int_equal(v, 2);
     /* Reopening applies nothing twice. */
     store *again;
     assert_int_equal(store_open(&again, x->path), 0);
     assert_int_equal(store_schema_version(again, &v), 0);
-    assert_int_equal(v, 1);
+    assert_int_equal(v, 2);
     store_close(again);
 }
 
@@ -87,6 +87,62 @@ static void users(void **state) {
     assert_int_equal(n, 1);
     assert_int_equal(store_user_count(x->s, &n, NULL), 0);
     assert_true(n >= 2);
+}
+
+static void usernames_ignore_case(void **state) {
+    fx *x = *state;
+    store_user u;
+    assert_int_equal(store_user_create(x->s, &u, "ALICE", "h", "user"), FAWN_EEXIST);
+    assert_int_equal(store_user_get_by_name(x->s, &u, "Alice"), 0);
+    assert_int_equal(u.id, x->alice);
+    assert_string_equal(u.username, "alice"); /* stored as first written */
+}
+
+static void api_tokens(void **state) {
+    fx *x = *state;
+    char hash[65];
+    store_token t;
+    fawn_sha256_hex(hash, "secret-1", 8);
+    assert_int_equal(store_token_create(x->s, &t, x->alice, "ci", hash), 0);
+    int64_t first = t.id;
+    assert_string_equal(t.name, "ci");
+    assert_int_equal(t.last_used_at_ms, 0);
+    /* The same secret cannot be recorded twice. */
+    assert_int_equal(store_token_create(x->s, &t, x->bob, "dup", hash), FAWN_EEXIST);
+    assert_int_equal(store_token_create(x->s, &t, x->alice, "", hash), FAWN_EINVAL);
+
+    store_user u;
+    int64_t id = 0;
+    assert_int_equal(store_token_authenticate(x->s, &u, &id, hash), 0);
+    assert_int_equal(u.id, x->alice);
+    assert_int_equal(id, first);
+    char other[65];
+    fawn_sha256_hex(other, "secret-2", 8);
+    assert_int_equal(store_token_authenticate(x->s, &u, &id, other), FAWN_ENOENT);
+
+    /* Owner-scoped revocation. */
+    assert_int_equal(store_token_delete(x->s, x->bob, first), FAWN_ENOENT);
+    store_token *list = NULL;
+    size_t n = 0;
+    assert_int_equal(store_token_list(x->s, &list, &n, x->alice), 0);
+    assert_int_equal(n, 1);
+    assert_true(list[0].last_used_at_ms > 0);
+    free(list);
+    assert_int_equal(store_token_delete(x->s, x->alice, first), 0);
+    assert_int_equal(store_token_authenticate(x->s, &u, &id, hash), FAWN_ENOENT);
+
+    /* A cap per user. */
+    for (int i = 0; i < STORE_TOKENS_PER_USER_MAX; i++) {
+        char secret[32];
+        snprintf(secret, sizeof secret, "bulk-%d", i);
+        fawn_sha256_hex(hash, secret, strlen(secret));
+        assert_int_equal(store_token_create(x->s, &t, x->bob, "bulk", hash), 0);
+    }
+    fawn_sha256_hex(hash, "one-too-many", 12);
+    assert_int_equal(store_token_create(x->s, &t, x->bob, "bulk", hash), FAWN_E2BIG);
+    assert_int_equal(store_token_list(x->s, &list, &n, x->bob), 0);
+    assert_int_equal(n, STORE_TOKENS_PER_USER_MAX);
+    free(list);
 }
 
 static void threads_are_owner_scoped_and_idempotent(void **state) {
@@ -257,6 +313,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(migrations_bring_schema_current),
         cmocka_unit_test(users),
+        cmocka_unit_test(usernames_ignore_case),
+        cmocka_unit_test(api_tokens),
         cmocka_unit_test(threads_are_owner_scoped_and_idempotent),
         cmocka_unit_test(search_matches_metadata_exactly),
         cmocka_unit_test(concurrent_writers_lose_nothing),
