@@ -1,5 +1,6 @@
 #include "fsx.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <linux/openat2.h>
 #include <string.h>
@@ -7,6 +8,9 @@
 
 /* Longest relative path accepted; matches PATH_MAX. */
 #define FSX_PATH_MAX 4096
+/* Deepest directory tree fsx_remove_tree descends: one fd is held open per
+ * level, so this bounds the fds it uses; deeper trees are left in place. */
+#define FSX_REMOVE_DEPTH_MAX 128
 
 static int map_errno(int e, const char *rel) {
     switch (e) {
@@ -152,3 +156,44 @@ int fsx_mkdir_p(const char *path, mode_t mode) {
         return fawn_err_sys(FAWN_EIO, errno, "mkdir %s", buf);
     return 0;
 }
+
+static int remove_entry(int dirfd, const char *name, unsigned depth);
+
+/* Empties the directory open as fd (which this closes). */
+static int remove_children(int fd, unsigned depth) {
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return fawn_err_sys(FAWN_EIO, errno, "read directory");
+    }
+    int r = 0;
+    struct dirent *e;
+    while (r == 0 && (errno = 0, e = readdir(d))) {
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            r = remove_entry(dirfd(d), e->d_name, depth + 1);
+    }
+    if (r == 0 && errno)
+        r = fawn_err_sys(FAWN_EIO, errno, "read directory");
+    closedir(d);
+    return r;
+}
+
+static int remove_entry(int dirfd, const char *name, unsigned depth) {
+    if (unlinkat(dirfd, name, 0) == 0)
+        return 0;
+    if (errno == ENOENT)
+        return depth == 0 ? fawn_err(FAWN_ENOENT, "%s does not exist", name) : 0;
+    if (errno != EISDIR && errno != EPERM)
+        return fawn_err_sys(FAWN_EIO, errno, "remove %s", name);
+    if (depth >= FSX_REMOVE_DEPTH_MAX)
+        return fawn_err(FAWN_E2BIG, "directory tree deeper than %d levels", FSX_REMOVE_DEPTH_MAX);
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "open %s", name);
+    int r = remove_children(fd, depth);
+    if (r == 0 && unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+        r = fawn_err_sys(FAWN_EIO, errno, "remove %s", name);
+    return r;
+}
+
+int fsx_remove_tree(int dirfd, const char *name) { return remove_entry(dirfd, name, 0); }

@@ -35,4 +35,10 @@ bool fsx_have_openat2(void);
 /* Creates a directory path on the host (like mkdir -p), mode for new parts. */
 int fsx_mkdir_p(const char *path, mode_t mode);
 
+/* Removes name (a file, or a directory with everything beneath it) from
+ * dirfd, never following a symlink: each directory is opened relative to
+ * its parent's fd with O_NOFOLLOW. FAWN_ENOENT when name does not exist;
+ * FAWN_E2BIG for trees deeper than a bound (what could be removed is). */
+int fsx_remove_tree(int dirfd, const char *name);
+
 #endif

@@ -110,6 +110,24 @@ static int make_thread_dirs(const char *user_data, uid_t uid) {
     return 0;
 }
 
+int local_user_data_open(int *fd_out, const fawn_config *cfg, const char *user,
+                         const char *thread, bool create) {
+    char user_data[PATH_MAX], sandbox_id[17];
+    int r = local_user_data_dir(user_data, cfg, user, thread);
+    if (r == 0)
+        r = local_sandbox_id(sandbox_id, user, thread);
+    if (r == 0 && create)
+        r = make_thread_dirs(user_data, sandbox_host_uid(sandbox_id));
+    if (r < 0)
+        return r;
+    int fd = open(user_data, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? fawn_err(FAWN_ENOENT, "the thread has no files yet")
+                               : fawn_err_sys(FAWN_EIO, errno, "open %s", user_data);
+    *fd_out = fd;
+    return 0;
+}
+
 /* ---- launching ---- */
 
 typedef struct launch {

@@ -62,6 +62,13 @@ int local_sandbox_id(char out[17], const char *user, const char *thread);
 /* Host directory of a thread's user-data into out (size PATH_MAX). */
 int local_user_data_dir(char *out, const fawn_config *cfg, const char *user, const char *thread);
 
+/* Opens the thread's user-data directory (O_DIRECTORY; caller closes
+ * *fd_out). With create, first makes it and workspace/, uploads/,
+ * outputs/ as a start would (owned by the sandbox's uid); without,
+ * FAWN_ENOENT when it does not exist. */
+int local_user_data_open(int *fd_out, const fawn_config *cfg, const char *user,
+                         const char *thread, bool create);
+
 /* Returns the thread's running box, or starts one: creates the thread's
  * directories, then launches `fawn box` in fresh namespaces (see
  * box/box.h) with cgroup limits, and waits for it to be ready. Starts

@@ -706,6 +706,32 @@ static void test_fsx_mkdir_p(void **state) {
     assert_int_equal(fsx_mkdir_p(p, 0700), FAWN_EIO);
 }
 
+/* The jail holds symlinks to the outside, to itself and to /proc: removing
+ * it removes the links, never what they point to. */
+static void test_fsx_remove_tree(void **state) {
+    tree *t = *state;
+    char p[256];
+    at(p, sizeof p, t, "dir/sub");
+    mkdir(p, 0755);
+    at(p, sizeof p, t, "dir/sub/f");
+    put(p, "x");
+    int rootfd = open(t->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    assert_true(rootfd >= 0);
+    assert_int_equal(fsx_remove_tree(rootfd, "jail"), 0);
+    struct stat st;
+    assert_int_equal(stat(t->jail, &st), -1);
+    snprintf(p, sizeof p, "%s/outside/secret", t->root);
+    assert_int_equal(stat(p, &st), 0);
+    assert_int_equal(fsx_remove_tree(rootfd, "jail"), FAWN_ENOENT);
+    /* A plain file and a symlink at the top are removed themselves. */
+    snprintf(p, sizeof p, "%s/link", t->root);
+    assert_int_equal(symlink("outside", p), 0);
+    assert_int_equal(fsx_remove_tree(rootfd, "link"), 0);
+    snprintf(p, sizeof p, "%s/outside", t->root);
+    assert_int_equal(stat(p, &st), 0);
+    close(rootfd);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fbuf_append_and_limit),
@@ -726,6 +752,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_fsx_open_escapes_refused, tree_setup, tree_teardown),
         cmocka_unit_test_setup_teardown(test_fsx_mkdirs_beneath, tree_setup, tree_teardown),
         cmocka_unit_test_setup_teardown(test_fsx_mkdir_p, tree_setup, tree_teardown),
+        cmocka_unit_test_setup_teardown(test_fsx_remove_tree, tree_setup, tree_teardown),
     };
     return cmocka_run_group_tests_name("base", tests, NULL, NULL);
 }
