@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/fsx.h"
 #include "base/json.h"
@@ -21,6 +22,25 @@ static const char jwt_header[] = "{\"alg\":\"HS256\",\"typ\":\"JWT\"}";
 bool auth_username_valid(const char *name) {
     size_t n = strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._@+-");
     return n > 0 && n <= STORE_NAME_MAX && name[n] == '\0';
+}
+
+/* Passwords that guessing starts with (compared ignoring case). */
+static const char *const common_passwords[] = {
+    "password", "password1", "password123", "12345678", "123456789", "1234567890",
+    "qwertyuiop", "qwerty123", "iloveyou", "11111111", "00000000", "abc12345",
+    "letmein1", "welcome1", "admin123", "changeme", "sunshine", "football",
+    "baseball", "princess", "1q2w3e4r", "passw0rd", "trustno1", "superman",
+};
+
+int auth_password_check(const char *password) {
+    size_t n = strlen(password);
+    if (n < AUTH_PASSWORD_MIN || n > AUTH_PASSWORD_MAX)
+        return fawn_err(FAWN_EINVAL, "a password has %d to %d characters", AUTH_PASSWORD_MIN,
+                        AUTH_PASSWORD_MAX);
+    for (size_t i = 0; i < ARRAY_LEN(common_passwords); i++)
+        if (strcasecmp(password, common_passwords[i]) == 0)
+            return fawn_err(FAWN_EINVAL, "this password is too common; choose another");
+    return 0;
 }
 
 int auth_password_hash(char out[AUTH_HASH_MAX], const char *password) {

@@ -19,6 +19,11 @@ bool auth_username_valid(const char *name);
 /* A stored hash (argon2id string form, parameters included) fits here. */
 #define AUTH_HASH_MAX 128
 
+/* Whether password may be chosen: AUTH_PASSWORD_MIN to AUTH_PASSWORD_MAX
+ * bytes, and not one of the passwords every guessing list starts with.
+ * 0, or FAWN_EINVAL with a message saying why. */
+int auth_password_check(const char *password);
+
 /* Hashes password with argon2id (libsodium's interactive limits) into out.
  * FAWN_EINVAL for a password outside the accepted lengths, FAWN_ENOMEM when
  * the hashing memory cannot be had. */

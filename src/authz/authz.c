@@ -37,11 +37,11 @@ static const char *const sandbox_names[] = {AUTHZ_SANDBOX_EXECUTE};
 
 /* How a resource appears in the configuration and in messages. */
 typedef struct resource_desc {
-    const char *key;                /* key under a role */
-    const char *item;               /* one item of it, for messages */
-    const char *const *known;       /* the only names its lists accept, or NULL for any */
+    const char *key;          /* key under a role */
+    const char *item;         /* one item of it, for messages */
+    const char *const *known; /* the only names its lists accept, or NULL for any */
     size_t known_len;
-    const char *known_list;         /* known, for messages */
+    const char *known_list; /* known, for messages */
 } resource_desc;
 
 static const resource_desc resources[AUTHZ_RESOURCE_COUNT] = {
@@ -122,11 +122,18 @@ static int config_error(const char *path, const char *fmt, ...) {
 
 /* out = "path.key", the key shown only when printable. */
 static void path_join(char out[AUTHZ_PATH_MAX], const char *path, const char *key) {
-    snprintf(out, AUTHZ_PATH_MAX, "%s.%s", path, text_shown(key));
+    /* A path cut at AUTHZ_PATH_MAX still names the key well enough. */
+    if (snprintf(out, AUTHZ_PATH_MAX, "%s.%s", path, text_shown(key)) >= AUTHZ_PATH_MAX)
+        out[AUTHZ_PATH_MAX - 1] = '\0';
 }
 
 /* True when the object key of key_len bytes has no NUL byte in it. */
 static bool key_clean(const char *key, size_t key_len) { return strlen(key) == key_len; }
+
+/* An object key as text_shown shows it; a key with a NUL byte is not shown. */
+static const char *key_shown(const char *key, size_t key_len) {
+    return key_clean(key, key_len) ? text_shown(key) : "(unprintable name)";
+}
 
 /* FAWN_ECONFIG naming the first key of obj that is not in `allowed`
  * (NULL-terminated); `what` and `valid` describe the accepted keys. */
@@ -142,7 +149,7 @@ static int keys_check(const json_t *obj, const char *path, const char *const *al
             known = key_clean(key, key_len) && strcmp(*a, key) == 0;
         if (!known) {
             char child[AUTHZ_PATH_MAX];
-            path_join(child, path, key);
+            path_join(child, path, key_shown(key, key_len));
             return config_error(child, "unknown %s; valid %ss: %s", what, what, valid);
         }
     }
@@ -279,7 +286,7 @@ static int role_rules_load(authz_role *role, const json_t *v, const char *path) 
     json_t *rule;
     json_object_keylen_foreach((json_t *)v, key, key_len, rule) {
         char child[AUTHZ_PATH_MAX];
-        path_join(child, path, key);
+        path_join(child, path, key_shown(key, key_len));
         enum authz_resource res = resource_find(key, key_len);
         if (res == AUTHZ_RESOURCE_COUNT)
             return config_error(child, "unknown resource; valid resources: %s", RESOURCE_KEY_LIST);
@@ -297,7 +304,7 @@ static int role_add(authz_policy *p, const char *name, size_t key_len, const jso
     if (!key_clean(name, key_len) || !fawn_id_valid(name))
         return config_error(roles_path,
                             "role name '%s' is invalid: use 1-%d characters of A-Z a-z 0-9 _ -",
-                            text_shown(name), AUTHZ_ROLE_NAME_MAX);
+                            key_shown(name, key_len), AUTHZ_ROLE_NAME_MAX);
     authz_role *role = &p->roles[p->role_count++];
     snprintf(role->name, sizeof role->name, "%s", name);
     if (!v)

@@ -228,6 +228,16 @@ void fawn_sha256_hex(char out[65], const void *data, size_t n) {
 
 void fawn_random_bytes(void *buf, size_t n) { randombytes_buf(buf, n); }
 
+void fawn_random_uuid(char out[37]) {
+    unsigned char b[16];
+    fawn_random_bytes(b, sizeof b);
+    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40); /* version 4 */
+    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
+}
+
 void fawn_random_hex(char *out, size_t n) {
     unsigned char raw[64];
     while (n > 0) {

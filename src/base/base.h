@@ -109,6 +109,9 @@ void fawn_random_bytes(void *buf, size_t n);
 /* Lowercase hex of n random bytes into out (2n+1 bytes). */
 void fawn_random_hex(char *out, size_t n);
 
+/* A random (version 4) UUID in its 36-character text form into out. */
+void fawn_random_uuid(char out[37]);
+
 /* Replaces what /proc/self/cmdline shows with title (cut to fit the
  * original argument area), by overwriting that area. Only for a process that
  * no longer uses its argv (a freshly cloned child). Returns 0 or FAWN_EIO. */

@@ -1,94 +1,368 @@
-/* HTTP glue: libmicrohttpd in, JSON out. Errors have DeerFlow's shape,
- * {"detail": ...}. */
+/* The gateway's HTTP server: libmicrohttpd (epoll, a pool of threads) in,
+ * the route table out. Every request goes through the same steps, in this
+ * order: match the route, authenticate (unless public), check the route
+ * permissions, check CSRF, then read the body (buffered up to the route's
+ * cap, or streamed to the route) and run the handler. */
 #include <arpa/inet.h>
-#include <microhttpd.h>
+#include <dirent.h>
+#include <limits.h>
 #include <netinet/in.h>
+#include <sodium.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "base/fsx.h"
 #include "base/json.h"
-#include "gateway/gateway.h"
+#include "gateway/internal.h"
+#include "gateway/uploads.h"
 
 /* Connections served at once; more wait in the kernel's accept queue. */
 #define GATEWAY_MAX_CONNECTIONS 1024
 /* A connection idle this long is closed. */
 #define GATEWAY_CONNECTION_TIMEOUT_S 60
+/* After a request failed while its body was still arriving, this much more
+ * is read and dropped so the client sees the answer; past it, the
+ * connection is closed. */
+#define GATEWAY_DRAIN_MAX ((uint64_t)16 << 20)
+/* How long a stop waits for requests in progress, and how often it looks. */
+#define GATEWAY_STOP_GRACE_MS 30000
+#define GATEWAY_STOP_POLL_US 10000
+/* The user every request acts as when auth.disabled is set. */
+#define GATEWAY_LOCAL_ADMIN "local-admin"
 
-struct gateway {
-    struct MHD_Daemon *daemon;
-    const fawn_config *cfg;
-    store *st;
+static int route_health(gw_request *rq) {
+    return gw_respond_json(rq, MHD_HTTP_OK,
+                           json_pack("{s:s,s:s}", "status", "healthy", "service", "fawn"));
+}
+
+static const gw_route server_routes[] = {
+    {"GET", "/health", route_health, GW_PUBLIC, GW_BODY_NONE, 0, NULL},
 };
-
-/* Marks a request whose first callback has been seen. */
-static int request_started;
-
-static enum MHD_Result respond_json(struct MHD_Connection *c, unsigned status, json_t *body) {
-    char *text = body ? fjson_dump(body) : NULL;
-    json_decref(body);
-    if (!text)
-        return MHD_NO;
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(text);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    MHD_add_response_header(r, "Cache-Control", "no-store");
-    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
-    enum MHD_Result ok = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    return ok;
-}
-
-static enum MHD_Result respond_detail(struct MHD_Connection *c, unsigned status,
-                                      const char *detail) {
-    return respond_json(c, status, json_pack("{s:s}", "detail", detail));
-}
-
-typedef enum MHD_Result (*route_fn)(gateway *g, struct MHD_Connection *c);
-
-static enum MHD_Result route_health(gateway *g, struct MHD_Connection *c) {
-    return respond_json(c, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
-}
 
 static const struct {
-    const char *method, *path;
-    route_fn fn;
-} routes[] = {
-    {"GET", "/health", route_health},
+    const gw_route *table;
+    const size_t *count;
+} route_families[] = {
+    {server_routes, &(const size_t){ARRAY_LEN(server_routes)}},
+    {gw_auth_routes, &gw_auth_routes_count},
+    {gw_thread_routes, &gw_thread_routes_count},
+    {gw_file_routes, &gw_file_routes_count},
 };
 
-static enum MHD_Result dispatch(gateway *g, struct MHD_Connection *c, const char *url,
-                                const char *method) {
-    bool known = false;
-    for (size_t i = 0; i < ARRAY_LEN(routes); i++) {
-        if (strcmp(url, routes[i].path) != 0)
-            continue;
-        if (strcmp(method, routes[i].method) == 0)
-            return routes[i].fn(g, c);
-        known = true;
+/* ---- routing ---- */
+
+static void params_free(char *params[GW_PARAMS_MAX]) {
+    for (size_t i = 0; i < GW_PARAMS_MAX; i++) {
+        free(params[i]);
+        params[i] = NULL;
     }
-    return known ? respond_detail(c, MHD_HTTP_METHOD_NOT_ALLOWED, "Method Not Allowed")
-                 : respond_detail(c, MHD_HTTP_NOT_FOUND, "Not Found");
+}
+
+static bool capture(char *params[GW_PARAMS_MAX], size_t *n, const char *from, size_t len) {
+    if (len == 0 || *n == GW_PARAMS_MAX)
+        return false;
+    params[*n] = strndup(from, len);
+    return params[(*n)++] != NULL;
+}
+
+/* Matches url against pattern segment by segment, capturing "{}" (one
+ * segment) and "{*}" (the rest). One trailing '/' on url is tolerated. */
+static bool pattern_match(char *params[GW_PARAMS_MAX], const char *pattern, const char *url) {
+    size_t n = 0, url_len = strlen(url);
+    if (url_len > 1 && url[url_len - 1] == '/')
+        url_len--;
+    const char *u = url, *end = url + url_len, *p = pattern;
+    while (*p && u <= end) {
+        if (strcmp(p, "{*}") == 0)
+            return capture(params, &n, u, (size_t)(end - u));
+        if (strncmp(p, "{}", 2) == 0) {
+            const char *seg_end = memchr(u, '/', (size_t)(end - u));
+            seg_end = seg_end ? seg_end : end;
+            if (!capture(params, &n, u, (size_t)(seg_end - u)))
+                return false;
+            u = seg_end;
+            p += 2;
+            continue;
+        }
+        if (u == end || *u != *p)
+            return false;
+        u++;
+        p++;
+    }
+    return !*p && u == end;
+}
+
+/* The route for method and url; *path_known tells whether any route has
+ * this path (405 rather than 404). Captures go into rq->params. */
+static const gw_route *route_find(gw_request *rq, const char *url, bool *path_known) {
+    *path_known = false;
+    for (size_t f = 0; f < ARRAY_LEN(route_families); f++) {
+        for (size_t i = 0; i < *route_families[f].count; i++) {
+            const gw_route *route = &route_families[f].table[i];
+            params_free(rq->params);
+            if (!pattern_match(rq->params, route->pattern, url))
+                continue;
+            if (strcmp(route->method, rq->method) == 0)
+                return route;
+            *path_known = true;
+        }
+    }
+    params_free(rq->params);
+    return NULL;
+}
+
+/* ---- request steps ---- */
+
+/* Answers a failed step or handler: its status and message, except that
+ * server errors show no internals (they are logged). */
+static void respond_error(gw_request *rq, int code, const char *message) {
+    if (rq->responded)
+        return;
+    unsigned status = gw_status_for(code);
+    if (status >= 500) {
+        log_error("gateway", "%s %s: %s", rq->method, rq->route ? rq->route->pattern : "?",
+                  message);
+        message = "Internal server error";
+    }
+    gw_respond_detail(rq, status, message);
+}
+
+static int check_permissions(gw_request *rq) {
+    unsigned need = rq->route->access, missing = need & ~rq->who.permissions;
+    if (need == GW_PUBLIC || missing == 0)
+        return 0;
+    char detail[64];
+    snprintf(detail, sizeof detail, "Permission denied: %s",
+             authz_permission_name(missing & -missing));
+    gw_respond_detail(rq, MHD_HTTP_FORBIDDEN, detail);
+    return FAWN_EPERM;
+}
+
+static int body_prepare(gw_request *rq) {
+    const gw_route *route = rq->route;
+    if (route->body == GW_BODY_STREAM)
+        return route->stream->open(rq);
+    const char *length = gw_header(rq, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    size_t max = route->body == GW_BODY_BUFFER ? route->body_max : 0;
+    if (length && strtoull(length, NULL, 10) > max)
+        return fawn_err(FAWN_E2BIG, "Request body too large: at most %zu bytes", max);
+    rq->body.limit = max;
+    return 0;
+}
+
+/* Runs every step that needs only the head. A refusal is answered here. */
+static void request_begin(gw_request *rq, const char *url) {
+    bool path_known = false;
+    rq->route = route_find(rq, url, &path_known);
+    bool public = rq->route && rq->route->access == GW_PUBLIC;
+    bool api = strncmp(url, "/api/", 5) == 0;
+    int r = 0;
+    if (!public && (rq->route || api))
+        r = gw_authenticate(rq); /* an unknown /api path is 401 before it is 404 */
+    if (r == 0 && !rq->route) {
+        gw_respond_detail(rq, path_known ? MHD_HTTP_METHOD_NOT_ALLOWED : MHD_HTTP_NOT_FOUND,
+                          path_known ? "Method Not Allowed" : "Not Found");
+        return;
+    }
+    if (r == 0 && !public)
+        r = check_permissions(rq);
+    if (r == 0 && !public)
+        r = gw_check_csrf(rq);
+    if (r == 0)
+        r = body_prepare(rq);
+    if (r < 0)
+        respond_error(rq, r, fawn_errmsg());
+}
+
+static int body_take(gw_request *rq, const char *data, size_t size) {
+    switch (rq->route->body) {
+    case GW_BODY_STREAM: return rq->route->stream->feed(rq, data, size);
+    case GW_BODY_BUFFER:
+        if (fbuf_append(&rq->body, data, size) == 0)
+            return 0;
+        return fawn_err(FAWN_E2BIG, "Request body too large: at most %zu bytes",
+                        rq->route->body_max);
+    default: return fawn_err(FAWN_E2BIG, "This route takes no request body");
+    }
+}
+
+/* Takes one chunk of the body. After a failure the rest is dropped, up to
+ * GATEWAY_DRAIN_MAX, so that the client reads the answer at the end. */
+static void request_body(gw_request *rq, const char *data, size_t size) {
+    if (rq->responded)
+        return;
+    if (rq->stream_error) {
+        rq->drained += size;
+        if (rq->drained > GATEWAY_DRAIN_MAX)
+            respond_error(rq, rq->stream_error, rq->stream_message);
+        return;
+    }
+    int r = body_take(rq, data, size);
+    if (r < 0) {
+        rq->stream_error = r;
+        snprintf(rq->stream_message, sizeof rq->stream_message, "%s", fawn_errmsg());
+    }
+}
+
+static void request_end(gw_request *rq) {
+    if (rq->responded)
+        return;
+    if (rq->stream_error) {
+        respond_error(rq, rq->stream_error, rq->stream_message);
+        return;
+    }
+    int r = rq->route->handle(rq);
+    if (r < 0)
+        respond_error(rq, r, fawn_errmsg());
 }
 
 /* libmicrohttpd calls this once when the head has arrived, then once per
- * body chunk, then once more: the answer goes out on the last call. Routes
- * that take no body discard one (a later route reads its own, capped). */
+ * body chunk, then once more at the end. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
                                   void **req_cls) {
-    if (!*req_cls) {
-        *req_cls = &request_started;
+    gw_request *rq = *req_cls;
+    if (!rq) {
+        rq = calloc(1, sizeof *rq);
+        if (!rq)
+            return MHD_NO;
+        *rq = (gw_request){.g = cls, .conn = c, .method = method};
+        *req_cls = rq;
+        atomic_fetch_add(&rq->g->in_flight, 1);
+        request_begin(rq, url);
         return MHD_YES;
     }
     if (*upload_data_size) {
+        request_body(rq, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return MHD_YES;
     }
-    return dispatch(cls, c, url, method);
+    request_end(rq);
+    return MHD_YES;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    gw_request *rq = *req_cls;
+    if (!rq)
+        return;
+    if (rq->route && rq->route->body == GW_BODY_STREAM)
+        rq->route->stream->close(rq);
+    params_free(rq->params);
+    fbuf_free(&rq->body);
+    atomic_fetch_sub(&rq->g->in_flight, 1);
+    free(rq);
+    *req_cls = NULL;
+}
+
+/* Leaves the URL exactly as sent: each route decodes its captures once. */
+static size_t url_keep_raw(void *cls, struct MHD_Connection *c, char *s) { return strlen(s); }
+
+/* ---- start and stop ---- */
+
+/* Removes what a crash can leave under one user's threads directory:
+ * threads whose deletion was cut short, and upload staging files. */
+static void sweep_user_threads(int threads_fd) {
+    DIR *d = fdopendir(threads_fd);
+    if (!d) {
+        close(threads_fd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, GW_DELETED_PREFIX, strlen(GW_DELETED_PREFIX)) == 0) {
+            if (fsx_remove_tree(dirfd(d), e->d_name) < 0)
+                log_warn("gateway", "cannot finish deleting a thread: %s", fawn_errmsg());
+            continue;
+        }
+        if (!fawn_id_valid(e->d_name))
+            continue;
+        char rel[NAME_MAX + sizeof "/user-data/uploads"];
+        snprintf(rel, sizeof rel, "%s/user-data/uploads", e->d_name);
+        _cleanup_close_ int uploads = fsx_open_beneath(dirfd(d), rel, O_RDONLY | O_DIRECTORY, 0,
+                                                       FSX_NO_SYMLINKS);
+        size_t removed = 0;
+        if (uploads >= 0 && uploads_sweep_staging(uploads, &removed) == 0 && removed)
+            log_info("gateway", "removed %zu unfinished upload(s) of thread %s", removed,
+                     e->d_name);
+    }
+    closedir(d);
+}
+
+static void sweep_crash_leftovers(const fawn_config *cfg) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/users", cfg->home);
+    DIR *users = opendir(path);
+    if (!users)
+        return;
+    struct dirent *e;
+    while ((e = readdir(users))) {
+        if (!fawn_id_valid(e->d_name))
+            continue;
+        char rel[NAME_MAX + sizeof "/threads"];
+        snprintf(rel, sizeof rel, "%s/threads", e->d_name);
+        int threads = fsx_open_beneath(dirfd(users), rel, O_RDONLY | O_DIRECTORY, 0,
+                                       FSX_NO_SYMLINKS);
+        if (threads >= 0)
+            sweep_user_threads(threads);
+    }
+    closedir(users);
+}
+
+/* auth.disabled: everyone acts as one admin, created on first use with a
+ * password hash no password matches. */
+static int local_admin_ensure(gateway *g) {
+    if (getenv("FAWN_ENV") && strcmp(getenv("FAWN_ENV"), "production") == 0)
+        return fawn_err(FAWN_ECONFIG, "auth.disabled is refused when FAWN_ENV=production");
+    store_user u;
+    int r = store_user_get_by_name(g->st, &u, GATEWAY_LOCAL_ADMIN);
+    if (r == FAWN_ENOENT)
+        r = store_user_create(g->st, &u, GATEWAY_LOCAL_ADMIN, "!no-password", "admin");
+    if (r < 0)
+        return r;
+    if (strcmp(u.role, "admin") != 0)
+        return fawn_err(FAWN_ECONFIG, "user %s exists and is not an admin", GATEWAY_LOCAL_ADMIN);
+    g->local_admin_id = u.id;
+    log_warn("gateway", "auth.disabled: every request acts as the admin %s, without signing in",
+             GATEWAY_LOCAL_ADMIN);
+    return 0;
+}
+
+/* Everything the routes rely on, before the first request. */
+static int gateway_prepare(gateway *g) {
+    int r = authz_policy_load(&g->policy, g->cfg->authorization);
+    if (r == 0)
+        r = auth_secret_load(g->secret, g->cfg->home);
+    if (r == 0) /* unknown users are checked against this, for equal timing */
+        r = auth_password_hash(g->dummy_hash, "fawn-no-such-user");
+    if (r == 0)
+        r = gw_throttle_new(&g->throttle);
+    if (r == 0 && g->cfg->auth.disabled)
+        r = local_admin_ensure(g);
+    if (r == 0)
+        sweep_crash_leftovers(g->cfg);
+    return r;
+}
+
+static void gateway_free(gateway *g) {
+    authz_policy_free(g->policy);
+    gw_throttle_free(g->throttle);
+    sodium_memzero(g->secret, sizeof g->secret);
+    free(g);
+}
+
+static struct MHD_Daemon *daemon_start(gateway *g, const struct sockaddr_in *addr) {
+    const fawn_server_config *s = &g->cfg->server;
+    return MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME, 0,
+        NULL, NULL, on_request, g, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)addr,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->threads, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)GATEWAY_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)GATEWAY_CONNECTION_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, on_completed, g,
+        MHD_OPTION_UNESCAPE_CALLBACK, url_keep_raw, g, MHD_OPTION_END);
 }
 
 int gateway_start(gateway **out, const fawn_config *cfg, store *st) {
@@ -101,15 +375,12 @@ int gateway_start(gateway **out, const fawn_config *cfg, store *st) {
         return fawn_err(FAWN_ENOMEM, "out of memory");
     g->cfg = cfg;
     g->st = st;
-    g->daemon = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME, 0, NULL, NULL,
-        on_request, g, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->server.threads,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)GATEWAY_MAX_CONNECTIONS,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)GATEWAY_CONNECTION_TIMEOUT_S, MHD_OPTION_END);
-    if (!g->daemon) {
-        free(g);
-        return fawn_err(FAWN_EIO, "cannot listen on %s:%u", cfg->server.host, cfg->server.port);
+    int r = gateway_prepare(g);
+    if (r == 0 && !(g->daemon = daemon_start(g, &addr)))
+        r = fawn_err(FAWN_EIO, "cannot listen on %s:%u", cfg->server.host, cfg->server.port);
+    if (r < 0) {
+        gateway_free(g);
+        return r;
     }
     *out = g;
     return 0;
@@ -119,6 +390,9 @@ void gateway_stop(gateway *g) {
     if (!g)
         return;
     MHD_quiesce_daemon(g->daemon); /* no new connections; requests in progress go on */
+    int64_t deadline = fawn_now_ms() + GATEWAY_STOP_GRACE_MS;
+    while (atomic_load(&g->in_flight) > 0 && fawn_now_ms() < deadline)
+        usleep(GATEWAY_STOP_POLL_US);
     MHD_stop_daemon(g->daemon);
-    free(g);
+    gateway_free(g);
 }

@@ -25,6 +25,9 @@
 #define ENCODED_NAME_SIZE (3 * VPATH_NAME_MAX + 1)
 /* "/api/threads/" + a thread id (at most 64) + "/artifacts" + the uploads virtual path. */
 #define ARTIFACT_URL_SIZE (128 + sizeof VPATH_USER_DATA + ENCODED_NAME_SIZE)
+/* An error message kept for repeating: a sentence and a file name fit. */
+#define FAILED_MSG_SIZE (256 + VPATH_NAME_MAX)
+/* "/mnt/user-data/uploads/" + a file name + NUL. */
 #define VIRTUAL_PATH_SIZE (sizeof VPATH_USER_DATA + sizeof "/uploads/" + VPATH_NAME_MAX)
 
 typedef struct staged_file {
@@ -34,7 +37,7 @@ typedef struct staged_file {
     dev_t dev;                         /* identity of the staging file we created */
     ino_t ino;
     uint64_t size;
-    bool skipped; /* the destination was unsafe at commit */
+    bool skipped; /* left out at commit: unsafe destination or tampered staging file */
 } staged_file;
 
 struct upload_batch {
@@ -45,6 +48,7 @@ struct upload_batch {
     int fd;            /* staging file of the open file, -1 between files */
     uint64_t total;    /* bytes of every file so far */
     int failed;        /* 0, or the code of the error that ended the batch */
+    char failed_msg[FAILED_MSG_SIZE]; /* its message, repeated by every later call */
 };
 
 /* ---- names ---- */
@@ -183,6 +187,7 @@ static void batch_discard(upload_batch *b) {
 static int batch_fail(upload_batch *b, int r) {
     batch_discard(b);
     b->failed = r;
+    snprintf(b->failed_msg, sizeof b->failed_msg, "%s", fawn_errmsg());
     return r;
 }
 
@@ -190,7 +195,7 @@ static int batch_usable(const upload_batch *b) {
     if (!b)
         return fawn_err(FAWN_EINVAL, "no upload in progress");
     if (b->failed)
-        return fawn_err(b->failed, "the upload was already refused");
+        return fawn_err(b->failed, "%s", b->failed_msg);
     return 0;
 }
 
@@ -401,8 +406,11 @@ static json_t *commit_result(const upload_batch *b, const char *thread_id) {
             continue;
         }
         json_t *e = file_entry_new(f->name, f->size, thread_id);
-        if (e && strcmp(f->name, f->original) != 0)
-            json_object_set_new(e, "original_filename", json_string(f->original));
+        if (e && strcmp(f->name, f->original) != 0 &&
+            json_object_set_new(e, "original_filename", json_string(f->original)) < 0) {
+            json_decref(e);
+            e = NULL;
+        }
         ok = json_array_append_new(files, e) == 0;
         n_ok++;
     }
@@ -449,6 +457,8 @@ static int batch_commit(upload_batch *b, json_t **result, const char *thread_id)
 }
 
 int upload_batch_commit(upload_batch *b, json_t **result, const char *thread_id) {
+    if (!b)
+        return fawn_err(FAWN_EINVAL, "no upload in progress");
     int r = batch_commit(b, result, thread_id);
     upload_batch_abort(b);
     return r;

@@ -36,6 +36,10 @@ typedef struct upload_limits {
     uint64_t max_total_size; /* bytes of all files of one request */
 } upload_limits;
 
+/* Directory entries a listing or a sweep examines: far more than uploads a
+ * thread gathers, few enough that one request stays cheap. */
+#define UPLOADS_SCAN_MAX_ENTRIES 10000
+
 typedef struct upload_batch upload_batch;
 
 /* Starts a request's batch in *out. uploads_dirfd is borrowed (O_DIRECTORY
@@ -47,7 +51,8 @@ typedef struct upload_batch upload_batch;
  * The upload_file_* functions below are called in the order a multipart body
  * presents its files: begin, any number of writes, end. When one of them
  * fails, the batch has already removed every staging file it made and every
- * later call fails; the caller still frees it with upload_batch_abort. */
+ * later call (commit included) fails with the same code and message; the
+ * caller still frees it with upload_batch_abort (or commit). */
 int upload_batch_begin(upload_batch **out, int uploads_dirfd, const upload_limits *lim);
 
 /* Starts the next file, named by the client's file name (an empty name, a
@@ -97,10 +102,6 @@ void upload_batch_abort(upload_batch *b);
  * that the listing is cut and carries "truncated": true. FAWN_EINVAL for a
  * bad thread_id; FAWN_EIO; FAWN_ENOMEM. */
 int uploads_list(json_t **out, int uploads_dirfd, const char *thread_id);
-
-/* Directory entries a listing or a sweep examines: far more than uploads a
- * thread gathers, few enough that one request stays cheap. */
-#define UPLOADS_SCAN_MAX_ENTRIES 10000
 
 /* Deletes one uploaded file by name. A symlink is removed itself, never its
  * target. FAWN_EINVAL for a refused name (as above, and any '/') or a

@@ -67,7 +67,7 @@ static void health_is_public(void **state) {
     assert_int_equal(request(x->cfg.server.port, "GET /health HTTP/1.1\r\nHost: x\r\n"
                                                  "Connection: close\r\n\r\n", body, sizeof body),
                      200);
-    assert_string_equal(body, "{\"status\":\"ok\"}");
+    assert_string_equal(body, "{\"status\":\"healthy\",\"service\":\"fawn\"}");
 }
 
 static void errors_have_a_detail(void **state) {

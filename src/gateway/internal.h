@@ -1,0 +1,206 @@
+/* What the gateway's files share: the request being served, the route
+ * table's shape and the response helpers. No other module includes this. */
+#ifndef FAWN_GATEWAY_INTERNAL_H
+#define FAWN_GATEWAY_INTERNAL_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "auth/auth.h"
+#include "authz/authz.h"
+#include "gateway/gateway.h"
+#include "store/store.h"
+
+/* Path captures a route pattern may hold ("{}" and "{*}"). */
+#define GW_PARAMS_MAX 4
+/* Largest JSON body of most routes: thread metadata is capped at 64 KiB,
+ * so 1 MiB leaves room for everything else a client sends. */
+#define GW_JSON_BODY_MAX ((size_t)1 << 20)
+/* Largest body of the sign-in routes: a name and two passwords. */
+#define GW_AUTH_BODY_MAX ((size_t)16 << 10)
+
+typedef struct gw_throttle gw_throttle;
+
+struct gateway {
+    struct MHD_Daemon *daemon;
+    const fawn_config *cfg;
+    store *st;
+    authz_policy *policy;
+    unsigned char secret[AUTH_SECRET_BYTES]; /* signs session tokens */
+    char dummy_hash[AUTH_HASH_MAX];          /* verified for unknown users: equal timing */
+    int64_t local_admin_id;                  /* auth.disabled: everyone is this user */
+    gw_throttle *throttle;                   /* failed sign-ins per client address */
+    atomic_int in_flight;                    /* requests begun and not completed */
+    pthread_mutex_t setup_lock;              /* makes "first admin" checks and creation one step */
+};
+
+/* How a request proved who it is. */
+enum gw_via { GW_VIA_NONE, GW_VIA_COOKIE, GW_VIA_TOKEN, GW_VIA_DISABLED };
+
+typedef struct gw_principal {
+    store_user user;
+    enum gw_via via;
+    unsigned permissions; /* AUTHZ_* route permission bits, decided once per request */
+} gw_principal;
+
+typedef struct gw_request gw_request;
+
+/* A route handler: queues a response (gw_respond_*) and returns 0, or
+ * returns a FAWN_E* code that the server answers with gw_status_for(code)
+ * and fawn_errmsg() as the detail. */
+typedef int (*gw_handler)(gw_request *rq);
+
+/* A route that reads its body as it arrives (uploads). open runs once the
+ * request is authorized; feed gets every chunk; the handler runs at the
+ * end; close always runs last, to release what open made. */
+typedef struct gw_stream_ops {
+    int (*open)(gw_request *rq);
+    int (*feed)(gw_request *rq, const char *data, size_t len);
+    void (*close)(gw_request *rq);
+} gw_stream_ops;
+
+/* Who may call a route: anyone, any signed-in user, or a signed-in user
+ * holding these AUTHZ_* route permission bits. */
+#define GW_PUBLIC UINT32_MAX
+#define GW_SIGNED_IN 0u
+
+enum gw_body { GW_BODY_NONE, GW_BODY_BUFFER, GW_BODY_STREAM };
+
+typedef struct gw_route {
+    const char *method;
+    const char *pattern;  /* "/api/threads/{}": "{}" is one segment, "{*}" the rest (raw) */
+    gw_handler handle;
+    unsigned access;      /* GW_PUBLIC, GW_SIGNED_IN or permission bits */
+    enum gw_body body;
+    size_t body_max;      /* GW_BODY_BUFFER: larger bodies are 413 */
+    const gw_stream_ops *stream;
+} gw_route;
+
+struct gw_request {
+    gateway *g;
+    struct MHD_Connection *conn;
+    const gw_route *route;
+    const char *method;
+    char *params[GW_PARAMS_MAX]; /* raw captures of the route pattern, in order */
+    gw_principal who;
+    fbuf body;                   /* GW_BODY_BUFFER */
+    void *stream_ctx;            /* GW_BODY_STREAM: the route's state */
+    int stream_error;            /* first error taking the body; later chunks are dropped */
+    uint64_t drained;            /* bytes dropped since */
+    char stream_message[512];    /* its message (fawn_errmsg is per thread, not per request) */
+    bool responded;
+};
+
+/* ---- routes (one file per family) ---- */
+
+extern const gw_route gw_auth_routes[];
+extern const size_t gw_auth_routes_count;
+extern const gw_route gw_thread_routes[];
+extern const size_t gw_thread_routes_count;
+extern const gw_route gw_file_routes[];
+extern const size_t gw_file_routes_count;
+
+/* ---- requests (http.c) ---- */
+
+/* A request header, cookie or query argument; NULL when absent. */
+const char *gw_header(const gw_request *rq, const char *name);
+const char *gw_cookie(const gw_request *rq, const char *name);
+const char *gw_query(const gw_request *rq, const char *name);
+/* The client's address as text ("127.0.0.1"), into out. */
+void gw_client_address(char out[64], const gw_request *rq);
+/* The value of field key in an application/x-www-form-urlencoded body,
+ * decoded ('+' is a space, %XX escapes once) into out. FAWN_ENOENT when
+ * absent; FAWN_EINVAL for a malformed escape, %00, or a value longer than
+ * outsz - 1. */
+int gw_form_field(char *out, size_t outsz, const char *body, size_t len, const char *key);
+/* The body as a JSON object (*out is new; caller decrefs); an empty body is
+ * {}. FAWN_EINVAL for anything else than one JSON object. */
+int gw_body_json(json_t **out, const gw_request *rq);
+
+/* ---- responses (http.c) ---- */
+
+/* The HTTP status for a FAWN_E* code (FAWN_EINVAL 400, EPERM 403, ENOENT
+ * 404, EEXIST/EBUSY 409, ESTALE 412, E2BIG 413, EUNSUP 415, else 500). */
+unsigned gw_status_for(int code);
+/* A JSON response object for body (stolen), with the headers every answer
+ * carries; NULL when out of memory. Callers may add headers, then gw_queue. */
+struct MHD_Response *gw_json_response(json_t *body);
+/* Queues r with status and destroys the reference; FAWN_EIO if MHD refuses. */
+int gw_queue(gw_request *rq, unsigned status, struct MHD_Response *r);
+/* Queues body (stolen) as JSON with status. */
+int gw_respond_json(gw_request *rq, unsigned status, json_t *body);
+/* Queues {"detail": detail} with status. */
+int gw_respond_detail(gw_request *rq, unsigned status, const char *detail);
+/* Queues {"detail": {"code": code, "message": message}} with status: the
+ * shape of authentication errors, whose code a client acts on. */
+int gw_respond_coded(gw_request *rq, unsigned status, const char *code, const char *message);
+
+/* ---- sessions (session.c) ---- */
+
+/* Names of the session cookies. */
+#define GW_ACCESS_COOKIE "access_token"
+#define GW_CSRF_COOKIE "csrf_token"
+#define GW_CSRF_HEADER "X-CSRF-Token"
+/* API tokens start with this, which tells them apart from session tokens
+ * sent as a bearer. */
+#define GW_API_TOKEN_PREFIX "fawn_"
+
+/* Establishes rq->who from an API token, the session cookie or the
+ * disabled-auth mode. 0 when signed in; FAWN_EPERM when a 401 has been
+ * queued; other codes (the store failed) are not answered yet. */
+int gw_authenticate(gw_request *rq);
+/* For state-changing methods: a cookie session must echo its csrf_token
+ * cookie in X-CSRF-Token (constant-time compare); API tokens are exempt;
+ * requests without a session must come from no browser origin or our own.
+ * 0, or a 403 has been queued and FAWN_EPERM is returned. */
+int gw_check_csrf(gw_request *rq);
+/* The sign-in routes' defense: an Origin header, when present, must name
+ * this server. 0, or FAWN_EPERM with a message. */
+int gw_check_origin(const gw_request *rq);
+/* Adds fresh session cookies for user to r (a new csrf_token too). */
+int gw_session_cookies_set(struct MHD_Response *r, const gateway *g, const store_user *user);
+/* Adds cookies that clear the session to r. */
+int gw_session_cookies_clear(struct MHD_Response *r, const gateway *g);
+
+/* ---- sign-in throttling (throttle.c) ---- */
+
+/* Failures from one address before it is locked out, and for how long. */
+#define GW_THROTTLE_FAILURES 5
+#define GW_THROTTLE_LOCKOUT_S 300
+
+int gw_throttle_new(gw_throttle **out);
+void gw_throttle_free(gw_throttle *t);
+/* Seconds addr must still wait before trying again (0: it may try). */
+int64_t gw_throttle_wait_s(gw_throttle *t, const char *addr, int64_t now_s);
+/* Records a failure from addr; the GW_THROTTLE_FAILURES-th within the
+ * lockout window locks it out. */
+void gw_throttle_fail(gw_throttle *t, const char *addr, int64_t now_s);
+/* Forgets addr's failures after a success. */
+void gw_throttle_succeed(gw_throttle *t, const char *addr);
+
+/* ---- shared by route families ---- */
+
+/* A deleted thread's directory is first renamed to this prefix plus its
+ * id and a random suffix, then removed; leftovers are removed at start. */
+#define GW_DELETED_PREFIX ".deleted-"
+
+/* The thread named by the route's first capture, if the signed-in user
+ * owns it (caller clears *out). With create, a missing thread is created
+ * for the user first (uploads may precede the thread's first run).
+ * Another user's thread is FAWN_ENOENT "Thread not found", like a missing one. */
+int gw_thread_resolve(store_thread *out, gw_request *rq, bool create);
+/* Opens t's user-data directory (see local_user_data_open); caller closes. */
+int gw_thread_files_open(int *user_data_fd, gw_request *rq, const store_thread *t, bool create);
+
+/* {"id","email","username","system_role","needs_setup"} for u (new ref). */
+json_t *gw_user_json(const store_user *u);
+/* The owner directory name of a user ("42"): threads live under users/<it>/. */
+void gw_user_dir_name(char out[24], int64_t user_id);
+/* ISO 8601 UTC text of a wall-clock time in ms, into out. */
+void gw_iso_time(char out[40], int64_t ms);
+
+#endif

@@ -1,0 +1,163 @@
+/* Reading requests and writing responses: every answer is JSON with
+ * DeerFlow's error shape, {"detail": ...}, and never cached or sniffed. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/json.h"
+#include "gateway/internal.h"
+
+const char *gw_header(const gw_request *rq, const char *name) {
+    return MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, name);
+}
+
+const char *gw_cookie(const gw_request *rq, const char *name) {
+    return MHD_lookup_connection_value(rq->conn, MHD_COOKIE_KIND, name);
+}
+
+const char *gw_query(const gw_request *rq, const char *name) {
+    return MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+void gw_client_address(char out[64], const gw_request *rq) {
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(rq->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    snprintf(out, 64, "unknown");
+    if (!info || !info->client_addr)
+        return;
+    const struct sockaddr *sa = info->client_addr;
+    if (sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, 64);
+    else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, 64);
+}
+
+static int hex_value(char c) {
+    return c >= '0' && c <= '9' ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* Decodes one form component [s, end) into out; FAWN_EINVAL as above. */
+static int form_decode(char *out, size_t outsz, const char *s, const char *end) {
+    size_t n = 0;
+    for (; s < end; s++) {
+        int c = (unsigned char)*s;
+        if (c == '+') {
+            c = ' ';
+        } else if (c == '%') {
+            int hi = end - s > 2 ? hex_value(s[1]) : -1, lo = end - s > 2 ? hex_value(s[2]) : -1;
+            if (hi < 0 || lo < 0 || (hi | lo) == 0)
+                return fawn_err(FAWN_EINVAL, "malformed form field");
+            c = hi << 4 | lo;
+            s += 2;
+        }
+        if (n + 1 >= outsz)
+            return fawn_err(FAWN_EINVAL, "form field too long");
+        out[n++] = (char)c;
+    }
+    out[n] = '\0';
+    return 0;
+}
+
+int gw_form_field(char *out, size_t outsz, const char *body, size_t len, const char *key) {
+    const char *end = body + len;
+    for (const char *pair = body; pair < end;) {
+        const char *pair_end = memchr(pair, '&', (size_t)(end - pair));
+        pair_end = pair_end ? pair_end : end;
+        const char *eq = memchr(pair, '=', (size_t)(pair_end - pair));
+        char name[64];
+        if (eq && form_decode(name, sizeof name, pair, eq) == 0 && strcmp(name, key) == 0)
+            return form_decode(out, outsz, eq + 1, pair_end);
+        pair = pair_end + 1;
+    }
+    return fawn_err(FAWN_ENOENT, "%s is required", key);
+}
+
+int gw_body_json(json_t **out, const gw_request *rq) {
+    if (rq->body.len == 0) {
+        *out = json_object();
+        return *out ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+    }
+    return fjson_parse_object(out, rq->body.data, rq->body.len);
+}
+
+unsigned gw_status_for(int code) {
+    switch (code) {
+    case FAWN_EINVAL:
+    case FAWN_EPROTO: return MHD_HTTP_BAD_REQUEST;
+    case FAWN_EPERM: return MHD_HTTP_FORBIDDEN;
+    case FAWN_ENOENT: return MHD_HTTP_NOT_FOUND;
+    case FAWN_EEXIST:
+    case FAWN_EBUSY: return MHD_HTTP_CONFLICT;
+    case FAWN_ESTALE: return MHD_HTTP_PRECONDITION_FAILED;
+    case FAWN_E2BIG: return MHD_HTTP_CONTENT_TOO_LARGE;
+    case FAWN_EUNSUP: return MHD_HTTP_UNSUPPORTED_MEDIA_TYPE;
+    case FAWN_ETIMEDOUT: return MHD_HTTP_GATEWAY_TIMEOUT;
+    default: return MHD_HTTP_INTERNAL_SERVER_ERROR;
+    }
+}
+
+struct MHD_Response *gw_json_response(json_t *body) {
+    char *text = body ? fjson_dump(body) : NULL;
+    json_decref(body);
+    if (!text)
+        return NULL;
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return NULL;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    return r;
+}
+
+int gw_queue(gw_request *rq, unsigned status, struct MHD_Response *r) {
+    if (!r)
+        return fawn_err(FAWN_ENOMEM, "out of memory building a response");
+    enum MHD_Result ok = MHD_queue_response(rq->conn, status, r);
+    MHD_destroy_response(r);
+    if (ok != MHD_YES)
+        return fawn_err(FAWN_EIO, "the response could not be queued");
+    rq->responded = true;
+    return 0;
+}
+
+int gw_respond_json(gw_request *rq, unsigned status, json_t *body) {
+    return gw_queue(rq, status, gw_json_response(body));
+}
+
+int gw_respond_detail(gw_request *rq, unsigned status, const char *detail) {
+    return gw_respond_json(rq, status, json_pack("{s:s}", "detail", detail));
+}
+
+int gw_respond_coded(gw_request *rq, unsigned status, const char *code, const char *message) {
+    return gw_respond_json(rq, status,
+                           json_pack("{s:{s:s,s:s}}", "detail", "code", code, "message", message));
+}
+
+json_t *gw_user_json(const store_user *u) {
+    char id[24];
+    gw_user_dir_name(id, u->id);
+    return json_pack("{s:s,s:s,s:s,s:s,s:b}", "id", id, "email", u->username, "username",
+                     u->username, "system_role", u->role, "needs_setup", 0);
+}
+
+void gw_user_dir_name(char out[24], int64_t user_id) {
+    snprintf(out, 24, "%lld", (long long)user_id);
+}
+
+void gw_iso_time(char out[40], int64_t ms) {
+    time_t s = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    char date[24];
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, 40, "%s.%03d000+00:00", date, (int)(ms % 1000));
+}
