@@ -9,6 +9,9 @@ PACKAGES=(
   libcmocka-dev libsqlite3-dev libmicrohttpd-dev
   bubblewrap python3 curl util-linux iproute2 procps
 )
+# The end-to-end tests run on Node.js (20 or later preferred) with npm;
+# an already installed Node (e.g. from NodeSource, which bundles npm) is kept.
+command -v node >/dev/null && command -v npm >/dev/null || PACKAGES+=(nodejs npm)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

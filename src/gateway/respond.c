@@ -133,8 +133,15 @@ int gw_respond_json(gw_request *rq, unsigned status, json_t *body) {
     return gw_queue(rq, status, gw_json_response(body));
 }
 
+/* Messages can quote what a client sent, cut at a byte limit: they are
+ * made valid UTF-8 before they become JSON. */
 int gw_respond_detail(gw_request *rq, unsigned status, const char *detail) {
-    return gw_respond_json(rq, status, json_pack("{s:s}", "detail", detail));
+    fbuf text = {0};
+    int r = fawn_utf8_sanitize(&text, detail, strlen(detail));
+    if (r == 0)
+        r = gw_respond_json(rq, status, json_pack("{s:s}", "detail", text.data ? text.data : ""));
+    fbuf_free(&text);
+    return r;
 }
 
 int gw_respond_coded(gw_request *rq, unsigned status, const char *code, const char *message) {

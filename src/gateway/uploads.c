@@ -235,25 +235,16 @@ static bool staging_unchanged(const upload_batch *b, const staged_file *f) {
 
 /* ---- batch ---- */
 
-static upload_limits limits_or_default(const upload_limits *lim) {
-    upload_limits l = lim ? *lim : (upload_limits){0};
-    if (!l.max_files)
-        l.max_files = UPLOAD_DEFAULT_MAX_FILES;
-    if (!l.max_file_size)
-        l.max_file_size = UPLOAD_DEFAULT_MAX_FILE_SIZE;
-    if (!l.max_total_size)
-        l.max_total_size = UPLOAD_DEFAULT_MAX_TOTAL_SIZE;
-    return l;
-}
-
 int upload_batch_begin(upload_batch **out, int uploads_dirfd, const upload_limits *lim) {
     if (uploads_dirfd < 0)
         return fawn_err(FAWN_EINVAL, "no uploads directory");
+    if (!lim || !lim->max_files || !lim->max_file_size || !lim->max_total_size)
+        return fawn_err(FAWN_EINVAL, "upload limits are required");
     upload_batch *b = calloc(1, sizeof *b);
     if (!b)
         return fawn_err(FAWN_ENOMEM, "out of memory starting an upload");
     b->dirfd = uploads_dirfd;
-    b->lim = limits_or_default(lim);
+    b->lim = *lim;
     b->fd = -1;
     *out = b;
     return 0;

@@ -24,12 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Defaults, as DeerFlow's: a handful of files a person attaches to a chat. */
-#define UPLOAD_DEFAULT_MAX_FILES 10
-#define UPLOAD_DEFAULT_MAX_FILE_SIZE ((uint64_t)50 << 20)
-#define UPLOAD_DEFAULT_MAX_TOTAL_SIZE ((uint64_t)100 << 20)
-
-/* Per-request limits; a zero field means its default. */
+/* Per-request limits (from config uploads.*); every field is required. */
 typedef struct upload_limits {
     uint32_t max_files;      /* files in one request */
     uint64_t max_file_size;  /* bytes of one file */
@@ -44,8 +39,8 @@ typedef struct upload_batch upload_batch;
 
 /* Starts a request's batch in *out. uploads_dirfd is borrowed (O_DIRECTORY
  * fd of the thread's uploads directory) and must stay open until commit or
- * abort. lim NULL means the defaults; it is copied. FAWN_EINVAL for a
- * negative fd, FAWN_ENOMEM. Free with upload_batch_commit or
+ * abort. lim is copied. FAWN_EINVAL for a negative fd or a missing or
+ * zero limit, FAWN_ENOMEM. Free with upload_batch_commit or
  * upload_batch_abort.
  *
  * The upload_file_* functions below are called in the order a multipart body

@@ -29,6 +29,12 @@ typedef struct fx {
 
 /* ---- fixture ---- */
 
+/* The limits fawn ships with (config.example.yaml: uploads.*). */
+#define TEST_MAX_FILES 10
+static const upload_limits limits = {
+    .max_files = TEST_MAX_FILES, .max_file_size = (uint64_t)50 << 20,
+    .max_total_size = (uint64_t)100 << 20};
+
 static int setup(void **state) {
     fx *x = calloc(1, sizeof *x);
     assert_non_null(x);
@@ -184,7 +190,7 @@ static void test_two_files(void **state) {
     fx *x = *state;
     upfile in[] = {{"a.txt", "alpha"}, {"notes.md", "# beta\n"}};
     json_t *res = NULL;
-    assert_int_equal(upload(x, NULL, in, 2, &res), 0);
+    assert_int_equal(upload(x, &limits, in, 2, &res), 0);
     assert_true(json_boolean_value(json_object_get(res, "success")));
     assert_string_equal(str_at(res, "message"), "Successfully uploaded 2 file(s)");
     assert_int_equal(json_array_size(json_object_get(res, "skipped_files")), 0);
@@ -227,7 +233,7 @@ static void test_chunked_writes(void **state) {
         want[i] = (char)('a' + i % 26);
     want[sizeof want - 1] = '\0';
     upload_batch *b = NULL;
-    assert_int_equal(upload_batch_begin(&b, x->upfd, NULL), 0);
+    assert_int_equal(upload_batch_begin(&b, x->upfd, &limits), 0);
     assert_int_equal(upload_file_begin(b, "chunks.bin"), 0);
     for (size_t off = 0; off < sizeof want - 1; off += 7) {
         size_t n = sizeof want - 1 - off < 7 ? sizeof want - 1 - off : 7;
@@ -249,7 +255,7 @@ static void test_duplicate_names(void **state) {
     upfile in[] = {{"a.txt", "1"}, {"dir/a.txt", "2"}, {"a.txt", "3"}, {"a_1.txt", "4"},
                    {"archive.tar.gz", "5"}, {"archive.tar.gz", "6"}, {".env", "7"}, {".env", "8"}};
     json_t *res = NULL;
-    assert_int_equal(upload(x, NULL, in, ARRAY_LEN(in), &res), 0);
+    assert_int_equal(upload(x, &limits, in, ARRAY_LEN(in), &res), 0);
     static const char *const names[] = {"a.txt", "a_1.txt", "a_2.txt", "a_1_1.txt",
                                         "archive.tar.gz", "archive.tar_1.gz", ".env", ".env_1"};
     for (size_t i = 0; i < ARRAY_LEN(names); i++) {
@@ -276,7 +282,7 @@ static void test_duplicate_of_longest_name_refused(void **state) {
     name[255] = '\0';
     upfile in[] = {{name, "1"}, {name, "2"}};
     json_t *res = NULL;
-    assert_int_equal(upload(x, NULL, in, 2, &res), FAWN_EINVAL);
+    assert_int_equal(upload(x, &limits, in, 2, &res), FAWN_EINVAL);
     assert_false(host_exists(x->upfd, name));
     size_t staging;
     assert_int_equal(count_entries(x, &staging), 0);
@@ -286,7 +292,7 @@ static void test_traversal_stored_inside(void **state) {
     fx *x = *state;
     upfile in[] = {{"../../etc/passwd", "root:x"}, {"/abs/../../shadow", "s"}};
     json_t *res = NULL;
-    assert_int_equal(upload(x, NULL, in, 2, &res), 0);
+    assert_int_equal(upload(x, &limits, in, 2, &res), 0);
     assert_string_equal(str_at(file_at(res, 0), "filename"), "passwd");
     assert_string_equal(str_at(file_at(res, 1), "filename"), "shadow");
     json_decref(res);
@@ -313,7 +319,7 @@ static void test_refused_names(void **state) {
         const char *name = i < ARRAY_LEN(bad_fixed) ? bad_fixed[i] : longname;
         upfile in[] = {{"good.txt", "good"}, {name, "bad"}};
         json_t *res = NULL;
-        int r = upload(x, NULL, in, 2, &res);
+        int r = upload(x, &limits, in, 2, &res);
         if (r != FAWN_EINVAL)
             fail_msg("name #%zu: got %d, want FAWN_EINVAL", i, r);
         const char *msg = fawn_errmsg();
@@ -325,10 +331,10 @@ static void test_refused_names(void **state) {
     }
     upfile empty[] = {{"", "x"}};
     json_t *res = NULL;
-    assert_int_equal(upload(x, NULL, empty, 1, &res), FAWN_EINVAL);
+    assert_int_equal(upload(x, &limits, empty, 1, &res), FAWN_EINVAL);
     assert_string_equal(fawn_errmsg(), "Filename is empty");
     upfile ctl[] = {{"a\x01", "x"}};
-    assert_int_equal(upload(x, NULL, ctl, 1, &res), FAWN_EINVAL);
+    assert_int_equal(upload(x, &limits, ctl, 1, &res), FAWN_EINVAL);
     assert_string_equal(fawn_errmsg(), "Filename contains a control character");
 }
 
@@ -336,7 +342,7 @@ static void test_unicode_name_and_url(void **state) {
     fx *x = *state;
     upfile in[] = {{"a b#?%\xc3\xa9~.txt", "u"}};
     json_t *res = NULL;
-    assert_int_equal(upload(x, NULL, in, 1, &res), 0);
+    assert_int_equal(upload(x, &limits, in, 1, &res), 0);
     json_t *f = file_at(res, 0);
     assert_string_equal(str_at(f, "virtual_path"), "/mnt/user-data/uploads/a b#?%\xc3\xa9~.txt");
     assert_string_equal(str_at(f, "artifact_url"), "/api/threads/" TID
@@ -350,7 +356,7 @@ static void test_bad_thread_id(void **state) {
     upfile in[] = {{"a.txt", "a"}};
     json_t *res = NULL;
     upload_batch *b = NULL;
-    assert_int_equal(upload_batch_begin(&b, x->upfd, NULL), 0);
+    assert_int_equal(upload_batch_begin(&b, x->upfd, &limits), 0);
     assert_int_equal(upload_file_begin(b, in[0].name), 0);
     assert_int_equal(upload_file_end(b), 0);
     assert_int_equal(upload_batch_commit(b, &res, "../x"), FAWN_EINVAL);
@@ -370,7 +376,7 @@ static void test_symlink_destination_skipped(void **state) {
     assert_int_equal(symlinkat("../outside/target", x->upfd, "s.txt"), 0);
     upfile in[] = {{"s.txt", "evil"}};
     json_t *res = NULL;
-    assert_int_equal(upload(x, NULL, in, 1, &res), 0);
+    assert_int_equal(upload(x, &limits, in, 1, &res), 0);
     assert_skipped(res, "s.txt");
     json_decref(res);
     assert_file_text(x->rootfd, "outside/target", OUTSIDE_TEXT);
@@ -385,7 +391,7 @@ static void test_dangling_symlink_skipped(void **state) {
     assert_int_equal(symlinkat("../outside/created", x->upfd, "d.txt"), 0);
     upfile in[] = {{"ok.txt", "fine"}, {"d.txt", "evil"}};
     json_t *res = NULL;
-    assert_int_equal(upload(x, NULL, in, 2, &res), 0);
+    assert_int_equal(upload(x, &limits, in, 2, &res), 0);
     assert_false(json_boolean_value(json_object_get(res, "success")));
     assert_int_equal(json_array_size(json_object_get(res, "files")), 1);
     assert_string_equal(str_at(file_at(res, 0), "filename"), "ok.txt");
@@ -405,7 +411,7 @@ static void test_hard_link_skipped(void **state) {
     assert_int_equal(linkat(x->rootfd, "outside/secret", x->upfd, "h.txt", 0), 0);
     upfile in[] = {{"h.txt", "evil"}};
     json_t *res = NULL;
-    assert_int_equal(upload(x, NULL, in, 1, &res), 0);
+    assert_int_equal(upload(x, &limits, in, 1, &res), 0);
     assert_skipped(res, "h.txt");
     json_decref(res);
     assert_file_text(x->rootfd, "outside/secret", OUTSIDE_TEXT);
@@ -418,7 +424,7 @@ static void test_directory_destination_skipped(void **state) {
     assert_int_equal(mkdirat(x->upfd, "dir.txt", 0755), 0);
     upfile in[] = {{"dir.txt", "evil"}};
     json_t *res = NULL;
-    assert_int_equal(upload(x, NULL, in, 1, &res), 0);
+    assert_int_equal(upload(x, &limits, in, 1, &res), 0);
     assert_skipped(res, "dir.txt");
     json_decref(res);
     struct stat st;
@@ -432,7 +438,7 @@ static void test_symlink_planted_before_commit(void **state) {
     fx *x = *state;
     host_put(x->rootfd, "outside/target", OUTSIDE_TEXT);
     upload_batch *b = NULL;
-    assert_int_equal(upload_batch_begin(&b, x->upfd, NULL), 0);
+    assert_int_equal(upload_batch_begin(&b, x->upfd, &limits), 0);
     assert_int_equal(upload_file_begin(b, "late.txt"), 0);
     assert_int_equal(upload_file_write(b, "evil", 4), 0);
     assert_int_equal(upload_file_end(b), 0);
@@ -450,7 +456,7 @@ static void test_staging_swapped_skipped(void **state) {
     fx *x = *state;
     host_put(x->rootfd, "outside/target", OUTSIDE_TEXT);
     upload_batch *b = NULL;
-    assert_int_equal(upload_batch_begin(&b, x->upfd, NULL), 0);
+    assert_int_equal(upload_batch_begin(&b, x->upfd, &limits), 0);
     assert_int_equal(upload_file_begin(b, "swap.txt"), 0);
     assert_int_equal(upload_file_write(b, "data", 4), 0);
     assert_int_equal(upload_file_end(b), 0);
@@ -471,7 +477,7 @@ static void test_existing_file_overwritten(void **state) {
     host_put(x->upfd, "same.txt", "old bytes");
     upfile in[] = {{"same.txt", "new"}};
     json_t *res = NULL;
-    assert_int_equal(upload(x, NULL, in, 1, &res), 0);
+    assert_int_equal(upload(x, &limits, in, 1, &res), 0);
     assert_true(json_boolean_value(json_object_get(res, "success")));
     json_decref(res);
     assert_file_text(x->upfd, "same.txt", "new");
@@ -482,7 +488,8 @@ static void test_existing_file_overwritten(void **state) {
 
 static void test_too_many_files(void **state) {
     fx *x = *state;
-    upload_limits lim = {.max_files = 2};
+    upload_limits lim = limits;
+    lim.max_files = 2;
     upfile in[] = {{"1.txt", "1"}, {"2.txt", "2"}, {"3.txt", "3"}};
     json_t *res = NULL;
     assert_int_equal(upload(x, &lim, in, 3, &res), FAWN_E2BIG);
@@ -490,22 +497,23 @@ static void test_too_many_files(void **state) {
     size_t staging;
     assert_int_equal(count_entries(x, &staging), 0);
 
-    upfile many[UPLOAD_DEFAULT_MAX_FILES + 1];
+    upfile many[TEST_MAX_FILES + 1];
     for (size_t i = 0; i < ARRAY_LEN(many); i++)
         many[i] = (upfile){"same", "x"};
-    assert_int_equal(upload(x, NULL, many, UPLOAD_DEFAULT_MAX_FILES, &res), 0);
+    assert_int_equal(upload(x, &limits, many, TEST_MAX_FILES, &res), 0);
     json_decref(res);
-    assert_int_equal(count_entries(x, &staging), UPLOAD_DEFAULT_MAX_FILES);
-    assert_int_equal(upload(x, NULL, many, ARRAY_LEN(many), &res), FAWN_E2BIG);
+    assert_int_equal(count_entries(x, &staging), TEST_MAX_FILES);
+    assert_int_equal(upload(x, &limits, many, ARRAY_LEN(many), &res), FAWN_E2BIG);
     assert_string_equal(fawn_errmsg(), "Too many files: maximum is 10");
-    assert_int_equal(count_entries(x, &staging), UPLOAD_DEFAULT_MAX_FILES);
+    assert_int_equal(count_entries(x, &staging), TEST_MAX_FILES);
     assert_int_equal(staging, 0);
 }
 
 static void test_file_too_large(void **state) {
     fx *x = *state;
     host_put(x->upfd, "big.txt", "old");
-    upload_limits lim = {.max_file_size = 10};
+    upload_limits lim = limits;
+    lim.max_file_size = 10;
     upfile in[] = {{"other.txt", "fine"}, {"big.txt", "0123456789A"}};
     json_t *res = NULL;
     assert_int_equal(upload(x, &lim, in, 2, &res), FAWN_E2BIG);
@@ -523,7 +531,8 @@ static void test_file_too_large(void **state) {
 
 static void test_total_too_large(void **state) {
     fx *x = *state;
-    upload_limits lim = {.max_total_size = 10};
+    upload_limits lim = limits;
+    lim.max_total_size = 10;
     upfile in[] = {{"a.txt", "123456"}, {"b.txt", "123456"}};
     json_t *res = NULL;
     assert_int_equal(upload(x, &lim, in, 2, &res), FAWN_E2BIG);
@@ -554,7 +563,7 @@ static void test_total_too_large(void **state) {
 static void test_abort_mid_file(void **state) {
     fx *x = *state;
     upload_batch *b = NULL;
-    assert_int_equal(upload_batch_begin(&b, x->upfd, NULL), 0);
+    assert_int_equal(upload_batch_begin(&b, x->upfd, &limits), 0);
     assert_int_equal(upload_file_begin(b, "done.txt"), 0);
     assert_int_equal(upload_file_write(b, "complete", 8), 0);
     assert_int_equal(upload_file_end(b), 0);
@@ -572,24 +581,28 @@ static void test_misuse(void **state) {
     fx *x = *state;
     upload_batch *b = NULL;
     json_t *res = NULL;
-    assert_int_equal(upload_batch_begin(&b, -1, NULL), FAWN_EINVAL);
+    assert_int_equal(upload_batch_begin(&b, -1, &limits), FAWN_EINVAL);
+    assert_int_equal(upload_batch_begin(&b, x->upfd, NULL), FAWN_EINVAL);
+    upload_limits unlimited = limits;
+    unlimited.max_total_size = 0;
+    assert_int_equal(upload_batch_begin(&b, x->upfd, &unlimited), FAWN_EINVAL);
 
-    assert_int_equal(upload_batch_begin(&b, x->upfd, NULL), 0);
+    assert_int_equal(upload_batch_begin(&b, x->upfd, &limits), 0);
     assert_int_equal(upload_batch_commit(b, &res, TID), FAWN_EINVAL);
     assert_string_equal(fawn_errmsg(), "No files provided");
 
-    assert_int_equal(upload_batch_begin(&b, x->upfd, NULL), 0);
+    assert_int_equal(upload_batch_begin(&b, x->upfd, &limits), 0);
     assert_int_equal(upload_file_write(b, "x", 1), FAWN_EINVAL);
     /* the batch is spent after an error */
     assert_int_equal(upload_file_begin(b, "a.txt"), FAWN_EINVAL);
     upload_batch_abort(b);
 
-    assert_int_equal(upload_batch_begin(&b, x->upfd, NULL), 0);
+    assert_int_equal(upload_batch_begin(&b, x->upfd, &limits), 0);
     assert_int_equal(upload_file_begin(b, "a.txt"), 0);
     assert_int_equal(upload_file_begin(b, "b.txt"), FAWN_EINVAL);
     upload_batch_abort(b);
 
-    assert_int_equal(upload_batch_begin(&b, x->upfd, NULL), 0);
+    assert_int_equal(upload_batch_begin(&b, x->upfd, &limits), 0);
     assert_int_equal(upload_file_begin(b, "open.txt"), 0);
     assert_int_equal(upload_file_write(b, "x", 1), 0);
     assert_int_equal(upload_batch_commit(b, &res, TID), FAWN_EINVAL);
@@ -597,7 +610,7 @@ static void test_misuse(void **state) {
     size_t staging;
     assert_int_equal(count_entries(x, &staging), 0);
 
-    assert_int_equal(upload_batch_begin(&b, x->upfd, NULL), 0);
+    assert_int_equal(upload_batch_begin(&b, x->upfd, &limits), 0);
     assert_int_equal(upload_file_begin(b, ".."), FAWN_EINVAL);
     assert_int_equal(upload_batch_commit(b, &res, TID), FAWN_EINVAL);
     assert_null(res);
