@@ -1,22 +1,73 @@
 #!/usr/bin/env bash
-# fawn's main job on its embedded defaults: run commands in a thread's
-# sandbox. Usage: scripts/demo.sh PATH_TO_FAWN
+# fawn's main job on its embedded defaults: a thread's sandbox, then the
+# gateway (fawn serve) on 127.0.0.1:8001 with a short walk through its API,
+# left running until Ctrl-C. Usage: scripts/demo.sh PATH_TO_FAWN
 set -euo pipefail
 fawn=$1
 export FAWN_HOME=${FAWN_HOME:-$PWD/.fawn}
+api=http://127.0.0.1:8001
 
 run() {
   echo "\$ fawn sandbox exec --user demo --thread hello $*"
   "$fawn" sandbox exec --user demo --thread hello "$@"
 }
 
-run -- 'echo "hello from $(hostname), running as $(id -un) with no capabilities:"; grep Cap[EP] /proc/self/status'
-run -- 'ps ax; ls /mnt/user-data'
-run --session demo -- 'cd /tmp && export GREETING="state persists in a session"'
-run --session demo -- 'echo "$GREETING (cwd: $PWD)"'
-run -- 'echo "a file from inside the sandbox" > /mnt/user-data/outputs/hello.txt'
-run -- 'cat /etc/shadow || echo "(the host is out of reach)"'
+sandbox_demo() {
+  run -- 'echo "hello from $(hostname), running as $(id -un) with no capabilities:"; grep Cap[EP] /proc/self/status'
+  run -- 'ps ax; ls /mnt/user-data'
+  run --session demo -- 'cd /tmp && export GREETING="state persists in a session"'
+  run --session demo -- 'echo "$GREETING (cwd: $PWD)"'
+  run -- 'echo "a file from inside the sandbox" > /mnt/user-data/outputs/hello.txt'
+  run -- 'cat /etc/shadow || echo "(the host is out of reach)"'
+  echo
+  echo "The thread's files are on the host under $FAWN_HOME/users/demo/threads/hello/user-data:"
+  cat "$FAWN_HOME/users/demo/threads/hello/user-data/outputs/hello.txt"
+  "$fawn" sandbox stop --user demo --thread hello
+}
+
+show() {
+  echo "\$ curl $*"
+  curl -sS --fail-with-body -b "$jar" -c "$jar" "$@"
+  echo
+}
+
+# Signs in as the demo admin, creating it (with a password kept in
+# $FAWN_HOME/demo-admin.password, mode 0600) on the first run.
+sign_in() {
+  local password_file=$FAWN_HOME/demo-admin.password
+  if [ ! -f "$password_file" ]; then
+    (umask 077 && head -c 18 /dev/urandom | base64 >"$password_file")
+    show -X POST "$api/api/v1/auth/initialize" -H 'Content-Type: application/json' \
+      -d "{\"username\":\"admin\",\"password\":\"$(cat "$password_file")\"}"
+  else
+    show -X POST "$api/api/v1/auth/login/local" --data-urlencode username=admin \
+      --data-urlencode "password@$password_file"
+  fi
+  csrf=$(awk '$6 == "csrf_token" { print $7 }' "$jar")
+}
+
+gateway_demo() {
+  show "$api/api/v1/auth/setup-status"
+  sign_in
+  show -X POST "$api/api/threads" -H "X-CSRF-Token: $csrf" -d '{"thread_id":"hello-api"}'
+  echo "hello from an upload" >"$work/notes.txt"
+  show -X POST "$api/api/threads/hello-api/uploads" -H "X-CSRF-Token: $csrf" -F "files=@$work/notes.txt"
+  show "$api/api/threads/hello-api/artifacts/mnt/user-data/uploads/notes.txt"
+  echo "\$ curl $api/api/threads/hello-api/artifacts/mnt/user-data/%2e%2e/%2e%2e/etc/passwd"
+  curl -sS -b "$jar" --path-as-is "$api/api/threads/hello-api/artifacts/mnt/user-data/%2e%2e/%2e%2e/etc/passwd"
+  echo
+}
+
+sandbox_demo
 echo
-echo "The thread's files are on the host under $FAWN_HOME/users/demo/threads/hello/user-data:"
-cat "$FAWN_HOME/users/demo/threads/hello/user-data/outputs/hello.txt"
-"$fawn" sandbox stop --user demo --thread hello
+work=$(mktemp -d)
+jar=$work/cookies
+"$fawn" serve &
+serve=$!
+trap 'kill $serve 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 100); do curl -sf "$api/health" >/dev/null && break; sleep 0.1; done
+gateway_demo
+echo
+echo "fawn serve is listening on $api (docs/http-api.md); the admin's password is in"
+echo "$FAWN_HOME/demo-admin.password. Ctrl-C stops it."
+wait "$serve"
