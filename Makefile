@@ -1,5 +1,5 @@
 # Thin wrapper over Meson. The two commands a newcomer needs:
-#   make run    set up, build, and run a command in a thread's sandbox
+#   make run    set up, build, demonstrate a sandbox, then run the gateway
 #   make test   set up, build with ASan+UBSan, and run every test
 BUILD ?= build
 BUILD_ASAN ?= build-asan
