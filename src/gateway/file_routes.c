@@ -93,8 +93,6 @@ static int upload_open(gw_request *rq) {
     int r = multipart_boundary(boundary, type ? type : "");
     if (r == 0)
         r = gw_thread_resolve(&u->thread, rq, true);
-    if (r == 0 && strcmp(u->thread.status, "busy") == 0)
-        r = fawn_err(FAWN_EBUSY, "Thread %s has a run in progress", u->thread.id);
     if (r == 0)
         r = uploads_dir_open(&u->dirfd, rq, &u->thread, true);
     if (r == 0)

@@ -22,6 +22,7 @@
 #include "base/base.h"
 #include "config/config.h"
 #include "gateway/gateway.h"
+#include "gateway/internal.h"
 #include "store/store.h"
 
 typedef struct fx {
@@ -136,8 +137,69 @@ static void serve_stops_on_sigterm(void **state) {
     assert_int_equal(stat(db, &sb), 0);
 }
 
+/* Five failures lock an address out for the lockout period; others are
+ * not affected; a success forgets the failures. */
+static void throttle_locks_out_after_failures(void **state) {
+    gw_throttle *t;
+    assert_int_equal(gw_throttle_new(&t), 0);
+    int64_t now = 1000;
+    for (int i = 0; i < GW_THROTTLE_FAILURES - 1; i++)
+        gw_throttle_fail(t, "10.0.0.1", now + i);
+    assert_int_equal(gw_throttle_wait_s(t, "10.0.0.1", now + 10), 0);
+    gw_throttle_fail(t, "10.0.0.1", now + 10);
+    assert_int_equal(gw_throttle_wait_s(t, "10.0.0.1", now + 10), GW_THROTTLE_LOCKOUT_S);
+    assert_int_equal(gw_throttle_wait_s(t, "10.0.0.1", now + 110), GW_THROTTLE_LOCKOUT_S - 100);
+    assert_int_equal(gw_throttle_wait_s(t, "10.0.0.2", now + 10), 0);
+    assert_int_equal(gw_throttle_wait_s(t, "10.0.0.1", now + 10 + GW_THROTTLE_LOCKOUT_S), 0);
+
+    /* Failures spread wider than the window never add up to a lockout. */
+    for (int i = 0; i < 3 * GW_THROTTLE_FAILURES; i++)
+        gw_throttle_fail(t, "10.0.0.3", now + (int64_t)i * GW_THROTTLE_LOCKOUT_S);
+    assert_int_equal(gw_throttle_wait_s(t, "10.0.0.3", now + 15 * GW_THROTTLE_LOCKOUT_S), 0);
+
+    for (int i = 0; i < GW_THROTTLE_FAILURES - 1; i++)
+        gw_throttle_fail(t, "10.0.0.4", now);
+    gw_throttle_succeed(t, "10.0.0.4");
+    gw_throttle_fail(t, "10.0.0.4", now);
+    assert_int_equal(gw_throttle_wait_s(t, "10.0.0.4", now), 0);
+
+    /* Cycling through many addresses cannot evict a locked one. */
+    for (int i = 0; i < GW_THROTTLE_FAILURES; i++)
+        gw_throttle_fail(t, "10.9.9.9", now);
+    for (int i = 0; i < 20000; i++) {
+        char addr[32];
+        snprintf(addr, sizeof addr, "fd00::%x", i);
+        gw_throttle_fail(t, addr, now + 1);
+    }
+    assert_true(gw_throttle_wait_s(t, "10.9.9.9", now + 1) > 0);
+    gw_throttle_free(t);
+}
+
+static void form_fields_decode_once(void **state) {
+    char out[16];
+    const char *body = "a=1&username=al%69ce+b&password=p%2541&empty=&x";
+    assert_int_equal(gw_form_field(out, sizeof out, body, strlen(body), "username"), 0);
+    assert_string_equal(out, "alice b");
+    assert_int_equal(gw_form_field(out, sizeof out, body, strlen(body), "password"), 0);
+    assert_string_equal(out, "p%41"); /* decoded exactly once */
+    assert_int_equal(gw_form_field(out, sizeof out, body, strlen(body), "empty"), 0);
+    assert_string_equal(out, "");
+    assert_int_equal(gw_form_field(out, sizeof out, body, strlen(body), "x"), FAWN_ENOENT);
+    assert_int_equal(gw_form_field(out, sizeof out, body, strlen(body), "missing"), FAWN_ENOENT);
+    static const char *const bad[] = {"username=%00", "username=%4", "username=%zz",
+                                      "username=0123456789abcdef"};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++)
+        assert_int_equal(gw_form_field(out, sizeof out, bad[i], strlen(bad[i]), "username"),
+                         FAWN_EINVAL);
+    /* The length bounds the scan: bytes past it are not read. */
+    assert_int_equal(gw_form_field(out, sizeof out, "username=ab", 10, "username"), 0);
+    assert_string_equal(out, "a");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(throttle_locks_out_after_failures),
+        cmocka_unit_test(form_fields_decode_once),
         cmocka_unit_test(health_is_public),
         cmocka_unit_test(errors_have_a_detail),
         cmocka_unit_test(bad_address_refused),
