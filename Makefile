@@ -30,6 +30,7 @@ fuzz: deps
 
 bench: build
 	@bash bench/sandbox $(BUILD)
+	@FAWN_BIN=$(BUILD)/fawn bash bench/gateway
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ)

@@ -161,14 +161,17 @@ static void copy_col(char *dst, size_t size, sqlite3_stmt *st, int col) {
 
 #define USER_COLUMNS "id, username, password_hash, role, token_version, created_at_ms"
 
-static void read_user(store_user *u, sqlite3_stmt *st) {
-    u->id = sqlite3_column_int64(st, 0);
-    copy_col(u->username, sizeof u->username, st, 1);
-    copy_col(u->password_hash, sizeof u->password_hash, st, 2);
-    copy_col(u->role, sizeof u->role, st, 3);
-    u->token_version = sqlite3_column_int64(st, 4);
-    u->created_at_ms = sqlite3_column_int64(st, 5);
+/* Reads USER_COLUMNS starting at column first. */
+static void read_user_at(store_user *u, sqlite3_stmt *st, int first) {
+    u->id = sqlite3_column_int64(st, first);
+    copy_col(u->username, sizeof u->username, st, first + 1);
+    copy_col(u->password_hash, sizeof u->password_hash, st, first + 2);
+    copy_col(u->role, sizeof u->role, st, first + 3);
+    u->token_version = sqlite3_column_int64(st, first + 4);
+    u->created_at_ms = sqlite3_column_int64(st, first + 5);
 }
+
+static void read_user(store_user *u, sqlite3_stmt *st) { read_user_at(u, st, 0); }
 
 /* Runs a prepared query expecting at most one user row. */
 static int one_user(store *s, store_user *out, sqlite3_stmt *st, const char *what) {
@@ -583,30 +586,44 @@ int store_token_delete(store *s, int64_t user_id, int64_t id) {
     return r == FAWN_ENOENT ? fawn_err(FAWN_ENOENT, "no such token: %" PRId64, id) : r;
 }
 
+/* Records that token id was used at now, unless it was recorded less than
+ * STORE_TOKEN_USE_RESOLUTION_MS ago: a busy client then costs no write
+ * (and no fsync) per request. Best effort: the answer does not depend on it. */
+static void token_use_record(store *s, int64_t id, int64_t last_used, int64_t now) {
+    if (now - last_used < STORE_TOKEN_USE_RESOLUTION_MS)
+        return;
+    sqlite3_stmt *st;
+    if (prepare(s, &st, "UPDATE api_tokens SET last_used_at_ms = ?2 WHERE id = ?1") < 0)
+        return;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, now);
+    sqlite3_step(st);
+    sqlite3_finalize(st);
+}
+
 int store_token_authenticate(store *s, store_user *user, int64_t *token_id,
                              const char *token_hash) {
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
     int r = prepare(s, &st,
-                    "UPDATE api_tokens SET last_used_at_ms = ?2 WHERE token_hash = ?1 "
-                    "RETURNING id, user_id");
-    int64_t user_id = 0;
+                    "SELECT t.id, coalesce(t.last_used_at_ms, 0), u.id, u.username, "
+                    "u.password_hash, u.role, u.token_version, u.created_at_ms "
+                    "FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = ?1");
     if (r == 0) {
         sqlite3_bind_text(st, 1, token_hash, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, fawn_wall_ms());
         int rc = sqlite3_step(st);
         r = rc == SQLITE_ROW    ? 0
             : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "unknown API token")
                                 : db_err(s, rc, "authenticate token");
+        int64_t last_used = 0;
         if (r == 0) {
             *token_id = sqlite3_column_int64(st, 0);
-            user_id = sqlite3_column_int64(st, 1);
+            last_used = sqlite3_column_int64(st, 1);
+            read_user_at(user, st, 2);
         }
         sqlite3_finalize(st);
-    }
-    if (r == 0 && (r = prepare(s, &st, "SELECT " USER_COLUMNS " FROM users WHERE id = ?1")) == 0) {
-        sqlite3_bind_int64(st, 1, user_id);
-        r = one_user(s, user, st, "get user");
+        if (r == 0)
+            token_use_record(s, *token_id, last_used, fawn_wall_ms());
     }
     pthread_mutex_unlock(&s->mu);
     return r;

@@ -114,8 +114,12 @@ int store_token_create(store *s, store_token *out, int64_t user_id, const char *
 int store_token_list(store *s, store_token **out, size_t *n, int64_t user_id);
 /* Revokes the user's token id (another user's is FAWN_ENOENT). */
 int store_token_delete(store *s, int64_t user_id, int64_t id);
+/* A token's last use is recorded at most this often: a minute tells when a
+ * token was last used well enough, and spares a write per request. */
+#define STORE_TOKEN_USE_RESOLUTION_MS 60000
+
 /* The user holding the token whose hash is token_hash (FAWN_ENOENT when
- * none), recording its use. */
+ * none), recording its use (see STORE_TOKEN_USE_RESOLUTION_MS). */
 int store_token_authenticate(store *s, store_user *user, int64_t *token_id,
                              const char *token_hash);
 
