@@ -41,7 +41,7 @@ sign_in() {
       -d "{\"username\":\"admin\",\"password\":\"$(cat "$password_file")\"}"
   else
     show -X POST "$api/api/v1/auth/login/local" --data-urlencode username=admin \
-      --data-urlencode "password@$password_file"
+      --data-urlencode "password=$(cat "$password_file")"
   fi
   csrf=$(awk '$6 == "csrf_token" { print $7 }' "$jar")
 }

@@ -11,7 +11,7 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *summary;
 } commands[] = {
-    {"serve", cli_serve, "run the gateway (HTTP API; so far: GET /health)"},
+    {"serve", cli_serve, "run the gateway: the HTTP API (docs/http-api.md)"},
     {"user", cli_user, "manage users (add)"},
     {"sandbox", cli_sandbox, "run commands in a thread's sandbox (exec, stop)"},
     {"box", cli_box, "serve the box API over TCP, in its own sandbox (remote placement)"},

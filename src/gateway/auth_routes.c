@@ -49,19 +49,23 @@ static int credentials_from_json(credentials *c, const gw_request *rq) {
     return r;
 }
 
-/* A username and password from a form (fields username, password) or a
- * JSON body ({email or username, password}). */
-static int credentials_read(credentials *c, const gw_request *rq) {
-    if (!body_is_form(rq))
-        return credentials_from_json(c, rq);
+static int credentials_from_form(credentials *c, const gw_request *rq) {
     int r = gw_form_field(c->username, sizeof c->username, rq->body.data, rq->body.len,
                           "username");
     if (r == FAWN_ENOENT)
         r = gw_form_field(c->username, sizeof c->username, rq->body.data, rq->body.len, "email");
+    if (r == FAWN_ENOENT)
+        return fawn_err(FAWN_EINVAL, "username is required");
     if (r == 0)
         r = gw_form_field(c->password, sizeof c->password, rq->body.data, rq->body.len,
                           "password");
-    return r;
+    return r == FAWN_ENOENT ? fawn_err(FAWN_EINVAL, "password is required") : r;
+}
+
+/* A username and password from a form (fields username, password) or a
+ * JSON body ({email or username, password}). */
+static int credentials_read(credentials *c, const gw_request *rq) {
+    return body_is_form(rq) ? credentials_from_form(c, rq) : credentials_from_json(c, rq);
 }
 
 static void credentials_wipe(credentials *c) { sodium_memzero(c, sizeof *c); }
@@ -227,7 +231,8 @@ static int route_setup_status(gw_request *rq) {
 }
 
 static int password_change_read(credentials *current, char *next, gw_request *rq) {
-    static const char *const keys[] = {"current_password", "new_password", NULL};
+    /* remember_me is accepted, as from the other sign-in forms, and has no effect. */
+    static const char *const keys[] = {"current_password", "new_password", "remember_me", NULL};
     json_t *body = NULL;
     const char *old_pw = NULL, *new_pw = NULL;
     int r = gw_body_json(&body, rq);
@@ -283,6 +288,17 @@ static json_t *token_json(const store_token *t) {
                      created, "last_used_at", t->last_used_at_ms ? used : NULL);
 }
 
+/* Token names are shown in lists: printable UTF-8, no control characters. */
+static bool token_name_valid(const char *name) {
+    size_t n = strlen(name);
+    if (n == 0 || n > STORE_TOKEN_NAME_MAX || !fawn_utf8_valid(name, n))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+            return false;
+    return true;
+}
+
 static int route_token_create(gw_request *rq) {
     static const char *const keys[] = {"name", NULL};
     json_t *body = NULL;
@@ -292,6 +308,9 @@ static int route_token_create(gw_request *rq) {
         r = fjson_check_keys(body, keys);
     if (r == 0)
         r = fjson_get_string(&name, body, "name", true);
+    if (r == 0 && !token_name_valid(name))
+        r = fawn_err(FAWN_EINVAL, "a token name is 1 to %d bytes of printable text",
+                     STORE_TOKEN_NAME_MAX);
     char token[sizeof GW_API_TOKEN_PREFIX + 2 * API_TOKEN_BYTES], hash[65];
     strcpy(token, GW_API_TOKEN_PREFIX);
     fawn_random_hex(token + strlen(GW_API_TOKEN_PREFIX), API_TOKEN_BYTES);
@@ -321,9 +340,10 @@ static int route_token_list(gw_request *rq) {
 }
 
 static int route_token_delete(gw_request *rq) {
-    char *end = NULL;
-    long long id = strtoll(rq->params[0], &end, 10);
-    if (*end || id <= 0)
+    const char *text = rq->params[0];
+    size_t digits = strspn(text, "0123456789");
+    long long id = digits && digits <= 18 && !text[digits] ? strtoll(text, NULL, 10) : 0;
+    if (id <= 0)
         return fawn_err(FAWN_ENOENT, "no such token");
     int r = store_token_delete(rq->g->st, rq->who.user.id, id);
     return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, json_pack("{s:b}", "success", 1));

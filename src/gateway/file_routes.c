@@ -138,21 +138,27 @@ static const gw_stream_ops upload_stream = {upload_open, upload_feed, upload_clo
 /* ---- listing, limits, deletion ---- */
 
 static int route_upload_list(gw_request *rq) {
-    store_thread t = {0};
+    store_thread t;
     int r = gw_thread_resolve(&t, rq, false);
+    if (r < 0)
+        return r;
     _cleanup_close_ int dirfd = -1;
-    if (r == 0)
-        r = uploads_dir_open(&dirfd, rq, &t, false);
     json_t *list = NULL;
+    r = uploads_dir_open(&dirfd, rq, &t, false);
     if (r == 0)
         r = uploads_list(&list, dirfd, t.id);
-    else if (r == FAWN_ENOENT) /* nothing uploaded yet, or not the caller's thread */
+    else if (r == FAWN_ENOENT) /* nothing uploaded yet */
         r = (list = json_pack("{s:[],s:i}", "files", "count", 0)) ? 0 : FAWN_ENOMEM;
     store_thread_clear(&t);
     return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, list);
 }
 
 static int route_upload_limits(gw_request *rq) {
+    store_thread t;
+    int r = gw_thread_resolve(&t, rq, false);
+    if (r < 0)
+        return r;
+    store_thread_clear(&t);
     upload_limits lim = limits_from_config(rq->g->cfg);
     return gw_respond_json(rq, MHD_HTTP_OK,
                            json_pack("{s:i,s:I,s:I}", "max_files", (int)lim.max_files,
@@ -188,14 +194,12 @@ static int artifact_roots(vpath_roots *roots, gw_request *rq, bool for_write) {
     int r = gw_thread_resolve(&t, rq, false);
     if (r < 0)
         return r;
-    bool busy = strcmp(t.status, "busy") == 0;
-    if (!(for_write && busy))
-        r = gw_thread_files_open(&roots->user_data_fd, rq, &t, false);
-    else
+    if (for_write && strcmp(t.status, "busy") == 0)
         r = fawn_err(FAWN_EBUSY, "Thread %s has a run in progress", t.id);
+    else if ((r = gw_thread_files_open(&roots->user_data_fd, rq, &t, false)) == FAWN_ENOENT)
+        r = fawn_err(FAWN_ENOENT, "Artifact not found"); /* the thread has no files yet */
     store_thread_clear(&t);
-    roots->skills_fd = -1;
-    return r == FAWN_ENOENT ? fawn_err(FAWN_ENOENT, "Artifact not found") : r;
+    return r;
 }
 
 static void artifact_headers(struct MHD_Response *resp, const artifact_response *a) {
@@ -251,7 +255,8 @@ static int put_body_read(json_t **body, const char **content, size_t *len, const
     static const char *const keys[] = {"content", "expected_sha256", NULL};
     /* NUL is allowed through JSON so that the content rules, not the
      * parser, refuse it (415, not 400). */
-    *body = json_loadb(rq->body.data ? rq->body.data : "", rq->body.len, JSON_ALLOW_NUL, NULL);
+    *body = json_loadb(rq->body.data ? rq->body.data : "", rq->body.len,
+                       JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, NULL);
     if (!json_is_object(*body))
         return fawn_err(FAWN_EINVAL, "the body must be a JSON object");
     int r = fjson_check_keys(*body, keys);

@@ -188,10 +188,10 @@ void gw_throttle_succeed(gw_throttle *t, const char *addr);
  * id and a random suffix, then removed; leftovers are removed at start. */
 #define GW_DELETED_PREFIX ".deleted-"
 
-/* The thread named by the route's first capture, if the signed-in user
- * owns it (caller clears *out). With create, a missing thread is created
- * for the user first (uploads may precede the thread's first run).
- * Another user's thread is FAWN_ENOENT "Thread not found", like a missing one. */
+/* The thread named by the route's first capture among the signed-in
+ * user's threads (caller clears *out); FAWN_ENOENT "Thread not found".
+ * Thread ids are per user. With create, a missing thread is created for the
+ * user first (uploads may precede the thread's first run). */
 int gw_thread_resolve(store_thread *out, gw_request *rq, bool create);
 /* Opens t's user-data directory (see local_user_data_open); caller closes. */
 int gw_thread_files_open(int *user_data_fd, gw_request *rq, const store_thread *t, bool create);

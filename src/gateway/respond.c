@@ -64,6 +64,8 @@ static int form_decode(char *out, size_t outsz, const char *s, const char *end) 
 }
 
 int gw_form_field(char *out, size_t outsz, const char *body, size_t len, const char *key) {
+    if (!body)
+        return fawn_err(FAWN_ENOENT, "%s is required", key);
     const char *end = body + len;
     for (const char *pair = body; pair < end;) {
         const char *pair_end = memchr(pair, '&', (size_t)(end - pair));

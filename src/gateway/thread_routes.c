@@ -68,7 +68,7 @@ int gw_thread_resolve(store_thread *out, gw_request *rq, bool create) {
     int r = create && fawn_id_valid(id)
                 ? store_thread_create(rq->g->st, out, &existed, rq->who.user.id, id, NULL)
                 : store_thread_get(rq->g->st, out, rq->who.user.id, id);
-    if (r == FAWN_ENOENT || r == FAWN_EEXIST) /* another user's id looks missing */
+    if (r == FAWN_ENOENT) /* another user's thread looks missing, as it is to them */
         return fawn_err(FAWN_ENOENT, "Thread not found");
     return r;
 }
@@ -128,9 +128,8 @@ static int route_thread_create(gw_request *rq) {
     bool existed = false;
     r = store_thread_create(rq->g->st, &t, &existed, rq->who.user.id, a.id, a.metadata);
     free(a.metadata);
-    if (r == FAWN_EEXIST || (r == 0 && existed && a.raise_if_exists)) {
-        if (r == 0)
-            store_thread_clear(&t);
+    if (r == 0 && existed && a.raise_if_exists) {
+        store_thread_clear(&t);
         return gw_respond_detail(rq, MHD_HTTP_CONFLICT, "Thread already exists");
     }
     int fd = -1;
@@ -181,7 +180,9 @@ static int search_args_read(search_args *a, json_t *body) {
     if (r == 0 && a->status && !status_known(a->status))
         r = fawn_err(FAWN_EINVAL, "status must be idle, busy, interrupted or error");
     json_t *values = json_object_get(body, "values");
-    if (r == 0 && values && !json_is_null(values) && json_object_size(values) > 0)
+    if (r == 0 && values && !json_is_null(values) && !json_is_object(values))
+        r = fawn_err(FAWN_EINVAL, "values must be an object");
+    if (r == 0 && json_object_size(values) > 0)
         r = fawn_err(FAWN_EINVAL, "searching by values is not supported");
     if (r == 0)
         r = search_order_check(body);

@@ -53,6 +53,21 @@ static const char *const migrations[] = {
     "  created_at_ms INTEGER NOT NULL,"
     "  last_used_at_ms INTEGER);"
     "CREATE INDEX api_tokens_by_user ON api_tokens(user_id);",
+    /* 3: thread ids are unique per owner, so an id never tells whether
+     * another user holds it */
+    "CREATE TABLE threads_by_owner_id ("
+    "  id TEXT NOT NULL,"
+    "  owner_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
+    "  status TEXT NOT NULL DEFAULT 'idle',"
+    "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
+    "  created_at_ms INTEGER NOT NULL,"
+    "  updated_at_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (owner_id, id));"
+    "INSERT INTO threads_by_owner_id SELECT id, owner_id, status, metadata, created_at_ms,"
+    "  updated_at_ms FROM threads;"
+    "DROP TABLE threads;"
+    "ALTER TABLE threads_by_owner_id RENAME TO threads;"
+    "CREATE INDEX threads_by_owner ON threads(owner_id, updated_at_ms);",
 };
 
 static int db_err(store *s, int rc, const char *what) {
@@ -353,7 +368,7 @@ int store_thread_create(store *s, store_thread *out, bool *existed, int64_t owne
     pthread_mutex_lock(&s->mu);
     r = prepare(s, &st,
                 "INSERT INTO threads (id, owner_id, metadata, created_at_ms, updated_at_ms) "
-                "VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT(id) DO NOTHING");
+                "VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT(owner_id, id) DO NOTHING");
     if (r == 0) {
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, owner_id);
@@ -366,8 +381,6 @@ int store_thread_create(store *s, store_thread *out, bool *existed, int64_t owne
     }
     if (r == 0)
         r = get_thread_locked(s, out, owner_id, id);
-    if (r == FAWN_ENOENT) /* the id exists, under another owner */
-        r = fawn_err(FAWN_EEXIST, "thread id %s is taken", id);
     pthread_mutex_unlock(&s->mu);
     return r;
 }

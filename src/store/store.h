@@ -73,7 +73,8 @@ void store_thread_clear(store_thread *t);
 
 /* Creates thread id for owner with metadata (a JSON object text). An id that
  * already exists for the same owner is not an error: *existed is set and out
- * holds the stored thread. An id taken by another owner is FAWN_EEXIST. */
+ * holds the stored thread. Ids are per owner: another owner's thread of
+ * the same id is a different thread. */
 int store_thread_create(store *s, store_thread *out, bool *existed, int64_t owner_id,
                         const char *id, const char *metadata);
 /* The owner's thread (another owner's is FAWN_ENOENT). */

@@ -56,12 +56,12 @@ static void migrations_bring_schema_current(void **state) {
     fx *x = *state;
     int v = 0;
     assert_int_equal(store_schema_version(x->s, &v), 0);
-    assert_int_equal(v, 2);
+    assert_int_equal(v, 3);
     /* Reopening applies nothing twice. */
     store *again;
     assert_int_equal(store_open(&again, x->path), 0);
     assert_int_equal(store_schema_version(again, &v), 0);
-    assert_int_equal(v, 2);
+    assert_int_equal(v, 3);
     store_close(again);
 }
 
@@ -159,11 +159,17 @@ static void threads_are_owner_scoped_and_idempotent(void **state) {
     assert_true(existed);
     assert_string_equal(t.metadata, "{\"a\":1}");
     store_thread_clear(&t);
-    /* Same id, another owner: taken, and invisible to them. */
-    assert_int_equal(store_thread_create(x->s, &t, &existed, x->bob, "t-1", NULL), FAWN_EEXIST);
+    /* Another owner's thread is invisible, and the same id is theirs to use. */
     assert_int_equal(store_thread_get(x->s, &t, x->bob, "t-1"), FAWN_ENOENT);
     assert_int_equal(store_thread_set_metadata(x->s, x->bob, "t-1", "{}"), FAWN_ENOENT);
     assert_int_equal(store_thread_delete(x->s, x->bob, "t-1"), FAWN_ENOENT);
+    assert_int_equal(store_thread_create(x->s, &t, &existed, x->bob, "t-1", "{\"bob\":1}"), 0);
+    assert_false(existed);
+    store_thread_clear(&t);
+    assert_int_equal(store_thread_get(x->s, &t, x->alice, "t-1"), 0);
+    assert_string_equal(t.metadata, "{\"a\":1}");
+    store_thread_clear(&t);
+    assert_int_equal(store_thread_delete(x->s, x->bob, "t-1"), 0);
     /* Bad input. */
     assert_int_equal(store_thread_create(x->s, &t, &existed, x->alice, "../x", NULL), FAWN_EINVAL);
     assert_int_equal(store_thread_create(x->s, &t, &existed, x->alice, "t-2", "[1]"), FAWN_EINVAL);
