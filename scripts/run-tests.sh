@@ -21,9 +21,19 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
 meson test -C "$build" --print-errorlogs || status=$?
 
+# End-to-end: `fawn serve` (the sanitized build) driven by real clients.
+npm ci --prefix tests/e2e --no-audit --no-fund --loglevel=error
+e2e_log="$build/e2e-tap.txt"
+FAWN_BIN="$PWD/$build/fawn" node --test --test-reporter=tap tests/e2e/*.test.mjs >"$e2e_log" 2>&1 ||
+  { status=1; grep -B2 -A25 '^ *not ok' "$e2e_log" | head -n 200; }
+
 # Every test case of every program, from their TAP output.
 log="$build/meson-logs/testlog.txt"
 passed=$(grep -cE '^ok [0-9]+ ' "$log" || true)
 failed=$(grep -cE '^not ok [0-9]+ ' "$log" || true)
+e2e_passed=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$e2e_log" | tail -n 1)
+e2e_failed=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$e2e_log" | tail -n 1)
+passed=$((passed + ${e2e_passed:-0}))
+failed=$((failed + ${e2e_failed:-0}))
 echo "$passed passed, $failed failed"
 exit "$status"

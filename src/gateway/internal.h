@@ -89,10 +89,14 @@ struct gw_request {
     gw_principal who;
     fbuf body;                   /* GW_BODY_BUFFER */
     void *stream_ctx;            /* GW_BODY_STREAM: the route's state */
-    int stream_error;            /* first error taking the body; later chunks are dropped */
-    uint64_t drained;            /* bytes dropped since */
-    char stream_message[512];    /* its message (fawn_errmsg is per thread, not per request) */
-    bool responded;
+    uint64_t drained;            /* body bytes read and dropped */
+    bool responded;              /* an answer is queued or pending */
+    /* An answer decided while the client is still sending its body waits
+     * until the body has been read (dropped), so the client sees it rather
+     * than a connection reset: gw_queue keeps it here while deferring. */
+    bool deferring;
+    struct MHD_Response *pending;
+    unsigned pending_status;
 };
 
 /* ---- routes (one file per family) ---- */
@@ -129,7 +133,8 @@ unsigned gw_status_for(int code);
 /* A JSON response object for body (stolen), with the headers every answer
  * carries; NULL when out of memory. Callers may add headers, then gw_queue. */
 struct MHD_Response *gw_json_response(json_t *body);
-/* Queues r with status and destroys the reference; FAWN_EIO if MHD refuses. */
+/* Queues r with status (or keeps it pending, see gw_request.deferring) and
+ * releases the caller's reference; FAWN_EIO if MHD refuses. */
 int gw_queue(gw_request *rq, unsigned status, struct MHD_Response *r);
 /* Queues body (stolen) as JSON with status. */
 int gw_respond_json(gw_request *rq, unsigned status, json_t *body);

@@ -123,6 +123,12 @@ struct MHD_Response *gw_json_response(json_t *body) {
 int gw_queue(gw_request *rq, unsigned status, struct MHD_Response *r) {
     if (!r)
         return fawn_err(FAWN_ENOMEM, "out of memory building a response");
+    if (rq->deferring) {
+        rq->pending = r;
+        rq->pending_status = status;
+        rq->responded = true;
+        return 0;
+    }
     enum MHD_Result ok = MHD_queue_response(rq->conn, status, r);
     MHD_destroy_response(r);
     if (ok != MHD_YES)

@@ -22,9 +22,9 @@
 #define GATEWAY_MAX_CONNECTIONS 1024
 /* A connection idle this long is closed. */
 #define GATEWAY_CONNECTION_TIMEOUT_S 60
-/* After a request failed while its body was still arriving, this much more
- * is read and dropped so the client sees the answer; past it, the
- * connection is closed. */
+/* After a request was refused while its body was still to come, this much
+ * of it is read and dropped so that the client sees the answer; past it,
+ * the answer goes out and the connection is closed. */
 #define GATEWAY_DRAIN_MAX ((uint64_t)16 << 20)
 /* Routes that take no body still read (and drop) one up to this size. */
 #define GATEWAY_IGNORED_BODY_MAX ((size_t)4 << 10)
@@ -174,6 +174,8 @@ static void request_begin(gw_request *rq, const char *url) {
         r = gw_check_csrf(rq);
     if (r == 0)
         r = body_prepare(rq);
+    if (r == FAWN_E2BIG) /* the declared body is too large: it is not waited for */
+        rq->deferring = false;
     if (r < 0)
         respond_error(rq, r, fawn_errmsg());
 }
@@ -194,34 +196,58 @@ static int body_take(gw_request *rq, const char *data, size_t size) {
     }
 }
 
-/* Takes one chunk of the body. After a failure the rest is dropped, up to
- * GATEWAY_DRAIN_MAX, so that the client reads the answer at the end. */
+/* Sends the answer that waited for the body. */
+static void pending_flush(gw_request *rq) {
+    if (MHD_queue_response(rq->conn, rq->pending_status, rq->pending) != MHD_YES)
+        log_warn("gateway", "an answer could not be queued");
+    MHD_destroy_response(steal_ptr(rq->pending));
+}
+
+/* Drops body bytes that arrive after the answer was decided; past
+ * GATEWAY_DRAIN_MAX the answer goes out at once (and the connection is
+ * closed after it). */
+static void body_drain(gw_request *rq, size_t size) {
+    rq->drained += size;
+    if (rq->drained > GATEWAY_DRAIN_MAX)
+        pending_flush(rq);
+}
+
+/* Takes one chunk of the body. An error answers at the end of the body. */
 static void request_body(gw_request *rq, const char *data, size_t size) {
-    if (rq->responded)
-        return;
-    if (rq->stream_error) {
-        rq->drained += size;
-        if (rq->drained > GATEWAY_DRAIN_MAX)
-            respond_error(rq, rq->stream_error, rq->stream_message);
+    if (rq->pending) {
+        body_drain(rq, size);
         return;
     }
+    if (rq->responded)
+        return;
     int r = body_take(rq, data, size);
     if (r < 0) {
-        rq->stream_error = r;
-        snprintf(rq->stream_message, sizeof rq->stream_message, "%s", fawn_errmsg());
+        rq->deferring = true;
+        respond_error(rq, r, fawn_errmsg());
+        rq->deferring = false;
     }
 }
 
 static void request_end(gw_request *rq) {
-    if (rq->responded)
-        return;
-    if (rq->stream_error) {
-        respond_error(rq, rq->stream_error, rq->stream_message);
+    if (rq->pending) {
+        pending_flush(rq);
         return;
     }
+    if (rq->responded)
+        return;
     int r = rq->route->handle(rq);
     if (r < 0)
         respond_error(rq, r, fawn_errmsg());
+}
+
+/* Whether a refusal decided from the head should wait for the body: when
+ * one is coming and is small enough to read. A larger one is refused at
+ * once, so that a client waiting for "100 Continue" never sends it. */
+static bool head_answer_waits(const gw_request *rq) {
+    const char *length = gw_header(rq, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (length)
+        return strtoull(length, NULL, 10) - 1 < GATEWAY_DRAIN_MAX;
+    return gw_header(rq, MHD_HTTP_HEADER_TRANSFER_ENCODING) != NULL;
 }
 
 /* libmicrohttpd calls this once when the head has arrived, then once per
@@ -238,7 +264,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *rq = (gw_request){.g = cls, .conn = c, .method = method};
         *req_cls = rq;
         atomic_fetch_add(&rq->g->in_flight, 1);
+        rq->deferring = head_answer_waits(rq);
         request_begin(rq, url);
+        rq->deferring = false;
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -257,6 +285,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
         return;
     if (rq->route && rq->route->body == GW_BODY_STREAM)
         rq->route->stream->close(rq);
+    if (rq->pending)
+        MHD_destroy_response(rq->pending);
     params_free(rq->params);
     fbuf_free(&rq->body);
     atomic_fetch_sub(&rq->g->in_flight, 1);
