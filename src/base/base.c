@@ -228,6 +228,16 @@ void fawn_sha256_hex(char out[65], const void *data, size_t n) {
 
 void fawn_random_bytes(void *buf, size_t n) { randombytes_buf(buf, n); }
 
+int fawn_hex_digit(char c) {
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
 void fawn_random_uuid(char out[37]) {
     unsigned char b[16];
     fawn_random_bytes(b, sizeof b);

@@ -109,6 +109,9 @@ void fawn_random_bytes(void *buf, size_t n);
 /* Lowercase hex of n random bytes into out (2n+1 bytes). */
 void fawn_random_hex(char *out, size_t n);
 
+/* The value of one hexadecimal digit (either case), or -1. */
+int fawn_hex_digit(char c);
+
 /* A random (version 4) UUID in its 36-character text form into out. */
 void fawn_random_uuid(char out[37]);
 

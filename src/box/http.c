@@ -247,16 +247,6 @@ const char *http_header_get(const http_request *req, const char *name) {
 
 /* ---- query string ------------------------------------------------------ */
 
-static int hex_value(char ch) {
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 /* Decodes the byte at *p (< end): "%XY", '+' (a space) or itself. */
 static int query_next_byte(unsigned char *out, const char **p, const char *end) {
     const char *s = *p;
@@ -265,9 +255,9 @@ static int query_next_byte(unsigned char *out, const char **p, const char *end) 
         *p = s + 1;
         return 0;
     }
-    if (end - s < 3 || hex_value(s[1]) < 0 || hex_value(s[2]) < 0)
+    if (end - s < 3 || fawn_hex_digit(s[1]) < 0 || fawn_hex_digit(s[2]) < 0)
         return fawn_err(FAWN_EINVAL, "malformed percent-escape in query");
-    *out = (unsigned char)(hex_value(s[1]) * 16 + hex_value(s[2]));
+    *out = (unsigned char)(fawn_hex_digit(s[1]) * 16 + fawn_hex_digit(s[2]));
     if (*out == '\0')
         return fawn_err(FAWN_EINVAL, "NUL byte (%%00) in query");
     *p = s + 3;

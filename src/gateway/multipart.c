@@ -322,16 +322,6 @@ static int header_block_parse(part_headers *h, multipart_parser *p) {
     return 0;
 }
 
-static int hex_digit(char c) {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Decodes an RFC 5987 ext-value "UTF-8'lang'percent-encoded" in place. */
 static int ext_value_decode(char *s, size_t *len) {
     char *q1 = memchr(s, '\'', *len);
@@ -345,8 +335,8 @@ static int ext_value_decode(char *s, size_t *len) {
             s[n++] = *in++;
             continue;
         }
-        int hi = in_end - in < 3 ? -1 : hex_digit(in[1]);
-        int lo = in_end - in < 3 ? -1 : hex_digit(in[2]);
+        int hi = in_end - in < 3 ? -1 : fawn_hex_digit(in[1]);
+        int lo = in_end - in < 3 ? -1 : fawn_hex_digit(in[2]);
         if (hi < 0 || lo < 0)
             return fawn_err(FAWN_EINVAL, MALFORMED "bad percent-escape in filename*");
         int byte = hi * 16 + lo;

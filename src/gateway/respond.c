@@ -34,13 +34,6 @@ void gw_client_address(char out[64], const gw_request *rq) {
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, 64);
 }
 
-static int hex_value(char c) {
-    return c >= '0' && c <= '9' ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
-
 /* Decodes one form component [s, end) into out; FAWN_EINVAL as above. */
 static int form_decode(char *out, size_t outsz, const char *s, const char *end) {
     size_t n = 0;
@@ -49,7 +42,7 @@ static int form_decode(char *out, size_t outsz, const char *s, const char *end) 
         if (c == '+') {
             c = ' ';
         } else if (c == '%') {
-            int hi = end - s > 2 ? hex_value(s[1]) : -1, lo = end - s > 2 ? hex_value(s[2]) : -1;
+            int hi = end - s > 2 ? fawn_hex_digit(s[1]) : -1, lo = end - s > 2 ? fawn_hex_digit(s[2]) : -1;
             if (hi < 0 || lo < 0 || (hi | lo) == 0)
                 return fawn_err(FAWN_EINVAL, "malformed form field");
             c = hi << 4 | lo;

@@ -114,16 +114,6 @@ int vpath_parse(vpath *out, const char *virtual_path) {
     }
 }
 
-static int hex_value(char c) {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int vpath_percent_decode(char *out, size_t outsz, const char *in) {
     if (outsz == 0)
         return fawn_err(FAWN_EINVAL, "no room for the decoded path");
@@ -131,8 +121,8 @@ int vpath_percent_decode(char *out, size_t outsz, const char *in) {
     for (size_t i = 0; in[i]; i++) {
         char c = in[i];
         if (c == '%') {
-            int hi = hex_value(in[i + 1]);
-            int lo = hi < 0 ? -1 : hex_value(in[i + 2]);
+            int hi = fawn_hex_digit(in[i + 1]);
+            int lo = hi < 0 ? -1 : fawn_hex_digit(in[i + 2]);
             if (lo < 0)
                 return fawn_err(FAWN_EINVAL, "malformed percent escape at byte %zu", i);
             c = (char)(hi * 16 + lo);

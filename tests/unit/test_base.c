@@ -209,6 +209,25 @@ static void test_random_hex(void **state) {
     assert_int_equal(strlen(one), 2);
 }
 
+static void test_hex_digit_and_uuid(void **state) {
+    assert_int_equal(fawn_hex_digit('0'), 0);
+    assert_int_equal(fawn_hex_digit('9'), 9);
+    assert_int_equal(fawn_hex_digit('a'), 10);
+    assert_int_equal(fawn_hex_digit('F'), 15);
+    assert_int_equal(fawn_hex_digit('g'), -1);
+    assert_int_equal(fawn_hex_digit('\0'), -1);
+    assert_int_equal(fawn_hex_digit((char)0xe9), -1);
+    char a[37], b[37];
+    fawn_random_uuid(a);
+    fawn_random_uuid(b);
+    assert_int_equal(strlen(a), 36);
+    assert_string_not_equal(a, b);
+    assert_true(a[8] == '-' && a[13] == '-' && a[18] == '-' && a[23] == '-');
+    assert_int_equal(a[14], '4'); /* version 4 */
+    assert_non_null(strchr("89ab", a[19])); /* RFC 4122 variant */
+    assert_true(fawn_id_valid(a)); /* usable as a thread id */
+}
+
 static void test_errors(void **state) {
     assert_int_equal(fawn_err(FAWN_EINVAL, "bad %s %d", "thing", 7), FAWN_EINVAL);
     assert_string_equal(fawn_errmsg(), "bad thing 7");
@@ -743,6 +762,7 @@ int main(void) {
         cmocka_unit_test(test_random_hex),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_clocks),
+        cmocka_unit_test(test_hex_digit_and_uuid),
         cmocka_unit_test(test_utf8_valid),
         cmocka_unit_test(test_utf8_sanitize),
         cmocka_unit_test(test_fjson_parse_object),
