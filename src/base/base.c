@@ -49,6 +49,7 @@ const char *fawn_strerror(int code) {
     case FAWN_EPROTO: return "protocol_error";
     case FAWN_ECONFIG: return "config_error";
     case FAWN_ESTALE: return "stale";
+    case FAWN_ECANCELED: return "canceled";
     default: return "error";
     }
 }

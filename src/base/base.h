@@ -29,6 +29,7 @@ enum {
     FAWN_EPROTO = -11,   /* a peer broke the protocol */
     FAWN_ECONFIG = -12,  /* configuration error */
     FAWN_ESTALE = -13,   /* a precondition the caller stated no longer holds */
+    FAWN_ECANCELED = -14, /* the caller gave up on the operation */
 };
 
 /* Records `fmt` as this thread's error message and returns `code`, so that

@@ -68,6 +68,20 @@ static const char *const migrations[] = {
     "DROP TABLE threads;"
     "ALTER TABLE threads_by_owner_id RENAME TO threads;"
     "CREATE INDEX threads_by_owner ON threads(owner_id, updated_at_ms);",
+    /* 4: the sandbox manager's records: whose each box is, and fences */
+    "CREATE TABLE sandboxes ("
+    "  sandbox_id TEXT PRIMARY KEY,"
+    "  user TEXT NOT NULL,"
+    "  thread TEXT NOT NULL,"
+    "  generation TEXT NOT NULL,"
+    "  created_at_ms INTEGER NOT NULL);"
+    "CREATE TABLE sandbox_fences ("
+    "  scope TEXT NOT NULL,"
+    "  sandbox_id TEXT NOT NULL,"
+    "  generation TEXT NOT NULL,"
+    "  reason TEXT NOT NULL,"
+    "  created_at_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (scope, sandbox_id, generation));",
 };
 
 static int db_err(store *s, int rc, const char *what) {
@@ -509,6 +523,167 @@ int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_i
         return r;
     }
     *out = rows;
+    return 0;
+}
+
+/* ---- sandboxes and fences ---- */
+
+/* Runs a prepared statement that returns no rows; FAWN_ENOENT when it was
+ * expected to change one row and changed none. */
+static int step_done(store *s, sqlite3_stmt *st, bool must_change, const char *what) {
+    int rc = sqlite3_step(st);
+    int changed = sqlite3_changes(s->db);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return db_err(s, rc, what);
+    return must_change && changed == 0 ? fawn_err(FAWN_ENOENT, "%s: no such row", what) : 0;
+}
+
+/* Binds the text arguments of a statement from ?1 on. */
+static void bind_texts(sqlite3_stmt *st, const char *const *texts, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        sqlite3_bind_text(st, (int)i + 1, texts[i], -1, SQLITE_STATIC);
+}
+
+/* Prepares sql, binds texts and runs it under the lock. */
+static int exec_texts(store *s, const char *sql, const char *const *texts, size_t n,
+                      bool must_change, const char *what) {
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->mu);
+    int r = prepare(s, &st, sql);
+    if (r == 0) {
+        bind_texts(st, texts, n);
+        r = step_done(s, st, must_change, what);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+static bool sandbox_args_ok(const char *sandbox_id, const char *generation) {
+    return text_ok(sandbox_id, 16) && generation && strlen(generation) <= 32;
+}
+
+int store_sandbox_put(store *s, const char *sandbox_id, const char *user, const char *thread,
+                      const char *generation) {
+    if (!sandbox_args_ok(sandbox_id, generation) || !fawn_id_valid(user) || !fawn_id_valid(thread))
+        return fawn_err(FAWN_EINVAL, "bad sandbox record");
+    char now[24];
+    snprintf(now, sizeof now, "%" PRId64, fawn_wall_ms());
+    const char *texts[] = {sandbox_id, user, thread, generation, now};
+    return exec_texts(s,
+                      "INSERT OR REPLACE INTO sandboxes (sandbox_id, user, thread, generation, "
+                      "created_at_ms) VALUES (?1, ?2, ?3, ?4, CAST(?5 AS INTEGER))",
+                      texts, ARRAY_LEN(texts), false, "record sandbox");
+}
+
+int store_sandbox_get(store *s, store_sandbox *out, const char *sandbox_id) {
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->mu);
+    int r = prepare(s, &st, "SELECT sandbox_id, user, thread, generation, created_at_ms "
+                            "FROM sandboxes WHERE sandbox_id = ?1");
+    if (r == 0) {
+        sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        r = rc == SQLITE_ROW    ? 0
+            : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "no record of sandbox %s", sandbox_id)
+                                : db_err(s, rc, "get sandbox");
+        if (r == 0) {
+            copy_col(out->sandbox_id, sizeof out->sandbox_id, st, 0);
+            copy_col(out->user, sizeof out->user, st, 1);
+            copy_col(out->thread, sizeof out->thread, st, 2);
+            copy_col(out->generation, sizeof out->generation, st, 3);
+            out->created_at_ms = sqlite3_column_int64(st, 4);
+        }
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+int store_sandbox_forget(store *s, const char *sandbox_id, const char *generation) {
+    const char *texts[] = {sandbox_id, generation ? generation : ""};
+    return exec_texts(s, "DELETE FROM sandboxes WHERE sandbox_id = ?1 AND (?2 = '' OR generation = ?2)",
+                      texts, ARRAY_LEN(texts), false, "forget sandbox");
+}
+
+static bool fence_args_ok(const char *scope, const char *sandbox_id, const char *generation) {
+    return scope && strlen(scope) < sizeof(((store_fence *)0)->scope) &&
+           sandbox_args_ok(sandbox_id, generation);
+}
+
+int store_fence_add(store *s, const char *scope, const char *sandbox_id, const char *generation,
+                    const char *reason) {
+    if (!fence_args_ok(scope, sandbox_id, generation))
+        return fawn_err(FAWN_EINVAL, "bad fence");
+    char now[24], why[256];
+    snprintf(now, sizeof now, "%" PRId64, fawn_wall_ms());
+    snprintf(why, sizeof why, "%s", reason ? reason : "");
+    const char *texts[] = {scope, sandbox_id, generation, why, now};
+    return exec_texts(s,
+                      "INSERT OR IGNORE INTO sandbox_fences (scope, sandbox_id, generation, reason, "
+                      "created_at_ms) VALUES (?1, ?2, ?3, ?4, CAST(?5 AS INTEGER))",
+                      texts, ARRAY_LEN(texts), false, "add fence");
+}
+
+int store_fence_exists(store *s, bool *out, const char *scope, const char *sandbox_id,
+                       const char *generation) {
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->mu);
+    int r = prepare(s, &st, "SELECT 1 FROM sandbox_fences WHERE scope = ?1 AND sandbox_id = ?2 "
+                            "AND generation = ?3");
+    if (r == 0) {
+        const char *texts[] = {scope, sandbox_id, generation};
+        bind_texts(st, texts, ARRAY_LEN(texts));
+        int rc = sqlite3_step(st);
+        r = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : db_err(s, rc, "check fence");
+        *out = rc == SQLITE_ROW;
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+int store_fence_remove(store *s, const char *scope, const char *sandbox_id,
+                       const char *generation) {
+    const char *texts[] = {scope, sandbox_id, generation};
+    return exec_texts(s, "DELETE FROM sandbox_fences WHERE scope = ?1 AND sandbox_id = ?2 AND "
+                         "generation = ?3",
+                      texts, ARRAY_LEN(texts), true, "remove fence");
+}
+
+int store_fence_list(store *s, store_fence **out, size_t *n, const char *sandbox_id) {
+    *out = NULL;
+    *n = 0;
+    fbuf rows = {.limit = STORE_FENCES_MAX * sizeof(store_fence)};
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->mu);
+    int r = prepare(s, &st, "SELECT scope, sandbox_id, generation, reason, created_at_ms FROM "
+                            "sandbox_fences WHERE ?1 IS NULL OR sandbox_id = ?1 "
+                            "ORDER BY created_at_ms, rowid LIMIT ?2");
+    if (r == 0) {
+        sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 2, STORE_FENCES_MAX);
+        int rc;
+        while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+            store_fence f;
+            copy_col(f.scope, sizeof f.scope, st, 0);
+            copy_col(f.sandbox_id, sizeof f.sandbox_id, st, 1);
+            copy_col(f.generation, sizeof f.generation, st, 2);
+            copy_col(f.reason, sizeof f.reason, st, 3);
+            f.created_at_ms = sqlite3_column_int64(st, 4);
+            r = fbuf_append(&rows, &f, sizeof f);
+        }
+        if (r == 0 && rc != SQLITE_DONE)
+            r = db_err(s, rc, "list fences");
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (r < 0) {
+        fbuf_free(&rows);
+        return r;
+    }
+    *n = rows.len / sizeof(store_fence);
+    *out = (store_fence *)fbuf_steal(&rows);
     return 0;
 }
 

@@ -91,6 +91,50 @@ int store_thread_delete(store *s, int64_t owner_id, const char *id);
 int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_id,
                         const char *match, const char *status, size_t limit, size_t offset);
 
+/* ---- sandboxes and fences (the sandbox manager's durable records) ---- */
+
+/* Which (user, thread) a running box belongs to, so that a restarted
+ * gateway can tell its own boxes from strays. */
+typedef struct store_sandbox {
+    char sandbox_id[17];
+    char user[65];
+    char thread[65];
+    char generation[33];
+    int64_t created_at_ms;
+} store_sandbox;
+
+/* Records (or replaces) the box of sandbox_id. */
+int store_sandbox_put(store *s, const char *sandbox_id, const char *user, const char *thread,
+                      const char *generation);
+/* The record of sandbox_id (FAWN_ENOENT when none). */
+int store_sandbox_get(store *s, store_sandbox *out, const char *sandbox_id);
+/* Forgets sandbox_id's record if it names generation (any when ""). */
+int store_sandbox_forget(store *s, const char *sandbox_id, const char *generation);
+
+/* A fence: (scope, sandbox id, generation) may not be reused. scope "" fences
+ * the whole generation; a run:agent scope fences only that scope's session. */
+typedef struct store_fence {
+    char scope[130];
+    char sandbox_id[17];
+    char generation[33];
+    char reason[256];
+    int64_t created_at_ms;
+} store_fence;
+
+/* Adds a fence (an existing one is kept as it is). */
+int store_fence_add(store *s, const char *scope, const char *sandbox_id, const char *generation,
+                    const char *reason);
+/* Whether the fence exists. */
+int store_fence_exists(store *s, bool *out, const char *scope, const char *sandbox_id,
+                       const char *generation);
+/* Removes one fence (FAWN_ENOENT when it did not exist). */
+int store_fence_remove(store *s, const char *scope, const char *sandbox_id,
+                       const char *generation);
+/* Every fence (of sandbox_id, or all when NULL), oldest first: *out is a
+ * malloc'd array of *n (caller frees); at most STORE_FENCES_MAX. */
+#define STORE_FENCES_MAX 10000
+int store_fence_list(store *s, store_fence **out, size_t *n, const char *sandbox_id);
+
 /* ---- API tokens ----
  * A token is shown to its owner once; the store keeps only its SHA-256. */
 

@@ -56,12 +56,12 @@ static void migrations_bring_schema_current(void **state) {
     fx *x = *state;
     int v = 0;
     assert_int_equal(store_schema_version(x->s, &v), 0);
-    assert_int_equal(v, 3);
+    assert_int_equal(v, 4);
     /* Reopening applies nothing twice. */
     store *again;
     assert_int_equal(store_open(&again, x->path), 0);
     assert_int_equal(store_schema_version(again, &v), 0);
-    assert_int_equal(v, 3);
+    assert_int_equal(v, 4);
     store_close(again);
 }
 
@@ -143,6 +143,48 @@ static void api_tokens(void **state) {
     assert_int_equal(store_token_list(x->s, &list, &n, x->bob), 0);
     assert_int_equal(n, STORE_TOKENS_PER_USER_MAX);
     free(list);
+}
+
+static void sandbox_records_and_fences(void **state) {
+    fx *x = *state;
+    const char *gen1 = "0123456789abcdef0123456789abcdef", *gen2 = "fedcba9876543210fedcba9876543210";
+    store_sandbox sb;
+    assert_int_equal(store_sandbox_get(x->s, &sb, "00aa00aa00aa00aa"), FAWN_ENOENT);
+    assert_int_equal(store_sandbox_put(x->s, "00aa00aa00aa00aa", "1", "t-1", gen1), 0);
+    assert_int_equal(store_sandbox_put(x->s, "00aa00aa00aa00aa", "1", "t-1", gen2), 0);
+    assert_int_equal(store_sandbox_get(x->s, &sb, "00aa00aa00aa00aa"), 0);
+    assert_string_equal(sb.generation, gen2);
+    assert_string_equal(sb.thread, "t-1");
+    assert_int_equal(store_sandbox_put(x->s, "00aa00aa00aa00aa", "../u", "t-1", gen1), FAWN_EINVAL);
+    /* Forgetting an older generation leaves the newer record. */
+    assert_int_equal(store_sandbox_forget(x->s, "00aa00aa00aa00aa", gen1), 0);
+    assert_int_equal(store_sandbox_get(x->s, &sb, "00aa00aa00aa00aa"), 0);
+    assert_int_equal(store_sandbox_forget(x->s, "00aa00aa00aa00aa", ""), 0);
+    assert_int_equal(store_sandbox_get(x->s, &sb, "00aa00aa00aa00aa"), FAWN_ENOENT);
+
+    bool fenced = true;
+    assert_int_equal(store_fence_exists(x->s, &fenced, "", "00aa00aa00aa00aa", gen1), 0);
+    assert_false(fenced);
+    assert_int_equal(store_fence_add(x->s, "", "00aa00aa00aa00aa", gen1, "box stopped answering"), 0);
+    assert_int_equal(store_fence_add(x->s, "", "00aa00aa00aa00aa", gen1, "again"), 0);
+    assert_int_equal(store_fence_add(x->s, "r1:lead", "00aa00aa00aa00aa", gen2, "session"), 0);
+    assert_int_equal(store_fence_add(x->s, "", "11bb11bb11bb11bb", gen2, "other"), 0);
+    assert_int_equal(store_fence_exists(x->s, &fenced, "", "00aa00aa00aa00aa", gen1), 0);
+    assert_true(fenced);
+    assert_int_equal(store_fence_exists(x->s, &fenced, "", "00aa00aa00aa00aa", gen2), 0);
+    assert_false(fenced); /* a scope's fence is not the generation's */
+    store_fence *list = NULL;
+    size_t n = 0;
+    assert_int_equal(store_fence_list(x->s, &list, &n, "00aa00aa00aa00aa"), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(list[0].reason, "box stopped answering"); /* the first reason is kept */
+    free(list);
+    assert_int_equal(store_fence_list(x->s, &list, &n, NULL), 0);
+    assert_int_equal(n, 3);
+    free(list);
+    assert_int_equal(store_fence_remove(x->s, "", "00aa00aa00aa00aa", gen1), 0);
+    assert_int_equal(store_fence_remove(x->s, "", "00aa00aa00aa00aa", gen1), FAWN_ENOENT);
+    assert_int_equal(store_fence_add(x->s, "", "not-hex-but-way-too-long", gen1, "x"), FAWN_EINVAL);
 }
 
 static void threads_are_owner_scoped_and_idempotent(void **state) {
@@ -321,6 +363,7 @@ int main(void) {
         cmocka_unit_test(users),
         cmocka_unit_test(usernames_ignore_case),
         cmocka_unit_test(api_tokens),
+        cmocka_unit_test(sandbox_records_and_fences),
         cmocka_unit_test(threads_are_owner_scoped_and_idempotent),
         cmocka_unit_test(search_matches_metadata_exactly),
         cmocka_unit_test(concurrent_writers_lose_nothing),

@@ -1,0 +1,241 @@
+/* The sandbox manager: the one way anything gets a sandbox (tools, uploads
+ * that sync into a sandbox, channels, schedules). It decides who may use a
+ * sandbox, which one, for how long, and when one can no longer be trusted.
+ *
+ * Rules (each one enforced here, in one place):
+ * - Gate: every acquisition checks sandbox:execute for its principal
+ *   (authz_sandbox_execute), reuse of a held sandbox included; within one
+ *   run the decision is made once (sbx_decision). A denial starts and
+ *   touches nothing.
+ * - Leases: acquisitions for one (user, thread) are serialized; different
+ *   threads proceed in parallel. A sandbox stays active while any holder
+ *   holds it; the last release parks it in the warm pool. A destroy while
+ *   holders remain is deferred (and reported so); teardown waits for them.
+ * - Warm pool: a parked sandbox is reused by the thread's next acquisition;
+ *   it is torn down after idle_timeout_s; past `replicas` running sandboxes
+ *   the oldest idle ones are torn down, never active ones.
+ * - Generations: each started box has a generation id; every record (lease,
+ *   session, fence) names the generation it is about, and an answer about
+ *   another generation never acts on the current one.
+ * - Health on reuse: a definite "dead" drops the sandbox and starts another;
+ *   an unknown answer never counts as healthy (the generation is fenced).
+ * - Quarantine: an uncertain outcome fences the generation in a persistent
+ *   record (store). One predicate, sbx_reusable, decides reuse on every
+ *   path: in-process reuse, warm-pool reclaim, rediscovery after a restart,
+ *   provider create responses, orphan reconciliation. A fenced sandbox is
+ *   never handed out: the next acquisition destroys it and starts a fresh
+ *   generation. A fence retires only when the provider confirms the fenced
+ *   generation is absent; a failed destroy is the caller's error.
+ * - Scopes: an acquisition with a scope ("run:agent") gets that scope's own
+ *   persistent shell session in the sandbox; acquiring a scope again is
+ *   idempotent; when its last lease is released its session ends, and only
+ *   its session.
+ *
+ * Every function is safe to call from any thread. */
+#ifndef FAWN_SANDBOX_MANAGER_H
+#define FAWN_SANDBOX_MANAGER_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "authz/authz.h"
+#include "store/store.h"
+
+/* A generation id: 32 hex digits. */
+#define SBX_GENERATION_LEN 32
+/* A scope names a run and an agent: "<run id>:<agent>", each [A-Za-z0-9_-]{1,64}. */
+#define SBX_SCOPE_MAX 129
+/* Box API shell session ids the manager creates: "scope-" + 32 hex. */
+#define SBX_SESSION_ID_MAX 64
+
+/* ---- providers ---- */
+
+/* Where a box is and which generation runs there. */
+typedef struct sbx_box {
+    char sandbox_id[17];                    /* local_sandbox_id(user, thread) */
+    char generation[SBX_GENERATION_LEN + 1];
+    char endpoint[PATH_MAX];                /* "unix:/path" or "tcp:host:port" */
+    char token[128];                        /* bearer token for tcp endpoints, else "" */
+} sbx_box;
+
+/* What a provider knows of a sandbox. UNKNOWN is never ABSENT: a provider
+ * that cannot tell (unreachable control plane, malformed answer) says UNKNOWN. */
+enum sbx_presence {
+    SBX_ABSENT,      /* definitely nothing: no box, no leftovers */
+    SBX_PENDING,     /* being created, not answering yet */
+    SBX_RUNNING,     /* answering; the generation is reported */
+    SBX_STOPPED,     /* exited, leftovers not yet removed */
+    SBX_TERMINATING, /* asked to stop, still there */
+    SBX_UNKNOWN,
+};
+
+/* Set by whoever gave up on an acquisition (client gone, run cancelled). */
+typedef struct sbx_cancel {
+    atomic_bool cancelled;
+} sbx_cancel;
+
+/* A placement of boxes: local namespaces, a remote control plane, or (in
+ * tests) a fault-injecting fake. Every operation may be called from several
+ * threads at once, never twice at once for one sandbox id. */
+typedef struct sbx_provider {
+    const char *name;
+    void *ctx;
+    /* Starts a box for (user, thread) and waits until it answers; fills
+     * out (sandbox_id, generation, endpoint, token). Polls cancel (may be
+     * NULL): FAWN_ECANCELED when it was set, after removing what it began.
+     * On any error nothing is left running that probe would not report. */
+    int (*create)(void *ctx, sbx_box *out, const char *user, const char *thread,
+                  const sbx_cancel *cancel);
+    /* What the provider knows of sandbox_id: *state, and for SBX_RUNNING the
+     * running generation. Returns 0 with SBX_UNKNOWN when it cannot tell. */
+    int (*probe)(void *ctx, enum sbx_presence *state, char generation[SBX_GENERATION_LEN + 1],
+                 const char *sandbox_id);
+    /* 0 when box answers and runs box->generation; FAWN_ENOENT when it
+     * definitely does not (gone, or another generation answers); any other
+     * error means unknown. */
+    int (*health)(void *ctx, const sbx_box *box);
+    /* Stops and removes sandbox_id's box when it runs `generation` (any
+     * generation when ""). 0 only once the provider confirms the box is
+     * absent; otherwise an error (what was removed stays removed: calling
+     * again finishes the job). */
+    int (*destroy)(void *ctx, const char *sandbox_id, const char *generation);
+    /* Calls each for every box the provider has (any state but ABSENT),
+     * with its sandbox id and generation ("" when unknown); stops at the
+     * first non-zero return and returns it. */
+    int (*list)(void *ctx, int (*each)(void *each_ctx, const char *sandbox_id,
+                                       const char *generation),
+                void *each_ctx);
+    /* One box API request to box (see box_call for the contract). */
+    int (*call)(void *ctx, json_t **reply, int *status, const sbx_box *box, const char *method,
+                const char *path, const json_t *body, int timeout_ms);
+} sbx_provider;
+
+/* ---- the manager ---- */
+
+typedef struct sbx_manager_config {
+    uint32_t idle_timeout_s; /* a parked sandbox is torn down after this (600); 0 = never */
+    uint32_t replicas;       /* running sandboxes kept at most by evicting idle ones; 0 = no cap */
+    uint32_t call_timeout_ms; /* health checks and session requests (5000) */
+} sbx_manager_config;
+
+typedef struct sbx_manager sbx_manager;
+
+/* Creates the manager over provider (borrowed, like st and policy; all must
+ * outlive it), then reconciles what the provider already has: a box the
+ * store records for a (user, thread) at that generation, not fenced and
+ * healthy, is adopted into the warm pool; any other box is destroyed; fences
+ * of generations the provider confirms absent retire. Failures to destroy
+ * are logged and left for the next start (the fences stay). Starts the
+ * reaper that tears down idle sandboxes. */
+int sbx_manager_new(sbx_manager **out, const sbx_manager_config *cfg, sbx_provider *provider,
+                    store *st, const authz_policy *policy);
+/* Stops the reaper and frees the manager. Every lease must have been
+ * released. Parked sandboxes are left running for the next start to
+ * rediscover (their store records stay). */
+void sbx_manager_free(sbx_manager *m);
+
+/* What holds a sandbox. */
+enum sbx_holder { SBX_HOLD_EXECUTION, SBX_HOLD_UPLOAD, SBX_HOLD_FORK, SBX_HOLD_KINDS };
+
+/* Who acquires: the user (owner directory name, [A-Za-z0-9_-]{1,64}) and
+ * the RBAC role read when the run started. */
+typedef struct sbx_principal {
+    const char *user;
+    const char *role;
+} sbx_principal;
+
+/* A run's sandbox:execute decision: zero-initialize it at the start of the
+ * run; the first acquisition decides, later ones reuse the decision. */
+typedef struct sbx_decision {
+    bool made;
+    int result; /* 0 or FAWN_EPERM */
+} sbx_decision;
+
+typedef struct sbx_request {
+    sbx_principal who;
+    const char *thread;       /* [A-Za-z0-9_-]{1,64} */
+    enum sbx_holder kind;
+    const char *scope;        /* a shell session of its own, or NULL */
+    sbx_decision *decision;   /* the run's, or NULL to decide for this acquisition alone */
+    const sbx_cancel *cancel; /* NULL when it cannot be cancelled */
+} sbx_request;
+
+typedef struct sbx_entry sbx_entry;
+
+/* A hold on a sandbox. The box (and session) fields are the caller's to
+ * read; the rest belongs to the manager. */
+typedef struct sbx_lease {
+    sbx_box box;
+    char session[SBX_SESSION_ID_MAX + 1]; /* the scope's shell session id, "" without scope */
+    sbx_manager *m;
+    sbx_entry *entry;
+    enum sbx_holder kind;
+    char scope[SBX_SCOPE_MAX + 1];
+} sbx_lease;
+
+/* Acquires the thread's sandbox for req->who, starting one when none is
+ * running (or the running one is fenced, dead or of unknown health).
+ * *out is the caller's until sbx_release. Errors:
+ *   FAWN_EPERM    "Sandbox execution is not permitted for your role": nothing
+ *                 was started or touched;
+ *   FAWN_EINVAL   bad user, thread or scope;
+ *   FAWN_ECANCELED req->cancel was set; a sandbox started for this
+ *                 acquisition is parked (not bound) unless another holder
+ *                 took it meanwhile;
+ *   FAWN_EBUSY    a destroy of this sandbox is waiting for its holders;
+ *   provider errors (a failed create; a fenced or dead generation that
+ *                 could not be destroyed: the fence stays). */
+int sbx_acquire(sbx_lease **out, sbx_manager *m, const sbx_request *req);
+
+/* Ends a hold (NULL is fine). The last holder of a scope ends its session;
+ * the last holder of the sandbox parks it in the warm pool, or tears it
+ * down when a destroy was deferred or its generation is fenced. */
+void sbx_release(sbx_lease *l);
+
+/* Records that an outcome on l's box is uncertain (it stopped answering
+ * during a command, a kill could not be confirmed): fences its generation
+ * persistently. With scope_only, fences only l's scope (its session is
+ * abandoned; the next acquisition of the scope gets a new one). */
+int sbx_fence(sbx_lease *l, bool scope_only, const char *reason);
+
+/* One box API request on l's box. A failure mid-exchange (FAWN_EIO,
+ * FAWN_ETIMEDOUT, FAWN_EPROTO: the outcome is unknown) fences the
+ * generation before it is returned. */
+int sbx_call(json_t **reply, int *status, sbx_lease *l, const char *method, const char *path,
+             const json_t *body, int timeout_ms);
+
+enum sbx_destroy_outcome { SBX_DESTROYED, SBX_DESTROY_DEFERRED };
+
+/* Tears down the (user, thread) sandbox now, or, while holders remain,
+ * once the last one releases it (*outcome says which). Provider failures
+ * are returned (and a later call retries). */
+int sbx_destroy(enum sbx_destroy_outcome *outcome, sbx_manager *m, const char *user,
+                const char *thread);
+
+/* The one reuse predicate: false when (sandbox_id, generation) is fenced
+ * (or cannot be checked). */
+bool sbx_reusable(sbx_manager *m, const char *sandbox_id, const char *generation);
+
+enum sbx_state { SBX_STATE_STARTING, SBX_STATE_ACTIVE, SBX_STATE_IDLE, SBX_STATE_STOPPING };
+
+/* One sandbox as GET /api/sandboxes and `fawn sandbox ls` show it. */
+typedef struct sbx_info {
+    char user[65], thread[65], sandbox_id[17];
+    char generation[SBX_GENERATION_LEN + 1];
+    enum sbx_state state;
+    unsigned holders[SBX_HOLD_KINDS];
+    int64_t idle_ms; /* how long it has been parked; 0 when active */
+    bool fenced;
+    bool destroy_deferred;
+} sbx_info;
+
+/* The sandboxes the manager knows (malloc'd array in *out, caller frees). */
+int sbx_list(sbx_info **out, size_t *n, sbx_manager *m);
+/* "starting", "active", "idle", "stopping"; and "execution", "upload", "fork". */
+const char *sbx_state_name(enum sbx_state s);
+const char *sbx_holder_name(enum sbx_holder k);
+
+#endif
