@@ -74,6 +74,8 @@ static const char *const migrations[] = {
     "  user TEXT NOT NULL,"
     "  thread TEXT NOT NULL,"
     "  generation TEXT NOT NULL,"
+    "  endpoint TEXT NOT NULL,"
+    "  token TEXT NOT NULL,"
     "  created_at_ms INTEGER NOT NULL);"
     "CREATE TABLE sandbox_fences ("
     "  scope TEXT NOT NULL,"
@@ -563,24 +565,27 @@ static bool sandbox_args_ok(const char *sandbox_id, const char *generation) {
     return text_ok(sandbox_id, 16) && generation && strlen(generation) <= 32;
 }
 
-int store_sandbox_put(store *s, const char *sandbox_id, const char *user, const char *thread,
-                      const char *generation) {
-    if (!sandbox_args_ok(sandbox_id, generation) || !fawn_id_valid(user) || !fawn_id_valid(thread))
+int store_sandbox_put(store *s, const store_sandbox *sb) {
+    if (!sandbox_args_ok(sb->sandbox_id, sb->generation) || !fawn_id_valid(sb->user) ||
+        !fawn_id_valid(sb->thread) || !memchr(sb->endpoint, 0, sizeof sb->endpoint) ||
+        !memchr(sb->token, 0, sizeof sb->token))
         return fawn_err(FAWN_EINVAL, "bad sandbox record");
     char now[24];
     snprintf(now, sizeof now, "%" PRId64, fawn_wall_ms());
-    const char *texts[] = {sandbox_id, user, thread, generation, now};
+    const char *texts[] = {sb->sandbox_id, sb->user,     sb->thread, sb->generation,
+                           sb->endpoint,   sb->token,    now};
     return exec_texts(s,
                       "INSERT OR REPLACE INTO sandboxes (sandbox_id, user, thread, generation, "
-                      "created_at_ms) VALUES (?1, ?2, ?3, ?4, CAST(?5 AS INTEGER))",
+                      "endpoint, token, created_at_ms) "
+                      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, CAST(?7 AS INTEGER))",
                       texts, ARRAY_LEN(texts), false, "record sandbox");
 }
 
 int store_sandbox_get(store *s, store_sandbox *out, const char *sandbox_id) {
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st, "SELECT sandbox_id, user, thread, generation, created_at_ms "
-                            "FROM sandboxes WHERE sandbox_id = ?1");
+    int r = prepare(s, &st, "SELECT sandbox_id, user, thread, generation, endpoint, token, "
+                            "created_at_ms FROM sandboxes WHERE sandbox_id = ?1");
     if (r == 0) {
         sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
         int rc = sqlite3_step(st);
@@ -592,7 +597,9 @@ int store_sandbox_get(store *s, store_sandbox *out, const char *sandbox_id) {
             copy_col(out->user, sizeof out->user, st, 1);
             copy_col(out->thread, sizeof out->thread, st, 2);
             copy_col(out->generation, sizeof out->generation, st, 3);
-            out->created_at_ms = sqlite3_column_int64(st, 4);
+            copy_col(out->endpoint, sizeof out->endpoint, st, 4);
+            copy_col(out->token, sizeof out->token, st, 5);
+            out->created_at_ms = sqlite3_column_int64(st, 6);
         }
         sqlite3_finalize(st);
     }

@@ -100,12 +100,13 @@ typedef struct store_sandbox {
     char user[65];
     char thread[65];
     char generation[33];
+    char endpoint[4096]; /* where its box API answers */
+    char token[128];     /* its bearer token ("" for local boxes) */
     int64_t created_at_ms;
 } store_sandbox;
 
-/* Records (or replaces) the box of sandbox_id. */
-int store_sandbox_put(store *s, const char *sandbox_id, const char *user, const char *thread,
-                      const char *generation);
+/* Records (or replaces) the box of sb->sandbox_id (created_at is now). */
+int store_sandbox_put(store *s, const store_sandbox *sb);
 /* The record of sandbox_id (FAWN_ENOENT when none). */
 int store_sandbox_get(store *s, store_sandbox *out, const char *sandbox_id);
 /* Forgets sandbox_id's record if it names generation (any when ""). */

@@ -150,12 +150,20 @@ static void sandbox_records_and_fences(void **state) {
     const char *gen1 = "0123456789abcdef0123456789abcdef", *gen2 = "fedcba9876543210fedcba9876543210";
     store_sandbox sb;
     assert_int_equal(store_sandbox_get(x->s, &sb, "00aa00aa00aa00aa"), FAWN_ENOENT);
-    assert_int_equal(store_sandbox_put(x->s, "00aa00aa00aa00aa", "1", "t-1", gen1), 0);
-    assert_int_equal(store_sandbox_put(x->s, "00aa00aa00aa00aa", "1", "t-1", gen2), 0);
+    store_sandbox rec = {.sandbox_id = "00aa00aa00aa00aa", .user = "1", .thread = "t-1",
+                         .endpoint = "unix:/run/x.sock"};
+    strcpy(rec.generation, gen1);
+    assert_int_equal(store_sandbox_put(x->s, &rec), 0);
+    strcpy(rec.generation, gen2);
+    strcpy(rec.token, "secret");
+    assert_int_equal(store_sandbox_put(x->s, &rec), 0);
     assert_int_equal(store_sandbox_get(x->s, &sb, "00aa00aa00aa00aa"), 0);
     assert_string_equal(sb.generation, gen2);
     assert_string_equal(sb.thread, "t-1");
-    assert_int_equal(store_sandbox_put(x->s, "00aa00aa00aa00aa", "../u", "t-1", gen1), FAWN_EINVAL);
+    assert_string_equal(sb.endpoint, "unix:/run/x.sock");
+    assert_string_equal(sb.token, "secret");
+    strcpy(rec.user, "../u");
+    assert_int_equal(store_sandbox_put(x->s, &rec), FAWN_EINVAL);
     /* Forgetting an older generation leaves the newer record. */
     assert_int_equal(store_sandbox_forget(x->s, "00aa00aa00aa00aa", gen1), 0);
     assert_int_equal(store_sandbox_get(x->s, &sb, "00aa00aa00aa00aa"), 0);

@@ -1,0 +1,804 @@
+/* The sandbox manager (manager.h). One mutex guards the table of entries;
+ * provider calls run outside it, on an entry claimed with its `busy` flag,
+ * so that work on one sandbox is serialized while other sandboxes proceed.
+ * Every decision to hand a box out goes through sbx_reusable. */
+#include "sandbox/manager.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "sandbox/sandbox.h"
+
+/* How often a waiting acquirer looks at its cancel flag. */
+#define SBX_WAIT_SLICE_MS 20
+/* How often the reaper looks for idle sandboxes past their timeout. */
+#define SBX_REAP_PERIOD_MS 500
+/* Scope sessions one sandbox tracks: a run's lead agent and sub-agents,
+ * well within the box's own cap (sandbox.max_sessions). */
+#define SBX_SCOPES_MAX 32
+/* Whole-generation fences use the empty scope. */
+#define SBX_WHOLE ""
+
+typedef struct scope_session {
+    char scope[SBX_SCOPE_MAX + 1];
+    char session[SBX_SESSION_ID_MAX + 1];
+    char generation[SBX_GENERATION_LEN + 1]; /* the box generation the session lives in */
+    unsigned holders;
+    bool fenced; /* abandoned: the next acquisition of the scope gets a new session */
+} scope_session;
+
+struct sbx_entry {
+    char user[65], thread[65];
+    sbx_box box;           /* box.generation is "" when no box runs */
+    enum sbx_state state;
+    unsigned holders[SBX_HOLD_KINDS];
+    unsigned holders_total;
+    bool busy;             /* claimed: a provider call for it is in progress */
+    bool destroy_deferred;
+    bool fenced;           /* its generation is fenced (also recorded in the store) */
+    int64_t idle_since_ms;
+    unsigned refs;         /* leases and claimants: the entry is not freed while > 0 */
+    scope_session scopes[SBX_SCOPES_MAX];
+    size_t n_scopes;
+    sbx_entry *next;
+};
+
+struct sbx_manager {
+    sbx_manager_config cfg;
+    sbx_provider *p;
+    store *st;
+    const authz_policy *policy;
+    pthread_mutex_t mu;
+    pthread_cond_t changed; /* an entry was released from busy, or the reaper must stop */
+    sbx_entry *entries;
+    pthread_t reaper;
+    bool stopping;
+};
+
+/* ---- helpers ---- */
+
+static bool has_box(const sbx_entry *e) { return e->box.generation[0] != '\0'; }
+
+static void deadline_in(struct timespec *ts, int64_t ms) {
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (ms % 1000) * 1000000;
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000;
+    }
+}
+
+static bool cancelled(const sbx_cancel *c) { return c && atomic_load(&c->cancelled); }
+
+static bool scope_valid(const char *scope) {
+    const char *colon = scope ? strchr(scope, ':') : NULL;
+    if (!colon || (size_t)(colon - scope) > 64)
+        return false;
+    char run[65];
+    memcpy(run, scope, (size_t)(colon - scope));
+    run[colon - scope] = '\0';
+    return fawn_id_valid(run) && fawn_id_valid(colon + 1);
+}
+
+bool sbx_reusable(sbx_manager *m, const char *sandbox_id, const char *generation) {
+    bool fenced = true;
+    if (store_fence_exists(m->st, &fenced, SBX_WHOLE, sandbox_id, generation) < 0)
+        return false; /* cannot be checked: not reusable */
+    return !fenced;
+}
+
+/* ---- entries (under m->mu) ---- */
+
+static sbx_entry *entry_find(sbx_manager *m, const char *sandbox_id) {
+    for (sbx_entry *e = m->entries; e; e = e->next)
+        if (strcmp(e->box.sandbox_id, sandbox_id) == 0)
+            return e;
+    return NULL;
+}
+
+static sbx_entry *entry_get(sbx_manager *m, const char *sandbox_id, const char *user,
+                            const char *thread) {
+    sbx_entry *e = entry_find(m, sandbox_id);
+    if (e)
+        return e;
+    e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    snprintf(e->user, sizeof e->user, "%s", user);
+    snprintf(e->thread, sizeof e->thread, "%s", thread);
+    snprintf(e->box.sandbox_id, sizeof e->box.sandbox_id, "%s", sandbox_id);
+    e->state = SBX_STATE_IDLE;
+    e->next = m->entries;
+    m->entries = e;
+    return e;
+}
+
+/* Frees e when nothing refers to it and it holds no box. */
+static void entry_drop_if_unused(sbx_manager *m, sbx_entry *e) {
+    if (e->refs || e->busy || has_box(e) || e->holders_total)
+        return;
+    for (sbx_entry **pp = &m->entries; *pp; pp = &(*pp)->next) {
+        if (*pp == e) {
+            *pp = e->next;
+            free(e);
+            return;
+        }
+    }
+}
+
+/* Waits until no one else works on e, then claims it. FAWN_ECANCELED when
+ * cancel is set first. Called with m->mu held; e->refs counts the caller. */
+static int entry_claim(sbx_manager *m, sbx_entry *e, const sbx_cancel *cancel) {
+    while (e->busy) {
+        if (cancelled(cancel))
+            return fawn_err(FAWN_ECANCELED, "the acquisition was cancelled");
+        struct timespec until;
+        deadline_in(&until, SBX_WAIT_SLICE_MS);
+        pthread_cond_timedwait(&m->changed, &m->mu, &until);
+    }
+    e->busy = true;
+    return 0;
+}
+
+static void entry_unclaim(sbx_manager *m, sbx_entry *e) {
+    e->busy = false;
+    pthread_cond_broadcast(&m->changed);
+}
+
+/* ---- teardown ---- */
+
+/* Retires every fence of (sandbox_id, generation): the provider confirmed
+ * that generation is absent. */
+static void fences_retire(sbx_manager *m, const char *sandbox_id, const char *generation) {
+    store_fence *fences = NULL;
+    size_t n = 0;
+    if (store_fence_list(m->st, &fences, &n, sandbox_id) < 0)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(fences[i].generation, generation) == 0)
+            store_fence_remove(m->st, fences[i].scope, sandbox_id, generation);
+    free(fences);
+}
+
+/* Destroys (sandbox_id, generation) through the provider and, once it is
+ * confirmed absent, forgets its record and retires its fences. */
+static int box_destroy(sbx_manager *m, const char *sandbox_id, const char *generation) {
+    int r = m->p->destroy(m->p->ctx, sandbox_id, generation);
+    if (r < 0) {
+        log_warn("sandbox", "sandbox %s generation %.8s: destroy failed: %s", sandbox_id,
+                 generation, fawn_errmsg());
+        return r;
+    }
+    store_sandbox_forget(m->st, sandbox_id, generation);
+    fences_retire(m, sandbox_id, generation);
+    return 0;
+}
+
+/* Tears down e's box; e is claimed by the caller (m->mu not held). On
+ * success e holds no box. */
+static int entry_teardown(sbx_manager *m, sbx_entry *e) {
+    char generation[SBX_GENERATION_LEN + 1];
+    memcpy(generation, e->box.generation, sizeof generation);
+    int r = box_destroy(m, e->box.sandbox_id, generation);
+    if (r < 0)
+        return r;
+    pthread_mutex_lock(&m->mu);
+    if (strcmp(e->box.generation, generation) == 0) {
+        e->box.generation[0] = '\0';
+        e->fenced = false;
+        e->destroy_deferred = false;
+        e->n_scopes = 0;
+        e->state = SBX_STATE_IDLE;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return 0;
+}
+
+/* ---- the warm pool ---- */
+
+static size_t running_count(const sbx_manager *m) {
+    size_t n = 0;
+    for (const sbx_entry *e = m->entries; e; e = e->next)
+        n += has_box(e);
+    return n;
+}
+
+/* The idle entry parked longest ago (and past `older_than` when >= 0). */
+static sbx_entry *idle_oldest(sbx_manager *m, int64_t parked_before_ms) {
+    sbx_entry *oldest = NULL;
+    for (sbx_entry *e = m->entries; e; e = e->next) {
+        if (!has_box(e) || e->busy || e->holders_total || e->state != SBX_STATE_IDLE)
+            continue;
+        if (parked_before_ms >= 0 && e->idle_since_ms > parked_before_ms)
+            continue;
+        if (!oldest || e->idle_since_ms < oldest->idle_since_ms)
+            oldest = e;
+    }
+    return oldest;
+}
+
+/* Tears down one idle entry chosen under m->mu (claimed there). */
+static void idle_evict(sbx_manager *m, sbx_entry *e, const char *why) {
+    e->busy = true;
+    e->state = SBX_STATE_STOPPING;
+    e->refs++;
+    pthread_mutex_unlock(&m->mu);
+    log_info("sandbox", "sandbox %s (thread %s): %s", e->box.sandbox_id, e->thread, why);
+    int r = entry_teardown(m, e);
+    pthread_mutex_lock(&m->mu);
+    if (r < 0) { /* kept parked; tried again after another idle period */
+        e->state = SBX_STATE_IDLE;
+        e->idle_since_ms = fawn_now_ms();
+    }
+    e->refs--;
+    entry_unclaim(m, e);
+    entry_drop_if_unused(m, e);
+}
+
+/* Past the replicas cap, evicts the oldest idle sandboxes (never active
+ * ones). Called with m->mu held. */
+static void replicas_enforce(sbx_manager *m) {
+    size_t attempts = running_count(m); /* each eviction that fails is tried once */
+    while (m->cfg.replicas && attempts-- && running_count(m) > m->cfg.replicas) {
+        sbx_entry *e = idle_oldest(m, -1);
+        if (!e)
+            return;
+        idle_evict(m, e, "evicted: more running sandboxes than sandbox.replicas");
+    }
+}
+
+static void *reaper_main(void *arg) {
+    sbx_manager *m = arg;
+    pthread_mutex_lock(&m->mu);
+    while (!m->stopping) {
+        struct timespec until;
+        deadline_in(&until, SBX_REAP_PERIOD_MS);
+        pthread_cond_timedwait(&m->changed, &m->mu, &until);
+        if (m->stopping || !m->cfg.idle_timeout_s)
+            continue;
+        int64_t cutoff = fawn_now_ms() - (int64_t)m->cfg.idle_timeout_s * 1000;
+        sbx_entry *e; /* a failed teardown parks it anew: past the cutoff */
+        while (!m->stopping && (e = idle_oldest(m, cutoff)))
+            idle_evict(m, e, "idle timeout");
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+/* ---- acquisition ---- */
+
+static int gate(sbx_manager *m, const sbx_request *req) {
+    sbx_decision *d = req->decision;
+    if (d && d->made)
+        return d->result == 0 ? 0
+                              : fawn_err(FAWN_EPERM, "Sandbox execution is not permitted for your role");
+    int r = authz_sandbox_execute(m->policy, req->who.role);
+    if (r < 0 && r != FAWN_EPERM)
+        r = fawn_err(FAWN_EPERM, "Sandbox execution is not permitted for your role");
+    if (d) {
+        d->made = true;
+        d->result = r;
+    }
+    return r;
+}
+
+static int request_check(char sandbox_id[17], const sbx_request *req) {
+    if (req->kind >= SBX_HOLD_KINDS)
+        return fawn_err(FAWN_EINVAL, "unknown holder kind");
+    if (req->scope && !scope_valid(req->scope))
+        return fawn_err(FAWN_EINVAL, "a scope is RUN:AGENT, each [A-Za-z0-9_-]{1,64}");
+    return local_sandbox_id(sandbox_id, req->who.user, req->thread);
+}
+
+/* Starts a fresh box for e (claimed; m->mu not held) and records it. */
+static int box_create(sbx_manager *m, sbx_entry *e, const sbx_cancel *cancel) {
+    sbx_box box = {0};
+    int r = m->p->create(m->p->ctx, &box, e->user, e->thread, cancel);
+    if (r < 0)
+        return r;
+    if (strcmp(box.sandbox_id, e->box.sandbox_id) != 0 ||
+        strlen(box.generation) != SBX_GENERATION_LEN) {
+        m->p->destroy(m->p->ctx, box.sandbox_id, box.generation);
+        return fawn_err(FAWN_EPROTO, "the provider answered for another sandbox");
+    }
+    if (!sbx_reusable(m, box.sandbox_id, box.generation)) { /* a fenced generation came back */
+        int d = box_destroy(m, box.sandbox_id, box.generation);
+        return d < 0 ? d : fawn_err(FAWN_EIO, "the provider handed back a fenced sandbox");
+    }
+    store_sandbox rec = {0};
+    snprintf(rec.sandbox_id, sizeof rec.sandbox_id, "%s", box.sandbox_id);
+    snprintf(rec.user, sizeof rec.user, "%s", e->user);
+    snprintf(rec.thread, sizeof rec.thread, "%s", e->thread);
+    memcpy(rec.generation, box.generation, sizeof rec.generation);
+    snprintf(rec.endpoint, sizeof rec.endpoint, "%s", box.endpoint);
+    snprintf(rec.token, sizeof rec.token, "%s", box.token);
+    r = store_sandbox_put(m->st, &rec);
+    if (r < 0) { /* unrecorded, it would be a stray after a restart */
+        box_destroy(m, box.sandbox_id, box.generation);
+        return r;
+    }
+    pthread_mutex_lock(&m->mu);
+    e->box = box;
+    e->fenced = false;
+    e->n_scopes = 0;
+    pthread_mutex_unlock(&m->mu);
+    return 0;
+}
+
+/* Whether e's box may be handed out again: not fenced and, when it comes
+ * from the warm pool, answering as its generation. A definite "dead" or an
+ * unknown answer means no. */
+static bool box_reusable_now(sbx_manager *m, sbx_entry *e) {
+    if (!sbx_reusable(m, e->box.sandbox_id, e->box.generation))
+        return false;
+    if (e->holders_total) /* in use by another holder right now */
+        return true;
+    int r = m->p->health(m->p->ctx, &e->box);
+    if (r == 0)
+        return true;
+    if (r != FAWN_ENOENT) /* unknown: fenced, so no path ever trusts it again */
+        store_fence_add(m->st, SBX_WHOLE, e->box.sandbox_id, e->box.generation,
+                        "health unknown on reuse");
+    return false;
+}
+
+/* Makes sure e (claimed) has a box that may be handed out. */
+static int box_ensure(sbx_manager *m, sbx_entry *e, const sbx_cancel *cancel) {
+    if (has_box(e) && box_reusable_now(m, e))
+        return 0;
+    if (has_box(e)) {
+        if (e->holders_total)
+            return fawn_err(FAWN_EBUSY, "the sandbox is fenced; it is replaced once its "
+                                        "holders release it");
+        int r = entry_teardown(m, e);
+        if (r < 0)
+            return r;
+    }
+    return box_create(m, e, cancel);
+}
+
+/* The scope's session record in e, or NULL. */
+static scope_session *scope_find(sbx_entry *e, const char *scope) {
+    for (size_t i = 0; i < e->n_scopes; i++)
+        if (strcmp(e->scopes[i].scope, scope) == 0)
+            return &e->scopes[i];
+    return NULL;
+}
+
+static void scope_remove(sbx_entry *e, scope_session *s) {
+    *s = e->scopes[--e->n_scopes];
+}
+
+static bool scope_usable(sbx_manager *m, const sbx_entry *e, const scope_session *s) {
+    bool fenced = true;
+    return !s->fenced && strcmp(s->generation, e->box.generation) == 0 &&
+           store_fence_exists(m->st, &fenced, s->scope, e->box.sandbox_id, e->box.generation) ==
+               0 &&
+           !fenced;
+}
+
+/* Creates the scope's session in e's box. An exchange that fails midway
+ * leaves its outcome unknown: the scope (only) is fenced. */
+static int scope_session_create(sbx_manager *m, sbx_entry *e, const char *scope,
+                                char session[SBX_SESSION_ID_MAX + 1]) {
+    char hex[33];
+    fawn_random_hex(hex, 16);
+    snprintf(session, SBX_SESSION_ID_MAX + 1, "scope-%s", hex);
+    json_t *body = json_pack("{s:s}", "id", session), *reply = NULL;
+    int status = 0;
+    int r = body ? m->p->call(m->p->ctx, &reply, &status, &e->box, "POST", "/v1/shell/sessions",
+                              body, (int)m->cfg.call_timeout_ms)
+                 : fawn_err(FAWN_ENOMEM, "out of memory");
+    json_decref(body);
+    json_decref(reply);
+    if (r == FAWN_EIO || r == FAWN_ETIMEDOUT || r == FAWN_EPROTO) {
+        store_fence_add(m->st, scope, e->box.sandbox_id, e->box.generation,
+                        "shell session creation outcome unknown");
+        return r;
+    }
+    if (r == 0 && status != 200 && status != 201)
+        r = fawn_err(FAWN_EIO, "the box refused a shell session (HTTP %d)", status);
+    return r;
+}
+
+/* Binds the scope's session (existing or new) for one more holder. */
+static int scope_acquire(sbx_manager *m, sbx_entry *e, const char *scope,
+                         char session[SBX_SESSION_ID_MAX + 1]) {
+    pthread_mutex_lock(&m->mu);
+    scope_session *s = scope_find(e, scope);
+    if (s && !scope_usable(m, e, s) && s->holders == 0) {
+        scope_remove(e, s); /* abandoned: replaced below */
+        s = NULL;
+    }
+    if (s && scope_usable(m, e, s)) {
+        s->holders++;
+        memcpy(session, s->session, SBX_SESSION_ID_MAX + 1);
+        pthread_mutex_unlock(&m->mu);
+        return 0;
+    }
+    bool full = !s && e->n_scopes == SBX_SCOPES_MAX;
+    pthread_mutex_unlock(&m->mu);
+    if (s || full)
+        return fawn_err(s ? FAWN_EBUSY : FAWN_E2BIG,
+                        s ? "the scope's session is fenced while still held"
+                          : "too many scopes in one sandbox");
+    int r = scope_session_create(m, e, scope, session);
+    if (r < 0)
+        return r;
+    pthread_mutex_lock(&m->mu);
+    s = &e->scopes[e->n_scopes++];
+    *s = (scope_session){.holders = 1};
+    snprintf(s->scope, sizeof s->scope, "%s", scope);
+    memcpy(s->session, session, sizeof s->session);
+    memcpy(s->generation, e->box.generation, sizeof s->generation);
+    pthread_mutex_unlock(&m->mu);
+    return 0;
+}
+
+static int lease_new(sbx_lease **out, sbx_manager *m, sbx_entry *e, const sbx_request *req,
+                     const char *session) {
+    sbx_lease *l = calloc(1, sizeof *l);
+    if (!l)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    l->m = m;
+    l->entry = e;
+    l->kind = req->kind;
+    snprintf(l->scope, sizeof l->scope, "%s", req->scope ? req->scope : "");
+    snprintf(l->session, sizeof l->session, "%s", session);
+    pthread_mutex_lock(&m->mu);
+    l->box = e->box;
+    e->holders[req->kind]++;
+    e->holders_total++;
+    e->state = SBX_STATE_ACTIVE;
+    e->refs++; /* the lease's */
+    pthread_mutex_unlock(&m->mu);
+    *out = l;
+    return 0;
+}
+
+/* Work done on a claimed entry without m->mu: a box that may be handed
+ * out, then the scope's session. */
+static int acquire_claimed(char session[SBX_SESSION_ID_MAX + 1], sbx_manager *m, sbx_entry *e,
+                           const sbx_request *req) {
+    if (e->destroy_deferred)
+        return fawn_err(FAWN_EBUSY, "the sandbox is being destroyed once its holders finish");
+    bool idle_before = e->holders_total == 0;
+    if (idle_before) {
+        pthread_mutex_lock(&m->mu);
+        e->state = SBX_STATE_STARTING;
+        pthread_mutex_unlock(&m->mu);
+    }
+    int r = box_ensure(m, e, req->cancel);
+    if (r == 0 && cancelled(req->cancel))
+        r = fawn_err(FAWN_ECANCELED, "the acquisition was cancelled");
+    if (r == 0 && req->scope)
+        r = scope_acquire(m, e, req->scope, session);
+    if (r < 0 && idle_before) {
+        pthread_mutex_lock(&m->mu);
+        e->state = SBX_STATE_IDLE; /* a box started for it stays parked */
+        e->idle_since_ms = fawn_now_ms();
+        pthread_mutex_unlock(&m->mu);
+    }
+    return r;
+}
+
+int sbx_acquire(sbx_lease **out, sbx_manager *m, const sbx_request *req) {
+    char sandbox_id[17];
+    int r = gate(m, req);
+    if (r == 0)
+        r = request_check(sandbox_id, req);
+    if (r < 0)
+        return r;
+    pthread_mutex_lock(&m->mu);
+    sbx_entry *e = entry_get(m, sandbox_id, req->who.user, req->thread);
+    if (!e) {
+        pthread_mutex_unlock(&m->mu);
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    }
+    e->refs++;
+    r = entry_claim(m, e, req->cancel);
+    bool claimed = r == 0;
+    pthread_mutex_unlock(&m->mu);
+    char session[SBX_SESSION_ID_MAX + 1] = "";
+    if (r == 0)
+        r = acquire_claimed(session, m, e, req);
+    if (r == 0)
+        r = lease_new(out, m, e, req, session);
+    pthread_mutex_lock(&m->mu);
+    if (claimed)
+        entry_unclaim(m, e);
+    e->refs--;
+    if (r == 0)
+        replicas_enforce(m);
+    entry_drop_if_unused(m, e);
+    pthread_mutex_unlock(&m->mu);
+    return r;
+}
+
+/* ---- release, fences, calls ---- */
+
+/* Ends the scope's session in the box (its processes die with it). */
+static void scope_session_end(sbx_manager *m, const sbx_box *box, const char *session) {
+    char path[sizeof "/v1/shell/sessions/" + SBX_SESSION_ID_MAX];
+    snprintf(path, sizeof path, "/v1/shell/sessions/%s", session);
+    json_t *reply = NULL;
+    int status = 0;
+    int r = m->p->call(m->p->ctx, &reply, &status, box, "DELETE", path, NULL,
+                       (int)m->cfg.call_timeout_ms);
+    json_decref(reply);
+    if (r < 0 || (status != 200 && status != 404))
+        log_warn("sandbox", "sandbox %s: ending session %s failed: %s", box->sandbox_id, session,
+                 r < 0 ? fawn_errmsg() : "refused by the box");
+}
+
+/* Drops l's hold on its scope; fills `ended` with the session to end when
+ * it was the scope's last holder. Called with m->mu held. */
+static void scope_release(sbx_entry *e, const sbx_lease *l, char ended[SBX_SESSION_ID_MAX + 1]) {
+    scope_session *s = l->scope[0] ? scope_find(e, l->scope) : NULL;
+    if (!s || strcmp(s->session, l->session) != 0 || --s->holders > 0)
+        return;
+    if (strcmp(s->generation, e->box.generation) == 0)
+        memcpy(ended, s->session, SBX_SESSION_ID_MAX + 1);
+    scope_remove(e, s);
+}
+
+void sbx_release(sbx_lease *l) {
+    if (!l)
+        return;
+    sbx_manager *m = l->m;
+    sbx_entry *e = l->entry;
+    char ended[SBX_SESSION_ID_MAX + 1] = "";
+    pthread_mutex_lock(&m->mu);
+    entry_claim(m, e, NULL); /* e->refs still counts this lease */
+    e->holders[l->kind]--;
+    e->holders_total--;
+    scope_release(e, l, ended);
+    bool last = e->holders_total == 0 && has_box(e);
+    bool deferred = e->destroy_deferred;
+    pthread_mutex_unlock(&m->mu);
+
+    if (ended[0])
+        scope_session_end(m, &e->box, ended);
+    bool teardown = last && (deferred || !sbx_reusable(m, e->box.sandbox_id, e->box.generation));
+    if (teardown && entry_teardown(m, e) < 0)
+        log_warn("sandbox", "sandbox %s stays parked until it can be destroyed",
+                 e->box.sandbox_id);
+
+    pthread_mutex_lock(&m->mu);
+    if (last && has_box(e)) {
+        e->state = SBX_STATE_IDLE;
+        e->idle_since_ms = fawn_now_ms();
+    }
+    entry_unclaim(m, e);
+    e->refs--;
+    if (last)
+        replicas_enforce(m);
+    entry_drop_if_unused(m, e);
+    pthread_mutex_unlock(&m->mu);
+    free(l);
+}
+
+int sbx_fence(sbx_lease *l, bool scope_only, const char *reason) {
+    if (scope_only && !l->scope[0])
+        return fawn_err(FAWN_EINVAL, "the lease has no scope to fence");
+    sbx_manager *m = l->m;
+    const char *scope = scope_only ? l->scope : SBX_WHOLE;
+    int r = store_fence_add(m->st, scope, l->box.sandbox_id, l->box.generation, reason);
+    pthread_mutex_lock(&m->mu);
+    sbx_entry *e = l->entry;
+    if (strcmp(e->box.generation, l->box.generation) == 0) {
+        scope_session *s = scope_only ? scope_find(e, l->scope) : NULL;
+        if (s && strcmp(s->session, l->session) == 0)
+            s->fenced = true;
+        else if (!scope_only)
+            e->fenced = true;
+    }
+    pthread_mutex_unlock(&m->mu);
+    log_warn("sandbox", "sandbox %s generation %.8s%s%s fenced: %s", l->box.sandbox_id,
+             l->box.generation, scope_only ? " scope " : "", scope_only ? l->scope : "", reason);
+    return r;
+}
+
+int sbx_call(json_t **reply, int *status, sbx_lease *l, const char *method, const char *path,
+             const json_t *body, int timeout_ms) {
+    sbx_manager *m = l->m;
+    int r = m->p->call(m->p->ctx, reply, status, &l->box, method, path, body, timeout_ms);
+    if (r != FAWN_EIO && r != FAWN_ETIMEDOUT && r != FAWN_EPROTO)
+        return r;
+    char message[256];
+    snprintf(message, sizeof message, "%s", fawn_errmsg());
+    sbx_fence(l, false, "the box stopped answering during a request");
+    return fawn_err(r, "%s", message);
+}
+
+int sbx_destroy(enum sbx_destroy_outcome *outcome, sbx_manager *m, const char *user,
+                const char *thread) {
+    char sandbox_id[17];
+    int r = local_sandbox_id(sandbox_id, user, thread);
+    if (r < 0)
+        return r;
+    *outcome = SBX_DESTROYED;
+    pthread_mutex_lock(&m->mu);
+    sbx_entry *e = entry_find(m, sandbox_id);
+    if (!e) { /* nothing known: remove whatever the provider may still have */
+        pthread_mutex_unlock(&m->mu);
+        return box_destroy(m, sandbox_id, "");
+    }
+    e->refs++;
+    entry_claim(m, e, NULL);
+    if (e->holders_total) {
+        e->destroy_deferred = true;
+        *outcome = SBX_DESTROY_DEFERRED;
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (*outcome == SBX_DESTROYED && has_box(e))
+        r = entry_teardown(m, e);
+    pthread_mutex_lock(&m->mu);
+    entry_unclaim(m, e);
+    e->refs--;
+    entry_drop_if_unused(m, e);
+    pthread_mutex_unlock(&m->mu);
+    return r;
+}
+
+/* ---- observability ---- */
+
+static void info_fill(sbx_info *out, sbx_manager *m, const sbx_entry *e, int64_t now) {
+    *out = (sbx_info){.state = e->state, .destroy_deferred = e->destroy_deferred};
+    snprintf(out->user, sizeof out->user, "%s", e->user);
+    snprintf(out->thread, sizeof out->thread, "%s", e->thread);
+    snprintf(out->sandbox_id, sizeof out->sandbox_id, "%s", e->box.sandbox_id);
+    memcpy(out->generation, e->box.generation, sizeof out->generation);
+    memcpy(out->holders, e->holders, sizeof out->holders);
+    out->idle_ms = e->state == SBX_STATE_IDLE && !e->holders_total ? now - e->idle_since_ms : 0;
+    out->fenced = e->fenced || !sbx_reusable(m, e->box.sandbox_id, e->box.generation);
+}
+
+int sbx_list(sbx_info **out, size_t *n, sbx_manager *m) {
+    pthread_mutex_lock(&m->mu);
+    size_t count = 0;
+    for (sbx_entry *e = m->entries; e; e = e->next)
+        count += has_box(e);
+    sbx_info *list = calloc(count ? count : 1, sizeof *list);
+    size_t i = 0;
+    int64_t now = fawn_now_ms();
+    for (sbx_entry *e = m->entries; list && e; e = e->next)
+        if (has_box(e))
+            info_fill(&list[i++], m, e, now);
+    pthread_mutex_unlock(&m->mu);
+    if (!list)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    *out = list;
+    *n = i;
+    return 0;
+}
+
+const char *sbx_state_name(enum sbx_state s) {
+    static const char *const names[] = {[SBX_STATE_STARTING] = "starting",
+                                        [SBX_STATE_ACTIVE] = "active",
+                                        [SBX_STATE_IDLE] = "idle",
+                                        [SBX_STATE_STOPPING] = "stopping"};
+    return (unsigned)s < ARRAY_LEN(names) ? names[s] : "unknown";
+}
+
+const char *sbx_holder_name(enum sbx_holder k) {
+    static const char *const names[] = {
+        [SBX_HOLD_EXECUTION] = "execution", [SBX_HOLD_UPLOAD] = "upload", [SBX_HOLD_FORK] = "fork"};
+    return (unsigned)k < ARRAY_LEN(names) ? names[k] : "unknown";
+}
+
+/* ---- start and stop: reconciling with what the provider has ---- */
+
+/* A box the provider lists: adopted into the warm pool when the store
+ * records it at that generation for a (user, thread), it is not fenced and
+ * it answers; destroyed otherwise (a stray, or untrusted). */
+static int reconcile_box(void *ctx, const char *sandbox_id, const char *generation) {
+    sbx_manager *m = ctx;
+    store_sandbox rec;
+    sbx_box box = {0};
+    bool adopt = false;
+    if (generation[0] && store_sandbox_get(m->st, &rec, sandbox_id) == 0 &&
+        strcmp(rec.generation, generation) == 0 && sbx_reusable(m, sandbox_id, generation)) {
+        snprintf(box.sandbox_id, sizeof box.sandbox_id, "%s", sandbox_id);
+        memcpy(box.generation, rec.generation, sizeof box.generation);
+        memcpy(box.endpoint, rec.endpoint, sizeof box.endpoint);
+        memcpy(box.token, rec.token, sizeof box.token);
+        adopt = m->p->health(m->p->ctx, &box) == 0;
+    }
+    sbx_entry *e = adopt ? entry_get(m, sandbox_id, rec.user, rec.thread) : NULL;
+    if (e) {
+        e->box = box;
+        e->state = SBX_STATE_IDLE;
+        e->idle_since_ms = fawn_now_ms();
+        log_info("sandbox", "sandbox %s (thread %s) adopted from a previous run", sandbox_id,
+                 rec.thread);
+    } else if (box_destroy(m, sandbox_id, generation) == 0) {
+        log_info("sandbox", "sandbox %s left by a previous run removed", sandbox_id);
+    }
+    return 0;
+}
+
+/* Fences of generations no longer running retire once the provider
+ * confirms it: absent, or running another generation. */
+static void reconcile_fences(sbx_manager *m) {
+    store_fence *fences = NULL;
+    size_t n = 0;
+    if (store_fence_list(m->st, &fences, &n, NULL) < 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        const store_fence *f = &fences[i];
+        sbx_entry *e = entry_find(m, f->sandbox_id);
+        if (e && strcmp(e->box.generation, f->generation) == 0)
+            continue; /* a scope fence of an adopted box: it stays with the box */
+        enum sbx_presence state = SBX_UNKNOWN;
+        char running[SBX_GENERATION_LEN + 1] = "";
+        if (m->p->probe(m->p->ctx, &state, running, f->sandbox_id) < 0)
+            continue;
+        if (state == SBX_ABSENT || (state == SBX_RUNNING && strcmp(running, f->generation) != 0))
+            store_fence_remove(m->st, f->scope, f->sandbox_id, f->generation);
+    }
+    free(fences);
+}
+
+static void reconcile(sbx_manager *m) {
+    if (m->p->list(m->p->ctx, reconcile_box, m) < 0)
+        log_warn("sandbox", "cannot list the %s provider's sandboxes: %s", m->p->name,
+                 fawn_errmsg());
+    reconcile_fences(m);
+}
+
+static void entries_free(sbx_manager *m) {
+    while (m->entries) {
+        sbx_entry *e = m->entries;
+        m->entries = e->next;
+        free(e);
+    }
+}
+
+static int cond_init_monotonic(pthread_cond_t *c) {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    int r = pthread_cond_init(c, &attr);
+    pthread_condattr_destroy(&attr);
+    return r;
+}
+
+int sbx_manager_new(sbx_manager **out, const sbx_manager_config *cfg, sbx_provider *provider,
+                    store *st, const authz_policy *policy) {
+    sbx_manager *m = calloc(1, sizeof *m);
+    if (!m)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    *m = (sbx_manager){.cfg = *cfg, .p = provider, .st = st, .policy = policy};
+    pthread_mutex_init(&m->mu, NULL);
+    cond_init_monotonic(&m->changed);
+    reconcile(m);
+    int r = pthread_create(&m->reaper, NULL, reaper_main, m);
+    if (r != 0) {
+        entries_free(m);
+        pthread_cond_destroy(&m->changed);
+        pthread_mutex_destroy(&m->mu);
+        free(m);
+        return fawn_err_sys(FAWN_EIO, r, "start the sandbox reaper");
+    }
+    *out = m;
+    return 0;
+}
+
+void sbx_manager_free(sbx_manager *m) {
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->stopping = true;
+    pthread_cond_broadcast(&m->changed);
+    pthread_mutex_unlock(&m->mu);
+    pthread_join(m->reaper, NULL);
+    entries_free(m);
+    pthread_cond_destroy(&m->changed);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
