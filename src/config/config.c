@@ -266,6 +266,10 @@ static const config_key sandbox_keys[] = {
             67108864),
     /* At least one shell; 256 bounds the processes one box may keep alive. */
     KEY_INT("max_sessions", sandbox.max_sessions, set_u32, "16", 1, 256),
+    /* Up to a week; 0 keeps parked sandboxes until evicted or destroyed. */
+    KEY_INT("idle_timeout_s", sandbox.idle_timeout_s, set_u32, "600", 0, 604800),
+    /* 0 = no cap; 100000 is past any single host. */
+    KEY_INT("replicas", sandbox.replicas, set_u32, "32", 0, 100000),
     {0},
 };
 

@@ -46,6 +46,8 @@ typedef struct fawn_sandbox_config {
     uint32_t exec_max_timeout_s;     /* sandbox.exec_max_timeout_s: cap on client timeouts (3600) */
     uint64_t exec_max_output_bytes;  /* sandbox.exec_max_output_bytes: per stream (1048576) */
     uint32_t max_sessions;           /* sandbox.max_sessions: shell sessions per box (16) */
+    uint32_t idle_timeout_s;         /* sandbox.idle_timeout_s: a parked sandbox stops after (600; 0 never) */
+    uint32_t replicas;               /* sandbox.replicas: running sandboxes kept by evicting idle ones (32; 0 no cap) */
 } fawn_sandbox_config;
 
 typedef struct fawn_server_config {

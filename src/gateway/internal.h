@@ -13,6 +13,7 @@
 #include "auth/auth.h"
 #include "authz/authz.h"
 #include "gateway/gateway.h"
+#include "sandbox/manager.h"
 #include "store/store.h"
 
 /* Path captures a route pattern may hold ("{}" and "{*}"). */
@@ -34,6 +35,8 @@ struct gateway {
     char dummy_hash[AUTH_HASH_MAX];          /* verified for unknown users: equal timing */
     int64_t local_admin_id;                  /* auth.disabled: everyone is this user */
     gw_throttle *throttle;                   /* failed sign-ins per client address */
+    sbx_provider *provider;                  /* where sandboxes run */
+    sbx_manager *sandboxes;                  /* the one way to a sandbox */
     atomic_int in_flight;                    /* requests begun and not completed */
     pthread_mutex_t setup_lock;              /* makes "first admin" checks and creation one step */
 };
@@ -107,6 +110,8 @@ extern const gw_route gw_thread_routes[];
 extern const size_t gw_thread_routes_count;
 extern const gw_route gw_file_routes[];
 extern const size_t gw_file_routes_count;
+extern const gw_route gw_sandbox_routes[];
+extern const size_t gw_sandbox_routes_count;
 
 /* ---- requests (http.c) ---- */
 

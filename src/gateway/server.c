@@ -31,6 +31,8 @@
 /* How long a stop waits for requests in progress, and how often it looks. */
 #define GATEWAY_STOP_GRACE_MS 30000
 #define GATEWAY_STOP_POLL_US 10000
+/* Health checks and session requests the sandbox manager sends a box. */
+#define GATEWAY_SANDBOX_CALL_TIMEOUT_MS 5000
 /* The user every request acts as when auth.disabled is set. */
 #define GATEWAY_LOCAL_ADMIN "local-admin"
 
@@ -51,6 +53,7 @@ static const struct {
     {gw_auth_routes, &gw_auth_routes_count},
     {gw_thread_routes, &gw_thread_routes_count},
     {gw_file_routes, &gw_file_routes_count},
+    {gw_sandbox_routes, &gw_sandbox_routes_count},
 };
 
 /* ---- routing ---- */
@@ -367,6 +370,16 @@ static int local_admin_ensure(gateway *g) {
     return 0;
 }
 
+/* The sandbox manager over the local provider; it adopts or removes the
+ * sandboxes a previous gateway left running. */
+static int sandboxes_start(gateway *g) {
+    const fawn_sandbox_config *sc = &g->cfg->sandbox;
+    sbx_manager_config mc = {.idle_timeout_s = sc->idle_timeout_s, .replicas = sc->replicas,
+                             .call_timeout_ms = GATEWAY_SANDBOX_CALL_TIMEOUT_MS};
+    int r = local_provider_new(&g->provider, g->cfg, NULL);
+    return r < 0 ? r : sbx_manager_new(&g->sandboxes, &mc, g->provider, g->st, g->policy);
+}
+
 /* Everything the routes rely on, before the first request. */
 static int gateway_prepare(gateway *g) {
     int r = authz_policy_load(&g->policy, g->cfg->authorization);
@@ -380,10 +393,14 @@ static int gateway_prepare(gateway *g) {
         r = local_admin_ensure(g);
     if (r == 0)
         sweep_crash_leftovers(g->cfg);
+    if (r == 0)
+        r = sandboxes_start(g);
     return r;
 }
 
 static void gateway_free(gateway *g) {
+    sbx_manager_free(g->sandboxes);
+    local_provider_free(g->provider);
     authz_policy_free(g->policy);
     gw_throttle_free(g->throttle);
     sodium_memzero(g->secret, sizeof g->secret);

@@ -305,7 +305,10 @@ static int route_thread_delete(gw_request *rq) {
     if (busy)
         return fawn_err(FAWN_EBUSY, "Thread %s has a run in progress", id);
     owner_dir(owner, rq);
-    r = local_box_stop(rq->g->cfg, owner, id);
+    enum sbx_destroy_outcome outcome;
+    r = sbx_destroy(&outcome, rq->g->sandboxes, owner, id);
+    if (r == 0 && outcome == SBX_DESTROY_DEFERRED)
+        return fawn_err(FAWN_EBUSY, "Thread %s's sandbox is in use; it stops when released", id);
     if (r == 0)
         r = thread_files_delete(rq, id);
     if (r == 0)

@@ -581,11 +581,16 @@ static int lock_sandbox(int *out, const fawn_config *cfg, const char *sandbox_id
     return 0;
 }
 
-static int prepare(local_box *out, const fawn_config *cfg, const char *user, const char *thread,
-                   int *lock_fd) {
+/* Fills out's id and socket path for sandbox_id and takes its lock. */
+static int prepare_id(local_box *out, const fawn_config *cfg, const char *sandbox_id,
+                      int *lock_fd) {
     memset(out, 0, sizeof *out);
     char run_dir[PATH_MAX];
-    int r = local_sandbox_id(out->sandbox_id, user, thread);
+    int r = strlen(sandbox_id) == 16 && strspn(sandbox_id, "0123456789abcdef") == 16
+                ? 0
+                : fawn_err(FAWN_EINVAL, "a sandbox id is 16 hex digits");
+    if (r == 0)
+        memcpy(out->sandbox_id, sandbox_id, 17);
     if (r == 0 && snprintf(run_dir, sizeof run_dir, "%s/run", cfg->home) >= (int)sizeof run_dir)
         r = fawn_err(FAWN_EINVAL, "home path too long");
     if (r == 0)
@@ -595,6 +600,13 @@ static int prepare(local_box *out, const fawn_config *cfg, const char *user, con
     if (r == 0)
         r = lock_sandbox(lock_fd, cfg, out->sandbox_id);
     return r;
+}
+
+static int prepare(local_box *out, const fawn_config *cfg, const char *user, const char *thread,
+                   int *lock_fd) {
+    char sandbox_id[17];
+    int r = local_sandbox_id(sandbox_id, user, thread);
+    return r < 0 ? r : prepare_id(out, cfg, sandbox_id, lock_fd);
 }
 
 int local_box_ensure(local_box *out, const local_spec *spec) {
@@ -609,9 +621,19 @@ int local_box_ensure(local_box *out, const local_spec *spec) {
 }
 
 int local_box_stop(const fawn_config *cfg, const char *user, const char *thread) {
+    char sandbox_id[17];
+    int r = local_sandbox_id(sandbox_id, user, thread);
+    return r < 0 ? r : local_box_stop_id(cfg, sandbox_id);
+}
+
+int local_socket_path(char out[PATH_MAX], const fawn_config *cfg, const char *sandbox_id) {
+    return run_path(out, cfg, sandbox_id, ".sock");
+}
+
+int local_box_stop_id(const fawn_config *cfg, const char *sandbox_id) {
     _cleanup_close_ int lock_fd = -1;
     local_box b;
-    int r = prepare(&b, cfg, user, thread, &lock_fd);
+    int r = prepare_id(&b, cfg, sandbox_id, &lock_fd);
     if (r < 0)
         return r;
     json_t *reply = NULL;

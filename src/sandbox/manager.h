@@ -42,6 +42,7 @@
 #include <stdint.h>
 
 #include "authz/authz.h"
+#include "config/config.h"
 #include "store/store.h"
 
 /* A generation id: 32 hex digits. */
@@ -112,6 +113,12 @@ typedef struct sbx_provider {
     int (*call)(void *ctx, json_t **reply, int *status, const sbx_box *box, const char *method,
                 const char *path, const json_t *body, int timeout_ms);
 } sbx_provider;
+
+/* The local provider: boxes in fresh namespaces on this host (local.c),
+ * started through fawn_bin's launch helper when the caller is
+ * multithreaded (NULL: this program). cfg must outlive it. */
+int local_provider_new(sbx_provider **out, const fawn_config *cfg, const char *fawn_bin);
+void local_provider_free(sbx_provider *p);
 
 /* ---- the manager ---- */
 

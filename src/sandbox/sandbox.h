@@ -109,6 +109,10 @@ void local_launch_cleanup(const fawn_config *cfg, const char *sandbox_id);
 /* Asks the thread's box to shut down and removes its socket and cgroup.
  * Returns 0 also when no box was running. */
 int local_box_stop(const fawn_config *cfg, const char *user, const char *thread);
+/* The same, by sandbox id (16 hex digits). */
+int local_box_stop_id(const fawn_config *cfg, const char *sandbox_id);
+/* The host path of sandbox_id's box API socket into out. */
+int local_socket_path(char out[PATH_MAX], const fawn_config *cfg, const char *sandbox_id);
 
 /* ---- box API client ---- */
 

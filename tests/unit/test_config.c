@@ -131,6 +131,8 @@ static void assert_default_values(const fawn_config *cfg) {
     assert_int_equal(cfg->sandbox.exec_max_timeout_s, 3600);
     assert_int_equal(cfg->sandbox.exec_max_output_bytes, 1048576);
     assert_int_equal(cfg->sandbox.max_sessions, 16);
+    assert_int_equal(cfg->sandbox.idle_timeout_s, 600);
+    assert_int_equal(cfg->sandbox.replicas, 32);
     assert_false(cfg->auth.disabled);
     assert_false(cfg->auth.registration_enabled);
     assert_int_equal(cfg->auth.session_ttl_s, 604800);
@@ -776,7 +778,7 @@ static void test_example_file(void **state) {
         "tmp_size_mb:", "exec_timeout_s:", "exec_max_timeout_s:", "exec_max_output_bytes:",
         "max_sessions:", "auth:", "disabled:", "registration_enabled:", "session_ttl_s:",
         "cookie_secure:", "uploads:", "max_files:", "max_file_size_mb:", "max_total_size_mb:",
-        "authorization:", "enabled:", "fail_closed:", "default_role:", "roles:",
+        "idle_timeout_s:", "replicas:", "authorization:", "enabled:", "fail_closed:", "default_role:", "roles:",
     };
     for (size_t i = 0; i < ARRAY_LEN(keys); i++)
         if (!strstr(text, keys[i]))

@@ -1,0 +1,175 @@
+/* The local provider for the sandbox manager: boxes in fresh namespaces on
+ * this host (local.c), reached through their unix sockets under
+ * $FAWN_HOME/run. A box is absent once its socket is gone and its cgroup
+ * (when cgroups are in use) has been emptied and removed. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "sandbox/manager.h"
+#include "sandbox/sandbox.h"
+
+/* How long a presence or health probe waits for the box. */
+#define LOCAL_PROBE_TIMEOUT_MS 2000
+#define LOCAL_ENDPOINT_PREFIX "unix:"
+/* Sandbox sockets the listing examines at most. */
+#define LOCAL_LIST_MAX 100000
+
+typedef struct local_provider {
+    sbx_provider base;
+    const fawn_config *cfg;
+    const char *fawn_bin;
+} local_provider;
+
+static const char *socket_of(const sbx_box *box) {
+    size_t n = strlen(LOCAL_ENDPOINT_PREFIX);
+    return strncmp(box->endpoint, LOCAL_ENDPOINT_PREFIX, n) == 0 ? box->endpoint + n : NULL;
+}
+
+/* The generation a box answers with, or an error (FAWN_ENOENT: nothing
+ * listens on path; others: unknown). */
+static int box_generation(char generation[SBX_GENERATION_LEN + 1], const char *path) {
+    int fd = box_connect(path);
+    if (fd < 0)
+        return fawn_err(FAWN_ENOENT, "no box listens");
+    close(fd);
+    json_t *reply = NULL;
+    int status = 0;
+    int r = box_call(&reply, &status, path, "GET", "/v1/sandbox", NULL, LOCAL_PROBE_TIMEOUT_MS);
+    const char *gen = json_string_value(json_object_get(reply, "generation"));
+    if (r == 0 && (status != 200 || !gen || strlen(gen) != SBX_GENERATION_LEN))
+        r = fawn_err(FAWN_EPROTO, "the box did not tell its generation");
+    if (r == 0)
+        memcpy(generation, gen, SBX_GENERATION_LEN + 1);
+    json_decref(reply);
+    return r;
+}
+
+static int local_create(void *ctx, sbx_box *out, const char *user, const char *thread,
+                        const sbx_cancel *cancel) {
+    local_provider *lp = ctx;
+    if (cancel && atomic_load(&cancel->cancelled))
+        return fawn_err(FAWN_ECANCELED, "the acquisition was cancelled");
+    local_spec spec = {.cfg = lp->cfg, .user = user, .thread = thread, .fawn_bin = lp->fawn_bin};
+    local_box lb;
+    int r = local_box_ensure(&lb, &spec);
+    if (r < 0)
+        return r;
+    *out = (sbx_box){0};
+    memcpy(out->sandbox_id, lb.sandbox_id, sizeof out->sandbox_id);
+    memcpy(out->generation, lb.generation, sizeof out->generation);
+    if (snprintf(out->endpoint, sizeof out->endpoint, LOCAL_ENDPOINT_PREFIX "%s",
+                 lb.socket_path) >= (int)sizeof out->endpoint)
+        return fawn_err(FAWN_EINVAL, "socket path too long");
+    return 0;
+}
+
+static int local_probe(void *ctx, enum sbx_presence *state,
+                       char generation[SBX_GENERATION_LEN + 1], const char *sandbox_id) {
+    local_provider *lp = ctx;
+    char path[PATH_MAX];
+    struct stat st;
+    *state = SBX_UNKNOWN;
+    generation[0] = '\0';
+    if (local_socket_path(path, lp->cfg, sandbox_id) < 0)
+        return 0;
+    if (lstat(path, &st) < 0) {
+        *state = errno == ENOENT ? SBX_ABSENT : SBX_UNKNOWN;
+        return 0;
+    }
+    int r = box_generation(generation, path);
+    *state = r == 0 ? SBX_RUNNING : r == FAWN_ENOENT ? SBX_STOPPED : SBX_UNKNOWN;
+    return 0;
+}
+
+static int local_health(void *ctx, const sbx_box *box) {
+    const char *path = socket_of(box);
+    if (!path)
+        return fawn_err(FAWN_EINVAL, "not a local box");
+    char generation[SBX_GENERATION_LEN + 1];
+    int r = box_generation(generation, path);
+    if (r == 0 && strcmp(generation, box->generation) != 0)
+        return fawn_err(FAWN_ENOENT, "another generation answers");
+    return r;
+}
+
+/* Stops the box if it runs `generation` (any when ""), then confirms the
+ * sandbox is absent. Another generation running means the one asked for
+ * is gone: it is left alone. */
+static int local_destroy(void *ctx, const char *sandbox_id, const char *generation) {
+    local_provider *lp = ctx;
+    enum sbx_presence state;
+    char running[SBX_GENERATION_LEN + 1];
+    local_probe(ctx, &state, running, sandbox_id);
+    if (state == SBX_ABSENT)
+        return 0;
+    if (state == SBX_RUNNING && generation[0] && strcmp(running, generation) != 0)
+        return 0;
+    int r = local_box_stop_id(lp->cfg, sandbox_id);
+    if (r < 0)
+        return r;
+    local_probe(ctx, &state, running, sandbox_id);
+    return state == SBX_ABSENT ? 0
+                               : fawn_err(FAWN_EIO, "sandbox %s is still there after a stop",
+                                          sandbox_id);
+}
+
+static bool sandbox_socket_name(char sandbox_id[17], const char *name) {
+    size_t n = strlen(name);
+    if (n != 16 + strlen(".sock") || strcmp(name + 16, ".sock") != 0 ||
+        strspn(name, "0123456789abcdef") != 16)
+        return false;
+    memcpy(sandbox_id, name, 16);
+    sandbox_id[16] = '\0';
+    return true;
+}
+
+static int local_list(void *ctx, int (*each)(void *, const char *, const char *), void *each_ctx) {
+    local_provider *lp = ctx;
+    char dir[PATH_MAX];
+    if (snprintf(dir, sizeof dir, "%s/run", lp->cfg->home) >= (int)sizeof dir)
+        return fawn_err(FAWN_EINVAL, "home path too long");
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT ? 0 : fawn_err_sys(FAWN_EIO, errno, "open %s", dir);
+    int r = 0;
+    struct dirent *e;
+    for (size_t seen = 0; r == 0 && seen < LOCAL_LIST_MAX && (e = readdir(d)); seen++) {
+        char sandbox_id[17], generation[SBX_GENERATION_LEN + 1];
+        enum sbx_presence state;
+        if (!sandbox_socket_name(sandbox_id, e->d_name))
+            continue;
+        local_probe(ctx, &state, generation, sandbox_id);
+        if (state != SBX_ABSENT)
+            r = each(each_ctx, sandbox_id, generation);
+    }
+    closedir(d);
+    return r;
+}
+
+static int local_call(void *ctx, json_t **reply, int *status, const sbx_box *box,
+                      const char *method, const char *path, const json_t *body, int timeout_ms) {
+    const char *socket_path = socket_of(box);
+    if (!socket_path)
+        return fawn_err(FAWN_EINVAL, "not a local box");
+    return box_call(reply, status, socket_path, method, path, body, timeout_ms);
+}
+
+int local_provider_new(sbx_provider **out, const fawn_config *cfg, const char *fawn_bin) {
+    local_provider *lp = calloc(1, sizeof *lp);
+    if (!lp)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    lp->cfg = cfg;
+    lp->fawn_bin = fawn_bin;
+    lp->base = (sbx_provider){.name = "local", .ctx = lp, .create = local_create,
+                              .probe = local_probe, .health = local_health,
+                              .destroy = local_destroy, .list = local_list, .call = local_call};
+    *out = &lp->base;
+    return 0;
+}
+
+void local_provider_free(sbx_provider *p) {
+    free(p ? p->ctx : NULL);
+}
