@@ -4,9 +4,13 @@
  * (when cgroups are in use) has been emptied and removed. */
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "sandbox/manager.h"
 #include "sandbox/sandbox.h"
@@ -16,12 +20,79 @@
 #define LOCAL_ENDPOINT_PREFIX "unix:"
 /* Sandbox sockets the listing examines at most. */
 #define LOCAL_LIST_MAX 100000
+/* How long a stopped box gets to exit before it is killed, and how often
+ * its exit is looked for. */
+#define LOCAL_EXIT_WAIT_MS 5000
+#define LOCAL_EXIT_POLL_US 2000
+
+/* A box this process started: its child, to be reaped when it exits. */
+typedef struct child_box {
+    char sandbox_id[17];
+    pid_t pid;
+} child_box;
 
 typedef struct local_provider {
     sbx_provider base;
     const fawn_config *cfg;
     const char *fawn_bin;
+    pthread_mutex_t mu; /* guards children */
+    child_box *children;
+    size_t n_children, cap_children;
 } local_provider;
+
+static int child_add(local_provider *lp, const char *sandbox_id, pid_t pid) {
+    pthread_mutex_lock(&lp->mu);
+    int r = 0;
+    if (lp->n_children == lp->cap_children) {
+        size_t cap = lp->cap_children ? 2 * lp->cap_children : 16;
+        child_box *grown = realloc(lp->children, cap * sizeof *grown);
+        if (grown) {
+            lp->children = grown;
+            lp->cap_children = cap;
+        } else {
+            r = fawn_err(FAWN_ENOMEM, "out of memory");
+        }
+    }
+    if (r == 0) {
+        child_box *c = &lp->children[lp->n_children++];
+        memcpy(c->sandbox_id, sandbox_id, sizeof c->sandbox_id);
+        c->pid = pid;
+    }
+    pthread_mutex_unlock(&lp->mu);
+    return r;
+}
+
+/* Takes sandbox_id's child pid out of the table (0 when it is not ours). */
+static pid_t child_take(local_provider *lp, const char *sandbox_id) {
+    pid_t pid = 0;
+    pthread_mutex_lock(&lp->mu);
+    for (size_t i = 0; i < lp->n_children; i++) {
+        if (strcmp(lp->children[i].sandbox_id, sandbox_id) == 0) {
+            pid = lp->children[i].pid;
+            lp->children[i] = lp->children[--lp->n_children];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lp->mu);
+    return pid;
+}
+
+/* Reaps a stopped box of ours: waits for it to exit, killing it past
+ * LOCAL_EXIT_WAIT_MS. Its exit is the proof that it is gone. */
+static int child_reap(pid_t pid) {
+    for (int64_t deadline = fawn_now_ms() + LOCAL_EXIT_WAIT_MS;;) {
+        pid_t r = waitpid(pid, NULL, WNOHANG);
+        if (r == pid || (r < 0 && errno == ECHILD))
+            return 0;
+        if (r < 0 && errno != EINTR)
+            return fawn_err_sys(FAWN_EIO, errno, "wait for box %d", (int)pid);
+        if (fawn_now_ms() >= deadline) {
+            kill(pid, SIGKILL);
+            deadline = INT64_MAX;
+        }
+        usleep(LOCAL_EXIT_POLL_US);
+    }
+}
 
 static const char *socket_of(const sbx_box *box) {
     size_t n = strlen(LOCAL_ENDPOINT_PREFIX);
@@ -55,6 +126,8 @@ static int local_create(void *ctx, sbx_box *out, const char *user, const char *t
     local_spec spec = {.cfg = lp->cfg, .user = user, .thread = thread, .fawn_bin = lp->fawn_bin};
     local_box lb;
     int r = local_box_ensure(&lb, &spec);
+    if (r == 0 && lb.started && lb.pid > 0)
+        r = child_add(lp, lb.sandbox_id, lb.pid);
     if (r < 0)
         return r;
     *out = (sbx_box){0};
@@ -108,6 +181,9 @@ static int local_destroy(void *ctx, const char *sandbox_id, const char *generati
     if (state == SBX_RUNNING && generation[0] && strcmp(running, generation) != 0)
         return 0;
     int r = local_box_stop_id(lp->cfg, sandbox_id);
+    pid_t child = child_take(lp, sandbox_id);
+    if (r == 0 && child > 0)
+        r = child_reap(child);
     if (r < 0)
         return r;
     local_probe(ctx, &state, running, sandbox_id);
@@ -163,6 +239,7 @@ int local_provider_new(sbx_provider **out, const fawn_config *cfg, const char *f
         return fawn_err(FAWN_ENOMEM, "out of memory");
     lp->cfg = cfg;
     lp->fawn_bin = fawn_bin;
+    pthread_mutex_init(&lp->mu, NULL);
     lp->base = (sbx_provider){.name = "local", .ctx = lp, .create = local_create,
                               .probe = local_probe, .health = local_health,
                               .destroy = local_destroy, .list = local_list, .call = local_call};
@@ -171,5 +248,10 @@ int local_provider_new(sbx_provider **out, const fawn_config *cfg, const char *f
 }
 
 void local_provider_free(sbx_provider *p) {
-    free(p ? p->ctx : NULL);
+    if (!p)
+        return;
+    local_provider *lp = p->ctx;
+    pthread_mutex_destroy(&lp->mu);
+    free(lp->children);
+    free(lp);
 }
