@@ -4,6 +4,8 @@
  *   cold start   launch -> box ready, vs. bwrap --unshare-all ... /bin/true
  *   warm exec    /bin/true through the box API, vs. bare posix_spawn from C
  *                (and vs. python's subprocess.run, measured by bench/sandbox)
+ *   managed exec acquire + exec /bin/true + release through the sandbox
+ *                manager on a warm thread, vs. the warm exec above
  *   idle memory  proportional and private resident memory per idle box,
  *                and the whole machine's memory delta, for N idle boxes
  *
@@ -17,6 +19,7 @@
 
 #include "base/base.h"
 #include "config/config.h"
+#include "sandbox/manager.h"
 #include "sandbox/sandbox.h"
 
 extern char **environ;
@@ -168,6 +171,76 @@ static void bench_cold(const fawn_config *cfg, int rounds) {
            c, plain, plain / c, pooled, pooled / c);
 }
 
+static const char *local_sandbox_id_of(const char *user, const char *thread) {
+    static char id[17];
+    if (local_sandbox_id(id, user, thread) < 0)
+        die("sandbox id");
+    return id;
+}
+
+/* One acquire + exec + release of /bin/true through the manager. */
+static double managed_exec_us(sbx_manager *m, const json_t *body) {
+    sbx_request req = {.who = {.user = "bench", .role = "user"}, .thread = "managed",
+                       .kind = SBX_HOLD_EXECUTION};
+    int64_t t = fawn_now_us();
+    sbx_lease *l = NULL;
+    json_t *reply = NULL;
+    int status = 0;
+    if (sbx_acquire(&l, m, &req) < 0 || sbx_call(&reply, &status, l, "POST", "/v1/shell/exec",
+                                                 body, 10000) < 0 || status != 200)
+        die("managed exec");
+    sbx_release(l);
+    double us = (double)(fawn_now_us() - t);
+    json_decref(reply);
+    return us;
+}
+
+/* The manager's cost on the hot path: acquire + exec + release against the
+ * bare warm exec (a kept-alive connection) on the same box. */
+static void bench_managed(const fawn_config *cfg, int rounds) {
+    char db[PATH_MAX];
+    snprintf(db, sizeof db, "%s/fawn.db", cfg->home);
+    store *st = NULL;
+    authz_policy *policy = NULL;
+    sbx_provider *provider = NULL;
+    sbx_manager *m = NULL;
+    sbx_manager_config mc = {.idle_timeout_s = 600, .replicas = 0, .call_timeout_ms = 5000};
+    if (store_open(&st, db) < 0 || authz_policy_load(&policy, NULL) < 0 ||
+        local_provider_new(&provider, cfg, getenv("FAWN_BIN")) < 0 ||
+        sbx_manager_new(&m, &mc, provider, st, policy) < 0)
+        die("manager");
+    json_t *body = json_pack("{s:s}", "command", "/bin/true");
+    for (int i = 0; i < 50; i++) /* starts the box, warms up */
+        managed_exec_us(m, body);
+    char socket_path[PATH_MAX];
+    local_socket_path(socket_path, cfg, local_sandbox_id_of("bench", "managed"));
+    box_conn conn;
+    box_conn_init(&conn, socket_path);
+    double *managed = calloc((size_t)rounds, sizeof *managed);
+    double *bare = calloc((size_t)rounds, sizeof *bare);
+    for (int i = 0; i < 50; i++)
+        fawn_exec_us(&conn, body);
+    for (int i = 0; i < rounds; i++)
+        bare[i] = fawn_exec_us(&conn, body);
+    for (int i = 0; i < rounds; i++)
+        managed[i] = managed_exec_us(m, body);
+    box_conn_close(&conn);
+    double med = median(managed, (size_t)rounds), base = median(bare, (size_t)rounds);
+    printf("managed_exec_us: %.0f (acquire + exec + release on a warm thread)\n"
+           "managed_exec_per_s: %.0f\nbare_exec_same_box_us: %.0f\n"
+           "managed_exec_ratio_vs_bare_exec: %.2f (target < 1.10)\n",
+           med, 1e6 / med, base, med / base);
+    free(bare);
+    enum sbx_destroy_outcome o;
+    sbx_destroy(&o, m, "bench", "managed");
+    sbx_manager_free(m);
+    local_provider_free(provider);
+    authz_policy_free(policy);
+    store_close(st);
+    json_decref(body);
+    free(managed);
+}
+
 static void bench_warm(const fawn_config *cfg, int rounds) {
     local_box b;
     fawn_cold_us(cfg, "warm", &b, NULL);
@@ -233,6 +306,7 @@ int main(int argc, char **argv) {
     printf("machine: %ld cores\n", sysconf(_SC_NPROCESSORS_ONLN));
     bench_cold(&cfg, rounds / 4 > 10 ? rounds / 4 : 10);
     bench_warm(&cfg, rounds);
+    bench_managed(&cfg, rounds);
     bench_idle(&cfg, idle);
     config_free(&cfg);
     char cmd[64];

@@ -4,6 +4,7 @@
  * (when cgroups are in use) has been emptied and removed. */
 #include <dirent.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,14 +32,78 @@ typedef struct child_box {
     pid_t pid;
 } child_box;
 
+/* A kept-alive connection to a box, opened to the generation it names. */
+typedef struct cached_conn {
+    char sandbox_id[17];
+    char generation[SBX_GENERATION_LEN + 1];
+    box_conn conn;
+    bool in_use;
+} cached_conn;
+
+/* Connections kept alive at once: one per recently used box. */
+#define LOCAL_CONNS_MAX 64
+
 typedef struct local_provider {
     sbx_provider base;
     const fawn_config *cfg;
     const char *fawn_bin;
-    pthread_mutex_t mu; /* guards children */
+    pthread_mutex_t mu; /* guards children and conns */
     child_box *children;
     size_t n_children, cap_children;
+    cached_conn conns[LOCAL_CONNS_MAX];
 } local_provider;
+
+/* Takes box's cached connection (or a free slot for one), marking it in
+ * use; NULL when every slot is busy. */
+static cached_conn *conn_take(local_provider *lp, const sbx_box *box, const char *socket_path) {
+    cached_conn *found = NULL, *spare = NULL;
+    pthread_mutex_lock(&lp->mu);
+    for (size_t i = 0; i < LOCAL_CONNS_MAX && !found; i++) {
+        cached_conn *c = &lp->conns[i];
+        if (c->in_use)
+            continue;
+        if (strcmp(c->sandbox_id, box->sandbox_id) == 0)
+            found = c;
+        else if (!spare || (c->conn.fd < 0 && spare->conn.fd >= 0))
+            spare = c;
+    }
+    cached_conn *c = found ? found : spare;
+    if (c && (!found || strcmp(c->generation, box->generation) != 0)) {
+        if (c->conn.fd >= 0)
+            box_conn_close(&c->conn);
+        box_conn_init(&c->conn, socket_path);
+        memcpy(c->sandbox_id, box->sandbox_id, sizeof c->sandbox_id);
+        memcpy(c->generation, box->generation, sizeof c->generation);
+    }
+    if (c)
+        c->in_use = true;
+    pthread_mutex_unlock(&lp->mu);
+    return c;
+}
+
+static void conn_give_back(local_provider *lp, cached_conn *c) {
+    pthread_mutex_lock(&lp->mu);
+    c->in_use = false;
+    pthread_mutex_unlock(&lp->mu);
+}
+
+/* Whether the box still holds the kept-alive connection it last answered
+ * on as box->generation: a box that exited has closed it. */
+static bool conn_alive(local_provider *lp, const sbx_box *box) {
+    bool alive = false;
+    pthread_mutex_lock(&lp->mu);
+    for (size_t i = 0; i < LOCAL_CONNS_MAX; i++) {
+        cached_conn *c = &lp->conns[i];
+        if (c->in_use || c->conn.fd < 0 || strcmp(c->sandbox_id, box->sandbox_id) != 0 ||
+            strcmp(c->generation, box->generation) != 0)
+            continue;
+        struct pollfd p = {.fd = c->conn.fd, .events = POLLIN};
+        alive = poll(&p, 1, 0) == 0;
+        break;
+    }
+    pthread_mutex_unlock(&lp->mu);
+    return alive;
+}
 
 static int child_add(local_provider *lp, const char *sandbox_id, pid_t pid) {
     pthread_mutex_lock(&lp->mu);
@@ -157,10 +222,14 @@ static int local_probe(void *ctx, enum sbx_presence *state,
     return 0;
 }
 
+/* Alive when the box holds the connection it last answered on as this
+ * generation; otherwise asked for its generation. */
 static int local_health(void *ctx, const sbx_box *box) {
     const char *path = socket_of(box);
     if (!path)
         return fawn_err(FAWN_EINVAL, "not a local box");
+    if (conn_alive(ctx, box))
+        return 0;
     char generation[SBX_GENERATION_LEN + 1];
     int r = box_generation(generation, path);
     if (r == 0 && strcmp(generation, box->generation) != 0)
@@ -230,7 +299,12 @@ static int local_call(void *ctx, json_t **reply, int *status, const sbx_box *box
     const char *socket_path = socket_of(box);
     if (!socket_path)
         return fawn_err(FAWN_EINVAL, "not a local box");
-    return box_call(reply, status, socket_path, method, path, body, timeout_ms);
+    cached_conn *c = conn_take(ctx, box, socket_path);
+    if (!c) /* every kept connection is busy: a connection of its own */
+        return box_call(reply, status, socket_path, method, path, body, timeout_ms);
+    int r = box_conn_call(reply, status, &c->conn, method, path, body, timeout_ms);
+    conn_give_back(ctx, c);
+    return r;
 }
 
 int local_provider_new(sbx_provider **out, const fawn_config *cfg, const char *fawn_bin) {
@@ -240,6 +314,8 @@ int local_provider_new(sbx_provider **out, const fawn_config *cfg, const char *f
     lp->cfg = cfg;
     lp->fawn_bin = fawn_bin;
     pthread_mutex_init(&lp->mu, NULL);
+    for (size_t i = 0; i < LOCAL_CONNS_MAX; i++)
+        lp->conns[i].conn.fd = -1;
     lp->base = (sbx_provider){.name = "local", .ctx = lp, .create = local_create,
                               .probe = local_probe, .health = local_health,
                               .destroy = local_destroy, .list = local_list, .call = local_call};
@@ -251,6 +327,8 @@ void local_provider_free(sbx_provider *p) {
     if (!p)
         return;
     local_provider *lp = p->ctx;
+    for (size_t i = 0; i < LOCAL_CONNS_MAX; i++)
+        box_conn_close(&lp->conns[i].conn);
     pthread_mutex_destroy(&lp->mu);
     free(lp->children);
     free(lp);

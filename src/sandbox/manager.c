@@ -46,11 +46,22 @@ struct sbx_entry {
     sbx_entry *next;
 };
 
+/* A fence as the manager keeps it in memory (the store holds the durable
+ * copy and the reason). */
+typedef struct fence_key {
+    char scope[SBX_SCOPE_MAX + 1];
+    char sandbox_id[17];
+    char generation[SBX_GENERATION_LEN + 1];
+} fence_key;
+
 struct sbx_manager {
     sbx_manager_config cfg;
     sbx_provider *p;
     store *st;
     const authz_policy *policy;
+    pthread_mutex_t fence_mu; /* guards fences; never held while taking mu */
+    fence_key *fences;
+    size_t n_fences, cap_fences;
     pthread_mutex_t mu;
     pthread_cond_t changed; /* an entry was released from busy, or the reaper must stop */
     sbx_entry *entries;
@@ -84,11 +95,94 @@ static bool scope_valid(const char *scope) {
     return fawn_id_valid(run) && fawn_id_valid(colon + 1);
 }
 
+/* ---- fences: written through to the store, read from memory ---- */
+
+static bool fence_match(const fence_key *f, const char *scope, const char *sandbox_id,
+                        const char *generation) {
+    return strcmp(f->generation, generation) == 0 && strcmp(f->sandbox_id, sandbox_id) == 0 &&
+           (!scope || strcmp(f->scope, scope) == 0);
+}
+
+static bool fence_exists(sbx_manager *m, const char *scope, const char *sandbox_id,
+                         const char *generation) {
+    bool found = false;
+    pthread_mutex_lock(&m->fence_mu);
+    for (size_t i = 0; i < m->n_fences && !found; i++)
+        found = fence_match(&m->fences[i], scope, sandbox_id, generation);
+    pthread_mutex_unlock(&m->fence_mu);
+    return found;
+}
+
+static void fence_remember(sbx_manager *m, const char *scope, const char *sandbox_id,
+                           const char *generation) {
+    pthread_mutex_lock(&m->fence_mu);
+    bool known = false;
+    for (size_t i = 0; i < m->n_fences && !known; i++)
+        known = fence_match(&m->fences[i], scope, sandbox_id, generation);
+    if (!known && m->n_fences == m->cap_fences) {
+        size_t cap = m->cap_fences ? 2 * m->cap_fences : 16;
+        fence_key *grown = realloc(m->fences, cap * sizeof *grown);
+        if (grown) {
+            m->fences = grown;
+            m->cap_fences = cap;
+        }
+    }
+    if (!known && m->n_fences < m->cap_fences) {
+        fence_key *f = &m->fences[m->n_fences++];
+        snprintf(f->scope, sizeof f->scope, "%s", scope);
+        snprintf(f->sandbox_id, sizeof f->sandbox_id, "%s", sandbox_id);
+        snprintf(f->generation, sizeof f->generation, "%s", generation);
+    }
+    pthread_mutex_unlock(&m->fence_mu);
+}
+
+/* Adds the fence in memory (so this process honors it even when the store
+ * fails), then durably; returns the store's answer. */
+static int fence_add(sbx_manager *m, const char *scope, const char *sandbox_id,
+                     const char *generation, const char *reason) {
+    fence_remember(m, scope, sandbox_id, generation);
+    return store_fence_add(m->st, scope, sandbox_id, generation, reason);
+}
+
+/* Retires a fence: from the store first, then from memory. */
+static void fence_remove(sbx_manager *m, const fence_key *k) {
+    int r = store_fence_remove(m->st, k->scope, k->sandbox_id, k->generation);
+    if (r < 0 && r != FAWN_ENOENT)
+        return; /* kept: retried at the next teardown or start */
+    pthread_mutex_lock(&m->fence_mu);
+    for (size_t i = 0; i < m->n_fences; i++) {
+        if (fence_match(&m->fences[i], k->scope, k->sandbox_id, k->generation)) {
+            m->fences[i] = m->fences[--m->n_fences];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&m->fence_mu);
+}
+
+/* A copy of the fences (of sandbox_id, or all when NULL). */
+static int fences_copy(fence_key **out, size_t *n, sbx_manager *m, const char *sandbox_id) {
+    pthread_mutex_lock(&m->fence_mu);
+    *out = calloc(m->n_fences ? m->n_fences : 1, sizeof **out);
+    *n = 0;
+    for (size_t i = 0; *out && i < m->n_fences; i++)
+        if (!sandbox_id || strcmp(m->fences[i].sandbox_id, sandbox_id) == 0)
+            (*out)[(*n)++] = m->fences[i];
+    pthread_mutex_unlock(&m->fence_mu);
+    return *out ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+}
+
+static int fences_load(sbx_manager *m) {
+    store_fence *stored = NULL;
+    size_t n = 0;
+    int r = store_fence_list(m->st, &stored, &n, NULL);
+    for (size_t i = 0; r == 0 && i < n; i++)
+        fence_remember(m, stored[i].scope, stored[i].sandbox_id, stored[i].generation);
+    free(stored);
+    return r;
+}
+
 bool sbx_reusable(sbx_manager *m, const char *sandbox_id, const char *generation) {
-    bool fenced = true;
-    if (store_fence_exists(m->st, &fenced, SBX_WHOLE, sandbox_id, generation) < 0)
-        return false; /* cannot be checked: not reusable */
-    return !fenced;
+    return !fence_exists(m, SBX_WHOLE, sandbox_id, generation);
 }
 
 /* ---- entries (under m->mu) ---- */
@@ -154,13 +248,13 @@ static void entry_unclaim(sbx_manager *m, sbx_entry *e) {
 /* Retires every fence of (sandbox_id, generation): the provider confirmed
  * that generation is absent. */
 static void fences_retire(sbx_manager *m, const char *sandbox_id, const char *generation) {
-    store_fence *fences = NULL;
+    fence_key *fences = NULL;
     size_t n = 0;
-    if (store_fence_list(m->st, &fences, &n, sandbox_id) < 0)
+    if (fences_copy(&fences, &n, m, sandbox_id) < 0)
         return;
     for (size_t i = 0; i < n; i++)
         if (strcmp(fences[i].generation, generation) == 0)
-            store_fence_remove(m->st, fences[i].scope, sandbox_id, generation);
+            fence_remove(m, &fences[i]);
     free(fences);
 }
 
@@ -341,8 +435,7 @@ static bool box_reusable_now(sbx_manager *m, sbx_entry *e) {
     if (r == 0)
         return true;
     if (r != FAWN_ENOENT) /* unknown: fenced, so no path ever trusts it again */
-        store_fence_add(m->st, SBX_WHOLE, e->box.sandbox_id, e->box.generation,
-                        "health unknown on reuse");
+        fence_add(m, SBX_WHOLE, e->box.sandbox_id, e->box.generation, "health unknown on reuse");
     return false;
 }
 
@@ -374,11 +467,8 @@ static void scope_remove(sbx_entry *e, scope_session *s) {
 }
 
 static bool scope_usable(sbx_manager *m, const sbx_entry *e, const scope_session *s) {
-    bool fenced = true;
     return !s->fenced && strcmp(s->generation, e->box.generation) == 0 &&
-           store_fence_exists(m->st, &fenced, s->scope, e->box.sandbox_id, e->box.generation) ==
-               0 &&
-           !fenced;
+           !fence_exists(m, s->scope, e->box.sandbox_id, e->box.generation);
 }
 
 /* Creates the scope's session in e's box. An exchange that fails midway
@@ -396,8 +486,8 @@ static int scope_session_create(sbx_manager *m, sbx_entry *e, const char *scope,
     json_decref(body);
     json_decref(reply);
     if (r == FAWN_EIO || r == FAWN_ETIMEDOUT || r == FAWN_EPROTO) {
-        store_fence_add(m->st, scope, e->box.sandbox_id, e->box.generation,
-                        "shell session creation outcome unknown");
+        fence_add(m, scope, e->box.sandbox_id, e->box.generation,
+                  "shell session creation outcome unknown");
         return r;
     }
     if (r == 0 && status != 200 && status != 201)
@@ -587,7 +677,7 @@ int sbx_fence(sbx_lease *l, bool scope_only, const char *reason) {
         return fawn_err(FAWN_EINVAL, "the lease has no scope to fence");
     sbx_manager *m = l->m;
     const char *scope = scope_only ? l->scope : SBX_WHOLE;
-    int r = store_fence_add(m->st, scope, l->box.sandbox_id, l->box.generation, reason);
+    int r = fence_add(m, scope, l->box.sandbox_id, l->box.generation, reason);
     pthread_mutex_lock(&m->mu);
     sbx_entry *e = l->entry;
     if (strcmp(e->box.generation, l->box.generation) == 0) {
@@ -725,12 +815,12 @@ static int reconcile_box(void *ctx, const char *sandbox_id, const char *generati
 /* Fences of generations no longer running retire once the provider
  * confirms it: absent, or running another generation. */
 static void reconcile_fences(sbx_manager *m) {
-    store_fence *fences = NULL;
+    fence_key *fences = NULL;
     size_t n = 0;
-    if (store_fence_list(m->st, &fences, &n, NULL) < 0)
+    if (fences_copy(&fences, &n, m, NULL) < 0)
         return;
     for (size_t i = 0; i < n; i++) {
-        const store_fence *f = &fences[i];
+        const fence_key *f = &fences[i];
         sbx_entry *e = entry_find(m, f->sandbox_id);
         if (e && strcmp(e->box.generation, f->generation) == 0)
             continue; /* a scope fence of an adopted box: it stays with the box */
@@ -739,7 +829,7 @@ static void reconcile_fences(sbx_manager *m) {
         if (m->p->probe(m->p->ctx, &state, running, f->sandbox_id) < 0)
             continue;
         if (state == SBX_ABSENT || (state == SBX_RUNNING && strcmp(running, f->generation) != 0))
-            store_fence_remove(m->st, f->scope, f->sandbox_id, f->generation);
+            fence_remove(m, f);
     }
     free(fences);
 }
@@ -751,12 +841,18 @@ static void reconcile(sbx_manager *m) {
     reconcile_fences(m);
 }
 
-static void entries_free(sbx_manager *m) {
+/* Frees m and everything it holds (the reaper is not running). */
+static void manager_destroy(sbx_manager *m) {
     while (m->entries) {
         sbx_entry *e = m->entries;
         m->entries = e->next;
         free(e);
     }
+    free(m->fences);
+    pthread_cond_destroy(&m->changed);
+    pthread_mutex_destroy(&m->fence_mu);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
 }
 
 static int cond_init_monotonic(pthread_cond_t *c) {
@@ -775,15 +871,17 @@ int sbx_manager_new(sbx_manager **out, const sbx_manager_config *cfg, sbx_provid
         return fawn_err(FAWN_ENOMEM, "out of memory");
     *m = (sbx_manager){.cfg = *cfg, .p = provider, .st = st, .policy = policy};
     pthread_mutex_init(&m->mu, NULL);
+    pthread_mutex_init(&m->fence_mu, NULL);
     cond_init_monotonic(&m->changed);
-    reconcile(m);
-    int r = pthread_create(&m->reaper, NULL, reaper_main, m);
-    if (r != 0) {
-        entries_free(m);
-        pthread_cond_destroy(&m->changed);
-        pthread_mutex_destroy(&m->mu);
-        free(m);
-        return fawn_err_sys(FAWN_EIO, r, "start the sandbox reaper");
+    int r = fences_load(m); /* without them nothing could be trusted */
+    if (r == 0)
+        reconcile(m);
+    int err = r == 0 ? pthread_create(&m->reaper, NULL, reaper_main, m) : 0;
+    if (err)
+        r = fawn_err_sys(FAWN_EIO, err, "start the sandbox reaper");
+    if (r < 0) {
+        manager_destroy(m);
+        return r;
     }
     *out = m;
     return 0;
@@ -797,8 +895,5 @@ void sbx_manager_free(sbx_manager *m) {
     pthread_cond_broadcast(&m->changed);
     pthread_mutex_unlock(&m->mu);
     pthread_join(m->reaper, NULL);
-    entries_free(m);
-    pthread_cond_destroy(&m->changed);
-    pthread_mutex_destroy(&m->mu);
-    free(m);
+    manager_destroy(m);
 }
