@@ -3,10 +3,15 @@
 #ifndef FAWN_CLI_H
 #define FAWN_CLI_H
 
+#include "config/config.h"
+
 int cli_sandbox(int argc, char **argv);
 int cli_box(int argc, char **argv);
 int cli_doctor(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_user(int argc, char **argv);
+
+/* `fawn sandbox ls` once its configuration is loaded (cmd_sandbox_ls.c). */
+int cli_sandbox_ls(const fawn_config *cfg);
 
 #endif

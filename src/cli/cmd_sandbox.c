@@ -19,13 +19,17 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: fawn sandbox exec --user U --thread T [--session S] [--timeout N]\n"
             "                         [--config FILE] -- COMMAND...\n"
-            "       fawn sandbox stop --user U --thread T [--config FILE]\n\n"
+            "       fawn sandbox stop --user U --thread T [--config FILE]\n"
+            "       fawn sandbox ls [--config FILE]\n\n"
             "exec runs COMMAND (joined with spaces, run by bash) in the sandbox of thread T\n"
             "of user U, starting the sandbox if needed, prints its output and exits with\n"
             "its exit code (124 on timeout). With --session, cwd and exported variables\n"
             "persist between invocations that name the same session. The thread's files\n"
             "live under $FAWN_HOME/users/U/threads/T/user-data and persist.\n"
-            "stop shuts the thread's sandbox down (its files stay).\n");
+            "stop shuts the thread's sandbox down (its files stay).\n"
+            "ls lists the sandboxes the running gateway holds (owner, thread, generation,\n"
+            "state, holders, idle time, fenced); with no gateway answering, the sandboxes\n"
+            "recorded on this host.\n");
 }
 
 typedef struct sandbox_args {
@@ -135,9 +139,30 @@ static int run_exec(const sandbox_args *a, const fawn_config *cfg) {
     return r;
 }
 
+/* fawn sandbox ls [--config FILE] */
+static int run_ls(int argc, char **argv) {
+    const char *config = NULL;
+    if (argc == 3 && strcmp(argv[1], "--config") == 0)
+        config = argv[2];
+    else if (argc != 1) {
+        usage(stderr);
+        return 2;
+    }
+    fawn_config cfg = {0};
+    int r = config_load(&cfg, config);
+    if (r == 0)
+        r = cli_sandbox_ls(&cfg);
+    if (r < 0)
+        fprintf(stderr, "fawn sandbox ls: %s\n", fawn_errmsg());
+    config_free(&cfg);
+    return r < 0 ? 1 : 0;
+}
+
 int cli_sandbox(int argc, char **argv) {
     if (argc >= 2 && argc <= 3 && strcmp(argv[1], "launch-helper") == 0)
         return local_launch_helper_main(argc == 3 && strcmp(argv[2], "netns") == 0);
+    if (argc >= 2 && strcmp(argv[1], "ls") == 0)
+        return run_ls(argc - 1, argv + 1);
     if (argc < 2 || (strcmp(argv[1], "exec") != 0 && strcmp(argv[1], "stop") != 0)) {
         usage(argc < 2 ? stderr : (strcmp(argv[1], "--help") == 0 ? stdout : stderr));
         return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;

@@ -25,8 +25,9 @@
 /* Longest pause between polls of a starting or stopping box. */
 #define REMOTE_BACKOFF_MAX_MS 500
 /* One readiness request while a box starts: a box that accepted the
- * connection answers at once when it is up. */
-#define REMOTE_ATTEMPT_TIMEOUT_MS 2000
+ * connection answers at once when it is up. Also how late a cancel during
+ * such a request takes effect. */
+#define REMOTE_ATTEMPT_TIMEOUT_MS 1000
 /* A sandbox id: the first 16 hex digits of sha256("user:thread"). */
 #define REMOTE_SANDBOX_ID_LEN 16
 

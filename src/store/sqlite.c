@@ -263,6 +263,18 @@ int store_user_get_by_name(store *s, store_user *out, const char *username) {
     return r;
 }
 
+int store_user_get_by_role(store *s, store_user *out, const char *role) {
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->mu);
+    int r = prepare(s, &st, "SELECT " USER_COLUMNS " FROM users WHERE role = ?1 ORDER BY id LIMIT 1");
+    if (r == 0) {
+        sqlite3_bind_text(st, 1, role, -1, SQLITE_STATIC);
+        r = one_user(s, out, st, "get user");
+    }
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
 int store_user_count(store *s, int64_t *out, const char *role) {
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
@@ -561,6 +573,8 @@ static int exec_texts(store *s, const char *sql, const char *const *texts, size_
     return r;
 }
 
+#define SANDBOX_COLUMNS "sandbox_id, user, thread, generation, endpoint, token, created_at_ms"
+
 static bool sandbox_args_ok(const char *sandbox_id, const char *generation) {
     return text_ok(sandbox_id, 16) && generation && strlen(generation) <= 32;
 }
@@ -581,30 +595,61 @@ int store_sandbox_put(store *s, const store_sandbox *sb) {
                       texts, ARRAY_LEN(texts), false, "record sandbox");
 }
 
+static void read_sandbox(store_sandbox *out, sqlite3_stmt *st) {
+    copy_col(out->sandbox_id, sizeof out->sandbox_id, st, 0);
+    copy_col(out->user, sizeof out->user, st, 1);
+    copy_col(out->thread, sizeof out->thread, st, 2);
+    copy_col(out->generation, sizeof out->generation, st, 3);
+    copy_col(out->endpoint, sizeof out->endpoint, st, 4);
+    copy_col(out->token, sizeof out->token, st, 5);
+    out->created_at_ms = sqlite3_column_int64(st, 6);
+}
+
 int store_sandbox_get(store *s, store_sandbox *out, const char *sandbox_id) {
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st, "SELECT sandbox_id, user, thread, generation, endpoint, token, "
-                            "created_at_ms FROM sandboxes WHERE sandbox_id = ?1");
+    int r = prepare(s, &st, "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE sandbox_id = ?1");
     if (r == 0) {
         sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
         int rc = sqlite3_step(st);
         r = rc == SQLITE_ROW    ? 0
             : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "no record of sandbox %s", sandbox_id)
                                 : db_err(s, rc, "get sandbox");
-        if (r == 0) {
-            copy_col(out->sandbox_id, sizeof out->sandbox_id, st, 0);
-            copy_col(out->user, sizeof out->user, st, 1);
-            copy_col(out->thread, sizeof out->thread, st, 2);
-            copy_col(out->generation, sizeof out->generation, st, 3);
-            copy_col(out->endpoint, sizeof out->endpoint, st, 4);
-            copy_col(out->token, sizeof out->token, st, 5);
-            out->created_at_ms = sqlite3_column_int64(st, 6);
-        }
+        if (r == 0)
+            read_sandbox(out, st);
         sqlite3_finalize(st);
     }
     pthread_mutex_unlock(&s->mu);
     return r;
+}
+
+int store_sandbox_list(store *s, store_sandbox **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    fbuf rows = {.limit = STORE_SANDBOXES_MAX * sizeof(store_sandbox)};
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->mu);
+    int r = prepare(s, &st, "SELECT " SANDBOX_COLUMNS " FROM sandboxes ORDER BY sandbox_id LIMIT ?1");
+    if (r == 0) {
+        sqlite3_bind_int(st, 1, STORE_SANDBOXES_MAX);
+        int rc;
+        while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+            store_sandbox sb;
+            read_sandbox(&sb, st);
+            r = fbuf_append(&rows, &sb, sizeof sb);
+        }
+        if (r == 0 && rc != SQLITE_DONE)
+            r = db_err(s, rc, "list sandboxes");
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (r < 0) {
+        fbuf_free(&rows);
+        return r;
+    }
+    *n = rows.len / sizeof(store_sandbox);
+    *out = (store_sandbox *)fbuf_steal(&rows);
+    return 0;
 }
 
 int store_sandbox_forget(store *s, const char *sandbox_id, const char *generation) {

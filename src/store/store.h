@@ -49,6 +49,8 @@ int store_user_create(store *s, store_user *out, const char *username, const cha
                       const char *role);
 int store_user_get(store *s, store_user *out, int64_t id);
 int store_user_get_by_name(store *s, store_user *out, const char *username);
+/* The first user (lowest id) with role; FAWN_ENOENT when there is none. */
+int store_user_get_by_role(store *s, store_user *out, const char *role);
 /* Number of users with role (all users when role is NULL). */
 int store_user_count(store *s, int64_t *out, const char *role);
 /* Replaces the password hash and bumps token_version (revoking sessions). */
@@ -109,6 +111,10 @@ typedef struct store_sandbox {
 int store_sandbox_put(store *s, const store_sandbox *sb);
 /* The record of sandbox_id (FAWN_ENOENT when none). */
 int store_sandbox_get(store *s, store_sandbox *out, const char *sandbox_id);
+/* Every record, by sandbox id: *out is a malloc'd array of *n (caller
+ * frees); at most STORE_SANDBOXES_MAX. */
+#define STORE_SANDBOXES_MAX 100000
+int store_sandbox_list(store *s, store_sandbox **out, size_t *n);
 /* Forgets sandbox_id's record if it names generation (any when ""). */
 int store_sandbox_forget(store *s, const char *sandbox_id, const char *generation);
 

@@ -171,7 +171,28 @@ static void commands_run_and_sandboxes_are_reused(void **state) {
     /* The thread's next acquisition reclaims the parked box. */
     l = acquire(x, "t-exec", NULL);
     assert_string_equal(l->box.generation, generation);
+    char sandbox_id[17];
+    strcpy(sandbox_id, l->box.sandbox_id);
     sbx_release(l);
+    /* With no gateway answering, `fawn sandbox ls` shows this host's record. */
+    char *config = strf("%s/ls.yaml", x->home);
+    char *yaml = strf("home: %s\nserver:\n  port: %u\n", x->home, loopback_free_port());
+    FILE *f = fopen(config, "w");
+    fputs(yaml, f);
+    fclose(f);
+    char *cmd = strf("%s sandbox ls --config %s 2>/dev/null", getenv("FAWN_BIN"), config);
+    FILE *p = popen(cmd, "r");
+    char listing[4096] = "";
+    size_t n = fread(listing, 1, sizeof listing - 1, p);
+    listing[n] = '\0';
+    assert_int_equal(pclose(p), 0);
+    check_contains("fawn sandbox ls", listing, "t-exec");
+    char *row = strstr(listing, sandbox_id);
+    assert_non_null(row);
+    check_contains("its row", row, "running");
+    free(cmd);
+    free(yaml);
+    free(config);
 }
 
 static void scopes_have_their_own_sessions(void **state) {
