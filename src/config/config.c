@@ -67,12 +67,13 @@ enum config_kind {
     CONFIG_SECTION, /* a mapping of schema keys (children) */
     CONFIG_SCALAR,  /* one value stored by set */
     CONFIG_MAPPING, /* a mapping of user-chosen names read by parse */
+    CONFIG_TREE,    /* a free-form mapping kept as JSON (a json_t * at offset) */
 };
 
 struct config_key {
     const char *name;
     enum config_kind kind;
-    size_t offset;               /* CONFIG_SCALAR: field offset in fawn_config */
+    size_t offset;               /* CONFIG_SCALAR, CONFIG_TREE: field offset in fawn_config */
     config_setter set;           /* CONFIG_SCALAR */
     const char *def;             /* CONFIG_SCALAR: default as text; NULL when derived */
     uint64_t min, max;           /* integer setters: accepted range */
@@ -225,7 +226,6 @@ static int set_network(void *field, const config_key *key, const config_scalar *
 /* ---- schema ---- */
 
 static int parse_sandbox_environment(config_parser *p, const char *path);
-static int parse_authorization(config_parser *p, const char *path);
 
 #define KEY_SCALAR(n, field, setter, d)                                                          \
     {.name = (n), .kind = CONFIG_SCALAR, .offset = offsetof(fawn_config, field), .set = (setter), \
@@ -235,6 +235,7 @@ static int parse_authorization(config_parser *p, const char *path);
      .def = (d), .min = (lo), .max = (hi)}
 #define KEY_SECTION(n, table) {.name = (n), .kind = CONFIG_SECTION, .children = (table)}
 #define KEY_MAPPING(n, parser) {.name = (n), .kind = CONFIG_MAPPING, .parse = (parser)}
+#define KEY_TREE(n, field) {.name = (n), .kind = CONFIG_TREE, .offset = offsetof(fawn_config, field)}
 
 static const config_key limits_keys[] = {
     /* 16 MiB runs a shell; 1 TiB is past any single host we target. */
@@ -307,7 +308,7 @@ static const config_key root_keys[] = {
     KEY_SECTION("sandbox", sandbox_keys),
     KEY_SECTION("auth", auth_keys),
     KEY_SECTION("uploads", uploads_keys),
-    KEY_MAPPING("authorization", parse_authorization),
+    KEY_TREE("authorization", authorization),
     {0},
 };
 
@@ -436,6 +437,7 @@ static int scalar_resolve(config_scalar *out, const config_parser *p, const yaml
 /* ---- document walk ---- */
 
 static int parse_section(config_parser *p, const config_key *table, const char *path);
+static int parse_tree(config_parser *p, const config_key *key, const char *path);
 
 static int parse_scalar(config_parser *p, const config_key *key, const yaml_event_t *ev,
                         const char *path) {
@@ -464,6 +466,8 @@ static int parse_value(config_parser *p, const config_key *key, const char *path
                            event_kind(&ev));
     if (key->kind == CONFIG_SECTION)
         return parse_section(p, key->children, path);
+    if (key->kind == CONFIG_TREE)
+        return parse_tree(p, key, path);
     return key->parse(p, path);
 }
 
@@ -667,7 +671,9 @@ static int tree_parse(json_t **out, config_parser *p, const yaml_event_t *ev, co
     return r;
 }
 
-static int parse_authorization(config_parser *p, const char *path) {
+/* A free-form section (its start event consumed), kept as a JSON object
+ * for the module that owns its meaning to validate. */
+static int parse_tree(config_parser *p, const config_key *key, const char *path) {
     json_t *section = json_object();
     if (!section)
         return fawn_err(FAWN_ENOMEM, "out of memory reading %s", path);
@@ -676,8 +682,9 @@ static int parse_authorization(config_parser *p, const char *path) {
         json_decref(section);
         return r;
     }
-    json_decref(p->cfg->authorization);
-    p->cfg->authorization = section;
+    json_t **field = key_field(p->cfg, key);
+    json_decref(*field);
+    *field = section;
     return 0;
 }
 
