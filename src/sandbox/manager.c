@@ -19,6 +19,8 @@
 /* Scope sessions one sandbox tracks: a run's lead agent and sub-agents,
  * well within the box's own cap (sandbox.max_sessions). */
 #define SBX_SCOPES_MAX 32
+/* Creates asked of a provider that keeps handing back fenced boxes. */
+#define SBX_CREATE_ATTEMPTS 3
 /* Whole-generation fences use the empty scope. */
 #define SBX_WHOLE ""
 
@@ -388,21 +390,35 @@ static int request_check(char sandbox_id[17], const sbx_request *req) {
     return local_sandbox_id(sandbox_id, req->who.user, req->thread);
 }
 
+/* Asks the provider for a box that may be handed out: a create answer of
+ * another sandbox is refused, and a fenced generation it hands back (a
+ * box it still had running) is destroyed and asked for again. */
+static int box_start(sbx_box *out, sbx_manager *m, const sbx_entry *e, const sbx_cancel *cancel) {
+    for (int attempt = 0;; attempt++) {
+        *out = (sbx_box){0};
+        int r = m->p->create(m->p->ctx, out, e->user, e->thread, cancel);
+        if (r < 0)
+            return r;
+        if (strcmp(out->sandbox_id, e->box.sandbox_id) != 0 ||
+            strlen(out->generation) != SBX_GENERATION_LEN) {
+            m->p->destroy(m->p->ctx, out->sandbox_id, out->generation);
+            return fawn_err(FAWN_EPROTO, "the provider answered for another sandbox");
+        }
+        if (sbx_reusable(m, out->sandbox_id, out->generation))
+            return 0;
+        if ((r = box_destroy(m, out->sandbox_id, out->generation)) < 0)
+            return r;
+        if (attempt == SBX_CREATE_ATTEMPTS - 1)
+            return fawn_err(FAWN_EIO, "the provider keeps handing back a fenced sandbox");
+    }
+}
+
 /* Starts a fresh box for e (claimed; m->mu not held) and records it. */
 static int box_create(sbx_manager *m, sbx_entry *e, const sbx_cancel *cancel) {
-    sbx_box box = {0};
-    int r = m->p->create(m->p->ctx, &box, e->user, e->thread, cancel);
+    sbx_box box;
+    int r = box_start(&box, m, e, cancel);
     if (r < 0)
         return r;
-    if (strcmp(box.sandbox_id, e->box.sandbox_id) != 0 ||
-        strlen(box.generation) != SBX_GENERATION_LEN) {
-        m->p->destroy(m->p->ctx, box.sandbox_id, box.generation);
-        return fawn_err(FAWN_EPROTO, "the provider answered for another sandbox");
-    }
-    if (!sbx_reusable(m, box.sandbox_id, box.generation)) { /* a fenced generation came back */
-        int d = box_destroy(m, box.sandbox_id, box.generation);
-        return d < 0 ? d : fawn_err(FAWN_EIO, "the provider handed back a fenced sandbox");
-    }
     store_sandbox rec = {0};
     snprintf(rec.sandbox_id, sizeof rec.sandbox_id, "%s", box.sandbox_id);
     snprintf(rec.user, sizeof rec.user, "%s", e->user);
@@ -423,14 +439,11 @@ static int box_create(sbx_manager *m, sbx_entry *e, const sbx_cancel *cancel) {
     return 0;
 }
 
-/* Whether e's box may be handed out again: not fenced and, when it comes
- * from the warm pool, answering as its generation. A definite "dead" or an
- * unknown answer means no. */
+/* Whether e's box may be handed out again: not fenced, and answering as
+ * its generation. A definite "dead" or an unknown answer means no. */
 static bool box_reusable_now(sbx_manager *m, sbx_entry *e) {
     if (!sbx_reusable(m, e->box.sandbox_id, e->box.generation))
         return false;
-    if (e->holders_total) /* in use by another holder right now */
-        return true;
     int r = m->p->health(m->p->ctx, &e->box);
     if (r == 0)
         return true;
@@ -439,14 +452,13 @@ static bool box_reusable_now(sbx_manager *m, sbx_entry *e) {
     return false;
 }
 
-/* Makes sure e (claimed) has a box that may be handed out. */
+/* Makes sure e (claimed) has a box that may be handed out. A box that may
+ * not is torn down first, even while others hold it: their leases name its
+ * generation, so nothing they do acts on the new one. */
 static int box_ensure(sbx_manager *m, sbx_entry *e, const sbx_cancel *cancel) {
     if (has_box(e) && box_reusable_now(m, e))
         return 0;
     if (has_box(e)) {
-        if (e->holders_total)
-            return fawn_err(FAWN_EBUSY, "the sandbox is fenced; it is replaced once its "
-                                        "holders release it");
         int r = entry_teardown(m, e);
         if (r < 0)
             return r;
@@ -601,9 +613,9 @@ int sbx_acquire(sbx_lease **out, sbx_manager *m, const sbx_request *req) {
     pthread_mutex_lock(&m->mu);
     if (claimed)
         entry_unclaim(m, e);
-    e->refs--;
     if (r == 0)
         replicas_enforce(m);
+    e->refs--;
     entry_drop_if_unused(m, e);
     pthread_mutex_unlock(&m->mu);
     return r;
@@ -654,19 +666,20 @@ void sbx_release(sbx_lease *l) {
     if (ended[0])
         scope_session_end(m, &e->box, ended);
     bool teardown = last && (deferred || !sbx_reusable(m, e->box.sandbox_id, e->box.generation));
-    if (teardown && entry_teardown(m, e) < 0)
-        log_warn("sandbox", "sandbox %s stays parked until it can be destroyed",
-                 e->box.sandbox_id);
+    if (teardown && entry_teardown(m, e) < 0 && deferred) /* never handed out again: */
+        fence_add(m, SBX_WHOLE, e->box.sandbox_id, e->box.generation,
+                  "destroy requested; teardown failed");
 
     pthread_mutex_lock(&m->mu);
-    if (last && has_box(e)) {
+    if (last) {
+        e->destroy_deferred = false; /* done, or fenced for the next acquisition to finish */
         e->state = SBX_STATE_IDLE;
         e->idle_since_ms = fawn_now_ms();
     }
     entry_unclaim(m, e);
-    e->refs--;
     if (last)
-        replicas_enforce(m);
+        replicas_enforce(m); /* e may be evicted, not freed: this lease still counts in refs */
+    e->refs--;
     entry_drop_if_unused(m, e);
     pthread_mutex_unlock(&m->mu);
     free(l);
@@ -797,7 +810,10 @@ static int reconcile_box(void *ctx, const char *sandbox_id, const char *generati
         memcpy(box.generation, rec.generation, sizeof box.generation);
         memcpy(box.endpoint, rec.endpoint, sizeof box.endpoint);
         memcpy(box.token, rec.token, sizeof box.token);
-        adopt = m->p->health(m->p->ctx, &box) == 0;
+        int health = m->p->health(m->p->ctx, &box);
+        adopt = health == 0;
+        if (health < 0 && health != FAWN_ENOENT) /* unknown: never trusted, even if it answers later */
+            fence_add(m, SBX_WHOLE, sandbox_id, generation, "health unknown at start");
     }
     sbx_entry *e = adopt ? entry_get(m, sandbox_id, rec.user, rec.thread) : NULL;
     if (e) {
