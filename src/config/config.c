@@ -213,6 +213,16 @@ static int set_bool(void *field, const config_key *key, const config_scalar *v) 
 
 static const char *const network_names[] = {[FAWN_NET_NONE] = "none", [FAWN_NET_HOST] = "host"};
 
+static int set_provider(void *field, const config_key *key, const config_scalar *v) {
+    if (strcmp(v->text, "local") == 0)
+        *(enum fawn_provider *)field = FAWN_PROVIDER_LOCAL;
+    else if (strcmp(v->text, "remote") == 0)
+        *(enum fawn_provider *)field = FAWN_PROVIDER_REMOTE;
+    else
+        return scalar_fail(v, "must be one of local|remote");
+    return 0;
+}
+
 static int set_network(void *field, const config_key *key, const config_scalar *v) {
     for (size_t i = 0; i < ARRAY_LEN(network_names); i++) {
         if (strcmp(v->text, network_names[i]) == 0) {
@@ -271,6 +281,8 @@ static const config_key sandbox_keys[] = {
     KEY_INT("idle_timeout_s", sandbox.idle_timeout_s, set_u32, "600", 0, 604800),
     /* 0 = no cap; 100000 is past any single host. */
     KEY_INT("replicas", sandbox.replicas, set_u32, "32", 0, 100000),
+    KEY_SCALAR("provider", sandbox.provider, set_provider, "local"),
+    KEY_TREE("remote", sandbox.remote),
     {0},
 };
 
@@ -330,7 +342,15 @@ static int check_upload_sizes(const fawn_config *cfg, const char *source) {
                        u->max_file_size_mb, u->max_total_size_mb);
 }
 
-static const config_check config_checks[] = {check_exec_timeouts, check_upload_sizes};
+static int check_remote_provider(const fawn_config *cfg, const char *source) {
+    if (cfg->sandbox.provider != FAWN_PROVIDER_REMOTE || cfg->sandbox.remote)
+        return 0;
+    return config_fail(source, 0, "sandbox.remote",
+                       "is required when sandbox.provider is remote");
+}
+
+static const config_check config_checks[] = {check_exec_timeouts, check_upload_sizes,
+                                             check_remote_provider};
 
 static void *key_field(fawn_config *cfg, const config_key *key) {
     return (char *)cfg + key->offset;
@@ -861,6 +881,7 @@ void config_free(fawn_config *cfg) {
     free(cfg->server.host);
     free(cfg->sandbox.skills_dir);
     json_decref(cfg->authorization);
+    json_decref(cfg->sandbox.remote);
     for (size_t i = 0; i < cfg->sandbox.n_env && i < CONFIG_MAX_ENV; i++) {
         free(cfg->sandbox.env[i].name);
         free(cfg->sandbox.env[i].value);

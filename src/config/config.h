@@ -17,6 +17,7 @@
 #include "base/base.h"
 
 enum fawn_network_mode { FAWN_NET_NONE, FAWN_NET_HOST };
+enum fawn_provider { FAWN_PROVIDER_LOCAL, FAWN_PROVIDER_REMOTE };
 
 /* Most environment variables injected into a sandbox. */
 #define CONFIG_MAX_ENV 64
@@ -48,6 +49,9 @@ typedef struct fawn_sandbox_config {
     uint32_t max_sessions;           /* sandbox.max_sessions: shell sessions per box (16) */
     uint32_t idle_timeout_s;         /* sandbox.idle_timeout_s: a parked sandbox stops after (600; 0 never) */
     uint32_t replicas;               /* sandbox.replicas: running sandboxes kept by evicting idle ones (32; 0 no cap) */
+    enum fawn_provider provider;     /* sandbox.provider: local | remote (local) */
+    json_t *remote;                  /* sandbox.remote: the remote provider's commands (JSON
+                                        tree, see src/sandbox/remote.h), or NULL */
 } fawn_sandbox_config;
 
 typedef struct fawn_server_config {

@@ -370,13 +370,13 @@ static int local_admin_ensure(gateway *g) {
     return 0;
 }
 
-/* The sandbox manager over the local provider; it adopts or removes the
- * sandboxes a previous gateway left running. */
+/* The sandbox manager over the configured provider; it adopts or removes
+ * the sandboxes a previous gateway left running. */
 static int sandboxes_start(gateway *g) {
     const fawn_sandbox_config *sc = &g->cfg->sandbox;
     sbx_manager_config mc = {.idle_timeout_s = sc->idle_timeout_s, .replicas = sc->replicas,
                              .call_timeout_ms = GATEWAY_SANDBOX_CALL_TIMEOUT_MS};
-    int r = local_provider_new(&g->provider, g->cfg, NULL);
+    int r = sbx_provider_open(&g->provider, g->cfg, NULL);
     return r < 0 ? r : sbx_manager_new(&g->sandboxes, &mc, g->provider, g->st, g->policy);
 }
 
@@ -400,7 +400,7 @@ static int gateway_prepare(gateway *g) {
 
 static void gateway_free(gateway *g) {
     sbx_manager_free(g->sandboxes);
-    local_provider_free(g->provider);
+    sbx_provider_close(g->provider);
     authz_policy_free(g->policy);
     gw_throttle_free(g->throttle);
     sodium_memzero(g->secret, sizeof g->secret);

@@ -57,14 +57,14 @@ static int wait_fd(int fd, short events, int64_t deadline_ms) {
     return r < 0 && errno != EINTR ? fawn_err_sys(FAWN_EIO, errno, "poll") : 0;
 }
 
-static int send_request(int fd, const char *method, const char *path, const char *body,
-                        int64_t deadline) {
+static int send_request(int fd, const char *method, const char *path, const char *headers,
+                        const char *body, int64_t deadline) {
     fbuf req = {0};
     size_t blen = body ? strlen(body) : 0;
     int r = fbuf_printf(&req,
-                        "%s %s HTTP/1.1\r\nHost: box\r\n"
+                        "%s %s HTTP/1.1\r\nHost: box\r\n%s"
                         "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                        method, path, blen);
+                        method, path, headers ? headers : "", blen);
     if (r == 0 && body)
         r = fbuf_append(&req, body, blen);
     /* Send first, wait only when the socket is full. */
@@ -236,22 +236,21 @@ static int conn_ready(box_conn *c) {
     return c->fd < 0 ? c->fd : 0;
 }
 
-int box_conn_call(json_t **reply, int *status, box_conn *c, const char *method, const char *path,
-                  const json_t *body, int timeout_ms) {
+int box_fd_call(json_t **reply, int *status, bool *keep_alive, int fd, const char *headers,
+                const char *method, const char *path, const json_t *body, int64_t deadline_ms) {
     *reply = NULL;
-    int64_t deadline = fawn_now_ms() + timeout_ms;
+    if (keep_alive)
+        *keep_alive = false;
     _cleanup_free_ char *text = body ? fjson_dump(body) : NULL;
     if (body && !text)
         return fawn_err(FAWN_ENOMEM, "out of memory");
-    int r = conn_ready(c);
-    if (r == 0)
-        r = send_request(c->fd, method, path, text, deadline);
+    int r = send_request(fd, method, path, headers, text, deadline_ms);
     fbuf in = {.limit = BOX_REPLY_MAX};
     reply_head h;
     char *data = NULL;
     size_t len = 0;
     if (r == 0)
-        r = read_reply(&h, &data, &len, &in, c->fd, deadline);
+        r = read_reply(&h, &data, &len, &in, fd, deadline_ms);
     if (r == 0) {
         json_error_t jerr;
         *status = h.status;
@@ -262,10 +261,23 @@ int box_conn_call(json_t **reply, int *status, box_conn *c, const char *method, 
             r = fawn_err(FAWN_EPROTO, "the box's reply is not a JSON object");
         }
     }
-    /* After any failure the connection's state is unknown: never reuse it. */
-    if (r < 0 || h.close)
-        box_conn_close(c);
+    if (r == 0 && keep_alive)
+        *keep_alive = !h.close;
     fbuf_free(&in);
+    return r;
+}
+
+int box_conn_call(json_t **reply, int *status, box_conn *c, const char *method, const char *path,
+                  const json_t *body, int timeout_ms) {
+    *reply = NULL;
+    int64_t deadline = fawn_now_ms() + timeout_ms;
+    bool keep_alive = false;
+    int r = conn_ready(c);
+    if (r == 0)
+        r = box_fd_call(reply, status, &keep_alive, c->fd, NULL, method, path, body, deadline);
+    /* After any failure the connection's state is unknown: never reuse it. */
+    if (r < 0 || !keep_alive)
+        box_conn_close(c);
     return r;
 }
 

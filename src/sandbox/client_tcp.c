@@ -12,8 +12,6 @@
 #include "sandbox/remote.h"
 #include "sandbox/sandbox.h"
 
-/* Longest bearer token: what sbx_box.token holds. */
-#define TCP_TOKEN_MAX 127
 /* "[" + an IPv6 address (INET6_ADDRSTRLEN) + "]:" + 5 digits, with room. */
 #define TCP_HOST_PORT_MAX 64
 
@@ -57,7 +55,7 @@ static int tcp_parse(struct sockaddr_storage *addr, socklen_t *len, const char *
  * FAWN_ENOENT when refused, FAWN_ETIMEDOUT, or FAWN_EIO. */
 static int tcp_connect(const char *host_port, int64_t deadline) {
     struct sockaddr_storage addr;
-    socklen_t len;
+    socklen_t len = 0;
     int r = tcp_parse(&addr, &len, host_port);
     if (r < 0)
         return r;
@@ -84,22 +82,22 @@ static int tcp_connect(const char *host_port, int64_t deadline) {
     return steal_fd(fd);
 }
 
-static bool token_valid(const char *token) {
+bool box_tcp_token_valid(const char *token) {
     size_t n = strlen(token);
     for (size_t i = 0; i < n; i++)
         if (token[i] < 0x21 || token[i] > 0x7e)
             return false;
-    return n >= 1 && n <= TCP_TOKEN_MAX;
+    return n >= 1 && n <= BOX_TCP_TOKEN_MAX;
 }
 
 int box_call_tcp(json_t **reply, int *status, const char *host_port, const char *token,
                  const char *method, const char *path, const json_t *body, int timeout_ms) {
     *reply = NULL;
     int64_t deadline = fawn_now_ms() + timeout_ms;
-    char header[sizeof "Authorization: Bearer \r\n" + TCP_TOKEN_MAX];
-    if (token && !token_valid(token))
+    char header[sizeof "Authorization: Bearer \r\n" + BOX_TCP_TOKEN_MAX];
+    if (token && !box_tcp_token_valid(token))
         return fawn_err(FAWN_EINVAL, "a box token is 1 to %d visible ASCII characters",
-                        TCP_TOKEN_MAX);
+                        BOX_TCP_TOKEN_MAX);
     if (token)
         snprintf(header, sizeof header, "Authorization: Bearer %s\r\n", token);
     _cleanup_close_ int fd = tcp_connect(host_port, deadline);

@@ -120,6 +120,12 @@ typedef struct sbx_provider {
 int local_provider_new(sbx_provider **out, const fawn_config *cfg, const char *fawn_bin);
 void local_provider_free(sbx_provider *p);
 
+/* The provider config.yaml chooses (sandbox.provider: local, or remote with
+ * the commands of sandbox.remote, see remote.h); FAWN_ECONFIG naming the
+ * key for a bad sandbox.remote. Close it with sbx_provider_close. */
+int sbx_provider_open(sbx_provider **out, const fawn_config *cfg, const char *fawn_bin);
+void sbx_provider_close(sbx_provider *p);
+
 /* ---- the manager ---- */
 
 typedef struct sbx_manager_config {

@@ -76,11 +76,15 @@ static int err_wrap(int code, const char *context) {
 
 /* ---- running a command ---- */
 
-/* envp for a command: this process's environment without the FAWN_*
- * variables the provider sets, then those that ce sets. */
+/* The variables the provider sets, in command_env's order. */
+static const char *const env_names[] = {"FAWN_SANDBOX_ID", "FAWN_USER", "FAWN_THREAD",
+                                        "FAWN_GENERATION"};
+
+/* envp for a command: this process's environment without env_names, then
+ * those that the command_env sets. */
 typedef struct spawn_env {
     char **envp;
-    char *own[4];
+    char *own[ARRAY_LEN(env_names)];
 } spawn_env;
 
 static void spawn_env_free(spawn_env *e) {
@@ -89,33 +93,32 @@ static void spawn_env_free(spawn_env *e) {
     free(e->envp);
 }
 
+/* Fills e (the caller frees it with spawn_env_free, also after an error). */
 static int spawn_env_build(spawn_env *e, const command_env *ce) {
-    static const char *const names[] = {"FAWN_SANDBOX_ID", "FAWN_USER", "FAWN_THREAD",
-                                        "FAWN_GENERATION"};
     const char *values[] = {ce->sandbox_id, ce->user, ce->thread, ce->generation};
     size_t n = 0, k = 0;
     while (environ && environ[n])
         n++;
-    *e = (spawn_env){.envp = calloc(n + ARRAY_LEN(names) + 1, sizeof *e->envp)};
+    *e = (spawn_env){.envp = calloc(n + ARRAY_LEN(env_names) + 1, sizeof *e->envp)};
     if (!e->envp)
         return fawn_err(FAWN_ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         bool ours = false;
-        for (size_t j = 0; j < ARRAY_LEN(names) && !ours; j++) {
-            size_t len = strlen(names[j]);
-            ours = strncmp(environ[i], names[j], len) == 0 && environ[i][len] == '=';
+        for (size_t j = 0; j < ARRAY_LEN(env_names) && !ours; j++) {
+            size_t len = strlen(env_names[j]);
+            ours = strncmp(environ[i], env_names[j], len) == 0 && environ[i][len] == '=';
         }
         if (!ours)
             e->envp[k++] = environ[i];
     }
-    for (size_t j = 0; j < ARRAY_LEN(names); j++) {
-        if (values[j] && asprintf(&e->own[j], "%s=%s", names[j], values[j]) < 0) {
+    for (size_t j = 0; j < ARRAY_LEN(env_names); j++) {
+        if (!values[j])
+            continue;
+        if (asprintf(&e->own[j], "%s=%s", env_names[j], values[j]) < 0) {
             e->own[j] = NULL;
-            spawn_env_free(e);
             return fawn_err(FAWN_ENOMEM, "out of memory");
         }
-        if (values[j])
-            e->envp[k++] = e->own[j];
+        e->envp[k++] = e->own[j];
     }
     return 0;
 }
@@ -202,9 +205,9 @@ static int command_start(command *c, char **argv, const command_env *ce, enum re
     return r;
 }
 
-/* Reads what fd has now into out (stdout) or into the kept head of stderr.
- * Returns 1 at EOF, 0 when drained for now, FAWN_E2BIG past out's limit. */
-static int pipe_read(fbuf *out, char *head, size_t *head_len, int fd) {
+/* Reads what stdout has now into out (bounded by its limit). Returns 1 at
+ * EOF, 0 when drained for now, FAWN_E2BIG past the limit. */
+static int stdout_read(fbuf *out, int fd) {
     char chunk[16384];
     for (;;) {
         ssize_t n = read(fd, chunk, sizeof chunk);
@@ -212,14 +215,23 @@ static int pipe_read(fbuf *out, char *head, size_t *head_len, int fd) {
             return 1;
         if (n < 0)
             return errno == EAGAIN || errno == EINTR ? 0 : 1;
-        if (out && fbuf_append(out, chunk, (size_t)n) < 0)
+        if (fbuf_append(out, chunk, (size_t)n) < 0)
             return FAWN_E2BIG;
-        if (head && *head_len < REMOTE_STDERR_KEEP - 1) {
-            size_t keep = REMOTE_STDERR_KEEP - 1 - *head_len;
-            memcpy(head + *head_len, chunk, (size_t)n < keep ? (size_t)n : keep);
-            *head_len += (size_t)n < keep ? (size_t)n : keep;
-        }
     }
+}
+
+/* Reads one chunk of stderr (one: it has no bound), keeping the first
+ * REMOTE_STDERR_KEEP - 1 bytes in head. Returns 1 at EOF, else 0. */
+static int stderr_read(char *head, size_t *head_len, int fd) {
+    char chunk[4096];
+    ssize_t n = read(fd, chunk, sizeof chunk);
+    if (n <= 0)
+        return n == 0 || (errno != EAGAIN && errno != EINTR);
+    size_t keep = REMOTE_STDERR_KEEP - 1 - *head_len;
+    keep = (size_t)n < keep ? (size_t)n : keep;
+    memcpy(head + *head_len, chunk, keep);
+    *head_len += keep;
+    return 0;
 }
 
 /* Collects c's output until it exits (0), its deadline passes
@@ -241,15 +253,15 @@ static int command_collect(fbuf *out, char *err_head, size_t *err_len, command *
                 continue;
             return fawn_err_sys(FAWN_EIO, errno, "poll");
         }
-        int r = p[0].revents ? pipe_read(out, NULL, NULL, p[0].fd) : 0;
+        int r = p[0].revents ? stdout_read(out, p[0].fd) : 0;
         if (r < 0)
             return r;
         if (r == 1)
             p[0].fd = -1;
-        if (p[1].revents && pipe_read(NULL, err_head, err_len, p[1].fd) == 1)
+        if (p[1].revents && stderr_read(err_head, err_len, p[1].fd) == 1)
             p[1].fd = -1;
         if (p[2].revents) /* exited: what it wrote is in the pipe */
-            return p[0].fd >= 0 ? (pipe_read(out, NULL, NULL, p[0].fd) < 0 ? FAWN_E2BIG : 0) : 0;
+            return p[0].fd >= 0 && stdout_read(out, p[0].fd) < 0 ? FAWN_E2BIG : 0;
     }
 }
 
@@ -353,14 +365,6 @@ static int get_generation(char generation[SBX_GENERATION_LEN + 1], const json_t 
     return 0;
 }
 
-static bool token_valid(const char *t) {
-    size_t n = strlen(t);
-    for (size_t i = 0; i < n; i++)
-        if (t[i] < 0x21 || t[i] > 0x7e)
-            return false;
-    return n >= 1 && n < sizeof((sbx_box *)0)->token;
-}
-
 /* create's {"endpoint", "token", "generation"?} into box. */
 static int create_parse(sbx_box *box, const json_t *o) {
     static const char *const keys[] = {"endpoint", "token", "generation", NULL};
@@ -373,7 +377,7 @@ static int create_parse(sbx_box *box, const json_t *o) {
         strlen(endpoint) >= sizeof box->endpoint)
         return fawn_err(FAWN_EPROTO, "the control plane's create command printed an endpoint "
                                      "that is not tcp:HOST:PORT");
-    if (!token_valid(token))
+    if (!box_tcp_token_valid(token))
         return fawn_err(FAWN_EPROTO, "the control plane's create command printed a token that is "
                                      "not 1 to 127 visible ASCII characters");
     snprintf(box->endpoint, sizeof box->endpoint, "%s", endpoint);

@@ -13,11 +13,13 @@
  * (inherited variables of those names are removed). A command succeeds when
  * it exits 0 within command_timeout_ms having printed one JSON object (at
  * most REMOTE_COMMAND_OUTPUT_MAX bytes) with exactly the fields below;
- * anything else is a failure, and a command still running at its deadline
- * is killed with its process group. Output is read until the command
- * exits: processes it leaves in the background (the box it started) do not
- * hold it, but must not write to its stdout. What it writes to stderr is
- * logged (its first line) when it fails.
+ * anything else is a failure. A command still running at its deadline
+ * (create's also when the start is cancelled) is killed with its process
+ * group, so a box meant to outlive its create command starts in a session
+ * of its own (setsid); destroy runs after a failed or cancelled create.
+ * Output is read until the command exits: processes it leaves in the
+ * background do not hold it, but must not write to its stdout. The first
+ * line of what a failing command wrote to stderr is logged.
  *
  *   create   starts the sandbox's box (or reports the one running) and prints
  *            {"endpoint": "tcp:HOST:PORT", "token": "...", "generation": "..."}
@@ -42,6 +44,7 @@
 #define FAWN_SANDBOX_REMOTE_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "sandbox/manager.h"
@@ -51,6 +54,8 @@
 #define REMOTE_COMMAND_OUTPUT_MAX ((size_t)64 << 10)
 /* How long a health check waits for the box when health_timeout_ms is 0. */
 #define REMOTE_HEALTH_TIMEOUT_MS 5000
+/* Longest bearer token: what sbx_box.token holds. */
+#define BOX_TCP_TOKEN_MAX 127
 
 typedef struct remote_provider_config {
     /* NULL-terminated argv of each command (see above); all four required. */
@@ -81,6 +86,10 @@ int remote_provider_new(sbx_provider **out, const remote_provider_config *cfg);
  * boxes running. */
 void remote_provider_free(sbx_provider *p);
 
+/* True when token can go in an Authorization header: 1 to
+ * BOX_TCP_TOKEN_MAX visible ASCII characters (no space, CR, LF or NUL). */
+bool box_tcp_token_valid(const char *token);
+
 /* Sends one box API request to the box at host_port ("IPv4:PORT" or
  * "[IPv6]:PORT", numeric: a name lookup could not be bounded by the
  * deadline) on a new connection, with "Authorization: Bearer <token>"
@@ -89,8 +98,8 @@ void remote_provider_free(sbx_provider *p);
  * reply, FAWN_ETIMEDOUT once timeout_ms passed, FAWN_EIO when the box
  * cannot be reached), except that a refused connection is FAWN_ENOENT:
  * nothing listens there, so the request was certainly not delivered.
- * FAWN_EINVAL for a malformed host_port or a token that is empty, longer
- * than 127 characters or holds anything but visible ASCII. */
+ * FAWN_EINVAL for a malformed host_port or a token that box_tcp_token_valid
+ * refuses (nothing is sent). */
 int box_call_tcp(json_t **reply, int *status, const char *host_port, const char *token,
                  const char *method, const char *path, const json_t *body, int timeout_ms);
 

@@ -138,6 +138,16 @@ void box_conn_close(box_conn *c);
 int box_conn_call(json_t **reply, int *status, box_conn *c, const char *method, const char *path,
                   const json_t *body, int timeout_ms);
 
+/* Sends one request on fd, a connected stream to a box, and parses the JSON
+ * reply: the exchange box_conn_call and box_call make, for callers that
+ * connect another way (TCP). headers (NULL for none) are complete header
+ * lines, each ending in "\r\n", that the caller has checked hold no other
+ * CR or LF. deadline_ms (fawn_now_ms clock) bounds the exchange. When
+ * keep_alive is not NULL it tells whether fd may carry another request
+ * (false after any error). Results and errors as for box_call. */
+int box_fd_call(json_t **reply, int *status, bool *keep_alive, int fd, const char *headers,
+                const char *method, const char *path, const json_t *body, int64_t deadline_ms);
+
 /* Sends one request on a new connection to the box at socket_path and
  * parses the JSON reply. body may be NULL. *status gets the HTTP status;
  * *reply (caller decrefs) the parsed object (for non-2xx too, when JSON).

@@ -778,7 +778,9 @@ static void test_example_file(void **state) {
         "tmp_size_mb:", "exec_timeout_s:", "exec_max_timeout_s:", "exec_max_output_bytes:",
         "max_sessions:", "auth:", "disabled:", "registration_enabled:", "session_ttl_s:",
         "cookie_secure:", "uploads:", "max_files:", "max_file_size_mb:", "max_total_size_mb:",
-        "idle_timeout_s:", "replicas:", "authorization:", "enabled:", "fail_closed:", "default_role:", "roles:",
+        "idle_timeout_s:", "replicas:", "provider:", "remote:", "create_command:",
+        "status_command:", "destroy_command:", "list_command:", "command_timeout_s:",
+        "start_timeout_s:", "authorization:", "enabled:", "fail_closed:", "default_role:", "roles:",
     };
     for (size_t i = 0; i < ARRAY_LEN(keys); i++)
         if (!strstr(text, keys[i]))
