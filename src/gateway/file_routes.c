@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/json.h"
 #include "gateway/artifacts.h"
@@ -21,6 +22,8 @@
 /* A PUT body holds the content JSON-escaped: at worst six bytes per byte
  * (\u001f), plus the hash and the field names. */
 #define ARTIFACT_PUT_BODY_MAX (6 * ARTIFACT_EDIT_MAX_BYTES + 4096)
+/* How long copying one uploaded file into a remote box may take. */
+#define UPLOAD_SYNC_TIMEOUT_MS (10 * 60 * 1000)
 /* The multipart field that carries files. */
 #define UPLOAD_FIELD "files"
 
@@ -124,13 +127,70 @@ static void upload_close(gw_request *rq) {
     rq->stream_ctx = NULL;
 }
 
+/* Copies one uploaded file into the box, at the virtual path its
+ * artifact_url names (already percent-encoded). */
+static int upload_copy(sbx_lease *l, const upload_request *u, const json_t *file) {
+    const char *name = json_string_value(json_object_get(file, "filename"));
+    const char *url = json_string_value(json_object_get(file, "artifact_url"));
+    const char *tail = url ? strstr(url, "/artifacts/") : NULL;
+    if (!name || !tail)
+        return fawn_err(FAWN_EIO, "an upload result without its names");
+    _cleanup_close_ int fd = openat(u->dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+        return fawn_err(FAWN_EIO, "%s changed before it was copied into the sandbox", name);
+    _cleanup_free_ char *path = NULL;
+    if (asprintf(&path, "/v1/file/upload?path=%s&overwrite=true",
+                 tail + strlen("/artifacts")) < 0)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    json_t *reply = NULL;
+    int status = 0;
+    int r = sbx_call_file(&reply, &status, l, "POST", path, fd, (uint64_t)st.st_size,
+                          UPLOAD_SYNC_TIMEOUT_MS);
+    if (r == 0 && status != 200 && status != 201)
+        r = fawn_err(FAWN_EIO, "the sandbox refused %s: %s", name,
+                     json_string_value(json_object_get(reply, "detail")) ?: "no reason given");
+    json_decref(reply);
+    return r;
+}
+
+/* Where boxes do not see this host's thread directories (remote
+ * placement), the uploaded files are copied into the thread's box under an
+ * upload lease, so a destroy of the sandbox waits for the copy. */
+static int uploads_sync(gw_request *rq, const upload_request *u, const json_t *result) {
+    const json_t *files = json_object_get(result, "files");
+    if (rq->g->provider->shares_host_files || json_array_size(files) == 0)
+        return 0;
+    char owner[24];
+    gw_user_dir_name(owner, rq->who.user.id);
+    sbx_request req = {.who = {.user = owner, .role = rq->who.user.role},
+                       .thread = u->thread.id, .kind = SBX_HOLD_UPLOAD};
+    sbx_lease *l = NULL;
+    int r = sbx_acquire(&l, rq->g->sandboxes, &req);
+    if (r == FAWN_EPERM) /* no command of this user runs in a sandbox to read them */
+        return 0;
+    for (size_t i = 0; r == 0 && i < json_array_size(files); i++)
+        r = upload_copy(l, u, json_array_get(files, i));
+    sbx_release(l);
+    return r;
+}
+
 static int route_upload(gw_request *rq) {
     upload_request *u = rq->stream_ctx;
     int r = multipart_finish(u->parser);
     json_t *result = NULL;
     if (r == 0)
         r = upload_batch_commit(steal_ptr(u->batch), &result, u->thread.id);
-    return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, result);
+    if (r < 0)
+        return r;
+    if (uploads_sync(rq, u, result) < 0) {
+        json_decref(result);
+        char detail[600];
+        snprintf(detail, sizeof detail, "Uploaded, but not copied into the sandbox: %s",
+                 fawn_errmsg());
+        return gw_respond_detail(rq, MHD_HTTP_BAD_GATEWAY, detail);
+    }
+    return gw_respond_json(rq, MHD_HTTP_OK, result);
 }
 
 static const gw_stream_ops upload_stream = {upload_open, upload_feed, upload_close};

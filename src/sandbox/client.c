@@ -57,19 +57,11 @@ static int wait_fd(int fd, short events, int64_t deadline_ms) {
     return r < 0 && errno != EINTR ? fawn_err_sys(FAWN_EIO, errno, "poll") : 0;
 }
 
-static int send_request(int fd, const char *method, const char *path, const char *headers,
-                        const char *body, int64_t deadline) {
-    fbuf req = {0};
-    size_t blen = body ? strlen(body) : 0;
-    int r = fbuf_printf(&req,
-                        "%s %s HTTP/1.1\r\nHost: box\r\n%s"
-                        "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                        method, path, headers ? headers : "", blen);
-    if (r == 0 && body)
-        r = fbuf_append(&req, body, blen);
-    /* Send first, wait only when the socket is full. */
-    for (size_t off = 0; r == 0 && off < req.len;) {
-        ssize_t n = send(fd, req.data + off, req.len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+/* Sends len bytes, waiting only when the socket is full. */
+static int send_all(int fd, const char *data, size_t len, int64_t deadline) {
+    int r = 0;
+    for (size_t off = 0; r == 0 && off < len;) {
+        ssize_t n = send(fd, data + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0)
             off += (size_t)n;
         else if (n < 0 && errno == EAGAIN)
@@ -77,7 +69,56 @@ static int send_request(int fd, const char *method, const char *path, const char
         else if (n < 0 && errno != EINTR)
             r = fawn_err_sys(FAWN_EIO, errno, "sending to the box");
     }
+    return r;
+}
+
+/* Formats a request head (and appends body when it is not NULL) into req. */
+static int request_format(fbuf *req, const char *method, const char *path, const char *headers,
+                          const char *content_type, uint64_t length, const char *body) {
+    int r = fbuf_printf(req,
+                        "%s %s HTTP/1.1\r\nHost: box\r\n%s"
+                        "Content-Type: %s\r\nContent-Length: %llu\r\n\r\n",
+                        method, path, headers ? headers : "", content_type,
+                        (unsigned long long)length);
+    return r == 0 && body ? fbuf_append(req, body, (size_t)length) : r;
+}
+
+static int send_request(int fd, const char *method, const char *path, const char *headers,
+                        const char *body, int64_t deadline) {
+    fbuf req = {0};
+    int r = request_format(&req, method, path, headers, "application/json",
+                           body ? strlen(body) : 0, body);
+    if (r == 0)
+        r = send_all(fd, req.data, req.len, deadline);
     fbuf_free(&req);
+    return r;
+}
+
+/* Chunk in which a file body is read and sent. */
+#define FILE_CHUNK ((size_t)64 << 10)
+
+/* Sends a request whose body is size bytes read from file_fd. */
+static int send_file_request(int fd, const char *method, const char *path, const char *headers,
+                             int file_fd, uint64_t size, int64_t deadline) {
+    fbuf head = {0};
+    int r = request_format(&head, method, path, headers, "application/octet-stream", size, NULL);
+    if (r == 0)
+        r = send_all(fd, head.data, head.len, deadline);
+    fbuf_free(&head);
+    _cleanup_free_ char *chunk = r == 0 ? malloc(FILE_CHUNK) : NULL;
+    if (r == 0 && !chunk)
+        r = fawn_err(FAWN_ENOMEM, "out of memory");
+    for (uint64_t sent = 0; r == 0 && sent < size;) {
+        size_t want = size - sent < FILE_CHUNK ? (size_t)(size - sent) : FILE_CHUNK;
+        ssize_t n = read(file_fd, chunk, want);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) /* the file shrank: the box sees a short body and refuses it */
+            return n < 0 ? fawn_err_sys(FAWN_EIO, errno, "read the file to send")
+                         : fawn_err(FAWN_EIO, "the file shrank while it was sent");
+        r = send_all(fd, chunk, (size_t)n, deadline);
+        sent += (uint64_t)n;
+    }
     return r;
 }
 
@@ -236,21 +277,13 @@ static int conn_ready(box_conn *c) {
     return c->fd < 0 ? c->fd : 0;
 }
 
-int box_fd_call(json_t **reply, int *status, bool *keep_alive, int fd, const char *headers,
-                const char *method, const char *path, const json_t *body, int64_t deadline_ms) {
-    *reply = NULL;
-    if (keep_alive)
-        *keep_alive = false;
-    _cleanup_free_ char *text = body ? fjson_dump(body) : NULL;
-    if (body && !text)
-        return fawn_err(FAWN_ENOMEM, "out of memory");
-    int r = send_request(fd, method, path, headers, text, deadline_ms);
+/* Reads and parses the box's JSON reply on fd. */
+static int reply_read(json_t **reply, int *status, bool *keep_alive, int fd, int64_t deadline_ms) {
     fbuf in = {.limit = BOX_REPLY_MAX};
     reply_head h;
     char *data = NULL;
     size_t len = 0;
-    if (r == 0)
-        r = read_reply(&h, &data, &len, &in, fd, deadline_ms);
+    int r = read_reply(&h, &data, &len, &in, fd, deadline_ms);
     if (r == 0) {
         json_error_t jerr;
         *status = h.status;
@@ -265,6 +298,26 @@ int box_fd_call(json_t **reply, int *status, bool *keep_alive, int fd, const cha
         *keep_alive = !h.close;
     fbuf_free(&in);
     return r;
+}
+
+int box_fd_call(json_t **reply, int *status, bool *keep_alive, int fd, const char *headers,
+                const char *method, const char *path, const json_t *body, int64_t deadline_ms) {
+    *reply = NULL;
+    if (keep_alive)
+        *keep_alive = false;
+    _cleanup_free_ char *text = body ? fjson_dump(body) : NULL;
+    if (body && !text)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    int r = send_request(fd, method, path, headers, text, deadline_ms);
+    return r < 0 ? r : reply_read(reply, status, keep_alive, fd, deadline_ms);
+}
+
+int box_fd_call_file(json_t **reply, int *status, int fd, const char *headers,
+                     const char *method, const char *path, int file_fd, uint64_t size,
+                     int64_t deadline_ms) {
+    *reply = NULL;
+    int r = send_file_request(fd, method, path, headers, file_fd, size, deadline_ms);
+    return r < 0 ? r : reply_read(reply, status, NULL, fd, deadline_ms);
 }
 
 int box_conn_call(json_t **reply, int *status, box_conn *c, const char *method, const char *path,

@@ -90,19 +90,44 @@ bool box_tcp_token_valid(const char *token) {
     return n >= 1 && n <= BOX_TCP_TOKEN_MAX;
 }
 
-int box_call_tcp(json_t **reply, int *status, const char *host_port, const char *token,
-                 const char *method, const char *path, const json_t *body, int timeout_ms) {
-    *reply = NULL;
-    int64_t deadline = fawn_now_ms() + timeout_ms;
-    char header[sizeof "Authorization: Bearer \r\n" + BOX_TCP_TOKEN_MAX];
+#define AUTH_HEADER_SIZE (sizeof "Authorization: Bearer \r\n" + BOX_TCP_TOKEN_MAX)
+
+/* The Authorization header line for token into header ("" without one). */
+static int auth_header(char header[AUTH_HEADER_SIZE], const char *token) {
+    header[0] = '\0';
     if (token && !box_tcp_token_valid(token))
         return fawn_err(FAWN_EINVAL, "a box token is 1 to %d visible ASCII characters",
                         BOX_TCP_TOKEN_MAX);
     if (token)
-        snprintf(header, sizeof header, "Authorization: Bearer %s\r\n", token);
+        snprintf(header, AUTH_HEADER_SIZE, "Authorization: Bearer %s\r\n", token);
+    return 0;
+}
+
+int box_call_tcp(json_t **reply, int *status, const char *host_port, const char *token,
+                 const char *method, const char *path, const json_t *body, int timeout_ms) {
+    *reply = NULL;
+    int64_t deadline = fawn_now_ms() + timeout_ms;
+    char header[AUTH_HEADER_SIZE];
+    int r = auth_header(header, token);
+    if (r < 0)
+        return r;
     _cleanup_close_ int fd = tcp_connect(host_port, deadline);
     if (fd < 0)
         return fd;
-    return box_fd_call(reply, status, NULL, fd, token ? header : NULL, method, path, body,
-                       deadline);
+    return box_fd_call(reply, status, NULL, fd, header, method, path, body, deadline);
+}
+
+int box_call_file_tcp(json_t **reply, int *status, const char *host_port, const char *token,
+                      const char *method, const char *path, int file_fd, uint64_t size,
+                      int timeout_ms) {
+    *reply = NULL;
+    int64_t deadline = fawn_now_ms() + timeout_ms;
+    char header[AUTH_HEADER_SIZE];
+    int r = auth_header(header, token);
+    if (r < 0)
+        return r;
+    _cleanup_close_ int fd = tcp_connect(host_port, deadline);
+    if (fd < 0)
+        return fd;
+    return box_fd_call_file(reply, status, fd, header, method, path, file_fd, size, deadline);
 }

@@ -307,6 +307,20 @@ static int local_call(void *ctx, json_t **reply, int *status, const sbx_box *box
     return r;
 }
 
+static int local_call_file(void *ctx, json_t **reply, int *status, const sbx_box *box,
+                           const char *method, const char *path, int file_fd, uint64_t size,
+                           int timeout_ms) {
+    *reply = NULL;
+    const char *socket_path = socket_of(box);
+    if (!socket_path)
+        return fawn_err(FAWN_EINVAL, "not a local box");
+    _cleanup_close_ int fd = box_connect(socket_path);
+    if (fd < 0)
+        return fawn_err(FAWN_EIO, "the box is unreachable");
+    return box_fd_call_file(reply, status, fd, NULL, method, path, file_fd, size,
+                            fawn_now_ms() + timeout_ms);
+}
+
 int local_provider_new(sbx_provider **out, const fawn_config *cfg, const char *fawn_bin) {
     local_provider *lp = calloc(1, sizeof *lp);
     if (!lp)
@@ -318,7 +332,8 @@ int local_provider_new(sbx_provider **out, const fawn_config *cfg, const char *f
         lp->conns[i].conn.fd = -1;
     lp->base = (sbx_provider){.name = "local", .ctx = lp, .create = local_create,
                               .probe = local_probe, .health = local_health,
-                              .destroy = local_destroy, .list = local_list, .call = local_call};
+                              .destroy = local_destroy, .list = local_list, .call = local_call,
+                              .call_file = local_call_file, .shares_host_files = true};
     *out = &lp->base;
     return 0;
 }

@@ -706,16 +706,31 @@ int sbx_fence(sbx_lease *l, bool scope_only, const char *reason) {
     return r;
 }
 
-int sbx_call(json_t **reply, int *status, sbx_lease *l, const char *method, const char *path,
-             const json_t *body, int timeout_ms) {
-    sbx_manager *m = l->m;
-    int r = m->p->call(m->p->ctx, reply, status, &l->box, method, path, body, timeout_ms);
+/* A request whose exchange failed midway left its outcome unknown: the
+ * generation is fenced before the error is returned. */
+static int call_outcome(sbx_lease *l, int r) {
     if (r != FAWN_EIO && r != FAWN_ETIMEDOUT && r != FAWN_EPROTO)
         return r;
     char message[256];
     snprintf(message, sizeof message, "%s", fawn_errmsg());
     sbx_fence(l, false, "the box stopped answering during a request");
     return fawn_err(r, "%s", message);
+}
+
+int sbx_call(json_t **reply, int *status, sbx_lease *l, const char *method, const char *path,
+             const json_t *body, int timeout_ms) {
+    sbx_manager *m = l->m;
+    return call_outcome(
+        l, m->p->call(m->p->ctx, reply, status, &l->box, method, path, body, timeout_ms));
+}
+
+int sbx_call_file(json_t **reply, int *status, sbx_lease *l, const char *method,
+                  const char *path, int file_fd, uint64_t size, int timeout_ms) {
+    sbx_manager *m = l->m;
+    if (!m->p->call_file)
+        return fawn_err(FAWN_EUNSUP, "the %s provider cannot send files", m->p->name);
+    return call_outcome(l, m->p->call_file(m->p->ctx, reply, status, &l->box, method, path,
+                                           file_fd, size, timeout_ms));
 }
 
 int sbx_destroy(enum sbx_destroy_outcome *outcome, sbx_manager *m, const char *user,

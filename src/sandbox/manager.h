@@ -112,6 +112,13 @@ typedef struct sbx_provider {
     /* One box API request to box (see box_call for the contract). */
     int (*call)(void *ctx, json_t **reply, int *status, const sbx_box *box, const char *method,
                 const char *path, const json_t *body, int timeout_ms);
+    /* The same with size bytes of file_fd as the body (file uploads). */
+    int (*call_file)(void *ctx, json_t **reply, int *status, const sbx_box *box,
+                     const char *method, const char *path, int file_fd, uint64_t size,
+                     int timeout_ms);
+    /* True when boxes see the host's thread directories (local namespaces):
+     * files written there need no copy into the box. */
+    bool shares_host_files;
 } sbx_provider;
 
 /* The local provider: boxes in fresh namespaces on this host (local.c),
@@ -219,6 +226,10 @@ int sbx_fence(sbx_lease *l, bool scope_only, const char *reason);
  * generation before it is returned. */
 int sbx_call(json_t **reply, int *status, sbx_lease *l, const char *method, const char *path,
              const json_t *body, int timeout_ms);
+/* The same with size bytes of file_fd as the body (the box API's file
+ * upload); FAWN_EUNSUP when the provider cannot send files. */
+int sbx_call_file(json_t **reply, int *status, sbx_lease *l, const char *method,
+                  const char *path, int file_fd, uint64_t size, int timeout_ms);
 
 enum sbx_destroy_outcome { SBX_DESTROYED, SBX_DESTROY_DEFERRED };
 

@@ -654,6 +654,18 @@ static int remote_call(void *ctx, json_t **reply, int *status, const sbx_box *bo
     return r == FAWN_ENOENT ? err_wrap(FAWN_EIO, "the sandbox is unreachable") : r;
 }
 
+static int remote_call_file(void *ctx, json_t **reply, int *status, const sbx_box *box,
+                            const char *method, const char *path, int file_fd, uint64_t size,
+                            int timeout_ms) {
+    *reply = NULL;
+    const char *host_port = endpoint_host(box);
+    if (!host_port)
+        return fawn_err(FAWN_EINVAL, "not a remote sandbox endpoint");
+    int r = box_call_file_tcp(reply, status, host_port, box->token[0] ? box->token : NULL, method,
+                              path, file_fd, size, timeout_ms);
+    return r == FAWN_ENOENT ? err_wrap(FAWN_EIO, "the sandbox is unreachable") : r;
+}
+
 /* ---- creating the provider ---- */
 
 static void argv_free(char **argv) {
@@ -692,7 +704,8 @@ int remote_provider_new(sbx_provider **out, const remote_provider_config *cfg) {
     rp->base = (sbx_provider){.name = "remote", .ctx = rp, .create = remote_create,
                               .probe = remote_probe, .health = remote_health,
                               .destroy = remote_destroy, .list = remote_list,
-                              .call = remote_call};
+                              .call = remote_call, .call_file = remote_call_file,
+                              .shares_host_files = false};
     rp->command_timeout_ms = cfg->command_timeout_ms;
     rp->start_timeout_ms = cfg->start_timeout_ms;
     rp->health_timeout_ms = cfg->health_timeout_ms ? cfg->health_timeout_ms

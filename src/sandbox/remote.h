@@ -103,4 +103,10 @@ bool box_tcp_token_valid(const char *token);
 int box_call_tcp(json_t **reply, int *status, const char *host_port, const char *token,
                  const char *method, const char *path, const json_t *body, int timeout_ms);
 
+/* The same with a body of size bytes read from file_fd, sent as
+ * application/octet-stream (file uploads). */
+int box_call_file_tcp(json_t **reply, int *status, const char *host_port, const char *token,
+                      const char *method, const char *path, int file_fd, uint64_t size,
+                      int timeout_ms);
+
 #endif

@@ -148,6 +148,12 @@ int box_conn_call(json_t **reply, int *status, box_conn *c, const char *method, 
 int box_fd_call(json_t **reply, int *status, bool *keep_alive, int fd, const char *headers,
                 const char *method, const char *path, const json_t *body, int64_t deadline_ms);
 
+/* The same with a body of size bytes read from file_fd (from its current
+ * offset), sent as application/octet-stream: file uploads. */
+int box_fd_call_file(json_t **reply, int *status, int fd, const char *headers,
+                     const char *method, const char *path, int file_fd, uint64_t size,
+                     int64_t deadline_ms);
+
 /* Sends one request on a new connection to the box at socket_path and
  * parses the JSON reply. body may be NULL. *status gets the HTTP status;
  * *reply (caller decrefs) the parsed object (for non-2xx too, when JSON).
