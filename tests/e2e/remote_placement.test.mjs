@@ -4,13 +4,14 @@
 // Uploads are copied into the thread's box; the manager shows the sandbox;
 // deleting the thread destroys it.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 
-import { FAWN_BIN, FawnServer, eventually, request, setupAdmin } from './lib/server.mjs';
+import { FAWN_BIN, FawnServer, eventually, request, setupAdmin, setupUser } from './lib/server.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const SCRIPT = path.resolve(here, '..', 'remote', 'loopback-provider.sh');
@@ -46,6 +47,11 @@ describe('remote placement', () => {
   });
   after(async () => {
     await srv?.stop();
+    /* Parked boxes outlive the gateway (a restart adopts them): remove them. */
+    const env = { ...process.env, LOOPBACK_STATE_DIR: state, FAWN_BIN };
+    for (const sid of fs.readdirSync(state)) {
+      spawnSync(SCRIPT, ['destroy'], { env: { ...env, FAWN_SANDBOX_ID: sid }, stdio: 'ignore' });
+    }
     fs.rmSync(state, { recursive: true, force: true });
   });
 
@@ -89,5 +95,38 @@ describe('remote placement', () => {
     await eventually(() => assert.equal(fs.existsSync(path.join(state, sid)), false));
     const after = await request(srv, 'GET', '/api/sandboxes', { bearer: admin.token });
     assert.equal(after.json.sandboxes.find((s) => s.thread_id === 'far'), undefined);
+  });
+
+  /* sandbox:execute is checked on every acquisition: once the user's role
+   * loses it, the next upload is stored but no longer reaches the box, and
+   * the box is not touched; the admin role keeps it. */
+  it('a role that loses sandbox:execute no longer reaches the box', async () => {
+    const user = await setupUser(srv, 'plain-user');
+    const upload = async (who, thread, name) => {
+      const fd = new FormData();
+      fd.append('files', new Blob([`${name} content`]), name);
+      const res = await fetch(`${srv.base}/api/threads/${thread}/uploads`, {
+        method: 'POST',
+        body: fd,
+        headers: { Authorization: `Bearer ${who.token}` },
+      });
+      assert.equal(res.status, 200, await res.text());
+    };
+    const boxFile = (who, thread, name) =>
+      path.join(state, sandboxId(who.id, thread), 'user-data', 'uploads', name);
+    await upload(user, 'mine', 'before.txt');
+    assert.equal(fs.readFileSync(boxFile(user, 'mine', 'before.txt'), 'utf8'), 'before.txt content');
+
+    await srv.stop({ keepHome: true });
+    srv.config.authorization = {
+      enabled: true,
+      roles: { admin: {}, user: { sandbox: { allow: false } } },
+    };
+    await srv.restart();
+    await upload(user, 'mine', 'after.txt');
+    assert.equal(fs.existsSync(boxFile(user, 'mine', 'after.txt')), false);
+    assert.equal(fs.readFileSync(boxFile(user, 'mine', 'before.txt'), 'utf8'), 'before.txt content');
+    await upload(admin, 'theirs', 'admin.txt');
+    assert.equal(fs.readFileSync(boxFile(admin, 'theirs', 'admin.txt'), 'utf8'), 'admin.txt content');
   });
 });
