@@ -103,18 +103,21 @@ static int auth_header(char header[AUTH_HEADER_SIZE], const char *token) {
     return 0;
 }
 
+/* The Authorization header for token and a connection to host_port:
+ * the fd (caller closes) or an error. */
+static int tcp_open(char header[AUTH_HEADER_SIZE], const char *host_port, const char *token,
+                    int64_t deadline) {
+    int r = auth_header(header, token);
+    return r < 0 ? r : tcp_connect(host_port, deadline);
+}
+
 int box_call_tcp(json_t **reply, int *status, const char *host_port, const char *token,
                  const char *method, const char *path, const json_t *body, int timeout_ms) {
     *reply = NULL;
     int64_t deadline = fawn_now_ms() + timeout_ms;
     char header[AUTH_HEADER_SIZE];
-    int r = auth_header(header, token);
-    if (r < 0)
-        return r;
-    _cleanup_close_ int fd = tcp_connect(host_port, deadline);
-    if (fd < 0)
-        return fd;
-    return box_fd_call(reply, status, NULL, fd, header, method, path, body, deadline);
+    _cleanup_close_ int fd = tcp_open(header, host_port, token, deadline);
+    return fd < 0 ? fd : box_fd_call(reply, status, NULL, fd, header, method, path, body, deadline);
 }
 
 int box_call_file_tcp(json_t **reply, int *status, const char *host_port, const char *token,
@@ -123,11 +126,8 @@ int box_call_file_tcp(json_t **reply, int *status, const char *host_port, const 
     *reply = NULL;
     int64_t deadline = fawn_now_ms() + timeout_ms;
     char header[AUTH_HEADER_SIZE];
-    int r = auth_header(header, token);
-    if (r < 0)
-        return r;
-    _cleanup_close_ int fd = tcp_connect(host_port, deadline);
-    if (fd < 0)
-        return fd;
-    return box_fd_call_file(reply, status, fd, header, method, path, file_fd, size, deadline);
+    _cleanup_close_ int fd = tcp_open(header, host_port, token, deadline);
+    return fd < 0 ? fd
+                  : box_fd_call_file(reply, status, fd, header, method, path, file_fd, size,
+                                     deadline);
 }

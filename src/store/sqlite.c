@@ -540,6 +540,38 @@ int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_i
     return 0;
 }
 
+/* ---- lists of rows ---- */
+
+typedef void (*row_reader)(void *row, sqlite3_stmt *st);
+
+/* Steps st (the caller finalizes it) and appends each row, read by read
+ * into a row_size struct, to rows. */
+static int rows_read(store *s, fbuf *rows, sqlite3_stmt *st, size_t row_size, row_reader read,
+                     const char *what) {
+    void *row = malloc(row_size);
+    int r = row ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+    int rc = SQLITE_DONE;
+    while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        read(row, st);
+        r = fbuf_append(rows, row, row_size);
+    }
+    if (r == 0 && rc != SQLITE_DONE)
+        r = db_err(s, rc, what);
+    free(row);
+    return r;
+}
+
+/* Hands rows to the caller as an array of *n (r == 0), or frees them. */
+static int rows_hand_out(void **out, size_t *n, fbuf *rows, size_t row_size, int r) {
+    if (r < 0) {
+        fbuf_free(rows);
+        return r;
+    }
+    *n = rows->len / row_size;
+    *out = fbuf_steal(rows);
+    return 0;
+}
+
 /* ---- sandboxes and fences ---- */
 
 /* Runs a prepared statement that returns no rows; FAWN_ENOENT when it was
@@ -595,7 +627,8 @@ int store_sandbox_put(store *s, const store_sandbox *sb) {
                       texts, ARRAY_LEN(texts), false, "record sandbox");
 }
 
-static void read_sandbox(store_sandbox *out, sqlite3_stmt *st) {
+static void read_sandbox(void *row, sqlite3_stmt *st) {
+    store_sandbox *out = row;
     copy_col(out->sandbox_id, sizeof out->sandbox_id, st, 0);
     copy_col(out->user, sizeof out->user, st, 1);
     copy_col(out->thread, sizeof out->thread, st, 2);
@@ -632,24 +665,11 @@ int store_sandbox_list(store *s, store_sandbox **out, size_t *n) {
     int r = prepare(s, &st, "SELECT " SANDBOX_COLUMNS " FROM sandboxes ORDER BY sandbox_id LIMIT ?1");
     if (r == 0) {
         sqlite3_bind_int(st, 1, STORE_SANDBOXES_MAX);
-        int rc;
-        while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-            store_sandbox sb;
-            read_sandbox(&sb, st);
-            r = fbuf_append(&rows, &sb, sizeof sb);
-        }
-        if (r == 0 && rc != SQLITE_DONE)
-            r = db_err(s, rc, "list sandboxes");
+        r = rows_read(s, &rows, st, sizeof(store_sandbox), read_sandbox, "list sandboxes");
         sqlite3_finalize(st);
     }
     pthread_mutex_unlock(&s->mu);
-    if (r < 0) {
-        fbuf_free(&rows);
-        return r;
-    }
-    *n = rows.len / sizeof(store_sandbox);
-    *out = (store_sandbox *)fbuf_steal(&rows);
-    return 0;
+    return rows_hand_out((void **)out, n, &rows, sizeof(store_sandbox), r);
 }
 
 int store_sandbox_forget(store *s, const char *sandbox_id, const char *generation) {
@@ -703,6 +723,15 @@ int store_fence_remove(store *s, const char *scope, const char *sandbox_id,
                       texts, ARRAY_LEN(texts), true, "remove fence");
 }
 
+static void read_fence(void *row, sqlite3_stmt *st) {
+    store_fence *f = row;
+    copy_col(f->scope, sizeof f->scope, st, 0);
+    copy_col(f->sandbox_id, sizeof f->sandbox_id, st, 1);
+    copy_col(f->generation, sizeof f->generation, st, 2);
+    copy_col(f->reason, sizeof f->reason, st, 3);
+    f->created_at_ms = sqlite3_column_int64(st, 4);
+}
+
 int store_fence_list(store *s, store_fence **out, size_t *n, const char *sandbox_id) {
     *out = NULL;
     *n = 0;
@@ -715,28 +744,11 @@ int store_fence_list(store *s, store_fence **out, size_t *n, const char *sandbox
     if (r == 0) {
         sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 2, STORE_FENCES_MAX);
-        int rc;
-        while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-            store_fence f;
-            copy_col(f.scope, sizeof f.scope, st, 0);
-            copy_col(f.sandbox_id, sizeof f.sandbox_id, st, 1);
-            copy_col(f.generation, sizeof f.generation, st, 2);
-            copy_col(f.reason, sizeof f.reason, st, 3);
-            f.created_at_ms = sqlite3_column_int64(st, 4);
-            r = fbuf_append(&rows, &f, sizeof f);
-        }
-        if (r == 0 && rc != SQLITE_DONE)
-            r = db_err(s, rc, "list fences");
+        r = rows_read(s, &rows, st, sizeof(store_fence), read_fence, "list fences");
         sqlite3_finalize(st);
     }
     pthread_mutex_unlock(&s->mu);
-    if (r < 0) {
-        fbuf_free(&rows);
-        return r;
-    }
-    *n = rows.len / sizeof(store_fence);
-    *out = (store_fence *)fbuf_steal(&rows);
-    return 0;
+    return rows_hand_out((void **)out, n, &rows, sizeof(store_fence), r);
 }
 
 /* ---- API tokens ---- */
