@@ -131,7 +131,8 @@ static int serve_tcp(const box_args *a, const fawn_config *cfg, const char *toke
     if (fd < 0)
         return fd;
     local_launch_spec spec = {.cfg = cfg, .sandbox_id = sandbox_id, .user_data = a->user_data,
-                              .listen_fd = fd, .log_fd = STDERR_FILENO, .token = token};
+                              .listen_fd = fd, .log_fd = STDERR_FILENO, .token = token,
+                              .die_with_launcher = true};
     pid_t pid;
     char generation[33];
     int r = local_launch(&pid, generation, &spec);

@@ -13,7 +13,7 @@ json_t *launch_spec_to_json(const local_launch_spec *s) {
         json_array_append_new(env, json_pack("[ss]", sc->env[i].name, sc->env[i].value));
     return json_pack(
         "{s:s, s:s, s:s, s:s*, s:I, s:s, s:s, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}, "
-        "s:I, s:I, s:I, s:I}",
+        "s:I, s:I, s:I, s:I, s:b}",
         "home", s->cfg->home, "sandbox_id", s->sandbox_id, "user_data", s->user_data, "token",
         s->token, "idle_exit_s", (json_int_t)s->idle_exit_s, "network",
         sc->network == FAWN_NET_NONE ? "none" : "host", "skills_dir", sc->skills_dir, "env", env,
@@ -23,7 +23,7 @@ json_t *launch_spec_to_json(const local_launch_spec *s) {
         "tmp_size_mb", (json_int_t)lim->tmp_size_mb, "exec_timeout_s",
         (json_int_t)sc->exec_timeout_s, "exec_max_timeout_s", (json_int_t)sc->exec_max_timeout_s,
         "exec_max_output_bytes", (json_int_t)sc->exec_max_output_bytes, "max_sessions",
-        (json_int_t)sc->max_sessions);
+        (json_int_t)sc->max_sessions, "die_with_launcher", s->die_with_launcher);
 }
 
 static int take_string(char **out, const json_t *o, const char *key) {
@@ -106,6 +106,7 @@ int launch_spec_from_json(launch_spec_copy *out, const char *json, size_t len) {
     if (r == 0) cfg->sandbox.network = strcmp(network, "none") == 0 ? FAWN_NET_NONE : FAWN_NET_HOST;
     if (r == 0) r = parse_env(&cfg->sandbox, json_object_get(o, "env"));
     if (r == 0) r = parse_numbers(&cfg->sandbox, &out->spec.idle_exit_s, o);
+    if (r == 0) r = fjson_get_bool(&out->spec.die_with_launcher, o, "die_with_launcher", true);
     json_decref(o);
     out->spec.cfg = cfg;
     out->spec.sandbox_id = out->sandbox_id;

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <string.h>
 #include <grp.h>
@@ -260,6 +261,11 @@ static _Noreturn void child_main(launch *l) {
     if (!install_fds(order, ARRAY_LEN(order)))
         child_fail(l, "dup2", strerror(errno));
     l->status[1] = 4;
+    /* After the last change of credentials (which clears it), and before the
+     * last read from the launcher: a launcher that died before finds the go
+     * pipe closed, one that dies after kills the box. */
+    if (l->p->die_with_launcher)
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
     /* The parent placed this process in its cgroup meanwhile. */
     if (read(5, &go, sizeof go) != (ssize_t)sizeof go)
         _exit(1);

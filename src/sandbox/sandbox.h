@@ -86,6 +86,7 @@ typedef struct local_launch_spec {
     uint32_t idle_exit_s;   /* 0 = never */
     netns_pool *netns;      /* optional (see netns_pool) */
     const char *fawn_bin;   /* as in local_spec */
+    bool die_with_launcher; /* the box is killed when its launcher dies (fawn box --listen) */
 } local_launch_spec;
 
 /* Starts a box as PID 1 of fresh user, mount, pid, ipc, uts (and, for

@@ -150,6 +150,55 @@ static void box_over_tcp_requires_the_bearer_token(void **state) {
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* The sandbox a `fawn box --listen` runs dies with it, even by SIGKILL:
+ * nothing is left serving without its launcher. */
+static void box_dies_with_its_launcher(void **state) {
+    char token_path[128], listen[64], user_data[128];
+    snprintf(user_data, sizeof user_data, "%s/orphan-user-data", home);
+    snprintf(token_path, sizeof token_path, "%s/orphan-token", home);
+    FILE *f = fopen(token_path, "w");
+    fputs("0123456789abcdef0123456789abcdef-orphan", f);
+    fclose(f);
+    int port = loopback_free_port();
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(getenv("FAWN_BIN"), "fawn", "box", "--listen", listen, "--token-file", token_path,
+              "--user-data", user_data, (char *)NULL);
+        _exit(127);
+    }
+    char req[256], body[256];
+    snprintf(req, sizeof req, "GET /v1/sandbox HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    int status = 0;
+    for (int64_t deadline = fawn_now_ms() + 10000; status != 401 && fawn_now_ms() < deadline;
+         usleep(20000))
+        status = loopback_http((uint16_t)port, req, body, sizeof body, 2000);
+    assert_int_equal(status, 401); /* the box answers (and wants its token) */
+    char path[64], children[256] = "";
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(children, sizeof children, f));
+    fclose(f);
+    pid_t box = (pid_t)atoi(children);
+    assert_true(box > 0);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    bool gone = false;
+    for (int64_t deadline = fawn_now_ms() + 5000; !gone && fawn_now_ms() < deadline;
+         usleep(20000)) {
+        char stat_path[64], *stat = NULL;
+        snprintf(stat_path, sizeof stat_path, "/proc/%d/stat", (int)box);
+        int fd = open(stat_path, O_RDONLY);
+        gone = fd < 0 || (fawn_read_all(&stat, NULL, fd, 4096) == 0 && strstr(stat, ") Z "));
+        if (fd >= 0)
+            close(fd);
+        free(stat);
+    }
+    assert_true(gone);
+    assert_true(loopback_http((uint16_t)port, req, body, sizeof body, 2000) <= 0); /* no answer */
+}
+
 static void box_refuses_short_token(void **state) {
     char cmd[512];
     snprintf(cmd, sizeof cmd, "sh -c 'echo short > %s/short' && true", home);
@@ -205,6 +254,7 @@ int main(void) {
         cmocka_unit_test(bad_arguments_exit_2),
         cmocka_unit_test(doctor_reports_ready_host),
         cmocka_unit_test(box_over_tcp_requires_the_bearer_token),
+        cmocka_unit_test(box_dies_with_its_launcher),
         cmocka_unit_test(box_refuses_short_token),
         cmocka_unit_test(user_add_creates_a_hashed_user),
     };
