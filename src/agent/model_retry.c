@@ -222,7 +222,7 @@ static int complete_attempts(model_reply *out, enum model_failure *why, const mo
                              const atomic_bool *cancel) {
     int64_t previous_ms = 0;
     for (int attempt = 1;; attempt++) {
-        int64_t retry_after_ms, wait_ms;
+        int64_t retry_after_ms = -1, wait_ms = 0;
         int r = model_attempt(out, why, &retry_after_ms, cfg, messages, tools, h->on_delta, h->ctx,
                               cancel);
         int budget = model_attempt_budget(*why);
