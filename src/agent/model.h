@@ -220,4 +220,40 @@ int model_complete(model_reply *out, enum model_failure *why, const model_config
                    const json_t *messages, const json_t *tools, model_breaker *breaker,
                    const model_hooks *hooks, const atomic_bool *cancel);
 
+/* ---- configured models (config.yaml: models) ---- */
+
+/* Models one configuration may list, and the longest name: far past any
+ * real list; names go in URLs and RBAC lists. */
+#define MODEL_REGISTRY_MAX 256
+#define MODEL_NAME_MAX 64
+
+/* One configured model: what model_config needs, plus what clients see. */
+typedef struct model_entry {
+    char *name;         /* [A-Za-z0-9._-]{1,64}, unique */
+    char *display_name; /* defaults to name */
+    model_config cfg;   /* its strings point into this entry */
+    bool supports_thinking, supports_vision;
+    json_t *extra_body; /* owned; cfg.extra_body points to it */
+} model_entry;
+
+typedef struct model_registry model_registry;
+
+/* Validates the models list (config.h: an array of objects whose scalars
+ * are strings or booleans): keys name, display_name, model, base_url,
+ * api_key, max_tokens, stall_timeout_s, total_timeout_s, supports_thinking,
+ * supports_vision, extra_body. name, model and base_url (http or https) are
+ * required. FAWN_ECONFIG naming the key ("models[1].base_url: ...") for
+ * anything else, unknown keys and duplicate names included. list may be
+ * NULL: no models. Free with model_registry_free. */
+int model_registry_load(model_registry **out, const json_t *list);
+void model_registry_free(model_registry *r);
+/* How many models, and the i-th in configuration order. */
+size_t model_registry_count(const model_registry *r);
+const model_entry *model_registry_at(const model_registry *r, size_t i);
+/* The model named name, or NULL. */
+const model_entry *model_registry_get(const model_registry *r, const char *name);
+/* The model named name; an unknown name (or NULL) falls back to the first
+ * model, with a log line naming both. NULL only when there are no models. */
+const model_entry *model_registry_resolve(const model_registry *r, const char *name);
+
 #endif

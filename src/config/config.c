@@ -68,12 +68,13 @@ enum config_kind {
     CONFIG_SCALAR,  /* one value stored by set */
     CONFIG_MAPPING, /* a mapping of user-chosen names read by parse */
     CONFIG_TREE,    /* a free-form mapping kept as JSON (a json_t * at offset) */
+    CONFIG_LIST,    /* a free-form sequence kept as JSON (a json_t * at offset) */
 };
 
 struct config_key {
     const char *name;
     enum config_kind kind;
-    size_t offset;               /* CONFIG_SCALAR, CONFIG_TREE: field offset in fawn_config */
+    size_t offset;               /* CONFIG_SCALAR, _TREE, _LIST: field offset in fawn_config */
     config_setter set;           /* CONFIG_SCALAR */
     const char *def;             /* CONFIG_SCALAR: default as text; NULL when derived */
     uint64_t min, max;           /* integer setters: accepted range */
@@ -246,6 +247,7 @@ static int parse_sandbox_environment(config_parser *p, const char *path);
 #define KEY_SECTION(n, table) {.name = (n), .kind = CONFIG_SECTION, .children = (table)}
 #define KEY_MAPPING(n, parser) {.name = (n), .kind = CONFIG_MAPPING, .parse = (parser)}
 #define KEY_TREE(n, field) {.name = (n), .kind = CONFIG_TREE, .offset = offsetof(fawn_config, field)}
+#define KEY_LIST(n, field) {.name = (n), .kind = CONFIG_LIST, .offset = offsetof(fawn_config, field)}
 
 static const config_key limits_keys[] = {
     /* 16 MiB runs a shell; 1 TiB is past any single host we target. */
@@ -321,6 +323,7 @@ static const config_key root_keys[] = {
     KEY_SECTION("auth", auth_keys),
     KEY_SECTION("uploads", uploads_keys),
     KEY_TREE("authorization", authorization),
+    KEY_LIST("models", models),
     {0},
 };
 
@@ -457,7 +460,7 @@ static int scalar_resolve(config_scalar *out, const config_parser *p, const yaml
 /* ---- document walk ---- */
 
 static int parse_section(config_parser *p, const config_key *table, const char *path);
-static int parse_tree(config_parser *p, const config_key *key, const char *path);
+static int parse_tree(config_parser *p, const config_key *key, const char *path, bool mapping);
 
 static int parse_scalar(config_parser *p, const config_key *key, const yaml_event_t *ev,
                         const char *path) {
@@ -481,13 +484,18 @@ static int parse_value(config_parser *p, const config_key *key, const char *path
         return parse_scalar(p, key, &ev, path);
     if (event_is_null(&ev))
         return 0;
+    if (key->kind == CONFIG_LIST)
+        return ev.type == YAML_SEQUENCE_START_EVENT
+                   ? parse_tree(p, key, path, false)
+                   : config_fail(p->source, event_line(&ev), path, "expected a sequence, got %s",
+                                 event_kind(&ev));
     if (ev.type != YAML_MAPPING_START_EVENT)
         return config_fail(p->source, event_line(&ev), path, "expected a mapping, got %s",
                            event_kind(&ev));
     if (key->kind == CONFIG_SECTION)
         return parse_section(p, key->children, path);
     if (key->kind == CONFIG_TREE)
-        return parse_tree(p, key, path);
+        return parse_tree(p, key, path, true);
     return key->parse(p, path);
 }
 
@@ -691,10 +699,11 @@ static int tree_parse(json_t **out, config_parser *p, const yaml_event_t *ev, co
     return r;
 }
 
-/* A free-form section (its start event consumed), kept as a JSON object
- * for the module that owns its meaning to validate. */
-static int parse_tree(config_parser *p, const config_key *key, const char *path) {
-    json_t *section = json_object();
+/* A free-form section (its start event consumed): a mapping kept as a JSON
+ * object, a sequence as an array, for the module that owns its meaning to
+ * validate. */
+static int parse_tree(config_parser *p, const config_key *key, const char *path, bool mapping) {
+    json_t *section = mapping ? json_object() : json_array();
     if (!section)
         return fawn_err(FAWN_ENOMEM, "out of memory reading %s", path);
     int r = tree_collection(section, p, path);
@@ -881,6 +890,7 @@ void config_free(fawn_config *cfg) {
     free(cfg->server.host);
     free(cfg->sandbox.skills_dir);
     json_decref(cfg->authorization);
+    json_decref(cfg->models);
     json_decref(cfg->sandbox.remote);
     for (size_t i = 0; i < cfg->sandbox.n_env && i < CONFIG_MAX_ENV; i++) {
         free(cfg->sandbox.env[i].name);

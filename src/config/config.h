@@ -85,6 +85,9 @@ typedef struct fawn_config {
      * arrays, plain true/false -> booleans, plain null -> null, other
      * scalars -> strings), or NULL when absent; src/authz validates it. */
     json_t *authorization;
+    /* models: the model list as JSON (an array of objects, as above), or
+     * NULL when absent; src/agent validates it. */
+    json_t *models;
 } fawn_config;
 
 /* Fills *cfg with every default (home from $FAWN_HOME or "./.fawn").

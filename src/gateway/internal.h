@@ -12,6 +12,7 @@
 
 #include "auth/auth.h"
 #include "authz/authz.h"
+#include "agent/model.h"
 #include "gateway/gateway.h"
 #include "sandbox/manager.h"
 #include "store/store.h"
@@ -37,6 +38,7 @@ struct gateway {
     gw_throttle *throttle;                   /* failed sign-ins per client address */
     sbx_provider *provider;                  /* where sandboxes run */
     sbx_manager *sandboxes;                  /* the one way to a sandbox */
+    model_registry *models;                  /* the configured models */
     atomic_int in_flight;                    /* requests begun and not completed */
     pthread_mutex_t setup_lock;              /* makes "first admin" checks and creation one step */
 };
@@ -112,6 +114,8 @@ extern const gw_route gw_file_routes[];
 extern const size_t gw_file_routes_count;
 extern const gw_route gw_sandbox_routes[];
 extern const size_t gw_sandbox_routes_count;
+extern const gw_route gw_model_routes[];
+extern const size_t gw_model_routes_count;
 
 /* ---- requests (http.c) ---- */
 

@@ -54,6 +54,7 @@ static const struct {
     {gw_thread_routes, &gw_thread_routes_count},
     {gw_file_routes, &gw_file_routes_count},
     {gw_sandbox_routes, &gw_sandbox_routes_count},
+    {gw_model_routes, &gw_model_routes_count},
 };
 
 /* ---- routing ---- */
@@ -384,6 +385,8 @@ static int sandboxes_start(gateway *g) {
 static int gateway_prepare(gateway *g) {
     int r = authz_policy_load(&g->policy, g->cfg->authorization);
     if (r == 0)
+        r = model_registry_load(&g->models, g->cfg->models);
+    if (r == 0)
         r = auth_secret_load(g->secret, g->cfg->home);
     if (r == 0) /* unknown users are checked against this, for equal timing */
         r = auth_password_hash(g->dummy_hash, "fawn-no-such-user");
@@ -402,6 +405,7 @@ static void gateway_free(gateway *g) {
     sbx_manager_free(g->sandboxes);
     sbx_provider_close(g->provider);
     authz_policy_free(g->policy);
+    model_registry_free(g->models);
     gw_throttle_free(g->throttle);
     sodium_memzero(g->secret, sizeof g->secret);
     pthread_mutex_destroy(&g->setup_lock);

@@ -389,6 +389,7 @@ static void test_authorization_tree(void **state) {
     refuse("authorization:\n  x: $FAWN_TEST_UNSET_VAR\n",
            "authorization.x: environment variable $FAWN_TEST_UNSET_VAR is not set");
     refuse("authorization: [1]\n", "authorization: expected a mapping");
+    refuse("models: {a: 1}\n", "models: expected a sequence");
     refuse("authorization:\n  a: &x 1\n  b: *x\n", "anchors and aliases are not allowed");
 }
 
@@ -780,7 +781,9 @@ static void test_example_file(void **state) {
         "cookie_secure:", "uploads:", "max_files:", "max_file_size_mb:", "max_total_size_mb:",
         "idle_timeout_s:", "replicas:", "provider:", "remote:", "create_command:",
         "status_command:", "destroy_command:", "list_command:", "command_timeout_s:",
-        "start_timeout_s:", "authorization:", "enabled:", "fail_closed:", "default_role:", "roles:",
+        "start_timeout_s:", "models:", "base_url:", "api_key:", "max_tokens:",
+        "stall_timeout_s:", "total_timeout_s:", "supports_thinking:", "supports_vision:",
+        "extra_body:", "display_name:", "authorization:", "enabled:", "fail_closed:", "default_role:", "roles:",
     };
     for (size_t i = 0; i < ARRAY_LEN(keys); i++)
         if (!strstr(text, keys[i]))

@@ -872,8 +872,78 @@ static void test_complete_breaker_opens_and_probes(void **state) {
     call_free(c);
 }
 
+/* ---- configured models ---- */
+
+static int registry_from(model_registry **out, const char *json_text) {
+    json_t *list = json_text ? json_loads(json_text, 0, NULL) : NULL;
+    int r = model_registry_load(out, list);
+    json_decref(list);
+    return r;
+}
+
+static void registry_loads_and_resolves(void **state) {
+    model_registry *reg = NULL;
+    assert_int_equal(registry_from(&reg, "[{\"name\":\"a\",\"model\":\"m-a\","
+                                         "\"base_url\":\"http://127.0.0.1:1/v1\","
+                                         "\"max_tokens\":\"100\",\"stall_timeout_s\":\"5\","
+                                         "\"supports_vision\":true,\"extra_body\":{\"x\":\"1\"}},"
+                                         "{\"name\":\"b.2\",\"display_name\":\"B\","
+                                         "\"model\":\"m-b\",\"base_url\":\"https://h/v1\"}]"),
+                     0);
+    assert_int_equal(model_registry_count(reg), 2);
+    const model_entry *a = model_registry_get(reg, "a");
+    assert_non_null(a);
+    assert_string_equal(a->display_name, "a");
+    assert_string_equal(a->cfg.model, "m-a");
+    assert_int_equal(a->cfg.max_tokens, 100);
+    assert_int_equal(a->cfg.stall_timeout_ms, 5000);
+    assert_true(a->supports_vision);
+    assert_false(a->supports_thinking);
+    assert_string_equal(json_string_value(json_object_get(a->cfg.extra_body, "x")), "1");
+    assert_string_equal(model_registry_resolve(reg, "b.2")->display_name, "B");
+    /* An unknown name falls back to the first model. */
+    assert_ptr_equal(model_registry_resolve(reg, "nope"), a);
+    assert_ptr_equal(model_registry_resolve(reg, NULL), a);
+    assert_null(model_registry_get(reg, "nope"));
+    model_registry_free(reg);
+    assert_int_equal(registry_from(&reg, NULL), 0);
+    assert_null(model_registry_resolve(reg, "a"));
+    model_registry_free(reg);
+}
+
+static void registry_refuses_bad_lists(void **state) {
+    static const struct {
+        const char *json, *needle;
+    } bad[] = {
+        {"[{\"model\":\"m\",\"base_url\":\"http://h\"}]", "models[0].name: is required"},
+        {"[{\"name\":\"a/b\",\"model\":\"m\",\"base_url\":\"http://h\"}]", "models[0].name"},
+        {"[{\"name\":\"a\",\"base_url\":\"http://h\"}]", "models[0].model: is required"},
+        {"[{\"name\":\"a\",\"model\":\"m\",\"base_url\":\"file:///etc\"}]",
+         "models[0].base_url: must be an http"},
+        {"[{\"name\":\"a\",\"model\":\"m\",\"base_url\":\"http://h\",\"max_tokens\":\"0\"}]",
+         "models[0].max_tokens"},
+        {"[{\"name\":\"a\",\"model\":\"m\",\"base_url\":\"http://h\",\"supports_vision\":\"yes\"}]",
+         "models[0].supports_vision: must be true or false"},
+        {"[{\"name\":\"a\",\"model\":\"m\",\"base_url\":\"http://h\",\"tempature\":\"1\"}]",
+         "unknown key models[0].tempature"},
+        {"[{\"name\":\"a\",\"model\":\"m\",\"base_url\":\"http://h\"},"
+         "{\"name\":\"a\",\"model\":\"m\",\"base_url\":\"http://h\"}]",
+         "models[1].name: 'a' is already models[0]"},
+        {"[\"a\"]", "models[0]: must be a mapping"},
+        {"{}", "models: must be a list"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        model_registry *reg = NULL;
+        assert_int_equal(registry_from(&reg, bad[i].json), FAWN_ECONFIG);
+        if (!strstr(fawn_errmsg(), bad[i].needle))
+            fail_msg("'%s' lacks '%s'", fawn_errmsg(), bad[i].needle);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(registry_loads_and_resolves),
+        cmocka_unit_test(registry_refuses_bad_lists),
         cmocka_unit_test(test_sse_line_ends_and_chunking),
         cmocka_unit_test(test_sse_crlf_split_between_chunks),
         cmocka_unit_test(test_sse_nul_bytes_and_stop),

@@ -68,6 +68,7 @@ function deepMerge(base, extra) {
 function yamlScalar(v) {
   if (v === null) return 'null';
   if (typeof v === 'boolean' || typeof v === 'number') return String(v);
+  if (typeof v === 'object') return JSON.stringify(v); // JSON is YAML's flow style
   return JSON.stringify(String(v)); // a YAML double-quoted scalar
 }
 
