@@ -294,6 +294,7 @@ static const config_key server_keys[] = {
     KEY_INT("port", server.port, set_u32, "8001", 1, 65535),
     /* One thread still serves; 256 is far past the cores of any gateway host. */
     KEY_INT("threads", server.threads, set_u32, "4", 1, 256),
+    KEY_LIST("trusted_proxies", server.trusted_proxies),
     {0},
 };
 
@@ -891,6 +892,7 @@ void config_free(fawn_config *cfg) {
     free(cfg->sandbox.skills_dir);
     json_decref(cfg->authorization);
     json_decref(cfg->models);
+    json_decref(cfg->server.trusted_proxies);
     json_decref(cfg->sandbox.remote);
     for (size_t i = 0; i < cfg->sandbox.n_env && i < CONFIG_MAX_ENV; i++) {
         free(cfg->sandbox.env[i].name);

@@ -58,6 +58,8 @@ typedef struct fawn_server_config {
     char *host;       /* server.host: IPv4 address to listen on (default 127.0.0.1) */
     uint32_t port;    /* server.port (default 8001) */
     uint32_t threads; /* server.threads: request threads (default 4) */
+    json_t *trusted_proxies; /* server.trusted_proxies: addresses whose X-Forwarded-For is
+                                believed (JSON array of strings), or NULL */
 } fawn_server_config;
 
 typedef struct fawn_auth_config {

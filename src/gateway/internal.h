@@ -27,6 +27,9 @@
 
 typedef struct gw_throttle gw_throttle;
 
+/* Proxies whose X-Forwarded-For is believed: at most this many. */
+#define GW_TRUSTED_PROXIES_MAX 32
+
 struct gateway {
     struct MHD_Daemon *daemon;
     const fawn_config *cfg;
@@ -36,6 +39,8 @@ struct gateway {
     char dummy_hash[AUTH_HASH_MAX];          /* verified for unknown users: equal timing */
     int64_t local_admin_id;                  /* auth.disabled: everyone is this user */
     gw_throttle *throttle;                   /* failed sign-ins per client address */
+    char trusted_proxies[GW_TRUSTED_PROXIES_MAX][64]; /* canonical numeric addresses */
+    size_t n_trusted_proxies;
     sbx_provider *provider;                  /* where sandboxes run */
     sbx_manager *sandboxes;                  /* the one way to a sandbox */
     model_registry *models;                  /* the configured models */
@@ -123,8 +128,18 @@ extern const size_t gw_model_routes_count;
 const char *gw_header(const gw_request *rq, const char *name);
 const char *gw_cookie(const gw_request *rq, const char *name);
 const char *gw_query(const gw_request *rq, const char *name);
-/* The client's address as text ("127.0.0.1"), into out. */
+/* The client's address as text ("127.0.0.1"), into out: the TCP peer, or,
+ * when the peer is a trusted proxy, the address its X-Forwarded-For names
+ * (see gw_forwarded_client). */
 void gw_client_address(char out[64], const gw_request *rq);
+/* The client behind a chain of proxies: the rightmost X-Forwarded-For entry
+ * that is not itself a trusted proxy, when peer is one; peer otherwise, and
+ * also when the header is absent or holds anything but addresses. trusted
+ * is n numeric addresses. Writes at most 64 bytes to out. */
+void gw_forwarded_client(char out[64], const char *peer, const char *forwarded_for,
+                         char trusted[][64], size_t n);
+/* Validates server.trusted_proxies into g (FAWN_ECONFIG naming the entry). */
+int gw_trusted_proxies_load(gateway *g, const json_t *list);
 /* The value of field key in an application/x-www-form-urlencoded body,
  * decoded ('+' is a space, %XX escapes once) into out. FAWN_ENOENT when
  * absent; FAWN_EINVAL for a malformed escape, %00, or a value longer than

@@ -21,17 +21,83 @@ const char *gw_query(const gw_request *rq, const char *name) {
     return MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
+/* The canonical text of a numeric IPv4 or IPv6 address; false for
+ * anything else. */
+static bool address_canonical(char out[64], const char *text) {
+    unsigned char bin[sizeof(struct in6_addr)];
+    if (inet_pton(AF_INET, text, bin) == 1)
+        return inet_ntop(AF_INET, bin, out, 64) != NULL;
+    if (inet_pton(AF_INET6, text, bin) == 1)
+        return inet_ntop(AF_INET6, bin, out, 64) != NULL;
+    return false;
+}
+
+static bool address_trusted(const char *addr, char trusted[][64], size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(addr, trusted[i]) == 0)
+            return true;
+    return false;
+}
+
+void gw_forwarded_client(char out[64], const char *peer, const char *forwarded_for,
+                         char trusted[][64], size_t n) {
+    snprintf(out, 64, "%s", peer);
+    if (!forwarded_for || !address_trusted(peer, trusted, n))
+        return;
+    /* Walk the entries from the right: each proxy appends the address it saw. */
+    const char *end = forwarded_for + strlen(forwarded_for);
+    while (end > forwarded_for) {
+        const char *start = end;
+        while (start > forwarded_for && start[-1] != ',')
+            start--;
+        char entry[64], addr[64];
+        const char *a = start, *b = end;
+        while (a < b && (*a == ' ' || *a == '\t'))
+            a++;
+        while (b > a && (b[-1] == ' ' || b[-1] == '\t'))
+            b--;
+        bool fits = (size_t)(b - a) < sizeof entry;
+        if (fits) {
+            memcpy(entry, a, (size_t)(b - a));
+            entry[b - a] = '\0';
+        }
+        if (!fits || !address_canonical(addr, entry)) { /* not an address: believe none of it */
+            snprintf(out, 64, "%s", peer);
+            return;
+        }
+        snprintf(out, 64, "%s", addr);
+        if (!address_trusted(addr, trusted, n))
+            return;
+        end = start > forwarded_for ? start - 1 : forwarded_for;
+    }
+}
+
+int gw_trusted_proxies_load(gateway *g, const json_t *list) {
+    size_t n = json_array_size(list);
+    if (n > GW_TRUSTED_PROXIES_MAX)
+        return fawn_err(FAWN_ECONFIG, "server.trusted_proxies: at most %d addresses",
+                        GW_TRUSTED_PROXIES_MAX);
+    for (size_t i = 0; i < n; i++) {
+        const char *text = json_string_value(json_array_get(list, i));
+        if (!text || !address_canonical(g->trusted_proxies[i], text))
+            return fawn_err(FAWN_ECONFIG, "server.trusted_proxies[%zu]: must be a numeric IPv4 "
+                                          "or IPv6 address", i);
+    }
+    g->n_trusted_proxies = n;
+    return 0;
+}
+
 void gw_client_address(char out[64], const gw_request *rq) {
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(rq->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    snprintf(out, 64, "unknown");
-    if (!info || !info->client_addr)
-        return;
-    const struct sockaddr *sa = info->client_addr;
-    if (sa->sa_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, 64);
-    else if (sa->sa_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, 64);
+    char peer[64] = "unknown";
+    const struct sockaddr *sa = info ? info->client_addr : NULL;
+    if (sa && sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, peer, sizeof peer);
+    else if (sa && sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, peer, sizeof peer);
+    gw_forwarded_client(out, peer, gw_header(rq, "X-Forwarded-For"),
+                        rq->g->trusted_proxies, rq->g->n_trusted_proxies);
 }
 
 /* Decodes one form component [s, end) into out; FAWN_EINVAL as above. */

@@ -387,6 +387,8 @@ static int gateway_prepare(gateway *g) {
     if (r == 0)
         r = model_registry_load(&g->models, g->cfg->models);
     if (r == 0)
+        r = gw_trusted_proxies_load(g, g->cfg->server.trusted_proxies);
+    if (r == 0)
         r = auth_secret_load(g->secret, g->cfg->home);
     if (r == 0) /* unknown users are checked against this, for equal timing */
         r = auth_password_hash(g->dummy_hash, "fawn-no-such-user");

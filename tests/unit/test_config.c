@@ -781,7 +781,7 @@ static void test_example_file(void **state) {
         "cookie_secure:", "uploads:", "max_files:", "max_file_size_mb:", "max_total_size_mb:",
         "idle_timeout_s:", "replicas:", "provider:", "remote:", "create_command:",
         "status_command:", "destroy_command:", "list_command:", "command_timeout_s:",
-        "start_timeout_s:", "models:", "base_url:", "api_key:", "max_tokens:",
+        "start_timeout_s:", "trusted_proxies:", "models:", "base_url:", "api_key:", "max_tokens:",
         "stall_timeout_s:", "total_timeout_s:", "supports_thinking:", "supports_vision:",
         "extra_body:", "display_name:", "authorization:", "enabled:", "fail_closed:", "default_role:", "roles:",
     };

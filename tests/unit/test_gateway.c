@@ -196,8 +196,43 @@ static void form_fields_decode_once(void **state) {
     assert_string_equal(out, "a");
 }
 
+/* X-Forwarded-For is believed only from trusted proxies, and only up to
+ * the first address that is not one. */
+static void forwarded_client_from_trusted_proxies_only(void **state) {
+    char trusted[2][64] = {"127.0.0.1", "10.0.0.2"};
+    char out[64];
+    gw_forwarded_client(out, "127.0.0.1", "203.0.113.9", trusted, 2);
+    assert_string_equal(out, "203.0.113.9");
+    /* A client cannot pick its address through an untrusted peer. */
+    gw_forwarded_client(out, "198.51.100.1", "203.0.113.9", trusted, 2);
+    assert_string_equal(out, "198.51.100.1");
+    /* Through two proxies: the rightmost untrusted entry; what the client
+     * itself wrote further left is ignored. */
+    gw_forwarded_client(out, "127.0.0.1", "1.1.1.1, 203.0.113.9 ,10.0.0.2", trusted, 2);
+    assert_string_equal(out, "203.0.113.9");
+    gw_forwarded_client(out, "127.0.0.1", "2001:db8::0001", trusted, 2);
+    assert_string_equal(out, "2001:db8::1"); /* canonical form: one throttle entry per client */
+    /* Anything but addresses: the peer. */
+    static const char *const junk[] = {"", "evil", "1.1.1.1,,10.0.0.2", "unknown, 1.2.3.4x",
+                                       "1.2.3.4; rm -rf", "2001:db8::1%eth0",
+                                       "11111111111111111111111111111111111111111111111111111111"
+                                       "11111111111"};
+    for (size_t i = 0; i < ARRAY_LEN(junk); i++) {
+        gw_forwarded_client(out, "127.0.0.1", junk[i], trusted, 2);
+        assert_string_equal(out, "127.0.0.1");
+    }
+    /* Entries left of the client's are the client's own words: never read. */
+    gw_forwarded_client(out, "127.0.0.1", "garbage,,2.2.2.2", trusted, 2);
+    assert_string_equal(out, "2.2.2.2");
+    gw_forwarded_client(out, "127.0.0.1", NULL, trusted, 2);
+    assert_string_equal(out, "127.0.0.1");
+    gw_forwarded_client(out, "127.0.0.1", "203.0.113.9", trusted, 0);
+    assert_string_equal(out, "127.0.0.1");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(forwarded_client_from_trusted_proxies_only),
         cmocka_unit_test(throttle_locks_out_after_failures),
         cmocka_unit_test(form_fields_decode_once),
         cmocka_unit_test(health_is_public),
