@@ -251,28 +251,28 @@ int store_user_get(store *s, store_user *out, int64_t id) {
     return r;
 }
 
-int store_user_get_by_name(store *s, store_user *out, const char *username) {
+/* The one user that `SELECT USER_COLUMNS FROM users <where>` finds with
+ * text bound to ?1. */
+static int user_find(store *s, store_user *out, const char *where, const char *text) {
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT " USER_COLUMNS " FROM users %s", where);
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st, "SELECT " USER_COLUMNS " FROM users WHERE username = ?1 COLLATE NOCASE");
+    int r = prepare(s, &st, sql);
     if (r == 0) {
-        sqlite3_bind_text(st, 1, username, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 1, text, -1, SQLITE_STATIC);
         r = one_user(s, out, st, "get user");
     }
     pthread_mutex_unlock(&s->mu);
     return r;
 }
 
+int store_user_get_by_name(store *s, store_user *out, const char *username) {
+    return user_find(s, out, "WHERE username = ?1 COLLATE NOCASE", username);
+}
+
 int store_user_get_by_role(store *s, store_user *out, const char *role) {
-    sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st, "SELECT " USER_COLUMNS " FROM users WHERE role = ?1 ORDER BY id LIMIT 1");
-    if (r == 0) {
-        sqlite3_bind_text(st, 1, role, -1, SQLITE_STATIC);
-        r = one_user(s, out, st, "get user");
-    }
-    pthread_mutex_unlock(&s->mu);
-    return r;
+    return user_find(s, out, "WHERE role = ?1 ORDER BY id LIMIT 1", role);
 }
 
 int store_user_count(store *s, int64_t *out, const char *role) {
@@ -290,14 +290,15 @@ int store_user_count(store *s, int64_t *out, const char *role) {
     return r;
 }
 
-/* Runs an UPDATE of one row: FAWN_ENOENT when it matched none. */
-static int update_one(store *s, sqlite3_stmt *st, const char *what) {
+/* Runs a prepared statement that returns no rows; FAWN_ENOENT when it was
+ * expected to change one row and changed none. */
+static int step_done(store *s, sqlite3_stmt *st, bool must_change, const char *what) {
     int rc = sqlite3_step(st);
     int changed = sqlite3_changes(s->db);
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE)
         return db_err(s, rc, what);
-    return changed == 1 ? 0 : fawn_err(FAWN_ENOENT, "%s: no such row", what);
+    return must_change && changed == 0 ? fawn_err(FAWN_ENOENT, "%s: no such row", what) : 0;
 }
 
 int store_user_set_password(store *s, int64_t id, const char *password_hash) {
@@ -311,7 +312,7 @@ int store_user_set_password(store *s, int64_t id, const char *password_hash) {
     if (r == 0) {
         sqlite3_bind_int64(st, 1, id);
         sqlite3_bind_text(st, 2, password_hash, -1, SQLITE_STATIC);
-        r = update_one(s, st, "set password");
+        r = step_done(s, st, true, "set password");
     }
     pthread_mutex_unlock(&s->mu);
     return r;
@@ -323,7 +324,7 @@ int store_user_revoke_sessions(store *s, int64_t id) {
     int r = prepare(s, &st, "UPDATE users SET token_version = token_version + 1 WHERE id = ?1");
     if (r == 0) {
         sqlite3_bind_int64(st, 1, id);
-        r = update_one(s, st, "revoke sessions");
+        r = step_done(s, st, true, "revoke sessions");
     }
     pthread_mutex_unlock(&s->mu);
     return r;
@@ -433,7 +434,7 @@ static int thread_update(store *s, int64_t owner_id, const char *id, const char 
         sqlite3_bind_int64(st, 2, owner_id);
         sqlite3_bind_text(st, 3, value, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, fawn_wall_ms());
-        r = update_one(s, st, what);
+        r = step_done(s, st, true, what);
     }
     pthread_mutex_unlock(&s->mu);
     return r == FAWN_ENOENT ? fawn_err(FAWN_ENOENT, "no such thread: %s", id) : r;
@@ -469,7 +470,7 @@ int store_thread_delete(store *s, int64_t owner_id, const char *id) {
     if (r == 0) {
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, owner_id);
-        r = update_one(s, st, "delete thread");
+        r = step_done(s, st, true, "delete thread");
     }
     pthread_mutex_unlock(&s->mu);
     return r == FAWN_ENOENT ? fawn_err(FAWN_ENOENT, "no such thread: %s", id) : r;
@@ -573,17 +574,6 @@ static int rows_hand_out(void **out, size_t *n, fbuf *rows, size_t row_size, int
 }
 
 /* ---- sandboxes and fences ---- */
-
-/* Runs a prepared statement that returns no rows; FAWN_ENOENT when it was
- * expected to change one row and changed none. */
-static int step_done(store *s, sqlite3_stmt *st, bool must_change, const char *what) {
-    int rc = sqlite3_step(st);
-    int changed = sqlite3_changes(s->db);
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE)
-        return db_err(s, rc, what);
-    return must_change && changed == 0 ? fawn_err(FAWN_ENOENT, "%s: no such row", what) : 0;
-}
 
 /* Binds the text arguments of a statement from ?1 on. */
 static void bind_texts(sqlite3_stmt *st, const char *const *texts, size_t n) {
@@ -832,7 +822,7 @@ int store_token_delete(store *s, int64_t user_id, int64_t id) {
     if (r == 0) {
         sqlite3_bind_int64(st, 1, id);
         sqlite3_bind_int64(st, 2, user_id);
-        r = update_one(s, st, "delete token");
+        r = step_done(s, st, true, "delete token");
     }
     pthread_mutex_unlock(&s->mu);
     return r == FAWN_ENOENT ? fawn_err(FAWN_ENOENT, "no such token: %" PRId64, id) : r;
