@@ -227,6 +227,15 @@ int model_complete(model_reply *out, enum model_failure *why, const model_config
 #define MODEL_REGISTRY_MAX 256
 #define MODEL_NAME_MAX 64
 
+/* Where a model's replies come from: an OpenAI-compatible endpoint, or a
+ * fixture file: `script` plays its replies in order (the n-th model call of
+ * a run gets the n-th reply); `replay` answers each conversation with the
+ * reply recorded for its hash (a miss is an error naming the hash);
+ * `record` calls the endpoint and appends each answer to the fixture. */
+enum model_provider { MODEL_OPENAI, MODEL_SCRIPT, MODEL_REPLAY, MODEL_RECORD };
+
+typedef struct model_fixture model_fixture;
+
 /* One configured model: what model_config needs, plus what clients see. */
 typedef struct model_entry {
     char *name;         /* [A-Za-z0-9._-]{1,64}, unique */
@@ -234,15 +243,24 @@ typedef struct model_entry {
     model_config cfg;   /* its strings point into this entry */
     bool supports_thinking, supports_vision;
     json_t *extra_body; /* owned; cfg.extra_body points to it */
+    enum model_provider provider;
+    model_fixture *fixture; /* script, replay, record */
+    model_breaker *breaker; /* openai, record: shared by every run */
 } model_entry;
 
 typedef struct model_registry model_registry;
 
+/* The model used when config.yaml lists none: `demo`, a script that lists
+ * the uploads, runs a command, writes a report to outputs and presents it. */
+#define MODEL_DEMO_NAME "demo"
+
 /* Validates the models list (config.h: an array of objects whose scalars
- * are strings or booleans): keys name, display_name, model, base_url,
- * api_key, max_tokens, stall_timeout_s, total_timeout_s, supports_thinking,
- * supports_vision, extra_body. name, model and base_url (http or https) are
- * required. FAWN_ECONFIG naming the key ("models[1].base_url: ...") for
+ * are strings or booleans): keys name, display_name, provider (openai,
+ * script, replay, record), fixture, model, base_url, api_key, max_tokens,
+ * stall_timeout_s, total_timeout_s, supports_thinking, supports_vision,
+ * extra_body. name is required; model and base_url (http or https) for
+ * openai and record; fixture (a JSON file, read now; record creates it) for
+ * the others. An empty or absent list holds the built-in demo model. FAWN_ECONFIG naming the key ("models[1].base_url: ...") for
  * anything else, unknown keys and duplicate names included. list may be
  * NULL: no models. Free with model_registry_free. */
 int model_registry_load(model_registry **out, const json_t *list);
@@ -255,5 +273,42 @@ const model_entry *model_registry_get(const model_registry *r, const char *name)
 /* The model named name; an unknown name (or NULL) falls back to the first
  * model, with a log line naming both. NULL only when there are no models. */
 const model_entry *model_registry_resolve(const model_registry *r, const char *name);
+
+/* ---- calling a configured model ---- */
+
+/* Canonical hash of a conversation (stored LangChain-shaped messages):
+ * sha256 of sorted-key JSON of each non-system message's type, content,
+ * tool calls (name and args) and name, with input markers removed and
+ * UUIDs, ISO timestamps and dates replaced by placeholders, so a recorded
+ * session replays exactly. out gets 64 hex digits. */
+int model_conversation_hash(char out[65], const json_t *conversation);
+
+typedef struct model_request {
+    const json_t *conversation; /* stored messages (replay and record key on them) */
+    const json_t *messages;     /* the OpenAI request messages */
+    const json_t *tools;        /* NULL or an array of tool schemas */
+    unsigned call_index;        /* model calls made before this one in the run */
+} model_request;
+
+/* One completion from e, whatever its provider: model_complete for openai
+ * (with e's breaker), the fixture for the others (record does both). The
+ * contract of model_complete applies; fixture misses are FAWN_ENOENT with
+ * MODEL_FAIL_FATAL. */
+int model_entry_complete(model_reply *out, enum model_failure *why, const model_entry *e,
+                         const model_request *req, const model_hooks *hooks,
+                         const atomic_bool *cancel);
+
+/* Fixtures (model_fixture.c): load a fixture file for provider (record: a
+ * missing file is an empty fixture), free it. */
+int model_fixture_load(model_fixture **out, const char *path, enum model_provider provider);
+/* The built-in demo script. */
+int model_fixture_demo(model_fixture **out);
+void model_fixture_free(model_fixture *f);
+/* The reply for req from a script or replay fixture, into out. */
+int model_fixture_answer(model_reply *out, model_fixture *f, const char *model_name,
+                         const model_request *req);
+/* Appends (hash of req's conversation, reply) to a record fixture and
+ * rewrites its file atomically. */
+int model_fixture_record(model_fixture *f, const model_request *req, const model_reply *reply);
 
 #endif

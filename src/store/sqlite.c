@@ -12,17 +12,13 @@
 
 #include "base/fsx.h"
 #include "base/json.h"
-#include "store/store.h"
+#include "store/sqlite_internal.h"
 
 /* How long a statement waits for another process's lock before FAWN_EBUSY. */
 #define STORE_BUSY_TIMEOUT_MS 5000
 /* Rows one search returns at most. */
 #define STORE_SEARCH_MAX 1000
 
-struct store {
-    sqlite3 *db;
-    pthread_mutex_t mu;
-};
 
 /* Numbered migrations: migrations[i] brings a database from version i to
  * i + 1. Append only; never edit one that has shipped. */
@@ -84,31 +80,75 @@ static const char *const migrations[] = {
     "  reason TEXT NOT NULL,"
     "  created_at_ms INTEGER NOT NULL,"
     "  PRIMARY KEY (scope, sandbox_id, generation));",
+    /* 5: runs, their streamed events, thread checkpoints, tool receipts */
+    "CREATE TABLE runs ("
+    "  run_id TEXT PRIMARY KEY,"
+    "  owner_id INTEGER NOT NULL,"
+    "  thread_id TEXT NOT NULL,"
+    "  assistant_id TEXT NOT NULL,"
+    "  status TEXT NOT NULL,"
+    "  kwargs TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(kwargs)),"
+    "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
+    "  error TEXT,"
+    "  created_at_ms INTEGER NOT NULL,"
+    "  updated_at_ms INTEGER NOT NULL,"
+    "  FOREIGN KEY (owner_id, thread_id) REFERENCES threads(owner_id, id) ON DELETE CASCADE);"
+    "CREATE INDEX runs_by_thread ON runs(owner_id, thread_id, created_at_ms);"
+    "CREATE INDEX runs_by_status ON runs(status);"
+    "CREATE TABLE run_events ("
+    "  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,"
+    "  seq INTEGER NOT NULL,"
+    "  event TEXT NOT NULL,"
+    "  data TEXT NOT NULL,"
+    "  PRIMARY KEY (run_id, seq)) WITHOUT ROWID;"
+    "CREATE TABLE checkpoints ("
+    "  owner_id INTEGER NOT NULL,"
+    "  thread_id TEXT NOT NULL,"
+    "  checkpoint_id TEXT NOT NULL,"
+    "  parent_id TEXT NOT NULL,"
+    "  run_id TEXT NOT NULL,"
+    "  seq INTEGER NOT NULL,"
+    "  state_values TEXT NOT NULL CHECK (json_valid(state_values)),"
+    "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
+    "  created_at_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (owner_id, thread_id, checkpoint_id),"
+    "  FOREIGN KEY (owner_id, thread_id) REFERENCES threads(owner_id, id) ON DELETE CASCADE);"
+    "CREATE INDEX checkpoints_by_seq ON checkpoints(owner_id, thread_id, seq);"
+    "CREATE TABLE receipts ("
+    "  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,"
+    "  tool_call_id TEXT NOT NULL,"
+    "  tool_name TEXT NOT NULL,"
+    "  status TEXT NOT NULL,"
+    "  args_sha256 TEXT NOT NULL,"
+    "  output_sha256 TEXT NOT NULL,"
+    "  output_bytes INTEGER NOT NULL,"
+    "  created_at_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (run_id, tool_call_id));",
 };
 
-static int db_err(store *s, int rc, const char *what) {
+int sq_err(store *s, int rc, const char *what) {
     int code = rc == SQLITE_BUSY || rc == SQLITE_LOCKED ? FAWN_EBUSY
                : rc == SQLITE_CONSTRAINT               ? FAWN_EEXIST
                                                        : FAWN_EIO;
     return fawn_err(code, "%s: %s", what, s ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
 }
 
-static int exec_sql(store *s, const char *sql, const char *what) {
+int sq_exec(store *s, const char *sql, const char *what) {
     int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
-    return rc == SQLITE_OK ? 0 : db_err(s, rc, what);
+    return rc == SQLITE_OK ? 0 : sq_err(s, rc, what);
 }
 
-static int prepare(store *s, sqlite3_stmt **st, const char *sql) {
+int sq_prepare(store *s, sqlite3_stmt **st, const char *sql) {
     int rc = sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
-    return rc == SQLITE_OK ? 0 : db_err(s, rc, "prepare");
+    return rc == SQLITE_OK ? 0 : sq_err(s, rc, "sq_prepare");
 }
 
 int store_schema_version(store *s, int *out) {
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st, "PRAGMA user_version");
+    int r = sq_prepare(s, &st, "PRAGMA user_version");
     if (r == 0) {
-        r = sqlite3_step(st) == SQLITE_ROW ? 0 : db_err(s, SQLITE_ERROR, "user_version");
+        r = sqlite3_step(st) == SQLITE_ROW ? 0 : sq_err(s, SQLITE_ERROR, "user_version");
         *out = r == 0 ? sqlite3_column_int(st, 0) : 0;
         sqlite3_finalize(st);
     }
@@ -126,11 +166,11 @@ static int migrate(store *s) {
     for (int v = version; r == 0 && v < latest; v++) {
         char bump[64];
         snprintf(bump, sizeof bump, "PRAGMA user_version = %d", v + 1);
-        r = exec_sql(s, "BEGIN IMMEDIATE", "begin migration");
-        if (r == 0 && (r = exec_sql(s, migrations[v], "migration")) == 0)
-            r = exec_sql(s, bump, "migration version");
+        r = sq_exec(s, "BEGIN IMMEDIATE", "begin migration");
+        if (r == 0 && (r = sq_exec(s, migrations[v], "migration")) == 0)
+            r = sq_exec(s, bump, "migration version");
         if (r == 0)
-            r = exec_sql(s, "COMMIT", "commit migration");
+            r = sq_exec(s, "COMMIT", "commit migration");
         else
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     }
@@ -157,11 +197,11 @@ int store_open(store **out, const char *path) {
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX |
                 SQLITE_OPEN_NOFOLLOW;
     int rc = sqlite3_open_v2(path, &s->db, flags, NULL);
-    r = rc == SQLITE_OK ? 0 : db_err(s, rc, "open database");
+    r = rc == SQLITE_OK ? 0 : sq_err(s, rc, "open database");
     if (r == 0)
         sqlite3_busy_timeout(s->db, STORE_BUSY_TIMEOUT_MS);
     if (r == 0)
-        r = exec_sql(s, "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;"
+        r = sq_exec(s, "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;"
                         "PRAGMA foreign_keys = ON;", "configure database");
     if (r == 0)
         r = migrate(s);
@@ -183,9 +223,9 @@ void store_close(store *s) {
 
 /* ---- users ---- */
 
-static bool text_ok(const char *v, size_t max) { return v && v[0] && strlen(v) <= max; }
+bool sq_text_ok(const char *v, size_t max) { return v && v[0] && strlen(v) <= max; }
 
-static void copy_col(char *dst, size_t size, sqlite3_stmt *st, int col) {
+void sq_copy_col(char *dst, size_t size, sqlite3_stmt *st, int col) {
     const unsigned char *v = sqlite3_column_text(st, col);
     snprintf(dst, size, "%s", v ? (const char *)v : "");
 }
@@ -195,9 +235,9 @@ static void copy_col(char *dst, size_t size, sqlite3_stmt *st, int col) {
 /* Reads USER_COLUMNS starting at column first. */
 static void read_user_at(store_user *u, sqlite3_stmt *st, int first) {
     u->id = sqlite3_column_int64(st, first);
-    copy_col(u->username, sizeof u->username, st, first + 1);
-    copy_col(u->password_hash, sizeof u->password_hash, st, first + 2);
-    copy_col(u->role, sizeof u->role, st, first + 3);
+    sq_copy_col(u->username, sizeof u->username, st, first + 1);
+    sq_copy_col(u->password_hash, sizeof u->password_hash, st, first + 2);
+    sq_copy_col(u->role, sizeof u->role, st, first + 3);
     u->token_version = sqlite3_column_int64(st, first + 4);
     u->created_at_ms = sqlite3_column_int64(st, first + 5);
 }
@@ -209,7 +249,7 @@ static int one_user(store *s, store_user *out, sqlite3_stmt *st, const char *wha
     int rc = sqlite3_step(st);
     int r = rc == SQLITE_ROW    ? 0
             : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "no such user")
-                                : db_err(s, rc, what);
+                                : sq_err(s, rc, what);
     if (r == 0)
         read_user(out, st);
     sqlite3_finalize(st);
@@ -218,12 +258,12 @@ static int one_user(store *s, store_user *out, sqlite3_stmt *st, const char *wha
 
 int store_user_create(store *s, store_user *out, const char *username, const char *password_hash,
                       const char *role) {
-    if (!text_ok(username, STORE_NAME_MAX) || !text_ok(password_hash, STORE_HASH_MAX) ||
-        !text_ok(role, STORE_ROLE_MAX))
+    if (!sq_text_ok(username, STORE_NAME_MAX) || !sq_text_ok(password_hash, STORE_HASH_MAX) ||
+        !sq_text_ok(role, STORE_ROLE_MAX))
         return fawn_err(FAWN_EINVAL, "username, password hash and role are required and bounded");
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st,
+    int r = sq_prepare(s, &st,
                     "INSERT INTO users (username, password_hash, role, created_at_ms) "
                     "VALUES (?1, ?2, ?3, ?4) RETURNING " USER_COLUMNS);
     if (r == 0) {
@@ -242,7 +282,7 @@ int store_user_create(store *s, store_user *out, const char *username, const cha
 int store_user_get(store *s, store_user *out, int64_t id) {
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st, "SELECT " USER_COLUMNS " FROM users WHERE id = ?1");
+    int r = sq_prepare(s, &st, "SELECT " USER_COLUMNS " FROM users WHERE id = ?1");
     if (r == 0) {
         sqlite3_bind_int64(st, 1, id);
         r = one_user(s, out, st, "get user");
@@ -258,7 +298,7 @@ static int user_find(store *s, store_user *out, const char *where, const char *t
     snprintf(sql, sizeof sql, "SELECT " USER_COLUMNS " FROM users %s", where);
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st, sql);
+    int r = sq_prepare(s, &st, sql);
     if (r == 0) {
         sqlite3_bind_text(st, 1, text, -1, SQLITE_STATIC);
         r = one_user(s, out, st, "get user");
@@ -278,11 +318,11 @@ int store_user_get_by_role(store *s, store_user *out, const char *role) {
 int store_user_count(store *s, int64_t *out, const char *role) {
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st, "SELECT count(*) FROM users WHERE ?1 IS NULL OR role = ?1");
+    int r = sq_prepare(s, &st, "SELECT count(*) FROM users WHERE ?1 IS NULL OR role = ?1");
     if (r == 0) {
         sqlite3_bind_text(st, 1, role, -1, SQLITE_STATIC);
         int rc = sqlite3_step(st);
-        r = rc == SQLITE_ROW ? 0 : db_err(s, rc, "count users");
+        r = rc == SQLITE_ROW ? 0 : sq_err(s, rc, "count users");
         *out = r == 0 ? sqlite3_column_int64(st, 0) : 0;
         sqlite3_finalize(st);
     }
@@ -292,27 +332,27 @@ int store_user_count(store *s, int64_t *out, const char *role) {
 
 /* Runs a prepared statement that returns no rows; FAWN_ENOENT when it was
  * expected to change one row and changed none. */
-static int step_done(store *s, sqlite3_stmt *st, bool must_change, const char *what) {
+int sq_step_done(store *s, sqlite3_stmt *st, bool must_change, const char *what) {
     int rc = sqlite3_step(st);
     int changed = sqlite3_changes(s->db);
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE)
-        return db_err(s, rc, what);
+        return sq_err(s, rc, what);
     return must_change && changed == 0 ? fawn_err(FAWN_ENOENT, "%s: no such row", what) : 0;
 }
 
 int store_user_set_password(store *s, int64_t id, const char *password_hash) {
-    if (!text_ok(password_hash, STORE_HASH_MAX))
+    if (!sq_text_ok(password_hash, STORE_HASH_MAX))
         return fawn_err(FAWN_EINVAL, "password hash is required and bounded");
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st,
+    int r = sq_prepare(s, &st,
                     "UPDATE users SET password_hash = ?2, token_version = token_version + 1 "
                     "WHERE id = ?1");
     if (r == 0) {
         sqlite3_bind_int64(st, 1, id);
         sqlite3_bind_text(st, 2, password_hash, -1, SQLITE_STATIC);
-        r = step_done(s, st, true, "set password");
+        r = sq_step_done(s, st, true, "set password");
     }
     pthread_mutex_unlock(&s->mu);
     return r;
@@ -321,10 +361,10 @@ int store_user_set_password(store *s, int64_t id, const char *password_hash) {
 int store_user_revoke_sessions(store *s, int64_t id) {
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st, "UPDATE users SET token_version = token_version + 1 WHERE id = ?1");
+    int r = sq_prepare(s, &st, "UPDATE users SET token_version = token_version + 1 WHERE id = ?1");
     if (r == 0) {
         sqlite3_bind_int64(st, 1, id);
-        r = step_done(s, st, true, "revoke sessions");
+        r = sq_step_done(s, st, true, "revoke sessions");
     }
     pthread_mutex_unlock(&s->mu);
     return r;
@@ -343,9 +383,9 @@ void store_thread_clear(store_thread *t) {
 
 static int read_thread(store_thread *t, sqlite3_stmt *st) {
     memset(t, 0, sizeof *t);
-    copy_col(t->id, sizeof t->id, st, 0);
+    sq_copy_col(t->id, sizeof t->id, st, 0);
     t->owner_id = sqlite3_column_int64(st, 1);
-    copy_col(t->status, sizeof t->status, st, 2);
+    sq_copy_col(t->status, sizeof t->status, st, 2);
     const unsigned char *m = sqlite3_column_text(st, 3);
     t->metadata = strdup(m ? (const char *)m : "{}");
     t->created_at_ms = sqlite3_column_int64(st, 4);
@@ -374,7 +414,7 @@ static int check_thread_args(const char *id, const char *metadata) {
 
 static int get_thread_locked(store *s, store_thread *out, int64_t owner_id, const char *id) {
     sqlite3_stmt *st;
-    int r = prepare(s, &st, "SELECT " THREAD_COLUMNS " FROM threads WHERE id = ?1 AND owner_id = ?2");
+    int r = sq_prepare(s, &st, "SELECT " THREAD_COLUMNS " FROM threads WHERE id = ?1 AND owner_id = ?2");
     if (r < 0)
         return r;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
@@ -382,7 +422,7 @@ static int get_thread_locked(store *s, store_thread *out, int64_t owner_id, cons
     int rc = sqlite3_step(st);
     r = rc == SQLITE_ROW    ? read_thread(out, st)
         : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "no such thread: %s", id)
-                            : db_err(s, rc, "get thread");
+                            : sq_err(s, rc, "get thread");
     sqlite3_finalize(st);
     return r;
 }
@@ -395,7 +435,7 @@ int store_thread_create(store *s, store_thread *out, bool *existed, int64_t owne
     sqlite3_stmt *st;
     int64_t now = fawn_wall_ms();
     pthread_mutex_lock(&s->mu);
-    r = prepare(s, &st,
+    r = sq_prepare(s, &st,
                 "INSERT INTO threads (id, owner_id, metadata, created_at_ms, updated_at_ms) "
                 "VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT(owner_id, id) DO NOTHING");
     if (r == 0) {
@@ -406,7 +446,7 @@ int store_thread_create(store *s, store_thread *out, bool *existed, int64_t owne
         int rc = sqlite3_step(st);
         *existed = sqlite3_changes(s->db) == 0;
         sqlite3_finalize(st);
-        r = rc == SQLITE_DONE ? 0 : db_err(s, rc, "create thread");
+        r = rc == SQLITE_DONE ? 0 : sq_err(s, rc, "create thread");
     }
     if (r == 0)
         r = get_thread_locked(s, out, owner_id, id);
@@ -428,13 +468,13 @@ static int thread_update(store *s, int64_t owner_id, const char *id, const char 
                          const char *value, const char *what) {
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st, sql);
+    int r = sq_prepare(s, &st, sql);
     if (r == 0) {
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, owner_id);
         sqlite3_bind_text(st, 3, value, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, fawn_wall_ms());
-        r = step_done(s, st, true, what);
+        r = sq_step_done(s, st, true, what);
     }
     pthread_mutex_unlock(&s->mu);
     return r == FAWN_ENOENT ? fawn_err(FAWN_ENOENT, "no such thread: %s", id) : r;
@@ -466,11 +506,11 @@ int store_thread_set_status(store *s, int64_t owner_id, const char *id, const ch
 int store_thread_delete(store *s, int64_t owner_id, const char *id) {
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st, "DELETE FROM threads WHERE id = ?1 AND owner_id = ?2");
+    int r = sq_prepare(s, &st, "DELETE FROM threads WHERE id = ?1 AND owner_id = ?2");
     if (r == 0) {
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, owner_id);
-        r = step_done(s, st, true, "delete thread");
+        r = sq_step_done(s, st, true, "delete thread");
     }
     pthread_mutex_unlock(&s->mu);
     return r == FAWN_ENOENT ? fawn_err(FAWN_ENOENT, "no such thread: %s", id) : r;
@@ -512,7 +552,7 @@ int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_i
         return fawn_err(FAWN_ENOMEM, "out of memory");
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    r = prepare(s, &st,
+    r = sq_prepare(s, &st,
                 "SELECT " THREAD_COLUMNS " FROM threads WHERE owner_id = ?1 AND "
                 "(?3 IS NULL OR status = ?3) AND (?2 IS NULL OR " MATCH_CLAUSE ") "
                 "ORDER BY updated_at_ms DESC, id LIMIT ?4 OFFSET ?5");
@@ -526,7 +566,7 @@ int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_i
         while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW && *n < limit)
             r = read_thread(&rows[(*n)++], st);
         if (r == 0 && rc != SQLITE_DONE && rc != SQLITE_ROW)
-            r = db_err(s, rc, "search threads");
+            r = sq_err(s, rc, "search threads");
         sqlite3_finalize(st);
     }
     pthread_mutex_unlock(&s->mu);
@@ -543,11 +583,10 @@ int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_i
 
 /* ---- lists of rows ---- */
 
-typedef void (*row_reader)(void *row, sqlite3_stmt *st);
 
 /* Steps st (the caller finalizes it) and appends each row, read by read
  * into a row_size struct, to rows. */
-static int rows_read(store *s, fbuf *rows, sqlite3_stmt *st, size_t row_size, row_reader read,
+int sq_rows_read(store *s, fbuf *rows, sqlite3_stmt *st, size_t row_size, sq_row_reader read,
                      const char *what) {
     void *row = malloc(row_size);
     int r = row ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
@@ -557,13 +596,13 @@ static int rows_read(store *s, fbuf *rows, sqlite3_stmt *st, size_t row_size, ro
         r = fbuf_append(rows, row, row_size);
     }
     if (r == 0 && rc != SQLITE_DONE)
-        r = db_err(s, rc, what);
+        r = sq_err(s, rc, what);
     free(row);
     return r;
 }
 
 /* Hands rows to the caller as an array of *n (r == 0), or frees them. */
-static int rows_hand_out(void **out, size_t *n, fbuf *rows, size_t row_size, int r) {
+int sq_rows_hand_out(void **out, size_t *n, fbuf *rows, size_t row_size, int r) {
     if (r < 0) {
         fbuf_free(rows);
         return r;
@@ -576,20 +615,20 @@ static int rows_hand_out(void **out, size_t *n, fbuf *rows, size_t row_size, int
 /* ---- sandboxes and fences ---- */
 
 /* Binds the text arguments of a statement from ?1 on. */
-static void bind_texts(sqlite3_stmt *st, const char *const *texts, size_t n) {
+void sq_bind_texts(sqlite3_stmt *st, const char *const *texts, size_t n) {
     for (size_t i = 0; i < n; i++)
         sqlite3_bind_text(st, (int)i + 1, texts[i], -1, SQLITE_STATIC);
 }
 
 /* Prepares sql, binds texts and runs it under the lock. */
-static int exec_texts(store *s, const char *sql, const char *const *texts, size_t n,
+int sq_exec_texts(store *s, const char *sql, const char *const *texts, size_t n,
                       bool must_change, const char *what) {
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st, sql);
+    int r = sq_prepare(s, &st, sql);
     if (r == 0) {
-        bind_texts(st, texts, n);
-        r = step_done(s, st, must_change, what);
+        sq_bind_texts(st, texts, n);
+        r = sq_step_done(s, st, must_change, what);
     }
     pthread_mutex_unlock(&s->mu);
     return r;
@@ -598,7 +637,7 @@ static int exec_texts(store *s, const char *sql, const char *const *texts, size_
 #define SANDBOX_COLUMNS "sandbox_id, user, thread, generation, endpoint, token, created_at_ms"
 
 static bool sandbox_args_ok(const char *sandbox_id, const char *generation) {
-    return text_ok(sandbox_id, 16) && generation && strlen(generation) <= 32;
+    return sq_text_ok(sandbox_id, 16) && generation && strlen(generation) <= 32;
 }
 
 int store_sandbox_put(store *s, const store_sandbox *sb) {
@@ -610,7 +649,7 @@ int store_sandbox_put(store *s, const store_sandbox *sb) {
     snprintf(now, sizeof now, "%" PRId64, fawn_wall_ms());
     const char *texts[] = {sb->sandbox_id, sb->user,     sb->thread, sb->generation,
                            sb->endpoint,   sb->token,    now};
-    return exec_texts(s,
+    return sq_exec_texts(s,
                       "INSERT OR REPLACE INTO sandboxes (sandbox_id, user, thread, generation, "
                       "endpoint, token, created_at_ms) "
                       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, CAST(?7 AS INTEGER))",
@@ -619,25 +658,25 @@ int store_sandbox_put(store *s, const store_sandbox *sb) {
 
 static void read_sandbox(void *row, sqlite3_stmt *st) {
     store_sandbox *out = row;
-    copy_col(out->sandbox_id, sizeof out->sandbox_id, st, 0);
-    copy_col(out->user, sizeof out->user, st, 1);
-    copy_col(out->thread, sizeof out->thread, st, 2);
-    copy_col(out->generation, sizeof out->generation, st, 3);
-    copy_col(out->endpoint, sizeof out->endpoint, st, 4);
-    copy_col(out->token, sizeof out->token, st, 5);
+    sq_copy_col(out->sandbox_id, sizeof out->sandbox_id, st, 0);
+    sq_copy_col(out->user, sizeof out->user, st, 1);
+    sq_copy_col(out->thread, sizeof out->thread, st, 2);
+    sq_copy_col(out->generation, sizeof out->generation, st, 3);
+    sq_copy_col(out->endpoint, sizeof out->endpoint, st, 4);
+    sq_copy_col(out->token, sizeof out->token, st, 5);
     out->created_at_ms = sqlite3_column_int64(st, 6);
 }
 
 int store_sandbox_get(store *s, store_sandbox *out, const char *sandbox_id) {
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st, "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE sandbox_id = ?1");
+    int r = sq_prepare(s, &st, "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE sandbox_id = ?1");
     if (r == 0) {
         sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
         int rc = sqlite3_step(st);
         r = rc == SQLITE_ROW    ? 0
             : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "no record of sandbox %s", sandbox_id)
-                                : db_err(s, rc, "get sandbox");
+                                : sq_err(s, rc, "get sandbox");
         if (r == 0)
             read_sandbox(out, st);
         sqlite3_finalize(st);
@@ -652,19 +691,19 @@ int store_sandbox_list(store *s, store_sandbox **out, size_t *n) {
     fbuf rows = {.limit = STORE_SANDBOXES_MAX * sizeof(store_sandbox)};
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st, "SELECT " SANDBOX_COLUMNS " FROM sandboxes ORDER BY sandbox_id LIMIT ?1");
+    int r = sq_prepare(s, &st, "SELECT " SANDBOX_COLUMNS " FROM sandboxes ORDER BY sandbox_id LIMIT ?1");
     if (r == 0) {
         sqlite3_bind_int(st, 1, STORE_SANDBOXES_MAX);
-        r = rows_read(s, &rows, st, sizeof(store_sandbox), read_sandbox, "list sandboxes");
+        r = sq_rows_read(s, &rows, st, sizeof(store_sandbox), read_sandbox, "list sandboxes");
         sqlite3_finalize(st);
     }
     pthread_mutex_unlock(&s->mu);
-    return rows_hand_out((void **)out, n, &rows, sizeof(store_sandbox), r);
+    return sq_rows_hand_out((void **)out, n, &rows, sizeof(store_sandbox), r);
 }
 
 int store_sandbox_forget(store *s, const char *sandbox_id, const char *generation) {
     const char *texts[] = {sandbox_id, generation ? generation : ""};
-    return exec_texts(s, "DELETE FROM sandboxes WHERE sandbox_id = ?1 AND (?2 = '' OR generation = ?2)",
+    return sq_exec_texts(s, "DELETE FROM sandboxes WHERE sandbox_id = ?1 AND (?2 = '' OR generation = ?2)",
                       texts, ARRAY_LEN(texts), false, "forget sandbox");
 }
 
@@ -681,7 +720,7 @@ int store_fence_add(store *s, const char *scope, const char *sandbox_id, const c
     snprintf(now, sizeof now, "%" PRId64, fawn_wall_ms());
     snprintf(why, sizeof why, "%s", reason ? reason : "");
     const char *texts[] = {scope, sandbox_id, generation, why, now};
-    return exec_texts(s,
+    return sq_exec_texts(s,
                       "INSERT OR IGNORE INTO sandbox_fences (scope, sandbox_id, generation, reason, "
                       "created_at_ms) VALUES (?1, ?2, ?3, ?4, CAST(?5 AS INTEGER))",
                       texts, ARRAY_LEN(texts), false, "add fence");
@@ -691,13 +730,13 @@ int store_fence_exists(store *s, bool *out, const char *scope, const char *sandb
                        const char *generation) {
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st, "SELECT 1 FROM sandbox_fences WHERE scope = ?1 AND sandbox_id = ?2 "
+    int r = sq_prepare(s, &st, "SELECT 1 FROM sandbox_fences WHERE scope = ?1 AND sandbox_id = ?2 "
                             "AND generation = ?3");
     if (r == 0) {
         const char *texts[] = {scope, sandbox_id, generation};
-        bind_texts(st, texts, ARRAY_LEN(texts));
+        sq_bind_texts(st, texts, ARRAY_LEN(texts));
         int rc = sqlite3_step(st);
-        r = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : db_err(s, rc, "check fence");
+        r = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_err(s, rc, "check fence");
         *out = rc == SQLITE_ROW;
         sqlite3_finalize(st);
     }
@@ -708,17 +747,17 @@ int store_fence_exists(store *s, bool *out, const char *scope, const char *sandb
 int store_fence_remove(store *s, const char *scope, const char *sandbox_id,
                        const char *generation) {
     const char *texts[] = {scope, sandbox_id, generation};
-    return exec_texts(s, "DELETE FROM sandbox_fences WHERE scope = ?1 AND sandbox_id = ?2 AND "
+    return sq_exec_texts(s, "DELETE FROM sandbox_fences WHERE scope = ?1 AND sandbox_id = ?2 AND "
                          "generation = ?3",
                       texts, ARRAY_LEN(texts), true, "remove fence");
 }
 
 static void read_fence(void *row, sqlite3_stmt *st) {
     store_fence *f = row;
-    copy_col(f->scope, sizeof f->scope, st, 0);
-    copy_col(f->sandbox_id, sizeof f->sandbox_id, st, 1);
-    copy_col(f->generation, sizeof f->generation, st, 2);
-    copy_col(f->reason, sizeof f->reason, st, 3);
+    sq_copy_col(f->scope, sizeof f->scope, st, 0);
+    sq_copy_col(f->sandbox_id, sizeof f->sandbox_id, st, 1);
+    sq_copy_col(f->generation, sizeof f->generation, st, 2);
+    sq_copy_col(f->reason, sizeof f->reason, st, 3);
     f->created_at_ms = sqlite3_column_int64(st, 4);
 }
 
@@ -728,17 +767,17 @@ int store_fence_list(store *s, store_fence **out, size_t *n, const char *sandbox
     fbuf rows = {.limit = STORE_FENCES_MAX * sizeof(store_fence)};
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st, "SELECT scope, sandbox_id, generation, reason, created_at_ms FROM "
+    int r = sq_prepare(s, &st, "SELECT scope, sandbox_id, generation, reason, created_at_ms FROM "
                             "sandbox_fences WHERE ?1 IS NULL OR sandbox_id = ?1 "
                             "ORDER BY created_at_ms, rowid LIMIT ?2");
     if (r == 0) {
         sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 2, STORE_FENCES_MAX);
-        r = rows_read(s, &rows, st, sizeof(store_fence), read_fence, "list fences");
+        r = sq_rows_read(s, &rows, st, sizeof(store_fence), read_fence, "list fences");
         sqlite3_finalize(st);
     }
     pthread_mutex_unlock(&s->mu);
-    return rows_hand_out((void **)out, n, &rows, sizeof(store_fence), r);
+    return sq_rows_hand_out((void **)out, n, &rows, sizeof(store_fence), r);
 }
 
 /* ---- API tokens ---- */
@@ -748,21 +787,21 @@ int store_fence_list(store *s, store_fence **out, size_t *n, const char *sandbox
 static void read_token(store_token *t, sqlite3_stmt *st) {
     t->id = sqlite3_column_int64(st, 0);
     t->user_id = sqlite3_column_int64(st, 1);
-    copy_col(t->name, sizeof t->name, st, 2);
+    sq_copy_col(t->name, sizeof t->name, st, 2);
     t->created_at_ms = sqlite3_column_int64(st, 3);
     t->last_used_at_ms = sqlite3_column_int64(st, 4);
 }
 
 int store_token_create(store *s, store_token *out, int64_t user_id, const char *name,
                        const char *token_hash) {
-    if (!text_ok(name, STORE_TOKEN_NAME_MAX) || !text_ok(token_hash, 64))
+    if (!sq_text_ok(name, STORE_TOKEN_NAME_MAX) || !sq_text_ok(token_hash, 64))
         return fawn_err(FAWN_EINVAL, "a token name of 1 to %d bytes is required",
                         STORE_TOKEN_NAME_MAX);
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
     /* The count and the insert are one statement: concurrent creations
      * cannot pass the cap together. */
-    int r = prepare(s, &st,
+    int r = sq_prepare(s, &st,
                     "INSERT INTO api_tokens (user_id, name, token_hash, created_at_ms) "
                     "SELECT ?1, ?2, ?3, ?4 WHERE (SELECT count(*) FROM api_tokens "
                     "WHERE user_id = ?1) < ?5 RETURNING " TOKEN_COLUMNS);
@@ -776,7 +815,7 @@ int store_token_create(store *s, store_token *out, int64_t user_id, const char *
         r = rc == SQLITE_ROW    ? 0
             : rc == SQLITE_DONE ? fawn_err(FAWN_E2BIG, "a user may hold at most %d API tokens",
                                            STORE_TOKENS_PER_USER_MAX)
-                                : db_err(s, rc, "create token");
+                                : sq_err(s, rc, "create token");
         if (r == 0)
             read_token(out, st);
         sqlite3_finalize(st);
@@ -793,7 +832,7 @@ int store_token_list(store *s, store_token **out, size_t *n, int64_t user_id) {
         return fawn_err(FAWN_ENOMEM, "out of memory");
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st, "SELECT " TOKEN_COLUMNS " FROM api_tokens WHERE user_id = ?1 "
+    int r = sq_prepare(s, &st, "SELECT " TOKEN_COLUMNS " FROM api_tokens WHERE user_id = ?1 "
                             "ORDER BY id LIMIT ?2");
     if (r == 0) {
         sqlite3_bind_int64(st, 1, user_id);
@@ -802,7 +841,7 @@ int store_token_list(store *s, store_token **out, size_t *n, int64_t user_id) {
         while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < STORE_TOKENS_PER_USER_MAX)
             read_token(&rows[(*n)++], st);
         if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-            r = db_err(s, rc, "list tokens");
+            r = sq_err(s, rc, "list tokens");
         sqlite3_finalize(st);
     }
     pthread_mutex_unlock(&s->mu);
@@ -818,11 +857,11 @@ int store_token_list(store *s, store_token **out, size_t *n, int64_t user_id) {
 int store_token_delete(store *s, int64_t user_id, int64_t id) {
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st, "DELETE FROM api_tokens WHERE id = ?1 AND user_id = ?2");
+    int r = sq_prepare(s, &st, "DELETE FROM api_tokens WHERE id = ?1 AND user_id = ?2");
     if (r == 0) {
         sqlite3_bind_int64(st, 1, id);
         sqlite3_bind_int64(st, 2, user_id);
-        r = step_done(s, st, true, "delete token");
+        r = sq_step_done(s, st, true, "delete token");
     }
     pthread_mutex_unlock(&s->mu);
     return r == FAWN_ENOENT ? fawn_err(FAWN_ENOENT, "no such token: %" PRId64, id) : r;
@@ -835,7 +874,7 @@ static void token_use_record(store *s, int64_t id, int64_t last_used, int64_t no
     if (now - last_used < STORE_TOKEN_USE_RESOLUTION_MS)
         return;
     sqlite3_stmt *st;
-    if (prepare(s, &st, "UPDATE api_tokens SET last_used_at_ms = ?2 WHERE id = ?1") < 0)
+    if (sq_prepare(s, &st, "UPDATE api_tokens SET last_used_at_ms = ?2 WHERE id = ?1") < 0)
         return;
     sqlite3_bind_int64(st, 1, id);
     sqlite3_bind_int64(st, 2, now);
@@ -847,7 +886,7 @@ int store_token_authenticate(store *s, store_user *user, int64_t *token_id,
                              const char *token_hash) {
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
-    int r = prepare(s, &st,
+    int r = sq_prepare(s, &st,
                     "SELECT t.id, coalesce(t.last_used_at_ms, 0), u.id, u.username, "
                     "u.password_hash, u.role, u.token_version, u.created_at_ms "
                     "FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = ?1");
@@ -856,7 +895,7 @@ int store_token_authenticate(store *s, store_user *user, int64_t *token_id,
         int rc = sqlite3_step(st);
         r = rc == SQLITE_ROW    ? 0
             : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "unknown API token")
-                                : db_err(s, rc, "authenticate token");
+                                : sq_err(s, rc, "authenticate token");
         int64_t last_used = 0;
         if (r == 0) {
             *token_id = sqlite3_column_int64(st, 0);

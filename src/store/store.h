@@ -175,4 +175,105 @@ int store_token_delete(store *s, int64_t user_id, int64_t id);
 int store_token_authenticate(store *s, store_user *user, int64_t *token_id,
                              const char *token_hash);
 
+/* ---- runs, their events, thread checkpoints and tool receipts ----
+ * A run belongs to one owner's thread; deleting the thread deletes them. */
+
+#define STORE_RUN_ID_MAX 64
+/* Runs one listing returns at most. */
+#define STORE_RUNS_LIST_MAX 1000
+
+typedef struct store_run {
+    char run_id[STORE_RUN_ID_MAX + 1];
+    int64_t owner_id;
+    char thread_id[65];
+    char assistant_id[65];
+    char status[16];  /* pending | running | success | error | timeout | interrupted */
+    char *kwargs;     /* JSON object: the run's accepted options (malloc'd) */
+    char *metadata;   /* JSON object (malloc'd) */
+    char *error;      /* NULL, or why the run failed (malloc'd) */
+    int64_t created_at_ms, updated_at_ms;
+} store_run;
+
+void store_run_clear(store_run *r);
+
+/* Records a new run (status pending unless run->status says otherwise;
+ * kwargs and metadata default to {}). FAWN_EEXIST for a run id in use;
+ * FAWN_ENOENT when the owner has no such thread. */
+int store_run_create(store *s, const store_run *run);
+/* The owner's run of thread (another thread's run is FAWN_ENOENT). */
+int store_run_get(store *s, store_run *out, int64_t owner_id, const char *thread_id,
+                  const char *run_id);
+/* The thread's runs, newest first; *out is a malloc'd array of *n (clear each,
+ * then free it). limit is clamped to 1..STORE_RUNS_LIST_MAX. */
+int store_run_list(store *s, store_run **out, size_t *n, int64_t owner_id,
+                   const char *thread_id, size_t limit, size_t offset);
+/* Sets a run's status and error (NULL clears it). */
+int store_run_set_status(store *s, const char *run_id, const char *status, const char *error);
+/* Ends runs a previous process left pending or running: status error with
+ * reason, their threads idle. *n (may be NULL) is how many. */
+int store_run_abandon_unfinished(store *s, size_t *n, const char *reason);
+
+/* One event of a run's stream, as SSE sends it. */
+typedef struct store_event {
+    int64_t seq;  /* 1, 2, ... within the run */
+    char event[64];
+    char *data;   /* JSON text (malloc'd) */
+} store_event;
+
+/* Appends events (seq increasing, above every stored one) in one transaction. */
+int store_event_append(store *s, const char *run_id, const store_event *events, size_t n);
+/* Up to limit events with seq > after, in order; *out is a malloc'd array of
+ * *n (free each data, then the array). */
+int store_event_read(store *s, store_event **out, size_t *n, const char *run_id, int64_t after,
+                     size_t limit);
+/* The lowest and highest stored seq (both 0 when none). */
+int store_event_bounds(store *s, int64_t *first, int64_t *last, const char *run_id);
+/* Keeps only the newest keep events of the run. */
+int store_event_prune(store *s, const char *run_id, int64_t keep);
+
+/* A thread's state after a step: values is the JSON object LangGraph
+ * clients read (messages, title, artifacts). */
+typedef struct store_checkpoint {
+    char checkpoint_id[STORE_RUN_ID_MAX + 1];
+    char parent_id[STORE_RUN_ID_MAX + 1]; /* "" for the first */
+    char run_id[STORE_RUN_ID_MAX + 1];    /* "" when not written by a run */
+    char *values;   /* JSON object (malloc'd) */
+    char *metadata; /* JSON object (malloc'd) */
+    int64_t created_at_ms;
+} store_checkpoint;
+
+void store_checkpoint_clear(store_checkpoint *c);
+
+/* Checkpoints kept per thread: the newest; older ones are pruned as new
+ * ones are written (the latest always holds the whole conversation). */
+#define STORE_CHECKPOINTS_KEPT 200
+
+/* Writes a checkpoint of the owner's thread (FAWN_ENOENT when no such thread). */
+int store_checkpoint_put(store *s, int64_t owner_id, const char *thread_id,
+                         const store_checkpoint *c);
+/* The thread's newest checkpoint (FAWN_ENOENT when it has none). */
+int store_checkpoint_latest(store *s, store_checkpoint *out, int64_t owner_id,
+                            const char *thread_id);
+/* Up to limit checkpoints, newest first, older than before_id when it is
+ * non-NULL; *out is a malloc'd array of *n (clear each, then free it). */
+int store_checkpoint_list(store *s, store_checkpoint **out, size_t *n, int64_t owner_id,
+                          const char *thread_id, const char *before_id, size_t limit);
+
+/* Evidence of one tool call. */
+typedef struct store_receipt {
+    char run_id[STORE_RUN_ID_MAX + 1];
+    char tool_call_id[129];
+    char tool_name[65];
+    char status[16];
+    char args_sha256[65];
+    char output_sha256[65];
+    int64_t output_bytes;
+    int64_t created_at_ms;
+} store_receipt;
+
+/* Records a receipt (a tool call id already recorded for the run is FAWN_EEXIST). */
+int store_receipt_add(store *s, const store_receipt *rc);
+/* The run's receipts in the order they were written (malloc'd array). */
+int store_receipt_list(store *s, store_receipt **out, size_t *n, const char *run_id);
+
 #endif

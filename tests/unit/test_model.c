@@ -906,8 +906,13 @@ static void registry_loads_and_resolves(void **state) {
     assert_ptr_equal(model_registry_resolve(reg, NULL), a);
     assert_null(model_registry_get(reg, "nope"));
     model_registry_free(reg);
+    /* Without models, the built-in offline demo model. */
     assert_int_equal(registry_from(&reg, NULL), 0);
-    assert_null(model_registry_resolve(reg, "a"));
+    assert_int_equal(model_registry_count(reg), 1);
+    const model_entry *demo = model_registry_resolve(reg, "a");
+    assert_non_null(demo);
+    assert_string_equal(demo->name, MODEL_DEMO_NAME);
+    assert_int_equal(demo->provider, MODEL_SCRIPT);
     model_registry_free(reg);
 }
 

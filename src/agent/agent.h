@@ -1,0 +1,76 @@
+/* agent: one run of the lead agent over a thread. The model is called with
+ * the thread's messages; the tools it asks for run in the thread's sandbox;
+ * each step is written to the store as a checkpoint and reported as events.
+ *
+ * Steps go through an ordered chain of hooks (agent_internal.h): input
+ * sanitization, dangling tool calls, model error handling, empty-final
+ * retry, finish reasons, loop detection, tool authorization, read before
+ * write, clarification, tool output budget, tool error handling, title and
+ * the delivery check. */
+#ifndef FAWN_AGENT_H
+#define FAWN_AGENT_H
+
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "agent/model.h"
+#include "authz/authz.h"
+#include "sandbox/manager.h"
+#include "store/store.h"
+
+/* Model calls per run by default, and the most a client may ask for. */
+#define AGENT_RECURSION_DEFAULT 100
+#define AGENT_RECURSION_MAX 1000
+/* The assistant every run uses. */
+#define AGENT_ASSISTANT_ID "lead_agent"
+
+/* Receives the run's events: event is "values", "messages", "updates" or
+ * "custom"; data is stolen. Called on the run's thread. */
+typedef void (*agent_emit_fn)(void *ctx, const char *event, json_t *data);
+
+typedef struct agent_params {
+    store *st;
+    sbx_manager *sandboxes;
+    const model_registry *models;
+    const authz_policy *policy;
+    int64_t owner_id;
+    const char *user_dir;   /* the owner's directory name (sandbox principal) */
+    const char *role;       /* RBAC role read when the run was accepted */
+    const char *thread_id;
+    const char *run_id;
+    const char *model_name; /* requested model, or NULL for the first */
+    int recursion_limit;    /* 1..AGENT_RECURSION_MAX */
+    const json_t *input;    /* messages to add first (array), or NULL */
+    const sbx_cancel *cancel; /* set to stop the run (it ends as interrupted) */
+    agent_emit_fn emit;
+    void *emit_ctx;
+} agent_params;
+
+typedef struct agent_outcome {
+    char status[16];      /* success | error | interrupted */
+    char stop_reason[32]; /* "" or loop_capped, model_length_capped, safety_capped,
+                             recursion_limit, clarification */
+    char *error;          /* why the run failed (malloc'd), or NULL */
+} agent_outcome;
+
+void agent_outcome_clear(agent_outcome *o);
+
+/* Runs the agent until the model gives a final answer, a hook stops it,
+ * the recursion limit is hit, or cancel is set. Every step is
+ * checkpointed, every tool call has a receipt. Returns 0 with *out filled
+ * (status error included: a failed run is a result, not an error of this
+ * call); a negative code when the run could not even start (no model, the
+ * store failed). */
+int agent_run(agent_outcome *out, const agent_params *p);
+
+/* Turns input messages of a request (LangChain dicts {type|role, content},
+ * or OpenAI-style {role, content}) into stored human messages with ids.
+ * FAWN_EINVAL naming the first bad message. *out is a new array. */
+int agent_input_messages(json_t **out, const json_t *input);
+
+/* A new message id ("msg-" + 32 hex) in out. */
+void agent_message_id(char out[40]);
+
+#endif

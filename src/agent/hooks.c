@@ -1,0 +1,237 @@
+/* The hook chain (agent_internal.h) and the hooks about messages and model
+ * calls; the tool hooks are in hooks_tools.c. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/agent_internal.h"
+#include "base/json.h"
+
+const agent_hook *const agent_hooks[] = {
+    &hook_input_sanitization, &hook_tool_output_budget, &hook_dangling_tool_calls,
+    &hook_model_errors,       &hook_tool_authorization, &hook_read_before_write,
+    &hook_delivery_check,     &hook_title,              &hook_loop_detection,
+    &hook_empty_final_retry,  &hook_finish_reasons,     &hook_clarification,
+    &hook_tool_errors,
+};
+const size_t agent_hooks_count = ARRAY_LEN(agent_hooks);
+
+/* ---- input sanitization: the latest user text, fenced (request only) ---- */
+
+#define INPUT_BEGIN "<<<BEGIN USER INPUT>>>"
+#define INPUT_END "<<<END USER INPUT>>>"
+
+/* text with "<<<" and ">>>" defanged (so no input can close the fence)
+ * and control characters other than tab and newline dropped, fenced. */
+static char *fenced(const char *text) {
+    fbuf b = {0};
+    int r = fbuf_printf(&b, "%s\n", INPUT_BEGIN);
+    for (const char *p = text; r == 0 && *p; p++) {
+        if ((strncmp(p, "<<<", 3) == 0 || strncmp(p, ">>>", 3) == 0)) {
+            r = fbuf_printf(&b, "%c %c %c", *p, *p, *p);
+            p += 2;
+        } else if ((unsigned char)*p >= 0x20 || *p == '\n' || *p == '\t') {
+            r = fbuf_append(&b, p, 1);
+        }
+    }
+    r = r ? r : fbuf_printf(&b, "\n%s", INPUT_END);
+    if (r < 0) {
+        fbuf_free(&b);
+        return NULL;
+    }
+    return fbuf_steal(&b);
+}
+
+static void sanitize_before_model(agent_loop *run, agent_model_call *call) {
+    for (size_t i = json_array_size(call->request); i-- > 0;) {
+        json_t *m = json_array_get(call->request, i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!role || strcmp(role, "user") != 0)
+            continue;
+        const char *text = json_string_value(json_object_get(m, "content"));
+        char *safe = text ? fenced(text) : NULL;
+        if (safe)
+            json_object_set_new(m, "content", json_string(safe));
+        free(safe);
+        return;
+    }
+}
+
+const agent_hook hook_input_sanitization = {.name = "input_sanitization",
+                                            .before_model = sanitize_before_model};
+
+/* ---- dangling tool calls: every call gets a result ---- */
+
+#define DANGLING_TEXT "[Tool call was interrupted and did not return a result.]"
+
+static bool has_result(const json_t *messages, size_t from, const char *call_id) {
+    for (size_t i = from; i < json_array_size(messages); i++) {
+        const json_t *m = json_array_get(messages, i);
+        const char *id = json_string_value(json_object_get(m, "tool_call_id"));
+        if (id && strcmp(id, call_id) == 0)
+            return true;
+    }
+    return false;
+}
+
+static json_t *placeholder(const json_t *tool_call) {
+    tool_status st = {.outcome = TOOL_CANCELLED, .exit_code = -1};
+    snprintf(st.error_type, sizeof st.error_type, "interrupted");
+    char id[40];
+    agent_message_id(id);
+    return json_pack("{s:s, s:s, s:O, s:O, s:s, s:s, s:{s:o}, s:{}}", "type", "tool", "content",
+                     DANGLING_TEXT, "tool_call_id", json_object_get(tool_call, "id"), "name",
+                     json_object_get(tool_call, "name"), "id", id, "status", "error",
+                     "additional_kwargs", "tool_status", tool_status_json(&st),
+                     "response_metadata");
+}
+
+static void dangling_before_agent(agent_loop *run) {
+    json_t *messages = run->messages;
+    for (size_t i = 0; i < json_array_size(messages); i++) {
+        const json_t *m = json_array_get(messages, i);
+        size_t k, at = i + 1;
+        json_t *c;
+        json_array_foreach(json_object_get(m, "tool_calls"), k, c) {
+            const char *id = json_string_value(json_object_get(c, "id"));
+            if (id && !has_result(messages, i + 1, id))
+                json_array_insert_new(messages, at++, placeholder(c));
+        }
+    }
+}
+
+const agent_hook hook_dangling_tool_calls = {.name = "dangling_tool_calls",
+                                             .before_agent = dangling_before_agent};
+
+/* ---- model errors: a failed call ends the run with a visible message ---- */
+
+static void model_errors_wrap(agent_loop *run, agent_model_call *call, size_t next) {
+    agent_next_model(run, call, next);
+    if (call->code == 0)
+        return;
+    if (call->why == MODEL_FAIL_CANCELLED || call->code == FAWN_ECANCELED) {
+        agent_stop(run, "", NULL);
+        return;
+    }
+    const char *why = call->error ? call->error : "unknown error";
+    agent_stop(run, "", "Model %s failed (%s): %s", run->model->name,
+               model_failure_name(call->why), why);
+    model_reply_clear(&call->reply);
+    char *text;
+    if (asprintf(&text, "Error: the model could not answer (%s): %s",
+                 model_failure_name(call->why), why) < 0)
+        return;
+    call->reply.message = json_pack("{s:s, s:s}", "role", "assistant", "content", text);
+    call->reply.prompt_tokens = call->reply.completion_tokens = -1;
+    snprintf(call->reply.finish_reason, sizeof call->reply.finish_reason, "error");
+    call->code = call->reply.message ? 0 : call->code;
+    free(text);
+}
+
+const agent_hook hook_model_errors = {.name = "model_errors", .wrap_model = model_errors_wrap};
+
+/* ---- empty final reply: retried once after a tool result ---- */
+
+static bool blank(const char *s) {
+    for (; s && *s; s++)
+        if (!isspace((unsigned char)*s))
+            return false;
+    return true;
+}
+
+static bool empty_final(const agent_model_call *call) {
+    const json_t *msg = call->reply.message;
+    return call->code == 0 && json_array_size(json_object_get(msg, "tool_calls")) == 0 &&
+           blank(json_string_value(json_object_get(msg, "content")));
+}
+
+static void empty_retry_wrap(agent_loop *run, agent_model_call *call, size_t next) {
+    agent_next_model(run, call, next);
+    const json_t *last = json_array_get(run->messages, json_array_size(run->messages) - 1);
+    const char *type = json_string_value(json_object_get(last, "type"));
+    if (!empty_final(call) || !type || strcmp(type, "tool") != 0)
+        return;
+    if (!run->empty_retried) {
+        run->empty_retried = true;
+        agent_next_model(run, call, next);
+        if (!empty_final(call))
+            return;
+    }
+    json_object_set_new(call->reply.message, "content",
+                        json_string("Error: the model returned an empty reply after a tool "
+                                    "result, twice."));
+    agent_stop(run, "", "The model returned an empty final reply");
+}
+
+const agent_hook hook_empty_final_retry = {.name = "empty_final_retry",
+                                           .wrap_model = empty_retry_wrap};
+
+/* ---- finish reasons: length and content_filter end the run ---- */
+
+static void finish_after_model(agent_loop *run, json_t *ai) {
+    const char *why = json_string_value(
+        json_object_get(json_object_get(ai, "response_metadata"), "finish_reason"));
+    if (!why)
+        return;
+    if (strcmp(why, "length") == 0) {
+        json_array_clear(json_object_get(ai, "tool_calls"));
+        agent_stop(run, "model_length_capped", NULL);
+    } else if (strcmp(why, "content_filter") == 0) {
+        json_array_clear(json_object_get(ai, "tool_calls"));
+        agent_stop(run, "safety_capped", NULL);
+    }
+}
+
+const agent_hook hook_finish_reasons = {.name = "finish_reasons",
+                                        .after_model = finish_after_model};
+
+/* ---- title: from the first user message ---- */
+
+#define TITLE_MAX 50
+
+/* The text of a message's content (a string, or the first text part). */
+static const char *content_text(const json_t *m) {
+    const json_t *c = json_object_get(m, "content");
+    if (json_is_string(c))
+        return json_string_value(c);
+    size_t i;
+    json_t *part;
+    json_array_foreach(c, i, part) {
+        const char *t = json_string_value(json_object_get(part, "text"));
+        if (t)
+            return t;
+    }
+    return "";
+}
+
+static void title_after_agent(agent_loop *run) {
+    if (json_object_get(run->values, "title"))
+        return;
+    const json_t *first = NULL;
+    bool answered = false;
+    size_t i;
+    json_t *m;
+    json_array_foreach(run->messages, i, m) {
+        const char *type = json_string_value(json_object_get(m, "type"));
+        if (type && strcmp(type, "human") == 0 && !first)
+            first = m;
+        answered |= type && strcmp(type, "ai") == 0;
+    }
+    if (!first || !answered)
+        return;
+    const char *text = content_text(first);
+    while (isspace((unsigned char)*text))
+        text++;
+    size_t n = strlen(text), cut = n > TITLE_MAX ? TITLE_MAX : n;
+    while (cut < n && cut > 0 && ((unsigned char)text[cut] & 0xC0) == 0x80)
+        cut--;
+    char title[TITLE_MAX + 8];
+    snprintf(title, sizeof title, "%.*s%s", (int)cut, text, cut < n ? "..." : "");
+    for (char *p = title; *p; p++)
+        if ((unsigned char)*p < 0x20)
+            *p = ' ';
+    json_object_set_new(run->values, "title", json_string(title[0] ? title : "New Conversation"));
+}
+
+const agent_hook hook_title = {.name = "title", .after_agent = title_after_agent};

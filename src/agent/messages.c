@@ -1,0 +1,182 @@
+/* Messages: the stored form (LangChain's dict shape: type human/ai/tool,
+ * content, tool_calls, tool_call_id, id, additional_kwargs) and the request
+ * form sent to an OpenAI-compatible model. */
+#include <stdio.h>
+#include <string.h>
+
+#include "agent/agent_internal.h"
+#include "base/json.h"
+
+/* Longest message id a client may choose. */
+#define MESSAGE_ID_MAX 128
+
+void agent_message_id(char out[40]) { fawn_random_uuid(out); }
+
+/* Text content: a string, or a list of parts ({"type":"text","text"} and
+ * others) as LangChain sends them. */
+static bool content_valid(const json_t *c) {
+    if (json_is_string(c))
+        return true;
+    if (!json_is_array(c))
+        return false;
+    size_t i;
+    json_t *part;
+    json_array_foreach(c, i, part) {
+        if (!json_is_object(part) || !json_is_string(json_object_get(part, "type")))
+            return false;
+    }
+    return true;
+}
+
+static int human_message(json_t **out, const json_t *in, size_t i) {
+    if (!json_is_object(in))
+        return fawn_err(FAWN_EINVAL, "input.messages[%zu]: must be an object", i);
+    const char *type = json_string_value(json_object_get(in, "type"));
+    const char *role = json_string_value(json_object_get(in, "role"));
+    const char *kind = type ? type : role;
+    if (!kind || (strcmp(kind, "human") != 0 && strcmp(kind, "user") != 0))
+        return fawn_err(FAWN_EINVAL, "input.messages[%zu]: only human (user) messages can be sent",
+                        i);
+    const json_t *content = json_object_get(in, "content");
+    if (!content_valid(content))
+        return fawn_err(FAWN_EINVAL, "input.messages[%zu].content: must be text or a list of parts",
+                        i);
+    const char *given = json_string_value(json_object_get(in, "id"));
+    char id[40];
+    agent_message_id(id);
+    bool keep = given && given[0] && strlen(given) <= MESSAGE_ID_MAX;
+    *out = json_pack("{s:s, s:O, s:s, s:{}, s:{}}", "type", "human", "content", content, "id",
+                     keep ? given : id, "additional_kwargs", "response_metadata");
+    return *out ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+}
+
+int agent_input_messages(json_t **out, const json_t *input) {
+    *out = json_array();
+    if (!*out)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    if (input && !json_is_array(input)) {
+        json_decref(*out);
+        return fawn_err(FAWN_EINVAL, "input.messages must be a list");
+    }
+    size_t i;
+    json_t *m;
+    json_array_foreach(input, i, m) {
+        json_t *h = NULL;
+        int r = human_message(&h, m, i);
+        if (r < 0) {
+            json_decref(*out);
+            *out = NULL;
+            return r;
+        }
+        json_array_append_new(*out, h);
+    }
+    return 0;
+}
+
+/* The stored form of one OpenAI tool call: {name, args, id, type}. args
+ * that are not a JSON object stay as their text (the tool refuses them). */
+static json_t *stored_tool_call(const json_t *c) {
+    const json_t *fn = json_object_get(c, "function");
+    const char *text = json_string_value(json_object_get(fn, "arguments"));
+    json_t *args = text && text[0] ? json_loads(text, JSON_DECODE_ANY, NULL) : json_object();
+    if (!json_is_object(args)) {
+        json_decref(args);
+        args = json_string(text ? text : "");
+    }
+    return json_pack("{s:O, s:o, s:O, s:s}", "name", json_object_get(fn, "name"), "args", args,
+                     "id", json_object_get(c, "id"), "type", "tool_call");
+}
+
+json_t *agent_ai_message(const model_reply *reply, const char *model_name) {
+    const json_t *msg = reply->message;
+    char id[40];
+    agent_message_id(id);
+    json_t *calls = json_array();
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(msg, "tool_calls"), i, c) {
+        json_array_append_new(calls, stored_tool_call(c));
+    }
+    json_t *out = json_pack("{s:s, s:s, s:s, s:o, s:[], s:{}, s:{s:s, s:s}}", "type", "ai",
+                            "content", json_string_value(json_object_get(msg, "content")) ?: "",
+                            "id", id, "tool_calls", calls, "invalid_tool_calls",
+                            "additional_kwargs", "response_metadata", "finish_reason",
+                            reply->finish_reason, "model_name", model_name);
+    if (out && reply->prompt_tokens >= 0)
+        json_object_set_new(out, "usage_metadata",
+                            json_pack("{s:I, s:I, s:I}", "input_tokens",
+                                      (json_int_t)reply->prompt_tokens, "output_tokens",
+                                      (json_int_t)reply->completion_tokens, "total_tokens",
+                                      (json_int_t)(reply->prompt_tokens +
+                                                   reply->completion_tokens)));
+    return out;
+}
+
+json_t *agent_tool_message(const agent_tool_call *call) {
+    char id[40];
+    agent_message_id(id);
+    const tool_status *st = &call->result.status;
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:{s:o}, s:{}}", "type", "tool", "content",
+                     call->result.text ? call->result.text : "", "tool_call_id", call->id,
+                     "name", call->name, "id", id, "status",
+                     st->outcome == TOOL_SUCCESS ? "success" : "error", "additional_kwargs",
+                     "tool_status", tool_status_json(st), "response_metadata");
+}
+
+/* The request-only projection of a stored tool message: its exact text and
+ * its status as one JSON document, so the status survives any provider. */
+static json_t *tool_projection(const json_t *m) {
+    json_t *status = json_object_get(json_object_get(m, "additional_kwargs"), "tool_status");
+    json_t *doc = json_pack("{s:O?, s:O}", "tool_status", status, "output",
+                            json_object_get(m, "content"));
+    char *text = doc ? json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(doc);
+    json_t *out = json_pack("{s:s, s:O, s:s}", "role", "tool", "tool_call_id",
+                            json_object_get(m, "tool_call_id"), "content", text ? text : "");
+    free(text);
+    return out;
+}
+
+static json_t *assistant_request(const json_t *m) {
+    json_t *out = json_pack("{s:s, s:O}", "role", "assistant", "content",
+                            json_object_get(m, "content"));
+    const json_t *calls = json_object_get(m, "tool_calls");
+    if (!out || json_array_size(calls) == 0)
+        return out;
+    json_t *list = json_array();
+    size_t i;
+    json_t *c;
+    json_array_foreach(calls, i, c) {
+        const json_t *args = json_object_get(c, "args");
+        char *text = json_is_string(args) ? strdup(json_string_value(args))
+                                          : json_dumps(args, JSON_COMPACT);
+        json_array_append_new(list, json_pack("{s:O, s:s, s:{s:O, s:s}}", "id",
+                                              json_object_get(c, "id"), "type", "function",
+                                              "function", "name", json_object_get(c, "name"),
+                                              "arguments", text ? text : "{}"));
+        free(text);
+    }
+    json_object_set_new(out, "tool_calls", list);
+    return out;
+}
+
+json_t *agent_request_messages(const json_t *messages, const char *system_prompt) {
+    json_t *out = json_pack("[{s:s, s:s}]", "role", "system", "content", system_prompt);
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m) {
+        const char *type = json_string_value(json_object_get(m, "type"));
+        json_t *req = NULL;
+        if (!type)
+            continue;
+        if (strcmp(type, "human") == 0)
+            req = json_pack("{s:s, s:O}", "role", "user", "content", json_object_get(m, "content"));
+        else if (strcmp(type, "ai") == 0)
+            req = assistant_request(m);
+        else if (strcmp(type, "tool") == 0)
+            req = tool_projection(m);
+        if (req)
+            json_array_append_new(out, req);
+    }
+    return out;
+}

@@ -1,0 +1,97 @@
+/* bash: a command in the run's shell session of the sandbox. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "tools/tools_internal.h"
+
+/* The text the model sees: stdout, then stderr and a failing exit code. */
+static char *bash_text(const char *out, const char *err, int exit_code, bool completed) {
+    fbuf b = {0};
+    int r = fbuf_printf(&b, "%s", out);
+    if (r == 0 && err[0])
+        r = fbuf_printf(&b, "%sStd Error:\n%s", b.len ? "\n" : "", err);
+    if (r == 0 && completed && exit_code != 0)
+        r = fbuf_printf(&b, "%sExit Code: %d", b.len ? "\n" : "", exit_code);
+    if (r == 0 && b.len == 0)
+        r = fbuf_printf(&b, "(no output)");
+    if (r < 0) {
+        fbuf_free(&b);
+        return NULL;
+    }
+    return fbuf_steal(&b);
+}
+
+/* Fills res from the box's exec reply. */
+static int bash_outcome(tool_result *res, const json_t *reply) {
+    const char *status = json_string_value(json_object_get(reply, "status"));
+    const char *out = json_string_value(json_object_get(reply, "stdout"));
+    const char *err = json_string_value(json_object_get(reply, "stderr"));
+    json_t *code = json_object_get(reply, "exit_code");
+    if (!status || !out || !err || !json_is_integer(code))
+        return tool_fail(res, TOOL_ERROR, "sandbox", false, "Error: malformed reply from the sandbox");
+    int exit_code = (int)json_integer_value(code);
+    bool completed = strcmp(status, "completed") == 0;
+    _cleanup_free_ char *full = bash_text(out, err, exit_code, completed);
+    bool cut = false;
+    char *text = full ? tool_truncate_middle(full, TOOL_BASH_OUTPUT_MAX, &cut) : NULL;
+    if (!text)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    res->status.truncated = cut || json_is_true(json_object_get(reply, "truncated"));
+    res->status.exit_code = exit_code;
+    int r = tool_succeed(res, text);
+    if (strcmp(status, "timeout") == 0) {
+        res->status.outcome = TOOL_TIMEOUT;
+        snprintf(res->status.error_type, sizeof res->status.error_type, "timeout");
+        res->status.recoverable = true;
+    } else if (!completed || exit_code != 0) {
+        res->status.outcome = TOOL_ERROR;
+        snprintf(res->status.error_type, sizeof res->status.error_type, "%s",
+                 completed ? "exit_code" : status);
+        res->status.recoverable = completed;
+    }
+    return r;
+}
+
+static int bash_run(tool_result *res, tool_env *env, const json_t *args) {
+    const char *command;
+    if (tool_arg_string(&command, res, args, "command", true) < 0)
+        return 0;
+    if (!command[0])
+        return tool_fail(res, TOOL_ERROR, "invalid_arguments", true, "Error: the command is empty");
+    sbx_lease *lease;
+    int r = tool_env_lease(&lease, env);
+    if (r < 0)
+        return tool_sandbox_failure(res, r);
+    json_t *body = json_pack("{s:s, s:i}", "command", command, "timeout_s", TOOL_BASH_TIMEOUT_S);
+    if (body && lease->session[0])
+        json_object_set_new(body, "session_id", json_string(lease->session));
+    json_t *reply = NULL;
+    int status = 0;
+    r = body ? sbx_call(&reply, &status, lease, "POST", "/v1/shell/exec", body,
+                        (TOOL_BASH_TIMEOUT_S + 30) * 1000)
+             : fawn_err(FAWN_ENOMEM, "out of memory");
+    json_decref(body);
+    if (r == 0)
+        r = status == 200 ? bash_outcome(res, reply) : tool_box_failure(res, status, reply);
+    else
+        r = tool_sandbox_failure(res, r);
+    json_decref(reply);
+    return r;
+}
+
+const tool_def tool_bash = {
+    .name = "bash",
+    .description =
+        "Execute a bash command in a Linux sandbox. The thread's files are under "
+        "/mnt/user-data: workspace (scratch), uploads (the user's files) and outputs (files "
+        "to hand back). Use absolute paths. The shell session keeps its working directory and "
+        "exported variables between calls.",
+    .parameters =
+        "{\"type\":\"object\",\"properties\":{"
+        "\"description\":{\"type\":\"string\",\"description\":\"Why you run this, in a few words.\"},"
+        "\"command\":{\"type\":\"string\",\"description\":\"The bash command to execute.\"}},"
+        "\"required\":[\"description\",\"command\"]}",
+    .run = bash_run,
+};

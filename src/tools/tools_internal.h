@@ -1,0 +1,25 @@
+/* What the tool files share; no other module includes this. */
+#ifndef FAWN_TOOLS_INTERNAL_H
+#define FAWN_TOOLS_INTERNAL_H
+
+#include "tools/tools.h"
+
+extern const tool_def tool_bash, tool_ls, tool_read_file, tool_write_file, tool_str_replace,
+    tool_glob, tool_grep, tool_present_files, tool_ask_clarification;
+
+/* 30 s: a file operation of the box; commands have their own timeout. */
+#define TOOL_FILE_CALL_TIMEOUT_MS 30000
+
+/* Sets r to success with text (taken; NULL means out of memory). */
+int tool_succeed(tool_result *r, char *text);
+/* r for a sandbox that could not be reached or used (code from the manager
+ * or the lease): denied, cancelled, timeout or a sandbox error. */
+int tool_sandbox_failure(tool_result *r, int code);
+/* r for a box API refusal (status 4xx/5xx, reply {"error","detail"}). */
+int tool_box_failure(tool_result *r, int http_status, const json_t *reply);
+/* Reads string argument key. Returns 0 (with *out NULL when absent and not
+ * required) or -1 after filling res with a recoverable error. */
+int tool_arg_string(const char **out, tool_result *res, const json_t *args, const char *key,
+                    bool required);
+
+#endif
