@@ -56,12 +56,12 @@ static void migrations_bring_schema_current(void **state) {
     fx *x = *state;
     int v = 0;
     assert_int_equal(store_schema_version(x->s, &v), 0);
-    assert_int_equal(v, 4);
+    assert_int_equal(v, 5);
     /* Reopening applies nothing twice. */
     store *again;
     assert_int_equal(store_open(&again, x->path), 0);
     assert_int_equal(store_schema_version(again, &v), 0);
-    assert_int_equal(v, 4);
+    assert_int_equal(v, 5);
     store_close(again);
 }
 
@@ -365,6 +365,150 @@ static void killed_writer_restarts_cleanly(void **state) {
     close(ready[1]);
 }
 
+/* ---- runs, events, checkpoints, receipts ---- */
+
+static void make_thread(fx *x, int64_t owner, const char *id) {
+    store_thread t;
+    bool existed;
+    assert_int_equal(store_thread_create(x->s, &t, &existed, owner, id, NULL), 0);
+    store_thread_clear(&t);
+}
+
+static void add_run(fx *x, int64_t owner, const char *thread, const char *run_id) {
+    store_run r = {.owner_id = owner};
+    snprintf(r.run_id, sizeof r.run_id, "%s", run_id);
+    snprintf(r.thread_id, sizeof r.thread_id, "%s", thread);
+    snprintf(r.assistant_id, sizeof r.assistant_id, "lead_agent");
+    r.kwargs = "{\"stream_mode\":[\"values\"]}";
+    assert_int_equal(store_run_create(x->s, &r), 0);
+}
+
+static void runs_are_owner_and_thread_scoped(void **state) {
+    fx *x = *state;
+    make_thread(x, x->alice, "rt1");
+    make_thread(x, x->bob, "rt1");
+    store_run r = {.owner_id = x->alice};
+    snprintf(r.run_id, sizeof r.run_id, "ra0");
+    snprintf(r.thread_id, sizeof r.thread_id, "missing");
+    snprintf(r.assistant_id, sizeof r.assistant_id, "lead_agent");
+    assert_int_equal(store_run_create(x->s, &r), FAWN_ENOENT);
+    add_run(x, x->alice, "rt1", "ra1");
+    add_run(x, x->alice, "rt1", "ra2");
+    snprintf(r.thread_id, sizeof r.thread_id, "rt1");
+    snprintf(r.run_id, sizeof r.run_id, "ra1");
+    assert_int_equal(store_run_create(x->s, &r), FAWN_EEXIST);
+    store_run got;
+    assert_int_equal(store_run_get(x->s, &got, x->alice, "rt1", "ra1"), 0);
+    assert_string_equal(got.status, "pending");
+    assert_string_equal(got.kwargs, "{\"stream_mode\":[\"values\"]}");
+    assert_null(got.error);
+    store_run_clear(&got);
+    /* Another owner's thread of the same id does not see it. */
+    assert_int_equal(store_run_get(x->s, &got, x->bob, "rt1", "ra1"), FAWN_ENOENT);
+    assert_int_equal(store_run_set_status(x->s, "ra1", "running", NULL), 0);
+    assert_int_equal(store_run_set_status(x->s, "ra1", "bogus", NULL), FAWN_EINVAL);
+    assert_int_equal(store_run_set_status(x->s, "ra2", "success", NULL), 0);
+    store_run *list;
+    size_t n;
+    assert_int_equal(store_run_list(x->s, &list, &n, x->alice, "rt1", 10, 0), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(list[0].run_id, "ra2"); /* newest first */
+    for (size_t i = 0; i < n; i++)
+        store_run_clear(&list[i]);
+    free(list);
+    /* A restart ends what was left running, and frees its thread. */
+    assert_int_equal(store_thread_set_status(x->s, x->alice, "rt1", "busy"), 0);
+    size_t abandoned = 0;
+    assert_int_equal(store_run_abandon_unfinished(x->s, &abandoned, "gateway restarted"), 0);
+    assert_int_equal(abandoned, 1);
+    assert_int_equal(store_run_get(x->s, &got, x->alice, "rt1", "ra1"), 0);
+    assert_string_equal(got.status, "error");
+    assert_string_equal(got.error, "gateway restarted");
+    store_run_clear(&got);
+    store_thread t;
+    assert_int_equal(store_thread_get(x->s, &t, x->alice, "rt1"), 0);
+    assert_string_equal(t.status, "idle");
+    store_thread_clear(&t);
+}
+
+static void run_events_append_read_prune(void **state) {
+    fx *x = *state;
+    make_thread(x, x->alice, "rt2");
+    add_run(x, x->alice, "rt2", "rb1");
+    store_event ev[5];
+    for (int i = 0; i < 5; i++) {
+        ev[i].seq = i + 1;
+        snprintf(ev[i].event, sizeof ev[i].event, "values");
+        ev[i].data = "{\"n\":1}";
+    }
+    assert_int_equal(store_event_append(x->s, "rb1", ev, 5), 0);
+    /* A duplicate seq fails the whole batch. */
+    assert_int_equal(store_event_append(x->s, "rb1", ev, 1), FAWN_EEXIST);
+    store_event *got;
+    size_t n;
+    assert_int_equal(store_event_read(x->s, &got, &n, "rb1", 2, 2), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(got[0].seq, 3);
+    assert_string_equal(got[1].data, "{\"n\":1}");
+    for (size_t i = 0; i < n; i++)
+        free(got[i].data);
+    free(got);
+    int64_t first, last;
+    assert_int_equal(store_event_prune(x->s, "rb1", 2), 0);
+    assert_int_equal(store_event_bounds(x->s, &first, &last, "rb1"), 0);
+    assert_int_equal(first, 4);
+    assert_int_equal(last, 5);
+    assert_int_equal(store_event_bounds(x->s, &first, &last, "none"), 0);
+    assert_int_equal(first, 0);
+}
+
+static void checkpoints_and_receipts_follow_the_thread(void **state) {
+    fx *x = *state;
+    make_thread(x, x->alice, "rt3");
+    add_run(x, x->alice, "rt3", "rc1");
+    store_checkpoint c = {.values = "{\"messages\":[]}"};
+    store_checkpoint latest;
+    assert_int_equal(store_checkpoint_latest(x->s, &latest, x->alice, "rt3"), FAWN_ENOENT);
+    for (int i = 0; i < STORE_CHECKPOINTS_KEPT + 5; i++) {
+        snprintf(c.checkpoint_id, sizeof c.checkpoint_id, "c%d", i);
+        assert_int_equal(store_checkpoint_put(x->s, x->alice, "rt3", &c), 0);
+    }
+    assert_int_equal(store_checkpoint_put(x->s, x->bob, "rt3", &c), FAWN_ENOENT);
+    assert_int_equal(store_checkpoint_latest(x->s, &latest, x->alice, "rt3"), 0);
+    char want[16];
+    snprintf(want, sizeof want, "c%d", STORE_CHECKPOINTS_KEPT + 4);
+    assert_string_equal(latest.checkpoint_id, want);
+    store_checkpoint_clear(&latest);
+    store_checkpoint *list;
+    size_t n;
+    assert_int_equal(store_checkpoint_list(x->s, &list, &n, x->alice, "rt3", want, 1000), 0);
+    assert_int_equal(n, STORE_CHECKPOINTS_KEPT - 1); /* older ones were pruned */
+    for (size_t i = 0; i < n; i++)
+        store_checkpoint_clear(&list[i]);
+    free(list);
+    store_receipt rc = {.output_bytes = 3};
+    snprintf(rc.run_id, sizeof rc.run_id, "rc1");
+    snprintf(rc.tool_call_id, sizeof rc.tool_call_id, "call_1");
+    snprintf(rc.tool_name, sizeof rc.tool_name, "bash");
+    snprintf(rc.status, sizeof rc.status, "success");
+    assert_int_equal(store_receipt_add(x->s, &rc), 0);
+    assert_int_equal(store_receipt_add(x->s, &rc), FAWN_EEXIST);
+    store_receipt *rcs;
+    assert_int_equal(store_receipt_list(x->s, &rcs, &n, "rc1"), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(rcs[0].tool_name, "bash");
+    free(rcs);
+    /* Deleting the thread deletes its runs, events, checkpoints and receipts. */
+    assert_int_equal(store_thread_delete(x->s, x->alice, "rt3"), 0);
+    store_run got;
+    assert_int_equal(store_run_get(x->s, &got, x->alice, "rt3", "rc1"), FAWN_ENOENT);
+    assert_int_equal(store_receipt_list(x->s, &rcs, &n, "rc1"), 0);
+    assert_int_equal(n, 0);
+    free(rcs);
+    make_thread(x, x->alice, "rt3");
+    assert_int_equal(store_checkpoint_latest(x->s, &latest, x->alice, "rt3"), FAWN_ENOENT);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(migrations_bring_schema_current),
@@ -376,6 +520,9 @@ int main(void) {
         cmocka_unit_test(search_matches_metadata_exactly),
         cmocka_unit_test(concurrent_writers_lose_nothing),
         cmocka_unit_test(killed_writer_restarts_cleanly),
+        cmocka_unit_test(runs_are_owner_and_thread_scoped),
+        cmocka_unit_test(run_events_append_read_prune),
+        cmocka_unit_test(checkpoints_and_receipts_follow_the_thread),
     };
     return cmocka_run_group_tests_name("store", tests, setup, teardown);
 }
