@@ -287,7 +287,7 @@ static int reply_from(model_reply *out, const json_t *reply) {
     json_t *c;
     json_array_foreach(calls, i, c) {
         char id[32] = "call_";
-        fawn_random_hex(id + 5, 24);
+        fawn_random_hex(id + 5, 12); /* 24 hex digits */
         char *args = json_dumps(json_object_get(c, "args"), JSON_COMPACT);
         json_array_append_new(list, json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", id, "type",
                                               "function", "function", "name",

@@ -13,6 +13,7 @@
 #include "auth/auth.h"
 #include "authz/authz.h"
 #include "agent/model.h"
+#include "agent/runs.h"
 #include "gateway/gateway.h"
 #include "sandbox/manager.h"
 #include "store/store.h"
@@ -44,6 +45,7 @@ struct gateway {
     sbx_provider *provider;                  /* where sandboxes run */
     sbx_manager *sandboxes;                  /* the one way to a sandbox */
     model_registry *models;                  /* the configured models */
+    run_manager *runs;                       /* agent runs and their event logs */
     atomic_int in_flight;                    /* requests begun and not completed */
     pthread_mutex_t setup_lock;              /* makes "first admin" checks and creation one step */
 };
@@ -121,6 +123,10 @@ extern const gw_route gw_sandbox_routes[];
 extern const size_t gw_sandbox_routes_count;
 extern const gw_route gw_model_routes[];
 extern const size_t gw_model_routes_count;
+extern const gw_route gw_run_routes[];
+extern const size_t gw_run_routes_count;
+extern const gw_route gw_state_routes[];
+extern const size_t gw_state_routes_count;
 
 /* ---- requests (http.c) ---- */
 
@@ -231,5 +237,35 @@ json_t *gw_user_json(const store_user *u);
 void gw_user_dir_name(char out[24], int64_t user_id);
 /* ISO 8601 UTC text of a wall-clock time in ms, into out. */
 void gw_iso_time(char out[40], int64_t ms);
+
+/* ---- following a run (run_stream.c) ---- */
+
+/* Which of a run's events a follower sends. */
+enum {
+    GW_MODE_ALWAYS = 1u << 0, /* metadata, error, end */
+    GW_MODE_VALUES = 1u << 1,
+    GW_MODE_MESSAGES = 1u << 2,
+    GW_MODE_UPDATES = 1u << 3,
+    GW_MODE_CUSTOM = 1u << 4,
+};
+
+/* The mode bits of a request's stream_mode (a name or a list; absent:
+ * values). FAWN_EINVAL "unsupported_stream_mode: <name>" for anything but
+ * values, messages-tuple (or messages), updates and custom. */
+int gw_stream_modes(unsigned *out, const json_t *stream_mode);
+
+typedef struct gw_follow_spec {
+    const char *run_id;
+    const char *thread_id;
+    int64_t owner_id;
+    unsigned modes;                /* GW_MODE_* bits */
+    int64_t after;                 /* the last event id the client has (Last-Event-ID) */
+    bool sse;                      /* SSE frames; else /wait's final JSON */
+    bool cancel_on_disconnect;     /* on_disconnect: cancel */
+    const char *content_location;  /* header value, or NULL */
+} gw_follow_spec;
+
+/* Answers 200 with a response that follows the run (see run_stream.c). */
+int gw_respond_follow(gw_request *rq, const gw_follow_spec *spec);
 
 #endif

@@ -55,6 +55,8 @@ static const struct {
     {gw_file_routes, &gw_file_routes_count},
     {gw_sandbox_routes, &gw_sandbox_routes_count},
     {gw_model_routes, &gw_model_routes_count},
+    {gw_run_routes, &gw_run_routes_count},
+    {gw_state_routes, &gw_state_routes_count},
 };
 
 /* ---- routing ---- */
@@ -400,10 +402,13 @@ static int gateway_prepare(gateway *g) {
         sweep_crash_leftovers(g->cfg);
     if (r == 0)
         r = sandboxes_start(g);
+    if (r == 0)
+        r = runs_new(&g->runs, g->st, g->sandboxes, g->models, g->policy);
     return r;
 }
 
 static void gateway_free(gateway *g) {
+    runs_free(g->runs);
     sbx_manager_free(g->sandboxes);
     sbx_provider_close(g->provider);
     authz_policy_free(g->policy);
@@ -451,6 +456,7 @@ void gateway_stop(gateway *g) {
     if (!g)
         return;
     MHD_quiesce_daemon(g->daemon); /* no new connections; requests in progress go on */
+    runs_stop(g->runs); /* runs end as interrupted; their followers get their last events */
     int64_t deadline = fawn_now_ms() + GATEWAY_STOP_GRACE_MS;
     while (atomic_load(&g->in_flight) > 0 && fawn_now_ms() < deadline)
         usleep(GATEWAY_STOP_POLL_US);

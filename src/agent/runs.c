@@ -1,0 +1,416 @@
+/* The run executor (runs.h): a queue, a pool of workers, the live runs. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/runs_internal.h"
+#include "base/json.h"
+
+/* How long an interrupting run waits for the one it replaces to end. */
+#define RUNS_INTERRUPT_WAIT_MS 30000
+/* 5 s: the kill of a cancelled run's command. */
+#define RUNS_KILL_TIMEOUT_MS 5000
+
+typedef struct run_entry {
+    struct run_entry *next_queued, *next_live;
+    char run_id[37];
+    int64_t owner_id;
+    char thread_id[65];
+    char user_dir[65];
+    char role[STORE_ROLE_MAX + 1];
+    char model[MODEL_NAME_MAX + 1];
+    bool has_model;
+    int recursion_limit;
+    json_t *input;
+    sbx_cancel cancel;
+    run_log *log; /* the entry's reference */
+} run_entry;
+
+struct run_manager {
+    store *st;
+    sbx_manager *sandboxes;
+    const model_registry *models;
+    const authz_policy *policy;
+    pthread_mutex_t lock;
+    pthread_cond_t work;  /* a run was queued, or stopping */
+    pthread_cond_t ended; /* a run ended */
+    pthread_cond_t tick;  /* wakes the heartbeat thread early (stopping) */
+    run_entry *queue_head, *queue_tail;
+    size_t queued;
+    run_entry *live; /* queued and running runs */
+    bool stopping;
+    pthread_t workers[RUNS_WORKERS];
+    size_t n_workers;
+    pthread_t heartbeat;
+    bool heartbeat_started;
+};
+
+static void entry_free(run_entry *e) {
+    json_decref(e->input);
+    run_log_close(e->log);
+    free(e);
+}
+
+static run_entry *live_find_locked(run_manager *m, int64_t owner, const char *thread,
+                                   const char *run_id) {
+    for (run_entry *e = m->live; e; e = e->next_live)
+        if (e->owner_id == owner && strcmp(e->thread_id, thread) == 0 &&
+            (!run_id || strcmp(e->run_id, run_id) == 0))
+            return e;
+    return NULL;
+}
+
+static void live_remove_locked(run_manager *m, run_entry *gone) {
+    for (run_entry **p = &m->live; *p; p = &(*p)->next_live)
+        if (*p == gone) {
+            *p = gone->next_live;
+            return;
+        }
+}
+
+/* ---- one run, on a worker ---- */
+
+static void emit_to_log(void *ctx, const char *event, json_t *data) {
+    run_entry *e = ctx;
+    run_log_append(e->log, event, data);
+}
+
+/* The thread status after a run that ended with run_status. */
+static const char *thread_status_after(const char *run_status) {
+    return strcmp(run_status, "error") == 0 ? "error" : "idle";
+}
+
+static void run_execute(run_manager *m, run_entry *e) {
+    store_run_set_status(m->st, e->run_id, "running", NULL);
+    agent_params p = {
+        .st = m->st, .sandboxes = m->sandboxes, .models = m->models, .policy = m->policy,
+        .owner_id = e->owner_id, .user_dir = e->user_dir, .role = e->role,
+        .thread_id = e->thread_id, .run_id = e->run_id,
+        .model_name = e->has_model ? e->model : NULL, .recursion_limit = e->recursion_limit,
+        .input = e->input, .cancel = &e->cancel, .emit = emit_to_log, .emit_ctx = e,
+    };
+    agent_outcome out;
+    int r = atomic_load(&e->cancel.cancelled) ? FAWN_ECANCELED : agent_run(&out, &p);
+    if (r < 0) {
+        memset(&out, 0, sizeof out);
+        bool stopped = r == FAWN_ECANCELED;
+        snprintf(out.status, sizeof out.status, "%s", stopped ? "interrupted" : "error");
+        out.error = strdup(stopped ? "Run cancelled" : fawn_errmsg());
+    }
+    if (strcmp(out.status, "error") == 0)
+        run_log_append(e->log, "error",
+                       json_pack("{s:s, s:s}", "error", "RunError", "message",
+                                 out.error ? out.error : "the run failed"));
+    run_log_append(e->log, "end", NULL);
+    run_log_end(e->log);
+    store_run_set_status(m->st, e->run_id, out.status,
+                         strcmp(out.status, "success") == 0 ? NULL : out.error);
+    store_thread_set_status(m->st, e->owner_id, e->thread_id, thread_status_after(out.status));
+    log_info("runs", "run %s on thread %s: %s%s%s", e->run_id, e->thread_id, out.status,
+             out.stop_reason[0] ? " / " : "", out.stop_reason);
+    agent_outcome_clear(&out);
+}
+
+static void *worker_main(void *arg) {
+    run_manager *m = arg;
+    pthread_mutex_lock(&m->lock);
+    for (;;) {
+        while (!m->queue_head && !m->stopping)
+            pthread_cond_wait(&m->work, &m->lock);
+        run_entry *e = m->queue_head;
+        if (!e)
+            break;
+        m->queue_head = e->next_queued;
+        if (!m->queue_head)
+            m->queue_tail = NULL;
+        m->queued--;
+        pthread_mutex_unlock(&m->lock);
+        run_execute(m, e);
+        pthread_mutex_lock(&m->lock);
+        live_remove_locked(m, e);
+        pthread_cond_broadcast(&m->ended);
+        pthread_mutex_unlock(&m->lock);
+        entry_free(e);
+        pthread_mutex_lock(&m->lock);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return NULL;
+}
+
+static void *heartbeat_main(void *arg) {
+    run_manager *m = arg;
+    pthread_mutex_lock(&m->lock);
+    while (!m->stopping) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 1;
+        pthread_cond_timedwait(&m->tick, &m->lock, &until);
+        int64_t now = fawn_now_ms();
+        for (run_entry *e = m->live; e; e = e->next_live)
+            run_log_heartbeat(e->log, now);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return NULL;
+}
+
+int runs_new(run_manager **out, store *st, sbx_manager *sandboxes, const model_registry *models,
+             const authz_policy *policy) {
+    run_manager *m = calloc(1, sizeof *m);
+    if (!m)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    *m = (run_manager){.st = st, .sandboxes = sandboxes, .models = models, .policy = policy};
+    pthread_mutex_init(&m->lock, NULL);
+    pthread_cond_init(&m->work, NULL);
+    pthread_cond_init(&m->ended, NULL);
+    pthread_cond_init(&m->tick, NULL);
+    size_t abandoned = 0;
+    int r = store_run_abandon_unfinished(st, &abandoned, "the gateway stopped during the run");
+    if (r == 0 && abandoned)
+        log_warn("runs", "%zu run(s) left unfinished by the previous gateway marked as error",
+                 abandoned);
+    for (size_t i = 0; r == 0 && i < RUNS_WORKERS; i++, m->n_workers++)
+        if (pthread_create(&m->workers[i], NULL, worker_main, m) != 0)
+            r = fawn_err(FAWN_EIO, "cannot start a run worker");
+    if (r == 0 && pthread_create(&m->heartbeat, NULL, heartbeat_main, m) != 0)
+        r = fawn_err(FAWN_EIO, "cannot start the heartbeat thread");
+    m->heartbeat_started = r == 0;
+    if (r < 0) {
+        runs_free(m);
+        return r;
+    }
+    *out = m;
+    return 0;
+}
+
+/* Kills the command a cancelled run may be waiting for: the run's shell
+ * session, when its sandbox is in use. */
+static void kill_commands(run_manager *m, const run_entry *e) {
+    sbx_info *list = NULL;
+    size_t n = 0;
+    bool active = false;
+    if (sbx_list(&list, &n, m->sandboxes) == 0)
+        for (size_t i = 0; i < n; i++)
+            active |= strcmp(list[i].user, e->user_dir) == 0 &&
+                      strcmp(list[i].thread, e->thread_id) == 0 &&
+                      list[i].holders[SBX_HOLD_EXECUTION] > 0;
+    free(list);
+    if (!active)
+        return;
+    char scope[SBX_SCOPE_MAX + 1];
+    snprintf(scope, sizeof scope, "%s:%s", e->run_id, AGENT_ASSISTANT_ID);
+    sbx_request req = {.who = {.user = e->user_dir, .role = e->role}, .thread = e->thread_id,
+                       .kind = SBX_HOLD_EXECUTION, .scope = scope};
+    sbx_lease *lease = NULL;
+    if (sbx_acquire(&lease, m->sandboxes, &req) < 0)
+        return;
+    char path[128];
+    snprintf(path, sizeof path, "/v1/shell/sessions/%s/kill", lease->session);
+    json_t *reply = NULL;
+    int status = 0;
+    if (lease->session[0])
+        sbx_call(&reply, &status, lease, "POST", path, NULL, RUNS_KILL_TIMEOUT_MS);
+    json_decref(reply);
+    sbx_release(lease);
+}
+
+/* Copies what the worker needs out of e so the kill happens unlocked. */
+static void cancel_entry(run_manager *m, run_entry *e) {
+    atomic_store(&e->cancel.cancelled, true);
+    run_entry copy = *e;
+    pthread_mutex_unlock(&m->lock);
+    kill_commands(m, &copy);
+    pthread_mutex_lock(&m->lock);
+}
+
+/* Waits (lock held) until no run named run_id (any of the thread's when
+ * NULL) is live, up to wait_ms. */
+static int wait_ended_locked(run_manager *m, int64_t owner, const char *thread,
+                             const char *run_id, int64_t wait_ms) {
+    int64_t deadline = fawn_now_ms() + wait_ms;
+    while (live_find_locked(m, owner, thread, run_id)) {
+        int64_t left = deadline - fawn_now_ms();
+        if (left <= 0)
+            return fawn_err(FAWN_ETIMEDOUT, "the run has not ended yet");
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += left / 1000;
+        until.tv_nsec += (left % 1000) * 1000000;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&m->ended, &m->lock, &until);
+    }
+    return 0;
+}
+
+void runs_stop(run_manager *m) {
+    pthread_mutex_lock(&m->lock);
+    bool first = !m->stopping;
+    m->stopping = true;
+    for (run_entry *e = m->live; e; e = e->next_live)
+        atomic_store(&e->cancel.cancelled, true);
+    pthread_cond_broadcast(&m->work);
+    pthread_cond_broadcast(&m->tick);
+    pthread_mutex_unlock(&m->lock);
+    if (!first)
+        return;
+    for (size_t i = 0; i < m->n_workers; i++)
+        pthread_join(m->workers[i], NULL);
+    if (m->heartbeat_started)
+        pthread_join(m->heartbeat, NULL);
+    /* Runs still queued never started: they end as interrupted. */
+    pthread_mutex_lock(&m->lock);
+    while (m->queue_head) {
+        run_entry *e = m->queue_head;
+        m->queue_head = e->next_queued;
+        live_remove_locked(m, e);
+        run_log_append(e->log, "end", NULL);
+        run_log_end(e->log);
+        store_run_set_status(m->st, e->run_id, "interrupted", "the gateway stopped");
+        store_thread_set_status(m->st, e->owner_id, e->thread_id, "idle");
+        entry_free(e);
+    }
+    m->queue_tail = NULL;
+    m->queued = 0;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void runs_free(run_manager *m) {
+    if (!m)
+        return;
+    runs_stop(m);
+    pthread_cond_destroy(&m->work);
+    pthread_cond_destroy(&m->ended);
+    pthread_cond_destroy(&m->tick);
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
+/* ---- starting, cancelling ---- */
+
+static int entry_new(run_entry **out, run_manager *m, const run_request *rq) {
+    run_entry *e = calloc(1, sizeof *e);
+    if (!e)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    fawn_random_uuid(e->run_id);
+    e->owner_id = rq->owner_id;
+    snprintf(e->thread_id, sizeof e->thread_id, "%s", rq->thread_id);
+    snprintf(e->user_dir, sizeof e->user_dir, "%s", rq->user_dir);
+    snprintf(e->role, sizeof e->role, "%s", rq->role ? rq->role : "");
+    e->has_model = rq->model_name != NULL;
+    snprintf(e->model, sizeof e->model, "%s", rq->model_name ? rq->model_name : "");
+    e->recursion_limit = rq->recursion_limit;
+    e->input = rq->input ? json_deep_copy(rq->input) : json_array();
+    int r = e->input ? run_log_new(&e->log, m->st, e->run_id)
+                     : fawn_err(FAWN_ENOMEM, "out of memory");
+    if (r < 0) {
+        entry_free(e);
+        return r;
+    }
+    *out = e;
+    return 0;
+}
+
+/* Claims the thread for e (lock held): refuses or interrupts the active run. */
+static int claim_thread_locked(run_manager *m, run_entry *e, bool interrupt) {
+    run_entry *active = live_find_locked(m, e->owner_id, e->thread_id, NULL);
+    if (active && !interrupt)
+        return fawn_err(FAWN_EBUSY, "Thread %s is busy with run %s", e->thread_id,
+                        active->run_id);
+    if (active) {
+        cancel_entry(m, active);
+        int r = wait_ended_locked(m, e->owner_id, e->thread_id, NULL, RUNS_INTERRUPT_WAIT_MS);
+        if (r < 0)
+            return fawn_err(FAWN_EBUSY, "Thread %s: the interrupted run has not ended yet",
+                            e->thread_id);
+    }
+    if (m->queued >= RUNS_QUEUE_MAX)
+        return fawn_err(FAWN_EBUSY, "Too many runs are waiting; try again later");
+    if (m->stopping)
+        return fawn_err(FAWN_EBUSY, "The gateway is stopping");
+    e->next_live = m->live;
+    m->live = e;
+    return 0;
+}
+
+/* The store's record of e, the thread marked busy, the metadata event. */
+static int record_run(run_manager *m, run_entry *e, const run_request *rq) {
+    store_run row = {.owner_id = e->owner_id, .kwargs = (char *)rq->kwargs,
+                     .metadata = (char *)rq->metadata};
+    snprintf(row.run_id, sizeof row.run_id, "%s", e->run_id);
+    snprintf(row.thread_id, sizeof row.thread_id, "%s", e->thread_id);
+    snprintf(row.assistant_id, sizeof row.assistant_id, "%s", AGENT_ASSISTANT_ID);
+    int r = store_run_create(m->st, &row);
+    if (r == 0)
+        r = store_thread_set_status(m->st, e->owner_id, e->thread_id, "busy");
+    if (r == 0)
+        r = run_log_append(e->log, "metadata",
+                           json_pack("{s:s, s:s}", "run_id", e->run_id, "thread_id",
+                                     e->thread_id));
+    return r;
+}
+
+int runs_start(char run_id[37], run_manager *m, const run_request *rq) {
+    run_entry *e;
+    int r = entry_new(&e, m, rq);
+    if (r < 0)
+        return r;
+    pthread_mutex_lock(&m->lock);
+    r = claim_thread_locked(m, e, rq->interrupt);
+    pthread_mutex_unlock(&m->lock);
+    if (r < 0) {
+        entry_free(e);
+        return r;
+    }
+    r = record_run(m, e, rq);
+    pthread_mutex_lock(&m->lock);
+    if (r < 0) {
+        live_remove_locked(m, e);
+        pthread_cond_broadcast(&m->ended);
+    } else {
+        if (m->queue_tail)
+            m->queue_tail->next_queued = e;
+        else
+            m->queue_head = e;
+        m->queue_tail = e;
+        m->queued++;
+        pthread_cond_signal(&m->work);
+        memcpy(run_id, e->run_id, 37);
+    }
+    pthread_mutex_unlock(&m->lock);
+    if (r < 0)
+        entry_free(e);
+    return r;
+}
+
+int runs_cancel(run_manager *m, int64_t owner_id, const char *thread_id, const char *run_id,
+                int64_t wait_ms) {
+    pthread_mutex_lock(&m->lock);
+    run_entry *e = live_find_locked(m, owner_id, thread_id, run_id);
+    int r = e ? 0 : fawn_err(FAWN_ENOENT, "run %s is not active", run_id);
+    if (e)
+        cancel_entry(m, e);
+    if (r == 0 && wait_ms > 0)
+        r = wait_ended_locked(m, owner_id, thread_id, run_id, wait_ms);
+    pthread_mutex_unlock(&m->lock);
+    return r;
+}
+
+bool runs_thread_busy(run_manager *m, int64_t owner_id, const char *thread_id) {
+    pthread_mutex_lock(&m->lock);
+    bool busy = live_find_locked(m, owner_id, thread_id, NULL) != NULL;
+    pthread_mutex_unlock(&m->lock);
+    return busy;
+}
+
+run_log *runs_log_open(run_manager *m, const char *run_id) {
+    pthread_mutex_lock(&m->lock);
+    run_log *l = NULL;
+    for (run_entry *e = m->live; e && !l; e = e->next_live)
+        if (strcmp(e->run_id, run_id) == 0) {
+            l = e->log;
+            run_log_ref(l);
+        }
+    pthread_mutex_unlock(&m->lock);
+    return l;
+}

@@ -1,0 +1,101 @@
+/* runs: the run executor and the event log.
+ *
+ * - Executor: a bounded pool of workers; one run is one worker at a time.
+ *   A thread has at most one active run: another is refused (reject) or
+ *   replaces it after cancelling it (interrupt).
+ * - Event log: every run's events in order, with ids 1, 2, ...; kept in
+ *   memory while the run is live (the latest RUN_EVENTS_RETAINED) and
+ *   written to the store as the run goes (at every checkpoint, and at the
+ *   end), so a reader that comes late, or after a restart, reads them
+ *   there. Readers never hold a thread: they ask for what is new and, when
+ *   nothing is, register a wake-up and return. */
+#ifndef FAWN_RUNS_H
+#define FAWN_RUNS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "agent/agent.h"
+
+/* Runs executing at once, and runs waiting for a worker: a run spends most
+ * of its time waiting for a model or a command, so a few workers go far;
+ * past the queue a new run is refused rather than kept forever. */
+#define RUNS_WORKERS 8
+#define RUNS_QUEUE_MAX 256
+/* Events of one run kept for readers (in memory and in the store); a
+ * reader that asks for an older one gets a gap. */
+#define RUN_EVENTS_RETAINED 4096
+/* Idle readers get a heartbeat this often. */
+#define RUNS_HEARTBEAT_MS 15000
+/* Events one fetch returns at most. */
+#define RUN_FETCH_MAX 256
+
+typedef struct run_manager run_manager;
+typedef struct run_log run_log;
+
+/* Starts the workers. Everything passed is borrowed and must outlive the
+ * manager. */
+int runs_new(run_manager **out, store *st, sbx_manager *sandboxes, const model_registry *models,
+             const authz_policy *policy);
+/* Cancels every run, waits for the workers and ends every log (waking
+ * every reader); later runs_start calls are refused. The manager stays
+ * valid for runs_free. Readers' log references stay valid until they close
+ * them. Calling it again does nothing. */
+void runs_stop(run_manager *m);
+/* runs_stop, then frees the manager (NULL is fine). */
+void runs_free(run_manager *m);
+
+typedef struct run_request {
+    int64_t owner_id;
+    const char *user_dir;     /* owner directory name */
+    const char *role;
+    const char *thread_id;
+    const char *model_name;   /* NULL: the first model */
+    int recursion_limit;      /* 1..AGENT_RECURSION_MAX */
+    const json_t *input;      /* stored-form human messages to add (copied) */
+    const char *kwargs;       /* JSON object text stored with the run */
+    const char *metadata;     /* JSON object text, or NULL */
+    bool interrupt;           /* multitask_strategy interrupt: cancel the active run first */
+} run_request;
+
+/* Records a pending run, marks the thread busy and queues the run; its
+ * first event, metadata {run_id, thread_id}, is already in its log. run_id
+ * gets a new UUID. FAWN_EBUSY when the thread has an active run (reject)
+ * or the queue is full; store errors otherwise. */
+int runs_start(char run_id[37], run_manager *m, const run_request *rq);
+
+/* Asks a live run of the owner's thread to stop (it ends as interrupted:
+ * a model call aborts at once, a running command is killed). With wait_ms,
+ * waits up to that long for it to end: 0 when it has, FAWN_ETIMEDOUT when
+ * not yet. FAWN_ENOENT when no such run is live. */
+int runs_cancel(run_manager *m, int64_t owner_id, const char *thread_id, const char *run_id,
+                int64_t wait_ms);
+
+/* Whether the owner's thread has an active run. */
+bool runs_thread_busy(run_manager *m, int64_t owner_id, const char *thread_id);
+
+/* The live log of run_id (a new reference; run_log_close it), or NULL when
+ * the run is not live (its events are then all in the store). */
+run_log *runs_log_open(run_manager *m, const char *run_id);
+void run_log_close(run_log *l);
+
+/* The log's events after seq `after`: *out is a malloc'd array of *n (at
+ * most RUN_FETCH_MAX; free each data, then the array). *done says the log
+ * has ended (after the events returned, there will be no more); *first is
+ * the oldest seq still retained (a reader asking for less has a gap). */
+int run_log_fetch(store_event **out, size_t *n, bool *done, int64_t *first, run_log *l,
+                  int64_t after);
+
+/* Registers wake(ctx) to be called once when an event after seq `after`
+ * arrives, the log ends, or RUNS_HEARTBEAT_MS pass; suspend(ctx) is called
+ * right after registering, under the log's lock, so wake never comes
+ * before it. Both run under the log's lock: they must not call back into
+ * the log. Returns false without registering when such an event is
+ * already there or the log has ended. */
+bool run_log_wait(run_log *l, int64_t after, void (*wake)(void *ctx), void (*suspend)(void *ctx),
+                  void *ctx);
+/* Forgets ctx's registration, if any (a reader that goes away). */
+void run_log_unwait(run_log *l, void *ctx);
+
+#endif

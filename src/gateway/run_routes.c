@@ -1,0 +1,433 @@
+/* Runs (LangGraph Platform shape): start one on a thread (background,
+ * streamed or waited for), list, read, join and cancel them; the same
+ * without a thread (stateless: a new thread, or config.configurable.thread_id). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "gateway/internal.h"
+
+/* Runs one listing returns unless the client asks otherwise. */
+#define RUNS_LIST_DEFAULT 10
+/* How long cancel?wait=1 waits for the run to end before answering 202. */
+#define CANCEL_WAIT_MS 30000
+
+/* Options a client may send, and which ones must be null (or false) since
+ * fawn does not do what they ask: refused by name, never ignored. */
+static const char *const run_keys[] = {
+    "assistant_id", "input", "command", "metadata", "config", "context", "checkpoint_id",
+    "checkpoint", "interrupt_before", "interrupt_after", "stream_mode", "stream_subgraphs",
+    "stream_resumable", "on_disconnect", "multitask_strategy", "webhook", "on_completion",
+    "after_seconds", "feedback_keys", "if_not_exists", "checkpoint_during", "durability", NULL};
+static const char *const unsupported_keys[] = {
+    "command", "checkpoint_id", "checkpoint", "interrupt_before", "interrupt_after",
+    "stream_subgraphs", "stream_resumable", "webhook", "on_completion", "after_seconds",
+    "feedback_keys", "checkpoint_during", "durability"};
+
+typedef struct run_args {
+    json_t *body;
+    json_t *input;         /* stored-form human messages */
+    const char *model;     /* context.model_name or config.configurable.model_name */
+    const char *thread_id; /* stateless runs: config.configurable.thread_id */
+    int recursion_limit;
+    unsigned modes;
+    bool cancel_on_disconnect;
+    bool interrupt;
+    bool create_thread;    /* if_not_exists: create */
+    char *kwargs, *metadata;
+} run_args;
+
+static void run_args_clear(run_args *a) {
+    json_decref(a->body);
+    json_decref(a->input);
+    free(a->kwargs);
+    free(a->metadata);
+}
+
+/* A value that asks for nothing: absent, null, false, or empty. */
+static bool inert(const json_t *v) {
+    return !v || json_is_null(v) || json_is_false(v) ||
+           (json_is_array(v) && json_array_size(v) == 0) || (json_is_object(v) && json_object_size(v) == 0);
+}
+
+static int unsupported(const char *key) {
+    return fawn_err(FAWN_EINVAL, "Run option '%s' is not supported", key);
+}
+
+static int keys_check(const json_t *body) {
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)body, key, v) {
+        bool known = false;
+        for (size_t i = 0; run_keys[i] && !known; i++)
+            known = strcmp(key, run_keys[i]) == 0;
+        if (!known)
+            return unsupported(key);
+    }
+    for (size_t i = 0; i < ARRAY_LEN(unsupported_keys); i++)
+        if (!inert(json_object_get(body, unsupported_keys[i])))
+            return unsupported(unsupported_keys[i]);
+    return 0;
+}
+
+/* One of the allowed words, or dflt when absent. */
+static int choice(const char **out, const json_t *body, const char *key, const char *dflt,
+                  const char *const *allowed) {
+    const json_t *v = json_object_get(body, key);
+    *out = dflt;
+    if (!v || json_is_null(v))
+        return 0;
+    for (size_t i = 0; allowed[i]; i++)
+        if (json_is_string(v) && strcmp(json_string_value(v), allowed[i]) == 0) {
+            *out = allowed[i];
+            return 0;
+        }
+    return fawn_err(FAWN_EINVAL, "Run option '%s' does not support %s", key,
+                    json_is_string(v) ? json_string_value(v) : "that value");
+}
+
+static int recursion_limit(const json_t *config) {
+    const json_t *v = json_object_get(config, "recursion_limit");
+    json_int_t n = json_is_integer(v) ? json_integer_value(v) : 0;
+    return n <= 0 ? AGENT_RECURSION_DEFAULT : n > AGENT_RECURSION_MAX ? AGENT_RECURSION_MAX : (int)n;
+}
+
+static int input_take(run_args *a) {
+    const json_t *input = json_object_get(a->body, "input");
+    if (input && !json_is_null(input) && !json_is_object(input))
+        return fawn_err(FAWN_EINVAL, "input must be an object");
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)input, key, v) {
+        if (strcmp(key, "messages") != 0)
+            return fawn_err(FAWN_EINVAL, "input.%s is not supported (only messages)", key);
+    }
+    return agent_input_messages(&a->input, json_object_get(input, "messages"));
+}
+
+/* The model name a run asks for: context.model_name, else the configurable. */
+static int model_take(run_args *a, const json_t *config) {
+    const json_t *ctx = json_object_get(a->body, "context");
+    if (ctx && !json_is_null(ctx) && !json_is_object(ctx))
+        return fawn_err(FAWN_EINVAL, "context must be an object");
+    const json_t *name = json_object_get(ctx, "model_name");
+    if (!name)
+        name = json_object_get(json_object_get(config, "configurable"), "model_name");
+    if (name && !json_is_null(name) && !json_is_string(name))
+        return fawn_err(FAWN_EINVAL, "model_name must be a string");
+    a->model = json_string_value(name);
+    return 0;
+}
+
+static int options_take(run_args *a, bool streaming) {
+    static const char *const disconnect[] = {"cancel", "continue", NULL};
+    static const char *const multitask[] = {"reject", "interrupt", NULL};
+    static const char *const if_not_exists[] = {"create", "reject", NULL};
+    const char *on_disconnect, *strategy, *missing;
+    int r = choice(&on_disconnect, a->body, "on_disconnect", streaming ? "cancel" : "continue",
+                   disconnect);
+    if (r == 0)
+        r = choice(&strategy, a->body, "multitask_strategy", "reject", multitask);
+    if (r == 0)
+        r = choice(&missing, a->body, "if_not_exists", "reject", if_not_exists);
+    if (r == 0) {
+        a->cancel_on_disconnect = strcmp(on_disconnect, "cancel") == 0;
+        a->interrupt = strcmp(strategy, "interrupt") == 0;
+        a->create_thread = strcmp(missing, "create") == 0;
+    }
+    return r;
+}
+
+static int kwargs_take(run_args *a) {
+    json_t *meta = json_object_get(a->body, "metadata");
+    if (meta && !json_is_null(meta) && !json_is_object(meta))
+        return fawn_err(FAWN_EINVAL, "metadata must be an object");
+    json_t *kw = json_pack("{s:O?, s:O?, s:O?, s:O?, s:i}", "stream_mode",
+                           json_object_get(a->body, "stream_mode"), "config",
+                           json_object_get(a->body, "config"), "context",
+                           json_object_get(a->body, "context"), "input",
+                           json_object_get(a->body, "input"), "recursion_limit",
+                           a->recursion_limit);
+    a->kwargs = kw ? json_dumps(kw, JSON_COMPACT) : NULL;
+    json_decref(kw);
+    a->metadata = json_is_object(meta) ? json_dumps(meta, JSON_COMPACT) : NULL;
+    return a->kwargs ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+}
+
+/* Reads and checks a run request: FAWN_EINVAL (422) naming what is wrong. */
+static int run_args_read(run_args *a, gw_request *rq, bool streaming) {
+    int r = gw_body_json(&a->body, rq);
+    if (r == 0)
+        r = keys_check(a->body);
+    const char *assistant = json_string_value(json_object_get(a->body, "assistant_id"));
+    if (r == 0 && assistant && strcmp(assistant, AGENT_ASSISTANT_ID) != 0)
+        r = fawn_err(FAWN_EINVAL, "Unknown assistant_id '%s' (fawn serves %s)", assistant,
+                     AGENT_ASSISTANT_ID);
+    const json_t *config = json_object_get(a->body, "config");
+    if (r == 0 && config && !json_is_null(config) && !json_is_object(config))
+        r = fawn_err(FAWN_EINVAL, "config must be an object");
+    if (r == 0)
+        r = input_take(a);
+    if (r == 0)
+        r = model_take(a, config);
+    if (r == 0)
+        r = gw_stream_modes(&a->modes, json_object_get(a->body, "stream_mode"));
+    if (r == 0)
+        r = options_take(a, streaming);
+    a->recursion_limit = recursion_limit(config);
+    a->thread_id = json_string_value(
+        json_object_get(json_object_get(config, "configurable"), "thread_id"));
+    if (r == 0)
+        r = kwargs_take(a);
+    return r;
+}
+
+static json_t *run_json(const store_run *run) {
+    char created[40], updated[40];
+    gw_iso_time(created, run->created_at_ms);
+    gw_iso_time(updated, run->updated_at_ms);
+    json_t *kwargs = json_loads(run->kwargs, 0, NULL);
+    json_t *meta = json_loads(run->metadata, 0, NULL);
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:s, s:s?}", "run_id",
+                     run->run_id, "thread_id", run->thread_id, "assistant_id", run->assistant_id,
+                     "created_at", created, "updated_at", updated, "status", run->status,
+                     "metadata", meta ? meta : json_object(), "kwargs",
+                     kwargs ? kwargs : json_object(), "multitask_strategy", "reject", "error",
+                     run->error);
+}
+
+/* The thread a run goes to: the route's, or for stateless runs the one the
+ * config names (created when missing), or a new one. */
+static int run_thread(store_thread *t, gw_request *rq, const run_args *a, bool stateless) {
+    if (!stateless) {
+        int r = gw_thread_resolve(t, rq, false);
+        if (r == FAWN_ENOENT && a->create_thread)
+            r = gw_thread_resolve(t, rq, true);
+        return r;
+    }
+    char id[65];
+    if (a->thread_id && !fawn_id_valid(a->thread_id))
+        return fawn_err(FAWN_EINVAL, "config.configurable.thread_id must match [A-Za-z0-9_-]{1,64}");
+    if (a->thread_id)
+        snprintf(id, sizeof id, "%s", a->thread_id);
+    else
+        fawn_random_uuid(id);
+    bool existed;
+    return store_thread_create(rq->g->st, t, &existed, rq->who.user.id, id, NULL);
+}
+
+/* The model the run will use must be one the role may use. */
+static int model_allowed(gw_request *rq, const char *name) {
+    const model_entry *e = model_registry_resolve(rq->g->models, name);
+    if (!e)
+        return fawn_err(FAWN_ENOENT, "no model is configured");
+    return authz_check(rq->g->policy, rq->who.user.role, AUTHZ_MODELS, e->name);
+}
+
+enum run_answer { ANSWER_RUN, ANSWER_STREAM, ANSWER_WAIT };
+
+static int answer(gw_request *rq, enum run_answer how, const run_args *a, const char *thread_id,
+                  const char *run_id) {
+    if (how == ANSWER_RUN) {
+        store_run run;
+        int r = store_run_get(rq->g->st, &run, rq->who.user.id, thread_id, run_id);
+        if (r < 0)
+            return r;
+        json_t *body = run_json(&run);
+        store_run_clear(&run);
+        return gw_respond_json(rq, MHD_HTTP_OK, body);
+    }
+    char location[192];
+    snprintf(location, sizeof location, "/api/threads/%s/runs/%s", thread_id, run_id);
+    gw_follow_spec spec = {.run_id = run_id, .thread_id = thread_id,
+                           .owner_id = rq->who.user.id, .modes = a->modes,
+                           .sse = how == ANSWER_STREAM,
+                           .cancel_on_disconnect = a->cancel_on_disconnect,
+                           .content_location = how == ANSWER_STREAM ? location : NULL};
+    return gw_respond_follow(rq, &spec);
+}
+
+static int run_create(gw_request *rq, enum run_answer how, bool stateless) {
+    run_args a = {0};
+    int r = run_args_read(&a, rq, how == ANSWER_STREAM);
+    if (r == FAWN_EINVAL) {
+        run_args_clear(&a);
+        return gw_respond_detail(rq, MHD_HTTP_UNPROCESSABLE_CONTENT, fawn_errmsg());
+    }
+    store_thread t = {0};
+    if (r == 0)
+        r = run_thread(&t, rq, &a, stateless);
+    if (r == 0)
+        r = model_allowed(rq, a.model);
+    char owner[24], run_id[37] = "";
+    gw_user_dir_name(owner, rq->who.user.id);
+    run_request req = {.owner_id = rq->who.user.id, .user_dir = owner, .role = rq->who.user.role,
+                       .thread_id = t.id, .model_name = a.model,
+                       .recursion_limit = a.recursion_limit, .input = a.input,
+                       .kwargs = a.kwargs, .metadata = a.metadata, .interrupt = a.interrupt};
+    int fd = -1;
+    if (r == 0) /* the thread's directories exist before its sandbox mounts them */
+        r = gw_thread_files_open(&fd, rq, &t, true);
+    if (fd >= 0)
+        close(fd);
+    if (r == 0)
+        r = runs_start(run_id, rq->g->runs, &req);
+    if (r == 0)
+        r = answer(rq, how, &a, t.id, run_id);
+    store_thread_clear(&t);
+    run_args_clear(&a);
+    return r == FAWN_EINVAL ? gw_respond_detail(rq, MHD_HTTP_UNPROCESSABLE_CONTENT, fawn_errmsg())
+                            : r;
+}
+
+static int route_run_create(gw_request *rq) { return run_create(rq, ANSWER_RUN, false); }
+static int route_run_stream(gw_request *rq) { return run_create(rq, ANSWER_STREAM, false); }
+static int route_run_wait(gw_request *rq) { return run_create(rq, ANSWER_WAIT, false); }
+static int route_stateless_run(gw_request *rq) { return run_create(rq, ANSWER_RUN, true); }
+static int route_stateless_stream(gw_request *rq) { return run_create(rq, ANSWER_STREAM, true); }
+static int route_stateless_wait(gw_request *rq) { return run_create(rq, ANSWER_WAIT, true); }
+
+/* ---- reading runs ---- */
+
+/* The run named by the route's second capture, on the route's thread. */
+static int run_resolve(store_run *out, gw_request *rq) {
+    store_thread t;
+    int r = gw_thread_resolve(&t, rq, false);
+    store_thread_clear(&t);
+    if (r == 0)
+        r = store_run_get(rq->g->st, out, rq->who.user.id, rq->params[0], rq->params[1]);
+    return r;
+}
+
+static int query_int(int64_t *out, gw_request *rq, const char *key, int64_t dflt, int64_t max) {
+    const char *v = gw_query(rq, key);
+    char *end = NULL;
+    long long n = v ? strtoll(v, &end, 10) : dflt;
+    if (v && (!*v || *end || n < 0 || n > max))
+        return fawn_err(FAWN_EINVAL, "%s must be an integer from 0 to %lld", key, (long long)max);
+    *out = n;
+    return 0;
+}
+
+static int route_run_list(gw_request *rq) {
+    store_thread t;
+    int r = gw_thread_resolve(&t, rq, false);
+    store_thread_clear(&t);
+    int64_t limit = 0, offset = 0;
+    if (r == 0)
+        r = query_int(&limit, rq, "limit", RUNS_LIST_DEFAULT, STORE_RUNS_LIST_MAX);
+    if (r == 0)
+        r = query_int(&offset, rq, "offset", 0, INT32_MAX);
+    if (r == FAWN_EINVAL)
+        return gw_respond_detail(rq, MHD_HTTP_UNPROCESSABLE_CONTENT, fawn_errmsg());
+    store_run *runs = NULL;
+    size_t n = 0;
+    if (r == 0)
+        r = store_run_list(rq->g->st, &runs, &n, rq->who.user.id, rq->params[0],
+                           (size_t)limit, (size_t)offset);
+    if (r < 0)
+        return r;
+    json_t *list = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_array_append_new(list, run_json(&runs[i]));
+        store_run_clear(&runs[i]);
+    }
+    free(runs);
+    return gw_respond_json(rq, MHD_HTTP_OK, list);
+}
+
+static int route_run_get(gw_request *rq) {
+    store_run run;
+    int r = run_resolve(&run, rq);
+    if (r < 0)
+        return r;
+    json_t *body = run_json(&run);
+    store_run_clear(&run);
+    return gw_respond_json(rq, MHD_HTTP_OK, body);
+}
+
+/* The stream modes a run was started with (its kwargs). */
+static unsigned run_modes(const store_run *run) {
+    json_t *kw = json_loads(run->kwargs, 0, NULL);
+    unsigned modes = 0;
+    if (gw_stream_modes(&modes, json_object_get(kw, "stream_mode")) < 0)
+        modes = GW_MODE_ALWAYS | GW_MODE_VALUES;
+    json_decref(kw);
+    return modes;
+}
+
+/* The event id a reconnecting client last saw (Last-Event-ID), or 0. */
+static int64_t last_event_id(gw_request *rq) {
+    const char *v = gw_header(rq, "Last-Event-ID");
+    char *end = NULL;
+    long long n = v ? strtoll(v, &end, 10) : 0;
+    return v && *v && !*end && n > 0 ? n : 0;
+}
+
+static int follow_existing(gw_request *rq, bool sse) {
+    store_run run;
+    int r = run_resolve(&run, rq);
+    if (r < 0)
+        return r;
+    gw_follow_spec spec = {.run_id = run.run_id, .thread_id = run.thread_id,
+                           .owner_id = rq->who.user.id, .modes = run_modes(&run),
+                           .after = last_event_id(rq), .sse = sse};
+    r = gw_respond_follow(rq, &spec);
+    store_run_clear(&run);
+    return r;
+}
+
+/* GET .../join: the final state (JSON), or the events when the client
+ * asks for text/event-stream. */
+static int route_run_join(gw_request *rq) {
+    const char *accept = gw_header(rq, "Accept");
+    return follow_existing(rq, accept && strstr(accept, "text/event-stream"));
+}
+
+static int route_run_join_stream(gw_request *rq) { return follow_existing(rq, true); }
+
+static int route_run_cancel(gw_request *rq) {
+    store_run run;
+    int r = run_resolve(&run, rq);
+    if (r < 0)
+        return r;
+    bool finished = strcmp(run.status, "pending") != 0 && strcmp(run.status, "running") != 0;
+    store_run_clear(&run);
+    const char *wait = gw_query(rq, "wait");
+    const char *action = gw_query(rq, "action");
+    if (action && strcmp(action, "interrupt") != 0)
+        return gw_respond_detail(rq, MHD_HTTP_UNPROCESSABLE_CONTENT,
+                                 "Cancel action 'rollback' is not supported");
+    bool waiting = wait && (strcmp(wait, "1") == 0 || strcmp(wait, "true") == 0);
+    if (!finished)
+        r = runs_cancel(rq->g->runs, rq->who.user.id, rq->params[0], rq->params[1],
+                        waiting ? CANCEL_WAIT_MS : 0);
+    if (finished || r == FAWN_ENOENT)
+        return gw_respond_detail(rq, MHD_HTTP_CONFLICT, "Run is not active");
+    if (r == 0 && waiting) {
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+        return resp ? gw_queue(rq, MHD_HTTP_NO_CONTENT, resp) : FAWN_ENOMEM;
+    }
+    if (r < 0 && r != FAWN_ETIMEDOUT)
+        return r;
+    return gw_respond_json(rq, MHD_HTTP_ACCEPTED, json_pack("{s:s}", "status", "cancelling"));
+}
+
+#define RUN_BODY GW_BODY_BUFFER, GW_JSON_BODY_MAX, NULL
+#define NO_BODY GW_BODY_NONE, 0, NULL
+
+const gw_route gw_run_routes[] = {
+    {"POST", "/api/threads/{}/runs", route_run_create, AUTHZ_RUNS_CREATE, RUN_BODY},
+    {"POST", "/api/threads/{}/runs/stream", route_run_stream, AUTHZ_RUNS_CREATE, RUN_BODY},
+    {"POST", "/api/threads/{}/runs/wait", route_run_wait, AUTHZ_RUNS_CREATE, RUN_BODY},
+    {"GET", "/api/threads/{}/runs", route_run_list, AUTHZ_RUNS_READ, NO_BODY},
+    {"GET", "/api/threads/{}/runs/{}", route_run_get, AUTHZ_RUNS_READ, NO_BODY},
+    {"GET", "/api/threads/{}/runs/{}/join", route_run_join, AUTHZ_RUNS_READ, NO_BODY},
+    {"GET", "/api/threads/{}/runs/{}/stream", route_run_join_stream, AUTHZ_RUNS_READ, NO_BODY},
+    {"POST", "/api/threads/{}/runs/{}/cancel", route_run_cancel, AUTHZ_RUNS_CANCEL, NO_BODY},
+    {"POST", "/api/runs", route_stateless_run, AUTHZ_RUNS_CREATE, RUN_BODY},
+    {"POST", "/api/runs/stream", route_stateless_stream, AUTHZ_RUNS_CREATE, RUN_BODY},
+    {"POST", "/api/runs/wait", route_stateless_wait, AUTHZ_RUNS_CREATE, RUN_BODY},
+};
+const size_t gw_run_routes_count = ARRAY_LEN(gw_run_routes);

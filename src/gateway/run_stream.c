@@ -1,0 +1,229 @@
+/* Following a run: an SSE stream of its events (stream, join) or, for
+ * /wait, its final state once it ends. A follower never holds a server
+ * thread: with nothing to send it registers a wake-up with the run's log
+ * and suspends its connection; the log resumes it when an event arrives,
+ * the run ends, or a heartbeat is due. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "gateway/internal.h"
+
+/* Bytes handed to the server per call: one SSE frame is usually smaller. */
+#define FOLLOW_BLOCK_SIZE (16 * 1024)
+
+typedef struct follower {
+    gateway *g;
+    struct MHD_Connection *conn;
+    gw_follow_spec spec;
+    char run_id[37];
+    char thread_id[65];
+    run_log *log;      /* the live log, or NULL: the events are in the store */
+    int64_t cursor;    /* the last event id passed over */
+    fbuf out;          /* bytes not handed to the server yet */
+    size_t out_pos;
+    bool finished;     /* nothing will follow what is in out */
+    int64_t last_sent_ms;
+} follower;
+
+static const struct {
+    const char *event;
+    unsigned mode;
+} event_modes[] = {
+    {"values", GW_MODE_VALUES},   {"messages", GW_MODE_MESSAGES}, {"updates", GW_MODE_UPDATES},
+    {"custom", GW_MODE_CUSTOM},   {"metadata", GW_MODE_ALWAYS},   {"error", GW_MODE_ALWAYS},
+    {"end", GW_MODE_ALWAYS},
+};
+
+int gw_stream_modes(unsigned *out, const json_t *stream_mode) {
+    static const struct {
+        const char *name;
+        unsigned mode;
+    } names[] = {{"values", GW_MODE_VALUES},          {"messages-tuple", GW_MODE_MESSAGES},
+                 {"messages", GW_MODE_MESSAGES},      {"updates", GW_MODE_UPDATES},
+                 {"custom", GW_MODE_CUSTOM}};
+    *out = GW_MODE_ALWAYS;
+    if (!stream_mode || json_is_null(stream_mode)) {
+        *out |= GW_MODE_VALUES;
+        return 0;
+    }
+    json_t *list = json_is_string(stream_mode) ? json_pack("[O]", stream_mode)
+                                               : json_incref((json_t *)stream_mode);
+    int r = json_is_array(list) ? 0 : fawn_err(FAWN_EINVAL, "stream_mode must be a list");
+    size_t i;
+    json_t *m;
+    json_array_foreach(list, i, m) {
+        unsigned bit = 0;
+        for (size_t k = 0; k < ARRAY_LEN(names) && json_is_string(m); k++)
+            if (strcmp(json_string_value(m), names[k].name) == 0)
+                bit = names[k].mode;
+        if (r == 0 && !bit)
+            r = fawn_err(FAWN_EINVAL, "unsupported_stream_mode: %s",
+                         json_is_string(m) ? json_string_value(m) : "(not a name)");
+        *out |= bit;
+    }
+    json_decref(list);
+    return r;
+}
+
+static bool wanted(const follower *f, const char *event) {
+    for (size_t i = 0; i < ARRAY_LEN(event_modes); i++)
+        if (strcmp(event, event_modes[i].event) == 0)
+            return (f->spec.modes & event_modes[i].mode) != 0;
+    return false;
+}
+
+static void frame(follower *f, const char *event, const char *data, int64_t id) {
+    if (id > 0)
+        fbuf_printf(&f->out, "event: %s\ndata: %s\nid: %" PRId64 "\n\n", event, data, id);
+    else
+        fbuf_printf(&f->out, "event: %s\ndata: %s\n\n", event, data);
+}
+
+/* The gap frame: the reader asked for events no longer kept. */
+static void gap(follower *f, int64_t first, int64_t last) {
+    json_t *g = json_pack("{s:s, s:s, s:I, s:I, s:I, s:s}", "code", "stream_replay_gap",
+                          "run_id", f->run_id, "requested_event_id", (json_int_t)f->cursor,
+                          "earliest_available_event_id", (json_int_t)first,
+                          "latest_available_event_id", (json_int_t)last, "recovery",
+                          "reload_durable_state");
+    char *text = g ? json_dumps(g, JSON_COMPACT) : NULL;
+    frame(f, "gap", text ? text : "{}", 0);
+    free(text);
+    json_decref(g);
+    f->finished = true;
+}
+
+/* /wait's answer: the thread's state once the run has ended, or its error. */
+static void final_state(follower *f) {
+    store_run run;
+    json_t *body = NULL;
+    if (store_run_get(f->g->st, &run, f->spec.owner_id, f->thread_id, f->run_id) == 0 &&
+        strcmp(run.status, "error") == 0) {
+        body = json_pack("{s:s, s:s}", "status", "error", "error",
+                         run.error ? run.error : "the run failed");
+    } else {
+        store_checkpoint cp;
+        if (store_checkpoint_latest(f->g->st, &cp, f->spec.owner_id, f->thread_id) == 0) {
+            body = json_loads(cp.values, 0, NULL);
+            store_checkpoint_clear(&cp);
+        }
+    }
+    store_run_clear(&run);
+    char *text = json_dumps(body ? body : json_object(), JSON_COMPACT);
+    fbuf_printf(&f->out, "%s", text ? text : "{}");
+    free(text);
+    json_decref(body);
+    f->finished = true;
+}
+
+/* Adds what is new to out; sets finished at the end of the run. */
+static void gather(follower *f) {
+    store_event *ev = NULL;
+    size_t n = 0;
+    bool done = false;
+    int64_t first = 0, last = 0;
+    int r = f->log ? run_log_fetch(&ev, &n, &done, &first, f->log, f->cursor)
+                   : store_event_bounds(f->g->st, &first, &last, f->run_id);
+    if (r == 0 && !f->log) {
+        r = store_event_read(f->g->st, &ev, &n, f->run_id, f->cursor, RUN_FETCH_MAX);
+        done = n == 0;
+    }
+    if (r < 0) {
+        log_warn("gateway", "run %s: events unreadable: %s", f->run_id, fawn_errmsg());
+        f->finished = true;
+        return;
+    }
+    if (f->cursor > 0 && first > f->cursor + 1) {
+        gap(f, first, f->log ? first + (int64_t)n - 1 : last);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            f->cursor = ev[i].seq;
+            if (f->spec.sse && wanted(f, ev[i].event))
+                frame(f, ev[i].event, ev[i].data, ev[i].seq);
+        }
+        if (done && !f->spec.sse)
+            final_state(f);
+        f->finished |= done;
+    }
+    for (size_t i = 0; i < n; i++)
+        free(ev[i].data);
+    free(ev);
+}
+
+static void follower_wake(void *ctx) { MHD_resume_connection(((follower *)ctx)->conn); }
+static void follower_suspend(void *ctx) { MHD_suspend_connection(((follower *)ctx)->conn); }
+
+static ssize_t hand_out(follower *f, char *buf, size_t max) {
+    size_t n = f->out.len - f->out_pos;
+    n = n > max ? max : n;
+    memcpy(buf, f->out.data + f->out_pos, n);
+    f->out_pos += n;
+    if (f->out_pos == f->out.len)
+        f->out.len = f->out_pos = 0;
+    f->last_sent_ms = fawn_now_ms();
+    return (ssize_t)n;
+}
+
+static ssize_t follower_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    follower *f = cls;
+    for (int round = 0; round < 2; round++) {
+        if (f->out.len > f->out_pos)
+            return hand_out(f, buf, max);
+        if (f->finished)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        gather(f);
+        if (f->out.len > f->out_pos || f->finished)
+            continue;
+        if (fawn_now_ms() - f->last_sent_ms >= RUNS_HEARTBEAT_MS) {
+            fbuf_printf(&f->out, "%s", f->spec.sse ? ": heartbeat\n\n" : " ");
+            continue;
+        }
+        if (f->log && run_log_wait(f->log, f->cursor, follower_wake, follower_suspend, f))
+            return 0;
+    }
+    return f->out.len > f->out_pos ? hand_out(f, buf, max) : 0;
+}
+
+static void follower_free(void *cls) {
+    follower *f = cls;
+    if (f->log) {
+        run_log_unwait(f->log, f);
+        run_log_close(f->log);
+    }
+    if (!f->finished && f->spec.cancel_on_disconnect &&
+        runs_cancel(f->g->runs, f->spec.owner_id, f->thread_id, f->run_id, 0) == 0)
+        log_info("gateway", "run %s cancelled: its client went away", f->run_id);
+    fbuf_free(&f->out);
+    free(f);
+}
+
+int gw_respond_follow(gw_request *rq, const gw_follow_spec *spec) {
+    follower *f = calloc(1, sizeof *f);
+    if (!f)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    *f = (follower){.g = rq->g, .conn = rq->conn, .spec = *spec, .cursor = spec->after,
+                    .last_sent_ms = fawn_now_ms()};
+    snprintf(f->run_id, sizeof f->run_id, "%s", spec->run_id);
+    snprintf(f->thread_id, sizeof f->thread_id, "%s", spec->thread_id);
+    f->spec.run_id = f->run_id;
+    f->spec.thread_id = f->thread_id;
+    f->spec.content_location = NULL;
+    f->log = runs_log_open(rq->g->runs, f->run_id);
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, FOLLOW_BLOCK_SIZE,
+                                                               follower_read, f, follower_free);
+    if (!r) {
+        follower_free(f);
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            spec->sse ? "text/event-stream" : "application/json");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    if (spec->content_location)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_LOCATION, spec->content_location);
+    return gw_queue(rq, MHD_HTTP_OK, r);
+}

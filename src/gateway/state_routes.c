@@ -1,0 +1,218 @@
+/* Thread state (LangGraph Platform shape): the latest checkpoint, its
+ * history, updates by the client; and the one assistant, lead_agent. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "gateway/internal.h"
+
+/* Checkpoints one history request returns unless the client asks otherwise. */
+#define HISTORY_DEFAULT 10
+
+static json_t *checkpoint_ref(const char *thread_id, const char *checkpoint_id) {
+    if (!checkpoint_id || !checkpoint_id[0])
+        return json_null();
+    return json_pack("{s:s, s:s, s:s}", "thread_id", thread_id, "checkpoint_ns", "",
+                     "checkpoint_id", checkpoint_id);
+}
+
+/* {values, next, tasks, metadata, created_at, checkpoint, parent_checkpoint, interrupts} */
+static json_t *state_json(const char *thread_id, const store_checkpoint *cp) {
+    char created[40] = "";
+    json_t *values = cp ? json_loads(cp->values, 0, NULL) : NULL;
+    json_t *meta = cp ? json_loads(cp->metadata, 0, NULL) : NULL;
+    if (cp)
+        gw_iso_time(created, cp->created_at_ms);
+    return json_pack("{s:o, s:[], s:[], s:o, s:s?, s:o, s:o, s:[]}", "values",
+                     values ? values : json_object(), "next", "tasks", "metadata",
+                     meta ? meta : json_object(), "created_at", cp ? created : NULL,
+                     "checkpoint", checkpoint_ref(thread_id, cp ? cp->checkpoint_id : NULL),
+                     "parent_checkpoint", checkpoint_ref(thread_id, cp ? cp->parent_id : NULL),
+                     "interrupts");
+}
+
+static int route_state_get(gw_request *rq) {
+    store_thread t;
+    int r = gw_thread_resolve(&t, rq, false);
+    if (r < 0)
+        return r;
+    store_checkpoint cp;
+    r = store_checkpoint_latest(rq->g->st, &cp, rq->who.user.id, t.id);
+    json_t *body = r == 0 || r == FAWN_ENOENT ? state_json(t.id, r == 0 ? &cp : NULL) : NULL;
+    if (r == 0)
+        store_checkpoint_clear(&cp);
+    store_thread_clear(&t);
+    return body ? gw_respond_json(rq, MHD_HTTP_OK, body) : r;
+}
+
+/* The checkpoint id a history request starts before: "before" as an id
+ * or as a config {"configurable": {"checkpoint_id"}}. */
+static const char *before_id(const json_t *body) {
+    const json_t *before = json_object_get(body, "before");
+    if (json_is_string(before))
+        return json_string_value(before);
+    return json_string_value(json_object_get(json_object_get(before, "configurable"),
+                                             "checkpoint_id"));
+}
+
+static int route_history(gw_request *rq) {
+    static const char *const keys[] = {"limit", "before", "metadata", "checkpoint", NULL};
+    store_thread t;
+    int r = gw_thread_resolve(&t, rq, false);
+    if (r < 0)
+        return r;
+    json_t *body = NULL;
+    int64_t limit = HISTORY_DEFAULT;
+    r = gw_body_json(&body, rq);
+    if (r == 0)
+        r = fjson_check_keys(body, keys);
+    if (r == 0)
+        r = fjson_get_int(&limit, body, "limit", false, 1, STORE_CHECKPOINTS_KEPT);
+    store_checkpoint *list = NULL;
+    size_t n = 0;
+    if (r == 0)
+        r = store_checkpoint_list(rq->g->st, &list, &n, rq->who.user.id, t.id, before_id(body),
+                                  (size_t)limit);
+    json_decref(body);
+    json_t *out = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_array_append_new(out, state_json(t.id, &list[i]));
+        store_checkpoint_clear(&list[i]);
+    }
+    free(list);
+    store_thread_clear(&t);
+    if (r == FAWN_EINVAL) {
+        json_decref(out);
+        return gw_respond_detail(rq, MHD_HTTP_UNPROCESSABLE_CONTENT, fawn_errmsg());
+    }
+    return r < 0 ? (json_decref(out), r) : gw_respond_json(rq, MHD_HTTP_OK, out);
+}
+
+/* ---- updates ---- */
+
+/* Replaces messages with the same id, appends the others (LangGraph's
+ * add_messages). Every message needs a type and content. */
+static int merge_messages(json_t *stored, const json_t *update) {
+    if (!json_is_array(update))
+        return fawn_err(FAWN_EINVAL, "values.messages must be a list");
+    size_t i;
+    json_t *m;
+    json_array_foreach(update, i, m) {
+        const char *type = json_string_value(json_object_get(m, "type"));
+        if (!type || !json_object_get(m, "content"))
+            return fawn_err(FAWN_EINVAL, "values.messages[%zu]: needs type and content", i);
+        const char *id = json_string_value(json_object_get(m, "id"));
+        bool replaced = false;
+        size_t k;
+        json_t *old;
+        json_array_foreach(stored, k, old) {
+            const char *old_id = json_string_value(json_object_get(old, "id"));
+            if (!replaced && id && old_id && strcmp(id, old_id) == 0) {
+                json_array_set(stored, k, m);
+                replaced = true;
+            }
+        }
+        if (!replaced)
+            json_array_append(stored, m);
+    }
+    return 0;
+}
+
+static int apply_update(json_t *values, const json_t *update) {
+    if (!json_is_object(update))
+        return fawn_err(FAWN_EINVAL, "values must be an object");
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)update, key, v) {
+        int r = 0;
+        if (strcmp(key, "messages") == 0)
+            r = merge_messages(json_object_get(values, "messages"), v);
+        else if (strcmp(key, "title") == 0 && (json_is_string(v) || json_is_null(v)))
+            r = json_object_set(values, key, v);
+        else
+            r = fawn_err(FAWN_EINVAL, "values.%s cannot be updated", key);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+static int route_state_update(gw_request *rq) {
+    static const char *const keys[] = {"values", "as_node", "checkpoint", "checkpoint_id", NULL};
+    store_thread t;
+    int r = gw_thread_resolve(&t, rq, false);
+    if (r < 0)
+        return r;
+    json_t *body = NULL, *values = NULL;
+    store_checkpoint cp = {0}, prev;
+    r = runs_thread_busy(rq->g->runs, rq->who.user.id, t.id)
+            ? fawn_err(FAWN_EBUSY, "Thread %s has a run in progress", t.id)
+            : gw_body_json(&body, rq);
+    if (r == 0)
+        r = fjson_check_keys(body, keys);
+    int got = r == 0 ? store_checkpoint_latest(rq->g->st, &prev, rq->who.user.id, t.id) : r;
+    if (r == 0 && got < 0 && got != FAWN_ENOENT)
+        r = got;
+    if (r == 0)
+        values = got == 0 ? json_loads(prev.values, 0, NULL)
+                          : json_pack("{s:[], s:[]}", "messages", "artifacts");
+    if (r == 0 && !json_is_array(json_object_get(values, "messages")))
+        json_object_set_new(values, "messages", json_array());
+    if (r == 0)
+        r = apply_update(values, json_object_get(body, "values"));
+    char id[40];
+    fawn_random_uuid(id);
+    snprintf(cp.checkpoint_id, sizeof cp.checkpoint_id, "%s", id);
+    snprintf(cp.parent_id, sizeof cp.parent_id, "%s", got == 0 ? prev.checkpoint_id : "");
+    if (got == 0)
+        store_checkpoint_clear(&prev);
+    if (r == 0) {
+        cp.values = json_dumps(values, JSON_COMPACT);
+        cp.metadata = strdup("{\"source\":\"update\"}");
+        r = cp.values && cp.metadata ? store_checkpoint_put(rq->g->st, rq->who.user.id, t.id, &cp)
+                                     : fawn_err(FAWN_ENOMEM, "out of memory");
+    }
+    json_t *answer = r == 0 ? json_pack("{s:o}", "checkpoint", checkpoint_ref(t.id, id)) : NULL;
+    free(cp.values);
+    free(cp.metadata);
+    json_decref(values);
+    json_decref(body);
+    store_thread_clear(&t);
+    if (r == FAWN_EINVAL)
+        return gw_respond_detail(rq, MHD_HTTP_UNPROCESSABLE_CONTENT, fawn_errmsg());
+    return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, answer);
+}
+
+/* ---- assistants ---- */
+
+static json_t *assistant_json(void) {
+    return json_pack("{s:s, s:s, s:s, s:s, s:{}, s:{}, s:{}, s:i, s:s, s:s}", "assistant_id",
+                     AGENT_ASSISTANT_ID, "graph_id", AGENT_ASSISTANT_ID, "name",
+                     AGENT_ASSISTANT_ID, "description",
+                     "fawn's lead agent: works in the thread's sandbox with its tools", "config",
+                     "metadata", "context", "version", 1, "created_at",
+                     "1970-01-01T00:00:00Z", "updated_at", "1970-01-01T00:00:00Z");
+}
+
+static int route_assistants_search(gw_request *rq) {
+    return gw_respond_json(rq, MHD_HTTP_OK, json_pack("[o]", assistant_json()));
+}
+
+static int route_assistant_get(gw_request *rq) {
+    if (strcmp(rq->params[0], AGENT_ASSISTANT_ID) != 0)
+        return fawn_err(FAWN_ENOENT, "Assistant not found");
+    return gw_respond_json(rq, MHD_HTTP_OK, assistant_json());
+}
+
+const gw_route gw_state_routes[] = {
+    {"GET", "/api/threads/{}/state", route_state_get, AUTHZ_THREADS_READ, GW_BODY_NONE, 0, NULL},
+    {"POST", "/api/threads/{}/state", route_state_update, AUTHZ_THREADS_WRITE, GW_BODY_BUFFER,
+     GW_JSON_BODY_MAX, NULL},
+    {"POST", "/api/threads/{}/history", route_history, AUTHZ_THREADS_READ, GW_BODY_BUFFER,
+     GW_JSON_BODY_MAX, NULL},
+    {"POST", "/api/assistants/search", route_assistants_search, GW_SIGNED_IN, GW_BODY_BUFFER,
+     GW_JSON_BODY_MAX, NULL},
+    {"GET", "/api/assistants/{}", route_assistant_get, GW_SIGNED_IN, GW_BODY_NONE, 0, NULL},
+};
+const size_t gw_state_routes_count = ARRAY_LEN(gw_state_routes);
