@@ -96,6 +96,9 @@ static void run_execute(run_manager *m, run_entry *e) {
         snprintf(out.status, sizeof out.status, "%s", stopped ? "interrupted" : "error");
         out.error = strdup(stopped ? "Run cancelled" : fawn_errmsg());
     }
+    if (out.stop_reason[0])
+        run_log_append(e->log, "custom", json_pack("{s:s, s:s}", "type", "run_stopped",
+                                                   "stop_reason", out.stop_reason));
     if (strcmp(out.status, "error") == 0)
         run_log_append(e->log, "error",
                        json_pack("{s:s, s:s}", "error", "RunError", "message",

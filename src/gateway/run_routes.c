@@ -414,6 +414,32 @@ static int route_run_cancel(gw_request *rq) {
     return gw_respond_json(rq, MHD_HTTP_ACCEPTED, json_pack("{s:s}", "status", "cancelling"));
 }
 
+/* GET .../receipts: the evidence of every tool call of the run. */
+static int route_run_receipts(gw_request *rq) {
+    store_run run;
+    int r = run_resolve(&run, rq);
+    store_run_clear(&run);
+    store_receipt *rcs = NULL;
+    size_t n = 0;
+    if (r == 0)
+        r = store_receipt_list(rq->g->st, &rcs, &n, rq->params[1]);
+    if (r < 0)
+        return r;
+    json_t *list = json_array();
+    for (size_t i = 0; i < n; i++) {
+        char created[40];
+        gw_iso_time(created, rcs[i].created_at_ms);
+        json_array_append_new(
+            list, json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:s}", "tool_call_id",
+                            rcs[i].tool_call_id, "tool_name", rcs[i].tool_name, "status",
+                            rcs[i].status, "args_sha256", rcs[i].args_sha256, "output_sha256",
+                            rcs[i].output_sha256, "output_bytes", (json_int_t)rcs[i].output_bytes,
+                            "created_at", created));
+    }
+    free(rcs);
+    return gw_respond_json(rq, MHD_HTTP_OK, json_pack("{s:o}", "receipts", list));
+}
+
 #define RUN_BODY GW_BODY_BUFFER, GW_JSON_BODY_MAX, NULL
 #define NO_BODY GW_BODY_NONE, 0, NULL
 
@@ -425,6 +451,7 @@ const gw_route gw_run_routes[] = {
     {"GET", "/api/threads/{}/runs/{}", route_run_get, AUTHZ_RUNS_READ, NO_BODY},
     {"GET", "/api/threads/{}/runs/{}/join", route_run_join, AUTHZ_RUNS_READ, NO_BODY},
     {"GET", "/api/threads/{}/runs/{}/stream", route_run_join_stream, AUTHZ_RUNS_READ, NO_BODY},
+    {"GET", "/api/threads/{}/runs/{}/receipts", route_run_receipts, AUTHZ_RUNS_READ, NO_BODY},
     {"POST", "/api/threads/{}/runs/{}/cancel", route_run_cancel, AUTHZ_RUNS_CANCEL, NO_BODY},
     {"POST", "/api/runs", route_stateless_run, AUTHZ_RUNS_CREATE, RUN_BODY},
     {"POST", "/api/runs/stream", route_stateless_stream, AUTHZ_RUNS_CREATE, RUN_BODY},

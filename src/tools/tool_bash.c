@@ -6,14 +6,19 @@
 #include "base/base.h"
 #include "tools/tools_internal.h"
 
+/* "\n" when b holds text that does not end a line. */
+static const char *line_break(const fbuf *b) {
+    return b->len && b->data[b->len - 1] != '\n' ? "\n" : "";
+}
+
 /* The text the model sees: stdout, then stderr and a failing exit code. */
 static char *bash_text(const char *out, const char *err, int exit_code, bool completed) {
     fbuf b = {0};
     int r = fbuf_printf(&b, "%s", out);
     if (r == 0 && err[0])
-        r = fbuf_printf(&b, "%sStd Error:\n%s", b.len ? "\n" : "", err);
+        r = fbuf_printf(&b, "%sStd Error:\n%s", line_break(&b), err);
     if (r == 0 && completed && exit_code != 0)
-        r = fbuf_printf(&b, "%sExit Code: %d", b.len ? "\n" : "", exit_code);
+        r = fbuf_printf(&b, "%sExit Code: %d", line_break(&b), exit_code);
     if (r == 0 && b.len == 0)
         r = fbuf_printf(&b, "(no output)");
     if (r < 0) {

@@ -1,0 +1,333 @@
+// Agent runs through the LangGraph JS SDK: streamed runs whose tool calls
+// execute in a real sandbox, join, wait, cancel, state and history, the
+// hooks' rules, and the model client's retries and breaker against a fake
+// OpenAI-compatible server that scripts replies and faults.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { Client } from '@langchain/langgraph-sdk';
+
+import { FawnServer, multipart, request, setupAdmin, setupUser } from './lib/server.mjs';
+import { FakeOpenAI, call, drop, fail, reply, stall } from './lib/fake_openai.mjs';
+
+function sdk(srv, token) {
+  return new Client({
+    apiUrl: `${srv.base}/api`,
+    defaultHeaders: { Authorization: `Bearer ${token}` },
+    callerOptions: { maxRetries: 0 },
+  });
+}
+
+const human = (content) => ({ messages: [{ type: 'human', content }] });
+
+/** Streams a run and returns its events as [{event, data}]. */
+async function streamRun(client, threadId, payload) {
+  const events = [];
+  for await (const part of client.runs.stream(threadId, 'lead_agent', payload)) events.push(part);
+  return events;
+}
+
+const toolMessages = (values) => values.messages.filter((m) => m.type === 'tool');
+const lastValues = (events) => events.filter((e) => e.event === 'values').at(-1).data;
+const customs = (events, type) => events.filter((e) => e.event === 'custom' && e.data.type === type);
+
+async function waitFor(predicate, ms = 20000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await predicate();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error('timed out waiting');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+describe('runs with the built-in demo model', () => {
+  let srv;
+  let admin;
+  let client;
+
+  before(async () => {
+    srv = await FawnServer.start({});
+    admin = await setupAdmin(srv);
+    client = sdk(srv, admin.token);
+  });
+  after(async () => {
+    await srv?.stop();
+  });
+
+  it('streams a run whose tools inspect an upload, run commands and present a report', async () => {
+    const thread = await client.threads.create();
+    const mp = multipart([{ filename: 'notes.txt', content: 'one\ntwo\nthree\n' }]);
+    const up = await request(srv, 'POST', `/api/threads/${thread.thread_id}/uploads`, {
+      bearer: admin.token, body: mp.body, headers: { 'Content-Type': mp.contentType },
+    });
+    assert.equal(up.status, 200, up.text);
+    const events = await streamRun(client, thread.thread_id, {
+      input: human('Summarize my upload'), streamMode: ['values', 'updates', 'messages-tuple'],
+    });
+    assert.equal(events[0].event, 'metadata');
+    assert.ok(events.some((e) => e.event === 'messages'), 'messages-tuple events');
+    const values = lastValues(events);
+    const tools = toolMessages(values);
+    assert.deepEqual(tools.map((m) => m.name), ['ls', 'bash', 'bash', 'present_files']);
+    assert.ok(tools.every((m) => m.additional_kwargs.tool_status.status === 'success'));
+    assert.match(tools[1].content, /notes\.txt: 3 lines, 14 bytes/);
+    assert.equal(tools[1].additional_kwargs.tool_status.exit_code, 0);
+    assert.deepEqual(values.artifacts, ['/mnt/user-data/outputs/report.md']);
+    assert.equal(values.title, 'Summarize my upload');
+    const report = await request(srv, 'GET', `/api/threads/${thread.thread_id}/artifacts/mnt/user-data/outputs/report.md`, { bearer: admin.token });
+    assert.equal(report.status, 200);
+    assert.match(report.text, /# Upload report/);
+
+    const runs = await client.runs.list(thread.thread_id);
+    assert.equal(runs.length, 1);
+    assert.equal(runs[0].status, 'success');
+    const rc = await request(srv, 'GET', `/api/threads/${thread.thread_id}/runs/${runs[0].run_id}/receipts`, { bearer: admin.token });
+    assert.equal(rc.json.receipts.length, 4);
+    for (const r of rc.json.receipts) {
+      assert.match(r.args_sha256, /^[0-9a-f]{64}$/);
+      assert.equal(r.status, 'success');
+    }
+    const bash = tools[1];
+    const receipt = rc.json.receipts.find((r) => r.tool_call_id === bash.tool_call_id);
+    assert.equal(receipt.output_bytes, Buffer.byteLength(bash.content));
+  });
+
+  it('creates, joins, waits, and reads state and history', async () => {
+    const thread = await client.threads.create();
+    const run = await client.runs.create(thread.thread_id, 'lead_agent', { input: human('hello') });
+    assert.ok(['pending', 'running', 'success'].includes(run.status));
+    const joined = await client.runs.join(thread.thread_id, run.run_id);
+    assert.equal(joined.messages.at(-1).type, 'ai');
+    const state = await client.threads.getState(thread.thread_id);
+    assert.equal(state.values.messages.length, joined.messages.length);
+    assert.equal(state.checkpoint.thread_id, thread.thread_id);
+    const history = await client.threads.getHistory(thread.thread_id, { limit: 3 });
+    assert.equal(history.length, 3);
+    assert.equal(history[0].checkpoint.checkpoint_id, state.checkpoint.checkpoint_id);
+    assert.equal(history[1].checkpoint.checkpoint_id, history[0].parent_checkpoint.checkpoint_id);
+    const waited = await client.runs.wait(thread.thread_id, 'lead_agent', { input: human('again') });
+    assert.equal(waited.messages.filter((m) => m.type === 'human').length, 2);
+    // A finished run is replayed from the store, and Last-Event-ID resumes after it.
+    const replay = [];
+    for await (const part of client.runs.joinStream(thread.thread_id, run.run_id)) replay.push(part);
+    assert.equal(replay[0].event, 'metadata');
+    const raw = await request(srv, 'GET', `/api/threads/${thread.thread_id}/runs/${run.run_id}/stream`, {
+      bearer: admin.token, headers: { 'Last-Event-ID': '1' },
+    });
+    assert.ok(!raw.text.includes('event: metadata'), 'events up to the given id are skipped');
+    assert.match(raw.text, /event: end/);
+    const assistants = await client.assistants.search();
+    assert.deepEqual(assistants.map((a) => a.assistant_id), ['lead_agent']);
+  });
+
+  it('answers 422 for options it does not support, naming them', async () => {
+    const thread = await client.threads.create();
+    for (const [body, needle] of [
+      [{ assistant_id: 'lead_agent', webhook: 'http://127.0.0.1:9/' }, "Run option 'webhook'"],
+      [{ assistant_id: 'lead_agent', stream_mode: ['debug'] }, 'unsupported_stream_mode'],
+      [{ assistant_id: 'lead_agent', multitask_strategy: 'rollback' }, 'multitask_strategy'],
+      [{ assistant_id: 'lead_agent', command: { resume: 'x' } }, "Run option 'command'"],
+      [{ assistant_id: 'lead_agent', bogus: 1 }, "Run option 'bogus'"],
+      [{ assistant_id: 'lead_agent', input: { messages: [{ type: 'ai', content: 'x' }] } }, 'only human'],
+    ]) {
+      const r = await request(srv, 'POST', `/api/threads/${thread.thread_id}/runs/stream`, { bearer: admin.token, body });
+      assert.equal(r.status, 422, r.text);
+      assert.ok(r.text.includes(needle), `${r.text} lacks ${needle}`);
+    }
+    const other = await setupUser(srv, 'runs-other');
+    const r = await request(srv, 'POST', `/api/threads/${thread.thread_id}/runs`, {
+      bearer: other.token, body: { assistant_id: 'lead_agent' },
+    });
+    assert.equal(r.status, 404, 'another user\'s thread is not found');
+  });
+});
+
+describe('runs against a scripted OpenAI-compatible model', () => {
+  let srv;
+  let fake;
+  let admin;
+  let client;
+
+  before(async () => {
+    fake = await FakeOpenAI.start();
+    srv = await FawnServer.start({ models: [fake.model()] });
+    admin = await setupAdmin(srv);
+    client = sdk(srv, admin.token);
+  });
+  after(async () => {
+    await srv?.stop();
+    await fake?.stop();
+  });
+
+  async function run(prompt, extra = {}) {
+    const thread = await client.threads.create();
+    const events = await streamRun(client, thread.thread_id, {
+      input: human(prompt), streamMode: ['values', 'custom'], ...extra,
+    });
+    const runs = await client.runs.list(thread.thread_id);
+    return { thread, events, run: runs[0], values: lastValues(events) };
+  }
+
+  it('sends tool results to the model as a JSON projection of text and status', async () => {
+    fake.requests.length = 0;
+    fake.queue(reply('', [call('bash', { description: 'x', command: 'echo hi; exit 3' })]), reply('ok'));
+    const { values, run: r } = await run('go');
+    assert.equal(r.status, 'success');
+    const tool = toolMessages(values)[0];
+    assert.equal(tool.content, 'hi\nExit Code: 3');
+    assert.deepEqual(
+      { s: tool.additional_kwargs.tool_status.status, t: tool.additional_kwargs.tool_status.error_type, c: tool.additional_kwargs.tool_status.exit_code },
+      { s: 'error', t: 'exit_code', c: 3 });
+    const second = fake.requests[1].body;
+    const sent = second.messages.find((m) => m.role === 'tool');
+    const projected = JSON.parse(sent.content);
+    assert.equal(projected.output, 'hi\nExit Code: 3');
+    assert.equal(projected.tool_status.exit_code, 3);
+    assert.ok(second.tools.some((t) => t.function.name === 'bash'));
+    const user = second.messages.find((m) => m.role === 'user');
+    assert.match(user.content, /^<<<BEGIN USER INPUT>>>\ngo\n<<<END USER INPUT>>>$/);
+  });
+
+  it('blocks a write to an existing file until it has been read', async () => {
+    const file = '/mnt/user-data/workspace/a.txt';
+    fake.queue(
+      reply('', [call('bash', { description: 'x', command: `echo v0 > ${file}` })]),
+      reply('', [call('write_file', { description: 'x', path: file, content: 'v1' })]),
+      reply('', [call('read_file', { description: 'x', path: file })]),
+      reply('', [call('write_file', { description: 'x', path: file, content: 'changed\n' })]),
+      reply('', [call('bash', { description: 'x', command: `echo changed >> ${file}` })]),
+      reply('', [call('str_replace', { description: 'x', path: file, old_str: 'changed\nchanged', new_str: 'v3' })]),
+      reply('', [call('read_file', { description: 'x', path: `/mnt/user-data/workspace/./${'a.txt'}` })]),
+      reply('', [call('str_replace', { description: 'x', path: file, old_str: 'changed\nchanged', new_str: 'v3' })]),
+      reply('', [call('read_file', { description: 'x', path: file })]),
+      reply('done'));
+    const { values } = await run('edit');
+    const tools = toolMessages(values);
+    const st = tools.map((m) => m.additional_kwargs.tool_status);
+    assert.deepEqual(st.map((s) => s.error_type ?? 'ok'), ['ok', 'blocked', 'ok', 'ok', 'ok', 'blocked', 'ok', 'ok', 'ok']);
+    assert.match(tools[1].content, /you have not read it/);
+    assert.match(tools[5].content, /has changed since you read it/);
+    assert.equal(tools[8].content, 'v3\n');
+  });
+
+  it('fails a run that writes to outputs without presenting the file', async () => {
+    fake.queue(reply('', [call('bash', { description: 'x', command: 'echo x > /mnt/user-data/outputs/secret.txt' })]), reply('all done'));
+    const { events, run: r } = await run('write');
+    assert.equal(r.status, 'error');
+    const err = events.find((e) => e.event === 'error');
+    assert.match(err.data.message, /Artifact delivery incomplete: \/mnt\/user-data\/outputs\/secret\.txt/);
+  });
+
+  it('warns on a repeated call and stops the run at the fifth with loop_capped', async () => {
+    const same = () => reply('', [call('ls', { description: 'x', path: '/mnt/user-data/workspace' })]);
+    fake.queue(same(), same(), same(), same(), same(), reply('never reached'));
+    const { values, events, run: r } = await run('loop');
+    assert.equal(r.status, 'success');
+    assert.deepEqual(customs(events, 'run_stopped').map((e) => e.data.stop_reason), ['loop_capped']);
+    const tools = toolMessages(values);
+    assert.equal(tools.length, 4);
+    assert.match(tools[2].content, /made this exact call 3 times/);
+    assert.equal(values.messages.at(-1).tool_calls.length, 0);
+    fake.steps.length = 0;
+  });
+
+  it('stops at the recursion limit and at ask_clarification', async () => {
+    const ls = () => reply('', [call('ls', { description: 'x', path: `/mnt/user-data/uploads` })]);
+    fake.queue(ls(), ls(), ls());
+    const limited = await run('deep', { config: { recursion_limit: 2 } });
+    assert.equal(limited.run.status, 'error');
+    assert.match(limited.events.find((e) => e.event === 'error').data.message, /Recursion limit of 2/);
+    fake.steps.length = 0;
+    fake.queue(reply('', [call('ask_clarification', { question: 'Which file?', options: ['a', 'b'] })]), reply('never'));
+    const asked = await run('do it');
+    assert.deepEqual(customs(asked.events, 'run_stopped').map((e) => e.data.stop_reason), ['clarification']);
+    assert.match(toolMessages(asked.values)[0].content, /Which file\?\n {2}1\. a\n {2}2\. b/);
+    fake.steps.length = 0;
+  });
+
+  it('refuses a second run on a busy thread, interrupts with multitask_strategy interrupt, and cancels', async () => {
+    fake.queue(reply('', [call('bash', { description: 'x', command: 'touch /mnt/user-data/workspace/started; sleep 60' })]), reply('late'));
+    const thread = await client.threads.create();
+    const first = await client.runs.create(thread.thread_id, 'lead_agent', { input: human('sleep') });
+    // Cancel while the command runs: it has started once its file exists.
+    await waitFor(async () => (await client.runs.get(thread.thread_id, first.run_id)).status === 'running');
+    await waitFor(async () => (await request(srv, 'GET', '/api/sandboxes', { bearer: admin.token }))
+      .json.sandboxes.some((b) => b.thread_id === thread.thread_id && b.holders.execution > 0));
+    await new Promise((r) => setTimeout(r, 500));
+    const busy = await request(srv, 'POST', `/api/threads/${thread.thread_id}/runs`, {
+      bearer: admin.token, body: { assistant_id: 'lead_agent', input: human('second') },
+    });
+    assert.equal(busy.status, 409, busy.text);
+    const started = Date.now();
+    await client.runs.cancel(thread.thread_id, first.run_id, true);
+    assert.ok(Date.now() - started < 20000, 'the sleeping command was killed');
+    assert.equal((await client.runs.get(thread.thread_id, first.run_id)).status, 'interrupted');
+    const killed = toolMessages((await client.threads.getState(thread.thread_id)).values)[0];
+    assert.equal(killed.additional_kwargs.tool_status.error_type, 'killed');
+    const again = await request(srv, 'POST', `/api/threads/${thread.thread_id}/runs/${first.run_id}/cancel`, { bearer: admin.token });
+    assert.equal(again.status, 409, 'a finished run cannot be cancelled');
+
+    fake.steps.length = 0;
+    fake.queue(reply('', [call('bash', { description: 'x', command: 'sleep 60' })]));
+    const second = await client.runs.create(thread.thread_id, 'lead_agent', { input: human('sleep again') });
+    await waitFor(async () => (await client.runs.get(thread.thread_id, second.run_id)).status === 'running');
+    fake.queue(reply('third'));
+    const third = await client.runs.wait(thread.thread_id, 'lead_agent', { input: human('now'), multitaskStrategy: 'interrupt' });
+    assert.equal(third.messages.at(-1).content, 'third');
+    assert.equal((await client.runs.get(thread.thread_id, second.run_id)).status, 'interrupted');
+    // The interrupted tool call kept a result; the history stays well formed.
+    const calls = third.messages.flatMap((m) => m.tool_calls ?? []).map((c) => c.id);
+    const results = new Set(third.messages.filter((m) => m.type === 'tool').map((m) => m.tool_call_id));
+    assert.ok(calls.every((id) => results.has(id)));
+  });
+
+  it('retries 429 with Retry-After exactly, 503 and dropped or stalled streams', async () => {
+    fake.steps.length = 0;
+    fake.queue(fail(429, { code: 'rate_limit_exceeded' }, { 'Retry-After': '1' }), reply('after 429'));
+    let r = await run('a');
+    assert.equal(r.run.status, 'success');
+    let retries = customs(r.events, 'llm_retry');
+    assert.equal(retries.length, 1);
+    assert.equal(retries[0].data.wait_ms, 1000);
+    assert.equal(retries[0].data.reason, 'burst');
+
+    fake.queue(fail(503, {}, { 'retry-after-ms': '20' }), drop(), reply('after faults'));
+    r = await run('b');
+    assert.equal(r.run.status, 'success', JSON.stringify(r.events.find((e) => e.event === 'error')));
+    retries = customs(r.events, 'llm_retry');
+    assert.deepEqual(retries.map((e) => e.data.reason), ['transient', 'transient']);
+    assert.equal(r.values.messages.at(-1).content, 'after faults');
+
+    fake.queue(stall(5000), reply('after a stall'));
+    r = await run('c');
+    assert.equal(r.run.status, 'success');
+    assert.deepEqual(customs(r.events, 'llm_retry').map((e) => e.data.reason), ['stalled']);
+  });
+
+  it('does not retry a quota error and ends the run with a clear message', async () => {
+    fake.steps.length = 0;
+    fake.requests.length = 0;
+    fake.queue(fail(429, { code: 'insufficient_quota', type: 'insufficient_quota' }));
+    const r = await run('quota');
+    assert.equal(r.run.status, 'error');
+    assert.equal(fake.requests.length, 1);
+    assert.equal(customs(r.events, 'llm_retry').length, 0);
+    assert.match(r.events.find((e) => e.event === 'error').data.message, /Model fake failed \(quota\)/);
+    assert.match(r.values.messages.at(-1).content, /^Error: the model could not answer/);
+  });
+
+  it('opens the circuit breaker after five exhausted failures', async () => {
+    fake.steps.length = 0;
+    const failing = () => fail(503, {}, { 'retry-after-ms': '1' });
+    for (let i = 0; i < 5; i++) {
+      fake.queue(failing(), failing(), failing());
+      const r = await run(`fail ${i}`);
+      assert.equal(r.run.status, 'error');
+    }
+    fake.requests.length = 0;
+    const r = await run('while open');
+    assert.equal(r.run.status, 'error');
+    assert.equal(fake.requests.length, 0, 'no request while the breaker is open');
+    assert.match(r.events.find((e) => e.event === 'error').data.message, /temporarily unavailable after repeated failures/);
+  });
+});
