@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # fawn's main job on its embedded defaults: a thread's sandbox, then the
-# gateway (fawn serve) on 127.0.0.1:8001 with a short walk through its API,
-# left running until Ctrl-C. Usage: scripts/demo.sh PATH_TO_FAWN
+# gateway (fawn serve) on 127.0.0.1:8001 with a short walk through its API
+# and an agent run (the built-in demo model) watched with `fawn chat`, left
+# running until Ctrl-C. Usage: scripts/demo.sh PATH_TO_FAWN
 set -euo pipefail
 fawn=$1
 export FAWN_HOME=${FAWN_HOME:-$PWD/.fawn}
@@ -58,6 +59,26 @@ gateway_demo() {
   echo
 }
 
+# An API token for `fawn chat`, kept in $FAWN_HOME/demo-chat.token (0600)
+# and made again when the gateway no longer knows it.
+chat_token() {
+  local token_file=$FAWN_HOME/demo-chat.token
+  if [ ! -s "$token_file" ] ||
+    ! curl -sf -H "Authorization: Bearer $(cat "$token_file")" "$api/api/v1/auth/me" >/dev/null; then
+    (umask 077 && curl -sS --fail-with-body -b "$jar" -X POST "$api/api/v1/auth/tokens" \
+      -H "X-CSRF-Token: $csrf" -H 'Content-Type: application/json' -d '{"name":"demo-chat"}' |
+      sed -n 's/.*"token":"\(fawn_[0-9a-f]*\)".*/\1/p' >"$token_file")
+  fi
+  cat "$token_file"
+}
+
+chat_demo() {
+  export FAWN_API_TOKEN
+  FAWN_API_TOKEN=$(chat_token)
+  echo "\$ fawn chat --thread hello-api 'What did I upload?'"
+  "$fawn" chat --thread hello-api 'What did I upload?'
+}
+
 sandbox_demo
 echo
 work=$(mktemp -d)
@@ -68,6 +89,11 @@ trap 'kill $serve 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 100); do curl -sf "$api/health" >/dev/null && break; sleep 0.1; done
 gateway_demo
 echo
+chat_demo
+echo
 echo "fawn serve is listening on $api (docs/http-api.md); the admin's password is in"
-echo "$FAWN_HOME/demo-admin.password. Ctrl-C stops it."
+echo "$FAWN_HOME/demo-admin.password. Talk to the agent from another terminal:"
+echo "  FAWN_API_TOKEN=\$(cat $FAWN_HOME/demo-chat.token) $fawn chat 'your message'"
+echo "(the built-in demo model plays a fixed script; configure models: in config.yaml"
+echo "for a real one). Ctrl-C stops it."
 wait "$serve"

@@ -354,7 +354,7 @@ static int record_run(run_manager *m, run_entry *e, const run_request *rq) {
 }
 
 int runs_start(char run_id[37], run_manager *m, const run_request *rq) {
-    run_entry *e;
+    run_entry *e = NULL;
     int r = entry_new(&e, m, rq);
     if (r < 0)
         return r;

@@ -7,6 +7,7 @@
 
 int cli_sandbox(int argc, char **argv);
 int cli_box(int argc, char **argv);
+int cli_chat(int argc, char **argv);
 int cli_doctor(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_user(int argc, char **argv);

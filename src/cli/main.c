@@ -12,6 +12,7 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"serve", cli_serve, "run the gateway: the HTTP API (docs/http-api.md)"},
+    {"chat", cli_chat, "talk to the lead agent of a running gateway, streaming its run"},
     {"user", cli_user, "manage users (add)"},
     {"sandbox", cli_sandbox, "run commands in a thread's sandbox (exec, stop)"},
     {"box", cli_box, "serve the box API over TCP, in its own sandbox (remote placement)"},

@@ -120,6 +120,22 @@ describe('runs with the built-in demo model', () => {
     assert.deepEqual(assistants.map((a) => a.assistant_id), ['lead_agent']);
   });
 
+  it('fawn chat streams the run to the terminal with each tool\'s status', async () => {
+    const out = await srv.cli(['chat', '--thread', 'chat-thread', '--token', admin.token, 'Look around']);
+    assert.equal(out.code, 0, out.stderr);
+    assert.match(out.stdout, /^thread chat-thread /);
+    assert.match(out.stdout, /-> ls \{"description":"list the uploads"/);
+    assert.match(out.stdout, /<- bash \[success, exit 0, \d+ ms\]/);
+    assert.match(out.stdout, /agent: Done: /);
+    const state = await client.threads.getState('chat-thread');
+    assert.equal(state.values.messages[0].content, 'Look around');
+    const denied = await srv.cli(['chat', '--token', 'fawn_00', 'x']);
+    assert.equal(denied.code, 1);
+    assert.match(denied.stderr, /HTTP 401/);
+    const usage = await srv.cli(['chat', '--token', admin.token]);
+    assert.equal(usage.code, 2);
+  });
+
   it('answers 422 for options it does not support, naming them', async () => {
     const thread = await client.threads.create();
     for (const [body, needle] of [
