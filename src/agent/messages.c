@@ -56,6 +56,7 @@ int agent_input_messages(json_t **out, const json_t *input) {
         return fawn_err(FAWN_ENOMEM, "out of memory");
     if (input && !json_is_array(input)) {
         json_decref(*out);
+        *out = NULL;
         return fawn_err(FAWN_EINVAL, "input.messages must be a list");
     }
     size_t i;

@@ -13,21 +13,27 @@
 
 static _Thread_local char errmsg[ERRMSG_MAX];
 
+/* The message is formatted aside first: an argument may be fawn_errmsg()
+ * itself (a message wrapped with more context). */
 int fawn_err(int code, const char *fmt, ...) {
+    char text[sizeof errmsg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(errmsg, sizeof errmsg, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    memcpy(errmsg, text, sizeof errmsg);
     return code;
 }
 
 int fawn_err_sys(int code, int errno_value, const char *fmt, ...) {
+    char text[sizeof errmsg];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(errmsg, sizeof errmsg, fmt, ap);
+    int n = vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    if (n >= 0 && (size_t)n < sizeof errmsg)
-        snprintf(errmsg + n, sizeof errmsg - (size_t)n, ": %s", strerror(errno_value));
+    if (n >= 0 && (size_t)n < sizeof text)
+        snprintf(text + n, sizeof text - (size_t)n, ": %s", strerror(errno_value));
+    memcpy(errmsg, text, sizeof errmsg);
     return code;
 }
 

@@ -1,0 +1,376 @@
+/* The agent's parts that need no sandbox: tool output truncation, input
+ * messages, conversation hashes, script/replay/record fixtures, the event
+ * log (ring, waits, heartbeats, gaps) and the run loop over a script model
+ * (dangling tool calls, title, checkpoints, recursion limit). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "agent/agent.h"
+#include "agent/runs_internal.h"
+#include "base/json.h"
+#include "tools/tools.h"
+
+static char tmpdir[] = "/tmp/fawn-agent-XXXXXX";
+
+static void write_file(const char *name, const char *text) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* ---- tools ---- */
+
+static void truncation_keeps_head_and_tail_on_character_boundaries(void **state) {
+    bool cut = true;
+    char *same = tool_truncate_middle("short", 100, &cut);
+    assert_string_equal(same, "short");
+    assert_false(cut);
+    free(same);
+    /* 30 two-byte characters: the cut never splits one. */
+    char text[64] = "";
+    for (int i = 0; i < 30; i++)
+        strcat(text, "\xc3\xa9");
+    char *out = tool_truncate_middle(text, 11, &cut);
+    assert_true(cut);
+    assert_non_null(strstr(out, "[middle truncated: "));
+    json_t *utf8 = json_string(out); /* NULL unless valid UTF-8 */
+    assert_non_null(utf8);
+    json_decref(utf8);
+    assert_int_equal(strncmp(out, "\xc3\xa9\xc3\xa9", 4), 0);
+    free(out);
+}
+
+static void unknown_tools_and_bad_arguments_are_recoverable_errors(void **state) {
+    tool_env env = {0};
+    tool_result r;
+    assert_int_equal(tool_run(&r, &env, "rm_rf", NULL), 0);
+    assert_int_equal(r.status.outcome, TOOL_ERROR);
+    assert_string_equal(r.status.error_type, "unknown_tool");
+    assert_true(r.status.recoverable);
+    tool_result_clear(&r);
+    json_t *args = json_string("not an object");
+    assert_int_equal(tool_run(&r, &env, "bash", args), 0);
+    assert_string_equal(r.status.error_type, "invalid_arguments");
+    tool_result_clear(&r);
+    json_decref(args);
+    args = json_pack("{s:i}", "command", 3);
+    assert_int_equal(tool_run(&r, &env, "bash", args), 0);
+    assert_string_equal(r.text, "Error: argument 'command' must be a string");
+    tool_result_clear(&r);
+    json_decref(args);
+    /* Every tool's schema parses. */
+    for (size_t i = 0; i < tool_count(); i++) {
+        json_t *schema = tool_openai_schema(tool_at(i));
+        assert_non_null(schema);
+        json_decref(schema);
+    }
+}
+
+/* ---- messages and hashes ---- */
+
+static void input_messages_accept_only_human_text(void **state) {
+    json_t *out = NULL;
+    json_t *in = json_loads("[{\"role\":\"user\",\"content\":\"hi\"},"
+                            "{\"type\":\"human\",\"content\":[{\"type\":\"text\",\"text\":\"x\"}],"
+                            "\"id\":\"mine\"}]", 0, NULL);
+    assert_int_equal(agent_input_messages(&out, in), 0);
+    assert_int_equal(json_array_size(out), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(out, 0), "type")), "human");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(out, 1), "id")), "mine");
+    json_decref(out);
+    json_decref(in);
+    static const char *const bad[] = {
+        "[{\"type\":\"ai\",\"content\":\"x\"}]", "[{\"type\":\"human\",\"content\":3}]",
+        "[{\"type\":\"human\",\"content\":[1]}]", "[\"x\"]", "{}"};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        in = json_loads(bad[i], 0, NULL);
+        assert_int_equal(agent_input_messages(&out, in), FAWN_EINVAL);
+        assert_null(out);
+        json_decref(in);
+    }
+}
+
+static void conversation_hash_ignores_ids_dates_and_system_text(void **state) {
+    char a[65], b[65], c[65];
+    json_t *one = json_loads(
+        "[{\"type\":\"system\",\"content\":\"prompt 1\"},"
+        "{\"type\":\"human\",\"content\":\"run 6f1c2d3e-0000-4a4a-8b8b-1234567890ab on "
+        "2026-11-30 at 2026-11-30T00:42:21.454Z\",\"id\":\"x1\"},"
+        "{\"type\":\"ai\",\"content\":\"\",\"tool_calls\":[{\"name\":\"ls\",\"args\":{\"b\":1,"
+        "\"a\":2},\"id\":\"call_1\"}]}]", 0, NULL);
+    json_t *two = json_loads(
+        "[{\"type\":\"system\",\"content\":\"prompt 2\"},"
+        "{\"type\":\"human\",\"content\":\"run 00000000-1111-2222-3333-444444444444 on "
+        "2027-01-02 at 2027-01-02T10:00:00+02:00\",\"id\":\"y2\"},"
+        "{\"type\":\"ai\",\"content\":\"\",\"tool_calls\":[{\"name\":\"ls\",\"args\":{\"a\":2,"
+        "\"b\":1},\"id\":\"call_9\"}]}]", 0, NULL);
+    json_t *three = json_loads("[{\"type\":\"human\",\"content\":\"run something else\"}]", 0,
+                               NULL);
+    assert_int_equal(model_conversation_hash(a, one), 0);
+    assert_int_equal(model_conversation_hash(b, two), 0);
+    assert_int_equal(model_conversation_hash(c, three), 0);
+    assert_string_equal(a, b);
+    assert_string_not_equal(a, c);
+    assert_int_equal(strlen(a), 64);
+    json_decref(one);
+    json_decref(two);
+    json_decref(three);
+}
+
+/* ---- fixtures ---- */
+
+static void script_fixture_plays_in_order_and_ends(void **state) {
+    write_file("script.json", "{\"replies\":[{\"content\":\"a\",\"tool_calls\":[{\"name\":\"ls\","
+                              "\"args\":{\"path\":\"/mnt/user-data\"}}]},{\"content\":\"b\","
+                              "\"finish_reason\":\"length\"}]}");
+    char path[256];
+    snprintf(path, sizeof path, "%s/script.json", tmpdir);
+    model_fixture *f;
+    assert_int_equal(model_fixture_load(&f, path, MODEL_SCRIPT), 0);
+    model_reply r;
+    model_request req = {.call_index = 0};
+    assert_int_equal(model_fixture_answer(&r, f, "s", &req), 0);
+    json_t *call = json_array_get(json_object_get(r.message, "tool_calls"), 0);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(call, "function"), "name")), "ls");
+    assert_string_equal(r.finish_reason, "tool_calls");
+    model_reply_clear(&r);
+    req.call_index = 1;
+    assert_int_equal(model_fixture_answer(&r, f, "s", &req), 0);
+    assert_string_equal(r.finish_reason, "length");
+    model_reply_clear(&r);
+    req.call_index = 2;
+    assert_int_equal(model_fixture_answer(&r, f, "s", &req), FAWN_ENOENT);
+    assert_non_null(strstr(fawn_errmsg(), "has no reply 3"));
+    model_fixture_free(f);
+    write_file("bad.json", "{\"replies\":[{\"tool_calls\":[{\"name\":1}]}]}");
+    snprintf(path, sizeof path, "%s/bad.json", tmpdir);
+    assert_int_equal(model_fixture_load(&f, path, MODEL_SCRIPT), FAWN_ECONFIG);
+    assert_non_null(strstr(fawn_errmsg(), "replies[0]"));
+    snprintf(path, sizeof path, "%s/missing.json", tmpdir);
+    assert_int_equal(model_fixture_load(&f, path, MODEL_REPLAY), FAWN_ECONFIG);
+}
+
+static void recorded_turns_replay_exactly_and_misses_name_the_hash(void **state) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/rec.json", tmpdir);
+    unlink(path);
+    model_fixture *rec;
+    assert_int_equal(model_fixture_load(&rec, path, MODEL_RECORD), 0);
+    json_t *conv = json_loads("[{\"type\":\"human\",\"content\":\"hello\"}]", 0, NULL);
+    model_request req = {.conversation = conv};
+    model_reply answer = {.message = json_loads(
+        "{\"role\":\"assistant\",\"content\":\"hi\",\"tool_calls\":[{\"id\":\"c\",\"type\":"
+        "\"function\",\"function\":{\"name\":\"bash\",\"arguments\":\"{\\\"command\\\":\\\"ls\\\"}\"}}]}",
+        0, NULL)};
+    snprintf(answer.finish_reason, sizeof answer.finish_reason, "tool_calls");
+    assert_int_equal(model_fixture_record(rec, &req, &answer), 0);
+    model_reply_clear(&answer);
+    model_fixture_free(rec);
+
+    model_fixture *replay;
+    assert_int_equal(model_fixture_load(&replay, path, MODEL_REPLAY), 0);
+    model_reply got;
+    assert_int_equal(model_fixture_answer(&got, replay, "r", &req), 0);
+    assert_string_equal(json_string_value(json_object_get(got.message, "content")), "hi");
+    json_t *fn = json_object_get(json_array_get(json_object_get(got.message, "tool_calls"), 0),
+                                 "function");
+    assert_string_equal(json_string_value(json_object_get(fn, "arguments")), "{\"command\":\"ls\"}");
+    model_reply_clear(&got);
+    json_t *other = json_loads("[{\"type\":\"human\",\"content\":\"bye\"}]", 0, NULL);
+    model_request miss = {.conversation = other};
+    char hash[65];
+    model_conversation_hash(hash, other);
+    assert_int_equal(model_fixture_answer(&got, replay, "r", &miss), FAWN_ENOENT);
+    assert_non_null(strstr(fawn_errmsg(), hash));
+    model_fixture_free(replay);
+    json_decref(conv);
+    json_decref(other);
+}
+
+/* ---- the event log ---- */
+
+typedef struct waiter {
+    int suspended, woken;
+} waiter;
+
+static void on_wake(void *ctx) { ((waiter *)ctx)->woken++; }
+static void on_suspend(void *ctx) { ((waiter *)ctx)->suspended++; }
+
+static store *open_store_with_run(const char *run_id) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/log-%s.db", tmpdir, run_id);
+    store *st;
+    assert_int_equal(store_open(&st, path), 0);
+    store_user u;
+    store_thread t;
+    bool existed;
+    assert_int_equal(store_user_create(st, &u, "u", "h", "user"), 0);
+    assert_int_equal(store_thread_create(st, &t, &existed, u.id, "t", NULL), 0);
+    store_thread_clear(&t);
+    store_run r = {.owner_id = u.id};
+    snprintf(r.run_id, sizeof r.run_id, "%s", run_id);
+    snprintf(r.thread_id, sizeof r.thread_id, "t");
+    snprintf(r.assistant_id, sizeof r.assistant_id, "lead_agent");
+    assert_int_equal(store_run_create(st, &r), 0);
+    return st;
+}
+
+static void event_log_waits_wakes_and_reports_gaps(void **state) {
+    store *st = open_store_with_run("r1");
+    run_log *l;
+    assert_int_equal(run_log_new(&l, st, "r1"), 0);
+    waiter w = {0};
+    /* Nothing yet: the reader registers and is suspended, once. */
+    assert_true(run_log_wait(l, 0, on_wake, on_suspend, &w));
+    assert_int_equal(w.suspended, 1);
+    assert_int_equal(run_log_append(l, "metadata", json_pack("{s:s}", "run_id", "r1")), 0);
+    assert_int_equal(w.woken, 1);
+    /* An event already there: no wait. */
+    assert_false(run_log_wait(l, 0, on_wake, on_suspend, &w));
+    /* Heartbeats wake only readers that have waited long enough. */
+    assert_true(run_log_wait(l, 1, on_wake, on_suspend, &w));
+    run_log_heartbeat(l, fawn_now_ms());
+    assert_int_equal(w.woken, 1);
+    run_log_heartbeat(l, fawn_now_ms() + RUNS_HEARTBEAT_MS + 1);
+    assert_int_equal(w.woken, 2);
+    /* A reader that leaves is never woken. */
+    assert_true(run_log_wait(l, 1, on_wake, on_suspend, &w));
+    run_log_unwait(l, &w);
+    for (int i = 0; i < RUN_EVENTS_RETAINED + 100; i++)
+        assert_int_equal(run_log_append(l, "values", json_pack("{s:i}", "n", i)), 0);
+    assert_int_equal(w.woken, 2);
+    store_event *ev;
+    size_t n;
+    bool done;
+    int64_t first;
+    assert_int_equal(run_log_fetch(&ev, &n, &done, &first, l, 1), 0);
+    assert_int_equal(first, 101 + 1); /* 4197 events, the latest 4096 kept */
+    assert_int_equal(ev[0].seq, first);
+    assert_int_equal(n, RUN_FETCH_MAX);
+    assert_false(done);
+    for (size_t i = 0; i < n; i++)
+        free(ev[i].data);
+    free(ev);
+    run_log_end(l);
+    assert_false(run_log_wait(l, 1 + RUN_EVENTS_RETAINED + 100, on_wake, on_suspend, &w));
+    assert_int_equal(run_log_fetch(&ev, &n, &done, &first, l, RUN_EVENTS_RETAINED + 101), 0);
+    assert_int_equal(n, 0);
+    assert_true(done);
+    free(ev);
+    /* The store keeps the same window. */
+    int64_t lo, hi;
+    assert_int_equal(store_event_bounds(st, &lo, &hi, "r1"), 0);
+    assert_int_equal(hi, RUN_EVENTS_RETAINED + 101);
+    assert_true(hi - lo < RUN_EVENTS_RETAINED + 64); /* pruned every 64 events */
+    run_log_close(l);
+    store_close(st);
+}
+
+/* ---- the run loop over a script ---- */
+
+typedef struct collected {
+    json_t *events;
+} collected;
+
+static void collect(void *ctx, const char *event, json_t *data) {
+    json_array_append_new(((collected *)ctx)->events,
+                          json_pack("{s:s, s:o}", "event", event, "data", data));
+}
+
+static void run_loop_repairs_history_titles_and_checkpoints(void **state) {
+    write_file("loop.json", "{\"replies\":[{\"content\":\"all good\"}]}");
+    char fixture[256], models_json[512];
+    snprintf(fixture, sizeof fixture, "%s/loop.json", tmpdir);
+    snprintf(models_json, sizeof models_json,
+             "[{\"name\":\"s\",\"provider\":\"script\",\"fixture\":\"%s\"}]", fixture);
+    json_t *list = json_loads(models_json, 0, NULL);
+    model_registry *models;
+    assert_int_equal(model_registry_load(&models, list), 0);
+    json_decref(list);
+    authz_policy *policy;
+    assert_int_equal(authz_policy_load(&policy, NULL), 0);
+    store *st = open_store_with_run("r2");
+    store_user u;
+    assert_int_equal(store_user_get_by_name(st, &u, "u"), 0);
+    /* A previous run left a tool call without its result. */
+    store_checkpoint cp = {.values = "{\"messages\":[{\"type\":\"human\",\"content\":\"first "
+                                     "question, which is longer than fifty characters in all\"},"
+                                     "{\"type\":\"ai\",\"content\":\"\",\"tool_calls\":[{\"name\":"
+                                     "\"bash\",\"args\":{},\"id\":\"call_lost\"}]}]}"};
+    snprintf(cp.checkpoint_id, sizeof cp.checkpoint_id, "c0");
+    assert_int_equal(store_checkpoint_put(st, u.id, "t", &cp), 0);
+    json_t *input = json_loads("[{\"type\":\"human\",\"content\":\"next\",\"id\":\"h2\"}]", 0, NULL);
+    collected c = {.events = json_array()};
+    sbx_cancel cancel = {0};
+    agent_params p = {.st = st, .models = models, .policy = policy, .owner_id = u.id,
+                      .user_dir = "1", .role = "user", .thread_id = "t", .run_id = "r2",
+                      .recursion_limit = 5, .input = input, .cancel = &cancel, .emit = collect,
+                      .emit_ctx = &c};
+    agent_outcome out;
+    assert_int_equal(agent_run(&out, &p), 0);
+    assert_string_equal(out.status, "success");
+    assert_null(out.error);
+    agent_outcome_clear(&out);
+    store_checkpoint latest;
+    assert_int_equal(store_checkpoint_latest(st, &latest, u.id, "t"), 0);
+    json_t *values = json_loads(latest.values, 0, NULL);
+    json_t *msgs = json_object_get(values, "messages");
+    assert_int_equal(json_array_size(msgs), 5); /* human, ai, placeholder, human, ai */
+    json_t *placeholder = json_array_get(msgs, 2);
+    assert_string_equal(json_string_value(json_object_get(placeholder, "tool_call_id")), "call_lost");
+    assert_string_equal(json_string_value(json_object_get(placeholder, "content")),
+                        "[Tool call was interrupted and did not return a result.]");
+    assert_string_equal(json_string_value(json_object_get(values, "title")),
+                        "first question, which is longer than fifty charact...");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(msgs, 4), "content")),
+                        "all good");
+    json_decref(values);
+    store_checkpoint_clear(&latest);
+    /* The events: input, the model's message, values after each step. */
+    assert_true(json_array_size(c.events) >= 4);
+    json_decref(c.events);
+    json_decref(input);
+
+    /* A cancelled run ends as interrupted, without calling the model again. */
+    c.events = json_array();
+    atomic_store(&cancel.cancelled, true);
+    p.input = NULL;
+    assert_int_equal(agent_run(&out, &p), 0);
+    assert_string_equal(out.status, "interrupted");
+    agent_outcome_clear(&out);
+    json_decref(c.events);
+    store_close(st);
+    authz_policy_free(policy);
+    model_registry_free(models);
+}
+
+int main(void) {
+    if (!mkdtemp(tmpdir))
+        return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(truncation_keeps_head_and_tail_on_character_boundaries),
+        cmocka_unit_test(unknown_tools_and_bad_arguments_are_recoverable_errors),
+        cmocka_unit_test(input_messages_accept_only_human_text),
+        cmocka_unit_test(conversation_hash_ignores_ids_dates_and_system_text),
+        cmocka_unit_test(script_fixture_plays_in_order_and_ends),
+        cmocka_unit_test(recorded_turns_replay_exactly_and_misses_name_the_hash),
+        cmocka_unit_test(event_log_waits_wakes_and_reports_gaps),
+        cmocka_unit_test(run_loop_repairs_history_titles_and_checkpoints),
+    };
+    int failed = cmocka_run_group_tests_name("agent", tests, NULL, NULL);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0)
+        return 1;
+    return failed;
+}
