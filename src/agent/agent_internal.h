@@ -8,7 +8,8 @@
 
 /* One model call as hooks see it. */
 typedef struct agent_model_call {
-    json_t *request;   /* OpenAI messages (hooks may edit; request only, never stored) */
+    json_t *request;   /* OpenAI messages: this call's own array, whose elements are
+                          shared with later calls: hooks replace elements, never edit them */
     json_t *tools;     /* tool schemas offered */
     model_reply reply; /* filled by the call */
     enum model_failure why;
@@ -31,6 +32,8 @@ typedef struct agent_loop {
     json_t *values;     /* the thread state: {messages, title?, artifacts} */
     json_t *messages;   /* values.messages (borrowed) */
     json_t *tools;      /* schemas of the tools the role may use */
+    json_t *request;    /* the system prompt and messages[0..request_upto) in request form */
+    size_t request_upto;
     tool_env env;
     sbx_decision decision;
     char scope[SBX_SCOPE_MAX + 1];
@@ -94,8 +97,9 @@ void agent_delivery_snapshot(agent_loop *run);
 json_t *agent_ai_message(const model_reply *reply, const char *model_name);
 /* {"type":"tool", ...} from a tool result (new). */
 json_t *agent_tool_message(const agent_tool_call *call);
-/* The OpenAI request messages for the stored messages (new): tool results
- * become a JSON projection {"tool_status", "output"}. */
-json_t *agent_request_messages(const json_t *messages, const char *system_prompt);
+/* Appends to request the OpenAI request form of messages[from..]: human →
+ * user, ai → assistant with tool_calls, tool → a JSON projection
+ * {"tool_status", "output"} of its status and exact text. */
+int agent_request_extend(json_t *request, const json_t *messages, size_t from);
 
 #endif

@@ -52,7 +52,8 @@ static void sanitize_before_model(agent_loop *run, agent_model_call *call) {
         const char *text = json_string_value(json_object_get(m, "content"));
         char *safe = text ? fenced(text) : NULL;
         if (safe)
-            json_object_set_new(m, "content", json_string(safe));
+            json_array_set_new(call->request, i,
+                               json_pack("{s:s, s:s}", "role", "user", "content", safe));
         free(safe);
         return;
     }

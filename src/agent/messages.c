@@ -161,11 +161,9 @@ static json_t *assistant_request(const json_t *m) {
     return out;
 }
 
-json_t *agent_request_messages(const json_t *messages, const char *system_prompt) {
-    json_t *out = json_pack("[{s:s, s:s}]", "role", "system", "content", system_prompt);
-    size_t i;
-    json_t *m;
-    json_array_foreach(messages, i, m) {
+int agent_request_extend(json_t *request, const json_t *messages, size_t from) {
+    for (size_t i = from; i < json_array_size(messages); i++) {
+        const json_t *m = json_array_get(messages, i);
         const char *type = json_string_value(json_object_get(m, "type"));
         json_t *req = NULL;
         if (!type)
@@ -176,8 +174,10 @@ json_t *agent_request_messages(const json_t *messages, const char *system_prompt
             req = assistant_request(m);
         else if (strcmp(type, "tool") == 0)
             req = tool_projection(m);
-        if (req)
-            json_array_append_new(out, req);
+        else
+            continue;
+        if (!req || json_array_append_new(request, req) < 0)
+            return fawn_err(FAWN_ENOMEM, "out of memory");
     }
-    return out;
+    return 0;
 }

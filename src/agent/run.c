@@ -63,7 +63,9 @@ static void emit_message(agent_loop *run, const char *node, json_t *msg) {
     emit(run, "updates", json_pack("{s:{s:[O]}}", node, "messages", msg));
 }
 
-static void emit_values(agent_loop *run) { emit(run, "values", json_deep_copy(run->values)); }
+/* The log serializes events as they are emitted, on this thread: the state
+ * is passed, not copied. */
+static void emit_values(agent_loop *run) { emit(run, "values", json_incref(run->values)); }
 
 /* ---- the sandbox, for hooks ---- */
 
@@ -225,7 +227,9 @@ static void record_receipt(agent_loop *run, const agent_tool_call *call) {
  * the message (borrowed) or NULL when the run must end. */
 static json_t *model_step(agent_loop *run) {
     agent_model_call call = {.tools = run->tools};
-    call.request = agent_request_messages(run->messages, system_prompt);
+    if (agent_request_extend(run->request, run->messages, run->request_upto) == 0)
+        run->request_upto = json_array_size(run->messages);
+    call.request = json_copy(run->request);
     for (size_t i = 0; i < agent_hooks_count; i++)
         if (agent_hooks[i]->before_model)
             agent_hooks[i]->before_model(run, &call);
@@ -291,6 +295,7 @@ static void run_setup(agent_loop *run, const agent_params *p) {
     };
     run->reads = json_object();
     run->presented = json_array();
+    run->request = json_pack("[{s:s, s:s}]", "role", "system", "content", system_prompt);
     run->recent_calls = json_array();
 }
 
@@ -298,6 +303,7 @@ static void run_free(agent_loop *run) {
     tool_env_end(&run->env);
     json_decref(run->values);
     json_decref(run->tools);
+    json_decref(run->request);
     json_decref(run->reads);
     json_decref(run->presented);
     json_decref(run->outputs_before);
@@ -320,9 +326,14 @@ static int run_loop(agent_loop *run) {
         if (!ai)
             break;
         bool tools = json_array_size(json_object_get(ai, "tool_calls")) > 0;
+        /* The model's reply is kept before its tools run: a crash during a
+         * command loses no message (the next run answers the cut call). */
+        int r = tools ? checkpoint(run, "model", step + 1) : 0;
+        if (r < 0)
+            return r;
         if (tools)
             tool_step(run, ai);
-        int r = checkpoint(run, "loop", ++step);
+        r = checkpoint(run, "loop", ++step);
         if (r < 0)
             return r;
         emit_values(run);
@@ -352,7 +363,7 @@ int agent_run(agent_outcome *out, const agent_params *p) {
     int r = load_state(&run);
     run.messages = json_object_get(run.values, "messages");
     run.tools = r == 0 ? allowed_tools(p) : NULL;
-    if (r == 0 && (!run.tools || !run.reads || !run.presented || !run.recent_calls))
+    if (r == 0 && (!run.tools || !run.reads || !run.presented || !run.recent_calls || !run.request))
         r = fawn_err(FAWN_ENOMEM, "out of memory");
     for (size_t i = 0; r == 0 && i < agent_hooks_count; i++)
         if (agent_hooks[i]->before_agent)

@@ -171,14 +171,15 @@ void run_log_heartbeat(run_log *l, int64_t now_ms) {
 }
 
 int run_log_fetch(store_event **out, size_t *n, bool *done, int64_t *first, run_log *l,
-                  int64_t after) {
+                  int64_t after, size_t max) {
     *out = NULL;
     *n = 0;
     pthread_mutex_lock(&l->lock);
     *first = first_retained(l);
     int64_t from = after + 1 < *first ? *first : after + 1;
     size_t count = l->last_seq >= from ? (size_t)(l->last_seq - from + 1) : 0;
-    count = count > RUN_FETCH_MAX ? RUN_FETCH_MAX : count;
+    max = max > RUN_FETCH_MAX ? RUN_FETCH_MAX : max;
+    count = count > max ? max : count;
     *done = l->done && from + (int64_t)count > l->last_seq;
     store_event *ev = count ? calloc(count, sizeof *ev) : NULL;
     int r = count && !ev ? fawn_err(FAWN_ENOMEM, "out of memory") : 0;
@@ -232,4 +233,9 @@ void run_log_unwait(run_log *l, void *ctx) {
     pthread_mutex_unlock(&l->lock);
 }
 
-const char *run_log_id(const run_log *l) { return l->run_id; }
+void run_log_status(run_log *l, int64_t *last, bool *done) {
+    pthread_mutex_lock(&l->lock);
+    *last = l->last_seq;
+    *done = l->done;
+    pthread_mutex_unlock(&l->lock);
+}

@@ -22,6 +22,7 @@ typedef struct run_entry {
     int recursion_limit;
     json_t *input;
     sbx_cancel cancel;
+    bool running; /* a worker has it (under the manager's lock) */
     run_log *log; /* the entry's reference */
 } run_entry;
 
@@ -126,6 +127,7 @@ static void *worker_main(void *arg) {
         if (!m->queue_head)
             m->queue_tail = NULL;
         m->queued--;
+        e->running = true;
         pthread_mutex_unlock(&m->lock);
         run_execute(m, e);
         pthread_mutex_lock(&m->lock);
@@ -139,6 +141,24 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+static void kill_commands(run_manager *m, const run_entry *e);
+
+/* Kills again, once, the commands of every cancelled run still going: a
+ * cancel that came just before its command started would otherwise miss
+ * it. The entries are copied, so the kills happen unlocked. */
+static void kill_cancelled_locked(run_manager *m) {
+    run_entry copies[RUNS_WORKERS];
+    size_t n = 0;
+    for (run_entry *e = m->live; e && n < RUNS_WORKERS; e = e->next_live)
+        if (e->running && atomic_load(&e->cancel.cancelled))
+            copies[n++] = *e;
+    pthread_mutex_unlock(&m->lock);
+    for (size_t i = 0; i < n; i++)
+        kill_commands(m, &copies[i]);
+    pthread_mutex_lock(&m->lock);
+}
+
+/* Every second: heartbeats for idle readers, and kills for cancelled runs. */
 static void *heartbeat_main(void *arg) {
     run_manager *m = arg;
     pthread_mutex_lock(&m->lock);
@@ -150,6 +170,8 @@ static void *heartbeat_main(void *arg) {
         int64_t now = fawn_now_ms();
         for (run_entry *e = m->live; e; e = e->next_live)
             run_log_heartbeat(e->log, now);
+        if (!m->stopping)
+            kill_cancelled_locked(m);
     }
     pthread_mutex_unlock(&m->lock);
     return NULL;
@@ -254,6 +276,8 @@ void runs_stop(run_manager *m) {
         atomic_store(&e->cancel.cancelled, true);
     pthread_cond_broadcast(&m->work);
     pthread_cond_broadcast(&m->tick);
+    if (first)
+        kill_cancelled_locked(m);
     pthread_mutex_unlock(&m->lock);
     if (!first)
         return;

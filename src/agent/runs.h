@@ -28,7 +28,7 @@
 #define RUN_EVENTS_RETAINED 4096
 /* Idle readers get a heartbeat this often. */
 #define RUNS_HEARTBEAT_MS 15000
-/* Events one fetch returns at most. */
+/* Events one fetch returns at most (callers may ask for fewer). */
 #define RUN_FETCH_MAX 256
 
 typedef struct run_manager run_manager;
@@ -81,11 +81,14 @@ run_log *runs_log_open(run_manager *m, const char *run_id);
 void run_log_close(run_log *l);
 
 /* The log's events after seq `after`: *out is a malloc'd array of *n (at
- * most RUN_FETCH_MAX; free each data, then the array). *done says the log
+ * most max, itself at most RUN_FETCH_MAX; free each data, then the array). *done says the log
  * has ended (after the events returned, there will be no more); *first is
  * the oldest seq still retained (a reader asking for less has a gap). */
 int run_log_fetch(store_event **out, size_t *n, bool *done, int64_t *first, run_log *l,
-                  int64_t after);
+                  int64_t after, size_t max);
+
+/* The seq of the log's latest event and whether the log has ended. */
+void run_log_status(run_log *l, int64_t *last, bool *done);
 
 /* Registers wake(ctx) to be called once when an event after seq `after`
  * arrives, the log ends, or RUNS_HEARTBEAT_MS pass; suspend(ctx) is called

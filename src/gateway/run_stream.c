@@ -11,8 +11,16 @@
 #include "base/json.h"
 #include "gateway/internal.h"
 
-/* Bytes handed to the server per call: one SSE frame is usually smaller. */
-#define FOLLOW_BLOCK_SIZE (16 * 1024)
+/* Bytes handed to the server per call. The server's write buffer of every
+ * follower is this large: 4 KiB keeps a thousand followers of one run
+ * within a few MiB (16 KiB cost them 11 MiB more). */
+#define FOLLOW_BLOCK_SIZE (4 * 1024)
+/* Events formatted ahead of what the client has taken: a reader that joins a
+ * long run catches up a few events at a time, so a thousand readers do not
+ * each hold the whole history. */
+#define FOLLOW_EVENTS_AHEAD 4
+/* An output buffer grown past this by one large event is released once sent. */
+#define FOLLOW_BUFFER_KEEP (8 * 1024)
 
 typedef struct follower {
     gateway *g;
@@ -119,16 +127,28 @@ static void final_state(follower *f) {
     f->finished = true;
 }
 
+/* /wait on a live run: nothing to send until it ends. */
+static void gather_end(follower *f) {
+    bool done;
+    run_log_status(f->log, &f->cursor, &done);
+    if (done)
+        final_state(f);
+}
+
 /* Adds what is new to out; sets finished at the end of the run. */
 static void gather(follower *f) {
+    if (f->log && !f->spec.sse) {
+        gather_end(f);
+        return;
+    }
     store_event *ev = NULL;
     size_t n = 0;
     bool done = false;
     int64_t first = 0, last = 0;
-    int r = f->log ? run_log_fetch(&ev, &n, &done, &first, f->log, f->cursor)
+    int r = f->log ? run_log_fetch(&ev, &n, &done, &first, f->log, f->cursor, FOLLOW_EVENTS_AHEAD)
                    : store_event_bounds(f->g->st, &first, &last, f->run_id);
     if (r == 0 && !f->log) {
-        r = store_event_read(f->g->st, &ev, &n, f->run_id, f->cursor, RUN_FETCH_MAX);
+        r = store_event_read(f->g->st, &ev, &n, f->run_id, f->cursor, FOLLOW_EVENTS_AHEAD);
         done = n == 0;
     }
     if (r < 0) {
@@ -161,8 +181,11 @@ static ssize_t hand_out(follower *f, char *buf, size_t max) {
     n = n > max ? max : n;
     memcpy(buf, f->out.data + f->out_pos, n);
     f->out_pos += n;
-    if (f->out_pos == f->out.len)
+    if (f->out_pos == f->out.len) {
         f->out.len = f->out_pos = 0;
+        if (f->out.cap > FOLLOW_BUFFER_KEEP)
+            fbuf_free(&f->out);
+    }
     f->last_sent_ms = fawn_now_ms();
     return (ssize_t)n;
 }

@@ -332,6 +332,49 @@ describe('runs against a scripted OpenAI-compatible model', () => {
     assert.match(r.values.messages.at(-1).content, /^Error: the model could not answer/);
   });
 
+  it('ends a run cut short by kill -9 or SIGTERM at the restart, its events and steps kept', async () => {
+    fake.steps.length = 0;
+    const longRun = async () => {
+      fake.queue(reply('', [call('bash', { description: 'x', command: 'sleep 120' })]));
+      const thread = await client.threads.create();
+      const run = await client.runs.create(thread.thread_id, 'lead_agent', { input: human('long') });
+      await waitFor(async () => (await request(srv, 'GET', '/api/sandboxes', { bearer: admin.token }))
+        .json.sandboxes.some((b) => b.thread_id === thread.thread_id && b.holders.execution > 0));
+      return { thread, run };
+    };
+    const killed = await longRun();
+    await srv.kill9();
+    await srv.restart();
+    client = sdk(srv, admin.token);
+    const after = await client.runs.get(killed.thread.thread_id, killed.run.run_id);
+    assert.equal(after.status, 'error');
+    assert.match(after.error, /gateway stopped during the run/);
+    const replay = [];
+    for await (const part of client.runs.joinStream(killed.thread.thread_id, killed.run.run_id)) replay.push(part);
+    assert.equal(replay[0].event, 'metadata');
+    assert.ok(replay.some((e) => e.event === 'values'), 'the stored events replay after the restart');
+    const state = await client.threads.getState(killed.thread.thread_id);
+    assert.equal(state.values.messages.at(-1).tool_calls[0].name, 'bash', 'the step before the kill is kept');
+
+    // SIGTERM: the running command is killed, the run ends as interrupted, serve exits 0.
+    const stopped = await longRun();
+    const t0 = Date.now();
+    await srv.stop({ keepHome: true });
+    assert.ok(Date.now() - t0 < 20000, 'SIGTERM does not wait for the command');
+    await srv.restart();
+    client = sdk(srv, admin.token);
+    assert.equal((await client.runs.get(stopped.thread.thread_id, stopped.run.run_id)).status, 'interrupted');
+    const cut = toolMessages((await client.threads.getState(stopped.thread.thread_id)).values);
+    assert.equal(cut.length, 1);
+    assert.equal(cut[0].additional_kwargs.tool_status.error_type, 'killed');
+    // The next run on the thread after kill -9 answers the cut call first.
+    fake.queue(reply('fine'));
+    const next = await client.runs.wait(killed.thread.thread_id, 'lead_agent', { input: human('again') });
+    const repaired = toolMessages(next)[0];
+    assert.equal(repaired.content, '[Tool call was interrupted and did not return a result.]');
+    assert.equal(next.messages.at(-1).content, 'fine');
+  });
+
   it('opens the circuit breaker after five exhausted failures', async () => {
     fake.steps.length = 0;
     const failing = () => fail(503, {}, { 'retry-after-ms': '1' });

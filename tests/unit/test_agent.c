@@ -253,7 +253,7 @@ static void event_log_waits_wakes_and_reports_gaps(void **state) {
     size_t n;
     bool done;
     int64_t first;
-    assert_int_equal(run_log_fetch(&ev, &n, &done, &first, l, 1), 0);
+    assert_int_equal(run_log_fetch(&ev, &n, &done, &first, l, 1, RUN_FETCH_MAX), 0);
     assert_int_equal(first, 101 + 1); /* 4197 events, the latest 4096 kept */
     assert_int_equal(ev[0].seq, first);
     assert_int_equal(n, RUN_FETCH_MAX);
@@ -263,7 +263,7 @@ static void event_log_waits_wakes_and_reports_gaps(void **state) {
     free(ev);
     run_log_end(l);
     assert_false(run_log_wait(l, 1 + RUN_EVENTS_RETAINED + 100, on_wake, on_suspend, &w));
-    assert_int_equal(run_log_fetch(&ev, &n, &done, &first, l, RUN_EVENTS_RETAINED + 101), 0);
+    assert_int_equal(run_log_fetch(&ev, &n, &done, &first, l, RUN_EVENTS_RETAINED + 101, RUN_FETCH_MAX), 0);
     assert_int_equal(n, 0);
     assert_true(done);
     free(ev);
