@@ -27,10 +27,9 @@
 #define AGENT_ASSISTANT_ID "lead_agent"
 
 /* Receives the run's events: event is "values", "messages", "updates" or
- * "custom"; the reference to data is stolen. Called on the run's thread;
- * data may be part of the run's state: use it (serialize it) before
- * returning, never keep it. */
-typedef void (*agent_emit_fn)(void *ctx, const char *event, json_t *data);
+ * "custom"; data is the event's data as compact JSON text, malloc'd: the
+ * callee takes it. Called on the run's thread. */
+typedef void (*agent_emit_fn)(void *ctx, const char *event, char *data);
 
 typedef struct agent_params {
     store *st;

@@ -42,11 +42,17 @@ void agent_stop(agent_loop *run, const char *stop_reason, const char *error_fmt,
     }
 }
 
-static void emit(agent_loop *run, const char *event, json_t *data) {
-    if (data && run->p->emit)
-        run->p->emit(run->p->emit_ctx, event, data);
+/* Hands text (taken) to the run's event receiver. */
+static void emit_text(agent_loop *run, const char *event, char *text) {
+    if (text && run->p->emit)
+        run->p->emit(run->p->emit_ctx, event, text);
     else
-        json_decref(data);
+        free(text);
+}
+
+static void emit(agent_loop *run, const char *event, json_t *data) {
+    emit_text(run, event, data ? json_dumps(data, JSON_COMPACT) : NULL);
+    json_decref(data);
 }
 
 void agent_emit_custom(agent_loop *run, const char *type, json_t *fields) {
@@ -63,9 +69,7 @@ static void emit_message(agent_loop *run, const char *node, json_t *msg) {
     emit(run, "updates", json_pack("{s:{s:[O]}}", node, "messages", msg));
 }
 
-/* The log serializes events as they are emitted, on this thread: the state
- * is passed, not copied. */
-static void emit_values(agent_loop *run) { emit(run, "values", json_incref(run->values)); }
+
 
 /* ---- the sandbox, for hooks ---- */
 
@@ -170,8 +174,10 @@ static int load_state(agent_loop *run) {
     return 0;
 }
 
-/* Writes the state as a new checkpoint (source: input, loop or final). */
-static int checkpoint(agent_loop *run, const char *source, int step) {
+/* Writes the state as a new checkpoint (source: input, model, loop or
+ * final). With values_out, the state's JSON text is handed there too (the
+ * caller frees it): the values event carries the same text. */
+static int checkpoint(agent_loop *run, const char *source, int step, char **values_out) {
     store_checkpoint cp = {0};
     char id[40];
     fawn_random_uuid(id);
@@ -188,8 +194,20 @@ static int checkpoint(agent_loop *run, const char *source, int step) {
                                      : fawn_err(FAWN_ENOMEM, "out of memory");
     if (r == 0)
         snprintf(run->checkpoint_id, sizeof run->checkpoint_id, "%s", id);
+    if (r == 0 && values_out) {
+        *values_out = cp.values;
+        cp.values = NULL;
+    }
     free(cp.values);
     free(cp.metadata);
+    return r;
+}
+
+/* A checkpoint, then the values event with the same state. */
+static int checkpoint_and_emit(agent_loop *run, const char *source, int step) {
+    char *values = NULL;
+    int r = checkpoint(run, source, step, &values);
+    emit_text(run, "values", values);
     return r;
 }
 
@@ -328,15 +346,14 @@ static int run_loop(agent_loop *run) {
         bool tools = json_array_size(json_object_get(ai, "tool_calls")) > 0;
         /* The model's reply is kept before its tools run: a crash during a
          * command loses no message (the next run answers the cut call). */
-        int r = tools ? checkpoint(run, "model", step + 1) : 0;
+        int r = tools ? checkpoint(run, "model", step + 1, NULL) : 0;
         if (r < 0)
             return r;
         if (tools)
             tool_step(run, ai);
-        r = checkpoint(run, "loop", ++step);
+        r = checkpoint_and_emit(run, "loop", ++step);
         if (r < 0)
             return r;
-        emit_values(run);
         if (!tools)
             break;
     }
@@ -374,15 +391,15 @@ int agent_run(agent_outcome *out, const agent_params *p) {
         json_array_append(run.messages, m);
         emit_message(&run, "input", m);
     }
-    if (r == 0 && (r = checkpoint(&run, "input", 0)) == 0)
-        emit_values(&run);
+    if (r == 0)
+        r = checkpoint_and_emit(&run, "input", 0);
     if (r == 0)
         r = run_loop(&run);
     for (size_t i = agent_hooks_count; r == 0 && i-- > 0;)
         if (agent_hooks[i]->after_agent)
             agent_hooks[i]->after_agent(&run);
-    if (r == 0 && (r = checkpoint(&run, "final", -1)) == 0)
-        emit_values(&run);
+    if (r == 0)
+        r = checkpoint_and_emit(&run, "final", -1);
     if (r == 0)
         outcome_fill(out, &run);
     run_free(&run);

@@ -134,6 +134,10 @@ static int ring_make_room(run_log *l) {
 int run_log_append(run_log *l, const char *event, json_t *data) {
     char *text = data ? json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("null");
     json_decref(data);
+    return run_log_append_text(l, event, text);
+}
+
+int run_log_append_text(run_log *l, const char *event, char *text) {
     if (!text)
         return fawn_err(FAWN_ENOMEM, "out of memory");
     pthread_mutex_lock(&l->lock);

@@ -70,9 +70,9 @@ static void live_remove_locked(run_manager *m, run_entry *gone) {
 
 /* ---- one run, on a worker ---- */
 
-static void emit_to_log(void *ctx, const char *event, json_t *data) {
+static void emit_to_log(void *ctx, const char *event, char *data) {
     run_entry *e = ctx;
-    run_log_append(e->log, event, data);
+    run_log_append_text(e->log, event, data);
 }
 
 /* The thread status after a run that ended with run_status. */

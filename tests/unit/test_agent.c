@@ -282,9 +282,12 @@ typedef struct collected {
     json_t *events;
 } collected;
 
-static void collect(void *ctx, const char *event, json_t *data) {
+static void collect(void *ctx, const char *event, char *data) {
+    json_t *parsed = json_loads(data, JSON_DECODE_ANY, NULL);
+    free(data);
+    assert_non_null(parsed);
     json_array_append_new(((collected *)ctx)->events,
-                          json_pack("{s:s, s:o}", "event", event, "data", data));
+                          json_pack("{s:s, s:o}", "event", event, "data", parsed));
 }
 
 static void run_loop_repairs_history_titles_and_checkpoints(void **state) {
