@@ -31,6 +31,7 @@ fuzz: deps
 bench: build
 	@bash bench/sandbox $(BUILD)
 	@FAWN_BIN=$(BUILD)/fawn bash bench/gateway
+	@FAWN_BIN=$(BUILD)/fawn bash bench/agent
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ)

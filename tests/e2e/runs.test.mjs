@@ -3,6 +3,7 @@
 // hooks' rules, and the model client's retries and breaker against a fake
 // OpenAI-compatible server that scripts replies and faults.
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import { Client } from '@langchain/langgraph-sdk';
 
@@ -330,6 +331,34 @@ describe('runs against a scripted OpenAI-compatible model', () => {
     assert.equal(customs(r.events, 'llm_retry').length, 0);
     assert.match(r.events.find((e) => e.event === 'error').data.message, /Model fake failed \(quota\)/);
     assert.match(r.values.messages.at(-1).content, /^Error: the model could not answer/);
+  });
+
+  it('cancels a streamed run whose client goes away (on_disconnect cancel), not one that continues', async () => {
+    fake.steps.length = 0;
+    const started = async (onDisconnect, command) => {
+      fake.steps.length = 0;
+      fake.queue(reply('', [call('bash', { description: 'x', command })]), reply('finished'));
+      const thread = await client.threads.create();
+      const body = JSON.stringify({ assistant_id: 'lead_agent', input: human('go'), on_disconnect: onDisconnect });
+      let runId;
+      const req = http.request({ host: '127.0.0.1', port: srv.port, method: 'POST',
+        path: `/api/threads/${thread.thread_id}/runs/stream`,
+        headers: { Authorization: `Bearer ${admin.token}`, 'Content-Type': 'application/json' } }, (res) => {
+        runId = res.headers['content-location'].split('/').pop();
+        res.resume();
+      });
+      req.on('error', () => {});
+      req.end(body);
+      await waitFor(async () => runId && (await request(srv, 'GET', '/api/sandboxes', { bearer: admin.token }))
+        .json.sandboxes.some((b) => b.thread_id === thread.thread_id && b.holders.execution > 0));
+      req.destroy(); // the client goes away: its socket is closed
+      return { thread, runId };
+    };
+    const gone = await started('cancel', 'sleep 120');
+    // A waiting stream notices its client within two heartbeats (30 s).
+    await waitFor(async () => (await client.runs.get(gone.thread.thread_id, gone.runId)).status === 'interrupted', 45000);
+    const kept = await started('continue', 'sleep 3');
+    await waitFor(async () => (await client.runs.get(kept.thread.thread_id, kept.runId)).status === 'success', 20000);
   });
 
   it('ends a run cut short by kill -9 or SIGTERM at the restart, its events and steps kept', async () => {
