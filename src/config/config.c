@@ -875,7 +875,8 @@ int config_load_file(fawn_config *cfg, const char *path) {
     return config_load_text(cfg, path, text, len);
 }
 
-int config_load(fawn_config *cfg, const char *explicit_path) {
+/* Resolves and loads the configuration file (see config_load). */
+static int config_resolve(fawn_config *cfg, const char *explicit_path) {
     if (explicit_path)
         return config_load_file(cfg, explicit_path);
     const char *env = getenv("FAWN_CONFIG");
@@ -883,6 +884,14 @@ int config_load(fawn_config *cfg, const char *explicit_path) {
         return config_load_file(cfg, env);
     int r = config_load_file(cfg, CONFIG_DEFAULT_PATH);
     return r == FAWN_ENOENT ? config_defaults(cfg) : r;
+}
+
+int config_load(fawn_config *cfg, const char *explicit_path) {
+    int r = config_resolve(cfg, explicit_path);
+    enum fawn_log_level level;
+    if (r == 0 && cfg->log_level && fawn_log_parse_level(&level, cfg->log_level) == 0)
+        fawn_log_set_level(level);
+    return r;
 }
 
 void config_free(fawn_config *cfg) {

@@ -105,7 +105,8 @@ int config_load_file(fawn_config *cfg, const char *path);
 int config_load_string(fawn_config *cfg, const char *yaml, size_t len);
 
 /* Resolves which file to load: explicit path, else $FAWN_CONFIG, else
- * ./config.yaml if it exists, else none (defaults only). */
+ * ./config.yaml if it exists, else none (defaults only). What the commands
+ * call: it also sets the process's log level to log_level. */
 int config_load(fawn_config *cfg, const char *explicit_path);
 
 /* Releases everything config_* allocated and zeroes *cfg. */

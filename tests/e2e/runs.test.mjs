@@ -3,7 +3,10 @@
 // hooks' rules, and the model client's retries and breaker against a fake
 // OpenAI-compatible server that scripts replies and faults.
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Client } from '@langchain/langgraph-sdk';
 
@@ -417,5 +420,36 @@ describe('runs against a scripted OpenAI-compatible model', () => {
     assert.equal(r.run.status, 'error');
     assert.equal(fake.requests.length, 0, 'no request while the breaker is open');
     assert.match(r.events.find((e) => e.event === 'error').data.message, /temporarily unavailable after repeated failures/);
+  });
+});
+
+describe('a session recorded from a model replays offline', () => {
+  it('replays a recorded run exactly and names the hash of a conversation it has not seen', async () => {
+    const fixture = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'fawn-fixture-')), 'session.json');
+    const fake = await FakeOpenAI.start();
+    fake.queue(reply('Let me check.', [call('bash', { description: 'x', command: 'echo recorded' })]), reply('All recorded.'));
+    let srv = await FawnServer.start({ models: [fake.model('rec', { provider: 'record', fixture })] });
+    let admin = await setupAdmin(srv);
+    let client = sdk(srv, admin.token);
+    const recorded = await client.runs.wait((await client.threads.create()).thread_id, 'lead_agent', { input: human('record this') });
+    await srv.stop();
+    await fake.stop();
+    assert.equal(JSON.parse(fs.readFileSync(fixture, 'utf8')).turns.length, 2);
+
+    srv = await FawnServer.start({ models: [{ name: 'rep', provider: 'replay', fixture }] });
+    try {
+      admin = await setupAdmin(srv);
+      client = sdk(srv, admin.token);
+      const replayed = await client.runs.wait((await client.threads.create()).thread_id, 'lead_agent', { input: human('record this') });
+      const shape = (v) => v.messages.map((m) => [m.type, m.content, (m.tool_calls || []).map((c) => [c.name, c.args])]);
+      assert.deepEqual(shape(replayed), shape(recorded));
+      assert.equal(replayed.messages.at(-1).content, 'All recorded.');
+      const missed = await client.runs.wait((await client.threads.create()).thread_id, 'lead_agent', { input: human('something else') });
+      assert.equal(missed.status, 'error');
+      assert.match(missed.error, /no recorded reply for conversation [0-9a-f]{64}/);
+    } finally {
+      await srv.stop();
+      fs.rmSync(path.dirname(fixture), { recursive: true, force: true });
+    }
   });
 });
