@@ -170,7 +170,10 @@ describe('runs against a scripted OpenAI-compatible model', () => {
 
   before(async () => {
     fake = await FakeOpenAI.start();
-    srv = await FawnServer.start({ models: [fake.model()] });
+    srv = await FawnServer.start({
+      models: [fake.model()],
+      authorization: { enabled: true, roles: { admin: {}, user: { tools: { allow: '*', deny: ['bash'] } } } },
+    });
     admin = await setupAdmin(srv);
     client = sdk(srv, admin.token);
   });
@@ -206,6 +209,57 @@ describe('runs against a scripted OpenAI-compatible model', () => {
     assert.ok(second.tools.some((t) => t.function.name === 'bash'));
     const user = second.messages.find((m) => m.role === 'user');
     assert.match(user.content, /^<<<BEGIN USER INPUT>>>\ngo\n<<<END USER INPUT>>>$/);
+  });
+
+  it('offers a role only its tools and denies a call to another', async () => {
+    fake.steps.length = 0;
+    fake.requests.length = 0;
+    const user = await setupUser(srv, 'no-bash');
+    const limited = sdk(srv, user.token);
+    fake.queue(reply('', [call('bash', { description: 'x', command: 'id' })]), reply('ok'));
+    const thread = await limited.threads.create();
+    const values = await limited.runs.wait(thread.thread_id, 'lead_agent', { input: human('try') });
+    const offered = fake.requests[0].body.tools.map((t) => t.function.name);
+    assert.ok(!offered.includes('bash') && offered.includes('read_file'), offered.join());
+    const denied = toolMessages(values)[0];
+    assert.equal(denied.additional_kwargs.tool_status.status, 'denied');
+    assert.match(denied.content, /Permission denied/);
+  });
+
+  it('saves a large tool output to a file and gives the model a synopsis', async () => {
+    fake.steps.length = 0;
+    fake.queue(reply('', [call('bash', { description: 'x', command: "head -c 15000 /dev/zero | tr '\\0' x; echo END" })]), reply('ok'));
+    const { thread, values, run: r } = await run('big');
+    assert.equal(r.status, 'success');
+    const tool = toolMessages(values)[0];
+    assert.ok(tool.content.length < 4000, `synopsis of ${tool.content.length} chars`);
+    assert.equal(tool.additional_kwargs.tool_status.truncated, true);
+    const saved = tool.content.match(/saved in (\/mnt\/user-data\/outputs\/\.tool-results\/[^;]+\.txt)/)[1];
+    const file = await request(srv, 'GET', `/api/threads/${thread.thread_id}/artifacts${saved}`, { bearer: admin.token });
+    assert.equal(file.status, 200);
+    assert.match(file.text, /^x{15000}END\n$/);
+  });
+
+  it('retries an empty final reply once, and stops on length and content_filter', async () => {
+    fake.steps.length = 0;
+    const ls = () => call('ls', { description: 'x', path: '/mnt/user-data/workspace' });
+    // Blank replies (whitespace): an empty generation is already retried by the model client.
+    fake.queue(reply('', [ls()]), reply(' '), reply('second try'));
+    let r = await run('empty');
+    assert.equal(r.run.status, 'success');
+    assert.equal(r.values.messages.at(-1).content, 'second try');
+    fake.queue(reply('', [ls()]), reply(' '), reply('  '));
+    r = await run('empty twice');
+    assert.equal(r.run.status, 'error');
+    assert.match(r.values.messages.at(-1).content, /empty reply after a tool result, twice/);
+    fake.queue(reply('cut', [ls()], 'length'));
+    r = await run('long');
+    assert.deepEqual(customs(r.events, 'run_stopped').map((e) => e.data.stop_reason), ['model_length_capped']);
+    assert.equal(toolMessages(r.values).length, 0, 'a cut reply runs no tools');
+    fake.queue(reply('', [ls()], 'content_filter'));
+    r = await run('filtered');
+    assert.deepEqual(customs(r.events, 'run_stopped').map((e) => e.data.stop_reason), ['safety_capped']);
+    assert.equal(r.values.messages.at(-1).tool_calls.length, 0);
   });
 
   it('blocks a write to an existing file until it has been read', async () => {
