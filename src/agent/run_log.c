@@ -80,8 +80,7 @@ static void wake_locked(run_log *l, int64_t older_than) {
     l->n_waiters = kept;
 }
 
-/* Writes what the store lacks. Only the run's worker calls this. */
-static int persist(run_log *l) {
+int run_log_flush(run_log *l) {
     pthread_mutex_lock(&l->lock);
     int64_t from = l->persisted_seq + 1, to = l->last_seq;
     if (from < first_retained(l))
@@ -157,11 +156,11 @@ int run_log_append_text(run_log *l, const char *event, char *text) {
     bool flush = strcmp(event, "values") == 0 || strcmp(event, "metadata") == 0 ||
                  seq - l->persisted_seq >= LOG_BATCH;
     pthread_mutex_unlock(&l->lock);
-    return flush ? persist(l) : 0;
+    return flush ? run_log_flush(l) : 0;
 }
 
 void run_log_end(run_log *l) {
-    persist(l);
+    run_log_flush(l);
     pthread_mutex_lock(&l->lock);
     l->done = true;
     wake_locked(l, 0);

@@ -97,6 +97,11 @@ static void run_execute(run_manager *m, run_entry *e) {
         snprintf(out.status, sizeof out.status, "%s", stopped ? "interrupted" : "error");
         out.error = strdup(stopped ? "Run cancelled" : fawn_errmsg());
     }
+    /* The record is final before the stream ends: a client that has seen
+     * `end` reads the run's final status. */
+    store_run_set_status(m->st, e->run_id, out.status,
+                         strcmp(out.status, "success") == 0 ? NULL : out.error);
+    store_thread_set_status(m->st, e->owner_id, e->thread_id, thread_status_after(out.status));
     if (out.stop_reason[0])
         run_log_append(e->log, "custom", json_pack("{s:s, s:s}", "type", "run_stopped",
                                                    "stop_reason", out.stop_reason));
@@ -105,10 +110,7 @@ static void run_execute(run_manager *m, run_entry *e) {
                        json_pack("{s:s, s:s}", "error", "RunError", "message",
                                  out.error ? out.error : "the run failed"));
     run_log_append(e->log, "end", NULL);
-    run_log_end(e->log);
-    store_run_set_status(m->st, e->run_id, out.status,
-                         strcmp(out.status, "success") == 0 ? NULL : out.error);
-    store_thread_set_status(m->st, e->owner_id, e->thread_id, thread_status_after(out.status));
+    run_log_flush(e->log);
     log_info("runs", "run %s on thread %s: %s%s%s", e->run_id, e->thread_id, out.status,
              out.stop_reason[0] ? " / " : "", out.stop_reason);
     agent_outcome_clear(&out);
@@ -130,10 +132,13 @@ static void *worker_main(void *arg) {
         e->running = true;
         pthread_mutex_unlock(&m->lock);
         run_execute(m, e);
+        /* The thread is free before the stream ends: a client that has seen
+         * `end` may start the next run at once. */
         pthread_mutex_lock(&m->lock);
         live_remove_locked(m, e);
         pthread_cond_broadcast(&m->ended);
         pthread_mutex_unlock(&m->lock);
+        run_log_end(e->log);
         entry_free(e);
         pthread_mutex_lock(&m->lock);
     }

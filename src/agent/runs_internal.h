@@ -17,6 +17,8 @@ void run_log_ref(run_log *l);
 int run_log_append(run_log *l, const char *event, json_t *data);
 /* The same with the data already as JSON text (taken; NULL: out of memory). */
 int run_log_append_text(run_log *l, const char *event, char *text);
+/* Writes to the store the events it lacks. Only the run's worker calls it. */
+int run_log_flush(run_log *l);
 /* Writes what is left, marks the log ended and wakes every reader. */
 void run_log_end(run_log *l);
 /* Wakes readers that have waited RUNS_HEARTBEAT_MS or more. */
