@@ -15,6 +15,9 @@ typedef struct agent_model_call {
     enum model_failure why;
     int code;          /* 0, or the failure's FAWN_E* (its message in error) */
     char *error;
+    struct agent_loop *run;
+    char ai_id[40];    /* the id the reply's message gets (and its streamed chunks) */
+    bool streamed;     /* text of the reply went out as chunks */
 } agent_model_call;
 
 /* One tool call as hooks see it. */
@@ -93,8 +96,8 @@ int agent_box_write(agent_loop *run, const char *path, const char *text);
  * the run first takes its sandbox. */
 void agent_delivery_snapshot(agent_loop *run);
 
-/* {"type":"ai", ...} from a model reply (new). */
-json_t *agent_ai_message(const model_reply *reply, const char *model_name);
+/* {"type":"ai", ...} with id from a model reply (new). */
+json_t *agent_ai_message(const model_reply *reply, const char *model_name, const char *id);
 /* {"type":"tool", ...} from a tool result (new). */
 json_t *agent_tool_message(const agent_tool_call *call);
 /* Appends to request the OpenAI request form of messages[from..]: human →

@@ -88,10 +88,8 @@ static json_t *stored_tool_call(const json_t *c) {
                      "id", json_object_get(c, "id"), "type", "tool_call");
 }
 
-json_t *agent_ai_message(const model_reply *reply, const char *model_name) {
+json_t *agent_ai_message(const model_reply *reply, const char *model_name, const char *id) {
     const json_t *msg = reply->message;
-    char id[40];
-    agent_message_id(id);
     json_t *calls = json_array();
     size_t i;
     json_t *c;

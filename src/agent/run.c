@@ -62,11 +62,39 @@ void agent_emit_custom(agent_loop *run, const char *type, json_t *fields) {
 }
 
 /* A new message as the three stream modes carry it. */
-static void emit_message(agent_loop *run, const char *node, json_t *msg) {
+/* A messages-tuple event: [message or chunk, metadata]. */
+static void emit_tuple(agent_loop *run, const char *node, json_t *msg) {
     emit(run, "messages",
          json_pack("[O, {s:s, s:s, s:s}]", msg, "langgraph_node", node, "run_id", run->p->run_id,
                    "thread_id", run->p->thread_id));
+}
+
+static void emit_message(agent_loop *run, const char *node, json_t *msg) {
+    emit_tuple(run, node, msg);
     emit(run, "updates", json_pack("{s:{s:[O]}}", node, "messages", msg));
+}
+
+/* Streamed text of the reply being generated, as an AIMessageChunk of the
+ * message it will become (same id). */
+static void model_delta_event(void *ctx, const char *text, size_t len) {
+    agent_model_call *call = ctx;
+    json_t *chunk = json_pack("{s:s, s:s%, s:s, s:[], s:{}, s:{}}", "type", "AIMessageChunk",
+                              "content", text, len, "id", call->ai_id, "tool_call_chunks",
+                              "additional_kwargs", "response_metadata");
+    emit_tuple(call->run, "model", chunk);
+    json_decref(chunk);
+    call->streamed = true;
+}
+
+/* The end of a streamed reply: a last chunk with its tool calls and finish
+ * reason (its text has gone out as it came). */
+static void emit_stream_end(agent_loop *run, const json_t *ai) {
+    json_t *chunk = json_pack("{s:s, s:s, s:O, s:O, s:O, s:{}}", "type", "AIMessageChunk",
+                              "content", "", "id", json_object_get(ai, "id"), "tool_calls",
+                              json_object_get(ai, "tool_calls"), "response_metadata",
+                              json_object_get(ai, "response_metadata"), "additional_kwargs");
+    emit_tuple(run, "model", chunk);
+    json_decref(chunk);
 }
 
 
@@ -110,7 +138,8 @@ int agent_box_write(agent_loop *run, const char *path, const char *text) {
 /* ---- the chain ---- */
 
 static void model_retry_event(void *ctx, const model_retry_info *info) {
-    agent_emit_custom(ctx, "llm_retry",
+    agent_model_call *call = ctx;
+    agent_emit_custom(call->run, "llm_retry",
                       json_pack("{s:i, s:i, s:I, s:s, s:s}", "attempt", info->attempt,
                                 "max_attempts", info->max_attempts, "wait_ms",
                                 (json_int_t)info->wait_ms, "reason", info->reason, "message",
@@ -124,7 +153,8 @@ static void call_model(agent_loop *run, agent_model_call *call) {
     call->error = NULL;
     model_request req = {.conversation = run->messages, .messages = call->request,
                          .tools = call->tools, .call_index = run->model_calls++};
-    model_hooks hooks = {.on_retry = model_retry_event, .ctx = run};
+    model_hooks hooks = {.on_retry = model_retry_event, .on_delta = model_delta_event,
+                         .ctx = call};
     call->code = model_entry_complete(&call->reply, &call->why, run->model, &req, &hooks,
                                       run->p->cancel ? &run->p->cancel->cancelled : NULL);
     if (call->code < 0)
@@ -244,7 +274,8 @@ static void record_receipt(agent_loop *run, const agent_tool_call *call) {
 /* Calls the model through the hooks; the AI message is appended. Returns
  * the message (borrowed) or NULL when the run must end. */
 static json_t *model_step(agent_loop *run) {
-    agent_model_call call = {.tools = run->tools};
+    agent_model_call call = {.tools = run->tools, .run = run};
+    agent_message_id(call.ai_id);
     if (agent_request_extend(run->request, run->messages, run->request_upto) == 0)
         run->request_upto = json_array_size(run->messages);
     call.request = json_copy(run->request);
@@ -254,7 +285,7 @@ static json_t *model_step(agent_loop *run) {
     agent_next_model(run, &call, 0);
     json_t *ai = NULL;
     if (call.code == 0 && call.reply.message) {
-        ai = agent_ai_message(&call.reply, run->model->name);
+        ai = agent_ai_message(&call.reply, run->model->name, call.ai_id);
         for (size_t i = agent_hooks_count; ai && i-- > 0;)
             if (agent_hooks[i]->after_model)
                 agent_hooks[i]->after_model(run, ai);
@@ -267,7 +298,12 @@ static json_t *model_step(agent_loop *run) {
     if (!ai)
         return NULL;
     json_array_append_new(run->messages, ai);
-    emit_message(run, "model", ai);
+    if (call.streamed) {
+        emit_stream_end(run, ai);
+        emit(run, "updates", json_pack("{s:{s:[O]}}", "model", "messages", ai));
+    } else {
+        emit_message(run, "model", ai);
+    }
     return ai;
 }
 

@@ -211,6 +211,23 @@ describe('runs against a scripted OpenAI-compatible model', () => {
     assert.match(user.content, /^<<<BEGIN USER INPUT>>>\ngo\n<<<END USER INPUT>>>$/);
   });
 
+  it('streams the model\'s text as message chunks (messages-tuple) with the message\'s id', async () => {
+    fake.steps.length = 0;
+    fake.queue(reply('Looking at the workspace now.', [call('ls', { description: 'x', path: '/mnt/user-data/workspace' })]),
+      reply('The workspace is empty, as expected.'));
+    const { events, values } = await run('stream it', { streamMode: ['messages-tuple', 'values'] });
+    const chunks = events.filter((e) => e.event === 'messages' && e.data[0].type === 'AIMessageChunk');
+    const ais = values.messages.filter((m) => m.type === 'ai');
+    for (const ai of ais) {
+      const mine = chunks.filter((e) => e.data[0].id === ai.id).map((e) => e.data[0]);
+      assert.ok(mine.length > 2, 'several chunks per reply');
+      assert.equal(mine.map((c) => c.content).join(''), ai.content);
+      assert.deepEqual(mine.at(-1).tool_calls, ai.tool_calls);
+      assert.equal(mine[0].id, ai.id);
+    }
+    assert.ok(events.some((e) => e.event === 'messages' && e.data[0].type === 'tool'));
+  });
+
   it('offers a role only its tools and denies a call to another', async () => {
     fake.steps.length = 0;
     fake.requests.length = 0;
