@@ -68,8 +68,9 @@ static int parse_args(chat_args *a, int argc, char **argv) {
 
 typedef struct chat_view {
     sse_parser sse;
-    bool failed;   /* an error event came */
-    bool ended;    /* the end event came */
+    bool failed;        /* an error event came */
+    bool ended;         /* the end event came */
+    char streamed[64];  /* id of the reply whose text was printed as it streamed */
 } chat_view;
 
 /* The first CHAT_OUTPUT_LINES lines of text, indented. */
@@ -94,11 +95,27 @@ static void print_tool_call(const json_t *c) {
     free(text);
 }
 
-static void print_message(const json_t *m) {
+/* A piece of a reply's text as the model streams it (messages-tuple). */
+static void print_chunk(chat_view *v, const json_t *chunk) {
+    const char *id = json_string_value(json_object_get(chunk, "id"));
+    const char *text = json_string_value(json_object_get(chunk, "content"));
+    if (!id || !text || !text[0])
+        return;
+    if (strcmp(v->streamed, id) != 0) {
+        snprintf(v->streamed, sizeof v->streamed, "%s", id);
+        printf("agent: ");
+    }
+    fputs(text, stdout);
+}
+
+static void print_message(chat_view *v, const json_t *m) {
     const char *type = json_string_value(json_object_get(m, "type"));
     const char *content = json_string_value(json_object_get(m, "content"));
+    const char *id = json_string_value(json_object_get(m, "id"));
     if (type && strcmp(type, "ai") == 0) {
-        if (content && content[0])
+        if (id && strcmp(v->streamed, id) == 0)
+            printf("\n"); /* its text is out already */
+        else if (content && content[0])
             printf("agent: %s\n", content);
         size_t i;
         json_t *c;
@@ -130,11 +147,20 @@ static int on_event(void *ctx, const char *event, const char *data, size_t len) 
             json_t *m;
             json_array_foreach(json_object_get(update, "messages"), i, m) {
                 if (strcmp(node, "input") != 0)
-                    print_message(m);
+                    print_message(v, m);
             }
         }
+    } else if (strcmp(event, "messages") == 0) {
+        const json_t *chunk = json_array_get(d, 0);
+        const char *type = json_string_value(json_object_get(chunk, "type"));
+        if (type && strcmp(type, "AIMessageChunk") == 0)
+            print_chunk(v, chunk);
     } else if (strcmp(event, "custom") == 0) {
         const char *type = json_string_value(json_object_get(d, "type"));
+        if (type && strcmp(type, "llm_retry") == 0 && v->streamed[0]) {
+            printf("\n"); /* the retry streams its reply again, on a line of its own */
+            v->streamed[0] = '\0';
+        }
         if (type && strcmp(type, "llm_retry") == 0)
             printf("  (model retry after attempt %lld: %s, waiting %lld ms)\n",
                    (long long)json_integer_value(json_object_get(d, "attempt")),
@@ -221,10 +247,10 @@ static int chat(const chat_args *a, const char *base) {
     if (r < 0)
         return r;
     printf("thread %s (go on with: fawn chat --thread %s ...)\n", thread, thread);
-    json_t *body = json_pack("{s:s, s:{s:[{s:s, s:s}]}, s:[s, s], s:{s:s?}}", "assistant_id",
-                             "lead_agent", "input", "messages", "type", "human", "content",
-                             a->message, "stream_mode", "updates", "custom", "context",
-                             "model_name", a->model);
+    json_t *body = json_pack("{s:s, s:{s:[{s:s, s:s}]}, s:[s, s, s], s:{s:s?}}",
+                             "assistant_id", "lead_agent", "input", "messages", "type", "human",
+                             "content", a->message, "stream_mode", "updates", "custom",
+                             "messages-tuple", "context", "model_name", a->model);
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     char path[128];

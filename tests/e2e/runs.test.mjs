@@ -226,6 +226,11 @@ describe('runs against a scripted OpenAI-compatible model', () => {
       assert.equal(mine[0].id, ai.id);
     }
     assert.ok(events.some((e) => e.event === 'messages' && e.data[0].type === 'tool'));
+    // fawn chat prints streamed text as it comes, once.
+    fake.queue(reply('Streamed hello there.'));
+    const out = await srv.cli(['chat', '--token', admin.token, 'hi']);
+    assert.equal(out.code, 0, out.stderr);
+    assert.equal(out.stdout.split('agent: Streamed hello there.\n').length, 2, out.stdout);
   });
 
   it('offers a role only its tools and denies a call to another', async () => {
