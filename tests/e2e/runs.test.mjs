@@ -233,6 +233,28 @@ describe('runs against a scripted OpenAI-compatible model', () => {
     assert.equal(out.stdout.split('agent: Streamed hello there.\n').length, 2, out.stdout);
   });
 
+  it('answers a reader asking for events no longer kept with a gap', async () => {
+    fake.steps.length = 0;
+    fake.queue(reply('x'.repeat(8 * 4200)));
+    const { thread, run: r } = await run('many chunks', { streamMode: ['messages-tuple', 'values'] });
+    assert.equal(r.status, 'success');
+    const path = `/api/threads/${thread.thread_id}/runs/${r.run_id}/stream`;
+    const old = await request(srv, 'GET', path, { bearer: admin.token, headers: { 'Last-Event-ID': '2' } });
+    assert.equal(old.status, 200);
+    const frames = old.text.trim().split('\n\n');
+    assert.equal(frames.length, 1, old.text.slice(0, 300));
+    assert.match(frames[0], /^event: gap\ndata: /);
+    const gap = JSON.parse(frames[0].split('\ndata: ')[1]);
+    assert.equal(gap.code, 'stream_replay_gap');
+    assert.equal(gap.requested_event_id, 2);
+    assert.equal(gap.recovery, 'reload_durable_state');
+    assert.ok(gap.earliest_available_event_id > 3 && gap.latest_available_event_id >= 4200, JSON.stringify(gap));
+    // A reader within the window resumes normally and sees the end.
+    const recent = await request(srv, 'GET', path, { bearer: admin.token, headers: { 'Last-Event-ID': String(gap.latest_available_event_id - 2) } });
+    assert.match(recent.text, /event: end/);
+    assert.ok(!recent.text.includes('event: gap'));
+  });
+
   it('offers a role only its tools and denies a call to another', async () => {
     fake.steps.length = 0;
     fake.requests.length = 0;
