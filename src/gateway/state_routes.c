@@ -7,8 +7,10 @@
 #include "base/json.h"
 #include "gateway/internal.h"
 
-/* Checkpoints one history request returns unless the client asks otherwise. */
+/* Checkpoints one history request returns unless the client asks otherwise,
+ * and at most (DeerFlow's bounds). */
 #define HISTORY_DEFAULT 10
+#define HISTORY_MAX 100
 
 static json_t *checkpoint_ref(const char *thread_id, const char *checkpoint_id) {
     if (!checkpoint_id || !checkpoint_id[0])
@@ -17,19 +19,23 @@ static json_t *checkpoint_ref(const char *thread_id, const char *checkpoint_id) 
                      "checkpoint_id", checkpoint_id);
 }
 
-/* {values, next, tasks, metadata, created_at, checkpoint, parent_checkpoint, interrupts} */
+/* {values, next, tasks, metadata, created_at, checkpoint, parent_checkpoint,
+ * checkpoint_id, parent_checkpoint_id, interrupts} (LangGraph's objects and
+ * DeerFlow's flat ids). */
 static json_t *state_json(const char *thread_id, const store_checkpoint *cp) {
     char created[40] = "";
     json_t *values = cp ? json_loads(cp->values, 0, NULL) : NULL;
     json_t *meta = cp ? json_loads(cp->metadata, 0, NULL) : NULL;
     if (cp)
         gw_iso_time(created, cp->created_at_ms);
-    return json_pack("{s:o, s:[], s:[], s:o, s:s?, s:o, s:o, s:[]}", "values",
+    const char *id = cp ? cp->checkpoint_id : NULL;
+    const char *parent = cp && cp->parent_id[0] ? cp->parent_id : NULL;
+    return json_pack("{s:o, s:[], s:[], s:o, s:s?, s:o, s:o, s:s?, s:s?, s:[]}", "values",
                      values ? values : json_object(), "next", "tasks", "metadata",
                      meta ? meta : json_object(), "created_at", cp ? created : NULL,
-                     "checkpoint", checkpoint_ref(thread_id, cp ? cp->checkpoint_id : NULL),
-                     "parent_checkpoint", checkpoint_ref(thread_id, cp ? cp->parent_id : NULL),
-                     "interrupts");
+                     "checkpoint", checkpoint_ref(thread_id, id), "parent_checkpoint",
+                     checkpoint_ref(thread_id, parent), "checkpoint_id", id,
+                     "parent_checkpoint_id", parent, "interrupts");
 }
 
 static int route_state_get(gw_request *rq) {
@@ -68,7 +74,7 @@ static int route_history(gw_request *rq) {
     if (r == 0)
         r = fjson_check_keys(body, keys);
     if (r == 0)
-        r = fjson_get_int(&limit, body, "limit", false, 1, STORE_CHECKPOINTS_KEPT);
+        r = fjson_get_int(&limit, body, "limit", false, 1, HISTORY_MAX);
     store_checkpoint *list = NULL;
     size_t n = 0;
     if (r == 0)

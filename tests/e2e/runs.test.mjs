@@ -109,6 +109,9 @@ describe('runs with the built-in demo model', () => {
     assert.equal(history.length, 3);
     assert.equal(history[0].checkpoint.checkpoint_id, state.checkpoint.checkpoint_id);
     assert.equal(history[1].checkpoint.checkpoint_id, history[0].parent_checkpoint.checkpoint_id);
+    assert.equal(history[0].parent_checkpoint_id, history[1].checkpoint_id);
+    const tooMany = await request(srv, 'POST', `/api/threads/${thread.thread_id}/history`, { bearer: admin.token, body: { limit: 101 } });
+    assert.equal(tooMany.status, 422);
     const waited = await client.runs.wait(thread.thread_id, 'lead_agent', { input: human('again') });
     assert.equal(waited.messages.filter((m) => m.type === 'human').length, 2);
     // A finished run is replayed from the store, and Last-Event-ID resumes after it.
