@@ -356,6 +356,12 @@ static int claim_thread_locked(run_manager *m, run_entry *e, bool interrupt) {
             return fawn_err(FAWN_EBUSY, "Thread %s: the interrupted run has not ended yet",
                             e->thread_id);
     }
+    size_t mine = 0;
+    for (run_entry *x = m->live; x; x = x->next_live)
+        mine += x->owner_id == e->owner_id;
+    if (mine >= RUNS_PER_USER_MAX)
+        return fawn_err(FAWN_EBUSY, "You have %d runs in progress; wait for one to end",
+                        RUNS_PER_USER_MAX);
     if (m->queued >= RUNS_QUEUE_MAX)
         return fawn_err(FAWN_EBUSY, "Too many runs are waiting; try again later");
     if (m->stopping)

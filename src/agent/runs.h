@@ -23,6 +23,9 @@
  * past the queue a new run is refused rather than kept forever. */
 #define RUNS_WORKERS 8
 #define RUNS_QUEUE_MAX 256
+/* Runs one user may have running or waiting at once: one user's many
+ * threads cannot fill the queue that every user shares. */
+#define RUNS_PER_USER_MAX 32
 /* Events of one run kept for readers (in memory and in the store); a
  * reader that asks for an older one gets a gap. */
 #define RUN_EVENTS_RETAINED 4096
@@ -61,8 +64,9 @@ typedef struct run_request {
 
 /* Records a pending run, marks the thread busy and queues the run; its
  * first event, metadata {run_id, thread_id}, is already in its log. run_id
- * gets a new UUID. FAWN_EBUSY when the thread has an active run (reject)
- * or the queue is full; store errors otherwise. */
+ * gets a new UUID. FAWN_EBUSY when the thread has an active run (reject),
+ * the user has RUNS_PER_USER_MAX runs already, or the queue is full; store
+ * errors otherwise. */
 int runs_start(char run_id[37], run_manager *m, const run_request *rq);
 
 /* Asks a live run of the owner's thread to stop (it ends as interrupted:

@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import { Client } from '@langchain/langgraph-sdk';
 
 import { FawnServer, multipart, request, setupAdmin, setupUser } from './lib/server.mjs';
-import { FakeOpenAI, call, drop, fail, reply, stall } from './lib/fake_openai.mjs';
+import { FakeOpenAI, call, drop, fail, reply, slow, stall } from './lib/fake_openai.mjs';
 
 function sdk(srv, token) {
   return new Client({
@@ -463,6 +463,32 @@ describe('runs against a scripted OpenAI-compatible model', () => {
     await waitFor(async () => (await client.runs.get(gone.thread.thread_id, gone.runId)).status === 'interrupted', 45000);
     const kept = await started('continue', 'sleep 3');
     await waitFor(async () => (await client.runs.get(kept.thread.thread_id, kept.runId)).status === 'success', 20000);
+  });
+
+  it('caps the runs one user may have in progress, not another user\'s', async () => {
+    fake.steps.length = 0;
+    const heavy = await setupUser(srv, 'many-runs');
+    const mine = sdk(srv, heavy.token);
+    for (let i = 0; i < 40; i++) fake.queue(slow(20000));
+    const runs = [];
+    for (let i = 0; i < 32; i++) {
+      const thread = await mine.threads.create();
+      runs.push([thread.thread_id, (await mine.runs.create(thread.thread_id, 'lead_agent', { input: human(`r${i}`) })).run_id]);
+    }
+    const extra = await mine.threads.create();
+    const refused = await request(srv, 'POST', `/api/threads/${extra.thread_id}/runs`, {
+      bearer: heavy.token, body: { assistant_id: 'lead_agent', input: human('one more') },
+    });
+    assert.equal(refused.status, 409, refused.text);
+    assert.match(refused.text, /32 runs in progress/);
+    const other = await client.threads.create();
+    const theirs = await client.runs.create(other.thread_id, 'lead_agent', { input: human('mine') });
+    assert.ok(theirs.run_id, 'another user is not capped');
+    for (const [t, r] of runs) await mine.runs.cancel(t, r);
+    await client.runs.cancel(other.thread_id, theirs.run_id);
+    for (const [t, r] of [...runs, [other.thread_id, theirs.run_id]])
+      await waitFor(async () => !['pending', 'running'].includes((await request(srv, 'GET', `/api/threads/${t}/runs/${r}`, { bearer: t === other.thread_id ? admin.token : heavy.token })).json.status));
+    fake.steps.length = 0;
   });
 
   it('ends a run cut short by kill -9 or SIGTERM at the restart, its events and steps kept', async () => {

@@ -22,6 +22,10 @@ export function fail(status, error = {}, headers = {}) {
 export function drop() {
   return { kind: 'drop' };
 }
+/** A reply that takes ms to come: an empty chunk every 200 ms, then content. */
+export function slow(ms, content = 'slowly done') {
+  return { kind: 'slow', ms, content, toolCalls: [] };
+}
 /** A stream whose headers are sent, then nothing for ms. */
 export function stall(ms = 60000) {
   return { kind: 'stall', ms };
@@ -87,6 +91,14 @@ export class FakeOpenAI {
       return;
     }
     send({ choices: [{ index: 0, delta: { role: 'assistant', content: '' } }] });
+    if (step.kind === 'slow') {
+      const until = Date.now() + step.ms;
+      while (Date.now() < until && !res.destroyed) {
+        await new Promise((r) => setTimeout(r, 200));
+        if (!res.destroyed) send({ choices: [{ index: 0, delta: { content: '' } }] });
+      }
+      if (res.destroyed) return;
+    }
     for (const piece of (step.content || '').match(/.{1,8}/gs) || [])
       send({ choices: [{ index: 0, delta: { content: piece } }] });
     step.toolCalls.forEach((c, index) => {
