@@ -225,8 +225,7 @@ static void title_after_agent(agent_loop *run) {
     while (isspace((unsigned char)*text))
         text++;
     size_t n = strlen(text), cut = n > TITLE_MAX ? TITLE_MAX : n;
-    while (cut < n && cut > 0 && ((unsigned char)text[cut] & 0xC0) == 0x80)
-        cut--;
+    cut = cut < n ? fawn_utf8_char_start(text, cut) : cut;
     char title[TITLE_MAX + 8];
     snprintf(title, sizeof title, "%.*s%s", (int)cut, text, cut < n ? "..." : "");
     for (char *p = title; *p; p++)

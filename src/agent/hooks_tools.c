@@ -16,13 +16,6 @@
 #define BUDGET_TAIL 1000
 #define BUDGET_DIR "/mnt/user-data/outputs/.tool-results"
 
-/* Backs up from i to the start of a UTF-8 character. */
-static size_t char_start(const char *s, size_t i) {
-    while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80)
-        i--;
-    return i;
-}
-
 static void budget_wrap(agent_loop *run, agent_tool_call *call, size_t next) {
     agent_next_tool(run, call, next);
     const char *text = call->result.text;
@@ -39,7 +32,7 @@ static void budget_wrap(agent_loop *run, agent_tool_call *call, size_t next) {
         log_warn("agent", "run %s: tool output not saved: %s", run->p->run_id, fawn_errmsg());
         return;
     }
-    size_t head = char_start(text, BUDGET_HEAD), tail = char_start(text, n - BUDGET_TAIL);
+    size_t head = fawn_utf8_char_start(text, BUDGET_HEAD), tail = fawn_utf8_char_start(text, n - BUDGET_TAIL);
     char *synopsis;
     if (asprintf(&synopsis,
                  "%.*s\n\n... [%zu characters omitted. The whole output (%zu characters) is saved "

@@ -183,53 +183,28 @@ void agent_next_tool(agent_loop *run, agent_tool_call *call, size_t next) {
 /* ---- state ---- */
 
 static int load_state(agent_loop *run) {
-    store_checkpoint cp;
-    int r = store_checkpoint_latest(run->p->st, &cp, run->p->owner_id, run->p->thread_id);
-    if (r == FAWN_ENOENT) {
-        run->values = json_pack("{s:[], s:[]}", "messages", "artifacts");
-        return run->values ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
-    }
-    if (r < 0)
-        return r;
-    snprintf(run->checkpoint_id, sizeof run->checkpoint_id, "%s", cp.checkpoint_id);
-    run->values = json_loads(cp.values, 0, NULL);
-    store_checkpoint_clear(&cp);
-    if (!json_is_object(run->values))
-        return fawn_err(FAWN_EIO, "thread %s: its stored state is not an object",
-                        run->p->thread_id);
-    if (!json_is_array(json_object_get(run->values, "messages")))
-        json_object_set_new(run->values, "messages", json_array());
-    if (!json_is_array(json_object_get(run->values, "artifacts")))
-        json_object_set_new(run->values, "artifacts", json_array());
-    return 0;
+    return agent_state_load(&run->values, run->checkpoint_id, run->p->st, run->p->owner_id,
+                            run->p->thread_id);
 }
 
 /* Writes the state as a new checkpoint (source: input, model, loop or
  * final). With values_out, the state's JSON text is handed there too (the
  * caller frees it): the values event carries the same text. */
 static int checkpoint(agent_loop *run, const char *source, int step, char **values_out) {
-    store_checkpoint cp = {0};
-    char id[40];
-    fawn_random_uuid(id);
-    snprintf(cp.checkpoint_id, sizeof cp.checkpoint_id, "%s", id);
-    snprintf(cp.parent_id, sizeof cp.parent_id, "%s", run->checkpoint_id);
-    snprintf(cp.run_id, sizeof cp.run_id, "%s", run->p->run_id);
-    cp.values = json_dumps(run->values, JSON_COMPACT);
+    char *values = json_dumps(run->values, JSON_COMPACT);
     json_t *meta = json_pack("{s:s, s:i, s:s}", "source", source, "step", step, "run_id",
                              run->p->run_id);
-    cp.metadata = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
+    char *metadata = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
     json_decref(meta);
-    int r = cp.values && cp.metadata ? store_checkpoint_put(run->p->st, run->p->owner_id,
-                                                            run->p->thread_id, &cp)
-                                     : fawn_err(FAWN_ENOMEM, "out of memory");
-    if (r == 0)
-        snprintf(run->checkpoint_id, sizeof run->checkpoint_id, "%s", id);
+    int r = agent_state_save(run->checkpoint_id, run->p->st, run->p->owner_id,
+                             run->p->thread_id, run->checkpoint_id, run->p->run_id, values,
+                             metadata);
     if (r == 0 && values_out) {
-        *values_out = cp.values;
-        cp.values = NULL;
+        *values_out = values;
+        values = NULL;
     }
-    free(cp.values);
-    free(cp.metadata);
+    free(values);
+    free(metadata);
     return r;
 }
 
@@ -337,7 +312,7 @@ static void delivery_snapshot_on_acquire(void *ctx, tool_env *env) {
 }
 
 static void run_setup(agent_loop *run, const agent_params *p) {
-    snprintf(run->scope, sizeof run->scope, "%s:%s", p->run_id, AGENT_ASSISTANT_ID);
+    agent_scope(run->scope, p->run_id);
     run->env = (tool_env){
         .sandboxes = p->sandboxes,
         .req = {.who = {.user = p->user_dir, .role = p->role}, .thread = p->thread_id,

@@ -226,7 +226,7 @@ static void kill_commands(run_manager *m, const run_entry *e) {
     if (!active)
         return;
     char scope[SBX_SCOPE_MAX + 1];
-    snprintf(scope, sizeof scope, "%s:%s", e->run_id, AGENT_ASSISTANT_ID);
+    agent_scope(scope, e->run_id);
     sbx_request req = {.who = {.user = e->user_dir, .role = e->role}, .thread = e->thread_id,
                        .kind = SBX_HOLD_EXECUTION, .scope = scope};
     sbx_lease *lease = NULL;

@@ -128,3 +128,9 @@ int fawn_utf8_sanitize(fbuf *out, const char *str, size_t n) {
     }
     return fbuf_append(out, str + run, n - run);
 }
+
+size_t fawn_utf8_char_start(const char *s, size_t i) {
+    while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80)
+        i--;
+    return i;
+}

@@ -31,6 +31,11 @@ char *fjson_dump(const json_t *v);
 /* True when the n bytes are valid UTF-8 (no overlongs, no surrogates). */
 bool fawn_utf8_valid(const char *s, size_t n);
 
+/* Where the UTF-8 character that byte i of s belongs to starts: i, or the
+ * nearest earlier byte that is not a continuation byte (0 at the least).
+ * Cutting text there never splits a character. */
+size_t fawn_utf8_char_start(const char *s, size_t i);
+
 /* Appends s[0..n) to out with every invalid UTF-8 sequence replaced by
  * U+FFFD, so arbitrary bytes (command output) can go into JSON strings. */
 int fawn_utf8_sanitize(fbuf *out, const char *s, size_t n);

@@ -144,45 +144,40 @@ static int apply_update(json_t *values, const json_t *update) {
     return 0;
 }
 
+/* The thread's state with update applied, saved as a new checkpoint whose
+ * id goes to checkpoint_id. */
+static int state_update(char checkpoint_id[STORE_RUN_ID_MAX + 1], gw_request *rq,
+                        const char *thread_id, const json_t *update) {
+    json_t *values = NULL;
+    char parent[STORE_RUN_ID_MAX + 1];
+    int r = agent_state_load(&values, parent, rq->g->st, rq->who.user.id, thread_id);
+    if (r == 0)
+        r = apply_update(values, update);
+    char *text = r == 0 ? json_dumps(values, JSON_COMPACT) : NULL;
+    if (r == 0)
+        r = agent_state_save(checkpoint_id, rq->g->st, rq->who.user.id, thread_id, parent, NULL,
+                             text, "{\"source\":\"update\"}");
+    free(text);
+    json_decref(values);
+    return r;
+}
+
 static int route_state_update(gw_request *rq) {
     static const char *const keys[] = {"values", "as_node", "checkpoint", "checkpoint_id", NULL};
     store_thread t;
     int r = gw_thread_resolve(&t, rq, false);
     if (r < 0)
         return r;
-    json_t *body = NULL, *values = NULL;
-    store_checkpoint cp = {0}, prev;
+    json_t *body = NULL;
+    char id[STORE_RUN_ID_MAX + 1];
     r = runs_thread_busy(rq->g->runs, rq->who.user.id, t.id)
             ? fawn_err(FAWN_EBUSY, "Thread %s has a run in progress", t.id)
             : gw_body_json(&body, rq);
     if (r == 0)
         r = fjson_check_keys(body, keys);
-    int got = r == 0 ? store_checkpoint_latest(rq->g->st, &prev, rq->who.user.id, t.id) : r;
-    if (r == 0 && got < 0 && got != FAWN_ENOENT)
-        r = got;
     if (r == 0)
-        values = got == 0 ? json_loads(prev.values, 0, NULL)
-                          : json_pack("{s:[], s:[]}", "messages", "artifacts");
-    if (r == 0 && !json_is_array(json_object_get(values, "messages")))
-        json_object_set_new(values, "messages", json_array());
-    if (r == 0)
-        r = apply_update(values, json_object_get(body, "values"));
-    char id[40];
-    fawn_random_uuid(id);
-    snprintf(cp.checkpoint_id, sizeof cp.checkpoint_id, "%s", id);
-    snprintf(cp.parent_id, sizeof cp.parent_id, "%s", got == 0 ? prev.checkpoint_id : "");
-    if (got == 0)
-        store_checkpoint_clear(&prev);
-    if (r == 0) {
-        cp.values = json_dumps(values, JSON_COMPACT);
-        cp.metadata = strdup("{\"source\":\"update\"}");
-        r = cp.values && cp.metadata ? store_checkpoint_put(rq->g->st, rq->who.user.id, t.id, &cp)
-                                     : fawn_err(FAWN_ENOMEM, "out of memory");
-    }
+        r = state_update(id, rq, t.id, json_object_get(body, "values"));
     json_t *answer = r == 0 ? json_pack("{s:o}", "checkpoint", checkpoint_ref(t.id, id)) : NULL;
-    free(cp.values);
-    free(cp.metadata);
-    json_decref(values);
     json_decref(body);
     store_thread_clear(&t);
     if (r == FAWN_EINVAL)

@@ -30,38 +30,6 @@ static int file_call(json_t **reply, tool_result *res, tool_env *env, const char
     return 0;
 }
 
-/* Optional integer argument in [min, max]; -1 after filling res. */
-static int arg_int(int64_t *out, tool_result *res, const json_t *args, const char *key,
-                   int64_t dflt, int64_t min, int64_t max) {
-    json_t *v = json_object_get(args, key);
-    *out = dflt;
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
-        tool_fail(res, TOOL_ERROR, "invalid_arguments", true,
-                  "Error: argument '%s' must be an integer from %lld to %lld", key,
-                  (long long)min, (long long)max);
-        return -1;
-    }
-    *out = json_integer_value(v);
-    return 0;
-}
-
-/* Optional boolean argument; -1 after filling res. */
-static int arg_bool(bool *out, tool_result *res, const json_t *args, const char *key) {
-    json_t *v = json_object_get(args, key);
-    *out = false;
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_boolean(v)) {
-        tool_fail(res, TOOL_ERROR, "invalid_arguments", true,
-                  "Error: argument '%s' must be true or false", key);
-        return -1;
-    }
-    *out = json_is_true(v);
-    return 0;
-}
-
 /* ---- ls ---- */
 
 static int ls_run(tool_result *res, tool_env *env, const json_t *args) {
@@ -111,8 +79,8 @@ static int read_run(tool_result *res, tool_env *env, const json_t *args) {
     const char *path;
     int64_t start, end;
     if (tool_arg_string(&path, res, args, "path", true) < 0 ||
-        arg_int(&start, res, args, "start_line", 1, 1, INT32_MAX) < 0 ||
-        arg_int(&end, res, args, "end_line", 0, 1, INT32_MAX) < 0)
+        tool_arg_int(&start, res, args, "start_line", 1, 1, INT32_MAX) < 0 ||
+        tool_arg_int(&end, res, args, "end_line", 0, 1, INT32_MAX) < 0)
         return 0;
     if (end && end < start)
         return tool_fail(res, TOOL_ERROR, "invalid_arguments", true,
@@ -174,7 +142,7 @@ static int write_run(tool_result *res, tool_env *env, const json_t *args) {
     bool append;
     if (tool_arg_string(&path, res, args, "path", true) < 0 ||
         tool_arg_string(&content, res, args, "content", true) < 0 ||
-        arg_bool(&append, res, args, "append") < 0)
+        tool_arg_bool(&append, res, args, "append") < 0)
         return 0;
     if (strlen(content) > TOOL_WRITE_MAX)
         return tool_fail(res, TOOL_ERROR, "too_large", true,
@@ -218,7 +186,7 @@ static int str_replace_run(tool_result *res, tool_env *env, const json_t *args) 
     if (tool_arg_string(&path, res, args, "path", true) < 0 ||
         tool_arg_string(&old_str, res, args, "old_str", true) < 0 ||
         tool_arg_string(&new_str, res, args, "new_str", true) < 0 ||
-        arg_bool(&all, res, args, "replace_all") < 0)
+        tool_arg_bool(&all, res, args, "replace_all") < 0)
         return 0;
     if (!old_str[0])
         return tool_fail(res, TOOL_ERROR, "invalid_arguments", true, "Error: old_str is empty");
@@ -287,8 +255,8 @@ static int glob_run(tool_result *res, tool_env *env, const json_t *args) {
     int64_t max;
     if (tool_arg_string(&pattern, res, args, "pattern", true) < 0 ||
         tool_arg_string(&path, res, args, "path", true) < 0 ||
-        arg_bool(&dirs, res, args, "include_dirs") < 0 ||
-        arg_int(&max, res, args, "max_results", TOOL_GLOB_DEFAULT, 1, TOOL_GLOB_MAX) < 0)
+        tool_arg_bool(&dirs, res, args, "include_dirs") < 0 ||
+        tool_arg_int(&max, res, args, "max_results", TOOL_GLOB_DEFAULT, 1, TOOL_GLOB_MAX) < 0)
         return 0;
     json_t *reply;
     int r = file_call(&reply, res, env, "/v1/file/find",
@@ -308,9 +276,9 @@ static int grep_run(tool_result *res, tool_env *env, const json_t *args) {
     if (tool_arg_string(&pattern, res, args, "pattern", true) < 0 ||
         tool_arg_string(&path, res, args, "path", true) < 0 ||
         tool_arg_string(&glob, res, args, "glob", false) < 0 ||
-        arg_bool(&literal, res, args, "literal") < 0 ||
-        arg_bool(&case_sensitive, res, args, "case_sensitive") < 0 ||
-        arg_int(&max, res, args, "max_results", TOOL_GREP_DEFAULT, 1, TOOL_GREP_MAX) < 0)
+        tool_arg_bool(&literal, res, args, "literal") < 0 ||
+        tool_arg_bool(&case_sensitive, res, args, "case_sensitive") < 0 ||
+        tool_arg_int(&max, res, args, "max_results", TOOL_GREP_DEFAULT, 1, TOOL_GREP_MAX) < 0)
         return 0;
     json_t *body = json_pack("{s:s, s:s, s:b, s:b, s:I}", "path", path, "pattern", pattern,
                              "literal", literal, "case_sensitive", case_sensitive,

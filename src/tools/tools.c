@@ -143,20 +143,13 @@ int tool_run(tool_result *out, tool_env *env, const char *name, const json_t *ar
     return r;
 }
 
-/* Backs up from a cut at i to the start of a UTF-8 character. */
-static size_t char_start(const char *s, size_t i) {
-    while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80)
-        i--;
-    return i;
-}
-
 char *tool_truncate_middle(const char *text, size_t max, bool *truncated) {
     size_t n = strlen(text);
     *truncated = n > max;
     if (n <= max)
         return strdup(text);
-    size_t head = char_start(text, max / 2);
-    size_t tail = char_start(text, n - (max - max / 2));
+    size_t head = fawn_utf8_char_start(text, max / 2);
+    size_t tail = fawn_utf8_char_start(text, n - (max - max / 2));
     char *out;
     if (asprintf(&out, "%.*s\n\n... [middle truncated: %zu chars omitted] ...\n\n%s", (int)head,
                  text, tail - head, text + tail) < 0)
@@ -181,5 +174,35 @@ int tool_arg_string(const char **out, tool_result *res, const json_t *args, cons
         return -1;
     }
     *out = json_string_value(v);
+    return 0;
+}
+
+int tool_arg_int(int64_t *out, tool_result *res, const json_t *args, const char *key,
+                 int64_t dflt, int64_t min, int64_t max) {
+    json_t *v = json_object_get(args, key);
+    *out = dflt;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
+        tool_fail(res, TOOL_ERROR, "invalid_arguments", true,
+                  "Error: argument '%s' must be an integer from %lld to %lld", key,
+                  (long long)min, (long long)max);
+        return -1;
+    }
+    *out = json_integer_value(v);
+    return 0;
+}
+
+int tool_arg_bool(bool *out, tool_result *res, const json_t *args, const char *key) {
+    json_t *v = json_object_get(args, key);
+    *out = false;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v)) {
+        tool_fail(res, TOOL_ERROR, "invalid_arguments", true,
+                  "Error: argument '%s' must be true or false", key);
+        return -1;
+    }
+    *out = json_is_true(v);
     return 0;
 }

@@ -21,5 +21,11 @@ int tool_box_failure(tool_result *r, int http_status, const json_t *reply);
  * required) or -1 after filling res with a recoverable error. */
 int tool_arg_string(const char **out, tool_result *res, const json_t *args, const char *key,
                     bool required);
+/* Optional integer argument key in [min, max] (dflt when absent); 0, or -1
+ * after filling res with a recoverable error. */
+int tool_arg_int(int64_t *out, tool_result *res, const json_t *args, const char *key,
+                 int64_t dflt, int64_t min, int64_t max);
+/* Optional boolean argument key (false when absent); 0, or -1 as above. */
+int tool_arg_bool(bool *out, tool_result *res, const json_t *args, const char *key);
 
 #endif
