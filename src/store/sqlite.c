@@ -147,6 +147,7 @@ int sq_prepare(store *s, sqlite3_stmt **st, const char *sql) {
 }
 
 int store_schema_version(store *s, int *out) {
+    *out = 0;
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
     int r = sq_prepare(s, &st, "PRAGMA user_version");
@@ -190,6 +191,7 @@ static int make_parent_dir(const char *path) {
 }
 
 int store_open(store **out, const char *path) {
+    *out = NULL;
     int r = make_parent_dir(path);
     if (r < 0)
         return r;
@@ -261,6 +263,7 @@ static int one_user(store *s, store_user *out, sqlite3_stmt *st, const char *wha
 
 int store_user_create(store *s, store_user *out, const char *username, const char *password_hash,
                       const char *role) {
+    *out = (store_user){0};
     if (!sq_text_ok(username, STORE_NAME_MAX) || !sq_text_ok(password_hash, STORE_HASH_MAX) ||
         !sq_text_ok(role, STORE_ROLE_MAX))
         return fawn_err(FAWN_EINVAL, "username, password hash and role are required and bounded");
@@ -283,6 +286,7 @@ int store_user_create(store *s, store_user *out, const char *username, const cha
 }
 
 int store_user_get(store *s, store_user *out, int64_t id) {
+    *out = (store_user){0};
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
     int r = sq_prepare(s, &st, "SELECT " USER_COLUMNS " FROM users WHERE id = ?1");
@@ -297,6 +301,7 @@ int store_user_get(store *s, store_user *out, int64_t id) {
 /* The one user that `SELECT USER_COLUMNS FROM users <where>` finds with
  * text bound to ?1. */
 static int user_find(store *s, store_user *out, const char *where, const char *text) {
+    *out = (store_user){0};
     char sql[256];
     snprintf(sql, sizeof sql, "SELECT " USER_COLUMNS " FROM users %s", where);
     sqlite3_stmt *st;
@@ -319,6 +324,7 @@ int store_user_get_by_role(store *s, store_user *out, const char *role) {
 }
 
 int store_user_count(store *s, int64_t *out, const char *role) {
+    *out = 0;
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
     int r = sq_prepare(s, &st, "SELECT count(*) FROM users WHERE ?1 IS NULL OR role = ?1");
@@ -432,6 +438,8 @@ static int get_thread_locked(store *s, store_thread *out, int64_t owner_id, cons
 
 int store_thread_create(store *s, store_thread *out, bool *existed, int64_t owner_id,
                         const char *id, const char *metadata) {
+    *out = (store_thread){0};
+    *existed = false;
     int r = check_thread_args(id, metadata);
     if (r < 0)
         return r;
@@ -458,6 +466,7 @@ int store_thread_create(store *s, store_thread *out, bool *existed, int64_t owne
 }
 
 int store_thread_get(store *s, store_thread *out, int64_t owner_id, const char *id) {
+    *out = (store_thread){0};
     if (!fawn_id_valid(id))
         return fawn_err(FAWN_ENOENT, "no such thread");
     pthread_mutex_lock(&s->mu);
@@ -671,6 +680,7 @@ static void read_sandbox(void *row, sqlite3_stmt *st) {
 }
 
 int store_sandbox_get(store *s, store_sandbox *out, const char *sandbox_id) {
+    *out = (store_sandbox){0};
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
     int r = sq_prepare(s, &st, "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE sandbox_id = ?1");
@@ -731,6 +741,7 @@ int store_fence_add(store *s, const char *scope, const char *sandbox_id, const c
 
 int store_fence_exists(store *s, bool *out, const char *scope, const char *sandbox_id,
                        const char *generation) {
+    *out = false;
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
     int r = sq_prepare(s, &st, "SELECT 1 FROM sandbox_fences WHERE scope = ?1 AND sandbox_id = ?2 "
@@ -797,6 +808,7 @@ static void read_token(store_token *t, sqlite3_stmt *st) {
 
 int store_token_create(store *s, store_token *out, int64_t user_id, const char *name,
                        const char *token_hash) {
+    *out = (store_token){0};
     if (!sq_text_ok(name, STORE_TOKEN_NAME_MAX) || !sq_text_ok(token_hash, 64))
         return fawn_err(FAWN_EINVAL, "a token name of 1 to %d bytes is required",
                         STORE_TOKEN_NAME_MAX);
@@ -887,6 +899,8 @@ static void token_use_record(store *s, int64_t id, int64_t last_used, int64_t no
 
 int store_token_authenticate(store *s, store_user *user, int64_t *token_id,
                              const char *token_hash) {
+    *user = (store_user){0};
+    *token_id = 0;
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
     int r = sq_prepare(s, &st,

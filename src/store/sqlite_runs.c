@@ -163,6 +163,7 @@ int store_run_set_status(store *s, const char *run_id, const char *status, const
 }
 
 int store_run_abandon_unfinished(store *s, size_t *n, const char *reason) {
+    *n = 0;
     sqlite3_stmt *st;
     pthread_mutex_lock(&s->mu);
     int r = sq_exec(s, "BEGIN IMMEDIATE", "begin");
@@ -403,6 +404,7 @@ int store_checkpoint_list(store *s, store_checkpoint **out, size_t *n, int64_t o
 
 int store_checkpoint_latest(store *s, store_checkpoint *out, int64_t owner_id,
                             const char *thread_id) {
+    *out = (store_checkpoint){0};
     store_checkpoint *list;
     size_t n;
     int r = store_checkpoint_list(s, &list, &n, owner_id, thread_id, NULL, 1);

@@ -6,7 +6,11 @@
  * does not exist (or belongs to another owner), FAWN_EEXIST on a unique key,
  * FAWN_EINVAL for bad input, FAWN_EBUSY when the database stayed locked past
  * the busy timeout, FAWN_EIO otherwise. A store handle may be used from
- * several threads at once. */
+ * several threads at once.
+ *
+ * Every out-parameter is set on every path, failures included: a function
+ * zeroes its out-parameters (NULL pointers, empty structs that their clear
+ * function accepts, 0, false) before anything can fail. */
 #ifndef FAWN_STORE_H
 #define FAWN_STORE_H
 

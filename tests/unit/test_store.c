@@ -509,6 +509,58 @@ static void checkpoints_and_receipts_follow_the_thread(void **state) {
     assert_int_equal(store_checkpoint_latest(x->s, &latest, x->alice, "rt3"), FAWN_ENOENT);
 }
 
+/* Fills an out-parameter with bytes no store function would write, as an
+ * uninitialized stack variable may hold. */
+#define POISON(v) memset(&(v), 0xA5, sizeof(v))
+
+/* Every out-parameter is set on every failing path too, so that a caller
+ * that clears what it got (store_thread_clear, store_run_clear, ...) never
+ * frees garbage: another owner's ids, missing ids and invalid ids. */
+static void failures_leave_out_parameters_defined(void **state) {
+    fx *x = *state;
+    make_thread(x, x->alice, "mine");
+    store_thread t;
+    const char *ids[] = {"mine", "missing", "bad/id"};
+    for (size_t i = 0; i < 3; i++) {
+        POISON(t);
+        assert_int_equal(store_thread_get(x->s, &t, x->bob, ids[i]), FAWN_ENOENT);
+        assert_null(t.metadata);
+        store_thread_clear(&t);
+    }
+    bool existed;
+    POISON(t);
+    POISON(existed);
+    assert_int_equal(store_thread_create(x->s, &t, &existed, x->bob, "bad/id", NULL), FAWN_EINVAL);
+    assert_null(t.metadata);
+    assert_false(existed);
+    store_run run;
+    POISON(run);
+    assert_int_equal(store_run_get(x->s, &run, x->bob, "mine", "r-none"), FAWN_ENOENT);
+    store_run_clear(&run);
+    store_checkpoint c;
+    POISON(c);
+    assert_int_equal(store_checkpoint_latest(x->s, &c, x->bob, "mine"), FAWN_ENOENT);
+    assert_null(c.values);
+    store_checkpoint_clear(&c);
+    store_user u;
+    POISON(u);
+    assert_int_equal(store_user_get_by_name(x->s, &u, "nobody"), FAWN_ENOENT);
+    assert_int_equal(u.id, 0);
+    POISON(u);
+    assert_int_equal(store_user_create(x->s, &u, "", "h", "user"), FAWN_EINVAL);
+    assert_int_equal(u.id, 0);
+    int64_t token_id;
+    POISON(u);
+    POISON(token_id);
+    assert_int_not_equal(store_token_authenticate(x->s, &u, &token_id, "00"), 0);
+    assert_int_equal(token_id, 0);
+    assert_int_equal(u.id, 0);
+    store_sandbox sb;
+    POISON(sb);
+    assert_int_equal(store_sandbox_get(x->s, &sb, "0000000000000000"), FAWN_ENOENT);
+    assert_string_equal(sb.sandbox_id, "");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(migrations_bring_schema_current),
@@ -523,6 +575,7 @@ int main(void) {
         cmocka_unit_test(runs_are_owner_and_thread_scoped),
         cmocka_unit_test(run_events_append_read_prune),
         cmocka_unit_test(checkpoints_and_receipts_follow_the_thread),
+        cmocka_unit_test(failures_leave_out_parameters_defined),
     };
     return cmocka_run_group_tests_name("store", tests, setup, teardown);
 }
