@@ -27,8 +27,9 @@ typedef struct box_settings {
     uint32_t idle_exit_s;   /* exit after this long without requests or sessions; 0 = never */
 } box_settings;
 
-/* Settings from configuration: limits, and the command environment (this
- * process's environment scrubbed of secrets, plus sandbox.environment).
+/* Settings from configuration: limits, and the command environment (fixed
+ * sandbox values plus sandbox.environment and sandbox.env_passthrough; see
+ * box_env_build).
  * cgroup names the limits actually in force ("v2", "v1" or "none"); with
  * "none", RLIMIT_AS stands in for the memory limit. Free with
  * box_settings_free. */

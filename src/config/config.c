@@ -270,6 +270,7 @@ static const config_key sandbox_keys[] = {
     KEY_SCALAR("network", sandbox.network, set_network, "none"),
     KEY_SCALAR("skills_dir", sandbox.skills_dir, set_string, NULL),
     KEY_MAPPING("environment", parse_sandbox_environment),
+    KEY_LIST("env_passthrough", sandbox.env_passthrough),
     KEY_SECTION("limits", limits_keys),
     /* One second up to one day. */
     KEY_INT("exec_timeout_s", sandbox.exec_timeout_s, set_u32, "600", 1, 86400),
@@ -605,6 +606,34 @@ static int env_entry_parse(config_parser *p, const yaml_event_t *key, const char
     return env_append(&p->cfg->sandbox, name, v.text);
 }
 
+/* Appends, for each name of sandbox.env_passthrough that sandbox.environment
+ * does not set, the host's value when the host has one. */
+static int env_passthrough_apply(fawn_config *cfg, const char *source) {
+    fawn_sandbox_config *sb = &cfg->sandbox;
+    const json_t *names = sb->env_passthrough;
+    for (size_t i = 0; i < json_array_size(names); i++) {
+        const char *name = json_string_value(json_array_get(names, i));
+        if (!name || !name_valid(name))
+            return config_fail(source, 0, "sandbox.env_passthrough",
+                               "entry %zu is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*, "
+                               "at most %d)", i, CONFIG_NAME_MAX);
+        bool set = false;
+        for (size_t j = 0; j < sb->n_env && !set; j++)
+            set = strcmp(sb->env[j].name, name) == 0;
+        const char *value = getenv(name);
+        if (set || !value)
+            continue;
+        if (sb->n_env == CONFIG_MAX_ENV)
+            return config_fail(source, 0, "sandbox.env_passthrough",
+                               "sandbox.environment and it together name more than %d variables",
+                               CONFIG_MAX_ENV);
+        int r = env_append(sb, name, value);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
 static int parse_sandbox_environment(config_parser *p, const char *path) {
     for (;;) {
         _cleanup_event_ yaml_event_t key = {0};
@@ -821,6 +850,8 @@ static int config_build(fawn_config *cfg, const char *source, const char *text, 
     if (r == 0)
         r = config_run_checks(cfg, source);
     if (r == 0)
+        r = env_passthrough_apply(cfg, source);
+    if (r == 0)
         r = config_derive(cfg);
     return r;
 }
@@ -903,6 +934,7 @@ void config_free(fawn_config *cfg) {
     json_decref(cfg->models);
     json_decref(cfg->server.trusted_proxies);
     json_decref(cfg->sandbox.remote);
+    json_decref(cfg->sandbox.env_passthrough);
     for (size_t i = 0; i < cfg->sandbox.n_env && i < CONFIG_MAX_ENV; i++) {
         free(cfg->sandbox.env[i].name);
         free(cfg->sandbox.env[i].value);

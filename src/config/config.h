@@ -40,8 +40,11 @@ typedef struct fawn_sandbox_limits {
 typedef struct fawn_sandbox_config {
     enum fawn_network_mode network;  /* sandbox.network: none | host (default none) */
     char *skills_dir;                /* sandbox.skills_dir (default "$home/skills") */
-    fawn_env_var env[CONFIG_MAX_ENV];/* sandbox.environment: NAME: value */
+    fawn_env_var env[CONFIG_MAX_ENV];/* sandbox.environment (NAME: value), then the host's
+                                        values of sandbox.env_passthrough's names */
     size_t n_env;
+    json_t *env_passthrough;         /* sandbox.env_passthrough: host variable names (JSON
+                                        array), already folded into env */
     fawn_sandbox_limits limits;      /* sandbox.limits.* */
     uint32_t exec_timeout_s;         /* sandbox.exec_timeout_s: default command timeout (600) */
     uint32_t exec_max_timeout_s;     /* sandbox.exec_max_timeout_s: cap on client timeouts (3600) */

@@ -500,6 +500,34 @@ static void test_env_count(void **state) {
     refuse2(yaml, "sandbox.environment: more than 64 variables", "<string>:67:");
 }
 
+/* sandbox.env_passthrough: host values only for the names it lists, after
+ * sandbox.environment (which wins for a name both give), unset ones skipped. */
+static void test_env_passthrough(void **state) {
+    (void)state;
+    setenv("FAWN_TEST_PASS_A", "from host", 1);
+    setenv("FAWN_TEST_PASS_B", "host value ignored", 1);
+    setenv("FAWN_TEST_NOT_NAMED", "never", 1);
+    unsetenv("FAWN_TEST_PASS_UNSET");
+    fawn_config cfg;
+    accept(&cfg, "sandbox:\n"
+                 "  env_passthrough: [FAWN_TEST_PASS_A, FAWN_TEST_PASS_UNSET, FAWN_TEST_PASS_B]\n"
+                 "  environment:\n"
+                 "    FAWN_TEST_PASS_B: configured\n");
+    assert_int_equal(cfg.sandbox.n_env, 2);
+    assert_string_equal(cfg.sandbox.env[0].name, "FAWN_TEST_PASS_B");
+    assert_string_equal(cfg.sandbox.env[0].value, "configured");
+    assert_string_equal(cfg.sandbox.env[1].name, "FAWN_TEST_PASS_A");
+    assert_string_equal(cfg.sandbox.env[1].value, "from host");
+    config_free(&cfg);
+    refuse2("sandbox:\n  env_passthrough: [\"BAD NAME\"]\n", "sandbox.env_passthrough",
+            "not a valid variable name");
+    refuse2("sandbox:\n  env_passthrough: [[A]]\n", "sandbox.env_passthrough",
+            "not a valid variable name");
+    unsetenv("FAWN_TEST_PASS_A");
+    unsetenv("FAWN_TEST_PASS_B");
+    unsetenv("FAWN_TEST_NOT_NAMED");
+}
+
 /* ---- $VAR substitution ---- */
 
 static void test_var_substitution(void **state) {
@@ -807,6 +835,7 @@ int main(void) {
         cmocka_unit_test(test_enums),
         cmocka_unit_test(test_env_names),
         cmocka_unit_test(test_env_count),
+        cmocka_unit_test(test_env_passthrough),
         cmocka_unit_test(test_var_substitution),
         cmocka_unit_test(test_var_errors),
         cmocka_unit_test(test_aliases_refused),
