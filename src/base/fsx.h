@@ -37,8 +37,9 @@ int fsx_mkdir_p(const char *path, mode_t mode);
 
 /* Removes name (a file, or a directory with everything beneath it) from
  * dirfd, never following a symlink: each directory is opened relative to
- * its parent's fd with O_NOFOLLOW. FAWN_ENOENT when name does not exist;
- * FAWN_E2BIG for trees deeper than a bound (what could be removed is). */
+ * its parent's fd with O_NOFOLLOW. Any depth, without recursion and with a
+ * bounded number of open directories. FAWN_ENOENT when name does not exist;
+ * FAWN_EIO when something could not be removed (what could be, is). */
 int fsx_remove_tree(int dirfd, const char *name);
 
 #endif

@@ -1,6 +1,7 @@
 // Threads through the LangGraph JS SDK and raw HTTP: ids, idempotence,
 // metadata, search, owner scoping, deletion on disk, concurrency.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -315,6 +316,39 @@ describe('threads', () => {
     assert.equal((await api('DELETE', '/api/threads/doomed')).status, 404);
     const search = await api('POST', '/api/threads/search', { limit: 1000 });
     assert.ok(!search.json.some((t) => t.thread_id === 'doomed'));
+  });
+
+  it('DELETE removes a tree deeper than any fixed bound, and a removal that fails keeps the thread', async () => {
+    await api('POST', '/api/threads', { thread_id: 'abyss' });
+    const dir = srv.threadDir(admin.id, 'abyss');
+    process.chdir(path.join(dir, 'user-data', 'workspace'));
+    for (let i = 0; i < 300; i++) {
+      fs.mkdirSync('d'); // relative steps keep every path short
+      process.chdir('d');
+    }
+    fs.writeFileSync('secret.txt', 'deep');
+    process.chdir(srv.home);
+    // A file the removal cannot delete (immutable) makes DELETE fail: the
+    // thread is still there, its files back in place, and a retry succeeds.
+    const stuck = path.join(dir, 'user-data', 'outputs', 'secret.txt');
+    fs.writeFileSync(stuck, 'x');
+    execFileSync('chattr', ['+i', stuck]);
+    let del;
+    try {
+      del = await api('DELETE', '/api/threads/abyss');
+    } finally {
+      execFileSync('chattr', ['-i', stuck]);
+    }
+    assert.equal(del.status, 500, del.text);
+    assert.match(srv.stderr, /Thread abyss's files could not be removed/);
+    assert.equal((await api('GET', '/api/threads/abyss')).status, 200);
+    assert.equal(fs.readFileSync(stuck, 'utf8'), 'x');
+    const again = await api('DELETE', '/api/threads/abyss');
+    assert.equal(again.status, 200, again.text);
+    assert.equal(fs.existsSync(dir), false);
+    const leftovers = fs.readdirSync(path.join(srv.home, 'users', admin.id, 'threads')).filter((n) => n.startsWith('.deleted-'));
+    assert.deepEqual(leftovers, []);
+    assert.equal((await api('GET', '/api/threads/abyss')).status, 404);
   });
 
   it('50 concurrent creates of distinct ids all succeed and all show up in search', async () => {
