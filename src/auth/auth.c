@@ -221,7 +221,7 @@ int auth_secret_load(unsigned char out[AUTH_SECRET_BYTES], const char *home) {
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s", home, AUTH_SECRET_FILE) >= (int)sizeof path)
         return fawn_err(FAWN_EINVAL, "home path too long");
-    int r = fsx_mkdir_p(home, 0700);
+    int r = fsx_private_dir(home);
     _cleanup_close_ int fd = r == 0 ? open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
     if (r == 0 && fd < 0 && errno == ENOENT && (r = secret_create(home, path)) == 0)
         fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);

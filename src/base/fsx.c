@@ -164,6 +164,39 @@ int fsx_mkdir_p(const char *path, mode_t mode) {
     return 0;
 }
 
+int fsx_private_dir(const char *path) {
+    int r = fsx_mkdir_p(path, 0700);
+    struct stat st;
+    if (r == 0 && lstat(path, &st) < 0)
+        r = fawn_err_sys(FAWN_EIO, errno, "stat %s", path);
+    if (r < 0)
+        return r;
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+        return fawn_err(FAWN_EPERM, "%s must be a directory of this user (uid %u), not a symlink",
+                        path, (unsigned)geteuid());
+    if (st.st_mode & (S_IWGRP | S_IWOTH))
+        return fawn_err(FAWN_EPERM, "%s is writable by other users (mode %04o): make it 0700 "
+                                    "(chmod go-w)", path, (unsigned)(st.st_mode & 07777));
+    return 0;
+}
+
+int fsx_private_file(const char *path) {
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0600);
+    if (fd < 0)
+        return fawn_err_sys(errno == ELOOP ? FAWN_EPERM : FAWN_EIO, errno, "open %s", path);
+    struct stat st;
+    int r = fstat(fd, &st) < 0 ? fawn_err_sys(FAWN_EIO, errno, "stat %s", path) : 0;
+    if (r == 0 && (!S_ISREG(st.st_mode) || st.st_uid != geteuid()))
+        r = fawn_err(FAWN_EPERM, "%s must be a regular file of this user", path);
+    if (r == 0 && fchmod(fd, 0600) < 0)
+        r = fawn_err_sys(FAWN_EIO, errno, "chmod %s", path);
+    if (r < 0) {
+        close(fd);
+        return r;
+    }
+    return fd;
+}
+
 /* One open level of a removal: the directory and the subdirectory of it
  * being emptied ("" when none). */
 typedef struct remove_level {

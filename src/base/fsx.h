@@ -35,6 +35,17 @@ bool fsx_have_openat2(void);
 /* Creates a directory path on the host (like mkdir -p), mode for new parts. */
 int fsx_mkdir_p(const char *path, mode_t mode);
 
+/* Makes path (like mkdir -p, new parts 0700) a directory fit for private
+ * state: FAWN_EPERM when it is a symlink, not owned by this user, or
+ * writable by its group or by others (anyone who can write there could
+ * replace the files kept in it). Its mode is otherwise left as it is. */
+int fsx_private_dir(const char *path);
+
+/* Opens path (creating it when missing), a regular file of this user, never
+ * through a symlink, and makes it mode 0600 whatever the umask or its mode
+ * was. Returns the fd or a negative FAWN_E*. */
+int fsx_private_file(const char *path);
+
 /* Removes name (a file, or a directory with everything beneath it) from
  * dirfd, never following a symlink: each directory is opened relative to
  * its parent's fd with O_NOFOLLOW. Any depth, without recursion and with a

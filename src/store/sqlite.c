@@ -181,18 +181,33 @@ static int migrate(store *s) {
     return r;
 }
 
-static int make_parent_dir(const char *path) {
+/* Password and token hashes and every conversation live in the database:
+ * its directory must be private, and the database and the journal files
+ * SQLite keeps beside it (which take the database's mode) 0600. */
+static int make_private(const char *path) {
     char dir[4096];
-    if (strlen(path) >= sizeof dir)
+    if (strlen(path) + sizeof "-wal" > sizeof dir)
         return fawn_err(FAWN_EINVAL, "database path too long");
     strcpy(dir, path);
     const char *d = dirname(dir);
-    return strcmp(d, ".") == 0 ? 0 : fsx_mkdir_p(d, 0700);
+    int r = fsx_private_dir(d);
+    static const char *const suffixes[] = {"", "-wal", "-shm"};
+    for (size_t i = 0; r == 0 && i < ARRAY_LEN(suffixes); i++) {
+        char file[4096];
+        snprintf(file, sizeof file, "%s%s", path, suffixes[i]);
+        if (i > 0 && access(file, F_OK) < 0)
+            continue;
+        int fd = fsx_private_file(file);
+        r = fd < 0 ? fd : 0;
+        if (fd >= 0)
+            close(fd);
+    }
+    return r;
 }
 
 int store_open(store **out, const char *path) {
     *out = NULL;
-    int r = make_parent_dir(path);
+    int r = make_private(path);
     if (r < 0)
         return r;
     store *s = calloc(1, sizeof *s);

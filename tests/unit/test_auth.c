@@ -144,6 +144,12 @@ static void secret_file_created_once_and_checked(void **state) {
     snprintf(cmd, sizeof cmd, "rm %s && ln -s /etc/hostname %s", path, path);
     assert_int_equal(system(cmd), 0);
     assert_int_equal(auth_secret_load(b, home), FAWN_EPERM);
+    /* A home other users can write to (they could swap the file): refused. */
+    snprintf(cmd, sizeof cmd, "rm %s", path);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(chmod(home, 0777), 0);
+    assert_int_equal(auth_secret_load(b, home), FAWN_EPERM);
+    assert_int_equal(chmod(home, 0700), 0);
     /* The environment wins, and is checked. */
     setenv(AUTH_SECRET_ENV, "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
     assert_int_equal(auth_secret_load(b, home), 0);

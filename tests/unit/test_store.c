@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -561,6 +562,45 @@ static void failures_leave_out_parameters_defined(void **state) {
     assert_string_equal(sb.sandbox_id, "");
 }
 
+static void mode_is(const char *path, mode_t want) {
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    if ((st.st_mode & 07777) != want)
+        fail_msg("%s: mode %04o, want %04o", path, (unsigned)(st.st_mode & 07777), (unsigned)want);
+}
+
+/* The database and its journal files are 0600 whatever the umask and
+ * whatever they were; a directory other users may write to is refused. */
+static void database_is_private(void **state) {
+    fx *x = *state;
+    char dir[128], path[160], wal[168];
+    snprintf(dir, sizeof dir, "%s/home", x->dir);
+    snprintf(path, sizeof path, "%s/fawn.db", dir);
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    mode_t old_mask = umask(0);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    store *s = NULL;
+    assert_int_equal(store_open(&s, path), 0);
+    store_user u;
+    assert_int_equal(store_user_create(s, &u, "carol", "hash-c", "user"), 0);
+    mode_is(path, 0600);
+    mode_is(wal, 0600);
+    store_close(s);
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(store_open(&s, path), 0);
+    mode_is(path, 0600);
+    store_close(s);
+    static const mode_t open_to_others[] = {0777, 0775, 0757, 01777};
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(chmod(dir, open_to_others[i]), 0);
+        s = NULL;
+        assert_int_equal(store_open(&s, path), FAWN_EPERM);
+        assert_null(s);
+        assert_non_null(strstr(fawn_errmsg(), "writable by other users"));
+    }
+    umask(old_mask);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(migrations_bring_schema_current),
@@ -576,6 +616,7 @@ int main(void) {
         cmocka_unit_test(run_events_append_read_prune),
         cmocka_unit_test(checkpoints_and_receipts_follow_the_thread),
         cmocka_unit_test(failures_leave_out_parameters_defined),
+        cmocka_unit_test(database_is_private),
     };
     return cmocka_run_group_tests_name("store", tests, setup, teardown);
 }
