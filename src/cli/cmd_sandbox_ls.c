@@ -58,7 +58,7 @@ static void rows_from_gateway(const json_t *answer) {
 static int admin_token(char **out, const fawn_config *cfg, store *st) {
     store_user admin;
     unsigned char secret[AUTH_SECRET_BYTES];
-    int r = store_user_get_by_role(st, &admin, "admin");
+    int r = store_user_get_by_role(st, &admin, AUTHZ_ADMIN_ROLE);
     if (r == 0)
         r = auth_secret_load(secret, cfg->home);
     if (r < 0)

@@ -362,10 +362,10 @@ static int local_admin_ensure(gateway *g) {
     store_user u;
     int r = store_user_get_by_name(g->st, &u, GATEWAY_LOCAL_ADMIN);
     if (r == FAWN_ENOENT)
-        r = store_user_create(g->st, &u, GATEWAY_LOCAL_ADMIN, "!no-password", "admin");
+        r = store_user_create(g->st, &u, GATEWAY_LOCAL_ADMIN, "!no-password", AUTHZ_ADMIN_ROLE);
     if (r < 0)
         return r;
-    if (strcmp(u.role, "admin") != 0)
+    if (strcmp(u.role, AUTHZ_ADMIN_ROLE) != 0)
         return fawn_err(FAWN_ECONFIG, "user %s exists and is not an admin", GATEWAY_LOCAL_ADMIN);
     g->local_admin_id = u.id;
     log_warn("gateway", "auth.disabled: every request acts as the admin %s, without signing in",
