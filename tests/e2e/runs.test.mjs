@@ -622,8 +622,10 @@ describe('workers are shared fairly across users', () => {
     try {
       fake.queue(holds[0].step, holds[1].step, reply('B is done'), holds[2].step);
       const mine = [];
-      for (let i = 0; i < 2; i++) mine.push(await start(srv, a, `A${i}`));
-      await waitFor(async () => fake.requests.length === 2, 120000);
+      for (let i = 0; i < 2; i++) { // one at a time: A0's model call gets holds[0], A1's holds[1]
+        mine.push(await start(srv, a, `A${i}`));
+        await waitFor(async () => fake.requests.length === i + 1, 120000);
+      }
       for (let i = 2; i < 5; i++) mine.push(await start(srv, a, `A${i}`));
       const theirs = await start(srv, b, 'B0');
       assert.equal(await statusOf(srv, theirs), 'pending', 'both workers are busy');
