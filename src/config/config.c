@@ -317,6 +317,23 @@ static const config_key uploads_keys[] = {
     {0},
 };
 
+static const config_key runs_keys[] = {
+    /* A run spends most of its time waiting for a model or a command, so a
+     * few workers go far; one still runs everything in turn, and 256 threads
+     * are far past what one gateway's models and sandboxes sustain. */
+    KEY_INT("workers", runs.workers, set_u32, "8", 1, 256),
+    /* Each waiting run holds its input (up to the run routes' 1 MiB body),
+     * so 256 bounds them to a few hundred MiB at worst; 65536 is the most a
+     * host could hold. Past it a new run is refused (409). */
+    KEY_INT("queue_max", runs.queue_max, set_u32, "256", 1, 65536),
+    /* One user's many threads cannot fill the queue every user shares. */
+    KEY_INT("per_user_active_max", runs.per_user_active_max, set_u32, "32", 1, 65536),
+    /* Derived when absent (config_derive): half the workers, so one user's
+     * long runs leave the other half to start other users' runs at once. */
+    KEY_INT("per_user_running_max", runs.per_user_running_max, set_u32, NULL, 1, 256),
+    {0},
+};
+
 static const config_key root_keys[] = {
     KEY_SCALAR("home", home, set_string, NULL),
     KEY_SCALAR("log_level", log_level, set_log_level, "info"),
@@ -324,6 +341,7 @@ static const config_key root_keys[] = {
     KEY_SECTION("sandbox", sandbox_keys),
     KEY_SECTION("auth", auth_keys),
     KEY_SECTION("uploads", uploads_keys),
+    KEY_SECTION("runs", runs_keys),
     KEY_TREE("authorization", authorization),
     KEY_LIST("models", models),
     {0},
@@ -354,8 +372,19 @@ static int check_remote_provider(const fawn_config *cfg, const char *source) {
                        "is required when sandbox.provider is remote");
 }
 
+/* A cap on one user's workers above the workers there are would say
+ * something the gateway cannot do. 0: not given (derived later). */
+static int check_runs_running_max(const fawn_config *cfg, const char *source) {
+    const fawn_runs_config *rc = &cfg->runs;
+    if (rc->per_user_running_max <= rc->workers)
+        return 0;
+    return config_fail(source, 0, "runs.per_user_running_max",
+                       "must not exceed runs.workers (%" PRIu32 " > %" PRIu32 ")",
+                       rc->per_user_running_max, rc->workers);
+}
+
 static const config_check config_checks[] = {check_exec_timeouts, check_upload_sizes,
-                                             check_remote_provider};
+                                             check_remote_provider, check_runs_running_max};
 
 static void *key_field(fawn_config *cfg, const config_key *key) {
     return (char *)cfg + key->offset;
@@ -821,6 +850,9 @@ static int config_init(fawn_config *cfg) {
 }
 
 static int config_derive(fawn_config *cfg) {
+    fawn_runs_config *rc = &cfg->runs;
+    if (!rc->per_user_running_max)
+        rc->per_user_running_max = rc->workers > 1 ? rc->workers / 2 : 1;
     if (cfg->sandbox.skills_dir)
         return 0;
     size_t n = strlen(cfg->home);

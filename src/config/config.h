@@ -79,6 +79,15 @@ typedef struct fawn_uploads_config {
     uint64_t max_total_size_mb; /* uploads.max_total_size_mb per request (100) */
 } fawn_uploads_config;
 
+typedef struct fawn_runs_config {
+    uint32_t workers;              /* runs.workers: runs executing at once (8) */
+    uint32_t queue_max;            /* runs.queue_max: runs waiting for a worker, all users (256) */
+    uint32_t per_user_active_max;  /* runs.per_user_active_max: one user's runs waiting or
+                                      running (32) */
+    uint32_t per_user_running_max; /* runs.per_user_running_max: workers one user holds at once
+                                      (half of runs.workers, at least 1) */
+} fawn_runs_config;
+
 typedef struct fawn_config {
     char *home;       /* home: state directory (default $FAWN_HOME or ./.fawn) */
     char *log_level;  /* log_level: debug|info|warn|error (default info) */
@@ -86,6 +95,7 @@ typedef struct fawn_config {
     fawn_sandbox_config sandbox;
     fawn_auth_config auth;
     fawn_uploads_config uploads;
+    fawn_runs_config runs;
     /* authorization: the section as JSON (mappings -> objects, sequences ->
      * arrays, plain true/false -> booleans, plain null -> null, other
      * scalars -> strings), or NULL when absent; src/authz validates it. */

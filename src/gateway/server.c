@@ -383,6 +383,15 @@ static int sandboxes_start(gateway *g) {
     return r < 0 ? r : sbx_manager_new(&g->sandboxes, &mc, g->provider, g->st, g->policy);
 }
 
+/* The run executor, sized by the configuration's runs section. */
+static int executor_start(gateway *g) {
+    const fawn_runs_config *rc = &g->cfg->runs;
+    runs_limits limits = {.workers = rc->workers, .queue_max = rc->queue_max,
+                          .per_user_active_max = rc->per_user_active_max,
+                          .per_user_running_max = rc->per_user_running_max};
+    return runs_new(&g->runs, g->st, g->sandboxes, g->models, g->policy, &limits);
+}
+
 /* Everything the routes rely on, before the first request. */
 static int gateway_prepare(gateway *g) {
     int r = authz_policy_load(&g->policy, g->cfg->authorization);
@@ -403,7 +412,7 @@ static int gateway_prepare(gateway *g) {
     if (r == 0)
         r = sandboxes_start(g);
     if (r == 0)
-        r = runs_new(&g->runs, g->st, g->sandboxes, g->models, g->policy);
+        r = executor_start(g);
     return r;
 }
 

@@ -1,7 +1,8 @@
 /* The agent's parts that need no sandbox: tool output truncation, input
  * messages, conversation hashes, script/replay/record fixtures, the event
- * log (ring, waits, heartbeats, gaps) and the run loop over a script model
- * (dangling tool calls, title, checkpoints, recursion limit). */
+ * log (ring, waits, heartbeats, gaps), the run queue's policy (turns across
+ * users, caps) and the run loop over a script model (dangling tool calls,
+ * title, checkpoints, recursion limit). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 #include <cmocka.h>
 
 #include "agent/agent.h"
+#include "agent/run_queue.h"
 #include "agent/runs_internal.h"
 #include "base/json.h"
 #include "tools/tools.h"
@@ -197,6 +199,122 @@ static void recorded_turns_replay_exactly_and_misses_name_the_hash(void **state)
     json_decref(other);
 }
 
+/* ---- the run queue ---- */
+
+enum { USER_A = 101, USER_B = 202, USER_C = 303 };
+
+static runq *queue_new(uint32_t queue_max, uint32_t active_max, uint32_t running_max) {
+    runs_limits limits = {.workers = 8, .queue_max = queue_max,
+                          .per_user_active_max = active_max,
+                          .per_user_running_max = running_max};
+    runq *q = NULL;
+    assert_int_equal(runq_new(&q, &limits), 0);
+    return q;
+}
+
+/* Adds and readies n runs of owner, items[0] first. */
+static void queue_fill(runq *q, runq_item *items, size_t n, int64_t owner) {
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(runq_add(q, &items[i], owner), 0);
+        runq_ready(q, &items[i]);
+    }
+}
+
+/* The owners of the next n runs taken, as letters ("ABAC"); '-' for none. */
+static void queue_take_owners(char *out, runq *q, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        runq_item *it = runq_take(q);
+        out[i] = !it ? '-' : it->owner_id == USER_A ? 'A' : it->owner_id == USER_B ? 'B' : 'C';
+    }
+    out[n] = '\0';
+}
+
+static void run_queue_gives_every_user_a_turn_whatever_the_backlogs(void **state) {
+    runq *q = queue_new(256, 32, 8);
+    runq_item a[20], b[1], c[3];
+    queue_fill(q, a, 20, USER_A);
+    queue_fill(q, b, 1, USER_B);
+    /* User B's one run is among the first two taken, not behind A's twenty. */
+    runq_item *first = runq_take(q), *second = runq_take(q);
+    assert_true(first == &b[0] || second == &b[0]);
+    assert_ptr_equal(first, &a[0]);
+    for (size_t i = 0; i < 2; i++)
+        runq_remove(q, i ? second : first);
+    /* A user newly waiting joins the turn order at its back; turns alternate
+     * among users with waiting runs, and one user's runs go in order. */
+    queue_fill(q, c, 3, USER_C);
+    char order[16];
+    queue_take_owners(order, q, 7);
+    assert_string_equal(order, "ACACACA");
+    runq_free(q); /* the runs still admitted are the caller's */
+}
+
+static void run_queue_gives_a_freed_worker_to_the_user_holding_fewest(void **state) {
+    runq *q = queue_new(256, 32, 8);
+    runq_item a[6], b[2];
+    queue_fill(q, a, 6, USER_A);
+    assert_ptr_equal(runq_take(q), &a[0]);
+    assert_ptr_equal(runq_take(q), &a[1]); /* alone, A may hold several workers */
+    queue_fill(q, b, 2, USER_B);           /* B's turn comes after A's ... */
+    runq_remove(q, &a[0]);
+    assert_ptr_equal(runq_take(q), &b[0]); /* ... but A holds one worker and B none */
+    assert_ptr_equal(runq_take(q), &a[2]); /* one each: turn order decides */
+    assert_ptr_equal(runq_take(q), &b[1]);
+    runq_free(q);
+}
+
+static void run_queue_caps_the_workers_one_user_holds(void **state) {
+    runq *q = queue_new(256, 32, 2);
+    runq_item a[5], b[1];
+    queue_fill(q, a, 5, USER_A);
+    assert_ptr_equal(runq_take(q), &a[0]);
+    assert_ptr_equal(runq_take(q), &a[1]);
+    assert_null(runq_take(q)); /* A holds two workers: the others stay free */
+    queue_fill(q, b, 1, USER_B);
+    assert_ptr_equal(runq_take(q), &b[0]);
+    assert_int_equal(b[0].state, RUNQ_RUNNING);
+    runq_remove(q, &a[0]); /* one of A's runs ends: A's next may start */
+    assert_int_equal(a[0].state, RUNQ_OUT);
+    assert_ptr_equal(runq_take(q), &a[2]);
+    assert_null(runq_take(q));
+    runq_remove(q, &a[3]); /* a waiting run cancelled: the one behind it moves up */
+    runq_remove(q, &a[1]);
+    assert_ptr_equal(runq_take(q), &a[4]);
+    runq_free(q);
+}
+
+static void run_queue_refuses_past_the_user_and_queue_caps(void **state) {
+    runq *q = queue_new(4, 3, 1);
+    runq_item a[4], b[3];
+    queue_fill(q, a, 3, USER_A);
+    assert_int_equal(runq_add(q, &a[3], USER_A), FAWN_EBUSY);
+    assert_string_equal(fawn_errmsg(), "You have 3 runs in progress; wait for one to end");
+    assert_int_equal(a[3].state, RUNQ_OUT);
+    assert_ptr_equal(runq_take(q), &a[0]);
+    /* A running run still counts against its user's cap. */
+    assert_int_equal(runq_add(q, &a[3], USER_A), FAWN_EBUSY);
+    /* Two of A's wait; an added run counts against the queue before it is ready. */
+    assert_int_equal(runq_add(q, &b[0], USER_B), 0);
+    assert_int_equal(b[0].state, RUNQ_ADDED);
+    assert_null(runq_take(q));
+    assert_int_equal(runq_add(q, &b[1], USER_B), 0);
+    assert_int_equal(runq_add(q, &b[2], USER_B), FAWN_EBUSY);
+    assert_string_equal(fawn_errmsg(), "Too many runs are waiting; try again later");
+    runq_remove(q, &b[1]); /* refused before it was ready: its place is free again */
+    assert_int_equal(runq_add(q, &b[2], USER_B), 0);
+    runq_remove(q, &a[0]); /* A's running run ends: below A's cap, but the queue is full */
+    assert_int_equal(runq_add(q, &a[3], USER_A), FAWN_EBUSY);
+    assert_string_equal(fawn_errmsg(), "Too many runs are waiting; try again later");
+    runq_remove(q, &b[0]);
+    assert_int_equal(runq_add(q, &a[3], USER_A), 0);
+    runq_remove(q, &a[0]); /* removing twice does nothing */
+    runq_free(q);
+    runs_limits zero = {.workers = 1, .queue_max = 1, .per_user_active_max = 0,
+                        .per_user_running_max = 1};
+    assert_int_equal(runq_new(&q, &zero), FAWN_EINVAL);
+    assert_null(q);
+}
+
 /* ---- the event log ---- */
 
 typedef struct waiter {
@@ -367,6 +485,10 @@ int main(void) {
         cmocka_unit_test(conversation_hash_ignores_ids_dates_and_system_text),
         cmocka_unit_test(script_fixture_plays_in_order_and_ends),
         cmocka_unit_test(recorded_turns_replay_exactly_and_misses_name_the_hash),
+        cmocka_unit_test(run_queue_gives_every_user_a_turn_whatever_the_backlogs),
+        cmocka_unit_test(run_queue_gives_a_freed_worker_to_the_user_holding_fewest),
+        cmocka_unit_test(run_queue_caps_the_workers_one_user_holds),
+        cmocka_unit_test(run_queue_refuses_past_the_user_and_queue_caps),
         cmocka_unit_test(event_log_waits_wakes_and_reports_gaps),
         cmocka_unit_test(run_loop_repairs_history_titles_and_checkpoints),
     };

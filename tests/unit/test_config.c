@@ -140,6 +140,10 @@ static void assert_default_values(const fawn_config *cfg) {
     assert_int_equal(cfg->uploads.max_files, 10);
     assert_int_equal(cfg->uploads.max_file_size_mb, 50);
     assert_int_equal(cfg->uploads.max_total_size_mb, 100);
+    assert_int_equal(cfg->runs.workers, 8);
+    assert_int_equal(cfg->runs.queue_max, 256);
+    assert_int_equal(cfg->runs.per_user_active_max, 32);
+    assert_int_equal(cfg->runs.per_user_running_max, 4);
     assert_null(cfg->authorization);
 }
 
@@ -276,6 +280,10 @@ static const struct range_case range_cases[] = {
     {"sandbox.exec_max_timeout_s", 1, 86400, "exec_timeout_s: 1"},
     {"sandbox.exec_max_output_bytes", 1024, 67108864, NULL},
     {"sandbox.max_sessions", 1, 256, NULL},
+    {"runs.workers", 1, 256, NULL},
+    {"runs.queue_max", 1, 65536, NULL},
+    {"runs.per_user_active_max", 1, 65536, NULL},
+    {"runs.per_user_running_max", 1, 256, "workers: 256"},
 };
 
 static void test_numeric_ranges(void **state) {
@@ -341,6 +349,29 @@ static void test_exec_timeout_cross_check(void **state) {
     accept(&cfg, "sandbox:\n  exec_timeout_s: 3600\n  exec_max_timeout_s: 3600\n");
     assert_int_equal(cfg.sandbox.exec_timeout_s, 3600);
     config_free(&cfg);
+}
+
+static void test_runs_running_cap_derived_and_checked(void **state) {
+    static const struct {
+        const char *yaml;
+        uint32_t workers, running_max;
+    } cases[] = {
+        {"runs:\n  workers: 1\n", 1, 1},
+        {"runs:\n  workers: 3\n", 3, 1},
+        {"runs:\n  workers: 16\n", 16, 8},
+        {"runs:\n  workers: 2\n  per_user_running_max: 2\n", 2, 2},
+        {"runs:\n  per_user_running_max: 1\n", 8, 1},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        fawn_config cfg;
+        accept(&cfg, cases[i].yaml);
+        assert_int_equal(cfg.runs.workers, cases[i].workers);
+        assert_int_equal(cfg.runs.per_user_running_max, cases[i].running_max);
+        config_free(&cfg);
+    }
+    refuse2("runs:\n  per_user_running_max: 9\n", "runs.per_user_running_max",
+            "must not exceed runs.workers (9 > 8)");
+    refuse("runs:\n  workers: 2\n  per_user_running_max: 3\n", "(3 > 2)");
 }
 
 static void test_upload_size_cross_check(void **state) {
@@ -812,6 +843,7 @@ static void test_example_file(void **state) {
         "start_timeout_s:", "trusted_proxies:", "models:", "base_url:", "api_key:", "max_tokens:",
         "stall_timeout_s:", "total_timeout_s:", "supports_thinking:", "supports_vision:",
         "extra_body:", "display_name:", "authorization:", "enabled:", "fail_closed:", "default_role:", "roles:",
+        "runs:", "workers:", "queue_max:", "per_user_active_max:", "per_user_running_max:",
     };
     for (size_t i = 0; i < ARRAY_LEN(keys); i++)
         if (!strstr(text, keys[i]))
@@ -846,6 +878,7 @@ int main(void) {
         cmocka_unit_test(test_load_resolution),
         cmocka_unit_test(test_example_file),
         cmocka_unit_test(test_upload_size_cross_check),
+        cmocka_unit_test(test_runs_running_cap_derived_and_checked),
         cmocka_unit_test(test_booleans),
         cmocka_unit_test(test_authorization_tree),
     };
