@@ -43,6 +43,7 @@ typedef struct agent_params {
     const char *run_id;
     const char *model_name; /* requested model, or NULL for the first */
     int recursion_limit;    /* 1..AGENT_RECURSION_MAX */
+    uint32_t command_timeout_s; /* a bash command's timeout (> 0) */
     const json_t *input;    /* messages to add first (array), or NULL */
     const sbx_cancel *cancel; /* set to stop the run (it ends as interrupted) */
     agent_emit_fn emit;

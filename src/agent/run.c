@@ -319,6 +319,7 @@ static void run_setup(agent_loop *run, const agent_params *p) {
                 .kind = SBX_HOLD_EXECUTION, .scope = run->scope, .decision = &run->decision,
                 .cancel = p->cancel},
         .cancel = p->cancel ? &p->cancel->cancelled : NULL,
+        .command_timeout_s = p->command_timeout_s,
         .on_acquire = delivery_snapshot_on_acquire,
         .on_acquire_ctx = run,
     };

@@ -94,7 +94,7 @@ static void run_execute(run_manager *m, run_entry *e) {
         .owner_id = e->owner_id, .user_dir = e->user_dir, .role = e->role,
         .thread_id = e->thread_id, .run_id = e->run_id,
         .model_name = e->has_model ? e->model : NULL, .recursion_limit = e->recursion_limit,
-        .input = e->input, .cancel = &e->cancel, .emit = emit_to_log, .emit_ctx = e,
+        .command_timeout_s = m->limits.command_timeout_s, .input = e->input, .cancel = &e->cancel, .emit = emit_to_log, .emit_ctx = e,
     };
     agent_outcome out;
     int r = atomic_load(&e->cancel.cancelled) ? FAWN_ECANCELED : agent_run(&out, &p);
@@ -208,8 +208,8 @@ static int threads_start(run_manager *m) {
 int runs_new(run_manager **out, store *st, sbx_manager *sandboxes, const model_registry *models,
              const authz_policy *policy, const runs_limits *limits) {
     *out = NULL;
-    if (!limits->workers)
-        return fawn_err(FAWN_EINVAL, "runs need at least one worker");
+    if (!limits->workers || !limits->command_timeout_s)
+        return fawn_err(FAWN_EINVAL, "runs need at least one worker and a command timeout");
     run_manager *m = calloc(1, sizeof *m);
     if (!m)
         return fawn_err(FAWN_ENOMEM, "out of memory");

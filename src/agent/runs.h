@@ -30,13 +30,15 @@
 typedef struct run_manager run_manager;
 typedef struct run_log run_log;
 
-/* The executor's sizes (the configuration's runs.*; each at least 1). How
- * waiting runs are admitted and ordered is run_queue.h's. */
+/* The executor's sizes (the configuration's runs.*; each at least 1), and
+ * what its runs' commands may take. How waiting runs are admitted and
+ * ordered is run_queue.h's. */
 typedef struct runs_limits {
     uint32_t workers;              /* runs executing at once */
     uint32_t queue_max;            /* runs waiting for a worker, all users together */
     uint32_t per_user_active_max;  /* one user's runs waiting or running */
     uint32_t per_user_running_max; /* workers one user holds at once */
+    uint32_t command_timeout_s;    /* a tool's command (sandbox.exec_timeout_s) */
 } runs_limits;
 
 /* Starts limits->workers workers. Everything passed is borrowed and must

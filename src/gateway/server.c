@@ -388,7 +388,8 @@ static int executor_start(gateway *g) {
     const fawn_runs_config *rc = &g->cfg->runs;
     runs_limits limits = {.workers = rc->workers, .queue_max = rc->queue_max,
                           .per_user_active_max = rc->per_user_active_max,
-                          .per_user_running_max = rc->per_user_running_max};
+                          .per_user_running_max = rc->per_user_running_max,
+                          .command_timeout_s = g->cfg->sandbox.exec_timeout_s};
     return runs_new(&g->runs, g->st, g->sandboxes, g->models, g->policy, &limits);
 }
 

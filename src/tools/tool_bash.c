@@ -69,13 +69,14 @@ static int bash_run(tool_result *res, tool_env *env, const json_t *args) {
     int r = tool_env_lease(&lease, env);
     if (r < 0)
         return tool_sandbox_failure(res, r);
-    json_t *body = json_pack("{s:s, s:i}", "command", command, "timeout_s", TOOL_BASH_TIMEOUT_S);
+    uint32_t timeout_s = env->command_timeout_s;
+    json_t *body = json_pack("{s:s, s:I}", "command", command, "timeout_s", (json_int_t)timeout_s);
     if (body && lease->session[0])
         json_object_set_new(body, "session_id", json_string(lease->session));
     json_t *reply = NULL;
     int status = 0;
     r = body ? sbx_call(&reply, &status, lease, "POST", "/v1/shell/exec", body,
-                        (TOOL_BASH_TIMEOUT_S + 30) * 1000)
+                        (int)(timeout_s + TOOL_BASH_REPLY_MARGIN_S) * 1000)
              : fawn_err(FAWN_ENOMEM, "out of memory");
     json_decref(body);
     if (r == 0)

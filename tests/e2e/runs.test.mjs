@@ -550,6 +550,32 @@ describe('runs against a scripted OpenAI-compatible model', () => {
   });
 });
 
+describe('bash follows the configured command timeouts', () => {
+  it('runs commands under sandbox.exec_max_timeout_s and stops them at sandbox.exec_timeout_s', async () => {
+    const fake = await FakeOpenAI.start();
+    const srv = await FawnServer.start({ models: [fake.model()], sandbox: { exec_timeout_s: 2, exec_max_timeout_s: 300 } });
+    try {
+      const admin = await setupAdmin(srv);
+      const client = sdk(srv, admin.token);
+      fake.queue(
+        reply('', [call('bash', { description: 'x', command: 'echo fine' })]),
+        reply('', [call('bash', { description: 'x', command: 'sleep 120; echo never' })]),
+        reply('done'));
+      const thread = await client.threads.create();
+      const events = await streamRun(client, thread.thread_id, { input: human('go'), streamMode: ['values'] });
+      const [fine, slow] = toolMessages(lastValues(events));
+      assert.equal(fine.content, 'fine\n');
+      assert.equal(fine.additional_kwargs.tool_status.status, 'success');
+      assert.equal(slow.additional_kwargs.tool_status.status, 'timeout', JSON.stringify(slow));
+      assert.doesNotMatch(slow.content, /never/);
+      assert.equal((await client.runs.list(thread.thread_id))[0].status, 'success');
+    } finally {
+      await srv.stop();
+      await fake.stop();
+    }
+  });
+});
+
 describe('workers are shared fairly across users', () => {
   let fake;
 
