@@ -26,6 +26,15 @@ export function drop() {
 export function slow(ms, content = 'slowly done') {
   return { kind: 'slow', ms, content, toolCalls: [] };
 }
+/**
+ * A reply held until the test calls its release(): an empty chunk every
+ * 200 ms meanwhile (so no stall timeout fires), then content.
+ */
+export function hold(content = 'released') {
+  const step = { kind: 'hold', content, toolCalls: [] };
+  step.released = new Promise((resolve) => (step.release = resolve));
+  return step;
+}
 /** A stream whose headers are sent, then nothing for ms. */
 export function stall(ms = 60000) {
   return { kind: 'stall', ms };
@@ -91,6 +100,15 @@ export class FakeOpenAI {
       return;
     }
     send({ choices: [{ index: 0, delta: { role: 'assistant', content: '' } }] });
+    if (step.kind === 'hold') {
+      let released = false;
+      step.released.then(() => (released = true));
+      while (!released && !res.destroyed) {
+        await new Promise((r) => setTimeout(r, 200));
+        if (!res.destroyed) send({ choices: [{ index: 0, delta: { content: '' } }] });
+      }
+      if (res.destroyed) return;
+    }
     if (step.kind === 'slow') {
       const until = Date.now() + step.ms;
       while (Date.now() < until && !res.destroyed) {
