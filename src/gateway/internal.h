@@ -281,6 +281,13 @@ enum {
  * values, messages-tuple (or messages), updates and custom. */
 int gw_stream_modes(unsigned *out, const json_t *stream_mode);
 
+/* The event id a Last-Event-ID value names, the last one the client has:
+ * 0 (from the first event) for NULL, "" and "-1" (LangGraph clients send it
+ * to replay everything); else a decimal of digits only, 0 … INT64_MAX.
+ * FAWN_EINVAL for anything else (a sign, spaces, other characters, a larger
+ * number); *out is 0 then. */
+int gw_event_id_parse(int64_t *out, const char *text);
+
 typedef struct gw_follow_spec {
     const char *run_id;
     const char *thread_id;
