@@ -245,8 +245,8 @@ static int64_t deadlines_sweep(gw_conns *t, int64_t now) {
         }
     }
     if (closed)
-        log_info("gateway", "closed %zu connection(s) that sent no request within %" PRId64 " s",
-                 closed, t->head_timeout_ms / 1000);
+        log_debug("gateway", "closed %zu connection(s) that sent no request within %" PRId64
+                  " s", closed, t->head_timeout_ms / 1000);
     return next;
 }
 

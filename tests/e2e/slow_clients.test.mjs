@@ -121,7 +121,7 @@ describe('the request head deadline', () => {
   const held = [];
   before(async () => {
     fake = await FakeOpenAI.start();
-    srv = await FawnServer.start({ models: [fake.model()], server: { request_head_timeout_s: 1 } });
+    srv = await FawnServer.start({ models: [fake.model()], server: { request_head_timeout_s: 2 } });
   });
   after(async () => {
     closeAll(held);
