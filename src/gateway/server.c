@@ -1,6 +1,7 @@
 /* The gateway's HTTP server: libmicrohttpd (epoll, a pool of threads) in,
- * the route table out. Every request goes through the same steps, in this
- * order: match the route, authenticate (unless public), check the route
+ * the route table out. A connection is first admitted and its request head
+ * timed (connections.c). Every request then goes through the same steps, in
+ * this order: match the route, authenticate (unless public), check the route
  * permissions, check CSRF, then read the body (buffered up to the route's
  * cap, or streamed to the route) and run the handler. */
 #include <arpa/inet.h>
