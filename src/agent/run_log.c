@@ -179,7 +179,9 @@ int run_log_fetch(store_event **out, size_t *n, bool *done, int64_t *first, run_
     *n = 0;
     pthread_mutex_lock(&l->lock);
     *first = first_retained(l);
-    int64_t from = after + 1 < *first ? *first : after + 1;
+    if (after > l->last_seq) /* a reader past the end gets nothing, and no overflow */
+        after = l->last_seq;
+    int64_t from = after < *first ? *first : after + 1;
     size_t count = l->last_seq >= from ? (size_t)(l->last_seq - from + 1) : 0;
     max = max > RUN_FETCH_MAX ? RUN_FETCH_MAX : max;
     count = count > max ? max : count;

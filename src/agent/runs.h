@@ -91,7 +91,8 @@ bool runs_thread_busy(run_manager *m, int64_t owner_id, const char *thread_id);
 run_log *runs_log_open(run_manager *m, const char *run_id);
 void run_log_close(run_log *l);
 
-/* The log's events after seq `after`: *out is a malloc'd array of *n (at
+/* The log's events after seq `after` (any seq from 0; at or past the last
+ * event: none): *out is a malloc'd array of *n (at
  * most max, itself at most RUN_FETCH_MAX; free each data, then the array). *done says the log
  * has ended (after the events returned, there will be no more); *first is
  * the oldest seq still retained (a reader asking for less has a gap). */

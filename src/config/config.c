@@ -295,6 +295,19 @@ static const config_key server_keys[] = {
     KEY_INT("port", server.port, set_u32, "8001", 1, 65535),
     /* One thread still serves; 256 is far past the cores of any gateway host. */
     KEY_INT("threads", server.threads, set_u32, "4", 1, 256),
+    /* Each connection costs a descriptor and up to 32 KiB of buffers: 1024 is
+     * 32 MiB; 16 still serves a browser; 65536 is past one process's descriptors
+     * on most hosts. */
+    KEY_INT("max_connections", server.max_connections, set_u32, "1024", 16, 65536),
+    /* A browser opens at most 6 connections to a host; 64 also lets one client
+     * stream its 32 active runs at once, and leaves 15 of 16 slots of the
+     * default to other addresses. */
+    KEY_INT("max_connections_per_address", server.max_connections_per_address, set_u32, "64",
+            1, 65535),
+    /* A head is a few KiB sent at once: any real client sends it within a second;
+     * 30 s allows for a stalled mobile link and frees a held slot twice a minute;
+     * 600 s is the longest a slot may be held without a request. */
+    KEY_INT("request_head_timeout_s", server.request_head_timeout_s, set_u32, "30", 1, 600),
     KEY_LIST("trusted_proxies", server.trusted_proxies),
     {0},
 };
@@ -383,8 +396,19 @@ static int check_runs_running_max(const fawn_config *cfg, const char *source) {
                        rc->per_user_running_max, rc->workers);
 }
 
+/* One address must never be able to hold every connection slot. */
+static int check_connection_caps(const fawn_config *cfg, const char *source) {
+    const fawn_server_config *sv = &cfg->server;
+    if (sv->max_connections_per_address < sv->max_connections)
+        return 0;
+    return config_fail(source, 0, "server.max_connections_per_address",
+                       "must be below server.max_connections (%" PRIu32 " >= %" PRIu32 ")",
+                       sv->max_connections_per_address, sv->max_connections);
+}
+
 static const config_check config_checks[] = {check_exec_timeouts, check_upload_sizes,
-                                             check_remote_provider, check_runs_running_max};
+                                             check_remote_provider, check_runs_running_max,
+                                             check_connection_caps};
 
 static void *key_field(fawn_config *cfg, const config_key *key) {
     return (char *)cfg + key->offset;

@@ -61,6 +61,12 @@ typedef struct fawn_server_config {
     char *host;       /* server.host: IPv4 address to listen on (default 127.0.0.1) */
     uint32_t port;    /* server.port (default 8001) */
     uint32_t threads; /* server.threads: request threads (default 4) */
+    uint32_t max_connections;             /* server.max_connections: open at once (1024) */
+    uint32_t max_connections_per_address; /* server.max_connections_per_address: of them,
+                                             from one client address (64; trusted proxies
+                                             are exempt) */
+    uint32_t request_head_timeout_s;      /* server.request_head_timeout_s: a connection
+                                             sends its request head within this (30) */
     json_t *trusted_proxies; /* server.trusted_proxies: addresses whose X-Forwarded-For is
                                 believed (JSON array of strings), or NULL */
 } fawn_server_config;

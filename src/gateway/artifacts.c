@@ -2,11 +2,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "base/fsx.h"
@@ -381,6 +383,26 @@ int artifact_get(artifact_response *out, const vpath_roots *roots, const char *e
     get_apply_range(out, range_header);
     if (out->status != 416)
         out->fd = steal_fd(fd);
+    return 0;
+}
+
+int artifact_body_read(size_t *n, const artifact_response *a, uint64_t pos, char *buf,
+                       size_t max) {
+    *n = 0;
+    if (pos >= a->length)
+        return 0;
+    size_t want = a->length - pos < max ? (size_t)(a->length - pos) : max;
+    ssize_t got;
+    do
+        got = pread(a->fd, buf, want, (off_t)(a->offset + pos));
+    while (got < 0 && errno == EINTR);
+    if (got < 0)
+        return fawn_err(FAWN_EIO, "artifact unreadable at byte %" PRIu64 ": %s", a->offset + pos,
+                        strerror(errno));
+    if (got == 0)
+        return fawn_err(FAWN_EIO, "artifact shrank while being sent: it ends before byte %" PRIu64
+                        " of %" PRIu64, a->offset + pos, a->size);
+    *n = (size_t)got;
     return 0;
 }
 

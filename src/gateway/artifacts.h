@@ -62,8 +62,8 @@ typedef struct artifact_response {
  * range gives status 206 with content_range "bytes A-B/N"; an unsatisfiable
  * one gives status 416, fd -1, content_range "bytes *\/N" and return value 0;
  * any other Range (malformed, several ranges, another unit) is ignored
- * (status 200, the whole file). Bytes beyond what the file holds when sent
- * (it shrank) are the sender's to handle.
+ * (status 200, the whole file). Send the body with artifact_body_read, which
+ * tells a file that shrank while it was being sent.
  *
  * Returns 0 with out filled, or (out->fd = -1) the path errors above and:
  *   FAWN_EINVAL "Path must start with /mnt/user-data" for any other path,
@@ -74,6 +74,15 @@ typedef struct artifact_response {
  *   FAWN_EIO. */
 int artifact_get(artifact_response *out, const vpath_roots *roots, const char *encoded_tail,
                  const char *range_header, bool download);
+
+/* Reads the body of a (filled by artifact_get) at pos, counted from the
+ * first byte to send (a->offset in the file): up to max bytes into buf, *n
+ * the count. *n is 0 only once all a->length bytes have been read. Returns 0,
+ * or FAWN_EIO (*n = 0) when the file ends before a->length bytes (it was
+ * truncated while being sent) or cannot be read: the sender must then end
+ * the response short, never wait for bytes that will not come. */
+int artifact_body_read(size_t *n, const artifact_response *a, uint64_t pos, char *buf,
+                       size_t max);
 
 /* Parses one Range header value against a representation of size bytes.
  * Returns 0 with *start and *len (> 0, start + len <= size) for a single

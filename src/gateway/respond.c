@@ -39,6 +39,10 @@ static bool address_trusted(const char *addr, char trusted[][64], size_t n) {
     return false;
 }
 
+bool gw_proxy_trusted(const gateway *g, const char *addr) {
+    return address_trusted(addr, (char(*)[64])g->trusted_proxies, g->n_trusted_proxies);
+}
+
 void gw_forwarded_client(char out[64], const char *peer, const char *forwarded_for,
                          char trusted[][64], size_t n) {
     snprintf(out, 64, "%s", peer);

@@ -1,6 +1,7 @@
 /* The gateway's HTTP server: libmicrohttpd (epoll, a pool of threads) in,
- * the route table out. Every request goes through the same steps, in this
- * order: match the route, authenticate (unless public), check the route
+ * the route table out. A connection is first admitted and its request head
+ * timed (connections.c). Every request then goes through the same steps, in
+ * this order: match the route, authenticate (unless public), check the route
  * permissions, check CSRF, then read the body (buffered up to the route's
  * cap, or streamed to the route) and run the handler. */
 #include <arpa/inet.h>
@@ -8,6 +9,7 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <sodium.h>
+#include <sys/resource.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,10 +20,12 @@
 #include "gateway/internal.h"
 #include "gateway/uploads.h"
 
-/* Connections served at once; more wait in the kernel's accept queue. */
-#define GATEWAY_MAX_CONNECTIONS 1024
-/* A connection idle this long is closed. */
+/* A connection idle this long is closed (a request head is due sooner:
+ * server.request_head_timeout_s, see connections.c). */
 #define GATEWAY_CONNECTION_TIMEOUT_S 60
+/* Descriptors the gateway needs besides its connections: the store, the
+ * sandboxes' sockets, files being served or uploaded. */
+#define GATEWAY_FILES_RESERVE 1024
 /* After a request was refused while its body was still to come, this much
  * of it is read and dropped so that the client sees the answer; past it,
  * the answer goes out and the connection is closed. */
@@ -270,6 +274,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *rq = (gw_request){.g = cls, .conn = c, .method = method};
         *req_cls = rq;
         atomic_fetch_add(&rq->g->in_flight, 1);
+        gw_conns_head_arrived(rq->g->conns, c);
         rq->deferring = head_answer_waits(rq);
         request_begin(rq, url);
         rq->deferring = false;
@@ -286,6 +291,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
                          enum MHD_RequestTerminationCode toe) {
+    gateway *g = cls;
+    gw_conns_head_awaited(g->conns, c);
     gw_request *rq = *req_cls;
     if (!rq)
         return;
@@ -406,6 +413,8 @@ static int gateway_prepare(gateway *g) {
         r = auth_password_hash(g->dummy_hash, "fawn-no-such-user");
     if (r == 0)
         r = gw_throttle_new(&g->throttle);
+    if (r == 0)
+        r = gw_conns_new(&g->conns, g);
     if (r == 0 && g->cfg->auth.disabled)
         r = local_admin_ensure(g);
     if (r == 0)
@@ -424,20 +433,38 @@ static void gateway_free(gateway *g) {
     authz_policy_free(g->policy);
     model_registry_free(g->models);
     gw_throttle_free(g->throttle);
+    gw_conns_free(g->conns);
     sodium_memzero(g->secret, sizeof g->secret);
     pthread_mutex_destroy(&g->setup_lock);
     free(g);
 }
 
+/* Raises the soft limit on open files so that server.max_connections can
+ * all be open besides GATEWAY_FILES_RESERVE others, as far as the hard
+ * limit allows; says so when it does not. */
+static void files_limit_raise(const fawn_server_config *s) {
+    struct rlimit rl;
+    rlim_t want = (rlim_t)s->max_connections + GATEWAY_FILES_RESERVE;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want)
+        return;
+    rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur < want)
+        log_warn("gateway", "open files are limited to %llu: server.max_connections %u needs %llu; "
+                 "raise the limit (ulimit -n, LimitNOFILE=) or lower server.max_connections",
+                 (unsigned long long)rl.rlim_cur, s->max_connections, (unsigned long long)want);
+}
+
 static struct MHD_Daemon *daemon_start(gateway *g, const struct sockaddr_in *addr) {
     const fawn_server_config *s = &g->cfg->server;
+    files_limit_raise(s);
     return MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME, 0,
-        NULL, NULL, on_request, g, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)addr,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->threads, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)GATEWAY_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)GATEWAY_CONNECTION_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, on_completed, g,
-        MHD_OPTION_UNESCAPE_CALLBACK, url_keep_raw, g, MHD_OPTION_END);
+        gw_conns_admit, g->conns, on_request, g, MHD_OPTION_SOCK_ADDR,
+        (const struct sockaddr *)addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->threads,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)GATEWAY_CONNECTION_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION, gw_conns_notify,
+        g->conns, MHD_OPTION_NOTIFY_COMPLETED, on_completed, g, MHD_OPTION_UNESCAPE_CALLBACK,
+        url_keep_raw, g, MHD_OPTION_END);
 }
 
 int gateway_start(gateway **out, const fawn_config *cfg, store *st) {

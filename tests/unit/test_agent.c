@@ -394,6 +394,32 @@ static void event_log_waits_wakes_and_reports_gaps(void **state) {
     store_close(st);
 }
 
+/* A reader whose cursor lies past the last event (up to the largest id a
+ * client can name) gets nothing, and the end once the log has ended. */
+static void event_log_fetch_past_its_end(void **state) {
+    store *st = open_store_with_run("past");
+    run_log *l;
+    assert_int_equal(run_log_new(&l, st, "past"), 0);
+    assert_int_equal(run_log_append(l, "metadata", json_pack("{s:s}", "run_id", "past")), 0);
+    const int64_t past[] = {1, 2, INT64_MAX - 1, INT64_MAX};
+    for (int ended = 0; ended < 2; ended++) {
+        for (size_t i = 0; i < ARRAY_LEN(past); i++) {
+            store_event *ev = NULL;
+            size_t n = 1;
+            bool done = !ended;
+            int64_t first = 0;
+            assert_int_equal(run_log_fetch(&ev, &n, &done, &first, l, past[i], RUN_FETCH_MAX), 0);
+            assert_int_equal(n, 0);
+            assert_null(ev);
+            assert_int_equal(done, ended);
+            assert_int_equal(first, 1);
+        }
+        run_log_end(l);
+    }
+    run_log_close(l);
+    store_close(st);
+}
+
 /* ---- the run loop over a script ---- */
 
 typedef struct collected {
@@ -490,6 +516,7 @@ int main(void) {
         cmocka_unit_test(run_queue_caps_the_workers_one_user_holds),
         cmocka_unit_test(run_queue_refuses_past_the_user_and_queue_caps),
         cmocka_unit_test(event_log_waits_wakes_and_reports_gaps),
+        cmocka_unit_test(event_log_fetch_past_its_end),
         cmocka_unit_test(run_loop_repairs_history_titles_and_checkpoints),
     };
     int failed = cmocka_run_group_tests_name("agent", tests, NULL, NULL);

@@ -143,13 +143,17 @@ static void get_ok(artifact_response *out, fx *x, const char *tail, const char *
         fail_msg("GET %s: %d %s", tail, r, fawn_errmsg());
 }
 
-/* Reads length bytes at offset from the response's fd. */
+/* Reads the response's body as a sender does, three bytes at a time. */
 static void check_body(const artifact_response *res, const char *want) {
-    size_t n = strlen(want);
+    size_t n = strlen(want), got = 0, step = 0;
     assert_int_equal(res->length, n);
     char buf[256];
     assert_true(n < sizeof buf);
-    assert_int_equal(pread(res->fd, buf, n, (off_t)res->offset), (ssize_t)n);
+    do {
+        assert_int_equal(artifact_body_read(&step, res, got, buf + got, 3), 0);
+        got += step;
+    } while (step > 0);
+    assert_int_equal(got, n);
     assert_memory_equal(buf, want, n);
 }
 
@@ -296,6 +300,35 @@ static void test_get_disposition_escapes_names(void **state) {
     get_ok(&res, x, tail, NULL, true);
     assert_int_equal(strlen(res.content_disposition),
                      strlen("attachment; filename=\"\"; filename*=UTF-8''") + 4 * VPATH_NAME_MAX);
+    close(res.fd);
+}
+
+/* A file truncated while it is being sent: what is left is read, then the
+ * read fails, so the sender ends the response short instead of waiting. */
+static void test_get_body_of_a_file_that_shrinks(void **state) {
+    fx *x = *state;
+    host_puts(x, "user-data/outputs/s.txt", "0123456789abcdefghijklmnopqrstuvwxyz");
+    artifact_response res;
+    get_ok(&res, x, OUT "s.txt", "bytes=10-29", false);
+    char buf[64];
+    size_t n = 0;
+    assert_int_equal(artifact_body_read(&n, &res, 0, buf, 4), 0);
+    assert_int_equal(n, 4);
+    assert_memory_equal(buf, "abcd", 4);
+    int fd = openat(x->rootfd, "user-data/outputs/s.txt", O_WRONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 16), 0);
+    close(fd);
+    assert_int_equal(artifact_body_read(&n, &res, 4, buf, sizeof buf), 0);
+    assert_int_equal(n, 2); /* bytes 14 and 15, the last ones left */
+    assert_memory_equal(buf, "ef", 2);
+    n = 1;
+    assert_int_equal(artifact_body_read(&n, &res, 6, buf, sizeof buf), FAWN_EIO);
+    assert_int_equal(n, 0);
+    assert_non_null(strstr(fawn_errmsg(), "shrank"));
+    /* Past the promised length there is nothing to read, and no error. */
+    assert_int_equal(artifact_body_read(&n, &res, 20, buf, sizeof buf), 0);
+    assert_int_equal(n, 0);
     close(res.fd);
 }
 
@@ -857,6 +890,7 @@ int main(void) {
         T(test_get_download_forces_attachment),
         T(test_get_disposition_escapes_names),
         T(test_get_ranges),
+        T(test_get_body_of_a_file_that_shrinks),
         T(test_get_empty_file_ranges),
         T(test_get_refuses_paths),
         T(test_get_symlinks),

@@ -144,6 +144,9 @@ static void assert_default_values(const fawn_config *cfg) {
     assert_int_equal(cfg->runs.queue_max, 256);
     assert_int_equal(cfg->runs.per_user_active_max, 32);
     assert_int_equal(cfg->runs.per_user_running_max, 4);
+    assert_int_equal(cfg->server.max_connections, 1024);
+    assert_int_equal(cfg->server.max_connections_per_address, 64);
+    assert_int_equal(cfg->server.request_head_timeout_s, 30);
     assert_null(cfg->authorization);
 }
 
@@ -284,6 +287,9 @@ static const struct range_case range_cases[] = {
     {"runs.queue_max", 1, 65536, NULL},
     {"runs.per_user_active_max", 1, 65536, NULL},
     {"runs.per_user_running_max", 1, 256, "workers: 256"},
+    {"server.max_connections", 16, 65536, "max_connections_per_address: 1"},
+    {"server.max_connections_per_address", 1, 65535, "max_connections: 65536"},
+    {"server.request_head_timeout_s", 1, 600, NULL},
 };
 
 static void test_numeric_ranges(void **state) {
@@ -377,6 +383,16 @@ static void test_runs_running_cap_derived_and_checked(void **state) {
 static void test_upload_size_cross_check(void **state) {
     refuse2("uploads:\n  max_file_size_mb: 200\n", "uploads.max_file_size_mb",
             "must not exceed uploads.max_total_size_mb (200 > 100)");
+}
+
+static void test_connection_caps_cross_check(void **state) {
+    refuse2("server:\n  max_connections: 64\n", "server.max_connections_per_address",
+            "must be below server.max_connections (64 >= 64)");
+    refuse("server:\n  max_connections_per_address: 2000\n", "(2000 >= 1024)");
+    fawn_config cfg;
+    accept(&cfg, "server:\n  max_connections: 16\n  max_connections_per_address: 15\n");
+    assert_int_equal(cfg.server.max_connections_per_address, 15);
+    config_free(&cfg);
 }
 
 static void test_booleans(void **state) {
@@ -840,7 +856,8 @@ static void test_example_file(void **state) {
         "cookie_secure:", "uploads:", "max_files:", "max_file_size_mb:", "max_total_size_mb:",
         "idle_timeout_s:", "replicas:", "provider:", "remote:", "create_command:",
         "status_command:", "destroy_command:", "list_command:", "command_timeout_s:",
-        "start_timeout_s:", "trusted_proxies:", "models:", "base_url:", "api_key:", "max_tokens:",
+        "start_timeout_s:", "trusted_proxies:", "max_connections:",
+        "max_connections_per_address:", "request_head_timeout_s:", "models:", "base_url:", "api_key:", "max_tokens:",
         "stall_timeout_s:", "total_timeout_s:", "supports_thinking:", "supports_vision:",
         "extra_body:", "display_name:", "authorization:", "enabled:", "fail_closed:", "default_role:", "roles:",
         "runs:", "workers:", "queue_max:", "per_user_active_max:", "per_user_running_max:",
@@ -858,6 +875,7 @@ int main(void) {
         cmocka_unit_test(test_full_file),
         cmocka_unit_test(test_flow_style_and_home_derivation),
         cmocka_unit_test(test_numeric_ranges),
+        cmocka_unit_test(test_connection_caps_cross_check),
         cmocka_unit_test(test_integer_syntax),
         cmocka_unit_test(test_exec_timeout_cross_check),
         cmocka_unit_test(test_unknown_keys),

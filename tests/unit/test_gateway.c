@@ -230,11 +230,37 @@ static void forwarded_client_from_trusted_proxies_only(void **state) {
     assert_string_equal(out, "127.0.0.1");
 }
 
+static void event_ids_parse_with_bounds(void **state) {
+    static const struct {
+        const char *text;
+        int64_t id;
+    } good[] = {
+        {NULL, 0}, {"", 0}, {"-1", 0}, {"0", 0}, {"1", 1}, {"007", 7},
+        {"9223372036854775807", INT64_MAX}, {"00000000000000000000009223372036854775807", INT64_MAX},
+    };
+    static const char *const bad[] = {
+        "9223372036854775808", "18446744073709551616", "99999999999999999999999", "-2", "-0",
+        "+1", " 1", "1 ", "1.5", "1e3", "0x10", "abc", "1-0", "--1", "-",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(good); i++) {
+        int64_t id = -1;
+        assert_int_equal(gw_event_id_parse(&id, good[i].text), 0);
+        assert_int_equal(id, good[i].id);
+    }
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        int64_t id = -1;
+        assert_int_equal(gw_event_id_parse(&id, bad[i]), FAWN_EINVAL);
+        assert_int_equal(id, 0);
+        assert_non_null(strstr(fawn_errmsg(), "Last-Event-ID"));
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(forwarded_client_from_trusted_proxies_only),
         cmocka_unit_test(throttle_locks_out_after_failures),
         cmocka_unit_test(form_fields_decode_once),
+        cmocka_unit_test(event_ids_parse_with_bounds),
         cmocka_unit_test(health_is_public),
         cmocka_unit_test(errors_have_a_detail),
         cmocka_unit_test(bad_address_refused),
