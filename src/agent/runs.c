@@ -184,6 +184,7 @@ static void *heartbeat_main(void *arg) {
 
 int runs_new(run_manager **out, store *st, sbx_manager *sandboxes, const model_registry *models,
              const authz_policy *policy) {
+    *out = NULL;
     run_manager *m = calloc(1, sizeof *m);
     if (!m)
         return fawn_err(FAWN_ENOMEM, "out of memory");
@@ -389,6 +390,7 @@ static int record_run(run_manager *m, run_entry *e, const run_request *rq) {
 }
 
 int runs_start(char run_id[37], run_manager *m, const run_request *rq) {
+    run_id[0] = '\0';
     run_entry *e = NULL;
     int r = entry_new(&e, m, rq);
     if (r < 0)
