@@ -6,7 +6,11 @@
  * sanitization, dangling tool calls, model error handling, empty-final
  * retry, finish reasons, loop detection, tool authorization, read before
  * write, clarification, tool output budget, tool error handling, title and
- * the delivery check. */
+ * the delivery check.
+ *
+ * Every out-parameter is set on every path, failures included (NULL, "",
+ * an empty outcome before anything can fail); agent_state_save's
+ * checkpoint_id alone keeps its value (the parent's id) when it fails. */
 #ifndef FAWN_AGENT_H
 #define FAWN_AGENT_H
 
@@ -86,8 +90,8 @@ int agent_state_load(json_t **values, char checkpoint_id[STORE_RUN_ID_MAX + 1], 
 /* Writes values (JSON object text) as the thread's next checkpoint, after
  * parent_id ("" or NULL for none), by run_id (or NULL), with metadata (JSON
  * object text); checkpoint_id gets the new id (it may be parent_id's own
- * buffer). NULL values or metadata are taken for allocations that failed
- * (FAWN_ENOMEM). */
+ * buffer); on failure it is left as it was. NULL values or metadata are
+ * taken for allocations that failed (FAWN_ENOMEM). */
 int agent_state_save(char checkpoint_id[STORE_RUN_ID_MAX + 1], store *st, int64_t owner_id,
                      const char *thread_id, const char *parent_id, const char *run_id,
                      const char *values, const char *metadata);

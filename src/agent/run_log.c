@@ -31,6 +31,7 @@ struct run_log {
 };
 
 int run_log_new(run_log **out, store *st, const char *run_id) {
+    *out = NULL;
     run_log *l = calloc(1, sizeof *l);
     if (!l)
         return fawn_err(FAWN_ENOMEM, "out of memory");

@@ -448,6 +448,7 @@ static void queue_ready_locked(run_manager *m, run_entry *e) {
 }
 
 int runs_start(char run_id[37], run_manager *m, const run_request *rq) {
+    run_id[0] = '\0';
     run_entry *e = NULL;
     int r = entry_new(&e, m, rq);
     if (r < 0)

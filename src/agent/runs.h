@@ -9,7 +9,10 @@
  *   written to the store as the run goes (at every checkpoint, and at the
  *   end), so a reader that comes late, or after a restart, reads them
  *   there. Readers never hold a thread: they ask for what is new and, when
- *   nothing is, register a wake-up and return. */
+ *   nothing is, register a wake-up and return.
+ *
+ * Every out-parameter is set on every path, failures included (NULL, 0,
+ * false, "" before anything can fail). */
 #ifndef FAWN_RUNS_H
 #define FAWN_RUNS_H
 

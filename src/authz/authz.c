@@ -393,6 +393,7 @@ static int policy_parse(authz_policy *p, const json_t *section) {
 }
 
 int authz_policy_load(authz_policy **out, const json_t *section) {
+    *out = NULL;
     authz_policy *p = calloc(1, sizeof *p);
     if (!p)
         return fawn_err(FAWN_ENOMEM, "out of memory loading " AUTHZ_SECTION);

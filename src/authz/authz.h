@@ -19,7 +19,8 @@
  * resource is unrestricted for it.
  *
  * A loaded policy is immutable: every function below may be called from any
- * number of threads at once without locking. */
+ * number of threads at once without locking. authz_policy_load sets
+ * *out on every path (NULL when it fails). */
 #ifndef FAWN_AUTHZ_H
 #define FAWN_AUTHZ_H
 

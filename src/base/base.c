@@ -66,6 +66,7 @@ static const char *const level_names[] = {"debug", "info", "warn", "error"};
 void fawn_log_set_level(enum fawn_log_level level) { log_level = level; }
 
 int fawn_log_parse_level(enum fawn_log_level *out, const char *name) {
+    *out = FAWN_LOG_INFO;
     for (size_t i = 0; i < ARRAY_LEN(level_names); i++) {
         if (strcmp(name, level_names[i]) == 0) {
             *out = (enum fawn_log_level)i;
@@ -182,6 +183,9 @@ int fawn_write_all(int fd, const void *data, size_t n) {
 }
 
 int fawn_read_all(char **out, size_t *out_len, int fd, size_t limit) {
+    *out = NULL;
+    if (out_len)
+        *out_len = 0;
     fbuf b = {.limit = limit};
     char chunk[16384];
     for (;;) {

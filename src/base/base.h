@@ -3,7 +3,11 @@
  * Error convention: functions return int (0 on success, a negative FAWN_E*
  * code on failure) and write results through out-parameters placed first.
  * On failure they record a human-readable message with fawn_err(); the caller
- * may read it with fawn_errmsg() or propagate the code unchanged. */
+ * may read it with fawn_errmsg() or propagate the code unchanged.
+ *
+ * Every out-parameter is set on every path, failures included: a function
+ * zeroes its out-parameters (NULL pointers, -1 descriptors, 0, false, "")
+ * before anything can fail, so a caller may free what it got either way. */
 #ifndef FAWN_BASE_H
 #define FAWN_BASE_H
 

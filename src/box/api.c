@@ -42,6 +42,7 @@ static void respond_owned(http_conn *c, int code, json_t *reply) {
 
 /* Reads and parses a JSON object body no larger than limit. */
 static int read_json(json_t **out, http_conn *c, size_t limit) {
+    *out = NULL;
     _cleanup_free_ char *body = NULL;
     size_t len = 0;
     int r = http_body_read_all(&body, &len, c, limit);

@@ -1,6 +1,9 @@
 /* fawn box: the in-sandbox agent. It is PID 1 of its sandbox and serves the
  * box API (docs/box-api.md) on a listening socket it inherits from its
- * launcher, or on TCP with a bearer token for remote placement. */
+ * launcher, or on TCP with a bearer token for remote placement.
+ *
+ * Every out-parameter is set on every path, failures included (NULL, -1,
+ * 0, "" before anything can fail). */
 #ifndef FAWN_BOX_H
 #define FAWN_BOX_H
 

@@ -28,6 +28,7 @@
 #define STAGING_ATTEMPTS 8
 
 int files_reply_set(json_t **out, json_t *v) {
+    *out = NULL;
     if (!v)
         return fawn_err(FAWN_ENOMEM, "building the reply failed");
     *out = v;
@@ -228,6 +229,7 @@ static int read_reply(json_t **out, const vpath_target *t, const read_scan *s, u
 }
 
 int box_file_read(json_t **out, const json_t *req, const box_files *f) {
+    *out = NULL;
     read_scan s = {0};
     const char *path = NULL;
     int r = read_opts_get(&s, &path, req, f);
@@ -417,6 +419,7 @@ static int write_append(struct stat *st, int dirfd, const vpath_target *t, const
 }
 
 int box_file_write(json_t **out, const json_t *req, const box_files *f) {
+    *out = NULL;
     const char *path = NULL, *content = NULL, *encoding = "utf-8";
     bool append = false;
     int r;
@@ -639,6 +642,7 @@ static int list_reply(json_t **out, list_state *ls, const vpath_target *t, size_
 }
 
 int box_file_list(json_t **out, const json_t *req, const box_files *f) {
+    *out = NULL;
     const char *path = NULL;
     int64_t max_depth = LIST_MAX_DEPTH;
     int r;
@@ -691,6 +695,7 @@ static int upload_copy(char sha256_hex[65], int fd, uint64_t length, box_body_re
 
 int box_file_upload_stream(json_t **out, const box_files *f, const char *path, bool overwrite,
                            int64_t content_length, box_body_read_fn read_body, void *ctx) {
+    *out = NULL;
     if (content_length < 0)
         return fawn_err(FAWN_EINVAL, "Content-Length is required");
     if ((uint64_t)content_length > f->limits.upload_max_bytes)
@@ -725,6 +730,8 @@ int box_file_upload_stream(json_t **out, const box_files *f, const char *path, b
 }
 
 int box_file_download_open(int *fd_out, uint64_t *size_out, const box_files *f, const char *path) {
+    *fd_out = -1;
+    *size_out = 0;
     vpath_target t;
     struct stat st;
     _cleanup_close_ int fd = -1;

@@ -116,6 +116,7 @@ static int export_program(struct sock_fprog *prog, scmp_filter_ctx ctx) {
 }
 
 int box_seccomp_build(struct sock_fprog *prog) {
+    *prog = (struct sock_fprog){0};
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
     if (!ctx)
         return fawn_err(FAWN_ENOMEM, "seccomp_init failed");

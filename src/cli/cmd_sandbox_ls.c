@@ -56,6 +56,7 @@ static void rows_from_gateway(const json_t *answer) {
 
 /* A session token for the first admin, signed with the gateway's secret. */
 static int admin_token(char **out, const fawn_config *cfg, store *st) {
+    *out = NULL;
     store_user admin;
     unsigned char secret[AUTH_SECRET_BYTES];
     int r = store_user_get_by_role(st, &admin, AUTHZ_ADMIN_ROLE);

@@ -278,6 +278,7 @@ static int range_spec_parse(range_spec *rs, const char *p) {
 }
 
 int artifact_range_parse(uint64_t *start, uint64_t *len, const char *header, uint64_t size) {
+    *start = *len = 0;
     static const char unit[] = "bytes=";
     if (!header || strnlen(header, RANGE_HEADER_MAX + 1) > RANGE_HEADER_MAX)
         return range_ignored("absent or too long");
@@ -620,6 +621,7 @@ static int put_replace(int dirfd, const struct stat *st, const char *data, size_
 
 int artifact_put(artifact_put_result *out, const vpath_roots *roots, const char *encoded_tail,
                  const char *content, size_t content_len, const char *expected_sha256) {
+    *out = (artifact_put_result){0};
     int r;
     if ((r = sha256_hex_check(expected_sha256)) < 0 ||
         (r = put_content_check(content, content_len)) < 0)

@@ -13,7 +13,10 @@
  *   FAWN_EINVAL  malformed percent escape, %00, a decoded path that is not
  *                UTF-8, control characters or backslashes, an overlong path;
  *   FAWN_EPERM   "Access denied: path traversal detected": a ".." that leaves
- *                /mnt/user-data, or a symlink whose target lies outside it. */
+ *                /mnt/user-data, or a symlink whose target lies outside it.
+ *
+ * Every out-parameter is set on every path, failures included (fd -1,
+ * empty results, zero ranges before anything can fail). */
 #ifndef FAWN_GATEWAY_ARTIFACTS_H
 #define FAWN_GATEWAY_ARTIFACTS_H
 
@@ -92,8 +95,8 @@ int artifact_body_read(size_t *n, const artifact_response *a, uint64_t pos, char
  * unsatisfiable (A >= size, a suffix of 0, any range of an empty file).
  * FAWN_ENOENT when the header must be ignored: another unit, several ranges,
  * B < A, anything but plain decimal digits, a number above UINT64_MAX, or a
- * value longer than a single range can be. *start and *len are set only on
- * 0. header may be NULL (FAWN_ENOENT). */
+ * value longer than a single range can be. *start and *len stay 0 unless it
+ * returns 0. header may be NULL (FAWN_ENOENT). */
 int artifact_range_parse(uint64_t *start, uint64_t *len, const char *header, uint64_t size);
 
 typedef struct artifact_put_result {

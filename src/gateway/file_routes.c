@@ -39,6 +39,7 @@ static upload_limits limits_from_config(const fawn_config *cfg) {
 /* Opens the thread's uploads directory without following a symlink the
  * sandbox may have put in its place. */
 static int uploads_dir_open(int *out, gw_request *rq, const store_thread *t, bool create) {
+    *out = -1;
     _cleanup_close_ int user_data = -1;
     int r = gw_thread_files_open(&user_data, rq, t, create);
     if (r < 0)

@@ -1,5 +1,10 @@
 /* What the gateway's files share: the request being served, the route
- * table's shape and the response helpers. No other module includes this. */
+ * table's shape and the response helpers. No other module includes this.
+ *
+ * Every out-parameter is set on every path, failures included: a function
+ * zeroes its out-parameters (records that their clear function accepts,
+ * NULL, -1, "") before anything can fail, so a route clears what it got
+ * whether or not the call succeeded. */
 #ifndef FAWN_GATEWAY_INTERNAL_H
 #define FAWN_GATEWAY_INTERNAL_H
 

@@ -292,6 +292,7 @@ static int route_stateless_wait(gw_request *rq) { return run_create(rq, ANSWER_W
 
 /* The run named by the route's second capture, on the route's thread. */
 static int run_resolve(store_run *out, gw_request *rq) {
+    *out = (store_run){0};
     store_thread t;
     int r = gw_thread_resolve(&t, rq, false);
     store_thread_clear(&t);

@@ -468,6 +468,7 @@ static struct MHD_Daemon *daemon_start(gateway *g, const struct sockaddr_in *add
 }
 
 int gateway_start(gateway **out, const fawn_config *cfg, store *st) {
+    *out = NULL;
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->server.port)};
     if (inet_pton(AF_INET, cfg->server.host, &addr.sin_addr) != 1)
         return fawn_err(FAWN_EINVAL, "server.host must be an IPv4 address, got '%s'",

@@ -63,6 +63,7 @@ static void owner_dir(char out[24], const gw_request *rq) {
 }
 
 int gw_thread_resolve(store_thread *out, gw_request *rq, bool create) {
+    *out = (store_thread){0};
     const char *id = rq->params[0];
     bool existed = true;
     int r = create && fawn_id_valid(id)

@@ -236,6 +236,7 @@ static bool staging_unchanged(const upload_batch *b, const staged_file *f) {
 /* ---- batch ---- */
 
 int upload_batch_begin(upload_batch **out, int uploads_dirfd, const upload_limits *lim) {
+    *out = NULL;
     if (uploads_dirfd < 0)
         return fawn_err(FAWN_EINVAL, "no uploads directory");
     if (!lim || !lim->max_files || !lim->max_file_size || !lim->max_total_size)
@@ -448,6 +449,7 @@ static int batch_commit(upload_batch *b, json_t **result, const char *thread_id)
 }
 
 int upload_batch_commit(upload_batch *b, json_t **result, const char *thread_id) {
+    *result = NULL;
     if (!b)
         return fawn_err(FAWN_EINVAL, "no upload in progress");
     int r = batch_commit(b, result, thread_id);
@@ -580,6 +582,7 @@ static json_t *listing_json(const listing *l, const char *thread_id) {
 }
 
 int uploads_list(json_t **out, int uploads_dirfd, const char *thread_id) {
+    *out = NULL;
     int r = thread_id_check(thread_id);
     if (r < 0)
         return r;

@@ -16,7 +16,10 @@
  * '/', then refused (FAWN_EINVAL, whole request) when empty, "." or "..",
  * longer than VPATH_NAME_MAX bytes, not valid UTF-8, a staging name, or when
  * it holds a backslash or a control character. The caller passes names as C
- * strings, so a name with an embedded NUL must be refused by the caller. */
+ * strings, so a name with an embedded NUL must be refused by the caller.
+ *
+ * Every out-parameter is set on every path, failures included (NULL, 0
+ * before anything can fail). */
 #ifndef FAWN_GATEWAY_UPLOADS_H
 #define FAWN_GATEWAY_UPLOADS_H
 

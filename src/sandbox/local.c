@@ -26,6 +26,7 @@
 static const char *const user_data_parts[] = {"workspace", "uploads", "outputs"};
 
 int local_sandbox_id(char out[17], const char *user, const char *thread) {
+    out[0] = '\0';
     if (!fawn_id_valid(user) || !fawn_id_valid(thread))
         return fawn_err(FAWN_EINVAL, "user and thread ids must match [A-Za-z0-9_-]{1,64}");
     char key[160], hex[65];
@@ -37,6 +38,7 @@ int local_sandbox_id(char out[17], const char *user, const char *thread) {
 }
 
 int local_user_data_dir(char *out, const fawn_config *cfg, const char *user, const char *thread) {
+    out[0] = '\0';
     if (!fawn_id_valid(user) || !fawn_id_valid(thread))
         return fawn_err(FAWN_EINVAL, "user and thread ids must match [A-Za-z0-9_-]{1,64}");
     int n = snprintf(out, PATH_MAX, "%s/users/%s/threads/%s/user-data", cfg->home, user, thread);
@@ -113,6 +115,7 @@ static int make_thread_dirs(const char *user_data, uid_t uid) {
 
 int local_user_data_open(int *fd_out, const fawn_config *cfg, const char *user,
                          const char *thread, bool create) {
+    *fd_out = -1;
     char user_data[PATH_MAX], sandbox_id[17];
     int r = local_user_data_dir(user_data, cfg, user, thread);
     if (r == 0)
@@ -506,6 +509,8 @@ int local_launch_helper_main(bool have_netns) {
 }
 
 int local_launch(pid_t *pid, char generation[33], const local_launch_spec *spec) {
+    *pid = 0;
+    generation[0] = '\0';
     if (!fawn_id_valid(spec->sandbox_id))
         return fawn_err(FAWN_EINVAL, "bad sandbox id");
     launch l = {.p = spec, .parent_maps_ids = geteuid() == 0, .go = {-1, -1}, .status = {-1, -1},
@@ -616,6 +621,7 @@ static int prepare(local_box *out, const fawn_config *cfg, const char *user, con
 }
 
 int local_box_ensure(local_box *out, const local_spec *spec) {
+    *out = (local_box){0};
     _cleanup_close_ int lock_fd = -1;
     char user_data[PATH_MAX];
     int r = prepare(out, spec->cfg, spec->user, spec->thread, &lock_fd);
@@ -633,6 +639,7 @@ int local_box_stop(const fawn_config *cfg, const char *user, const char *thread)
 }
 
 int local_socket_path(char out[PATH_MAX], const fawn_config *cfg, const char *sandbox_id) {
+    out[0] = '\0';
     return run_path(out, cfg, sandbox_id, ".sock");
 }
 

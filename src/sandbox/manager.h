@@ -31,7 +31,9 @@
  *   idempotent; when its last lease is released its session ends, and only
  *   its session.
  *
- * Every function is safe to call from any thread. */
+ * Every function is safe to call from any thread. Every out-parameter (of
+ * these functions and of the provider operations) is set on every path,
+ * failures included: NULL, 0 or empty before anything can fail. */
 #ifndef FAWN_SANDBOX_MANAGER_H
 #define FAWN_SANDBOX_MANAGER_H
 

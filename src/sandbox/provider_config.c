@@ -145,6 +145,7 @@ static int remote_config_from_json(remote_provider_config *out, const json_t *tr
 }
 
 int sbx_provider_open(sbx_provider **out, const fawn_config *cfg, const char *fawn_bin) {
+    *out = NULL;
     if (cfg->sandbox.provider == FAWN_PROVIDER_LOCAL)
         return local_provider_new(out, cfg, fawn_bin);
     remote_provider_config rc;

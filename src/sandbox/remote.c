@@ -581,6 +581,7 @@ static int create_undo(const remote_provider *rp, const sbx_box *box, int r) {
 
 static int remote_create(void *ctx, sbx_box *out, const char *user, const char *thread,
                          const sbx_cancel *cancel) {
+    *out = (sbx_box){0};
     const remote_provider *rp = ctx;
     sbx_box box = {0};
     int r = local_sandbox_id(box.sandbox_id, user, thread);
@@ -665,6 +666,7 @@ static int remote_list(void *ctx, int (*each)(void *each_ctx, const char *sandbo
 static int remote_call(void *ctx, json_t **reply, int *status, const sbx_box *box,
                        const char *method, const char *path, const json_t *body, int timeout_ms) {
     *reply = NULL;
+    *status = 0;
     const char *host_port = endpoint_host(box);
     if (!host_port)
         return fawn_err(FAWN_EINVAL, "not a remote sandbox endpoint");
@@ -677,6 +679,7 @@ static int remote_call_file(void *ctx, json_t **reply, int *status, const sbx_bo
                             const char *method, const char *path, int file_fd, uint64_t size,
                             int timeout_ms) {
     *reply = NULL;
+    *status = 0;
     const char *host_port = endpoint_host(box);
     if (!host_port)
         return fawn_err(FAWN_EINVAL, "not a remote sandbox endpoint");
@@ -723,6 +726,7 @@ static int argv_copy(char ***out, char *const *argv, enum remote_op op) {
 }
 
 int remote_provider_new(sbx_provider **out, const remote_provider_config *cfg) {
+    *out = NULL;
     if (cfg->command_timeout_ms == 0 || cfg->start_timeout_ms == 0 ||
         cfg->health_timeout_ms > INT32_MAX)
         return fawn_err(FAWN_EINVAL, "the remote provider's command and start timeouts must be "

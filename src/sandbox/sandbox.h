@@ -1,5 +1,9 @@
 /* Sandboxes on this host (the local provider) and the client side of the
- * box API. */
+ * box API.
+ *
+ * Every out-parameter is set on every path, failures included: -1
+ * descriptors, NULL replies, status 0, empty ids and boxes before anything
+ * can fail. */
 #ifndef FAWN_SANDBOX_H
 #define FAWN_SANDBOX_H
 

@@ -5,7 +5,11 @@
  *
  * Names, parameters and limits follow DeerFlow's tools: bash, ls, glob,
  * grep, read_file, write_file, str_replace, present_files,
- * ask_clarification. */
+ * ask_clarification.
+ *
+ * Every out-parameter is set on every path, failures included (NULL, 0, a
+ * zeroed result before anything can fail); tool_fail alone writes into a
+ * result the caller has already set. */
 #ifndef FAWN_TOOLS_H
 #define FAWN_TOOLS_H
 

@@ -18,6 +18,7 @@
 #include "agent/runs_internal.h"
 #include "base/json.h"
 #include "tools/tools.h"
+#include "support.h"
 
 static char tmpdir[] = "/tmp/fawn-agent-XXXXXX";
 
@@ -315,6 +316,36 @@ static void run_queue_refuses_past_the_user_and_queue_caps(void **state) {
     assert_null(q);
 }
 
+/* A fixture that has no answer still sets the reply (and a fixture that
+ * cannot load sets the handle): clearing what the caller got is safe even
+ * when its variable was never set. */
+static void fixture_misses_leave_the_reply_defined(void **state) {
+    model_registry *reg;
+    assert_int_equal(model_registry_load(&reg, NULL), 0); /* the demo script */
+    const model_entry *demo = model_registry_get(reg, MODEL_DEMO_NAME);
+    assert_non_null(demo);
+    model_request past_end = {.call_index = 10000};
+    model_reply reply;
+    POISON(reply);
+    assert_int_equal(model_fixture_answer(&reply, demo->fixture, demo->name, &past_end),
+                     FAWN_ENOENT);
+    assert_null(reply.message);
+    model_reply_clear(&reply);
+    enum model_failure why;
+    POISON(reply);
+    assert_int_equal(model_entry_complete(&reply, &why, demo, &past_end, NULL, NULL), FAWN_ENOENT);
+    assert_null(reply.message);
+    assert_int_equal(why, MODEL_FAIL_FATAL);
+    model_reply_clear(&reply);
+    model_registry_free(reg);
+    model_fixture *f;
+    POISON(f);
+    assert_int_equal(model_fixture_load(&f, "/nonexistent/fixture.json", MODEL_REPLAY),
+                     FAWN_ECONFIG);
+    assert_null(f);
+    model_fixture_free(f);
+}
+
 /* ---- the event log ---- */
 
 typedef struct waiter {
@@ -515,6 +546,7 @@ int main(void) {
         cmocka_unit_test(run_queue_gives_a_freed_worker_to_the_user_holding_fewest),
         cmocka_unit_test(run_queue_caps_the_workers_one_user_holds),
         cmocka_unit_test(run_queue_refuses_past_the_user_and_queue_caps),
+        cmocka_unit_test(fixture_misses_leave_the_reply_defined),
         cmocka_unit_test(event_log_waits_wakes_and_reports_gaps),
         cmocka_unit_test(event_log_fetch_past_its_end),
         cmocka_unit_test(run_loop_repairs_history_titles_and_checkpoints),

@@ -22,6 +22,7 @@
 #include "base/base.h"
 #include "gateway/artifacts.h"
 #include "paths/paths.h"
+#include "support.h"
 
 /* A test that could block (a FIFO) is killed by SIGALRM after this long. */
 #define HANG_GUARD_S 20
@@ -529,7 +530,7 @@ static void test_range_parse(void **state) {
                      (unsigned long long)start, (unsigned long long)len,
                      (unsigned long long)cases[i].start, (unsigned long long)cases[i].len);
         if (r != 0)
-            assert_true(start == 7777 && len == 7777);
+            assert_true(start == 0 && len == 0); /* defined, never a stale range */
     }
     uint64_t start = 0, len = 0;
     assert_int_equal(artifact_range_parse(&start, &len, NULL, 100), FAWN_ENOENT);
@@ -880,6 +881,27 @@ static void test_put_concurrent_one_wins(void **state) {
     }
 }
 
+/* Refusals still set what they hand out: no descriptor, an empty save
+ * result (test_range_parse checks ranges). */
+static void test_failures_leave_out_parameters_defined(void **state) {
+    fx *x = *state;
+    char sha[65];
+    sha_of(sha, "");
+    artifact_put_result put;
+    POISON(put);
+    assert_int_equal(artifact_put(&put, &x->roots, OUT "missing.txt", "n", 1, sha), FAWN_ENOENT);
+    assert_string_equal(put.path, "");
+    assert_int_equal(put.size, 0);
+    POISON(put);
+    assert_int_equal(artifact_put(&put, &x->roots, OUT "a.txt", "n", 1, "bad"), FAWN_EINVAL);
+    assert_string_equal(put.sha256, "");
+    artifact_response get;
+    POISON(get);
+    assert_int_equal(artifact_get(&get, &x->roots, "mnt/user-data/../../etc/passwd", NULL, false),
+                     FAWN_EPERM);
+    assert_int_equal(get.fd, -1);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void) {
@@ -908,6 +930,7 @@ int main(void) {
         T(test_put_locked_is_busy),
         T(test_put_write_failure_leaves_nothing),
         T(test_put_concurrent_one_wins),
+        T(test_failures_leave_out_parameters_defined),
     };
     return cmocka_run_group_tests_name("artifacts", tests, NULL, NULL);
 }

@@ -188,12 +188,32 @@ static void form_fields_decode_once(void **state) {
     assert_int_equal(gw_form_field(out, sizeof out, body, strlen(body), "missing"), FAWN_ENOENT);
     static const char *const bad[] = {"username=%00", "username=%4", "username=%zz",
                                       "username=0123456789abcdef"};
-    for (size_t i = 0; i < ARRAY_LEN(bad); i++)
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        POISON(out);
         assert_int_equal(gw_form_field(out, sizeof out, bad[i], strlen(bad[i]), "username"),
                          FAWN_EINVAL);
+        assert_string_equal(out, ""); /* never half a value */
+    }
+    POISON(out);
+    assert_int_equal(gw_form_field(out, sizeof out, body, strlen(body), "missing"), FAWN_ENOENT);
+    assert_string_equal(out, "");
     /* The length bounds the scan: bytes past it are not read. */
     assert_int_equal(gw_form_field(out, sizeof out, "username=ab", 10, "username"), 0);
     assert_string_equal(out, "a");
+}
+
+/* A body that is not one JSON object hands out no object: a route that
+ * decrefs what it got after the failure decrefs NULL. */
+static void refused_json_bodies_leave_no_object(void **state) {
+    static const char *const bad[] = {"[1]", "{\"a\":", "\"text\""};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        gw_request rq = {.body = {.data = (char *)bad[i], .len = strlen(bad[i])}};
+        json_t *body;
+        POISON(body);
+        assert_int_equal(gw_body_json(&body, &rq), FAWN_EINVAL);
+        assert_null(body);
+        json_decref(body);
+    }
 }
 
 /* X-Forwarded-For is believed only from trusted proxies, and only up to
@@ -261,6 +281,7 @@ int main(void) {
         cmocka_unit_test(throttle_locks_out_after_failures),
         cmocka_unit_test(form_fields_decode_once),
         cmocka_unit_test(event_ids_parse_with_bounds),
+        cmocka_unit_test(refused_json_bodies_leave_no_object),
         cmocka_unit_test(health_is_public),
         cmocka_unit_test(errors_have_a_detail),
         cmocka_unit_test(bad_address_refused),

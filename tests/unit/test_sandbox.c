@@ -333,10 +333,31 @@ static void test_invalid_ids_refused(void **state) {
         local_spec spec = {.cfg = &t->cfg, .user = USER_ID, .thread = bad[i], .fawn_bin = getenv("FAWN_BIN")};
         assert_int_equal(local_box_ensure(&box, &spec), FAWN_EINVAL);
         spec = (local_spec){.cfg = &t->cfg, .user = bad[i], .thread = "t"};
+        POISON(box);
         assert_int_equal(local_box_ensure(&box, &spec), FAWN_EINVAL);
+        /* Refused, the box is still defined: no pid to reap, nothing started. */
+        assert_int_equal(box.pid, 0);
+        assert_false(box.started);
+        assert_string_equal(box.socket_path, "");
         assert_int_equal(local_box_stop(&t->cfg, bad[i], "t"), FAWN_EINVAL);
+        POISON(dir);
         assert_int_equal(local_user_data_dir(dir, &t->cfg, "u", bad[i]), FAWN_EINVAL);
+        assert_string_equal(dir, "");
+        int fd;
+        POISON(fd);
+        assert_int_equal(local_user_data_open(&fd, &t->cfg, "u", bad[i], false), FAWN_EINVAL);
+        assert_int_equal(fd, -1);
     }
+    /* A box that is not there: no reply, status 0. */
+    json_t *reply;
+    int status;
+    POISON(reply);
+    POISON(status);
+    char *nowhere = strf("%s/no-such.sock", t->home);
+    assert_true(box_call(&reply, &status, nowhere, "GET", "/v1/sandbox", NULL, CALL_MS) < 0);
+    assert_null(reply);
+    assert_int_equal(status, 0);
+    free(nowhere);
     /* Nothing was created for them. */
     char *users = strf("%s/users", t->home);
     DIR *d = opendir(users);
