@@ -35,6 +35,10 @@
 #define USER_ID "sbx-user"
 /* Budget of one API call whose command should end at once. */
 #define CALL_MS 15000
+/* Ceiling of a call whose command fills the sandbox's memory until it is
+ * killed: seconds on an idle host, minutes on a busy one; only a hang
+ * should reach it. */
+#define GREEDY_CALL_MS 300000
 /* Longest wait for processes to disappear or a box to exit. */
 #define SETTLE_MS 5000
 /* Largest host file or /proc entry read here. */
@@ -123,17 +127,22 @@ static void stop(sbx_ctx *t, const local_box *box, const char *thread) {
         assert_true(reap(box->pid, SETTLE_MS));
 }
 
-/* Runs a one-shot command; returns the reply (caller decrefs). */
-static json_t *exec_reply(const local_box *box, const char *command) {
+/* Runs a one-shot command, waiting at most call_ms for its reply; returns
+ * the reply (caller decrefs). */
+static json_t *exec_reply_within(const local_box *box, const char *command, int call_ms) {
     json_t *body = json_pack("{s:s}", "command", command), *reply = NULL;
     int status = 0;
-    int r = box_call(&reply, &status, box->socket_path, "POST", "/v1/shell/exec", body, CALL_MS);
+    int r = box_call(&reply, &status, box->socket_path, "POST", "/v1/shell/exec", body, call_ms);
     json_decref(body);
     if (r < 0)
         fail_msg("exec %s: %s", command, fawn_errmsg());
     if (status != 200)
         fail_msg("exec %s: status %d", command, status);
     return reply;
+}
+
+static json_t *exec_reply(const local_box *box, const char *command) {
+    return exec_reply_within(box, command, CALL_MS);
 }
 
 /* Runs a command that must succeed; returns stdout (caller frees). */
@@ -833,7 +842,7 @@ static void check_memory_limit_reported(const local_box *box, uint64_t memory_mb
 /* Runs a command that grows without bound: it must be the one killed, and
  * the box must keep serving. */
 static void check_greedy_command_killed(const local_box *box, const char *command) {
-    json_t *r = exec_reply(box, command);
+    json_t *r = exec_reply_within(box, command, GREEDY_CALL_MS);
     assert_string_equal(jstr(r, "status"), "killed");
     assert_int_equal(json_integer_value(json_object_get(r, "exit_code")), 137);
     check_lacks("greedy", jstr(r, "stdout"), "survived");
