@@ -1,5 +1,6 @@
-/* The SQLite store: migrations, users, owner-scoped threads, search,
- * concurrent writers, and reopening after the writer was killed. */
+/* The SQLite store: migrations, users, owner-scoped threads, search, a
+ * held reader that stalls no one else, concurrent writers, and reopening
+ * after the writer was killed. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -12,8 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "store/sqlite_internal.h"
 #include "store/store.h"
 
 typedef struct fx {
@@ -280,6 +283,109 @@ static void search_matches_metadata_exactly(void **state) {
     for (size_t i = 0; i < n; i++)
         store_thread_clear(&rows[i]);
     free(rows);
+}
+
+/* A reader stopped inside a statement step, on demand: the first step of
+ * any reader after `armed` is set waits there until `release`. */
+typedef struct read_gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool armed, held, release;
+} read_gate;
+
+static int gate_progress(void *arg) {
+    read_gate *g = arg;
+    pthread_mutex_lock(&g->mu);
+    if (g->armed) {
+        g->armed = false;
+        g->held = true;
+        pthread_cond_broadcast(&g->cv);
+        while (!g->release)
+            pthread_cond_wait(&g->cv, &g->mu);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return 0;
+}
+
+/* Waits until *flag is set, with a ceiling that only catches a hang. */
+static bool gate_wait(read_gate *g, const bool *flag) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 120;
+    pthread_mutex_lock(&g->mu);
+    int rc = 0;
+    while (!*flag && rc == 0)
+        rc = pthread_cond_timedwait(&g->cv, &g->mu, &until);
+    bool ok = *flag;
+    pthread_mutex_unlock(&g->mu);
+    return ok;
+}
+
+typedef struct gate_call {
+    fx *x;
+    read_gate *g;
+    int result;
+    bool done;
+} gate_call;
+
+static void *long_search(void *arg) {
+    gate_call *c = arg;
+    store_thread *rows;
+    size_t n;
+    c->result = store_thread_search(c->x->s, &rows, &n, c->x->bob, "{\"k\":\"v\"}", NULL, 100, 0);
+    for (size_t i = 0; c->result == 0 && i < n; i++)
+        store_thread_clear(&rows[i]);
+    free(rows);
+    return NULL;
+}
+
+/* Another user's read and a write while the search is held. */
+static void *other_user_calls(void *arg) {
+    gate_call *c = arg;
+    store_thread t;
+    c->result = store_thread_get(c->x->s, &t, c->x->alice, "held-1");
+    store_thread_clear(&t);
+    if (c->result == 0)
+        c->result = store_thread_set_status(c->x->s, c->x->alice, "held-1", "busy");
+    pthread_mutex_lock(&c->g->mu);
+    c->done = true;
+    pthread_cond_broadcast(&c->g->cv);
+    pthread_mutex_unlock(&c->g->mu);
+    return NULL;
+}
+
+/* One search held inside its statement holds one read connection, not the
+ * store: another user's thread read and a write complete meanwhile. */
+static void a_held_read_stalls_no_other_caller(void **state) {
+    fx *x = *state;
+    store_thread t;
+    bool existed;
+    assert_int_equal(store_thread_create(x->s, &t, &existed, x->alice, "held-1", NULL), 0);
+    store_thread_clear(&t);
+    read_gate g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    for (size_t i = 0; i < STORE_READERS; i++)
+        sqlite3_progress_handler(x->s->readers[i], 1, gate_progress, &g);
+    g.armed = true;
+    gate_call search_call = {.x = x, .g = &g}, other = {.x = x, .g = &g};
+    pthread_t searcher, caller;
+    assert_int_equal(pthread_create(&searcher, NULL, long_search, &search_call), 0);
+    assert_true(gate_wait(&g, &g.held));
+    assert_int_equal(pthread_create(&caller, NULL, other_user_calls, &other), 0);
+    bool completed = gate_wait(&g, &other.done);
+    pthread_mutex_lock(&g.mu);
+    g.release = true;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    pthread_join(caller, NULL);
+    pthread_join(searcher, NULL);
+    for (size_t i = 0; i < STORE_READERS; i++)
+        sqlite3_progress_handler(x->s->readers[i], 0, NULL, NULL);
+    assert_true(completed);
+    assert_int_equal(other.result, 0);
+    assert_int_equal(search_call.result, 0);
+    assert_int_equal(store_thread_get(x->s, &t, x->alice, "held-1"), 0);
+    assert_string_equal(t.status, "busy");
+    store_thread_clear(&t);
 }
 
 typedef struct writer {
@@ -570,6 +676,7 @@ int main(void) {
         cmocka_unit_test(sandbox_records_and_fences),
         cmocka_unit_test(threads_are_owner_scoped_and_idempotent),
         cmocka_unit_test(search_matches_metadata_exactly),
+        cmocka_unit_test(a_held_read_stalls_no_other_caller),
         cmocka_unit_test(concurrent_writers_lose_nothing),
         cmocka_unit_test(killed_writer_restarts_cleanly),
         cmocka_unit_test(runs_are_owner_and_thread_scoped),
