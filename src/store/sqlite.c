@@ -597,10 +597,18 @@ int store_thread_delete(store *s, int64_t owner_id, const char *id) {
     return r == FAWN_ENOENT ? fawn_err(FAWN_ENOENT, "no such thread: %s", id) : r;
 }
 
-/* Keys a metadata match may name: they go into a JSON path, quoted. */
-static int check_match_keys(const char *match) {
+/* A metadata match is bounded (store.h), and the keys it names go into a
+ * JSON path, quoted: no quotes, backslashes or control characters. */
+static int check_match(const char *match) {
+    size_t len = strlen(match);
+    if (len > STORE_MATCH_MAX)
+        return fawn_err(FAWN_E2BIG, "the metadata to match is larger than %d bytes",
+                        STORE_MATCH_MAX);
     json_t *o = NULL;
-    int r = fjson_parse_object(&o, match, strlen(match));
+    int r = fjson_parse_object(&o, match, len);
+    if (r == 0 && json_object_size(o) > STORE_MATCH_KEYS_MAX)
+        r = fawn_err(FAWN_E2BIG, "the metadata to match names more than %d keys",
+                     STORE_MATCH_KEYS_MAX);
     const char *key;
     json_t *v;
     json_object_foreach(o, key, v) {
@@ -614,9 +622,12 @@ static int check_match_keys(const char *match) {
     return r;
 }
 
-/* Every key of the match object equals the thread's value (JSON types too). */
+/* Every key of the match object equals the thread's value (JSON types
+ * too). The match is parsed once per search (the materialized m), not once
+ * per thread. */
+#define MATCH_CTE "WITH m AS MATERIALIZED (SELECT key, value, type FROM json_each(?2)) "
 #define MATCH_CLAUSE                                                                               \
-    "NOT EXISTS (SELECT 1 FROM json_each(?2) m WHERE "                                             \
+    "NOT EXISTS (SELECT 1 FROM m WHERE "                                                           \
     "json_extract(threads.metadata, '$.\"' || m.key || '\"') IS NOT m.value "                      \
     "OR json_type(threads.metadata, '$.\"' || m.key || '\"') IS NOT m.type)"
 
@@ -624,7 +635,7 @@ int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_i
                         const char *match, const char *status, size_t limit, size_t offset) {
     *out = NULL;
     *n = 0;
-    int r = match ? check_match_keys(match) : 0;
+    int r = match ? check_match(match) : 0;
     if (r < 0)
         return r;
     limit = limit < 1 ? 1 : limit > STORE_SEARCH_MAX ? STORE_SEARCH_MAX : limit;
@@ -634,7 +645,7 @@ int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_i
     sqlite3_stmt *st;
     sqlite3 *db = sq_read_begin(s);
     r = sq_prepare(db, &st,
-                "SELECT " THREAD_COLUMNS " FROM threads WHERE owner_id = ?1 AND "
+                MATCH_CTE "SELECT " THREAD_COLUMNS " FROM threads WHERE owner_id = ?1 AND "
                 "(?3 IS NULL OR status = ?3) AND (?2 IS NULL OR " MATCH_CLAUSE ") "
                 "ORDER BY updated_at_ms DESC, id LIMIT ?4 OFFSET ?5");
     if (r == 0) {

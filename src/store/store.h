@@ -90,10 +90,18 @@ int store_thread_set_metadata(store *s, int64_t owner_id, const char *id, const 
 int store_thread_set_status(store *s, int64_t owner_id, const char *id, const char *status);
 int store_thread_delete(store *s, int64_t owner_id, const char *id);
 
+/* A search's metadata match: at most this many keys and bytes (compact
+ * JSON). Each key is a JSON lookup in every thread searched, so a search
+ * costs keys × threads; real matches name one to a few keys (DeerFlow's UI:
+ * graph_id, assistant_id), and 8 KiB holds any such value. */
+#define STORE_MATCH_KEYS_MAX 32
+#define STORE_MATCH_MAX (8 * 1024)
+
 /* The owner's threads whose metadata contains every key/value of `match` (a
  * JSON object text, or NULL) and whose status is `status` (or any when
  * NULL), newest first. *out is a malloc'd array of *n threads (free each
- * with store_thread_clear, then the array). limit is clamped to 1..1000. */
+ * with store_thread_clear, then the array). limit is clamped to 1..1000.
+ * FAWN_E2BIG for a match beyond STORE_MATCH_KEYS_MAX or STORE_MATCH_MAX. */
 int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_id,
                         const char *match, const char *status, size_t limit, size_t offset);
 

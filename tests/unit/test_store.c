@@ -1,6 +1,6 @@
-/* The SQLite store: migrations, users, owner-scoped threads, search, a
- * held reader that stalls no one else, concurrent writers, and reopening
- * after the writer was killed. */
+/* The SQLite store: migrations, users, owner-scoped threads, search and
+ * its bounds, a held reader that stalls no one else, concurrent writers,
+ * and reopening after the writer was killed. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -283,6 +283,36 @@ static void search_matches_metadata_exactly(void **state) {
     for (size_t i = 0; i < n; i++)
         store_thread_clear(&rows[i]);
     free(rows);
+}
+
+/* A match is bounded in keys and bytes before anything is searched: a
+ * match of thousands of keys costs every thread searched a lookup each. */
+static void search_matches_are_bounded(void **state) {
+    fx *x = *state;
+    fbuf match = {0};
+    fbuf_printf(&match, "{");
+    for (int i = 0; i <= STORE_MATCH_KEYS_MAX; i++)
+        fbuf_printf(&match, "%s\"k%d\":1", i ? "," : "", i);
+    fbuf_printf(&match, "}");
+    store_thread *rows;
+    size_t n;
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, match.data, NULL, 10, 0),
+                     FAWN_E2BIG);
+    assert_null(rows);
+    assert_int_equal(n, 0);
+    char big[STORE_MATCH_MAX + 64];
+    snprintf(big, sizeof big, "{\"k\":\"%0*d\"}", STORE_MATCH_MAX, 0);
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, big, NULL, 10, 0), FAWN_E2BIG);
+    /* At the bounds, the search runs. */
+    match.len = 0;
+    fbuf_printf(&match, "{");
+    for (int i = 0; i < STORE_MATCH_KEYS_MAX; i++)
+        fbuf_printf(&match, "%s\"k%d\":1", i ? "," : "", i);
+    fbuf_printf(&match, "}");
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, match.data, NULL, 10, 0), 0);
+    assert_int_equal(n, 0);
+    free(rows);
+    fbuf_free(&match);
 }
 
 /* A reader stopped inside a statement step, on demand: the first step of
@@ -676,6 +706,7 @@ int main(void) {
         cmocka_unit_test(sandbox_records_and_fences),
         cmocka_unit_test(threads_are_owner_scoped_and_idempotent),
         cmocka_unit_test(search_matches_metadata_exactly),
+        cmocka_unit_test(search_matches_are_bounded),
         cmocka_unit_test(a_held_read_stalls_no_other_caller),
         cmocka_unit_test(concurrent_writers_lose_nothing),
         cmocka_unit_test(killed_writer_restarts_cleanly),
