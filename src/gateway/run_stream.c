@@ -114,10 +114,14 @@ static void final_state(follower *f) {
                          run.error ? run.error : "the run failed");
     } else {
         store_checkpoint cp;
-        if (store_checkpoint_latest(f->g->st, &cp, f->spec.owner_id, f->thread_id) == 0) {
-            body = json_loads(cp.values, 0, NULL);
-            store_checkpoint_clear(&cp);
-        }
+        char *text = NULL;
+        size_t omitted;
+        if (store_checkpoint_latest(f->g->st, &cp, f->spec.owner_id, f->thread_id) == 0 &&
+            store_state_read(f->g->st, &text, &omitted, f->spec.owner_id, f->thread_id, cp.state,
+                             SIZE_MAX) == 0)
+            body = json_loads(text, 0, NULL);
+        free(text);
+        store_checkpoint_clear(&cp);
     }
     store_run_clear(&run);
     char *text = json_dumps(body ? body : json_object(), JSON_COMPACT);

@@ -21,10 +21,11 @@ static json_t *checkpoint_ref(const char *thread_id, const char *checkpoint_id) 
 
 /* {values, next, tasks, metadata, created_at, checkpoint, parent_checkpoint,
  * checkpoint_id, parent_checkpoint_id, interrupts} (LangGraph's objects and
- * DeerFlow's flat ids). */
-static json_t *state_json(const char *thread_id, const store_checkpoint *cp) {
+ * DeerFlow's flat ids), values being the state cp names as read (text). */
+static json_t *state_json(const char *thread_id, const store_checkpoint *cp,
+                          const char *values_text) {
     char created[40] = "";
-    json_t *values = cp ? json_loads(cp->values, 0, NULL) : NULL;
+    json_t *values = values_text ? json_loads(values_text, 0, NULL) : NULL;
     json_t *meta = cp ? json_loads(cp->metadata, 0, NULL) : NULL;
     if (cp)
         gw_iso_time(created, cp->created_at_ms);
@@ -38,6 +39,18 @@ static json_t *state_json(const char *thread_id, const store_checkpoint *cp) {
                      "parent_checkpoint_id", parent, "interrupts");
 }
 
+/* The state object of cp, its values read whole. */
+static json_t *state_read_json(gw_request *rq, const char *thread_id,
+                               const store_checkpoint *cp) {
+    char *values = NULL;
+    size_t omitted;
+    int r = store_state_read(rq->g->st, &values, &omitted, rq->who.user.id, thread_id, cp->state,
+                             SIZE_MAX);
+    json_t *state = r == 0 ? state_json(thread_id, cp, values) : NULL;
+    free(values);
+    return state;
+}
+
 static int route_state_get(gw_request *rq) {
     store_thread t;
     int r = gw_thread_resolve(&t, rq, false);
@@ -45,11 +58,12 @@ static int route_state_get(gw_request *rq) {
         return r;
     store_checkpoint cp;
     r = store_checkpoint_latest(rq->g->st, &cp, rq->who.user.id, t.id);
-    json_t *body = r == 0 || r == FAWN_ENOENT ? state_json(t.id, r == 0 ? &cp : NULL) : NULL;
-    if (r == 0)
-        store_checkpoint_clear(&cp);
+    json_t *body = r == 0         ? state_read_json(rq, t.id, &cp)
+                   : r == FAWN_ENOENT ? state_json(t.id, NULL, NULL)
+                                      : NULL;
+    store_checkpoint_clear(&cp);
     store_thread_clear(&t);
-    return body ? gw_respond_json(rq, MHD_HTTP_OK, body) : r;
+    return body ? gw_respond_json(rq, MHD_HTTP_OK, body) : r < 0 ? r : FAWN_EIO;
 }
 
 /* The checkpoint id a history request starts before: "before" as an id
@@ -83,7 +97,7 @@ static int route_history(gw_request *rq) {
     json_decref(body);
     json_t *out = json_array();
     for (size_t i = 0; i < n; i++) {
-        json_array_append_new(out, state_json(t.id, &list[i]));
+        json_array_append_new(out, state_read_json(rq, t.id, &list[i]));
         store_checkpoint_clear(&list[i]);
     }
     free(list);
@@ -153,11 +167,9 @@ static int state_update(char checkpoint_id[STORE_RUN_ID_MAX + 1], gw_request *rq
     int r = agent_state_load(&values, parent, rq->g->st, rq->who.user.id, thread_id);
     if (r == 0)
         r = apply_update(values, update);
-    char *text = r == 0 ? json_dumps(values, JSON_COMPACT) : NULL;
     if (r == 0)
-        r = agent_state_save(checkpoint_id, rq->g->st, rq->who.user.id, thread_id, parent, NULL,
-                             text, "{\"source\":\"update\"}");
-    free(text);
+        r = agent_state_save(checkpoint_id, NULL, rq->g->st, rq->who.user.id, thread_id, parent,
+                             NULL, values, "{\"source\":\"update\"}");
     json_decref(values);
     return r;
 }

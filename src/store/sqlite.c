@@ -25,109 +25,130 @@
 #define STORE_SEARCH_MAX 1000
 
 /* Numbered migrations: migrations[i] brings a database from version i to
- * i + 1. Append only; never edit one that has shipped. */
-static const char *const migrations[] = {
+ * i + 1: its SQL, then (when not NULL) a step over the data, in the same
+ * transaction. Append only; never edit one that has shipped. */
+typedef struct migration {
+    const char *sql;
+    int (*data)(sqlite3 *db);
+} migration;
+
+static const migration migrations[] = {
     /* 1: users and threads */
-    "CREATE TABLE users ("
-    "  id INTEGER PRIMARY KEY,"
-    "  username TEXT NOT NULL UNIQUE,"
-    "  password_hash TEXT NOT NULL,"
-    "  role TEXT NOT NULL,"
-    "  token_version INTEGER NOT NULL DEFAULT 0,"
-    "  created_at_ms INTEGER NOT NULL);"
-    "CREATE TABLE threads ("
-    "  id TEXT PRIMARY KEY,"
-    "  owner_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
-    "  status TEXT NOT NULL DEFAULT 'idle',"
-    "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
-    "  created_at_ms INTEGER NOT NULL,"
-    "  updated_at_ms INTEGER NOT NULL);"
-    "CREATE INDEX threads_by_owner ON threads(owner_id, updated_at_ms);",
+    {"CREATE TABLE users ("
+     "  id INTEGER PRIMARY KEY,"
+     "  username TEXT NOT NULL UNIQUE,"
+     "  password_hash TEXT NOT NULL,"
+     "  role TEXT NOT NULL,"
+     "  token_version INTEGER NOT NULL DEFAULT 0,"
+     "  created_at_ms INTEGER NOT NULL);"
+     "CREATE TABLE threads ("
+     "  id TEXT PRIMARY KEY,"
+     "  owner_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
+     "  status TEXT NOT NULL DEFAULT 'idle',"
+     "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  updated_at_ms INTEGER NOT NULL);"
+     "CREATE INDEX threads_by_owner ON threads(owner_id, updated_at_ms);", NULL},
     /* 2: usernames unique regardless of case; API tokens */
-    "CREATE UNIQUE INDEX users_by_name_nocase ON users(username COLLATE NOCASE);"
-    "CREATE TABLE api_tokens ("
-    "  id INTEGER PRIMARY KEY,"
-    "  user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
-    "  name TEXT NOT NULL,"
-    "  token_hash TEXT NOT NULL UNIQUE,"
-    "  created_at_ms INTEGER NOT NULL,"
-    "  last_used_at_ms INTEGER);"
-    "CREATE INDEX api_tokens_by_user ON api_tokens(user_id);",
+    {"CREATE UNIQUE INDEX users_by_name_nocase ON users(username COLLATE NOCASE);"
+     "CREATE TABLE api_tokens ("
+     "  id INTEGER PRIMARY KEY,"
+     "  user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
+     "  name TEXT NOT NULL,"
+     "  token_hash TEXT NOT NULL UNIQUE,"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  last_used_at_ms INTEGER);"
+     "CREATE INDEX api_tokens_by_user ON api_tokens(user_id);", NULL},
     /* 3: thread ids are unique per owner, so an id never tells whether
      * another user holds it */
-    "CREATE TABLE threads_by_owner_id ("
-    "  id TEXT NOT NULL,"
-    "  owner_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
-    "  status TEXT NOT NULL DEFAULT 'idle',"
-    "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
-    "  created_at_ms INTEGER NOT NULL,"
-    "  updated_at_ms INTEGER NOT NULL,"
-    "  PRIMARY KEY (owner_id, id));"
-    "INSERT INTO threads_by_owner_id SELECT id, owner_id, status, metadata, created_at_ms,"
-    "  updated_at_ms FROM threads;"
-    "DROP TABLE threads;"
-    "ALTER TABLE threads_by_owner_id RENAME TO threads;"
-    "CREATE INDEX threads_by_owner ON threads(owner_id, updated_at_ms);",
+    {"CREATE TABLE threads_by_owner_id ("
+     "  id TEXT NOT NULL,"
+     "  owner_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
+     "  status TEXT NOT NULL DEFAULT 'idle',"
+     "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  updated_at_ms INTEGER NOT NULL,"
+     "  PRIMARY KEY (owner_id, id));"
+     "INSERT INTO threads_by_owner_id SELECT id, owner_id, status, metadata, created_at_ms,"
+     "  updated_at_ms FROM threads;"
+     "DROP TABLE threads;"
+     "ALTER TABLE threads_by_owner_id RENAME TO threads;"
+     "CREATE INDEX threads_by_owner ON threads(owner_id, updated_at_ms);", NULL},
     /* 4: the sandbox manager's records: whose each box is, and fences */
-    "CREATE TABLE sandboxes ("
-    "  sandbox_id TEXT PRIMARY KEY,"
-    "  user TEXT NOT NULL,"
-    "  thread TEXT NOT NULL,"
-    "  generation TEXT NOT NULL,"
-    "  endpoint TEXT NOT NULL,"
-    "  token TEXT NOT NULL,"
-    "  created_at_ms INTEGER NOT NULL);"
-    "CREATE TABLE sandbox_fences ("
-    "  scope TEXT NOT NULL,"
-    "  sandbox_id TEXT NOT NULL,"
-    "  generation TEXT NOT NULL,"
-    "  reason TEXT NOT NULL,"
-    "  created_at_ms INTEGER NOT NULL,"
-    "  PRIMARY KEY (scope, sandbox_id, generation));",
+    {"CREATE TABLE sandboxes ("
+     "  sandbox_id TEXT PRIMARY KEY,"
+     "  user TEXT NOT NULL,"
+     "  thread TEXT NOT NULL,"
+     "  generation TEXT NOT NULL,"
+     "  endpoint TEXT NOT NULL,"
+     "  token TEXT NOT NULL,"
+     "  created_at_ms INTEGER NOT NULL);"
+     "CREATE TABLE sandbox_fences ("
+     "  scope TEXT NOT NULL,"
+     "  sandbox_id TEXT NOT NULL,"
+     "  generation TEXT NOT NULL,"
+     "  reason TEXT NOT NULL,"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  PRIMARY KEY (scope, sandbox_id, generation));", NULL},
     /* 5: runs, their streamed events, thread checkpoints, tool receipts */
-    "CREATE TABLE runs ("
-    "  run_id TEXT PRIMARY KEY,"
-    "  owner_id INTEGER NOT NULL,"
-    "  thread_id TEXT NOT NULL,"
-    "  assistant_id TEXT NOT NULL,"
-    "  status TEXT NOT NULL,"
-    "  kwargs TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(kwargs)),"
-    "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
-    "  error TEXT,"
-    "  created_at_ms INTEGER NOT NULL,"
-    "  updated_at_ms INTEGER NOT NULL,"
-    "  FOREIGN KEY (owner_id, thread_id) REFERENCES threads(owner_id, id) ON DELETE CASCADE);"
-    "CREATE INDEX runs_by_thread ON runs(owner_id, thread_id, created_at_ms);"
-    "CREATE INDEX runs_by_status ON runs(status);"
-    "CREATE TABLE run_events ("
-    "  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,"
-    "  seq INTEGER NOT NULL,"
-    "  event TEXT NOT NULL,"
-    "  data TEXT NOT NULL,"
-    "  PRIMARY KEY (run_id, seq)) WITHOUT ROWID;"
-    "CREATE TABLE checkpoints ("
-    "  owner_id INTEGER NOT NULL,"
-    "  thread_id TEXT NOT NULL,"
-    "  checkpoint_id TEXT NOT NULL,"
-    "  parent_id TEXT NOT NULL,"
-    "  run_id TEXT NOT NULL,"
-    "  seq INTEGER NOT NULL,"
-    "  state_values TEXT NOT NULL CHECK (json_valid(state_values)),"
-    "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
-    "  created_at_ms INTEGER NOT NULL,"
-    "  PRIMARY KEY (owner_id, thread_id, checkpoint_id),"
-    "  FOREIGN KEY (owner_id, thread_id) REFERENCES threads(owner_id, id) ON DELETE CASCADE);"
-    "CREATE INDEX checkpoints_by_seq ON checkpoints(owner_id, thread_id, seq);"
-    "CREATE TABLE receipts ("
-    "  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,"
-    "  tool_call_id TEXT NOT NULL,"
-    "  tool_name TEXT NOT NULL,"
-    "  status TEXT NOT NULL,"
-    "  args_sha256 TEXT NOT NULL,"
-    "  output_sha256 TEXT NOT NULL,"
-    "  output_bytes INTEGER NOT NULL,"
-    "  created_at_ms INTEGER NOT NULL,"
-    "  PRIMARY KEY (run_id, tool_call_id));",
+    {"CREATE TABLE runs ("
+     "  run_id TEXT PRIMARY KEY,"
+     "  owner_id INTEGER NOT NULL,"
+     "  thread_id TEXT NOT NULL,"
+     "  assistant_id TEXT NOT NULL,"
+     "  status TEXT NOT NULL,"
+     "  kwargs TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(kwargs)),"
+     "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
+     "  error TEXT,"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  updated_at_ms INTEGER NOT NULL,"
+     "  FOREIGN KEY (owner_id, thread_id) REFERENCES threads(owner_id, id) ON DELETE CASCADE);"
+     "CREATE INDEX runs_by_thread ON runs(owner_id, thread_id, created_at_ms);"
+     "CREATE INDEX runs_by_status ON runs(status);"
+     "CREATE TABLE run_events ("
+     "  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,"
+     "  seq INTEGER NOT NULL,"
+     "  event TEXT NOT NULL,"
+     "  data TEXT NOT NULL,"
+     "  PRIMARY KEY (run_id, seq)) WITHOUT ROWID;"
+     "CREATE TABLE checkpoints ("
+     "  owner_id INTEGER NOT NULL,"
+     "  thread_id TEXT NOT NULL,"
+     "  checkpoint_id TEXT NOT NULL,"
+     "  parent_id TEXT NOT NULL,"
+     "  run_id TEXT NOT NULL,"
+     "  seq INTEGER NOT NULL,"
+     "  state_values TEXT NOT NULL CHECK (json_valid(state_values)),"
+     "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  PRIMARY KEY (owner_id, thread_id, checkpoint_id),"
+     "  FOREIGN KEY (owner_id, thread_id) REFERENCES threads(owner_id, id) ON DELETE CASCADE);"
+     "CREATE INDEX checkpoints_by_seq ON checkpoints(owner_id, thread_id, seq);"
+     "CREATE TABLE receipts ("
+     "  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,"
+     "  tool_call_id TEXT NOT NULL,"
+     "  tool_name TEXT NOT NULL,"
+     "  status TEXT NOT NULL,"
+     "  args_sha256 TEXT NOT NULL,"
+     "  output_sha256 TEXT NOT NULL,"
+     "  output_bytes INTEGER NOT NULL,"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  PRIMARY KEY (run_id, tool_call_id));", NULL},
+    /* 6: each message of a thread stored once; checkpoints list their
+     * messages as spans of the thread's rows, and stored values events
+     * hold a reference to the state, not a copy (sqlite_state.c) */
+    {"ALTER TABLE checkpoints ADD COLUMN message_spans TEXT NOT NULL DEFAULT '[]';"
+     "CREATE TABLE thread_messages ("
+     "  owner_id INTEGER NOT NULL,"
+     "  thread_id TEXT NOT NULL,"
+     "  seq INTEGER NOT NULL,"
+     "  digest TEXT NOT NULL,"
+     "  bytes INTEGER NOT NULL,"
+     "  body TEXT NOT NULL,"
+     "  PRIMARY KEY (owner_id, thread_id, seq),"
+     "  FOREIGN KEY (owner_id, thread_id) REFERENCES threads(owner_id, id) ON DELETE CASCADE);"
+     "CREATE INDEX thread_messages_by_digest ON thread_messages(owner_id, thread_id, digest);",
+     sq_state_migrate_messages},
 };
 
 int sq_err(sqlite3 *db, int rc, const char *what) {
@@ -218,7 +239,11 @@ static int migrate(sqlite3 *db) {
         char bump[64];
         snprintf(bump, sizeof bump, "PRAGMA user_version = %d", v + 1);
         r = sq_exec(db, "BEGIN IMMEDIATE", "begin migration");
-        if (r == 0 && (r = sq_exec(db, migrations[v], "migration")) == 0)
+        if (r == 0)
+            r = sq_exec(db, migrations[v].sql, "migration");
+        if (r == 0 && migrations[v].data)
+            r = migrations[v].data(db);
+        if (r == 0)
             r = sq_exec(db, bump, "migration version");
         r = sq_end_transaction(db, r);
     }

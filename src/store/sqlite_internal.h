@@ -78,4 +78,9 @@ void sq_bind_texts(sqlite3_stmt *st, const char *const *texts, size_t n);
 int sq_exec_texts(store *s, const char *sql, const char *const *texts, size_t n,
                   bool must_change, const char *what);
 
+/* Migration 6's step over the data (sqlite_state.c), on the writer inside
+ * the migration's transaction: the messages of every checkpoint become
+ * message rows of their thread, which the checkpoint lists as spans. */
+int sq_state_migrate_messages(sqlite3 *db);
+
 #endif
