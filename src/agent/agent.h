@@ -28,7 +28,10 @@
 
 /* Receives the run's events: event is "values", "messages", "updates" or
  * "custom"; data is the event's data as compact JSON text, malloc'd: the
- * callee takes it. Called on the run's thread. */
+ * callee takes it. A values event's data is the state's reference
+ * (store.h), not the state: whoever sends it reads the state through it
+ * (store_state_read), so a step costs the event log a few bytes, not the
+ * whole conversation. Called on the run's thread. */
 typedef void (*agent_emit_fn)(void *ctx, const char *event, char *data);
 
 typedef struct agent_params {
@@ -86,8 +89,9 @@ int agent_state_load(json_t **values, char checkpoint_id[STORE_RUN_ID_MAX + 1], 
 /* Writes values as the thread's next checkpoint, after parent_id ("" or
  * NULL for none), by run_id (or NULL), with metadata (JSON object text);
  * checkpoint_id gets the new id (it may be parent_id's own buffer) and
- * *state (may be NULL) its state reference (malloc'd, store.h). NULL
- * metadata is taken for an allocation that failed (FAWN_ENOMEM). */
+ * *state (may be NULL) its state reference (malloc'd: what a values event
+ * holds, store.h). NULL metadata is taken for an allocation that failed
+ * (FAWN_ENOMEM). */
 int agent_state_save(char checkpoint_id[STORE_RUN_ID_MAX + 1], char **state, store *st,
                      int64_t owner_id, const char *thread_id, const char *parent_id,
                      const char *run_id, const json_t *values, const char *metadata);

@@ -188,23 +188,25 @@ static int load_state(agent_loop *run) {
 }
 
 /* Writes the state as a new checkpoint (source: input, model, loop or
- * final). */
-static int checkpoint(agent_loop *run, const char *source, int step) {
+ * final). With state_out, its state reference is handed there (the caller
+ * frees it): the values event carries it. */
+static int checkpoint(agent_loop *run, const char *source, int step, char **state_out) {
     json_t *meta = json_pack("{s:s, s:i, s:s}", "source", source, "step", step, "run_id",
                              run->p->run_id);
     char *metadata = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
     json_decref(meta);
-    int r = agent_state_save(run->checkpoint_id, NULL, run->p->st, run->p->owner_id,
+    int r = agent_state_save(run->checkpoint_id, state_out, run->p->st, run->p->owner_id,
                              run->p->thread_id, run->checkpoint_id, run->p->run_id, run->values,
                              metadata);
     free(metadata);
     return r;
 }
 
-/* A checkpoint, then the values event with the same state. */
+/* A checkpoint, then the values event with its state's reference. */
 static int checkpoint_and_emit(agent_loop *run, const char *source, int step) {
-    int r = checkpoint(run, source, step);
-    emit_text(run, "values", json_dumps(run->values, JSON_COMPACT));
+    char *state = NULL;
+    int r = checkpoint(run, source, step, &state);
+    emit_text(run, "values", state);
     return r;
 }
 
@@ -349,7 +351,7 @@ static int run_loop(agent_loop *run) {
         bool tools = json_array_size(json_object_get(ai, "tool_calls")) > 0;
         /* The model's reply is kept before its tools run: a crash during a
          * command loses no message (the next run answers the cut call). */
-        int r = tools ? checkpoint(run, "model", step + 1) : 0;
+        int r = tools ? checkpoint(run, "model", step + 1, NULL) : 0;
         if (r < 0)
             return r;
         if (tools)

@@ -25,6 +25,14 @@
 #define GW_JSON_BODY_MAX ((size_t)1 << 20)
 /* Largest body of the sign-in routes: a name and two passwords. */
 #define GW_AUTH_BODY_MAX ((size_t)16 << 10)
+/* Messages of the state in one values event of a run's stream, newest
+ * first: past it the older ones are left out and counted in
+ * values.messages_omitted. A follower gets one after every step, so a
+ * share of the state keeps a long run with large tool results from
+ * streaming the whole conversation again at each step; the step's new
+ * messages come whole in messages and updates events, the whole state from
+ * /state. */
+#define GW_VALUES_EVENT_MESSAGES_MAX ((size_t)1 << 20)
 
 typedef struct gw_throttle gw_throttle;
 

@@ -79,8 +79,9 @@ int sq_exec_texts(store *s, const char *sql, const char *const *texts, size_t n,
                   bool must_change, const char *what);
 
 /* Migration 6's step over the data (sqlite_state.c), on the writer inside
- * the migration's transaction: the messages of every checkpoint become
- * message rows of their thread, which the checkpoint lists as spans. */
+ * the migration's transaction: the messages of every checkpoint and every
+ * stored values event become message rows of their thread, the checkpoint
+ * lists them as spans and the event holds the state's reference. */
 int sq_state_migrate_messages(sqlite3 *db);
 
 #endif

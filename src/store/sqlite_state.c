@@ -718,11 +718,19 @@ static int states_move(sqlite3 *db, const char *list, const char *select, const 
 }
 
 int sq_state_migrate_messages(sqlite3 *db) {
-    return states_move(db,
+    int r = states_move(db,
                         "SELECT owner_id, thread_id, '', rowid FROM checkpoints "
                         "WHERE rowid > ?2 ORDER BY rowid LIMIT ?3",
                         "SELECT state_values FROM checkpoints WHERE rowid = ?2",
                         "UPDATE checkpoints SET state_values = ?1, message_spans = ?2 "
                         "WHERE rowid = ?4",
                         false);
+    if (r == 0)
+        r = states_move(db,
+                        "SELECT r.owner_id, r.thread_id, e.run_id, e.seq FROM run_events e "
+                        "JOIN runs r ON r.run_id = e.run_id WHERE e.event = 'values' AND "
+                        "(e.run_id, e.seq) > (?1, ?2) ORDER BY e.run_id, e.seq LIMIT ?3",
+                        "SELECT data FROM run_events WHERE run_id = ?1 AND seq = ?2",
+                        "UPDATE run_events SET data = ?1 WHERE run_id = ?3 AND seq = ?4", true);
+    return r;
 }

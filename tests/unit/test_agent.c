@@ -394,6 +394,24 @@ static void write_long_fixture(const char *name, int steps, size_t size) {
     free(big);
 }
 
+/* The values events collected: each one's data is a small reference; the
+ * last one's (malloc'd). */
+static char *values_references(const json_t *events, size_t *count) {
+    char *last = NULL;
+    *count = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(events, i, e) {
+        if (strcmp(json_string_value(json_object_get(e, "event")), "values") != 0)
+            continue;
+        (*count)++;
+        free(last);
+        last = json_dumps(json_object_get(e, "data"), JSON_COMPACT);
+        assert_true(strlen(last) < 256);
+    }
+    return last;
+}
+
 /* Message rows of the database at path, and their bytes. */
 static int64_t stored_rows(const char *path, int64_t *bytes) {
     sqlite3 *raw;
@@ -411,7 +429,8 @@ static int64_t stored_rows(const char *path, int64_t *bytes) {
 }
 
 /* A run of many steps with large replies: every checkpoint lists the
- * thread's messages, yet each is stored once. */
+ * thread's messages, yet each is stored once, and each values event holds
+ * a reference of a few bytes that reads back the state of its step. */
 static void long_runs_store_each_message_once(void **state) {
     enum { STEPS = 30, SIZE = 20000 };
     write_long_fixture("long.json", STEPS, SIZE);
@@ -440,6 +459,18 @@ static void long_runs_store_each_message_once(void **state) {
     json_t *values = latest_state(st, u.id, "t");
     json_t *msgs = json_object_get(values, "messages");
     assert_int_equal(json_array_size(msgs), 1 + 2 * STEPS + 1);
+    size_t values_events;
+    char *last_ref = values_references(c.events, &values_events);
+    /* After the input, each model step (STEPS with tools, then the answer), the end. */
+    assert_int_equal(values_events, 1 + STEPS + 1 + 1);
+    char *text;
+    size_t omitted;
+    assert_int_equal(store_state_read(st, &text, &omitted, u.id, "t", last_ref, SIZE_MAX), 0);
+    json_t *from_event = json_loads(text, 0, NULL);
+    assert_true(json_equal(from_event, values));
+    json_decref(from_event);
+    free(text);
+    free(last_ref);
     store_close(st);
     /* What the store holds for the thread: its messages once, whatever the
      * number of checkpoints (one or two a step) and values events. */
