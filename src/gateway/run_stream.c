@@ -104,7 +104,8 @@ static void gap(follower *f, int64_t first, int64_t last) {
     f->finished = true;
 }
 
-/* /wait's answer: the thread's state once the run has ended, or its error. */
+/* /wait's answer: the thread's state once the run has ended (its messages
+ * within GW_STATE_MESSAGES_MAX), or its error. */
 static void final_state(follower *f) {
     store_run run;
     char *text = NULL;
@@ -119,7 +120,7 @@ static void final_state(follower *f) {
         size_t omitted;
         if (store_checkpoint_latest(f->g->st, &cp, f->spec.owner_id, f->thread_id) == 0)
             store_state_read(f->g->st, &text, &omitted, f->spec.owner_id, f->thread_id, cp.state,
-                             SIZE_MAX);
+                             GW_STATE_MESSAGES_MAX);
         store_checkpoint_clear(&cp);
     }
     store_run_clear(&run);
