@@ -28,8 +28,9 @@
 /* Messages of a thread state in one answer (GET state, one page of
  * history, a run's /wait and /join), newest first: past it the older ones
  * are left out and counted in values.messages_omitted. 4 MiB holds a
- * whole conversation of about a thousand messages of a few KiB, and keeps
- * an answer and the JSON tree built for it to some tens of MiB. */
+ * whole conversation of about a thousand messages of a few KiB, and bounds
+ * what one answer costs the gateway: the state is read and spliced into
+ * the answer, never parsed into a tree. */
 #define GW_STATE_MESSAGES_MAX ((size_t)4 << 20)
 /* Messages of the state in one values event of a run's stream: a follower
  * gets one after every step, so a smaller share of the state keeps a long

@@ -124,7 +124,7 @@ static void final_state(follower *f) {
         store_checkpoint_clear(&cp);
     }
     store_run_clear(&run);
-    fbuf_printf(&f->out, "%s", text ? text : "{}");
+    fbuf_append(&f->out, text ? text : "{}", text ? strlen(text) : 2);
     free(text);
     f->finished = true;
 }
@@ -137,9 +137,9 @@ static void values_frame(follower *f, const store_event *e) {
     size_t omitted;
     int r = store_state_read(f->g->st, &state, &omitted, f->spec.owner_id, f->thread_id, e->data,
                              GW_VALUES_EVENT_MESSAGES_MAX);
-    if (r == 0 || r == FAWN_EINVAL)
+    if (r == 0 || r == FAWN_EINVAL) {
         frame(f, e->event, r == 0 ? state : e->data, e->seq);
-    else {
+    } else {
         log_warn("gateway", "run %s: state of event %" PRId64 " unreadable: %s", f->run_id,
                  e->seq, fawn_errmsg());
         f->finished = true;
