@@ -30,6 +30,19 @@
 #define GW_JSON_BODY_MAX ((size_t)1 << 20)
 /* Largest body of the sign-in routes: a name and two passwords. */
 #define GW_AUTH_BODY_MAX ((size_t)16 << 10)
+/* Messages of a thread state in one answer (GET state, one page of
+ * history, a run's /wait and /join), newest first: past it the older ones
+ * are left out and counted in values.messages_omitted. 4 MiB holds a
+ * whole conversation of about a thousand messages of a few KiB, and bounds
+ * what one answer costs the gateway: the state is read and spliced into
+ * the answer, never parsed into a tree. */
+#define GW_STATE_MESSAGES_MAX ((size_t)4 << 20)
+/* Messages of the state in one values event of a run's stream: a follower
+ * gets one after every step, so a smaller share of the state keeps a long
+ * run with large tool results from streaming the whole conversation again
+ * at each step; the step's new messages come whole in messages and
+ * updates events, the whole state from /state. */
+#define GW_VALUES_EVENT_MESSAGES_MAX ((size_t)1 << 20)
 
 typedef struct gw_throttle gw_throttle;
 typedef struct gw_conns gw_conns;
@@ -172,6 +185,9 @@ unsigned gw_status_for(int code);
 /* A JSON response object for body (stolen), with the headers every answer
  * carries; NULL when out of memory. Callers may add headers, then gw_queue. */
 struct MHD_Response *gw_json_response(json_t *body);
+/* The same for body already as JSON text (malloc'd, taken; NULL: out of
+ * memory), for answers spliced from stored JSON without parsing it. */
+struct MHD_Response *gw_json_text_response(char *text);
 /* Queues r with status (or keeps it pending, see gw_request.deferring) and
  * releases the caller's reference; FAWN_EIO if MHD refuses. */
 int gw_queue(gw_request *rq, unsigned status, struct MHD_Response *r);

@@ -179,6 +179,10 @@ unsigned gw_status_for(int code) {
 struct MHD_Response *gw_json_response(json_t *body) {
     char *text = body ? fjson_dump(body) : NULL;
     json_decref(body);
+    return gw_json_text_response(text);
+}
+
+struct MHD_Response *gw_json_text_response(char *text) {
     if (!text)
         return NULL;
     struct MHD_Response *r =

@@ -112,27 +112,47 @@ static void gap(follower *f, int64_t first, int64_t last) {
     f->finished = true;
 }
 
-/* /wait's answer: the thread's state once the run has ended, or its error. */
+/* /wait's answer: the thread's state once the run has ended (its messages
+ * within GW_STATE_MESSAGES_MAX), or its error. */
 static void final_state(follower *f) {
     store_run run;
-    json_t *body = NULL;
+    char *text = NULL;
     if (store_run_get(f->g->st, &run, f->spec.owner_id, f->thread_id, f->run_id) == 0 &&
         strcmp(run.status, "error") == 0) {
-        body = json_pack("{s:s, s:s}", "status", "error", "error",
-                         run.error ? run.error : "the run failed");
+        json_t *body = json_pack("{s:s, s:s}", "status", "error", "error",
+                                 run.error ? run.error : "the run failed");
+        text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+        json_decref(body);
     } else {
         store_checkpoint cp;
-        if (store_checkpoint_latest(f->g->st, &cp, f->spec.owner_id, f->thread_id) == 0) {
-            body = json_loads(cp.values, 0, NULL);
-            store_checkpoint_clear(&cp);
-        }
+        size_t omitted;
+        if (store_checkpoint_latest(f->g->st, &cp, f->spec.owner_id, f->thread_id) == 0)
+            store_state_read(f->g->st, &text, &omitted, f->spec.owner_id, f->thread_id, cp.state,
+                             GW_STATE_MESSAGES_MAX);
+        store_checkpoint_clear(&cp);
     }
     store_run_clear(&run);
-    char *text = json_dumps(body ? body : json_object(), JSON_COMPACT);
-    fbuf_printf(&f->out, "%s", text ? text : "{}");
+    fbuf_append(&f->out, text ? text : "{}", text ? strlen(text) : 2);
     free(text);
-    json_decref(body);
     f->finished = true;
+}
+
+/* A values event: the state its data refers to, its messages within
+ * GW_VALUES_EVENT_MESSAGES_MAX. Data that is no reference is sent as it
+ * is; a state that cannot be read ends the stream. */
+static void values_frame(follower *f, const store_event *e) {
+    char *state = NULL;
+    size_t omitted;
+    int r = store_state_read(f->g->st, &state, &omitted, f->spec.owner_id, f->thread_id, e->data,
+                             GW_VALUES_EVENT_MESSAGES_MAX);
+    if (r == 0 || r == FAWN_EINVAL) {
+        frame(f, e->event, r == 0 ? state : e->data, e->seq);
+    } else {
+        log_warn("gateway", "run %s: state of event %" PRId64 " unreadable: %s", f->run_id,
+                 e->seq, fawn_errmsg());
+        f->finished = true;
+    }
+    free(state);
 }
 
 /* /wait on a live run: nothing to send until it ends. */
@@ -167,9 +187,13 @@ static void gather(follower *f) {
     if (f->cursor > 0 && f->cursor < first - 1) {
         gap(f, first, f->log ? first + (int64_t)n - 1 : last);
     } else {
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < n && !f->finished; i++) {
             f->cursor = ev[i].seq;
-            if (f->spec.sse && wanted(f, ev[i].event))
+            if (!f->spec.sse || !wanted(f, ev[i].event))
+                continue;
+            if (strcmp(ev[i].event, "values") == 0)
+                values_frame(f, &ev[i]);
+            else
                 frame(f, ev[i].event, ev[i].data, ev[i].seq);
         }
         if (done && !f->spec.sse)

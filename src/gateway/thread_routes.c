@@ -208,7 +208,7 @@ static int route_thread_search(gw_request *rq) {
                                 (size_t)a.limit, (size_t)a.offset);
     free(a.match);
     json_decref(body); /* a.status pointed into it */
-    if (r == FAWN_EINVAL)
+    if (r == FAWN_EINVAL || r == FAWN_E2BIG) /* E2BIG: the match is beyond the store's bounds */
         return unprocessable(rq, fawn_errmsg());
     if (r < 0)
         return r;

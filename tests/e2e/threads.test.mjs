@@ -90,6 +90,25 @@ describe('threads', () => {
     assert.ok(Array.isArray(ok));
   });
 
+  it('a search whose metadata match is beyond its bounds is refused with 422, not run', async () => {
+    // Threads with large metadata: a match of thousands of keys would cost
+    // each of them thousands of lookups.
+    const big = Object.fromEntries(Array.from({ length: 500 }, (_, i) => [`key${i}`, 'v'.repeat(100)]));
+    for (let i = 0; i < 5; i++) assert.equal((await api('POST', '/api/threads', { metadata: big })).status, 200);
+    const keys = Object.fromEntries(Array.from({ length: 5000 }, (_, i) => [`key${i}`, 'v'.repeat(100)]));
+    const many = await api('POST', '/api/threads/search', { metadata: keys });
+    assert.equal(many.status, 422, many.text);
+    assert.match(many.json.detail, /more than 32 keys|larger than 8192 bytes/);
+    const long = await api('POST', '/api/threads/search', { metadata: { key0: 'v'.repeat(9000) } });
+    assert.equal(long.status, 422, long.text);
+    assert.match(long.json.detail, /larger than 8192 bytes/);
+    const few = Object.fromEntries(Array.from({ length: 32 }, (_, i) => [`key${i}`, 'v'.repeat(100)]));
+    const found = await api('POST', '/api/threads/search', { metadata: few });
+    assert.equal(found.status, 200, found.text);
+    assert.equal(found.json.length, 5);
+    assert.equal((await request(srv, 'GET', '/health')).status, 200);
+  });
+
   it('creating the same id twice is idempotent', async () => {
     const a = await api('POST', '/api/threads', { thread_id: 'idem-1', metadata: { v: 1 } });
     const b = await api('POST', '/api/threads', { thread_id: 'idem-1', metadata: { v: 2 } });

@@ -2,7 +2,8 @@
  * messages, conversation hashes, script/replay/record fixtures, the event
  * log (ring, waits, heartbeats, gaps), the run queue's policy (turns across
  * users, caps) and the run loop over a script model (dangling tool calls,
- * title, checkpoints, recursion limit). */
+ * title, checkpoints, recursion limit, each message stored once however
+ * many steps list it). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <sqlite3.h>
 
 #include "agent/agent.h"
 #include "agent/run_queue.h"
@@ -465,6 +467,21 @@ static void collect(void *ctx, const char *event, char *data) {
                           json_pack("{s:s, s:o}", "event", event, "data", parsed));
 }
 
+/* The thread's newest state, whole. */
+static json_t *latest_state(store *st, int64_t owner, const char *thread) {
+    store_checkpoint latest;
+    assert_int_equal(store_checkpoint_latest(st, &latest, owner, thread), 0);
+    char *text;
+    size_t omitted;
+    assert_int_equal(store_state_read(st, &text, &omitted, owner, thread, latest.state, SIZE_MAX), 0);
+    assert_int_equal(omitted, 0);
+    json_t *values = json_loads(text, 0, NULL);
+    assert_non_null(values);
+    free(text);
+    store_checkpoint_clear(&latest);
+    return values;
+}
+
 static void run_loop_repairs_history_titles_and_checkpoints(void **state) {
     write_file("loop.json", "{\"replies\":[{\"content\":\"all good\"}]}");
     char fixture[256], models_json[512];
@@ -481,12 +498,15 @@ static void run_loop_repairs_history_titles_and_checkpoints(void **state) {
     store_user u;
     assert_int_equal(store_user_get_by_name(st, &u, "u"), 0);
     /* A previous run left a tool call without its result. */
-    store_checkpoint cp = {.values = "{\"messages\":[{\"type\":\"human\",\"content\":\"first "
-                                     "question, which is longer than fifty characters in all\"},"
-                                     "{\"type\":\"ai\",\"content\":\"\",\"tool_calls\":[{\"name\":"
-                                     "\"bash\",\"args\":{},\"id\":\"call_lost\"}]}]}"};
+    json_t *before = json_loads("{\"messages\":[{\"type\":\"human\",\"content\":\"first "
+                                "question, which is longer than fifty characters in all\"},"
+                                "{\"type\":\"ai\",\"content\":\"\",\"tool_calls\":[{\"name\":"
+                                "\"bash\",\"args\":{},\"id\":\"call_lost\"}]}]}",
+                                0, NULL);
+    store_checkpoint cp = {0};
     snprintf(cp.checkpoint_id, sizeof cp.checkpoint_id, "c0");
-    assert_int_equal(store_checkpoint_put(st, u.id, "t", &cp), 0);
+    assert_int_equal(store_checkpoint_put(st, NULL, u.id, "t", &cp, before), 0);
+    json_decref(before);
     json_t *input = json_loads("[{\"type\":\"human\",\"content\":\"next\",\"id\":\"h2\"}]", 0, NULL);
     collected c = {.events = json_array()};
     sbx_cancel cancel = {0};
@@ -499,9 +519,7 @@ static void run_loop_repairs_history_titles_and_checkpoints(void **state) {
     assert_string_equal(out.status, "success");
     assert_null(out.error);
     agent_outcome_clear(&out);
-    store_checkpoint latest;
-    assert_int_equal(store_checkpoint_latest(st, &latest, u.id, "t"), 0);
-    json_t *values = json_loads(latest.values, 0, NULL);
+    json_t *values = latest_state(st, u.id, "t");
     json_t *msgs = json_object_get(values, "messages");
     assert_int_equal(json_array_size(msgs), 5); /* human, ai, placeholder, human, ai */
     json_t *placeholder = json_array_get(msgs, 2);
@@ -513,7 +531,6 @@ static void run_loop_repairs_history_titles_and_checkpoints(void **state) {
     assert_string_equal(json_string_value(json_object_get(json_array_get(msgs, 4), "content")),
                         "all good");
     json_decref(values);
-    store_checkpoint_clear(&latest);
     /* The events: input, the model's message, values after each step. */
     assert_true(json_array_size(c.events) >= 4);
     json_decref(c.events);
@@ -528,6 +545,123 @@ static void run_loop_repairs_history_titles_and_checkpoints(void **state) {
     agent_outcome_clear(&out);
     json_decref(c.events);
     store_close(st);
+    authz_policy_free(policy);
+    model_registry_free(models);
+}
+
+/* A script of `steps` replies of `size` bytes, each calling a tool that does
+ * not exist (a recoverable error that needs no sandbox), then a last one. */
+static void write_long_fixture(const char *name, int steps, size_t size) {
+    char *big = malloc(size + 1);
+    memset(big, 'x', size);
+    big[size] = '\0';
+    json_t *replies = json_array();
+    for (int i = 0; i < steps; i++)
+        json_array_append_new(replies, json_pack("{s:s, s:[{s:s, s:{s:i}}]}", "content", big,
+                                                 "tool_calls", "name", "no_such_tool", "args",
+                                                 "i", i));
+    json_array_append_new(replies, json_pack("{s:s}", "content", "done"));
+    json_t *fixture = json_pack("{s:o}", "replies", replies);
+    char *text = json_dumps(fixture, 0);
+    write_file(name, text);
+    free(text);
+    json_decref(fixture);
+    free(big);
+}
+
+/* The values events collected: each one's data is a small reference; the
+ * last one's (malloc'd). */
+static char *values_references(const json_t *events, size_t *count) {
+    char *last = NULL;
+    *count = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(events, i, e) {
+        if (strcmp(json_string_value(json_object_get(e, "event")), "values") != 0)
+            continue;
+        (*count)++;
+        free(last);
+        last = json_dumps(json_object_get(e, "data"), JSON_COMPACT);
+        assert_true(strlen(last) < 256);
+    }
+    return last;
+}
+
+/* Message rows of the database at path, and their bytes. */
+static int64_t stored_rows(const char *path, int64_t *bytes) {
+    sqlite3 *raw;
+    assert_int_equal(sqlite3_open(path, &raw), SQLITE_OK);
+    sqlite3_stmt *q;
+    assert_int_equal(sqlite3_prepare_v2(raw, "SELECT count(*), sum(bytes) FROM thread_messages",
+                                        -1, &q, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+    int64_t rows = sqlite3_column_int64(q, 0);
+    *bytes = sqlite3_column_int64(q, 1);
+    sqlite3_finalize(q);
+    sqlite3_close(raw);
+    return rows;
+}
+
+/* A run of many steps with large replies: every checkpoint lists the
+ * thread's messages, yet each is stored once, and each values event holds
+ * a reference of a few bytes that reads back the state of its step. */
+static void long_runs_store_each_message_once(void **state) {
+    enum { STEPS = 30, SIZE = 20000 };
+    write_long_fixture("long.json", STEPS, SIZE);
+    char models_json[512];
+    snprintf(models_json, sizeof models_json,
+             "[{\"name\":\"s\",\"provider\":\"script\",\"fixture\":\"%s/long.json\"}]", tmpdir);
+    json_t *list = json_loads(models_json, 0, NULL);
+    model_registry *models;
+    assert_int_equal(model_registry_load(&models, list), 0);
+    json_decref(list);
+    authz_policy *policy;
+    assert_int_equal(authz_policy_load(&policy, NULL), 0);
+    store *st = open_store_with_run("r3");
+    store_user u;
+    assert_int_equal(store_user_get_by_name(st, &u, "u"), 0);
+    json_t *input = json_loads("[{\"type\":\"human\",\"content\":\"go\",\"id\":\"h1\"}]", 0, NULL);
+    collected c = {.events = json_array()};
+    agent_params p = {.st = st, .models = models, .policy = policy, .owner_id = u.id,
+                      .user_dir = "1", .role = "user", .thread_id = "t", .run_id = "r3",
+                      .recursion_limit = STEPS + 1, .input = input, .emit = collect,
+                      .emit_ctx = &c};
+    agent_outcome out;
+    assert_int_equal(agent_run(&out, &p), 0);
+    assert_string_equal(out.status, "success");
+    agent_outcome_clear(&out);
+    json_t *values = latest_state(st, u.id, "t");
+    json_t *msgs = json_object_get(values, "messages");
+    assert_int_equal(json_array_size(msgs), 1 + 2 * STEPS + 1);
+    size_t values_events;
+    char *last_ref = values_references(c.events, &values_events);
+    /* After the input, each model step (STEPS with tools, then the answer), the end. */
+    assert_int_equal(values_events, 1 + STEPS + 1 + 1);
+    char *text;
+    size_t omitted;
+    assert_int_equal(store_state_read(st, &text, &omitted, u.id, "t", last_ref, SIZE_MAX), 0);
+    json_t *from_event = json_loads(text, 0, NULL);
+    assert_true(json_equal(from_event, values));
+    json_decref(from_event);
+    free(text);
+    free(last_ref);
+    store_close(st);
+    /* What the store holds for the thread: its messages once, whatever the
+     * number of checkpoints (one or two a step) and values events. */
+    int64_t bytes, message_bytes = 0;
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        char *m = json_dumps(json_array_get(msgs, i), JSON_COMPACT);
+        message_bytes += (int64_t)strlen(m);
+        free(m);
+    }
+    char db[256];
+    snprintf(db, sizeof db, "%s/log-r3.db", tmpdir);
+    assert_int_equal(stored_rows(db, &bytes), (int64_t)json_array_size(msgs));
+    assert_int_equal(bytes, message_bytes);
+    json_decref(values);
+    json_decref(c.events);
+    json_decref(input);
     authz_policy_free(policy);
     model_registry_free(models);
 }
@@ -550,6 +684,7 @@ int main(void) {
         cmocka_unit_test(event_log_waits_wakes_and_reports_gaps),
         cmocka_unit_test(event_log_fetch_past_its_end),
         cmocka_unit_test(run_loop_repairs_history_titles_and_checkpoints),
+        cmocka_unit_test(long_runs_store_each_message_once),
     };
     int failed = cmocka_run_group_tests_name("agent", tests, NULL, NULL);
     char cmd[128];
