@@ -17,6 +17,7 @@
 #include "base/json.h"
 #include "gateway/internal.h"
 #include "gateway/uploads.h"
+#include "sandbox/quota.h"
 
 /* Connections served at once; more wait in the kernel's accept queue. */
 #define GATEWAY_MAX_CONNECTIONS 1024
@@ -383,6 +384,23 @@ static int sandboxes_start(gateway *g) {
     return r < 0 ? r : sbx_manager_new(&g->sandboxes, &mc, g->provider, g->st, g->policy);
 }
 
+/* Says once how the threads' disk limit is held on this host
+ * (sandbox/quota.h). */
+static void disk_quota_log(const fawn_config *cfg) {
+    quota_fs fs;
+    quota_probe_path(&fs, cfg->home);
+    unsigned long long mb = (unsigned long long)cfg->sandbox.limits.disk_mb;
+    if (fs.mechanism == QUOTA_MEASURED)
+        log_warn("gateway",
+                 "disk quota: measured, not held by the kernel (%s); uploads that would take a "
+                 "thread past sandbox.limits.disk_mb (%llu MiB) are refused and a command that "
+                 "went past it is told so, but a command can write past it while it runs",
+                 fs.detail, mb);
+    else
+        log_info("gateway", "disk quota: %s, %llu MiB per thread (%s)",
+                 quota_mechanism_name(fs.mechanism), mb, fs.detail);
+}
+
 /* Everything the routes rely on, before the first request. */
 static int gateway_prepare(gateway *g) {
     int r = authz_policy_load(&g->policy, g->cfg->authorization);
@@ -398,8 +416,10 @@ static int gateway_prepare(gateway *g) {
         r = gw_throttle_new(&g->throttle);
     if (r == 0 && g->cfg->auth.disabled)
         r = local_admin_ensure(g);
-    if (r == 0)
+    if (r == 0) {
         sweep_crash_leftovers(g->cfg);
+        disk_quota_log(g->cfg);
+    }
     if (r == 0)
         r = sandboxes_start(g);
     if (r == 0)

@@ -13,9 +13,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/bpf.h>
+#include <linux/btrfs.h>
 #include <linux/capability.h>
 #include <linux/keyctl.h>
+#include <linux/fs.h>
 #include <linux/perf_event.h>
+#include <linux/quota.h>
 #include <linux/reboot.h>
 #include <linux/sched.h>
 #include <net/if.h>
@@ -615,6 +618,82 @@ static int do_fsize(int argc, char **argv) {
     return verdict("fsize", n, e);
 }
 
+/* ---- disk quotas ---- */
+
+/* Makes a btrfs subvolume (and a snapshot of DIR) named NAME in DIR:
+ * "btrfs_subvol DIR NAME". A new subvolume would have a qgroup of its own,
+ * outside the thread's limit. The errno reported is the first call's. */
+static int do_btrfs_subvol(int argc, char **argv) {
+    if (need(argc, 4) < 0)
+        return PROBE_USAGE;
+    int dir = open(argv[2], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) {
+        printf("btrfs_subvol: cannot open %s: %s\n", argv[2], strerror(errno));
+        return PROBE_USAGE;
+    }
+    struct btrfs_ioctl_vol_args v1;
+    struct btrfs_ioctl_vol_args_v2 v2;
+    memset(&v1, 0, sizeof v1);
+    memset(&v2, 0, sizeof v2);
+    snprintf(v1.name, sizeof v1.name, "%s", argv[3]);
+    snprintf(v2.name, sizeof v2.name, "%s-v2", argv[3]);
+    errno = 0;
+    int r = ioctl(dir, BTRFS_IOC_SUBVOL_CREATE, &v1);
+    int e = errno;
+    v2.fd = dir;
+    if (ioctl(dir, BTRFS_IOC_SUBVOL_CREATE_V2, &v2) == 0 ||
+        ioctl(dir, BTRFS_IOC_SNAP_CREATE_V2, &v2) == 0)
+        r = 0;
+    v1.fd = dir;
+    if (ioctl(dir, BTRFS_IOC_SNAP_CREATE, &v1) == 0)
+        r = 0;
+    close(dir);
+    return verdict("btrfs_subvol", r, e);
+}
+
+/* Moves PATH out of its project: "projid PATH ID" sets project ID and
+ * clears the inherit flag. */
+static int do_projid(int argc, char **argv) {
+    if (need(argc, 4) < 0)
+        return PROBE_USAGE;
+    int fd = open(argv[2], O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        printf("projid: cannot open %s: %s\n", argv[2], strerror(errno));
+        return PROBE_USAGE;
+    }
+    struct fsxattr fa;
+    memset(&fa, 0, sizeof fa);
+    errno = 0;
+    int r = ioctl(fd, FS_IOC_FSGETXATTR, &fa);
+    if (r == 0) {
+        fa.fsx_projid = (unsigned)strtoul(argv[3], NULL, 10);
+        fa.fsx_xflags &= ~(unsigned)FS_XFLAG_PROJINHERIT;
+        r = ioctl(fd, FS_IOC_FSSETXATTR, &fa);
+    }
+    int e = errno;
+    close(fd);
+    return verdict("projid", r, e);
+}
+
+/* Lifts the project quota of PATH's filesystem: "quotactl_fd PATH ID". */
+static int do_quotactl_fd(int argc, char **argv) {
+    if (need(argc, 4) < 0)
+        return PROBE_USAGE;
+    int fd = open(argv[2], O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        printf("quotactl_fd: cannot open %s: %s\n", argv[2], strerror(errno));
+        return PROBE_USAGE;
+    }
+    struct if_dqblk q;
+    memset(&q, 0, sizeof q);
+    q.dqb_valid = QIF_BLIMITS; /* zero limits: none */
+    long r = syscall(SYS_quotactl_fd, fd, QCMD(Q_SETQUOTA, PRJQUOTA),
+                     (unsigned)strtoul(argv[3], NULL, 10), &q);
+    int e = errno;
+    close(fd);
+    return verdict("quotactl_fd", r, e);
+}
+
 /* ---- memory ---- */
 
 /* "mem_bomb MIB": maps and touches MIB MiB. A kill by the OOM killer prints
@@ -877,6 +956,9 @@ static const struct {
     {"ifaces", do_ifaces},
     {"msgget", do_msgget},
     {"fds", do_fds},
+    {"btrfs_subvol", do_btrfs_subvol},
+    {"projid", do_projid},
+    {"quotactl_fd", do_quotactl_fd},
 };
 
 int main(int argc, char **argv) {
