@@ -418,7 +418,7 @@ int quota_measure(uint64_t *used, int dirfd) {
     if (r == FAWN_E2BIG) {
         char why[QUOTA_DETAIL_MAX];
         snprintf(why, sizeof why, "%s", fawn_errmsg());
-        return fawn_err(FAWN_E2BIG, "The thread's files are too many to measure (%s)", why);
+        return fawn_err(FAWN_E2BIG, "The thread's files cannot be measured (%s)", why);
     }
     return r;
 }

@@ -81,7 +81,7 @@ int quota_dir_ensure(enum quota_mechanism *applied, int parentfd, const char *na
 enum quota_mechanism quota_dir_mechanism(int dirfd);
 
 /* The bytes dirfd's tree holds, by walking it (FSX_USER_DATA_MAX_* bounds,
- * base/fsx.h; past them FAWN_E2BIG "too many files to measure", *used a
+ * base/fsx.h; past them FAWN_E2BIG "cannot be measured", *used a
  * lower bound). */
 int quota_measure(uint64_t *used, int dirfd);
 
