@@ -29,6 +29,9 @@ static int map_errno(int e, const char *rel) {
         return fawn_err(FAWN_EINVAL, "is a directory: %s", rel);
     case ENAMETOOLONG:
         return fawn_err(FAWN_EINVAL, "path too long: %s", rel);
+    case EDQUOT:
+    case ENOSPC:
+        return fawn_err_sys(FAWN_E2BIG, e, "no room for %s", rel);
     default:
         return fawn_err_sys(FAWN_EIO, e, "open %s", rel);
     }

@@ -23,11 +23,13 @@ enum fsx_follow {
 /* Opens `rel` (relative, no leading '/') beneath dirfd with open flags `flags`
  * (O_CLOEXEC is always added) and `mode` for O_CREAT. Returns the fd (>= 0) or
  * a negative FAWN_E* code: FAWN_ENOENT, FAWN_EPERM (escape attempt or symlink
- * refused), FAWN_EIO. An empty rel or "." opens dirfd's directory itself. */
+ * refused), FAWN_E2BIG (a disk quota or a full disk refused a creation),
+ * FAWN_EIO. An empty rel or "." opens dirfd's directory itself. */
 int fsx_open_beneath(int dirfd, const char *rel, int flags, mode_t mode, enum fsx_follow follow);
 
 /* Creates every missing directory of `rel` beneath dirfd (mode 0755), never
- * following symlinks. Returns an O_DIRECTORY fd of the last one, or < 0. */
+ * following symlinks. Returns an O_DIRECTORY fd of the last one, or < 0
+ * (codes as fsx_open_beneath). */
 int fsx_mkdirs_beneath(int dirfd, const char *rel);
 
 /* True when this kernel implements openat2 (probed once). */

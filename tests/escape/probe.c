@@ -694,6 +694,34 @@ static int do_quotactl_fd(int argc, char **argv) {
     return verdict("quotactl_fd", r, e);
 }
 
+/* Creates COUNT files of SIZE bytes in DIR until one fails: "many_files
+ * DIR COUNT SIZE". Small files cost a filesystem metadata and blocks that a
+ * disk limit must count too. */
+static int do_many_files(int argc, char **argv) {
+    if (need(argc, 5) < 0)
+        return PROBE_USAGE;
+    long count = strtol(argv[3], NULL, 10), size = strtol(argv[4], NULL, 10);
+    static char block[65536];
+    if (size < 0 || (size_t)size > sizeof block)
+        return PROBE_USAGE;
+    char path[4096];
+    for (long i = 0; i < count; i++) {
+        snprintf(path, sizeof path, "%s/f%ld", argv[2], i);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        int e = errno;
+        if (fd >= 0 && write(fd, block, (size_t)size) != size) {
+            e = errno;
+            close(fd);
+            fd = -1;
+        }
+        if (fd < 0 || close(fd) < 0) {
+            printf("many_files: file %ld: ", i);
+            return verdict("many_files", -1, e);
+        }
+    }
+    return verdict("many_files", count, 0);
+}
+
 /* ---- memory ---- */
 
 /* "mem_bomb MIB": maps and touches MIB MiB. A kill by the OOM killer prints
@@ -959,6 +987,7 @@ static const struct {
     {"btrfs_subvol", do_btrfs_subvol},
     {"projid", do_projid},
     {"quotactl_fd", do_quotactl_fd},
+    {"many_files", do_many_files},
 };
 
 int main(int argc, char **argv) {
