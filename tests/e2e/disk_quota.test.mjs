@@ -3,7 +3,8 @@
 // fawn measures the files and where the kernel holds them (a btrfs
 // filesystem with quotas that the test makes and loop-mounts, as root; it
 // is skipped, saying why, where the host cannot); a command past the limit
-// is told so where fawn measures; `fawn doctor` names the mechanism.
+// is told so where fawn measures (to the CLI, and to the model through the
+// bash tool); `fawn doctor` and the start log name the mechanism.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -127,6 +128,41 @@ describe('disk quota where fawn measures', () => {
     } finally {
       await runFawn(['sandbox', 'stop', ...user], { home: srv.home });
     }
+  });
+});
+
+describe('disk quota where fawn measures, seen by the agent', () => {
+  let srv;
+  let admin;
+  let fixtureDir;
+
+  before(async () => {
+    fixtureDir = fs.mkdtempSync(path.join(os.tmpdir(), 'fawn-e2e-quota-fixture-'));
+    const fixture = path.join(fixtureDir, 'fill.json');
+    const command = 'dd if=/dev/zero of=/mnt/user-data/workspace/fill bs=1M count=24';
+    fs.writeFileSync(fixture, JSON.stringify({
+      scenario: 'a command past the disk limit',
+      replies: [{ content: '', tool_calls: [{ name: 'bash', args: { description: 'fill', command } }] }, { content: 'done' }],
+    }));
+    srv = await FawnServer.start({ ...CONFIG, models: [{ name: 'scripted', provider: 'script', fixture }] });
+    admin = await setupAdmin(srv);
+  });
+  after(async () => {
+    await srv?.stop();
+    fs.rmSync(fixtureDir, { recursive: true, force: true });
+  });
+
+  it("the bash tool's result tells the model the thread is over its limit", async () => {
+    const created = await request(srv, 'POST', '/api/threads', { bearer: admin.token, body: { thread_id: 'quota-agent' } });
+    assert.equal(created.status, 200, created.text);
+    const r = await request(srv, 'POST', '/api/threads/quota-agent/runs/wait', {
+      bearer: admin.token,
+      body: { assistant_id: 'lead_agent', input: { messages: [{ type: 'human', content: 'fill it' }] } },
+    });
+    assert.equal(r.status, 200, r.text);
+    const tool = r.json.messages.find((m) => m.type === 'tool');
+    assert.ok(tool, r.text);
+    assert.match(tool.content, /Disk: the thread's files use 2\d MiB, more than their limit of 16 MiB/);
   });
 });
 
