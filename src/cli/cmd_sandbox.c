@@ -108,7 +108,8 @@ static int print_result(const json_t *reply, long timeout) {
     }
     const json_t *disk = json_object_get(reply, "disk");
     if (json_is_object(disk))
-        fprintf(stderr, "fawn: the thread's files use %s%lld MiB, more than their limit of %lld MiB\n",
+        fprintf(stderr,
+                "fawn: the thread's files use %s%lld MiB, more than their limit of %lld MiB\n",
                 json_is_true(json_object_get(disk, "complete")) ? "" : "at least ",
                 (long long)(json_integer_value(json_object_get(disk, "used_bytes")) >> 20),
                 (long long)(json_integer_value(json_object_get(disk, "limit_bytes")) >> 20));

@@ -78,8 +78,8 @@ static int btrfs_qgroups_dir(char out[PATH_MAX], int fd) {
         return fawn_err_sys(FAWN_EIO, errno, "BTRFS_IOC_FS_INFO");
     const unsigned char *u = info.fsid;
     snprintf(out, PATH_MAX,
-             QUOTA_BTRFS_SYSFS "/%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x"
-                               "/qgroups",
+             QUOTA_BTRFS_SYSFS "/%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+                               "%02x%02x%02x%02x%02x%02x/qgroups",
              u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
              u[13], u[14], u[15]);
     return 0;
@@ -397,7 +397,8 @@ int quota_dir_ensure(enum quota_mechanism *applied, int parentfd, const char *na
                      uint64_t limit_bytes) {
     *applied = QUOTA_MEASURED;
     for (int pass = 0; pass < QUOTA_ENSURE_PASSES; pass++) {
-        _cleanup_close_ int fd = openat(parentfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        _cleanup_close_ int fd =
+            openat(parentfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd >= 0)
             return dir_refresh(applied, fd, limit_bytes);
         if (errno == ENOTDIR || errno == ELOOP)
