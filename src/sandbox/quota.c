@@ -416,12 +416,13 @@ int quota_measure(uint64_t *used, int dirfd) {
     fsx_usage_bounds b = {.max_entries = FSX_USER_DATA_MAX_ENTRIES,
                           .max_depth = FSX_USER_DATA_MAX_DEPTH};
     int r = fsx_tree_usage(used, dirfd, &b);
-    if (r == FAWN_E2BIG) {
-        char why[QUOTA_DETAIL_MAX];
-        snprintf(why, sizeof why, "%s", fawn_errmsg());
-        return fawn_err(FAWN_E2BIG, "The thread's files cannot be measured (%s)", why);
-    }
-    return r;
+    if (r == 0 || r == FAWN_ENOMEM)
+        return r;
+    /* Past a bound, or a directory the walk cannot read: unknown, which is
+     * not under the limit. */
+    char why[QUOTA_DETAIL_MAX];
+    snprintf(why, sizeof why, "%s", fawn_errmsg());
+    return fawn_err(FAWN_E2BIG, "The thread's files cannot be measured (%s)", why);
 }
 
 int quota_room(uint64_t *room, int dirfd, uint64_t limit_bytes) {

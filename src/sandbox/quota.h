@@ -81,8 +81,9 @@ int quota_dir_ensure(enum quota_mechanism *applied, int parentfd, const char *na
 enum quota_mechanism quota_dir_mechanism(int dirfd);
 
 /* The bytes dirfd's tree holds, by walking it (FSX_USER_DATA_MAX_* bounds,
- * base/fsx.h; past them FAWN_E2BIG "cannot be measured", *used a
- * lower bound). */
+ * base/fsx.h). Past them, or at a directory it cannot read, FAWN_E2BIG
+ * "The thread's files cannot be measured (why)" with *used a lower bound:
+ * files that cannot be measured count as over the limit. */
 int quota_measure(uint64_t *used, int dirfd);
 
 /* How many bytes fawn's own writes may still add to dirfd's tree under

@@ -675,6 +675,33 @@ static int do_projid(int argc, char **argv) {
     return verdict("projid", r, e);
 }
 
+/* Clears PATH's project-inherit flag through FS_IOC_SETFLAGS (chattr -P),
+ * so that files made in it would belong to no project: "projinherit_off PATH". */
+static int do_projinherit_off(int argc, char **argv) {
+    if (need(argc, 3) < 0)
+        return PROBE_USAGE;
+    int fd = open(argv[2], O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        printf("projinherit_off: cannot open %s: %s\n", argv[2], strerror(errno));
+        return PROBE_USAGE;
+    }
+    int flags = 0;
+    errno = 0;
+    int r = ioctl(fd, FS_IOC_GETFLAGS, &flags);
+    if (r == 0 && !(flags & FS_PROJINHERIT_FL)) {
+        printf("projinherit_off: %s does not inherit a project\n", argv[2]);
+        close(fd);
+        return PROBE_USAGE;
+    }
+    if (r == 0) {
+        flags &= ~FS_PROJINHERIT_FL;
+        r = ioctl(fd, FS_IOC_SETFLAGS, &flags);
+    }
+    int e = errno;
+    close(fd);
+    return verdict("projinherit_off", r, e);
+}
+
 /* Lifts the project quota of PATH's filesystem: "quotactl_fd PATH ID". */
 static int do_quotactl_fd(int argc, char **argv) {
     if (need(argc, 4) < 0)
@@ -988,6 +1015,7 @@ static const struct {
     {"projid", do_projid},
     {"quotactl_fd", do_quotactl_fd},
     {"many_files", do_many_files},
+    {"projinherit_off", do_projinherit_off},
 };
 
 int main(int argc, char **argv) {

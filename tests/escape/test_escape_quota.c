@@ -257,13 +257,19 @@ static void no_subvolume_or_snapshot(void **state) {
     json_decref(reply);
 }
 
+/* The project of path (0 for none, or where there are no projects); a
+ * directory that has one must pass it on to what is made in it. */
 static uint32_t project_of(const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     assert_true(fd >= 0);
+    struct stat st;
     struct fsxattr fa;
     memset(&fa, 0, sizeof fa);
     int r = ioctl(fd, FS_IOC_FSGETXATTR, &fa);
+    assert_int_equal(fstat(fd, &st), 0);
     close(fd);
+    if (r == 0 && fa.fsx_projid && S_ISDIR(st.st_mode))
+        assert_true(fa.fsx_xflags & FS_XFLAG_PROJINHERIT);
     return r == 0 ? fa.fsx_projid : 0;
 }
 
@@ -279,8 +285,13 @@ static void no_project_change(void **state) {
     probe(c, "projid: errno=22 ", args);
     free(args);
     probe(c, "projid: errno=22 ", before == 0 ? "projid " WS " 1" : "projid " WS " 0");
+    if (before != 0) /* where there are projects: chattr -P's way too */
+        probe(c, "projinherit_off: errno=22 ", "projinherit_off " WS);
     assert_int_equal(project_of(mine), before);
-    assert_int_equal(project_of(c->user_data), before); /* still the thread's */
+    char *ws = strf("%s/workspace", c->user_data);
+    assert_int_equal(project_of(ws), before); /* still the thread's, still inherited */
+    assert_int_equal(project_of(c->user_data), before);
+    free(ws);
     free(mine);
     clean(c);
 }
