@@ -59,8 +59,7 @@ static json_t *describe(const box_state *b) {
         (json_int_t)b->started_ms, "capabilities", "shell_sessions", 1, "network", s->network,
         "cgroup", s->cgroup, "disk_quota", s->disk_measured ? "measured" : "kernel", "limits",
         "disk_bytes", (json_int_t)s->disk_limit_bytes, "memory_bytes", (json_int_t)s->memory_bytes,
-        "pids_max",
-        (json_int_t)s->pids_max, "max_sessions", (json_int_t)s->exec.max_sessions,
+        "pids_max", (json_int_t)s->pids_max, "max_sessions", (json_int_t)s->exec.max_sessions,
         "max_timeout_s", (json_int_t)s->exec.max_timeout_s, "max_output_bytes",
         (json_int_t)s->exec.max_output_bytes, "upload_max_bytes",
         (json_int_t)s->files.upload_max_bytes);

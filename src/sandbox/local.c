@@ -112,6 +112,7 @@ static int split_path(char parent[PATH_MAX], char name[NAME_MAX + 1], const char
  * sandbox/quota.h), creating its parents; *mechanism tells what limits it. */
 static int make_user_data(enum quota_mechanism *mechanism, const fawn_config *cfg,
                           const char *user_data) {
+    *mechanism = QUOTA_MEASURED;
     char parent[PATH_MAX], name[NAME_MAX + 1];
     int r = split_path(parent, name, user_data);
     if (r == 0)
