@@ -161,10 +161,26 @@ static long project_quotactl(int fd, int cmd, uint32_t id, void *addr) {
     return syscall(SYS_quotactl_fd, fd, QCMD(cmd, PRJQUOTA), id, addr);
 }
 
+static bool fawn_projid(uint32_t id) {
+    return id >= QUOTA_PROJID_MIN && id - QUOTA_PROJID_MIN < QUOTA_PROJID_SPAN;
+}
+
+/* The project the directory fd passes on to what is made in it that is not
+ * fawn's (0 when none): one set up by an administrator, in which a
+ * thread's own project cannot nest. */
+static uint32_t project_inherited_other(int fd) {
+    struct fsxattr fa;
+    memset(&fa, 0, sizeof fa);
+    if (ioctl(fd, FS_IOC_FSGETXATTR, &fa) < 0 || !(fa.fsx_xflags & FS_XFLAG_PROJINHERIT))
+        return 0;
+    return fawn_projid(fa.fsx_projid) ? 0 : fa.fsx_projid;
+}
+
 static void project_probe(quota_fs *out, int fd, const char *fs) {
     struct fs_quota_statv st;
     memset(&st, 0, sizeof st);
     st.qs_version = FS_QSTATV_VERSION1;
+    uint32_t other = 0;
     if (project_quotactl(fd, Q_XGETQSTATV, 0, &st) < 0) {
         int e = errno;
         snprintf(out->detail, sizeof out->detail,
@@ -175,6 +191,11 @@ static void project_probe(quota_fs *out, int fd, const char *fs) {
         snprintf(out->detail, sizeof out->detail,
                  "%s counts project quotas without enforcing them (mount option %s)", fs,
                  strcmp(fs, "xfs") == 0 ? "pquota" : "prjquota");
+    } else if ((other = project_inherited_other(fd)) != 0) {
+        snprintf(out->detail, sizeof out->detail,
+                 "%s with project quotas, but this directory is in project %" PRIu32
+                 ", in which a thread's own project cannot nest",
+                 fs, other);
     } else {
         out->mechanism = QUOTA_PROJECT;
         snprintf(out->detail, sizeof out->detail,
@@ -189,8 +210,7 @@ static int project_of(uint32_t *id, int fd) {
     memset(&fa, 0, sizeof fa);
     if (ioctl(fd, FS_IOC_FSGETXATTR, &fa) < 0)
         return fawn_err_sys(FAWN_EIO, errno, "FS_IOC_FSGETXATTR");
-    if (!(fa.fsx_xflags & FS_XFLAG_PROJINHERIT) || fa.fsx_projid < QUOTA_PROJID_MIN ||
-        fa.fsx_projid - QUOTA_PROJID_MIN >= QUOTA_PROJID_SPAN)
+    if (!(fa.fsx_xflags & FS_XFLAG_PROJINHERIT) || !fawn_projid(fa.fsx_projid))
         return fawn_err(FAWN_ENOENT, "not a fawn project");
     *id = fa.fsx_projid;
     return 0;

@@ -26,7 +26,9 @@
  * attribute (the directory is the record). An id is free when nothing is
  * charged to it; after claiming one, fawn checks that its directory is the
  * only inode charged, so two claims of one id (two gateways, another tool)
- * both move on to other ids. */
+ * both move on to other ids. Under a directory an administrator put in a
+ * project of their own (inherited), a thread's project cannot nest: fawn
+ * measures there instead. */
 #ifndef FAWN_SANDBOX_QUOTA_H
 #define FAWN_SANDBOX_QUOTA_H
 

@@ -402,6 +402,33 @@ static void older_directory_stays_measured(void **state) {
     free(big);
 }
 
+/* Under a directory in an administrator's project (inherited), a thread's
+ * own project cannot nest (a rename into it would fail): measured there. */
+static void admin_project_above_is_measured(void **state) {
+    fx *x = *state;
+    if (fx_mechanism(x) != QUOTA_PROJECT)
+        return; /* btrfs runs: there are no projects */
+    assert_int_equal(mkdirat(x->rootfd, "admin", 0755), 0);
+    int admin = open_dir(x->rootfd, "admin");
+    struct fsxattr fa;
+    memset(&fa, 0, sizeof fa);
+    assert_int_equal(ioctl(admin, FS_IOC_FSGETXATTR, &fa), 0);
+    fa.fsx_projid = 42;
+    fa.fsx_xflags |= FS_XFLAG_PROJINHERIT;
+    assert_int_equal(ioctl(admin, FS_IOC_FSSETXATTR, &fa), 0);
+    quota_fs fs;
+    quota_probe(&fs, admin);
+    assert_int_equal(fs.mechanism, QUOTA_MEASURED);
+    check_contains("probe", fs.detail, "in project 42");
+    enum quota_mechanism m = QUOTA_PROJECT;
+    assert_int_equal(quota_dir_ensure(&m, admin, "user-data", LIMIT), 0);
+    assert_int_equal(m, QUOTA_MEASURED);
+    char *ud = strf("%s/admin/user-data", x->root);
+    assert_int_equal(project_of_path(ud), 42); /* still the administrator's */
+    close(admin);
+    free(ud);
+}
+
 /* Probes from a child without CAP_SYS_ADMIN: limits cannot be set there. */
 static void kernel_quotas_need_cap_sys_admin(void **state) {
     fx *x = *state;
@@ -571,6 +598,7 @@ static int run_kernel(const struct kind_name *k) {
         KERNEL(each_user_data_has_its_own_limit, run),
         KERNEL(older_directory_stays_measured, run),
         KERNEL(kernel_quotas_need_cap_sys_admin, run),
+        KERNEL(admin_project_above_is_measured, run),
         KERNEL(upload_past_the_kernel_limit_leaves_nothing, run),
         KERNEL(doctor_says_which_kernel_mechanism, run),
         KERNEL(btrfs_without_quotas_is_measured, run), /* last: btrfs runs only */
