@@ -1,7 +1,8 @@
 /* fawn doctor: which isolation features this host gives fawn, and what fawn
  * does without each one. Every feature is tried for real (a namespace is
- * entered, a filter loaded, a group created) in a forked child that is
- * killed after a timeout and always reaped, so a hanging probe never blocks. */
+ * entered, a filter loaded, a group created, the filesystem of the home
+ * asked for its quotas) in a forked child that is killed after a timeout
+ * and always reaped, so a hanging probe never blocks. */
 #ifndef FAWN_CLI_DOCTOR_H
 #define FAWN_CLI_DOCTOR_H
 
