@@ -30,7 +30,7 @@
 #define QUOTA_TMP_RANDOM_BYTES 8
 /* Where the kernel lists a btrfs filesystem's qgroups once quotas are enabled. */
 #define QUOTA_BTRFS_SYSFS "/sys/fs/btrfs"
-/* "4294967295" and a newline. */
+/* A 64-bit number in decimal (20 digits) and a newline. */
 #define QUOTA_SYSFS_NUMBER_MAX 32
 
 const char *quota_mechanism_name(enum quota_mechanism m) {
