@@ -167,6 +167,11 @@ int64_t fawn_now_us(void) { return clock_us(CLOCK_MONOTONIC); }
 int64_t fawn_now_ms(void) { return clock_us(CLOCK_MONOTONIC) / 1000; }
 int64_t fawn_wall_ms(void) { return clock_us(CLOCK_REALTIME) / 1000; }
 
+int fawn_err_write(int errno_value, const char *what) {
+    bool full = errno_value == EDQUOT || errno_value == ENOSPC;
+    return fawn_err_sys(full ? FAWN_E2BIG : FAWN_EIO, errno_value, "%s", what);
+}
+
 int fawn_write_all(int fd, const void *data, size_t n) {
     const char *p = data;
     while (n > 0) {
@@ -174,7 +179,7 @@ int fawn_write_all(int fd, const void *data, size_t n) {
         if (w < 0) {
             if (errno == EINTR)
                 continue;
-            return fawn_err_sys(FAWN_EIO, errno, "write");
+            return fawn_err_write(errno, "write");
         }
         p += w;
         n -= (size_t)w;

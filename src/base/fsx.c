@@ -36,6 +36,9 @@ static int map_errno(int e, const char *rel) {
         return fawn_err(FAWN_EINVAL, "is a directory: %s", rel);
     case ENAMETOOLONG:
         return fawn_err(FAWN_EINVAL, "path too long: %s", rel);
+    case EDQUOT:
+    case ENOSPC:
+        return fawn_err_sys(FAWN_E2BIG, e, "no room for %s", rel);
     default:
         return fawn_err_sys(FAWN_EIO, e, "open %s", rel);
     }
@@ -325,3 +328,89 @@ int fsx_remove_tree(int dirfd, const char *name) {
     return r;
 }
 
+/* ---- tree usage ---- */
+
+/* One walk: the open directories from the top down to the current one. */
+typedef struct usage_walk {
+    DIR **open;      /* max_depth + 1 slots */
+    unsigned depth;  /* how many are open */
+    size_t seen;     /* entries examined */
+    dev_t dev;       /* the top's filesystem */
+    uint64_t bytes;
+    const fsx_usage_bounds *b;
+} usage_walk;
+
+/* The blocks of st that one of its names accounts for. */
+static uint64_t usage_share(const struct stat *st) {
+    uint64_t bytes = (uint64_t)st->st_blocks * 512;
+    return !S_ISDIR(st->st_mode) && st->st_nlink > 1 ? bytes / st->st_nlink : bytes;
+}
+
+/* Makes the directory open as fd (which this takes) the current one. */
+static int usage_enter(usage_walk *w, int fd) {
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        int e = errno;
+        close(fd);
+        return fawn_err_sys(FAWN_EIO, e, "read directory");
+    }
+    w->open[w->depth++] = d;
+    return 0;
+}
+
+/* Counts name (an entry of d) and enters it when it is a directory. */
+static int usage_count(usage_walk *w, DIR *d, const char *name) {
+    struct stat st;
+    if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return errno == ENOENT ? 0 : fawn_err_sys(FAWN_EIO, errno, "stat %s", name);
+    if (st.st_dev != w->dev) /* another filesystem is mounted here */
+        return 0;
+    w->bytes += usage_share(&st);
+    if (!S_ISDIR(st.st_mode))
+        return 0;
+    if (w->depth > w->b->max_depth)
+        return fawn_err(FAWN_E2BIG, "directory tree deeper than %u levels", w->b->max_depth);
+    int fd = openat(dirfd(d), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : fawn_err_sys(FAWN_EIO, errno, "open %s", name);
+    return usage_enter(w, fd);
+}
+
+/* Reads the next entry of the current directory, leaving it at its end. */
+static int usage_step(usage_walk *w) {
+    DIR *d = w->open[w->depth - 1];
+    errno = 0;
+    struct dirent *e = readdir(d);
+    if (!e) {
+        int err = errno;
+        closedir(d);
+        w->depth--;
+        return err ? fawn_err_sys(FAWN_EIO, err, "read directory") : 0;
+    }
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+        return 0;
+    if (++w->seen > w->b->max_entries)
+        return fawn_err(FAWN_E2BIG, "more than %zu files", w->b->max_entries);
+    return usage_count(w, d, e->d_name);
+}
+
+int fsx_tree_usage(uint64_t *bytes, int dirfd, const fsx_usage_bounds *b) {
+    *bytes = 0;
+    struct stat st;
+    if (fstat(dirfd, &st) < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "stat the directory to measure");
+    usage_walk w = {.open = calloc((size_t)b->max_depth + 1, sizeof(DIR *)), .dev = st.st_dev,
+                    .bytes = usage_share(&st), .b = b};
+    if (!w.open)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int r = fd < 0 ? fawn_err_sys(FAWN_EIO, errno, "open the directory to measure")
+                   : usage_enter(&w, fd);
+    while (r == 0 && w.depth > 0)
+        r = usage_step(&w);
+    while (w.depth > 0)
+        closedir(w.open[--w.depth]);
+    free(w.open);
+    *bytes = w.bytes;
+    return r;
+}

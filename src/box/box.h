@@ -28,6 +28,9 @@ typedef struct box_settings {
     uint64_t pids_max;      /* cgroup pids limit in force, 0 = none (reported) */
     char cgroup[8];         /* "v2" | "v1" | "none" (reported) */
     uint32_t idle_exit_s;   /* exit after this long without requests or sessions; 0 = never */
+    uint64_t disk_limit_bytes; /* what /mnt/user-data may hold (sandbox.limits.disk_mb) */
+    bool disk_measured;     /* no kernel quota holds it there: the box measures it after each
+                               command and reports it when over (set by the launcher) */
 } box_settings;
 
 /* Settings from configuration: limits, and the command environment (fixed

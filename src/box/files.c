@@ -264,7 +264,11 @@ typedef struct staged {
     char name[VPATH_NAME_MAX + 1];
 } staged;
 
+/* A refused write: by permission, or for the thread's disk quota or a
+ * full disk (a size limit, answered 413). */
 static int errno_code(int e) {
+    if (e == EDQUOT || e == ENOSPC)
+        return FAWN_E2BIG;
     return e == EACCES || e == EPERM || e == EROFS ? FAWN_EPERM : FAWN_EIO;
 }
 
@@ -305,7 +309,7 @@ static int rename_noreplace(int dirfd, const char *from, const char *to) {
 static int staged_commit(staged *s, struct stat *st, const char *dest, bool replace,
                          const char *shown) {
     if (fsync(s->fd) < 0)
-        return fawn_err_sys(FAWN_EIO, errno, "fsync %s", shown);
+        return fawn_err_write(errno, shown);
     if (fstat(s->fd, st) < 0)
         return fawn_err_sys(FAWN_EIO, errno, "stat %s", shown);
     int rc = replace ? renameat(s->dirfd, s->name, s->dirfd, dest)

@@ -263,6 +263,10 @@ static const config_key limits_keys[] = {
     KEY_INT("address_space_mb", sandbox.limits.address_space_mb, set_u64, "4096", 64, 4194304),
     /* 1 MiB up to 64 GiB of RAM-backed /tmp. */
     KEY_INT("tmp_size_mb", sandbox.limits.tmp_size_mb, set_u64, "256", 1, 65536),
+    /* 10 GiB holds a cloned repository with its dependencies and build
+     * outputs, or a data set of a few GiB; 16 MiB still holds the
+     * directories and a few small files; 1 TiB up to a disk. */
+    KEY_INT("disk_mb", sandbox.limits.disk_mb, set_u64, "10240", 16, 1048576),
     {0},
 };
 

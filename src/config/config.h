@@ -35,6 +35,8 @@ typedef struct fawn_sandbox_limits {
     uint64_t file_size_mb;  /* RLIMIT_FSIZE: largest file a command can write (default 1024) */
     uint64_t address_space_mb; /* RLIMIT_AS when no memory cgroup can be used (default 4096) */
     uint64_t tmp_size_mb;   /* size of the sandbox's private /tmp tmpfs (default 256) */
+    uint64_t disk_mb;       /* a thread's user-data: workspace, uploads and outputs together
+                               (default 10240; see src/sandbox/quota.h) */
 } fawn_sandbox_limits;
 
 typedef struct fawn_sandbox_config {

@@ -594,7 +594,7 @@ static int staging_fill(staging *s, const struct stat *st, const char *data, siz
     if (r == 0)
         r = fawn_write_all(s->fd, data, len);
     if (r == 0 && fsync(s->fd) < 0)
-        r = fawn_err_sys(FAWN_EIO, errno, "fsync %s", shown);
+        r = fawn_err_write(errno, shown);
     return r;
 }
 

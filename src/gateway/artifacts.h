@@ -135,7 +135,8 @@ typedef struct artifact_put_result {
  *   FAWN_EPERM  a file with several hard links (as vpath_check_writable);
  *   FAWN_ENOENT "Artifact not found: P" (also for a staging file);
  *   FAWN_EUNSUP content or the current file holds NUL or is not UTF-8;
- *   FAWN_E2BIG  content or the current file is over ARTIFACT_EDIT_MAX_BYTES;
+ *   FAWN_E2BIG  content or the current file is over ARTIFACT_EDIT_MAX_BYTES, or
+ *               the new bytes do not fit the thread's disk quota (or the disk);
  *   FAWN_ESTALE "Artifact changed since it was opened" (file unchanged);
  *   FAWN_EBUSY  another save of the same file is in progress;
  *   FAWN_EIO. The request body is checked before the file system is touched. */

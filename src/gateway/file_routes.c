@@ -15,6 +15,7 @@
 #include "gateway/multipart.h"
 #include "gateway/uploads.h"
 #include "paths/paths.h"
+#include "sandbox/quota.h"
 
 /* Multipart framing allowed beyond the files' own bytes: part headers and
  * boundaries of at most max_files files, and small text fields. */
@@ -37,11 +38,15 @@ static upload_limits limits_from_config(const fawn_config *cfg) {
 }
 
 /* Opens the thread's uploads directory without following a symlink the
- * sandbox may have put in its place. */
-static int uploads_dir_open(int *out, gw_request *rq, const store_thread *t, bool create) {
+ * sandbox may have put in its place. With room, also tells how much the
+ * thread's files may still grow (sandbox.limits.disk_mb; sandbox/quota.h). */
+static int uploads_dir_open(int *out, uint64_t *room, gw_request *rq, const store_thread *t,
+                            bool create) {
     *out = -1;
     _cleanup_close_ int user_data = -1;
     int r = gw_thread_files_open(&user_data, rq, t, create);
+    if (r == 0 && room)
+        r = quota_room(room, user_data, rq->g->cfg->sandbox.limits.disk_mb << 20);
     if (r < 0)
         return r;
     *out = openat(user_data, "uploads", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -101,7 +106,7 @@ static int upload_open(gw_request *rq) {
     if (r == 0)
         r = gw_thread_resolve(&u->thread, rq, true);
     if (r == 0)
-        r = uploads_dir_open(&u->dirfd, rq, &u->thread, true);
+        r = uploads_dir_open(&u->dirfd, &lim.disk_room, rq, &u->thread, true);
     if (r == 0)
         r = upload_batch_begin(&u->batch, u->dirfd, &lim);
     if (r == 0)
@@ -208,7 +213,7 @@ static int route_upload_list(gw_request *rq) {
         return r;
     _cleanup_close_ int dirfd = -1;
     json_t *list = NULL;
-    r = uploads_dir_open(&dirfd, rq, &t, false);
+    r = uploads_dir_open(&dirfd, NULL, rq, &t, false);
     if (r == 0)
         r = uploads_list(&list, dirfd, t.id);
     else if (r == FAWN_ENOENT) /* nothing uploaded yet */
@@ -238,7 +243,7 @@ static int route_upload_delete(gw_request *rq) {
         r = gw_thread_resolve(&t, rq, false);
     _cleanup_close_ int dirfd = -1;
     if (r == 0)
-        r = uploads_dir_open(&dirfd, rq, &t, false);
+        r = uploads_dir_open(&dirfd, NULL, rq, &t, false);
     if (r == 0)
         r = uploads_delete(dirfd, name);
     store_thread_clear(&t);

@@ -19,6 +19,7 @@
 #include "base/json.h"
 #include "gateway/internal.h"
 #include "gateway/uploads.h"
+#include "sandbox/quota.h"
 
 /* A connection idle this long is closed (a request head is due sooner:
  * server.request_head_timeout_s, see connections.c). */
@@ -400,6 +401,23 @@ static int executor_start(gateway *g) {
     return runs_new(&g->runs, g->st, g->sandboxes, g->models, g->policy, &limits);
 }
 
+/* Says once how the threads' disk limit is held on this host
+ * (sandbox/quota.h). */
+static void disk_quota_log(const fawn_config *cfg) {
+    quota_fs fs;
+    quota_probe_path(&fs, cfg->home);
+    unsigned long long mb = (unsigned long long)cfg->sandbox.limits.disk_mb;
+    if (fs.mechanism == QUOTA_MEASURED)
+        log_warn("gateway",
+                 "disk quota: measured, not held by the kernel (%s); uploads that would take a "
+                 "thread past sandbox.limits.disk_mb (%llu MiB) are refused and a command that "
+                 "went past it is told so, but a command can write past it while it runs",
+                 fs.detail, mb);
+    else
+        log_info("gateway", "disk quota: %s, %llu MiB per thread (%s)",
+                 quota_mechanism_name(fs.mechanism), mb, fs.detail);
+}
+
 /* Everything the routes rely on, before the first request. */
 static int gateway_prepare(gateway *g) {
     int r = authz_policy_load(&g->policy, g->cfg->authorization);
@@ -417,8 +435,10 @@ static int gateway_prepare(gateway *g) {
         r = gw_conns_new(&g->conns, g);
     if (r == 0 && g->cfg->auth.disabled)
         r = local_admin_ensure(g);
-    if (r == 0)
+    if (r == 0) {
         sweep_crash_leftovers(g->cfg);
+        disk_quota_log(g->cfg);
+    }
     if (r == 0)
         r = sandboxes_start(g);
     if (r == 0)

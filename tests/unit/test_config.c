@@ -127,6 +127,7 @@ static void assert_default_values(const fawn_config *cfg) {
     assert_int_equal(cfg->sandbox.limits.file_size_mb, 1024);
     assert_int_equal(cfg->sandbox.limits.address_space_mb, 4096);
     assert_int_equal(cfg->sandbox.limits.tmp_size_mb, 256);
+    assert_int_equal(cfg->sandbox.limits.disk_mb, 10240);
     assert_int_equal(cfg->sandbox.exec_timeout_s, 600);
     assert_int_equal(cfg->sandbox.exec_max_timeout_s, 3600);
     assert_int_equal(cfg->sandbox.exec_max_output_bytes, 1048576);
@@ -216,6 +217,7 @@ static const char full_yaml[] =
     "    file_size_mb: 10\n"
     "    address_space_mb: 8192\n"
     "    tmp_size_mb: 64\n"
+    "    disk_mb: 512\n"
     "  exec_timeout_s: 30\n"
     "  exec_max_timeout_s: 60\n"
     "  exec_max_output_bytes: 65536\n"
@@ -244,6 +246,7 @@ static void test_full_file(void **state) {
     assert_int_equal(cfg.sandbox.limits.file_size_mb, 10);
     assert_int_equal(cfg.sandbox.limits.address_space_mb, 8192);
     assert_int_equal(cfg.sandbox.limits.tmp_size_mb, 64);
+    assert_int_equal(cfg.sandbox.limits.disk_mb, 512);
     assert_int_equal(cfg.sandbox.exec_timeout_s, 30);
     assert_int_equal(cfg.sandbox.exec_max_timeout_s, 60);
     assert_int_equal(cfg.sandbox.exec_max_output_bytes, 65536);
@@ -279,6 +282,7 @@ static const struct range_case range_cases[] = {
     {"sandbox.limits.file_size_mb", 1, 1048576, NULL},
     {"sandbox.limits.address_space_mb", 64, 4194304, NULL},
     {"sandbox.limits.tmp_size_mb", 1, 65536, NULL},
+    {"sandbox.limits.disk_mb", 16, 1048576, NULL},
     {"sandbox.exec_timeout_s", 1, 86400, "exec_max_timeout_s: 86400"},
     {"sandbox.exec_max_timeout_s", 1, 86400, "exec_timeout_s: 1"},
     {"sandbox.exec_max_output_bytes", 1024, 67108864, NULL},
@@ -851,7 +855,7 @@ static void test_example_file(void **state) {
     static const char *const keys[] = {
         "home:", "log_level:", "sandbox:", "network:", "skills_dir:", "environment:", "limits:",
         "memory_mb:", "pids:", "nproc:", "open_files:", "file_size_mb:", "address_space_mb:",
-        "tmp_size_mb:", "exec_timeout_s:", "exec_max_timeout_s:", "exec_max_output_bytes:",
+        "tmp_size_mb:", "disk_mb:", "exec_timeout_s:", "exec_max_timeout_s:", "exec_max_output_bytes:",
         "max_sessions:", "auth:", "disabled:", "registration_enabled:", "session_ttl_s:",
         "cookie_secure:", "uploads:", "max_files:", "max_file_size_mb:", "max_total_size_mb:",
         "idle_timeout_s:", "replicas:", "provider:", "remote:", "create_command:",

@@ -34,7 +34,7 @@ typedef struct fx {
 #define TEST_MAX_FILES 10
 static const upload_limits limits = {
     .max_files = TEST_MAX_FILES, .max_file_size = (uint64_t)50 << 20,
-    .max_total_size = (uint64_t)100 << 20};
+    .max_total_size = (uint64_t)100 << 20, .disk_room = UINT64_MAX};
 
 static int setup(void **state) {
     fx *x = calloc(1, sizeof *x);
