@@ -186,6 +186,7 @@ static int thread_int(sqlite3 *db, int64_t *out, const char *sql, int64_t owner_
  * one numbered ++*next. find and insert bind the thread to ?1, ?2. */
 static int message_row(sqlite3 *db, int64_t *seq, sqlite3_stmt *find, sqlite3_stmt *insert,
                        const msg_list *l, size_t i, int64_t *next) {
+    *seq = 0;
     sqlite3_reset(find);
     sqlite3_bind_text(find, 3, l->digests[i], -1, SQLITE_STATIC);
     int rc = sqlite3_step(find);
