@@ -14,9 +14,10 @@ import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+
+import { freePort } from './lib.mjs';
 
 const [fawnBin, roundsArg, readersArg] = process.argv.slice(2);
 const STEPS = 50;
@@ -24,15 +25,6 @@ const ROUNDS = Number(roundsArg || 5);
 const READERS = Number(readersArg || 1000);
 const HOLD_S = 8; // the readers' run sleeps this long at its end, so they stay connected
 
-function freePort() {
-  return new Promise((resolve) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 function call(port, method, p, { body, token, agent } = {}) {
   return new Promise((resolve, reject) => {

@@ -14,6 +14,8 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 
+import { freePort } from './lib.mjs';
+
 const [fawnBin, requestsArg, attackersArg, roundsArg] = process.argv.slice(2);
 const REQUESTS = Number(requestsArg || 2000);
 const ATTACKERS = Number(attackersArg || 1100);
@@ -26,15 +28,6 @@ const RECONNECT_MS = 1000;       // an attacker connection closed by the gateway
 const ATTACKER = '127.0.0.1';
 const CLIENT = '127.0.0.2';
 
-function freePort() {
-  return new Promise((resolve) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 async function startFawn() {
   const home = fs.mkdtempSync(path.join(os.tmpdir(), 'fawn-bench-slowloris-'));

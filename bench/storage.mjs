@@ -12,23 +12,15 @@ import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+
+import { freePort } from './lib.mjs';
 
 const [fawnBin, ...stepsArgs] = process.argv.slice(2);
 const STEP_COUNTS = (stepsArgs.length ? stepsArgs.join(' ').split(/\s+/) : ['50', '150']).map(Number);
 const RESULT_BYTES = 50000; // read_file's output limit: each result whole
 
-function freePort() {
-  return new Promise((resolve) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /** One request; resolves with the answer's text (rejects on a status >= 300). */
 function call(port, method, p, { body, headers = {}, onData } = {}) {
