@@ -23,6 +23,12 @@
 #define SBX_CREATE_ATTEMPTS 3
 /* Whole-generation fences use the empty scope. */
 #define SBX_WHOLE ""
+/* A failed idle teardown is tried again after 1 s, then 2 s, 4 s ... up to
+ * 5 min: a provider that recovers is noticed soon, one that keeps failing
+ * costs a call (and a log line) every 5 minutes per sandbox, and never
+ * keeps the entry claimed away from its acquisitions. */
+#define SBX_TEARDOWN_BACKOFF_MIN_MS 1000
+#define SBX_TEARDOWN_BACKOFF_MAX_MS 300000
 
 typedef struct scope_session {
     char scope[SBX_SCOPE_MAX + 1];
@@ -42,6 +48,9 @@ struct sbx_entry {
     bool destroy_deferred;
     bool fenced;           /* its generation is fenced (also recorded in the store) */
     int64_t idle_since_ms;
+    unsigned teardown_failures; /* idle teardowns failed in a row */
+    int64_t teardown_backoff_ms; /* the wait after the last of them (0: none) */
+    int64_t teardown_retry_ms;  /* no idle teardown is tried before this */
     unsigned refs;         /* leases and claimants: the entry is not freed while > 0 */
     scope_session scopes[SBX_SCOPES_MAX];
     size_t n_scopes;
@@ -289,6 +298,8 @@ static int entry_teardown(sbx_manager *m, sbx_entry *e) {
         e->destroy_deferred = false;
         e->n_scopes = 0;
         e->state = SBX_STATE_IDLE;
+        e->teardown_failures = 0;
+        e->teardown_backoff_ms = e->teardown_retry_ms = 0;
     }
     pthread_mutex_unlock(&m->mu);
     return 0;
@@ -303,13 +314,15 @@ static size_t running_count(const sbx_manager *m) {
     return n;
 }
 
-/* The idle entry parked longest ago (and past `older_than` when >= 0). */
-static sbx_entry *idle_oldest(sbx_manager *m, int64_t parked_before_ms) {
+/* The idle entry parked longest ago that may be torn down at `now`: not
+ * waiting out a teardown backoff and, when timed, parked at or before
+ * parked_before_ms. */
+static sbx_entry *idle_oldest(sbx_manager *m, bool timed, int64_t parked_before_ms, int64_t now) {
     sbx_entry *oldest = NULL;
     for (sbx_entry *e = m->entries; e; e = e->next) {
         if (!has_box(e) || e->busy || e->holders_total || e->state != SBX_STATE_IDLE)
             continue;
-        if (parked_before_ms >= 0 && e->idle_since_ms > parked_before_ms)
+        if (e->teardown_retry_ms > now || (timed && e->idle_since_ms > parked_before_ms))
             continue;
         if (!oldest || e->idle_since_ms < oldest->idle_since_ms)
             oldest = e;
@@ -317,7 +330,21 @@ static sbx_entry *idle_oldest(sbx_manager *m, int64_t parked_before_ms) {
     return oldest;
 }
 
-/* Tears down one idle entry chosen under m->mu (claimed there). */
+/* After a failed idle teardown: the next one waits twice as long as the
+ * last (SBX_TEARDOWN_BACKOFF_MIN_MS .. _MAX_MS). Called with m->mu held. */
+static void teardown_back_off(sbx_entry *e, int64_t now) {
+    int64_t wait = e->teardown_backoff_ms ? 2 * e->teardown_backoff_ms
+                                          : SBX_TEARDOWN_BACKOFF_MIN_MS;
+    e->teardown_backoff_ms = wait < SBX_TEARDOWN_BACKOFF_MAX_MS ? wait : SBX_TEARDOWN_BACKOFF_MAX_MS;
+    e->teardown_retry_ms = now + e->teardown_backoff_ms;
+    e->teardown_failures++;
+    log_warn("sandbox", "sandbox %s (thread %s): teardown failed %u time(s) in a row; next try "
+             "in %" PRId64 " s", e->box.sandbox_id, e->thread, e->teardown_failures,
+             e->teardown_backoff_ms / 1000);
+}
+
+/* Tears down one idle entry chosen under m->mu (claimed there). A failure
+ * leaves it parked, backing off. */
 static void idle_evict(sbx_manager *m, sbx_entry *e, const char *why) {
     e->busy = true;
     e->state = SBX_STATE_STOPPING;
@@ -326,9 +353,9 @@ static void idle_evict(sbx_manager *m, sbx_entry *e, const char *why) {
     log_info("sandbox", "sandbox %s (thread %s): %s", e->box.sandbox_id, e->thread, why);
     int r = entry_teardown(m, e);
     pthread_mutex_lock(&m->mu);
-    if (r < 0) { /* kept parked; tried again after another idle period */
+    if (r < 0) {
         e->state = SBX_STATE_IDLE;
-        e->idle_since_ms = fawn_now_ms();
+        teardown_back_off(e, fawn_now_ms());
     }
     e->refs--;
     entry_unclaim(m, e);
@@ -336,15 +363,25 @@ static void idle_evict(sbx_manager *m, sbx_entry *e, const char *why) {
 }
 
 /* Past the replicas cap, evicts the oldest idle sandboxes (never active
- * ones). Called with m->mu held. */
+ * ones, nor ones backing off). Called with m->mu held. */
 static void replicas_enforce(sbx_manager *m) {
     size_t attempts = running_count(m); /* each eviction that fails is tried once */
     while (m->cfg.replicas && attempts-- && running_count(m) > m->cfg.replicas) {
-        sbx_entry *e = idle_oldest(m, -1);
+        sbx_entry *e = idle_oldest(m, false, 0, fawn_now_ms());
         if (!e)
             return;
         idle_evict(m, e, "evicted: more running sandboxes than sandbox.replicas");
     }
+}
+
+/* Tears down the sandboxes parked for idle_timeout_s, each at most once
+ * per pass (one that fails backs off). Called with m->mu held. */
+static void idle_reap(sbx_manager *m) {
+    int64_t now = fawn_now_ms();
+    int64_t parked_before = now - (int64_t)m->cfg.idle_timeout_s * 1000;
+    sbx_entry *e;
+    while (!m->stopping && (e = idle_oldest(m, true, parked_before, now)))
+        idle_evict(m, e, "idle timeout");
 }
 
 static void *reaper_main(void *arg) {
@@ -354,12 +391,8 @@ static void *reaper_main(void *arg) {
         struct timespec until;
         deadline_in(&until, SBX_REAP_PERIOD_MS);
         pthread_cond_timedwait(&m->changed, &m->mu, &until);
-        if (m->stopping || !m->cfg.idle_timeout_s)
-            continue;
-        int64_t cutoff = fawn_now_ms() - (int64_t)m->cfg.idle_timeout_s * 1000;
-        sbx_entry *e; /* a failed teardown parks it anew: past the cutoff */
-        while (!m->stopping && (e = idle_oldest(m, cutoff)))
-            idle_evict(m, e, "idle timeout");
+        if (!m->stopping && m->cfg.idle_timeout_s)
+            idle_reap(m);
     }
     pthread_mutex_unlock(&m->mu);
     return NULL;
@@ -766,7 +799,10 @@ int sbx_destroy(enum sbx_destroy_outcome *outcome, sbx_manager *m, const char *u
 /* ---- observability ---- */
 
 static void info_fill(sbx_info *out, sbx_manager *m, const sbx_entry *e, int64_t now) {
-    *out = (sbx_info){.state = e->state, .destroy_deferred = e->destroy_deferred};
+    *out = (sbx_info){.state = e->state,
+                      .destroy_deferred = e->destroy_deferred,
+                      .teardown_failures = e->teardown_failures,
+                      .teardown_backoff_ms = e->teardown_backoff_ms};
     snprintf(out->user, sizeof out->user, "%s", e->user);
     snprintf(out->thread, sizeof out->thread, "%s", e->thread);
     snprintf(out->sandbox_id, sizeof out->sandbox_id, "%s", e->box.sandbox_id);

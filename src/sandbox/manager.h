@@ -13,7 +13,10 @@
  *   holders remain is deferred (and reported so); teardown waits for them.
  * - Warm pool: a parked sandbox is reused by the thread's next acquisition;
  *   it is torn down after idle_timeout_s; past `replicas` running sandboxes
- *   the oldest idle ones are torn down, never active ones.
+ *   the oldest idle ones are torn down, never active ones. A teardown that
+ *   fails is tried again after a doubling wait (1 s up to 5 min), so a
+ *   failing provider costs one call per wait and never keeps a sandbox
+ *   from its acquisitions.
  * - Generations: each started box has a generation id; every record (lease,
  *   session, fence) names the generation it is about, and an answer about
  *   another generation never acts on the current one.
@@ -254,6 +257,8 @@ typedef struct sbx_info {
     int64_t idle_ms; /* how long it has been parked; 0 when active */
     bool fenced;
     bool destroy_deferred;
+    unsigned teardown_failures;  /* idle teardowns that failed in a row */
+    int64_t teardown_backoff_ms; /* the reaper's wait after the last of them (0: none) */
 } sbx_info;
 
 /* The sandboxes the manager knows (malloc'd array in *out, caller frees). */

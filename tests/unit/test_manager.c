@@ -882,6 +882,93 @@ static void idle_timeout_zero_keeps_parked_sandboxes(void **state) {
     assert_int_equal(fake_get_counts(x->fp).destroys, 0);
 }
 
+/* An acquisition of alice's thread on a thread of its own, so that a test
+ * can bound its wait: past `ms` it is cancelled (and *out stays NULL). */
+typedef struct bounded {
+    fx *x;
+    const char *thread;
+    sbx_cancel cancel;
+    atomic_bool done;
+    int rc;
+    sbx_lease *lease;
+} bounded;
+
+static void *bounded_acquire(void *arg) {
+    bounded *b = arg;
+    sbx_request req = {.who = {.user = "alice", .role = "user"}, .thread = b->thread,
+                       .kind = SBX_HOLD_EXECUTION, .cancel = &b->cancel};
+    b->rc = sbx_acquire(&b->lease, b->x->m, &req);
+    atomic_store(&b->done, true);
+    return NULL;
+}
+
+static int acquire_within(fx *x, sbx_lease **out, const char *thread, int ms) {
+    bounded b = {.x = x, .thread = thread, .rc = 1};
+    pthread_t t;
+    *out = NULL;
+    assert_int_equal(pthread_create(&t, NULL, bounded_acquire, &b), 0);
+    bool done = WAIT_FOR(atomic_load(&b.done), ms);
+    atomic_store(&b.cancel.cancelled, true);
+    pthread_join(t, NULL);
+    if (b.rc == 0)
+        hold(x, b.lease);
+    if (!done && b.rc != 0)
+        fail_msg("acquiring %s did not complete within %d ms", thread, ms);
+    *out = b.lease;
+    return b.rc;
+}
+
+/* A parked box is torn down only once it has been parked for the idle
+ * timeout, however long the host has been up: a timeout longer than the
+ * uptime is not "no timeout". With a destroy that always fails, tearing it
+ * down early would also keep its entry claimed from the acquisitions. */
+static void idle_timeout_longer_than_the_uptime_reaps_nothing(void **state) {
+    fx *x = *state;
+    reconfigure(x, (uint32_t)(fawn_now_ms() / 1000) + 3600, 0);
+    char g[SBX_GENERATION_LEN + 1];
+    park(x, g, "t1");
+    fake_set_destroy_failures(x->fp, -1, FAWN_EIO, false);
+    for (int i = 0; i < 3; i++) {
+        sleep_ms(600); /* a reaper pass */
+        sbx_lease *l = NULL;
+        assert_int_equal(acquire_within(x, &l, "t1", 30000), 0);
+        assert_string_equal(l->box.generation, g);
+        give_back(x, l);
+    }
+    assert_int_equal(fake_get_counts(x->fp).destroys, 0);
+}
+
+/* A parked box whose teardown keeps failing is tried once per backoff step
+ * (1 s, 2 s, 4 s ...), never in between, and stays available to its
+ * thread meanwhile. */
+static void failing_idle_teardown_backs_off(void **state) {
+    fx *x = *state;
+    reconfigure(x, 1, 0);
+    fake_set_destroy_failures(x->fp, -1, FAWN_EIO, false);
+    char g[SBX_GENERATION_LEN + 1];
+    park(x, g, "t1");
+    static const int64_t steps_ms[] = {1000, 2000, 4000};
+    for (unsigned k = 1; k <= ARRAY_LEN(steps_ms); k++) {
+        sbx_info i = {0};
+        if (!WAIT_FOR(info_of(x, &i, "alice", "t1") && i.teardown_failures >= k, 30000))
+            fail_msg("no teardown failure %u within 30 s", k);
+        assert_int_equal(i.teardown_failures, k);
+        assert_int_equal(i.teardown_backoff_ms, steps_ms[k - 1]);
+        /* One destroy per step (the next may have begun since). */
+        int destroys = fake_get_counts(x->fp).destroys;
+        if (destroys < (int)k || destroys > (int)k + 1)
+            fail_msg("%d destroys for %u backoff steps", destroys, k);
+    }
+    sbx_lease *l = NULL;
+    assert_int_equal(acquire_within(x, &l, "t1", 30000), 0);
+    assert_string_equal(l->box.generation, g);
+    give_back(x, l);
+    /* Once the provider recovers, the next step tears it down. */
+    fake_set_destroy_failures(x->fp, 0, 0, false);
+    if (!WAIT_FOR(!fake_generation_present(x->fp, g), 60000))
+        fail_msg("the parked box was not torn down once destroys worked again");
+}
+
 static void replicas_cap_evicts_the_oldest_idle_never_an_active_one(void **state) {
     fx *x = *state;
     reconfigure(x, 600, 2);
@@ -1742,6 +1829,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(idle_sandbox_is_torn_down_after_the_idle_timeout, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(idle_timeout_zero_keeps_parked_sandboxes, setup, teardown),
+        cmocka_unit_test_setup_teardown(idle_timeout_longer_than_the_uptime_reaps_nothing, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(failing_idle_teardown_backs_off, setup, teardown),
         cmocka_unit_test_setup_teardown(replicas_cap_evicts_the_oldest_idle_never_an_active_one,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(held_sandboxes_survive_reaper_and_cap_churn, setup,
