@@ -766,6 +766,51 @@ int sbx_call_file(json_t **reply, int *status, sbx_lease *l, const char *method,
                                            file_fd, size, timeout_ms));
 }
 
+/* The box and session of scope in sandbox_id while a lease holds it. */
+static bool scope_held(sbx_box *box, char session[SBX_SESSION_ID_MAX + 1], sbx_manager *m,
+                       const char *sandbox_id, const char *scope) {
+    pthread_mutex_lock(&m->mu);
+    sbx_entry *e = entry_find(m, sandbox_id);
+    scope_session *s = e ? scope_find(e, scope) : NULL;
+    bool held = s && s->holders > 0 && strcmp(s->generation, e->box.generation) == 0;
+    if (held) {
+        *box = e->box;
+        memcpy(session, s->session, SBX_SESSION_ID_MAX + 1);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return held;
+}
+
+int sbx_kill_scope(sbx_manager *m, const char *user, const char *thread, const char *scope,
+                   int timeout_ms) {
+    char sandbox_id[17], session[SBX_SESSION_ID_MAX + 1];
+    sbx_box box;
+    int r = local_sandbox_id(sandbox_id, user, thread);
+    if (r < 0)
+        return r;
+    if (!scope_valid(scope) || !scope_held(&box, session, m, sandbox_id, scope))
+        return fawn_err(FAWN_ENOENT, "no lease holds that scope");
+    char path[sizeof "/v1/shell/sessions//kill" + SBX_SESSION_ID_MAX];
+    snprintf(path, sizeof path, "/v1/shell/sessions/%s/kill", session);
+    json_t *reply = NULL;
+    int status = 0;
+    r = m->p->call(m->p->ctx, &reply, &status, &box, "POST", path, NULL, timeout_ms);
+    json_decref(reply);
+    if (r == 0 && status == 404)
+        return fawn_err(FAWN_ENOENT, "the box has no session %s", session);
+    if (r == 0 && status != 200)
+        r = fawn_err(FAWN_EIO, "the box did not confirm the kill (HTTP %d)", status);
+    if (r == FAWN_EIO || r == FAWN_ETIMEDOUT || r == FAWN_EPROTO) {
+        char message[256];
+        snprintf(message, sizeof message, "%s", fawn_errmsg());
+        fence_add(m, scope, box.sandbox_id, box.generation, "a kill's outcome is unknown");
+        log_warn("sandbox", "sandbox %s generation %.8s scope %s fenced: %s", box.sandbox_id,
+                 box.generation, scope, message);
+        r = fawn_err(r, "%s", message);
+    }
+    return r;
+}
+
 int sbx_destroy(enum sbx_destroy_outcome *outcome, sbx_manager *m, const char *user,
                 const char *thread) {
     char sandbox_id[17];

@@ -32,7 +32,8 @@
  * - Scopes: an acquisition with a scope ("run:agent") gets that scope's own
  *   persistent shell session in the sandbox; acquiring a scope again is
  *   idempotent; when its last lease is released its session ends, and only
- *   its session.
+ *   its session. Stopping a scope's commands (sbx_kill_scope) goes through
+ *   the session its leases hold, never through another acquisition.
  *
  * Every function is safe to call from any thread. */
 #ifndef FAWN_SANDBOX_MANAGER_H
@@ -233,6 +234,18 @@ int sbx_call(json_t **reply, int *status, sbx_lease *l, const char *method, cons
  * upload); FAWN_EUNSUP when the provider cannot send files. */
 int sbx_call_file(json_t **reply, int *status, sbx_lease *l, const char *method,
                   const char *path, int file_fd, uint64_t size, int timeout_ms);
+
+/* Kills the commands of scope's shell session in the (user, thread)
+ * sandbox while a lease of that scope holds it: how a cancelled run's
+ * command is stopped. It acquires nothing, so it passes no gate (it only
+ * stops what an acquisition let start) and waits for no other operation on
+ * the sandbox. 0 once the box confirmed the kill; FAWN_ENOENT when no lease
+ * holds the scope, or the box has no such session (none of its commands
+ * can be running). An outcome left
+ * unknown (the exchange broke, the box could not confirm) fences the scope:
+ * its session is abandoned, the next acquisition of it gets a new one. */
+int sbx_kill_scope(sbx_manager *m, const char *user, const char *thread, const char *scope,
+                   int timeout_ms);
 
 enum sbx_destroy_outcome { SBX_DESTROYED, SBX_DESTROY_DEFERRED };
 

@@ -1505,6 +1505,45 @@ static void scope_fence_replaces_only_that_scopes_session(void **state) {
     assert_int_equal(fake_get_counts(x->fp).creates, 1);
 }
 
+/* Stopping a scope's commands goes through the session its lease holds:
+ * no acquisition (no gate, no health check, nothing started or created),
+ * also while a destroy waits for the holders (an acquisition would be
+ * refused then). */
+static void killing_a_scope_acquires_nothing(void **state) {
+    fx *x = *state;
+    char id[17];
+    sid(id, "t1");
+    sbx_lease *l = take(x, "t1", "r1:lead");
+    char kill_path[128];
+    snprintf(kill_path, sizeof kill_path, "/v1/shell/sessions/%s/kill", l->session);
+    fake_counts before = fake_get_counts(x->fp);
+    assert_int_equal(sbx_kill_scope(x->m, "alice", "t1", "r1:lead", 1000), 0);
+    enum sbx_destroy_outcome o;
+    assert_int_equal(sbx_destroy(&o, x->m, "alice", "t1"), 0);
+    assert_int_equal(o, SBX_DESTROY_DEFERRED);
+    assert_int_equal(sbx_kill_scope(x->m, "alice", "t1", "r1:lead", 1000), 0);
+    assert_int_equal(fake_call_count(x->fp, "POST", kill_path), 2);
+    fake_counts after = fake_get_counts(x->fp);
+    assert_int_equal(after.health_checks, before.health_checks);
+    assert_int_equal(after.creates, before.creates);
+    assert_int_equal(after.sessions_created, before.sessions_created);
+    sbx_info i;
+    assert_true(info_of(x, &i, "alice", "t1"));
+    assert_int_equal(holders_total(&i), 1);
+    /* A scope no lease holds has nothing running: nothing is sent. */
+    int ops = fake_total_ops(x->fp);
+    assert_int_equal(sbx_kill_scope(x->m, "alice", "t1", "r2:lead", 1000), FAWN_ENOENT);
+    assert_int_equal(sbx_kill_scope(x->m, "alice", "t2", "r1:lead", 1000), FAWN_ENOENT);
+    assert_int_equal(sbx_kill_scope(x->m, "alice", "t1", "not a scope", 1000), FAWN_ENOENT);
+    assert_int_equal(fake_total_ops(x->fp), ops);
+    /* A kill whose outcome is unknown fences the scope, not the sandbox. */
+    fake_fail_calls(x->fp, "POST", kill_path, 1, FAWN_EIO);
+    assert_int_equal(sbx_kill_scope(x->m, "alice", "t1", "r1:lead", 1000), FAWN_EIO);
+    assert_true(fence_in_store(x, "r1:lead", id, l->box.generation));
+    assert_false(fence_in_store(x, "", id, l->box.generation));
+    give_back(x, l);
+}
+
 static void broken_session_creation_fences_the_scope_not_the_sandbox(void **state) {
     fx *x = *state;
     char id[17];
@@ -1860,6 +1899,7 @@ int main(void) {
                                         teardown),
         cmocka_unit_test_setup_teardown(broken_session_creation_fences_the_scope_not_the_sandbox,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(killing_a_scope_acquires_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(concurrent_acquisitions_of_scopes_get_one_session_each,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(session_refused_by_the_box_fences_nothing, setup,
