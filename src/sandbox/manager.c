@@ -19,6 +19,9 @@
 /* Scope sessions one sandbox tracks: a run's lead agent and sub-agents,
  * well within the box's own cap (sandbox.max_sessions). */
 #define SBX_SCOPES_MAX 32
+/* Shell sessions an adopted box may report: its own cap
+ * (sandbox.max_sessions) is at most 256; a longer list is a broken box. */
+#define SBX_ADOPT_SESSIONS_MAX 256
 /* Creates asked of a provider that keeps handing back fenced boxes. */
 #define SBX_CREATE_ATTEMPTS 3
 /* Whole-generation fences use the empty scope. */
@@ -656,8 +659,8 @@ int sbx_acquire(sbx_lease **out, sbx_manager *m, const sbx_request *req) {
 
 /* ---- release, fences, calls ---- */
 
-/* Ends the scope's session in the box (its processes die with it). */
-static void scope_session_end(sbx_manager *m, const sbx_box *box, const char *session) {
+/* Ends one shell session of box: 0 once it is gone (404: gone already). */
+static int session_end(sbx_manager *m, const sbx_box *box, const char *session) {
     char path[sizeof "/v1/shell/sessions/" + SBX_SESSION_ID_MAX];
     snprintf(path, sizeof path, "/v1/shell/sessions/%s", session);
     json_t *reply = NULL;
@@ -665,9 +668,16 @@ static void scope_session_end(sbx_manager *m, const sbx_box *box, const char *se
     int r = m->p->call(m->p->ctx, &reply, &status, box, "DELETE", path, NULL,
                        (int)m->cfg.call_timeout_ms);
     json_decref(reply);
-    if (r < 0 || (status != 200 && status != 404))
+    if (r == 0 && status != 200 && status != 404)
+        r = fawn_err(FAWN_EIO, "the box refused to end session %s (HTTP %d)", session, status);
+    return r;
+}
+
+/* Ends the scope's session in the box (its processes die with it). */
+static void scope_session_end(sbx_manager *m, const sbx_box *box, const char *session) {
+    if (session_end(m, box, session) < 0)
         log_warn("sandbox", "sandbox %s: ending session %s failed: %s", box->sandbox_id, session,
-                 r < 0 ? fawn_errmsg() : "refused by the box");
+                 fawn_errmsg());
 }
 
 /* Drops l's hold on its scope; fills `ended` with the session to end when
@@ -892,9 +902,32 @@ const char *sbx_holder_name(enum sbx_holder k) {
 
 /* ---- start and stop: reconciling with what the provider has ---- */
 
+/* Ends every shell session in box, each with its processes: a box adopted
+ * after a restart has no live scope, so each of its sessions belonged to a
+ * run that died with the previous process. 0 only when all are gone; the
+ * listing is the box's, so it is checked (ids as the box API allows). */
+static int sessions_end_all(sbx_manager *m, const sbx_box *box) {
+    json_t *reply = NULL;
+    int status = 0;
+    int r = m->p->call(m->p->ctx, &reply, &status, box, "GET", "/v1/shell/sessions", NULL,
+                       (int)m->cfg.call_timeout_ms);
+    json_t *list = json_object_get(reply, "sessions");
+    if (r == 0 && (status != 200 || !json_is_array(list) ||
+                   json_array_size(list) > SBX_ADOPT_SESSIONS_MAX))
+        r = fawn_err(FAWN_EPROTO, "the box did not list its shell sessions");
+    for (size_t i = 0; r == 0 && i < json_array_size(list); i++) {
+        const char *id = json_string_value(json_object_get(json_array_get(list, i), "id"));
+        r = id && fawn_id_valid(id) ? session_end(m, box, id)
+                                    : fawn_err(FAWN_EPROTO, "the box listed a malformed session");
+    }
+    json_decref(reply);
+    return r;
+}
+
 /* A box the provider lists: adopted into the warm pool when the store
- * records it at that generation for a (user, thread), it is not fenced and
- * it answers; destroyed otherwise (a stray, or untrusted). */
+ * records it at that generation for a (user, thread), it is not fenced, it
+ * answers and its shell sessions (all a dead run's) could be ended;
+ * destroyed otherwise (a stray, or untrusted). */
 static int reconcile_box(void *ctx, const char *sandbox_id, const char *generation) {
     sbx_manager *m = ctx;
     store_sandbox rec;
@@ -910,6 +943,11 @@ static int reconcile_box(void *ctx, const char *sandbox_id, const char *generati
         adopt = health == 0;
         if (health < 0 && health != FAWN_ENOENT) /* unknown: never trusted, even if it answers later */
             fence_add(m, SBX_WHOLE, sandbox_id, generation, "health unknown at start");
+    }
+    if (adopt && sessions_end_all(m, &box) < 0) {
+        log_warn("sandbox", "sandbox %s: the sessions of a previous run could not be ended (%s); "
+                 "not adopted", sandbox_id, fawn_errmsg());
+        adopt = false;
     }
     sbx_entry *e = adopt ? entry_get(m, sandbox_id, rec.user, rec.thread) : NULL;
     if (e) {

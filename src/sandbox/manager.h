@@ -150,8 +150,11 @@ typedef struct sbx_manager sbx_manager;
 /* Creates the manager over provider (borrowed, like st and policy; all must
  * outlive it), then reconciles what the provider already has: a box the
  * store records for a (user, thread) at that generation, not fenced and
- * healthy, is adopted into the warm pool; any other box is destroyed; fences
- * of generations the provider confirms absent retire. Failures to destroy
+ * healthy, is adopted into the warm pool once every shell session in it is
+ * ended (no scope is live yet: they are the sessions of runs that died with
+ * the previous process, and their processes end with them); any other box,
+ * or one whose sessions could not be ended, is destroyed; fences of
+ * generations the provider confirms absent retire. Failures to destroy
  * are logged and left for the next start (the fences stay). Starts the
  * reaper that tears down idle sandboxes. */
 int sbx_manager_new(sbx_manager **out, const sbx_manager_config *cfg, sbx_provider *provider,

@@ -1763,6 +1763,54 @@ static void restart_adopts_recorded_boxes_and_cleans_the_rest(void **state) {
     assert_int_equal(fake_get_counts(x->fp).creates, creates);
 }
 
+/* A shell session left in sandbox_id's box (generation) by someone the
+ * manager no longer knows: a run that died with the previous process. */
+static void leave_session(fx *x, const char *sandbox_id, const char *generation, const char *id) {
+    sbx_provider *p = fake_provider_iface(x->fp);
+    sbx_box box = {0};
+    snprintf(box.sandbox_id, sizeof box.sandbox_id, "%s", sandbox_id);
+    snprintf(box.generation, sizeof box.generation, "%s", generation);
+    json_t *body = json_pack("{s:s}", "id", id), *reply = NULL;
+    int status = 0;
+    assert_int_equal(p->call(p->ctx, &reply, &status, &box, "POST", "/v1/shell/sessions", body,
+                             1000),
+                     0);
+    assert_int_equal(status, 200);
+    json_decref(body);
+    json_decref(reply);
+}
+
+/* After a restart no scope is live, so every shell session in an adopted
+ * box is a dead run's: adoption ends them all (their processes with them).
+ * A box whose sessions cannot all be ended is destroyed, not adopted. */
+static void adoption_ends_the_sessions_of_dead_runs(void **state) {
+    fx *x = *state;
+    char g1[SBX_GENERATION_LEN + 1], g2[SBX_GENERATION_LEN + 1], s1[17], s2[17];
+    sid(s1, "t1");
+    sid(s2, "t2");
+    park(x, g1, "t1");
+    park(x, g2, "t2");
+    manager_stop(x);
+    leave_session(x, s1, g1, "scope-dead1");
+    leave_session(x, s1, g1, "another-client");
+    leave_session(x, s2, g2, "scope-dead2");
+    fake_fail_calls(x->fp, "DELETE", "/v1/shell/sessions/scope-dead2", 1, FAWN_EIO);
+
+    manager_start(x);
+    assert_int_equal(fake_session_count(x->fp, s1), 0);
+    sbx_info i;
+    assert_true(info_of(x, &i, "alice", "t1"));
+    assert_string_equal(i.generation, g1);
+    assert_int_equal(i.state, SBX_STATE_IDLE);
+    assert_false(fake_generation_present(x->fp, g2));
+    assert_false(listed(x, "t2"));
+    /* The adopted box serves the thread's next run, with a session of its own. */
+    sbx_lease *l = take(x, "t1", "r9:lead");
+    assert_string_equal(l->box.generation, g1);
+    assert_int_equal(fake_session_count(x->fp, s1), 1);
+    assert_true(fake_session_exists(x->fp, s1, l->session));
+}
+
 static void restart_fences_a_box_of_unknown_health_it_cannot_destroy(void **state) {
     fx *x = *state;
     char g6[SBX_GENERATION_LEN + 1], s6[17];
@@ -1909,6 +1957,7 @@ int main(void) {
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(restart_adopts_recorded_boxes_and_cleans_the_rest, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(adoption_ends_the_sessions_of_dead_runs, setup, teardown),
         cmocka_unit_test_setup_teardown(
             restart_fences_a_box_of_unknown_health_it_cannot_destroy, setup, teardown),
         cmocka_unit_test_setup_teardown(restart_keeps_fences_it_cannot_retire, setup, teardown),
