@@ -80,6 +80,8 @@ struct sbx_manager {
     pthread_cond_t changed; /* an entry was released from busy, or the reaper must stop */
     sbx_entry *entries;
     pthread_t reaper;
+    pthread_t keepalive;
+    bool keepalive_started;
     bool stopping;
 };
 
@@ -396,6 +398,58 @@ static void *reaper_main(void *arg) {
         pthread_cond_timedwait(&m->changed, &m->mu, &until);
         if (!m->stopping && m->cfg.idle_timeout_s)
             idle_reap(m);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+/* ---- keepalive: the boxes the manager holds hear from it ---- */
+
+/* Copies of the boxes of every entry (malloc'd, caller frees); called with
+ * m->mu held. */
+static sbx_box *boxes_copy(sbx_manager *m, size_t *n) {
+    *n = running_count(m);
+    sbx_box *boxes = calloc(*n ? *n : 1, sizeof *boxes);
+    size_t i = 0;
+    for (sbx_entry *e = m->entries; boxes && e; e = e->next)
+        if (has_box(e))
+            boxes[i++] = e->box;
+    return boxes;
+}
+
+/* One request to each box the manager holds (m->mu held, released during
+ * the requests). Only the request matters, not its answer: a box that does
+ * not answer is the acquisitions' business (health on reuse). */
+static void keepalive_round(sbx_manager *m) {
+    size_t n = 0;
+    sbx_box *boxes = boxes_copy(m, &n);
+    pthread_mutex_unlock(&m->mu);
+    for (size_t i = 0; boxes && i < n; i++) {
+        json_t *reply = NULL;
+        int status = 0;
+        m->p->call(m->p->ctx, &reply, &status, &boxes[i], "GET", "/v1/sandbox", NULL,
+                   (int)m->cfg.call_timeout_ms);
+        json_decref(reply);
+    }
+    free(boxes);
+    pthread_mutex_lock(&m->mu);
+}
+
+static void *keepalive_main(void *arg) {
+    sbx_manager *m = arg;
+    int64_t period = (int64_t)m->cfg.idle_timeout_s * 1000 / SBX_KEEPALIVES_PER_TIMEOUT;
+    int64_t due = fawn_now_ms() + period;
+    pthread_mutex_lock(&m->mu);
+    while (!m->stopping) {
+        int64_t left = due - fawn_now_ms();
+        if (left <= 0) {
+            keepalive_round(m);
+            due = fawn_now_ms() + period;
+            continue;
+        }
+        struct timespec until;
+        deadline_in(&until, left);
+        pthread_cond_timedwait(&m->changed, &m->mu, &until);
     }
     pthread_mutex_unlock(&m->mu);
     return NULL;
@@ -1033,6 +1087,12 @@ int sbx_manager_new(sbx_manager **out, const sbx_manager_config *cfg, sbx_provid
         manager_destroy(m);
         return r;
     }
+    err = cfg->idle_timeout_s ? pthread_create(&m->keepalive, NULL, keepalive_main, m) : 0;
+    m->keepalive_started = cfg->idle_timeout_s && !err;
+    if (err) {
+        sbx_manager_free(m);
+        return fawn_err_sys(FAWN_EIO, err, "start the sandbox keepalive");
+    }
     *out = m;
     return 0;
 }
@@ -1045,5 +1105,7 @@ void sbx_manager_free(sbx_manager *m) {
     pthread_cond_broadcast(&m->changed);
     pthread_mutex_unlock(&m->mu);
     pthread_join(m->reaper, NULL);
+    if (m->keepalive_started)
+        pthread_join(m->keepalive, NULL);
     manager_destroy(m);
 }

@@ -20,6 +20,11 @@
  * - Generations: each started box has a generation id; every record (lease,
  *   session, fence) names the generation it is about, and an answer about
  *   another generation never acts on the current one.
+ * - Keepalive: every box the manager holds hears from it (GET /v1/sandbox)
+ *   SBX_KEEPALIVES_PER_TIMEOUT times per idle_timeout_s. Providers start
+ *   boxes that exit once nothing has talked to them for idle_timeout_s, so
+ *   a box whose manager is gone (stopped, crashed, its home deleted) ends
+ *   instead of running on; a successor that starts in time adopts it.
  * - Health on reuse: a definite "dead" drops the sandbox and starts another;
  *   an unknown answer never counts as healthy (the generation is fenced).
  * - Quarantine: an uncertain outcome fences the generation in a persistent
@@ -55,6 +60,9 @@
 #define SBX_SCOPE_MAX 129
 /* Box API shell session ids the manager creates: "scope-" + 32 hex. */
 #define SBX_SESSION_ID_MAX 64
+/* Keepalive requests each box the manager holds gets per idle timeout: a
+ * late round or two never lets a box the manager wants exit. */
+#define SBX_KEEPALIVES_PER_TIMEOUT 4
 
 /* ---- providers ---- */
 
@@ -140,7 +148,8 @@ void sbx_provider_close(sbx_provider *p);
 /* ---- the manager ---- */
 
 typedef struct sbx_manager_config {
-    uint32_t idle_timeout_s; /* a parked sandbox is torn down after this (600); 0 = never */
+    uint32_t idle_timeout_s; /* a parked sandbox is torn down after this (600), and boxes hear
+                                from the manager 4 times as often; 0 = never, no keepalive */
     uint32_t replicas;       /* running sandboxes kept at most by evicting idle ones; 0 = no cap */
     uint32_t call_timeout_ms; /* health checks and session requests (5000) */
 } sbx_manager_config;
@@ -159,9 +168,10 @@ typedef struct sbx_manager sbx_manager;
  * reaper that tears down idle sandboxes. */
 int sbx_manager_new(sbx_manager **out, const sbx_manager_config *cfg, sbx_provider *provider,
                     store *st, const authz_policy *policy);
-/* Stops the reaper and frees the manager. Every lease must have been
- * released. Parked sandboxes are left running for the next start to
- * rediscover (their store records stay). */
+/* Stops the reaper and the keepalive and frees the manager. Every lease
+ * must have been released. Parked sandboxes are left running for the next
+ * start to rediscover (their store records stay); with no manager talking
+ * to them, they exit after idle_timeout_s. */
 void sbx_manager_free(sbx_manager *m);
 
 /* What holds a sandbox. */

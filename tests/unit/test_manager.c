@@ -969,6 +969,25 @@ static void failing_idle_teardown_backs_off(void **state) {
         fail_msg("the parked box was not torn down once destroys worked again");
 }
 
+/* A box exits once nothing has talked to it for the idle timeout, so the
+ * manager talks to every box it holds a few times per timeout; with no
+ * idle timeout, boxes never exit on their own and hear nothing. */
+static void keepalive_reaches_every_box_the_manager_holds(void **state) {
+    fx *x = *state;
+    reconfigure(x, 2, 0);
+    sbx_lease *l = take(x, "t1", NULL);
+    int before = fake_call_count(x->fp, "GET", "/v1/sandbox");
+    if (!WAIT_FOR(fake_call_count(x->fp, "GET", "/v1/sandbox") >= before + 3, 30000))
+        fail_msg("a held box heard %d keepalives in 30 s of a 2 s idle timeout",
+                 fake_call_count(x->fp, "GET", "/v1/sandbox") - before);
+    give_back(x, l);
+    reconfigure(x, 0, 0);
+    l = take(x, "t1", NULL);
+    before = fake_call_count(x->fp, "GET", "/v1/sandbox");
+    sleep_ms(1500);
+    assert_int_equal(fake_call_count(x->fp, "GET", "/v1/sandbox"), before);
+}
+
 static void replicas_cap_evicts_the_oldest_idle_never_an_active_one(void **state) {
     fx *x = *state;
     reconfigure(x, 600, 2);
@@ -1919,6 +1938,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(idle_timeout_longer_than_the_uptime_reaps_nothing, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(failing_idle_teardown_backs_off, setup, teardown),
+        cmocka_unit_test_setup_teardown(keepalive_reaches_every_box_the_manager_holds, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(replicas_cap_evicts_the_oldest_idle_never_an_active_one,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(held_sandboxes_survive_reaper_and_cap_churn, setup,
