@@ -28,6 +28,8 @@ static const char *const user_data_dirs[] = {"/mnt/user-data/workspace",
                                              "/mnt/user-data/uploads",
                                              "/mnt/user-data/outputs"};
 #define USER_DATA_DIRS 3
+/* Connections served at once (503 beyond): a manager needs a few per box. */
+#define BOX_CONNECTIONS_MAX 64
 
 typedef struct box_state {
     const box_settings *settings;
@@ -35,7 +37,8 @@ typedef struct box_state {
     box_files files;
     char generation[33];
     int64_t started_ms;
-    atomic_int in_flight;
+    pthread_mutex_t requests_mu;
+    const http_conn *requests[BOX_CONNECTIONS_MAX]; /* requests in progress (NULL: free) */
     atomic_llong last_activity_ms;
     int idle_stop[2]; /* box_serve writes to [1] when it returns; the idle watch ends */
     int user_data[USER_DATA_DIRS]; /* O_PATH handles on user_data_dirs (-1: not watched) */
@@ -222,12 +225,46 @@ static void route(http_conn *c, const http_request *req, box_state *b) {
         http_respond_error(c, 404, "not_found", "no route for %s %.200s", req->method, req->path);
 }
 
+/* Records a request in progress on c; its slot, for request_end. */
+static int request_begin(box_state *b, const http_conn *c) {
+    int slot = -1;
+    pthread_mutex_lock(&b->requests_mu);
+    for (int i = 0; i < BOX_CONNECTIONS_MAX && slot < 0; i++)
+        if (!b->requests[i])
+            b->requests[slot = i] = c;
+    pthread_mutex_unlock(&b->requests_mu);
+    return slot;
+}
+
+static void request_end(box_state *b, int slot) {
+    if (slot < 0)
+        return;
+    pthread_mutex_lock(&b->requests_mu);
+    b->requests[slot] = NULL;
+    pthread_mutex_unlock(&b->requests_mu);
+}
+
+/* Whether a request is in progress for a client still waiting for it (one
+ * whose client left talks to nobody). */
+static bool requests_attended(box_state *b) {
+    bool attended = false;
+    pthread_mutex_lock(&b->requests_mu);
+    for (int i = 0; i < BOX_CONNECTIONS_MAX && !attended; i++)
+        attended = b->requests[i] && http_client_waiting(b->requests[i]);
+    pthread_mutex_unlock(&b->requests_mu);
+    return attended;
+}
+
+/* Only requests that passed authentication get here: each one is a client
+ * talking to the box, as long as it waits for the answer. */
 static void handle(http_conn *c, const http_request *req, void *ud) {
     box_state *b = ud;
-    atomic_fetch_add(&b->in_flight, 1);
-    route(c, req, b);
     atomic_store(&b->last_activity_ms, fawn_now_ms());
-    atomic_fetch_sub(&b->in_flight, 1);
+    int slot = request_begin(b, c);
+    route(c, req, b);
+    if (http_client_waiting(c))
+        atomic_store(&b->last_activity_ms, fawn_now_ms());
+    request_end(b, slot);
 }
 
 /* Whether the host deleted one of the thread's directories: a directory
@@ -246,7 +283,8 @@ static bool user_data_deleted(const box_state *b) {
  * when its user-data is deleted, and once no request has come for
  * idle_exit_s (when set), whatever its sessions hold: the manager that
  * wants a box talks to it more often than that, so a box nobody talks to
- * has no manager. A request in progress counts as talking. */
+ * has no manager. A request in progress counts as talking while its client
+ * waits for the answer. */
 static void *idle_watch(void *arg) {
     box_state *b = arg;
     int64_t limit_ms = (int64_t)b->settings->idle_exit_s * 1000;
@@ -260,7 +298,7 @@ static void *idle_watch(void *arg) {
         if (poll(&p, 1, 1000) != 0)
             return NULL;
         box_exec_reap(b->exec);
-        bool busy = atomic_load(&b->in_flight) > 0;
+        bool busy = requests_attended(b);
         int64_t last = atomic_load(&b->last_activity_ms);
         if (busy)
             atomic_store(&b->last_activity_ms, last = fawn_now_ms());
@@ -351,7 +389,7 @@ int box_serve(const box_serve_opts *o) {
     sigaction(SIGINT, &stop, NULL);
 
     box_state b = {.settings = o->settings, .started_ms = fawn_wall_ms(), .idle_stop = {-1, -1},
-                   .user_data = {-1, -1, -1}};
+                   .requests_mu = PTHREAD_MUTEX_INITIALIZER, .user_data = {-1, -1, -1}};
     pthread_t watcher;
     fawn_random_hex(b.generation, 16);
     atomic_store(&b.last_activity_ms, fawn_now_ms());
@@ -373,7 +411,7 @@ int box_serve(const box_serve_opts *o) {
     http_server_opts hopts = {
         .listen_fd = o->listen_fd,
         .bearer_token = o->token,
-        .max_connections = 64,
+        .max_connections = BOX_CONNECTIONS_MAX,
         .idle_timeout_ms = 60000,
         .io_timeout_ms = 30000,
         .handler = handle,

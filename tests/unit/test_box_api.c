@@ -692,7 +692,9 @@ static void test_exec_timeout_kills_whole_tree(void **state) {
     fawn_random_hex(marker, 8);
     snprintf(hb_host, sizeof hb_host, "%s/hb", t->ws_host);
     unlink(hb_host);
-    char *cmd = strf("(setsid sh -c 'while :; do date +%%s%%N > " WS "/hb; sleep 0.1; done; "
+    /* Written aside and renamed: the kill never leaves the file truncated. */
+    char *cmd = strf("(setsid sh -c 'while :; do date +%%s%%N > " WS "/hb.new; mv " WS "/hb.new "
+                     WS "/hb; sleep 0.1; done; "
                      ": %s' &) ; sleep 30",
                      marker);
     json_t *r = exec_body(t, json_pack("{s:s, s:i}", "command", cmd, "timeout_s", 1));
