@@ -27,7 +27,7 @@
 static const char *const user_data_dirs[] = {"/mnt/user-data/workspace",
                                              "/mnt/user-data/uploads",
                                              "/mnt/user-data/outputs"};
-#define USER_DATA_DIRS 3
+#define USER_DATA_DIRS ARRAY_LEN(user_data_dirs)
 /* Connections served at once (503 beyond): a manager needs a few per box. */
 #define BOX_CONNECTIONS_MAX 64
 
