@@ -1463,14 +1463,14 @@ static char *session_job(api_ctx *t, const char *id, int n) {
 static void test_box_exits_when_nobody_talks_to_it(void **state) {
     api_ctx *t = *state;
     kept_box keep;
-    lone_box_begin(t, &keep, "idle-thread", 2);
+    lone_box_begin(t, &keep, "idle-thread", 5);
     char *job = session_job(t, "s-idle", 200000 + (int)(getpid() % 100000));
-    char *out = run_stdout(t, NULL, "sleep 4; echo done");
+    char *out = run_stdout(t, NULL, "sleep 7; echo done");
     assert_string_equal(out, "done\n");
     free(out);
     box_conn_close(&t->conn);
     if (!box_exited(t->box.pid, 30000))
-        fail_msg("a box with a session but no client did not exit past its 2 s idle time");
+        fail_msg("a box with a session but no client did not exit past its 5 s idle time");
     if (!host_procs_gone(job, SETTLE_MS))
         fail_msg("%s outlived its box", job);
     free(job);

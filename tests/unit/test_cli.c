@@ -214,7 +214,7 @@ static void box_over_tcp_exits_when_nobody_talks_to_it(void **state) {
     pid_t pid = fork();
     if (pid == 0) {
         execl(getenv("FAWN_BIN"), "fawn", "box", "--listen", listen, "--token-file", token_path,
-              "--user-data", user_data, "--idle-exit", "2", (char *)NULL);
+              "--user-data", user_data, "--idle-exit", "3", (char *)NULL);
         _exit(127);
     }
     char req[512], body[1024];
@@ -236,7 +236,7 @@ static void box_over_tcp_exits_when_nobody_talks_to_it(void **state) {
     if (done != pid) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
-        fail_msg("fawn box --idle-exit 2 still runs 30 s after its last authorized request");
+        fail_msg("fawn box --idle-exit 3 still runs 30 s after its last authorized request");
     }
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
