@@ -32,6 +32,7 @@ bench: build
 	@bash bench/sandbox $(BUILD)
 	@FAWN_BIN=$(BUILD)/fawn bash bench/gateway
 	@FAWN_BIN=$(BUILD)/fawn bash bench/agent
+	@FAWN_BIN=$(BUILD)/fawn bash bench/storage
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ)

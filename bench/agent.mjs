@@ -70,6 +70,8 @@ async function startServer(home, port) {
     // Sandboxes outlive a stopped gateway (the next one adopts them); these
     // exit on their own 30 s after the benchmark (idle_timeout_s).
     `home: ${home}`, 'log_level: warn', 'server:', '  host: 127.0.0.1', `  port: ${port}`,
+    // The readers all come from 127.0.0.1: one address may hold all but one slot.
+    '  max_connections_per_address: 1023',
     'sandbox:', '  idle_timeout_s: 30',
     'models:',
     `  - {name: steps, provider: script, fixture: ${path.join(home, 'steps.json')}}`,

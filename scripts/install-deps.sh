@@ -8,7 +8,10 @@ PACKAGES=(
   libjansson-dev libyaml-dev libseccomp-dev libsodium-dev libpcre2-dev
   libcmocka-dev libsqlite3-dev libmicrohttpd-dev libcurl4-openssl-dev
   bubblewrap python3 curl util-linux iproute2 procps
+  btrfs-progs xfsprogs e2fsprogs
 )
+# btrfs-progs, xfsprogs and e2fsprogs make the filesystems the disk quota
+# tests mount (tests/quota_fs.h).
 # The end-to-end tests run on Node.js (20 or later preferred) with npm;
 # an already installed Node (e.g. from NodeSource, which bundles npm) is kept.
 command -v node >/dev/null && command -v npm >/dev/null || PACKAGES+=(nodejs npm)

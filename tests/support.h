@@ -20,6 +20,11 @@
 
 static inline const char *or_empty(const char *s) { return s ? s : ""; }
 
+/* Fills an out-parameter with bytes no function would write, as an
+ * uninitialized stack variable may hold: a call that fails must still set
+ * it, or the caller's clear/free/close afterwards acts on garbage. */
+#define POISON(v) memset(&(v), 0xA5, sizeof(v))
+
 /* Fails, showing the haystack, unless needle occurs in hay (NULL = ""). */
 #define check_contains(what, hay, needle)                                                          \
     do {                                                                                           \

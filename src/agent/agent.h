@@ -6,7 +6,11 @@
  * sanitization, dangling tool calls, model error handling, empty-final
  * retry, finish reasons, loop detection, tool authorization, read before
  * write, clarification, tool output budget, tool error handling, title and
- * the delivery check. */
+ * the delivery check.
+ *
+ * Every out-parameter is set on every path, failures included (NULL, "",
+ * an empty outcome before anything can fail); agent_state_save's
+ * checkpoint_id alone keeps its value (the parent's id) when it fails. */
 #ifndef FAWN_AGENT_H
 #define FAWN_AGENT_H
 
@@ -28,7 +32,10 @@
 
 /* Receives the run's events: event is "values", "messages", "updates" or
  * "custom"; data is the event's data as compact JSON text, malloc'd: the
- * callee takes it. Called on the run's thread. */
+ * callee takes it. A values event's data is the state's reference
+ * (store.h), not the state: whoever sends it reads the state through it
+ * (store_state_read), so a step costs the event log a few bytes, not the
+ * whole conversation. Called on the run's thread. */
 typedef void (*agent_emit_fn)(void *ctx, const char *event, char *data);
 
 typedef struct agent_params {
@@ -43,6 +50,7 @@ typedef struct agent_params {
     const char *run_id;
     const char *model_name; /* requested model, or NULL for the first */
     int recursion_limit;    /* 1..AGENT_RECURSION_MAX */
+    uint32_t command_timeout_s; /* a bash command's timeout (> 0) */
     const json_t *input;    /* messages to add first (array), or NULL */
     const sbx_cancel *cancel; /* set to stop the run (it ends as interrupted) */
     agent_emit_fn emit;
@@ -76,20 +84,22 @@ void agent_message_id(char out[40]);
 
 /* ---- thread state (state.c) ---- */
 
-/* The thread's newest state: *values is a new object whose messages and
- * artifacts are lists (the empty state when the thread has no checkpoint
- * yet, then checkpoint_id is ""); checkpoint_id gets its checkpoint's id.
- * FAWN_EIO when the stored state is not an object; store errors. */
+/* The thread's newest state, whole: *values is a new object whose
+ * messages and artifacts are lists (the empty state when the thread has no
+ * checkpoint yet, then checkpoint_id is ""); checkpoint_id gets its
+ * checkpoint's id. FAWN_EIO when the stored state is not an object;
+ * store errors. */
 int agent_state_load(json_t **values, char checkpoint_id[STORE_RUN_ID_MAX + 1], store *st,
                      int64_t owner_id, const char *thread_id);
-/* Writes values (JSON object text) as the thread's next checkpoint, after
- * parent_id ("" or NULL for none), by run_id (or NULL), with metadata (JSON
- * object text); checkpoint_id gets the new id (it may be parent_id's own
- * buffer). NULL values or metadata are taken for allocations that failed
+/* Writes values as the thread's next checkpoint, after parent_id ("" or
+ * NULL for none), by run_id (or NULL), with metadata (JSON object text);
+ * checkpoint_id gets the new id (it may be parent_id's own buffer) and
+ * *state (may be NULL) its state reference (malloc'd: what a values event
+ * holds, store.h); on failure checkpoint_id is left as it was. NULL metadata is taken for an allocation that failed
  * (FAWN_ENOMEM). */
-int agent_state_save(char checkpoint_id[STORE_RUN_ID_MAX + 1], store *st, int64_t owner_id,
-                     const char *thread_id, const char *parent_id, const char *run_id,
-                     const char *values, const char *metadata);
+int agent_state_save(char checkpoint_id[STORE_RUN_ID_MAX + 1], char **state, store *st,
+                     int64_t owner_id, const char *thread_id, const char *parent_id,
+                     const char *run_id, const json_t *values, const char *metadata);
 /* The sandbox scope of a run's lead agent (its own shell session). */
 void agent_scope(char out[SBX_SCOPE_MAX + 1], const char *run_id);
 

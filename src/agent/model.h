@@ -4,7 +4,12 @@
  *  - sse_parser: an incremental Server-Sent Events parser (any chunking).
  *  - model_attempt: one streamed HTTP attempt through libcurl, classified.
  *  - model_complete: attempts with per-class budgets, Retry-After, jitter,
- *    a circuit breaker and llm_retry notifications. */
+ *    a circuit breaker and llm_retry notifications.
+ *
+ * Every out-parameter is set on every path, failures included: a function
+ * zeroes its out-parameters (an empty reply that model_reply_clear accepts,
+ * NULL, "") before anything can fail, and never reads or frees what they
+ * held before (clear a reply before reusing its variable). */
 #ifndef FAWN_MODEL_H
 #define FAWN_MODEL_H
 

@@ -130,11 +130,13 @@ static int fixture_new(model_fixture **out, json_t *doc, const char *path,
 }
 
 int model_fixture_demo(model_fixture **out) {
+    *out = NULL;
     json_t *doc = demo_doc();
     return doc ? fixture_new(out, doc, NULL, MODEL_SCRIPT) : fawn_err(FAWN_ENOMEM, "out of memory");
 }
 
 int model_fixture_load(model_fixture **out, const char *path, enum model_provider provider) {
+    *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0 && provider == MODEL_RECORD && errno == ENOENT)
         return fixture_new(out, json_pack("{s:[]}", "turns"), path, provider);
@@ -255,6 +257,7 @@ static json_t *hashed_message(const json_t *m) {
 }
 
 int model_conversation_hash(char out[65], const json_t *conversation) {
+    out[0] = '\0';
     json_t *list = json_array();
     size_t i;
     json_t *m;
@@ -306,6 +309,7 @@ static int reply_from(model_reply *out, const json_t *reply) {
 
 int model_fixture_answer(model_reply *out, model_fixture *f, const char *model_name,
                          const model_request *req) {
+    *out = (model_reply){.prompt_tokens = -1, .completion_tokens = -1};
     if (f->provider == MODEL_SCRIPT) {
         const json_t *replies = json_object_get(f->doc, "replies");
         if (req->call_index >= json_array_size(replies))

@@ -577,7 +577,7 @@ static int attempt_run(model_reply *out, enum model_failure *why, attempt *a, co
 int model_attempt(model_reply *out, enum model_failure *why, int64_t *retry_after_ms,
                   const model_config *cfg, const json_t *messages, const json_t *tools,
                   model_delta_fn on_delta, void *ctx, const atomic_bool *cancel) {
-    model_reply_clear(out);
+    *out = (model_reply){.prompt_tokens = -1, .completion_tokens = -1};
     *why = MODEL_FAIL_FATAL;
     *retry_after_ms = -1;
     int r = check_config(cfg, messages);

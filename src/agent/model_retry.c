@@ -248,7 +248,7 @@ int model_complete(model_reply *out, enum model_failure *why, const model_config
     enum model_failure local;
     if (!why)
         why = &local;
-    model_reply_clear(out);
+    *out = (model_reply){.prompt_tokens = -1, .completion_tokens = -1};
     model_hooks h = hooks_with_defaults(hooks);
     int64_t wait_ms;
     if (breaker && model_breaker_admit(breaker, &wait_ms, h.now_ms(h.clock_ctx)) < 0) {

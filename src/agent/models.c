@@ -180,6 +180,7 @@ static void entry_free(model_entry *e) {
 }
 
 int model_registry_load(model_registry **out, const json_t *list) {
+    *out = NULL;
     if (list && (!json_is_array(list) || json_array_size(list) > MODEL_REGISTRY_MAX))
         return fawn_err(FAWN_ECONFIG, "models: must be a list of at most %d models",
                         MODEL_REGISTRY_MAX);
@@ -251,6 +252,7 @@ int model_entry_complete(model_reply *out, enum model_failure *why, const model_
                          const atomic_bool *cancel) {
     enum model_failure local;
     why = why ? why : &local;
+    *out = (model_reply){.prompt_tokens = -1, .completion_tokens = -1};
     *why = MODEL_OK;
     if (e->provider == MODEL_SCRIPT || e->provider == MODEL_REPLAY) {
         int r = model_fixture_answer(out, e->fixture, e->name, req);

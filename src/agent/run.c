@@ -188,31 +188,25 @@ static int load_state(agent_loop *run) {
 }
 
 /* Writes the state as a new checkpoint (source: input, model, loop or
- * final). With values_out, the state's JSON text is handed there too (the
- * caller frees it): the values event carries the same text. */
-static int checkpoint(agent_loop *run, const char *source, int step, char **values_out) {
-    char *values = json_dumps(run->values, JSON_COMPACT);
+ * final). With state_out, its state reference is handed there (the caller
+ * frees it): the values event carries it. */
+static int checkpoint(agent_loop *run, const char *source, int step, char **state_out) {
     json_t *meta = json_pack("{s:s, s:i, s:s}", "source", source, "step", step, "run_id",
                              run->p->run_id);
     char *metadata = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
     json_decref(meta);
-    int r = agent_state_save(run->checkpoint_id, run->p->st, run->p->owner_id,
-                             run->p->thread_id, run->checkpoint_id, run->p->run_id, values,
+    int r = agent_state_save(run->checkpoint_id, state_out, run->p->st, run->p->owner_id,
+                             run->p->thread_id, run->checkpoint_id, run->p->run_id, run->values,
                              metadata);
-    if (r == 0 && values_out) {
-        *values_out = values;
-        values = NULL;
-    }
-    free(values);
     free(metadata);
     return r;
 }
 
-/* A checkpoint, then the values event with the same state. */
+/* A checkpoint, then the values event with its state's reference. */
 static int checkpoint_and_emit(agent_loop *run, const char *source, int step) {
-    char *values = NULL;
-    int r = checkpoint(run, source, step, &values);
-    emit_text(run, "values", values);
+    char *state = NULL;
+    int r = checkpoint(run, source, step, &state);
+    emit_text(run, "values", state);
     return r;
 }
 
@@ -319,6 +313,7 @@ static void run_setup(agent_loop *run, const agent_params *p) {
                 .kind = SBX_HOLD_EXECUTION, .scope = run->scope, .decision = &run->decision,
                 .cancel = p->cancel},
         .cancel = p->cancel ? &p->cancel->cancelled : NULL,
+        .command_timeout_s = p->command_timeout_s,
         .on_acquire = delivery_snapshot_on_acquire,
         .on_acquire_ctx = run,
     };

@@ -31,6 +31,7 @@ struct run_log {
 };
 
 int run_log_new(run_log **out, store *st, const char *run_id) {
+    *out = NULL;
     run_log *l = calloc(1, sizeof *l);
     if (!l)
         return fawn_err(FAWN_ENOMEM, "out of memory");
@@ -179,7 +180,9 @@ int run_log_fetch(store_event **out, size_t *n, bool *done, int64_t *first, run_
     *n = 0;
     pthread_mutex_lock(&l->lock);
     *first = first_retained(l);
-    int64_t from = after + 1 < *first ? *first : after + 1;
+    if (after > l->last_seq) /* a reader past the end gets nothing, and no overflow */
+        after = l->last_seq;
+    int64_t from = after < *first ? *first : after + 1;
     size_t count = l->last_seq >= from ? (size_t)(l->last_seq - from + 1) : 0;
     max = max > RUN_FETCH_MAX ? RUN_FETCH_MAX : max;
     count = count > max ? max : count;

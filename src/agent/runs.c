@@ -1,7 +1,10 @@
-/* The run executor (runs.h): a queue, a pool of workers, the live runs. */
+/* The run executor (runs.h): a queue (its policy is run_queue.c's), a pool
+ * of workers, the live runs. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/run_queue.h"
 #include "agent/runs_internal.h"
 #include "base/json.h"
 
@@ -11,7 +14,8 @@
 #define RUNS_KILL_TIMEOUT_MS 5000
 
 typedef struct run_entry {
-    struct run_entry *next_queued, *next_live;
+    struct run_entry *next_live;
+    runq_item item; /* its place in the queue (under the manager's lock) */
     char run_id[37];
     int64_t owner_id;
     char thread_id[65];
@@ -22,9 +26,12 @@ typedef struct run_entry {
     int recursion_limit;
     json_t *input;
     sbx_cancel cancel;
-    bool running; /* a worker has it (under the manager's lock) */
     run_log *log; /* the entry's reference */
 } run_entry;
+
+static run_entry *entry_of(runq_item *it) {
+    return (run_entry *)((char *)it - offsetof(run_entry, item));
+}
 
 struct run_manager {
     store *st;
@@ -35,12 +42,12 @@ struct run_manager {
     pthread_cond_t work;  /* a run was queued, or stopping */
     pthread_cond_t ended; /* a run ended */
     pthread_cond_t tick;  /* wakes the heartbeat thread early (stopping) */
-    run_entry *queue_head, *queue_tail;
-    size_t queued;
+    runs_limits limits;
+    runq *queue;
     run_entry *live; /* queued and running runs */
     bool stopping;
-    pthread_t workers[RUNS_WORKERS];
-    size_t n_workers;
+    pthread_t *workers; /* limits.workers */
+    size_t n_workers;   /* started */
     pthread_t heartbeat;
     bool heartbeat_started;
 };
@@ -87,7 +94,7 @@ static void run_execute(run_manager *m, run_entry *e) {
         .owner_id = e->owner_id, .user_dir = e->user_dir, .role = e->role,
         .thread_id = e->thread_id, .run_id = e->run_id,
         .model_name = e->has_model ? e->model : NULL, .recursion_limit = e->recursion_limit,
-        .input = e->input, .cancel = &e->cancel, .emit = emit_to_log, .emit_ctx = e,
+        .command_timeout_s = m->limits.command_timeout_s, .input = e->input, .cancel = &e->cancel, .emit = emit_to_log, .emit_ctx = e,
     };
     agent_outcome out;
     int r = atomic_load(&e->cancel.cancelled) ? FAWN_ECANCELED : agent_run(&out, &p);
@@ -116,25 +123,24 @@ static void run_execute(run_manager *m, run_entry *e) {
     agent_outcome_clear(&out);
 }
 
+/* Takes the run the queue's policy names, until the manager stops (runs
+ * still waiting then are runs_stop's). */
 static void *worker_main(void *arg) {
     run_manager *m = arg;
     pthread_mutex_lock(&m->lock);
     for (;;) {
-        while (!m->queue_head && !m->stopping)
+        runq_item *it = NULL;
+        while (!m->stopping && !(it = runq_take(m->queue)))
             pthread_cond_wait(&m->work, &m->lock);
-        run_entry *e = m->queue_head;
-        if (!e)
+        if (!it)
             break;
-        m->queue_head = e->next_queued;
-        if (!m->queue_head)
-            m->queue_tail = NULL;
-        m->queued--;
-        e->running = true;
+        run_entry *e = entry_of(it);
         pthread_mutex_unlock(&m->lock);
         run_execute(m, e);
         /* The thread is free before the stream ends: a client that has seen
          * `end` may start the next run at once. */
         pthread_mutex_lock(&m->lock);
+        runq_remove(m->queue, it);
         live_remove_locked(m, e);
         pthread_cond_broadcast(&m->ended);
         pthread_mutex_unlock(&m->lock);
@@ -152,14 +158,17 @@ static void kill_commands(run_manager *m, const run_entry *e);
  * cancel that came just before its command started would otherwise miss
  * it. The entries are copied, so the kills happen unlocked. */
 static void kill_cancelled_locked(run_manager *m) {
-    run_entry copies[RUNS_WORKERS];
+    run_entry *copies = calloc(m->limits.workers, sizeof *copies);
+    if (!copies)
+        return; /* the next round tries again */
     size_t n = 0;
-    for (run_entry *e = m->live; e && n < RUNS_WORKERS; e = e->next_live)
-        if (e->running && atomic_load(&e->cancel.cancelled))
+    for (run_entry *e = m->live; e && n < m->limits.workers; e = e->next_live)
+        if (e->item.state == RUNQ_RUNNING && atomic_load(&e->cancel.cancelled))
             copies[n++] = *e;
     pthread_mutex_unlock(&m->lock);
     for (size_t i = 0; i < n; i++)
         kill_commands(m, &copies[i]);
+    free(copies);
     pthread_mutex_lock(&m->lock);
 }
 
@@ -182,27 +191,43 @@ static void *heartbeat_main(void *arg) {
     return NULL;
 }
 
+/* The workers and the heartbeat thread. */
+static int threads_start(run_manager *m) {
+    m->workers = calloc(m->limits.workers, sizeof *m->workers);
+    if (!m->workers)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    for (size_t i = 0; i < m->limits.workers; i++, m->n_workers++)
+        if (pthread_create(&m->workers[i], NULL, worker_main, m) != 0)
+            return fawn_err(FAWN_EIO, "cannot start a run worker");
+    if (pthread_create(&m->heartbeat, NULL, heartbeat_main, m) != 0)
+        return fawn_err(FAWN_EIO, "cannot start the heartbeat thread");
+    m->heartbeat_started = true;
+    return 0;
+}
+
 int runs_new(run_manager **out, store *st, sbx_manager *sandboxes, const model_registry *models,
-             const authz_policy *policy) {
+             const authz_policy *policy, const runs_limits *limits) {
+    *out = NULL;
+    if (!limits->workers || !limits->command_timeout_s)
+        return fawn_err(FAWN_EINVAL, "runs need at least one worker and a command timeout");
     run_manager *m = calloc(1, sizeof *m);
     if (!m)
         return fawn_err(FAWN_ENOMEM, "out of memory");
-    *m = (run_manager){.st = st, .sandboxes = sandboxes, .models = models, .policy = policy};
+    *m = (run_manager){.st = st, .sandboxes = sandboxes, .models = models, .policy = policy,
+                       .limits = *limits};
     pthread_mutex_init(&m->lock, NULL);
     pthread_cond_init(&m->work, NULL);
     pthread_cond_init(&m->ended, NULL);
     pthread_cond_init(&m->tick, NULL);
     size_t abandoned = 0;
-    int r = store_run_abandon_unfinished(st, &abandoned, "the gateway stopped during the run");
+    int r = runq_new(&m->queue, limits);
+    if (r == 0)
+        r = store_run_abandon_unfinished(st, &abandoned, "the gateway stopped during the run");
     if (r == 0 && abandoned)
         log_warn("runs", "%zu run(s) left unfinished by the previous gateway marked as error",
                  abandoned);
-    for (size_t i = 0; r == 0 && i < RUNS_WORKERS; i++, m->n_workers++)
-        if (pthread_create(&m->workers[i], NULL, worker_main, m) != 0)
-            r = fawn_err(FAWN_EIO, "cannot start a run worker");
-    if (r == 0 && pthread_create(&m->heartbeat, NULL, heartbeat_main, m) != 0)
-        r = fawn_err(FAWN_EIO, "cannot start the heartbeat thread");
-    m->heartbeat_started = r == 0;
+    if (r == 0)
+        r = threads_start(m);
     if (r < 0) {
         runs_free(m);
         return r;
@@ -223,9 +248,35 @@ static void kill_commands(run_manager *m, const run_entry *e) {
                  fawn_errmsg());
 }
 
-/* Copies what the worker needs out of e so the kill happens unlocked. */
+/* Ends e, a run no worker took, as interrupted with why (lock held; it is
+ * dropped around the store writes): out of the queue, its record and its
+ * thread's status final, then its log ended, then e freed. As a worker's
+ * run, e stays live (its thread claimed) until its records are final. */
+static void entry_end_unstarted_locked(run_manager *m, run_entry *e, const char *why) {
+    runq_remove(m->queue, &e->item);
+    pthread_mutex_unlock(&m->lock);
+    store_run_set_status(m->st, e->run_id, "interrupted", why);
+    store_thread_set_status(m->st, e->owner_id, e->thread_id, "idle");
+    run_log_append(e->log, "end", NULL);
+    run_log_flush(e->log);
+    pthread_mutex_lock(&m->lock);
+    live_remove_locked(m, e);
+    pthread_cond_broadcast(&m->ended);
+    pthread_mutex_unlock(&m->lock);
+    run_log_end(e->log);
+    entry_free(e);
+    pthread_mutex_lock(&m->lock);
+}
+
+/* Stops e (lock held). A run still waiting ends at once, and e is freed;
+ * a running one's worker ends it, its command killed here (with a copy of
+ * what the kill needs, so it happens unlocked). */
 static void cancel_entry(run_manager *m, run_entry *e) {
     atomic_store(&e->cancel.cancelled, true);
+    if (e->item.state == RUNQ_WAITING) {
+        entry_end_unstarted_locked(m, e, "Run cancelled");
+        return;
+    }
     run_entry copy = *e;
     pthread_mutex_unlock(&m->lock);
     kill_commands(m, &copy);
@@ -254,6 +305,13 @@ static int wait_ended_locked(run_manager *m, int64_t owner, const char *thread,
     return 0;
 }
 
+static run_entry *waiting_first_locked(run_manager *m) {
+    run_entry *e = m->live;
+    while (e && e->item.state != RUNQ_WAITING)
+        e = e->next_live;
+    return e;
+}
+
 void runs_stop(run_manager *m) {
     pthread_mutex_lock(&m->lock);
     bool first = !m->stopping;
@@ -271,20 +329,11 @@ void runs_stop(run_manager *m) {
         pthread_join(m->workers[i], NULL);
     if (m->heartbeat_started)
         pthread_join(m->heartbeat, NULL);
-    /* Runs still queued never started: they end as interrupted. */
+    /* Runs still waiting never started: they end as interrupted. A run
+     * runs_start has not made waiting yet is ended there. */
     pthread_mutex_lock(&m->lock);
-    while (m->queue_head) {
-        run_entry *e = m->queue_head;
-        m->queue_head = e->next_queued;
-        live_remove_locked(m, e);
-        run_log_append(e->log, "end", NULL);
-        run_log_end(e->log);
-        store_run_set_status(m->st, e->run_id, "interrupted", "the gateway stopped");
-        store_thread_set_status(m->st, e->owner_id, e->thread_id, "idle");
-        entry_free(e);
-    }
-    m->queue_tail = NULL;
-    m->queued = 0;
+    for (run_entry *e = waiting_first_locked(m); e; e = waiting_first_locked(m))
+        entry_end_unstarted_locked(m, e, "the gateway stopped");
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -296,6 +345,8 @@ void runs_free(run_manager *m) {
     pthread_cond_destroy(&m->ended);
     pthread_cond_destroy(&m->tick);
     pthread_mutex_destroy(&m->lock);
+    runq_free(m->queue);
+    free(m->workers);
     free(m);
 }
 
@@ -324,7 +375,8 @@ static int entry_new(run_entry **out, run_manager *m, const run_request *rq) {
     return 0;
 }
 
-/* Claims the thread for e (lock held): refuses or interrupts the active run. */
+/* Claims the thread for e (lock held): refuses or interrupts the active
+ * run; then admits e to the queue (not yet startable). */
 static int claim_thread_locked(run_manager *m, run_entry *e, bool interrupt) {
     run_entry *active = live_find_locked(m, e->owner_id, e->thread_id, NULL);
     if (active && !interrupt)
@@ -337,16 +389,11 @@ static int claim_thread_locked(run_manager *m, run_entry *e, bool interrupt) {
             return fawn_err(FAWN_EBUSY, "Thread %s: the interrupted run has not ended yet",
                             e->thread_id);
     }
-    size_t mine = 0;
-    for (run_entry *x = m->live; x; x = x->next_live)
-        mine += x->owner_id == e->owner_id;
-    if (mine >= RUNS_PER_USER_MAX)
-        return fawn_err(FAWN_EBUSY, "You have %d runs in progress; wait for one to end",
-                        RUNS_PER_USER_MAX);
-    if (m->queued >= RUNS_QUEUE_MAX)
-        return fawn_err(FAWN_EBUSY, "Too many runs are waiting; try again later");
     if (m->stopping)
         return fawn_err(FAWN_EBUSY, "The gateway is stopping");
+    int r = runq_add(m->queue, &e->item, e->owner_id);
+    if (r < 0)
+        return r;
     e->next_live = m->live;
     m->live = e;
     return 0;
@@ -369,7 +416,20 @@ static int record_run(run_manager *m, run_entry *e, const run_request *rq) {
     return r;
 }
 
+/* Makes e, recorded, startable (lock held); a run cancelled, or whose
+ * manager began stopping, while it was being recorded ends here instead. */
+static void queue_ready_locked(run_manager *m, run_entry *e) {
+    runq_ready(m->queue, &e->item);
+    if (m->stopping)
+        entry_end_unstarted_locked(m, e, "the gateway stopped");
+    else if (atomic_load(&e->cancel.cancelled))
+        entry_end_unstarted_locked(m, e, "Run cancelled");
+    else
+        pthread_cond_signal(&m->work);
+}
+
 int runs_start(char run_id[37], run_manager *m, const run_request *rq) {
+    run_id[0] = '\0';
     run_entry *e = NULL;
     int r = entry_new(&e, m, rq);
     if (r < 0)
@@ -384,17 +444,12 @@ int runs_start(char run_id[37], run_manager *m, const run_request *rq) {
     r = record_run(m, e, rq);
     pthread_mutex_lock(&m->lock);
     if (r < 0) {
+        runq_remove(m->queue, &e->item);
         live_remove_locked(m, e);
         pthread_cond_broadcast(&m->ended);
     } else {
-        if (m->queue_tail)
-            m->queue_tail->next_queued = e;
-        else
-            m->queue_head = e;
-        m->queue_tail = e;
-        m->queued++;
-        pthread_cond_signal(&m->work);
         memcpy(run_id, e->run_id, 37);
+        queue_ready_locked(m, e);
     }
     pthread_mutex_unlock(&m->lock);
     if (r < 0)

@@ -1,6 +1,7 @@
 /* runs: the run executor and the event log.
  *
- * - Executor: a bounded pool of workers; one run is one worker at a time.
+ * - Executor: a bounded pool of workers; one run is one worker at a time,
+ *   given by run_queue.h's policy (fair turns across users, per-user caps).
  *   A thread has at most one active run: another is refused (reject) or
  *   replaces it after cancelling it (interrupt).
  * - Event log: every run's events in order, with ids 1, 2, ...; kept in
@@ -8,7 +9,10 @@
  *   written to the store as the run goes (at every checkpoint, and at the
  *   end), so a reader that comes late, or after a restart, reads them
  *   there. Readers never hold a thread: they ask for what is new and, when
- *   nothing is, register a wake-up and return. */
+ *   nothing is, register a wake-up and return.
+ *
+ * Every out-parameter is set on every path, failures included (NULL, 0,
+ * false, "" before anything can fail). */
 #ifndef FAWN_RUNS_H
 #define FAWN_RUNS_H
 
@@ -18,14 +22,6 @@
 
 #include "agent/agent.h"
 
-/* Runs executing at once, and runs waiting for a worker: a run spends most
- * of its time waiting for a model or a command, so a few workers go far;
- * past the queue a new run is refused rather than kept forever. */
-#define RUNS_WORKERS 8
-#define RUNS_QUEUE_MAX 256
-/* Runs one user may have running or waiting at once: one user's many
- * threads cannot fill the queue that every user shares. */
-#define RUNS_PER_USER_MAX 32
 /* Events of one run kept for readers (in memory and in the store); a
  * reader that asks for an older one gets a gap. */
 #define RUN_EVENTS_RETAINED 4096
@@ -37,10 +33,22 @@
 typedef struct run_manager run_manager;
 typedef struct run_log run_log;
 
-/* Starts the workers. Everything passed is borrowed and must outlive the
- * manager. */
+/* The executor's sizes (the configuration's runs.*; each at least 1), and
+ * what its runs' commands may take. How waiting runs are admitted and
+ * ordered is run_queue.h's. */
+typedef struct runs_limits {
+    uint32_t workers;              /* runs executing at once */
+    uint32_t queue_max;            /* runs waiting for a worker, all users together */
+    uint32_t per_user_active_max;  /* one user's runs waiting or running */
+    uint32_t per_user_running_max; /* workers one user holds at once */
+    uint32_t command_timeout_s;    /* a tool's command (sandbox.exec_timeout_s) */
+} runs_limits;
+
+/* Starts limits->workers workers. Everything passed is borrowed and must
+ * outlive the manager, except limits (copied). FAWN_EINVAL for a limit of
+ * 0. */
 int runs_new(run_manager **out, store *st, sbx_manager *sandboxes, const model_registry *models,
-             const authz_policy *policy);
+             const authz_policy *policy, const runs_limits *limits);
 /* Cancels every run, waits for the workers and ends every log (waking
  * every reader); later runs_start calls are refused. The manager stays
  * valid for runs_free. Readers' log references stay valid until they close
@@ -64,13 +72,15 @@ typedef struct run_request {
 
 /* Records a pending run, marks the thread busy and queues the run; its
  * first event, metadata {run_id, thread_id}, is already in its log. run_id
- * gets a new UUID. FAWN_EBUSY when the thread has an active run (reject),
- * the user has RUNS_PER_USER_MAX runs already, or the queue is full; store
- * errors otherwise. */
+ * gets a new UUID. The run starts when run_queue.h's policy gives it a
+ * worker. FAWN_EBUSY when the thread has an active run (reject), the user
+ * has per_user_active_max runs already, the queue is full or the manager
+ * is stopping; store errors otherwise. */
 int runs_start(char run_id[37], run_manager *m, const run_request *rq);
 
 /* Asks a live run of the owner's thread to stop (it ends as interrupted:
- * a model call aborts at once, a running command is killed). With wait_ms,
+ * a run still waiting for a worker at once, a model call aborts at once, a
+ * running command is killed). With wait_ms,
  * waits up to that long for it to end: 0 when it has, FAWN_ETIMEDOUT when
  * not yet. FAWN_ENOENT when no such run is live. */
 int runs_cancel(run_manager *m, int64_t owner_id, const char *thread_id, const char *run_id,
@@ -84,7 +94,8 @@ bool runs_thread_busy(run_manager *m, int64_t owner_id, const char *thread_id);
 run_log *runs_log_open(run_manager *m, const char *run_id);
 void run_log_close(run_log *l);
 
-/* The log's events after seq `after`: *out is a malloc'd array of *n (at
+/* The log's events after seq `after` (any seq from 0; at or past the last
+ * event: none): *out is a malloc'd array of *n (at
  * most max, itself at most RUN_FETCH_MAX; free each data, then the array). *done says the log
  * has ended (after the events returned, there will be no more); *first is
  * the oldest seq still retained (a reader asking for less has a gap). */

@@ -1,5 +1,7 @@
 /* A thread's state as checkpoints hold it (agent.h, "thread state"). */
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "agent/agent.h"
@@ -13,6 +15,24 @@ static int ensure_list(json_t *values, const char *key) {
                : fawn_err(FAWN_ENOMEM, "out of memory");
 }
 
+/* The whole state that checkpoint cp names, parsed. */
+static int state_whole(json_t **values, store *st, int64_t owner_id, const char *thread_id,
+                       const store_checkpoint *cp) {
+    *values = NULL;
+    char *text;
+    size_t omitted;
+    int r = store_state_read(st, &text, &omitted, owner_id, thread_id, cp->state, SIZE_MAX);
+    if (r < 0)
+        return r;
+    *values = json_loads(text, 0, NULL);
+    free(text);
+    if (json_is_object(*values))
+        return 0;
+    json_decref(*values);
+    *values = NULL;
+    return fawn_err(FAWN_EIO, "thread %s: its stored state is not an object", thread_id);
+}
+
 int agent_state_load(json_t **values, char checkpoint_id[STORE_RUN_ID_MAX + 1], store *st,
                      int64_t owner_id, const char *thread_id) {
     *values = NULL;
@@ -23,17 +43,15 @@ int agent_state_load(json_t **values, char checkpoint_id[STORE_RUN_ID_MAX + 1], 
         return r;
     if (r == 0) {
         snprintf(checkpoint_id, STORE_RUN_ID_MAX + 1, "%s", cp.checkpoint_id);
-        *values = json_loads(cp.values, 0, NULL);
+        r = state_whole(values, st, owner_id, thread_id, &cp);
         store_checkpoint_clear(&cp);
-        if (!json_is_object(*values)) {
-            json_decref(*values);
-            *values = NULL;
-            return fawn_err(FAWN_EIO, "thread %s: its stored state is not an object", thread_id);
-        }
     } else if (!(*values = json_object())) {
-        return fawn_err(FAWN_ENOMEM, "out of memory");
+        r = fawn_err(FAWN_ENOMEM, "out of memory");
+    } else {
+        r = 0;
     }
-    r = ensure_list(*values, "messages");
+    if (r == 0)
+        r = ensure_list(*values, "messages");
     if (r == 0)
         r = ensure_list(*values, "artifacts");
     if (r < 0) {
@@ -43,17 +61,19 @@ int agent_state_load(json_t **values, char checkpoint_id[STORE_RUN_ID_MAX + 1], 
     return r;
 }
 
-int agent_state_save(char checkpoint_id[STORE_RUN_ID_MAX + 1], store *st, int64_t owner_id,
-                     const char *thread_id, const char *parent_id, const char *run_id,
-                     const char *values, const char *metadata) {
-    store_checkpoint cp = {.values = (char *)values, .metadata = (char *)metadata};
+int agent_state_save(char checkpoint_id[STORE_RUN_ID_MAX + 1], char **state, store *st,
+                     int64_t owner_id, const char *thread_id, const char *parent_id,
+                     const char *run_id, const json_t *values, const char *metadata) {
+    if (state)
+        *state = NULL;
+    store_checkpoint cp = {.metadata = (char *)metadata};
     char id[40];
     fawn_random_uuid(id);
     snprintf(cp.checkpoint_id, sizeof cp.checkpoint_id, "%s", id);
     snprintf(cp.parent_id, sizeof cp.parent_id, "%s", parent_id ? parent_id : "");
     snprintf(cp.run_id, sizeof cp.run_id, "%s", run_id ? run_id : "");
-    int r = values && metadata ? store_checkpoint_put(st, owner_id, thread_id, &cp)
-                               : fawn_err(FAWN_ENOMEM, "out of memory");
+    int r = metadata ? store_checkpoint_put(st, state, owner_id, thread_id, &cp, values)
+                     : fawn_err(FAWN_ENOMEM, "out of memory");
     if (r == 0)
         snprintf(checkpoint_id, STORE_RUN_ID_MAX + 1, "%s", id);
     return r;

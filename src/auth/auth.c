@@ -44,6 +44,7 @@ int auth_password_check(const char *password) {
 }
 
 int auth_password_hash(char out[AUTH_HASH_MAX], const char *password) {
+    out[0] = '\0';
     size_t n = strlen(password);
     if (n < AUTH_PASSWORD_MIN || n > AUTH_PASSWORD_MAX)
         return fawn_err(FAWN_EINVAL, "a password has %d to %d characters", AUTH_PASSWORD_MIN,
@@ -89,6 +90,7 @@ static void sign(unsigned char mac[crypto_auth_hmacsha256_BYTES],
 }
 
 int auth_jwt_sign(char **out, const unsigned char secret[AUTH_SECRET_BYTES], const auth_claims *c) {
+    *out = NULL;
     char payload[JWT_PAYLOAD_MAX];
     snprintf(payload, sizeof payload, "{\"sub\":\"%lld\",\"ver\":%lld,\"iat\":%lld,\"exp\":%lld}",
              (long long)c->user_id, (long long)c->token_version, (long long)c->issued_at,
@@ -140,11 +142,14 @@ static int parse_claims(auth_claims *c, const char *payload, size_t n) {
               get_int(&c->issued_at, o, "iat") && get_int(&c->expires_at, o, "exp");
     c->user_id = id;
     json_decref(o);
+    if (!ok)
+        *c = (auth_claims){0}; /* no claim of a refused token survives */
     return ok ? 0 : invalid();
 }
 
 int auth_jwt_verify(auth_claims *out, const unsigned char secret[AUTH_SECRET_BYTES],
                     const char *token, int64_t now) {
+    *out = (auth_claims){0};
     size_t n = strnlen(token, AUTH_TOKEN_MAX + 1);
     const char *dot1 = memchr(token, '.', n);
     const char *dot2 = dot1 ? memchr(dot1 + 1, '.', n - (size_t)(dot1 + 1 - token)) : NULL;
@@ -215,13 +220,14 @@ static int secret_create(const char *home, const char *path) {
 }
 
 int auth_secret_load(unsigned char out[AUTH_SECRET_BYTES], const char *home) {
+    sodium_memzero(out, AUTH_SECRET_BYTES);
     const char *env = getenv(AUTH_SECRET_ENV);
     if (env && *env)
         return secret_from_env(out, env);
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s", home, AUTH_SECRET_FILE) >= (int)sizeof path)
         return fawn_err(FAWN_EINVAL, "home path too long");
-    int r = fsx_mkdir_p(home, 0700);
+    int r = fsx_private_dir(home);
     _cleanup_close_ int fd = r == 0 ? open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
     if (r == 0 && fd < 0 && errno == ENOENT && (r = secret_create(home, path)) == 0)
         fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);

@@ -1,4 +1,8 @@
-/* Authentication primitives: password hashing and session tokens. */
+/* Authentication primitives: password hashing and session tokens.
+ *
+ * Every out-parameter is set on every path, failures included: each
+ * function zeroes what it writes (a NULL token, empty claims, an empty hash,
+ * a zero secret) before anything can fail. */
 #ifndef FAWN_AUTH_H
 #define FAWN_AUTH_H
 

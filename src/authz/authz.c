@@ -29,8 +29,10 @@
 /* Route permission names; index i is the bit 1u << i. */
 static const char *const route_names[] = {
     "threads:read", "threads:write", "threads:delete", "runs:create", "runs:read", "runs:cancel",
+    "sandboxes:read",
 };
-_Static_assert(ARRAY_LEN(route_names) == 6 && AUTHZ_ROUTES_ALL == (1u << 6) - 1,
+_Static_assert(ARRAY_LEN(route_names) == 7 && AUTHZ_ROUTES_ALL == (1u << 6) - 1 &&
+                   AUTHZ_ROUTES_ADMIN == 1u << 6,
                "one name per route permission bit");
 
 static const char *const sandbox_names[] = {AUTHZ_SANDBOX_EXECUTE};
@@ -53,7 +55,7 @@ static const resource_desc resources[AUTHZ_RESOURCE_COUNT] = {
     [AUTHZ_MCP_SERVERS] = {"mcp_servers", "MCP server", NULL, 0, NULL},
     [AUTHZ_ROUTES] = {"routes", "route permission", route_names, ARRAY_LEN(route_names),
                       "threads:read, threads:write, threads:delete, runs:create, runs:read, "
-                      "runs:cancel"},
+                      "runs:cancel, sandboxes:read"},
 };
 #define RESOURCE_KEY_LIST "tools, models, skills, sandbox, mcp_servers, routes"
 
@@ -391,6 +393,7 @@ static int policy_parse(authz_policy *p, const json_t *section) {
 }
 
 int authz_policy_load(authz_policy **out, const json_t *section) {
+    *out = NULL;
     authz_policy *p = calloc(1, sizeof *p);
     if (!p)
         return fawn_err(FAWN_ENOMEM, "out of memory loading " AUTHZ_SECTION);
@@ -478,9 +481,8 @@ int authz_check(const authz_policy *p, const char *role, enum authz_resource res
                     resources[res].item, text_shown(name));
 }
 
-unsigned authz_route_permissions(const authz_policy *p, const char *role) {
-    if (!p)
-        return 0;
+/* The user route permissions of role (see authz_route_permissions). */
+static unsigned user_route_permissions(const authz_policy *p, const char *role) {
     if (!p->enabled)
         return AUTHZ_ROUTES_ALL;
     const authz_role *found = policy_role_find(p, role);
@@ -488,9 +490,34 @@ unsigned authz_route_permissions(const authz_policy *p, const char *role) {
         return unknown_role_allowed(p, role) ? AUTHZ_ROUTES_ALL : 0;
     unsigned bits = 0;
     for (size_t i = 0; i < ARRAY_LEN(route_names); i++)
-        if (rule_allows(&found->rules[AUTHZ_ROUTES], route_names[i]))
+        if ((1u << i) & AUTHZ_ROUTES_ALL && rule_allows(&found->rules[AUTHZ_ROUTES], route_names[i]))
             bits |= 1u << i;
     return bits;
+}
+
+/* The administration permissions of role: all for AUTHZ_ADMIN_ROLE, else
+ * those its routes allow list names (never through "*" or no policy). */
+static unsigned admin_route_permissions(const authz_policy *p, const char *role) {
+    if (role && strcmp(role, AUTHZ_ADMIN_ROLE) == 0)
+        return AUTHZ_ROUTES_ADMIN;
+    const authz_role *found = p->enabled ? policy_role_find(p, role) : NULL;
+    const resource_rule *rule = found ? &found->rules[AUTHZ_ROUTES] : NULL;
+    unsigned bits = 0;
+    for (size_t i = 0; rule && rule->restricted && i < ARRAY_LEN(route_names); i++) {
+        const char *name = route_names[i];
+        bool named = false;
+        for (size_t k = 0; k < rule->allow.len && !named; k++)
+            named = strcmp(rule->allow.names[k], name) == 0;
+        if ((1u << i) & AUTHZ_ROUTES_ADMIN && named && !name_set_has(&rule->deny, name))
+            bits |= 1u << i;
+    }
+    return bits;
+}
+
+unsigned authz_route_permissions(const authz_policy *p, const char *role) {
+    if (!p)
+        return 0;
+    return user_route_permissions(p, role) | admin_route_permissions(p, role);
 }
 
 const char *authz_permission_name(unsigned bit) {

@@ -19,7 +19,8 @@
  * resource is unrestricted for it.
  *
  * A loaded policy is immutable: every function below may be called from any
- * number of threads at once without locking. */
+ * number of threads at once without locking. authz_policy_load sets
+ * *out on every path (NULL when it fails). */
 #ifndef FAWN_AUTHZ_H
 #define FAWN_AUTHZ_H
 
@@ -39,7 +40,11 @@ enum authz_resource {
     AUTHZ_RESOURCE_COUNT
 };
 
-/* Route permissions as bits. */
+/* Route permissions as bits. The first six are a user's: every role holds
+ * them unless its routes policy says otherwise. The administration
+ * permissions (AUTHZ_ROUTES_ADMIN) are never implied: the role named
+ * AUTHZ_ADMIN_ROLE holds them whatever the policy (its users administer
+ * fawn), any other role only when its routes allow list names them. */
 enum {
     AUTHZ_THREADS_READ = 1u << 0,
     AUTHZ_THREADS_WRITE = 1u << 1,
@@ -47,8 +52,13 @@ enum {
     AUTHZ_RUNS_CREATE = 1u << 3,
     AUTHZ_RUNS_READ = 1u << 4,
     AUTHZ_RUNS_CANCEL = 1u << 5,
-    AUTHZ_ROUTES_ALL = 0x3f
+    AUTHZ_ROUTES_ALL = 0x3f,
+    AUTHZ_SANDBOXES_READ = 1u << 6, /* every user's sandboxes, as the manager holds them */
+    AUTHZ_ROUTES_ADMIN = AUTHZ_SANDBOXES_READ,
 };
+
+/* The role whose users administer fawn (the first user's). */
+#define AUTHZ_ADMIN_ROLE "admin"
 
 /* Validates the `authorization:` section (as converted from YAML: mappings
  * are objects, sequences arrays, true/false booleans, null/~/empty null, every
@@ -77,14 +87,16 @@ bool authz_enabled(const authz_policy *p);
 int authz_check(const authz_policy *p, const char *role, enum authz_resource res, const char *name);
 
 /* The route permission bits `role` holds, to evaluate once per request.
- * AUTHZ_ROUTES_ALL when the policy is disabled or the role has no routes
- * policy. A NULL or empty role means default_role. A role that is not
- * configured holds 0 when fail_closed and AUTHZ_ROUTES_ALL otherwise (with
- * one warning logged per call). 0 for a NULL policy. */
+ * Of the user permissions: all when the policy is disabled or the role has
+ * no routes policy. A NULL or empty role means default_role. A role that is
+ * not configured holds none when fail_closed and all otherwise (with one
+ * warning logged per call). Administration permissions as said above. 0
+ * for a NULL policy. */
 unsigned authz_route_permissions(const authz_policy *p, const char *role);
 
 /* "threads:read", "threads:write", "threads:delete", "runs:create",
- * "runs:read" or "runs:cancel" for exactly one of the AUTHZ_* route bits;
+ * "runs:read", "runs:cancel" or "sandboxes:read" for exactly one of the
+ * AUTHZ_* route bits;
  * NULL for anything else (0, several bits, unknown bits). Static storage. */
 const char *authz_permission_name(unsigned bit);
 

@@ -66,6 +66,7 @@ static const char *const level_names[] = {"debug", "info", "warn", "error"};
 void fawn_log_set_level(enum fawn_log_level level) { log_level = level; }
 
 int fawn_log_parse_level(enum fawn_log_level *out, const char *name) {
+    *out = FAWN_LOG_INFO;
     for (size_t i = 0; i < ARRAY_LEN(level_names); i++) {
         if (strcmp(name, level_names[i]) == 0) {
             *out = (enum fawn_log_level)i;
@@ -166,6 +167,11 @@ int64_t fawn_now_us(void) { return clock_us(CLOCK_MONOTONIC); }
 int64_t fawn_now_ms(void) { return clock_us(CLOCK_MONOTONIC) / 1000; }
 int64_t fawn_wall_ms(void) { return clock_us(CLOCK_REALTIME) / 1000; }
 
+int fawn_err_write(int errno_value, const char *what) {
+    bool full = errno_value == EDQUOT || errno_value == ENOSPC;
+    return fawn_err_sys(full ? FAWN_E2BIG : FAWN_EIO, errno_value, "%s", what);
+}
+
 int fawn_write_all(int fd, const void *data, size_t n) {
     const char *p = data;
     while (n > 0) {
@@ -173,7 +179,7 @@ int fawn_write_all(int fd, const void *data, size_t n) {
         if (w < 0) {
             if (errno == EINTR)
                 continue;
-            return fawn_err_sys(FAWN_EIO, errno, "write");
+            return fawn_err_write(errno, "write");
         }
         p += w;
         n -= (size_t)w;
@@ -182,6 +188,9 @@ int fawn_write_all(int fd, const void *data, size_t n) {
 }
 
 int fawn_read_all(char **out, size_t *out_len, int fd, size_t limit) {
+    *out = NULL;
+    if (out_len)
+        *out_len = 0;
     fbuf b = {.limit = limit};
     char chunk[16384];
     for (;;) {

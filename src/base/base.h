@@ -3,7 +3,11 @@
  * Error convention: functions return int (0 on success, a negative FAWN_E*
  * code on failure) and write results through out-parameters placed first.
  * On failure they record a human-readable message with fawn_err(); the caller
- * may read it with fawn_errmsg() or propagate the code unchanged. */
+ * may read it with fawn_errmsg() or propagate the code unchanged.
+ *
+ * Every out-parameter is set on every path, failures included: a function
+ * zeroes its out-parameters (NULL pointers, -1 descriptors, 0, false, "")
+ * before anything can fail, so a caller may free what it got either way. */
 #ifndef FAWN_BASE_H
 #define FAWN_BASE_H
 
@@ -39,6 +43,11 @@ int fawn_err(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 /* Like fawn_err, appending ": strerror(errno_value)". */
 int fawn_err_sys(int code, int errno_value, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* The error of a failed write or flush of a file named by what: FAWN_E2BIG
+ * when the kernel refused it for a disk quota or a full disk (EDQUOT;
+ * ENOSPC, which XFS project quotas also answer), else FAWN_EIO. */
+int fawn_err_write(int errno_value, const char *what);
 
 /* This thread's last error message ("" if none). Valid until the next fawn_err. */
 const char *fawn_errmsg(void);
@@ -93,7 +102,8 @@ int64_t fawn_now_us(void);
 /* Wall clock in milliseconds since the epoch. */
 int64_t fawn_wall_ms(void);
 
-/* Writes all n bytes to fd, retrying on EINTR and short writes. */
+/* Writes all n bytes to fd, retrying on EINTR and short writes. Errors as
+ * fawn_err_write. */
 int fawn_write_all(int fd, const void *data, size_t n);
 /* Reads until EOF into *out (caller frees), failing with FAWN_E2BIG past limit bytes. */
 int fawn_read_all(char **out, size_t *out_len, int fd, size_t limit);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 int fjson_parse_object(json_t **out, const char *data, size_t len) {
+    *out = NULL;
     json_error_t jerr;
     json_t *v = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!v)

@@ -1,5 +1,9 @@
 /* JSON helpers over jansson for validating untrusted request bodies.
- * Every getter names the offending key in its error message. */
+ * Every getter names the offending key in its error message.
+ *
+ * fjson_parse_object sets *out on every path (NULL when it fails); the typed
+ * getters alone keep *out as it was (the caller's default) unless they read
+ * a value, so their caller initializes it. */
 #ifndef FAWN_JSON_H
 #define FAWN_JSON_H
 

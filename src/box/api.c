@@ -11,6 +11,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 
+#include "base/fsx.h"
 #include "base/json.h"
 #include "box/box.h"
 #include "box/http.h"
@@ -21,9 +22,9 @@
 #define IDLE_TRIM_MS 10000
 /* JSON bodies other than file writes are small; 1 MiB is generous. */
 #define JSON_BODY_MAX (1024 * 1024)
-/* The thread's directories, bound into the sandbox from the host: once the
- * host deletes one (the thread, or the whole home, is gone) the box has
- * nothing left to serve. */
+/* The thread's directories, bound into the sandbox from the host: their
+ * blocks count against its disk limit, and once the host deletes one (the
+ * thread, or the whole home, is gone) the box has nothing left to serve. */
 static const char *const user_data_dirs[] = {"/mnt/user-data/workspace",
                                              "/mnt/user-data/uploads",
                                              "/mnt/user-data/outputs"};
@@ -54,6 +55,7 @@ static void respond_owned(http_conn *c, int code, json_t *reply) {
 
 /* Reads and parses a JSON object body no larger than limit. */
 static int read_json(json_t **out, http_conn *c, size_t limit) {
+    *out = NULL;
     _cleanup_free_ char *body = NULL;
     size_t len = 0;
     int r = http_body_read_all(&body, &len, c, limit);
@@ -65,14 +67,39 @@ static int read_json(json_t **out, http_conn *c, size_t limit) {
 static json_t *describe(const box_state *b) {
     const box_settings *s = b->settings;
     return json_pack(
-        "{s:b, s:s, s:s, s:I, s:{s:b, s:s, s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I}}}", "ready", 1,
-        "version", BOX_VERSION, "generation", b->generation, "started_at_ms",
+        "{s:b, s:s, s:s, s:I, s:{s:b, s:s, s:s, s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}}}",
+        "ready", 1, "version", BOX_VERSION, "generation", b->generation, "started_at_ms",
         (json_int_t)b->started_ms, "capabilities", "shell_sessions", 1, "network", s->network,
-        "cgroup", s->cgroup, "limits", "memory_bytes", (json_int_t)s->memory_bytes, "pids_max",
-        (json_int_t)s->pids_max, "max_sessions", (json_int_t)s->exec.max_sessions,
+        "cgroup", s->cgroup, "disk_quota", s->disk_measured ? "measured" : "kernel", "limits",
+        "disk_bytes", (json_int_t)s->disk_limit_bytes, "memory_bytes", (json_int_t)s->memory_bytes,
+        "pids_max", (json_int_t)s->pids_max, "max_sessions", (json_int_t)s->exec.max_sessions,
         "max_timeout_s", (json_int_t)s->exec.max_timeout_s, "max_output_bytes",
         (json_int_t)s->exec.max_output_bytes, "upload_max_bytes",
         (json_int_t)s->files.upload_max_bytes);
+}
+
+/* After a command, where no kernel quota holds the thread's files: measures
+ * them and tells in the reply when they hold more than the limit, or more
+ * files than can be measured. */
+static void disk_report(json_t *reply, const box_settings *s) {
+    if (!s->disk_measured || !reply)
+        return;
+    const fsx_usage_bounds bounds = {.max_entries = FSX_USER_DATA_MAX_ENTRIES,
+                                     .max_depth = FSX_USER_DATA_MAX_DEPTH};
+    uint64_t used = 0;
+    bool complete = true;
+    for (size_t i = 0; i < USER_DATA_DIRS; i++) {
+        _cleanup_close_ int fd = open(user_data_dirs[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        uint64_t n = 0;
+        if (fd < 0 || fsx_tree_usage(&n, fd, &bounds) < 0)
+            complete = false;
+        used += n;
+    }
+    if (complete && used <= s->disk_limit_bytes)
+        return;
+    json_object_set_new(reply, "disk",
+                        json_pack("{s:I, s:I, s:b}", "used_bytes", (json_int_t)used, "limit_bytes",
+                                  (json_int_t)s->disk_limit_bytes, "complete", complete));
 }
 
 static void handle_exec(http_conn *c, box_state *b) {
@@ -83,6 +110,8 @@ static void handle_exec(http_conn *c, box_state *b) {
         r = box_exec_request_parse(&req, body, b->exec);
     if (r == 0)
         r = box_exec_run(&reply, b->exec, &req);
+    if (r == 0)
+        disk_report(reply, b->settings);
     for (size_t i = 0; i < req.n_env; i++)
         free(req.env[i]);
     free(req.env);

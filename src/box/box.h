@@ -1,6 +1,9 @@
 /* fawn box: the in-sandbox agent. It is PID 1 of its sandbox and serves the
  * box API (docs/box-api.md) on a listening socket it inherits from its
- * launcher, or on TCP with a bearer token for remote placement. */
+ * launcher, or on TCP with a bearer token for remote placement.
+ *
+ * Every out-parameter is set on every path, failures included (NULL, -1,
+ * 0, "" before anything can fail). */
 #ifndef FAWN_BOX_H
 #define FAWN_BOX_H
 
@@ -25,10 +28,14 @@ typedef struct box_settings {
     uint64_t pids_max;      /* cgroup pids limit in force, 0 = none (reported) */
     char cgroup[8];         /* "v2" | "v1" | "none" (reported) */
     uint32_t idle_exit_s;   /* exit after this long without a request, whatever runs; 0 = never */
+    uint64_t disk_limit_bytes; /* what /mnt/user-data may hold (sandbox.limits.disk_mb) */
+    bool disk_measured;     /* no kernel quota holds it there: the box measures it after each
+                               command and reports it when over (set by the launcher) */
 } box_settings;
 
-/* Settings from configuration: limits, and the command environment (this
- * process's environment scrubbed of secrets, plus sandbox.environment).
+/* Settings from configuration: limits, and the command environment (fixed
+ * sandbox values plus sandbox.environment and sandbox.env_passthrough; see
+ * box_env_build).
  * cgroup names the limits actually in force ("v2", "v1" or "none"); with
  * "none", RLIMIT_AS stands in for the memory limit. Free with
  * box_settings_free. */

@@ -7,15 +7,6 @@
 
 #define ENV_NAME_MAX 128
 
-static const char *const secret_words[] = {
-    "KEY", "SECRET", "TOKEN", "PASS", "CREDENTIAL", "DSN", "AUTH", "COOKIE", "SESSION", "PRIVATE",
-};
-static const char *const secret_names[] = {
-    "DATABASE_URL", "REDIS_URL", "MYSQL_PWD", "PGPASSWORD", "GH_PAT", "MONGO_URL", "MONGODB_URI",
-    "AMQP_URL", "SENTRY_DSN", "SSH_AUTH_SOCK", "KRB5CCNAME",
-};
-static const char *const secret_prefixes[] = {"LD_", "FAWN_"};
-
 /* Values the sandbox always gets, whatever the host had. */
 static const char *const fixed_env[] = {
     "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -25,6 +16,7 @@ static const char *const fixed_env[] = {
     "LANG=C.UTF-8",
     "USER=root",
     "LOGNAME=root",
+    "TERM=xterm-256color",
 };
 
 bool box_env_name_valid(const char *name, size_t len) {
@@ -36,27 +28,6 @@ bool box_env_name_valid(const char *name, size_t len) {
         if (!(isalnum((unsigned char)name[i]) || name[i] == '_'))
             return false;
     return true;
-}
-
-static bool contains_word(const char *upper, const char *word) { return strstr(upper, word) != NULL; }
-
-bool box_env_is_secret(const char *name, size_t len) {
-    char upper[ENV_NAME_MAX + 1];
-    if (len > ENV_NAME_MAX)
-        return true;
-    for (size_t i = 0; i < len; i++)
-        upper[i] = (char)toupper((unsigned char)name[i]);
-    upper[len] = '\0';
-    for (size_t i = 0; i < ARRAY_LEN(secret_words); i++)
-        if (contains_word(upper, secret_words[i]))
-            return true;
-    for (size_t i = 0; i < ARRAY_LEN(secret_names); i++)
-        if (strcmp(upper, secret_names[i]) == 0)
-            return true;
-    for (size_t i = 0; i < ARRAY_LEN(secret_prefixes); i++)
-        if (strncmp(upper, secret_prefixes[i], strlen(secret_prefixes[i])) == 0)
-            return true;
-    return false;
 }
 
 static size_t name_len(const char *entry) {
@@ -87,25 +58,17 @@ static size_t put_entry(char **env, size_t n, const char *entry) {
     return at == n ? n + 1 : n;
 }
 
-char **box_env_build(char *const *host, char *const *inject, size_t n_inject) {
+char **box_env_build(char *const *inject, size_t n_inject) {
     char **env = calloc(BOX_ENV_MAX + 1, sizeof *env);
     if (!env)
         return NULL;
     size_t n = 0;
-    for (size_t i = 0; host && host[i] && i < 4 * BOX_ENV_MAX; i++) {
-        size_t len = name_len(host[i]);
-        if (!box_env_name_valid(host[i], len) || box_env_is_secret(host[i], len) ||
-            strlen(host[i]) > BOX_ENV_ENTRY_MAX)
-            continue;
-        if (!(n = put_entry(env, n, host[i])))
-            goto oom;
-    }
     for (size_t i = 0; i < ARRAY_LEN(fixed_env); i++)
         if (!(n = put_entry(env, n, fixed_env[i])))
             goto oom;
     for (size_t i = 0; i < n_inject; i++) {
         size_t len = name_len(inject[i]);
-        if (!box_env_name_valid(inject[i], len))
+        if (!box_env_name_valid(inject[i], len) || strlen(inject[i]) > BOX_ENV_ENTRY_MAX)
             continue;
         if (!(n = put_entry(env, n, inject[i])))
             goto oom;

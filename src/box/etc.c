@@ -153,6 +153,7 @@ static int build(const char *final, const char *run_dir, bool network_none) {
 }
 
 int box_etc_prepare(char out[PATH_MAX], const char *run_dir, bool network_none) {
+    out[0] = '\0';
     char fp[17];
     int r = fingerprint(fp, network_none);
     if (r < 0)

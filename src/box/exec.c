@@ -146,6 +146,7 @@ static int read_cap_last(void) {
 }
 
 int box_exec_new(box_exec_ctx **out, const box_exec_config *cfg) {
+    *out = NULL;
     box_exec_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
         return fawn_err(FAWN_ENOMEM, "out of memory");
@@ -255,6 +256,7 @@ static json_t *session_describe(const session *s) {
 }
 
 int box_session_create(json_t **out, box_exec_ctx *ctx, const char *id) {
+    *out = NULL;
     char fresh[33];
     if (!id) {
         fawn_random_hex(fresh, 16);
@@ -954,6 +956,7 @@ static void run_state_free(run_state *st) {
 }
 
 int box_exec_run(json_t **out, box_exec_ctx *ctx, const box_exec_request *req) {
+    *out = NULL;
     session *s = NULL;
     int r = session_acquire(&s, ctx, req->session_id);
     if (r < 0)

@@ -16,7 +16,10 @@
  * (a fork bomb included). A session owns one init
  * for as long as it lives: its background processes persist between execs,
  * and its cwd and exported variables are carried from one exec to the next
- * (they are held by the box, never read back from the filesystem). */
+ * (they are held by the box, never read back from the filesystem).
+ *
+ * Every out-parameter is set on every path, failures included (NULL, -1,
+ * 0, "" before anything can fail). */
 #ifndef FAWN_BOX_EXEC_H
 #define FAWN_BOX_EXEC_H
 

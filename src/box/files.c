@@ -28,6 +28,7 @@
 #define STAGING_ATTEMPTS 8
 
 int files_reply_set(json_t **out, json_t *v) {
+    *out = NULL;
     if (!v)
         return fawn_err(FAWN_ENOMEM, "building the reply failed");
     *out = v;
@@ -228,6 +229,7 @@ static int read_reply(json_t **out, const vpath_target *t, const read_scan *s, u
 }
 
 int box_file_read(json_t **out, const json_t *req, const box_files *f) {
+    *out = NULL;
     read_scan s = {0};
     const char *path = NULL;
     int r = read_opts_get(&s, &path, req, f);
@@ -262,7 +264,11 @@ typedef struct staged {
     char name[VPATH_NAME_MAX + 1];
 } staged;
 
+/* A refused write: by permission, or for the thread's disk quota or a
+ * full disk (a size limit, answered 413). */
 static int errno_code(int e) {
+    if (e == EDQUOT || e == ENOSPC)
+        return FAWN_E2BIG;
     return e == EACCES || e == EPERM || e == EROFS ? FAWN_EPERM : FAWN_EIO;
 }
 
@@ -303,7 +309,7 @@ static int rename_noreplace(int dirfd, const char *from, const char *to) {
 static int staged_commit(staged *s, struct stat *st, const char *dest, bool replace,
                          const char *shown) {
     if (fsync(s->fd) < 0)
-        return fawn_err_sys(FAWN_EIO, errno, "fsync %s", shown);
+        return fawn_err_write(errno, shown);
     if (fstat(s->fd, st) < 0)
         return fawn_err_sys(FAWN_EIO, errno, "stat %s", shown);
     int rc = replace ? renameat(s->dirfd, s->name, s->dirfd, dest)
@@ -417,6 +423,7 @@ static int write_append(struct stat *st, int dirfd, const vpath_target *t, const
 }
 
 int box_file_write(json_t **out, const json_t *req, const box_files *f) {
+    *out = NULL;
     const char *path = NULL, *content = NULL, *encoding = "utf-8";
     bool append = false;
     int r;
@@ -639,6 +646,7 @@ static int list_reply(json_t **out, list_state *ls, const vpath_target *t, size_
 }
 
 int box_file_list(json_t **out, const json_t *req, const box_files *f) {
+    *out = NULL;
     const char *path = NULL;
     int64_t max_depth = LIST_MAX_DEPTH;
     int r;
@@ -691,6 +699,7 @@ static int upload_copy(char sha256_hex[65], int fd, uint64_t length, box_body_re
 
 int box_file_upload_stream(json_t **out, const box_files *f, const char *path, bool overwrite,
                            int64_t content_length, box_body_read_fn read_body, void *ctx) {
+    *out = NULL;
     if (content_length < 0)
         return fawn_err(FAWN_EINVAL, "Content-Length is required");
     if ((uint64_t)content_length > f->limits.upload_max_bytes)
@@ -725,6 +734,8 @@ int box_file_upload_stream(json_t **out, const box_files *f, const char *path, b
 }
 
 int box_file_download_open(int *fd_out, uint64_t *size_out, const box_files *f, const char *path) {
+    *fd_out = -1;
+    *size_out = 0;
     vpath_target t;
     struct stat st;
     _cleanup_close_ int fd = -1;

@@ -4,7 +4,10 @@
  * against the root's directory fd, so nothing a command planted (symlinks,
  * hard links, FIFOs, device nodes) can redirect an operation outside its root.
  * Writes never follow a symlink in any component; reads follow only symlinks
- * that stay beneath the root. /mnt/skills is read-only. */
+ * that stay beneath the root. /mnt/skills is read-only.
+ *
+ * Every out-parameter is set on every path, failures included (NULL, -1,
+ * 0, "" before anything can fail). */
 #ifndef FAWN_BOX_FILES_H
 #define FAWN_BOX_FILES_H
 

@@ -218,6 +218,7 @@ static int glob_visit(walker *w, int dirfd, const char *name, const struct stat 
 }
 
 int box_file_glob(json_t **out, const json_t *req, const box_files *f) {
+    *out = NULL;
     const char *path = NULL, *pattern = NULL;
     bool include_dirs = false;
     int64_t max_results = 0;
@@ -455,6 +456,7 @@ static int grep_search(grep_run *g, const vpath_target *t, const glob_pat *filte
 }
 
 int box_file_grep(json_t **out, const json_t *req, const box_files *f) {
+    *out = NULL;
     const char *path = NULL, *pattern = NULL, *glob = NULL;
     bool literal = false, case_sensitive = false;
     int64_t max_results = 0;

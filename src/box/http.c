@@ -212,12 +212,14 @@ static int parse_header_line(http_request *req, head_state *hs, int *status, cha
 }
 
 int http_parse_head(http_request *req, size_t *head_len, int *status, char *buf, size_t len) {
+    memset(req, 0, sizeof *req);
+    req->content_length = -1;
+    *head_len = 0;
+    *status = 0;
     size_t end = 0;
     int r = head_find_end(&end, status, buf, len);
     if (r != 0)
         return r;
-    memset(req, 0, sizeof *req);
-    req->content_length = -1;
     /* Every CR in buf[0..end) starts a CRLF, and the head ends with an empty line. */
     size_t eol = (size_t)((char *)memchr(buf, '\r', end) - buf);
     if (eol == 0)
@@ -302,6 +304,8 @@ static int query_decode(char *out, size_t outsz, const char *p, const char *end)
 }
 
 int http_query_get(char *out, size_t outsz, const http_request *req, const char *name) {
+    if (outsz > 0)
+        out[0] = '\0';
     if (outsz == 0)
         return fawn_err(FAWN_E2BIG, "no room for query parameter '%s'", name);
     const char *q = req->query;
@@ -446,6 +450,9 @@ ssize_t http_body_read(http_conn *c, void *buf, size_t n) {
 }
 
 int http_body_read_all(char **out, size_t *out_len, http_conn *c, size_t limit) {
+    *out = NULL;
+    if (out_len)
+        *out_len = 0;
     if ((uint64_t)c->body_left > (uint64_t)limit)
         return fawn_err(FAWN_E2BIG, "request body of %lld bytes exceeds the limit of %zu",
                         (long long)c->body_left, limit);

@@ -5,7 +5,10 @@
  * keep-alive, one thread per connection (bounded), responses with a known
  * length or streamed with chunked encoding. Every size and wait is bounded by
  * the constants below. The request-head parser is a pure function so it can
- * be unit tested and fuzzed on its own. */
+ * be unit tested and fuzzed on its own.
+ *
+ * Every out-parameter is set on every path, failures included (NULL, -1,
+ * 0, "" before anything can fail). */
 #ifndef FAWN_BOX_HTTP_H
 #define FAWN_BOX_HTTP_H
 

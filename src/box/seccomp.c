@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <sched.h>
+#include <linux/btrfs.h>
 #include <linux/seccomp.h>
 #include <seccomp.h>
 #include <stdio.h>
@@ -26,7 +27,8 @@ static const char *const denied_calls[] = {
     "delete_module", "bpf", "perf_event_open", "keyctl", "add_key", "request_key", "userfaultfd",
     "io_uring_setup", "io_uring_enter", "io_uring_register", "unshare", "setns",
     "open_by_handle_at", "name_to_handle_at", "acct", "swapon", "swapoff", "reboot",
-    "syslog", "quotactl", "lookup_dcookie", "iopl", "ioperm", "vhangup", "uselib", "nfsservctl",
+    "syslog", "quotactl", "quotactl_fd", "lookup_dcookie", "iopl", "ioperm", "vhangup", "uselib",
+    "nfsservctl",
     "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "pidfd_getfd", "kcmp",
     "fanotify_init", "migrate_pages", "move_pages", "mbind", "set_mempolicy",
 };
@@ -37,8 +39,20 @@ static const unsigned long namespace_flags[] = {
     CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWCGROUP, CLONE_NEWTIME,
 };
 
-/* Terminal ioctls that inject input or reach the console. */
-static const unsigned long denied_ioctls[] = {TIOCSTI, TIOCLINUX};
+/* Terminal ioctls that inject input or reach the console; and the btrfs
+ * ioctls that make or remove a subvolume or snapshot (any user may make one
+ * in a directory it can write, and a new subvolume gets a qgroup of its own,
+ * outside the disk limit of the thread's; see sandbox/quota.h). */
+static const unsigned long denied_ioctls[] = {
+    TIOCSTI,
+    TIOCLINUX,
+    BTRFS_IOC_SUBVOL_CREATE,
+    BTRFS_IOC_SUBVOL_CREATE_V2,
+    BTRFS_IOC_SNAP_CREATE,
+    BTRFS_IOC_SNAP_CREATE_V2,
+    BTRFS_IOC_SNAP_DESTROY,
+    BTRFS_IOC_SNAP_DESTROY_V2,
+};
 
 /* personality() flags that weaken the address space (ASLR off, page zero,
  * executable data, legacy layouts). Setting any of them is refused; this
@@ -116,6 +130,7 @@ static int export_program(struct sock_fprog *prog, scmp_filter_ctx ctx) {
 }
 
 int box_seccomp_build(struct sock_fprog *prog) {
+    *prog = (struct sock_fprog){0};
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
     if (!ctx)
         return fawn_err(FAWN_ENOMEM, "seccomp_init failed");

@@ -3,8 +3,6 @@
 #include "box/box.h"
 #include "box/env.h"
 
-extern char **environ;
-
 /* NAME=VALUE strings of sandbox.environment (values already resolved). */
 static char **configured_env(const fawn_sandbox_config *sc) {
     char **list = calloc(sc->n_env + 1, sizeof *list);
@@ -35,10 +33,11 @@ int box_settings_from_config(box_settings *out, const fawn_config *cfg, const ch
     out->files = box_file_limits_default();
     out->memory_bytes = limited ? sc->limits.memory_mb << 20 : 0;
     out->pids_max = limited ? sc->limits.pids : 0;
+    out->disk_limit_bytes = sc->limits.disk_mb << 20;
     snprintf(out->network, sizeof out->network, "%s", sc->network == FAWN_NET_NONE ? "none" : "host");
     snprintf(out->cgroup, sizeof out->cgroup, "%s", cgroup);
     char **inject = configured_env(sc);
-    out->env = inject ? box_env_build(environ, inject, sc->n_env) : NULL;
+    out->env = inject ? box_env_build(inject, sc->n_env) : NULL;
     box_env_free(inject);
     out->exec.base_env = out->env;
     return out->env ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");

@@ -106,6 +106,13 @@ static int print_result(const json_t *reply, long timeout) {
         fprintf(stderr, "fawn: malformed reply from the sandbox\n");
         return 1;
     }
+    const json_t *disk = json_object_get(reply, "disk");
+    if (json_is_object(disk))
+        fprintf(stderr,
+                "fawn: the thread's files use %s%lld MiB, more than their limit of %lld MiB\n",
+                json_is_true(json_object_get(disk, "complete")) ? "" : "at least ",
+                (long long)(json_integer_value(json_object_get(disk, "used_bytes")) >> 20),
+                (long long)(json_integer_value(json_object_get(disk, "limit_bytes")) >> 20));
     if (strcmp(status, "timeout") == 0)
         fprintf(stderr, "fawn: command timed out after %ld second(s) and was terminated\n", timeout);
     else if (strcmp(status, "error") == 0)

@@ -56,9 +56,10 @@ static void rows_from_gateway(const json_t *answer) {
 
 /* A session token for the first admin, signed with the gateway's secret. */
 static int admin_token(char **out, const fawn_config *cfg, store *st) {
+    *out = NULL;
     store_user admin;
     unsigned char secret[AUTH_SECRET_BYTES];
-    int r = store_user_get_by_role(st, &admin, "admin");
+    int r = store_user_get_by_role(st, &admin, AUTHZ_ADMIN_ROLE);
     if (r == 0)
         r = auth_secret_load(secret, cfg->home);
     if (r < 0)

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "auth/auth.h"
+#include "authz/authz.h"
 #include "base/base.h"
 #include "cli/cli.h"
 #include "config/config.h"
@@ -68,7 +69,7 @@ static int add_user(const user_args *a, const fawn_config *cfg) {
     store *st = NULL;
     store_user u;
     if (r == 0 && (r = store_open(&st, path)) == 0)
-        r = store_user_create(st, &u, a->username, hash, a->admin ? "admin" : "user");
+        r = store_user_create(st, &u, a->username, hash, a->admin ? AUTHZ_ADMIN_ROLE : "user");
     store_close(st);
     if (r == 0)
         printf("created %s %s (id %lld)\n", u.role, u.username, (long long)u.id);

@@ -32,6 +32,7 @@ typedef struct probe_answer {
     bool ok;
     char detail[DOCTOR_DETAIL_MAX];
     cgroup_caps cgroup; /* filled by the cgroup probe only */
+    quota_fs quota;     /* filled by the disk quota probe only */
 } probe_answer;
 
 /* ---- probes: each runs in a forked child ---- */
@@ -80,15 +81,17 @@ static bool probe_unshare(probe_answer *a, int flag, const char *what) {
     return probe_enter_userns(a) && probe_call(a, unshare(flag), what);
 }
 
-static void probe_user_ns(probe_answer *a) { a->ok = probe_enter_userns(a); }
+static void probe_user_ns(probe_answer *a, const char *home) {
+    a->ok = probe_enter_userns(a);
+}
 
-static void probe_mount_ns(probe_answer *a) {
+static void probe_mount_ns(probe_answer *a, const char *home) {
     a->ok = probe_unshare(a, CLONE_NEWNS, "unshare(CLONE_NEWNS)") &&
             probe_call(a, mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL),
                        "make / private in the new mount namespace");
 }
 
-static void probe_pid_ns(probe_answer *a) {
+static void probe_pid_ns(probe_answer *a, const char *home) {
     if (!probe_unshare(a, CLONE_NEWPID, "unshare(CLONE_NEWPID)"))
         return;
     pid_t pid = fork();
@@ -111,22 +114,22 @@ static void probe_pid_ns(probe_answer *a) {
                  "the first process of the new pid namespace is not pid 1");
 }
 
-static void probe_net_ns(probe_answer *a) {
+static void probe_net_ns(probe_answer *a, const char *home) {
     a->ok = probe_unshare(a, CLONE_NEWNET, "unshare(CLONE_NEWNET)");
 }
 
-static void probe_ipc_ns(probe_answer *a) {
+static void probe_ipc_ns(probe_answer *a, const char *home) {
     a->ok = probe_unshare(a, CLONE_NEWIPC, "unshare(CLONE_NEWIPC)");
 }
 
-static void probe_uts_ns(probe_answer *a) {
+static void probe_uts_ns(probe_answer *a, const char *home) {
     static const char name[] = "fawn-doctor";
     a->ok = probe_unshare(a, CLONE_NEWUTS, "unshare(CLONE_NEWUTS)") &&
             probe_call(a, sethostname(name, sizeof name - 1), "sethostname in the new namespace");
 }
 
 /* Pivots into an empty tmpfs, the way the local provider gives a sandbox its root. */
-static void probe_pivot_root(probe_answer *a) {
+static void probe_pivot_root(probe_answer *a, const char *home) {
     a->ok = probe_unshare(a, CLONE_NEWNS, "unshare(CLONE_NEWNS)") &&
             probe_call(a, mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), "make / private") &&
             probe_call(a,
@@ -141,7 +144,7 @@ static void probe_pivot_root(probe_answer *a) {
 }
 
 /* Loads a filter that makes getppid fail with EPERM, and checks that it does. */
-static void probe_seccomp(probe_answer *a) {
+static void probe_seccomp(probe_answer *a, const char *home) {
     int mode = prctl(PR_GET_SECCOMP, 0, 0, 0, 0);
     if (mode < 0) {
         probe_fail(a, "prctl(PR_GET_SECCOMP)", errno);
@@ -170,7 +173,7 @@ static void probe_seccomp(probe_answer *a) {
                  "fawn already runs under a seccomp filter; sandbox filters stack on it");
 }
 
-static void probe_no_new_privs(probe_answer *a) {
+static void probe_no_new_privs(probe_answer *a, const char *home) {
     a->ok = probe_call(a, prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)");
     if (a->ok && prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1) {
         a->ok = false;
@@ -178,20 +181,28 @@ static void probe_no_new_privs(probe_answer *a) {
     }
 }
 
-static void probe_cgroups(probe_answer *a) {
+static void probe_cgroups(probe_answer *a, const char *home) {
     cgroup_probe(&a->cgroup);
     a->ok = a->cgroup.mode != CGROUP_NONE;
     _Static_assert(sizeof a->detail == sizeof a->cgroup.detail, "detail sizes differ");
     memcpy(a->detail, a->cgroup.detail, sizeof a->detail);
 }
 
-static void probe_openat2(probe_answer *a) {
+static void probe_openat2(probe_answer *a, const char *home) {
     a->ok = fsx_have_openat2();
     if (!a->ok)
         snprintf(a->detail, sizeof a->detail, "openat2: not implemented by this kernel");
 }
 
-static void probe_pidfd_open(probe_answer *a) {
+/* Which disk quota a thread's user-data under home gets (sandbox/quota.h). */
+static void probe_disk_quota(probe_answer *a, const char *home) {
+    quota_probe_path(&a->quota, home);
+    a->ok = a->quota.mechanism != QUOTA_MEASURED;
+    _Static_assert(sizeof a->detail >= sizeof a->quota.detail, "detail sizes differ");
+    memcpy(a->detail, a->quota.detail, sizeof a->quota.detail);
+}
+
+static void probe_pidfd_open(probe_answer *a, const char *home) {
     int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
     a->ok = probe_call(a, fd, "pidfd_open");
     if (fd >= 0)
@@ -205,7 +216,7 @@ static const struct doctor_feature_info {
     const char *title;
     bool required;
     const char *without;
-    void (*probe)(probe_answer *a);
+    void (*probe)(probe_answer *a, const char *home);
 } features[DOCTOR_N_FEATURES] = {
     [DOCTOR_USER_NS] = {"user_namespace", "user namespaces", true,
                         "no user namespaces: the local provider cannot start sandboxes; use a "
@@ -255,6 +266,11 @@ static const struct doctor_feature_info {
                            "no pidfd_open: sandbox processes are signalled by pid, which a "
                            "recycled pid could misdirect",
                            probe_pidfd_open},
+    [DOCTOR_DISK_QUOTA] = {"disk_quota", "disk quotas", false,
+                           "no kernel disk quota for $FAWN_HOME: a thread's files are measured; "
+                           "uploads past sandbox.limits.disk_mb are refused and a command is "
+                           "told when it went past, but it can write past it while it runs",
+                           probe_disk_quota},
 };
 
 /* ---- running one probe in a child ---- */
@@ -299,7 +315,8 @@ static void doctor_describe_loss(probe_answer *a, enum probe_outcome outcome, in
 }
 
 /* Runs fn in a forked child, kills it at the deadline, always reaps it. */
-static void doctor_run_probe(probe_answer *a, void (*fn)(probe_answer *)) {
+static void doctor_run_probe(probe_answer *a, void (*fn)(probe_answer *, const char *),
+                             const char *home) {
     memset(a, 0, sizeof *a);
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0) {
@@ -318,7 +335,7 @@ static void doctor_run_probe(probe_answer *a, void (*fn)(probe_answer *)) {
         close(p[0]);
         probe_answer mine;
         memset(&mine, 0, sizeof mine);
-        fn(&mine);
+        fn(&mine, home);
         _exit(fawn_write_all(p[1], &mine, sizeof mine) == 0 ? 0 : 1);
     }
     close(p[1]);
@@ -333,6 +350,7 @@ static void doctor_run_probe(probe_answer *a, void (*fn)(probe_answer *)) {
         doctor_describe_loss(a, outcome, status);
     a->detail[sizeof a->detail - 1] = '\0';
     a->cgroup.detail[sizeof a->cgroup.detail - 1] = '\0';
+    a->quota.detail[sizeof a->quota.detail - 1] = '\0';
 }
 
 /* ---- public ---- */
@@ -350,13 +368,13 @@ static void doctor_missing_required(char *buf, size_t cap, const doctor_report *
     }
 }
 
-int doctor_probe(doctor_report *out) {
+int doctor_probe(doctor_report *out, const char *home) {
     memset(out, 0, sizeof *out);
     for (size_t i = 0; i < DOCTOR_N_FEATURES; i++) {
         const struct doctor_feature_info *f = &features[i];
         doctor_check *c = &out->checks[i];
         probe_answer a;
-        doctor_run_probe(&a, f->probe);
+        doctor_run_probe(&a, f->probe, home);
         c->name = f->name;
         c->title = f->title;
         c->required = f->required;
@@ -365,6 +383,8 @@ int doctor_probe(doctor_report *out) {
         memcpy(c->detail, a.detail, sizeof c->detail);
         if (i == DOCTOR_CGROUPS)
             out->cgroup = a.cgroup;
+        if (i == DOCTOR_DISK_QUOTA)
+            out->quota = a.quota;
     }
     char missing[DOCTOR_MISSING_MAX];
     doctor_missing_required(missing, sizeof missing, out);
@@ -431,10 +451,13 @@ int doctor_to_json(json_t **out, const doctor_report *r) {
     json_t *cgroup = json_pack("{s:s, s:b, s:b, s:o}", "mode", doctor_mode_name(r->cgroup.mode),
                                "memory", r->cgroup.memory, "pids", r->cgroup.pids, "detail",
                                doctor_json_text(r->cgroup.detail));
-    json_t *root = json_pack("{s:b, s:O, s:O}", "local_provider_ready", r->local_ready, "features",
-                             features_obj, "cgroup", cgroup);
+    json_t *quota = json_pack("{s:s, s:o}", "mechanism", quota_mechanism_name(r->quota.mechanism),
+                              "detail", doctor_json_text(r->quota.detail));
+    json_t *root = json_pack("{s:b, s:O, s:O, s:O}", "local_provider_ready", r->local_ready,
+                             "features", features_obj, "cgroup", cgroup, "disk_quota", quota);
     json_decref(features_obj);
     json_decref(cgroup);
+    json_decref(quota);
     if (!root)
         return fawn_err(FAWN_ENOMEM, "out of memory building the doctor report");
     *out = root;

@@ -1,7 +1,8 @@
 /* fawn doctor: which isolation features this host gives fawn, and what fawn
  * does without each one. Every feature is tried for real (a namespace is
- * entered, a filter loaded, a group created) in a forked child that is
- * killed after a timeout and always reaped, so a hanging probe never blocks. */
+ * entered, a filter loaded, a group created, the filesystem of the home
+ * asked for its quotas) in a forked child that is killed after a timeout
+ * and always reaped, so a hanging probe never blocks. */
 #ifndef FAWN_CLI_DOCTOR_H
 #define FAWN_CLI_DOCTOR_H
 
@@ -9,6 +10,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "sandbox/quota.h"
 #include "sandbox/sandbox.h"
 
 enum doctor_feature {
@@ -24,6 +26,7 @@ enum doctor_feature {
     DOCTOR_CGROUPS,
     DOCTOR_OPENAT2,
     DOCTOR_PIDFD_OPEN,
+    DOCTOR_DISK_QUOTA,
     DOCTOR_N_FEATURES
 };
 
@@ -42,14 +45,16 @@ typedef struct doctor_check {
 typedef struct doctor_report {
     doctor_check checks[DOCTOR_N_FEATURES]; /* indexed by enum doctor_feature */
     cgroup_caps cgroup;                     /* cgroup_probe's answer */
+    quota_fs quota;                         /* quota_probe_path's answer for the home */
     bool local_ready;                       /* every required feature is present */
 } doctor_report;
 
-/* Probes every feature of this host into *out (fully overwritten). Returns 0
+/* Probes every feature of this host into *out (fully overwritten), the disk
+ * quota for a FAWN_HOME at home (which need not exist yet). Returns 0
  * when everything the local provider needs is present (user, mount, pid, ipc
  * and uts namespaces, pivot_root, no_new_privs, seccomp), else FAWN_EUNSUP
  * with a message naming what is missing; *out is complete in both cases. */
-int doctor_probe(doctor_report *out);
+int doctor_probe(doctor_report *out, const char *home);
 
 /* Writes the report for people: one line per feature, the fallback line under
  * each missing one, and whether the local provider can run. */
@@ -59,7 +64,8 @@ void doctor_print(FILE *out, const doctor_report *r);
  *   {"local_provider_ready": bool,
  *    "features": {"<name>": {"status": "ok"|"missing", "required": bool,
  *                            "detail": str, "without": str}, ...},
- *    "cgroup": {"mode": "none"|"v1"|"v2", "memory": bool, "pids": bool, "detail": str}}
+ *    "cgroup": {"mode": "none"|"v1"|"v2", "memory": bool, "pids": bool, "detail": str},
+ *    "disk_quota": {"mechanism": "btrfs"|"project"|"measured", "detail": str}}
  * *out is new (caller json_decref()s it). FAWN_ENOMEM when jansson cannot allocate. */
 int doctor_to_json(json_t **out, const doctor_report *r);
 

@@ -263,6 +263,10 @@ static const config_key limits_keys[] = {
     KEY_INT("address_space_mb", sandbox.limits.address_space_mb, set_u64, "4096", 64, 4194304),
     /* 1 MiB up to 64 GiB of RAM-backed /tmp. */
     KEY_INT("tmp_size_mb", sandbox.limits.tmp_size_mb, set_u64, "256", 1, 65536),
+    /* 10 GiB holds a cloned repository with its dependencies and build
+     * outputs, or a data set of a few GiB; 16 MiB still holds the
+     * directories and a few small files; 1 TiB up to a disk. */
+    KEY_INT("disk_mb", sandbox.limits.disk_mb, set_u64, "10240", 16, 1048576),
     {0},
 };
 
@@ -270,6 +274,7 @@ static const config_key sandbox_keys[] = {
     KEY_SCALAR("network", sandbox.network, set_network, "none"),
     KEY_SCALAR("skills_dir", sandbox.skills_dir, set_string, NULL),
     KEY_MAPPING("environment", parse_sandbox_environment),
+    KEY_LIST("env_passthrough", sandbox.env_passthrough),
     KEY_SECTION("limits", limits_keys),
     /* One second up to one day. */
     KEY_INT("exec_timeout_s", sandbox.exec_timeout_s, set_u32, "600", 1, 86400),
@@ -294,6 +299,19 @@ static const config_key server_keys[] = {
     KEY_INT("port", server.port, set_u32, "8001", 1, 65535),
     /* One thread still serves; 256 is far past the cores of any gateway host. */
     KEY_INT("threads", server.threads, set_u32, "4", 1, 256),
+    /* Each connection costs a descriptor and up to 32 KiB of buffers: 1024 is
+     * 32 MiB; 16 still serves a browser; 65536 is past one process's descriptors
+     * on most hosts. */
+    KEY_INT("max_connections", server.max_connections, set_u32, "1024", 16, 65536),
+    /* A browser opens at most 6 connections to a host; 64 also lets one client
+     * stream its 32 active runs at once, and leaves 15 of 16 slots of the
+     * default to other addresses. */
+    KEY_INT("max_connections_per_address", server.max_connections_per_address, set_u32, "64",
+            1, 65535),
+    /* A head is a few KiB sent at once: any real client sends it within a second;
+     * 30 s allows for a stalled mobile link and frees a held slot twice a minute;
+     * 600 s is the longest a slot may be held without a request. */
+    KEY_INT("request_head_timeout_s", server.request_head_timeout_s, set_u32, "30", 1, 600),
     KEY_LIST("trusted_proxies", server.trusted_proxies),
     {0},
 };
@@ -316,6 +334,23 @@ static const config_key uploads_keys[] = {
     {0},
 };
 
+static const config_key runs_keys[] = {
+    /* A run spends most of its time waiting for a model or a command, so a
+     * few workers go far; one still runs everything in turn, and 256 threads
+     * are far past what one gateway's models and sandboxes sustain. */
+    KEY_INT("workers", runs.workers, set_u32, "8", 1, 256),
+    /* Each waiting run holds its input (up to the run routes' 1 MiB body),
+     * so 256 bounds them to a few hundred MiB at worst; 65536 is the most a
+     * host could hold. Past it a new run is refused (409). */
+    KEY_INT("queue_max", runs.queue_max, set_u32, "256", 1, 65536),
+    /* One user's many threads cannot fill the queue every user shares. */
+    KEY_INT("per_user_active_max", runs.per_user_active_max, set_u32, "32", 1, 65536),
+    /* Derived when absent (config_derive): half the workers, so one user's
+     * long runs leave the other half to start other users' runs at once. */
+    KEY_INT("per_user_running_max", runs.per_user_running_max, set_u32, NULL, 1, 256),
+    {0},
+};
+
 static const config_key root_keys[] = {
     KEY_SCALAR("home", home, set_string, NULL),
     KEY_SCALAR("log_level", log_level, set_log_level, "info"),
@@ -323,6 +358,7 @@ static const config_key root_keys[] = {
     KEY_SECTION("sandbox", sandbox_keys),
     KEY_SECTION("auth", auth_keys),
     KEY_SECTION("uploads", uploads_keys),
+    KEY_SECTION("runs", runs_keys),
     KEY_TREE("authorization", authorization),
     KEY_LIST("models", models),
     {0},
@@ -353,8 +389,30 @@ static int check_remote_provider(const fawn_config *cfg, const char *source) {
                        "is required when sandbox.provider is remote");
 }
 
+/* A cap on one user's workers above the workers there are would say
+ * something the gateway cannot do. 0: not given (derived later). */
+static int check_runs_running_max(const fawn_config *cfg, const char *source) {
+    const fawn_runs_config *rc = &cfg->runs;
+    if (rc->per_user_running_max <= rc->workers)
+        return 0;
+    return config_fail(source, 0, "runs.per_user_running_max",
+                       "must not exceed runs.workers (%" PRIu32 " > %" PRIu32 ")",
+                       rc->per_user_running_max, rc->workers);
+}
+
+/* One address must never be able to hold every connection slot. */
+static int check_connection_caps(const fawn_config *cfg, const char *source) {
+    const fawn_server_config *sv = &cfg->server;
+    if (sv->max_connections_per_address < sv->max_connections)
+        return 0;
+    return config_fail(source, 0, "server.max_connections_per_address",
+                       "must be below server.max_connections (%" PRIu32 " >= %" PRIu32 ")",
+                       sv->max_connections_per_address, sv->max_connections);
+}
+
 static const config_check config_checks[] = {check_exec_timeouts, check_upload_sizes,
-                                             check_remote_provider};
+                                             check_remote_provider, check_runs_running_max,
+                                             check_connection_caps};
 
 static void *key_field(fawn_config *cfg, const config_key *key) {
     return (char *)cfg + key->offset;
@@ -605,6 +663,34 @@ static int env_entry_parse(config_parser *p, const yaml_event_t *key, const char
     return env_append(&p->cfg->sandbox, name, v.text);
 }
 
+/* Appends, for each name of sandbox.env_passthrough that sandbox.environment
+ * does not set, the host's value when the host has one. */
+static int env_passthrough_apply(fawn_config *cfg, const char *source) {
+    fawn_sandbox_config *sb = &cfg->sandbox;
+    const json_t *names = sb->env_passthrough;
+    for (size_t i = 0; i < json_array_size(names); i++) {
+        const char *name = json_string_value(json_array_get(names, i));
+        if (!name || !name_valid(name))
+            return config_fail(source, 0, "sandbox.env_passthrough",
+                               "entry %zu is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*, "
+                               "at most %d)", i, CONFIG_NAME_MAX);
+        bool set = false;
+        for (size_t j = 0; j < sb->n_env && !set; j++)
+            set = strcmp(sb->env[j].name, name) == 0;
+        const char *value = getenv(name);
+        if (set || !value)
+            continue;
+        if (sb->n_env == CONFIG_MAX_ENV)
+            return config_fail(source, 0, "sandbox.env_passthrough",
+                               "sandbox.environment and it together name more than %d variables",
+                               CONFIG_MAX_ENV);
+        int r = env_append(sb, name, value);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
 static int parse_sandbox_environment(config_parser *p, const char *path) {
     for (;;) {
         _cleanup_event_ yaml_event_t key = {0};
@@ -792,6 +878,9 @@ static int config_init(fawn_config *cfg) {
 }
 
 static int config_derive(fawn_config *cfg) {
+    fawn_runs_config *rc = &cfg->runs;
+    if (!rc->per_user_running_max)
+        rc->per_user_running_max = rc->workers > 1 ? rc->workers / 2 : 1;
     if (cfg->sandbox.skills_dir)
         return 0;
     size_t n = strlen(cfg->home);
@@ -820,6 +909,8 @@ static int config_build(fawn_config *cfg, const char *source, const char *text, 
         r = config_parse(cfg, source, text ? text : "", len);
     if (r == 0)
         r = config_run_checks(cfg, source);
+    if (r == 0)
+        r = env_passthrough_apply(cfg, source);
     if (r == 0)
         r = config_derive(cfg);
     return r;
@@ -903,6 +994,7 @@ void config_free(fawn_config *cfg) {
     json_decref(cfg->models);
     json_decref(cfg->server.trusted_proxies);
     json_decref(cfg->sandbox.remote);
+    json_decref(cfg->sandbox.env_passthrough);
     for (size_t i = 0; i < cfg->sandbox.n_env && i < CONFIG_MAX_ENV; i++) {
         free(cfg->sandbox.env[i].name);
         free(cfg->sandbox.env[i].value);

@@ -35,13 +35,18 @@ typedef struct fawn_sandbox_limits {
     uint64_t file_size_mb;  /* RLIMIT_FSIZE: largest file a command can write (default 1024) */
     uint64_t address_space_mb; /* RLIMIT_AS when no memory cgroup can be used (default 4096) */
     uint64_t tmp_size_mb;   /* size of the sandbox's private /tmp tmpfs (default 256) */
+    uint64_t disk_mb;       /* a thread's user-data: workspace, uploads and outputs together
+                               (default 10240; see src/sandbox/quota.h) */
 } fawn_sandbox_limits;
 
 typedef struct fawn_sandbox_config {
     enum fawn_network_mode network;  /* sandbox.network: none | host (default none) */
     char *skills_dir;                /* sandbox.skills_dir (default "$home/skills") */
-    fawn_env_var env[CONFIG_MAX_ENV];/* sandbox.environment: NAME: value */
+    fawn_env_var env[CONFIG_MAX_ENV];/* sandbox.environment (NAME: value), then the host's
+                                        values of sandbox.env_passthrough's names */
     size_t n_env;
+    json_t *env_passthrough;         /* sandbox.env_passthrough: host variable names (JSON
+                                        array), already folded into env */
     fawn_sandbox_limits limits;      /* sandbox.limits.* */
     uint32_t exec_timeout_s;         /* sandbox.exec_timeout_s: default command timeout (600) */
     uint32_t exec_max_timeout_s;     /* sandbox.exec_max_timeout_s: cap on client timeouts (3600) */
@@ -58,6 +63,12 @@ typedef struct fawn_server_config {
     char *host;       /* server.host: IPv4 address to listen on (default 127.0.0.1) */
     uint32_t port;    /* server.port (default 8001) */
     uint32_t threads; /* server.threads: request threads (default 4) */
+    uint32_t max_connections;             /* server.max_connections: open at once (1024) */
+    uint32_t max_connections_per_address; /* server.max_connections_per_address: of them,
+                                             from one client address (64; trusted proxies
+                                             are exempt) */
+    uint32_t request_head_timeout_s;      /* server.request_head_timeout_s: a connection
+                                             sends its request head within this (30) */
     json_t *trusted_proxies; /* server.trusted_proxies: addresses whose X-Forwarded-For is
                                 believed (JSON array of strings), or NULL */
 } fawn_server_config;
@@ -76,6 +87,15 @@ typedef struct fawn_uploads_config {
     uint64_t max_total_size_mb; /* uploads.max_total_size_mb per request (100) */
 } fawn_uploads_config;
 
+typedef struct fawn_runs_config {
+    uint32_t workers;              /* runs.workers: runs executing at once (8) */
+    uint32_t queue_max;            /* runs.queue_max: runs waiting for a worker, all users (256) */
+    uint32_t per_user_active_max;  /* runs.per_user_active_max: one user's runs waiting or
+                                      running (32) */
+    uint32_t per_user_running_max; /* runs.per_user_running_max: workers one user holds at once
+                                      (half of runs.workers, at least 1) */
+} fawn_runs_config;
+
 typedef struct fawn_config {
     char *home;       /* home: state directory (default $FAWN_HOME or ./.fawn) */
     char *log_level;  /* log_level: debug|info|warn|error (default info) */
@@ -83,6 +103,7 @@ typedef struct fawn_config {
     fawn_sandbox_config sandbox;
     fawn_auth_config auth;
     fawn_uploads_config uploads;
+    fawn_runs_config runs;
     /* authorization: the section as JSON (mappings -> objects, sequences ->
      * arrays, plain true/false -> booleans, plain null -> null, other
      * scalars -> strings), or NULL when absent; src/authz validates it. */

@@ -2,11 +2,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "base/fsx.h"
@@ -276,6 +278,7 @@ static int range_spec_parse(range_spec *rs, const char *p) {
 }
 
 int artifact_range_parse(uint64_t *start, uint64_t *len, const char *header, uint64_t size) {
+    *start = *len = 0;
     static const char unit[] = "bytes=";
     if (!header || strnlen(header, RANGE_HEADER_MAX + 1) > RANGE_HEADER_MAX)
         return range_ignored("absent or too long");
@@ -381,6 +384,26 @@ int artifact_get(artifact_response *out, const vpath_roots *roots, const char *e
     get_apply_range(out, range_header);
     if (out->status != 416)
         out->fd = steal_fd(fd);
+    return 0;
+}
+
+int artifact_body_read(size_t *n, const artifact_response *a, uint64_t pos, char *buf,
+                       size_t max) {
+    *n = 0;
+    if (pos >= a->length)
+        return 0;
+    size_t want = a->length - pos < max ? (size_t)(a->length - pos) : max;
+    ssize_t got;
+    do
+        got = pread(a->fd, buf, want, (off_t)(a->offset + pos));
+    while (got < 0 && errno == EINTR);
+    if (got < 0)
+        return fawn_err(FAWN_EIO, "artifact unreadable at byte %" PRIu64 ": %s", a->offset + pos,
+                        strerror(errno));
+    if (got == 0)
+        return fawn_err(FAWN_EIO, "artifact shrank while being sent: it ends before byte %" PRIu64
+                        " of %" PRIu64, a->offset + pos, a->size);
+    *n = (size_t)got;
     return 0;
 }
 
@@ -571,7 +594,7 @@ static int staging_fill(staging *s, const struct stat *st, const char *data, siz
     if (r == 0)
         r = fawn_write_all(s->fd, data, len);
     if (r == 0 && fsync(s->fd) < 0)
-        r = fawn_err_sys(FAWN_EIO, errno, "fsync %s", shown);
+        r = fawn_err_write(errno, shown);
     return r;
 }
 
@@ -598,6 +621,7 @@ static int put_replace(int dirfd, const struct stat *st, const char *data, size_
 
 int artifact_put(artifact_put_result *out, const vpath_roots *roots, const char *encoded_tail,
                  const char *content, size_t content_len, const char *expected_sha256) {
+    *out = (artifact_put_result){0};
     int r;
     if ((r = sha256_hex_check(expected_sha256)) < 0 ||
         (r = put_content_check(content, content_len)) < 0)

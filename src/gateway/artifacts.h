@@ -13,7 +13,10 @@
  *   FAWN_EINVAL  malformed percent escape, %00, a decoded path that is not
  *                UTF-8, control characters or backslashes, an overlong path;
  *   FAWN_EPERM   "Access denied: path traversal detected": a ".." that leaves
- *                /mnt/user-data, or a symlink whose target lies outside it. */
+ *                /mnt/user-data, or a symlink whose target lies outside it.
+ *
+ * Every out-parameter is set on every path, failures included (fd -1,
+ * empty results, zero ranges before anything can fail). */
 #ifndef FAWN_GATEWAY_ARTIFACTS_H
 #define FAWN_GATEWAY_ARTIFACTS_H
 
@@ -62,8 +65,8 @@ typedef struct artifact_response {
  * range gives status 206 with content_range "bytes A-B/N"; an unsatisfiable
  * one gives status 416, fd -1, content_range "bytes *\/N" and return value 0;
  * any other Range (malformed, several ranges, another unit) is ignored
- * (status 200, the whole file). Bytes beyond what the file holds when sent
- * (it shrank) are the sender's to handle.
+ * (status 200, the whole file). Send the body with artifact_body_read, which
+ * tells a file that shrank while it was being sent.
  *
  * Returns 0 with out filled, or (out->fd = -1) the path errors above and:
  *   FAWN_EINVAL "Path must start with /mnt/user-data" for any other path,
@@ -75,6 +78,15 @@ typedef struct artifact_response {
 int artifact_get(artifact_response *out, const vpath_roots *roots, const char *encoded_tail,
                  const char *range_header, bool download);
 
+/* Reads the body of a (filled by artifact_get) at pos, counted from the
+ * first byte to send (a->offset in the file): up to max bytes into buf, *n
+ * the count. *n is 0 only once all a->length bytes have been read. Returns 0,
+ * or FAWN_EIO (*n = 0) when the file ends before a->length bytes (it was
+ * truncated while being sent) or cannot be read: the sender must then end
+ * the response short, never wait for bytes that will not come. */
+int artifact_body_read(size_t *n, const artifact_response *a, uint64_t pos, char *buf,
+                       size_t max);
+
 /* Parses one Range header value against a representation of size bytes.
  * Returns 0 with *start and *len (> 0, start + len <= size) for a single
  * satisfiable byte range ("bytes=A-B", "bytes=A-", "bytes=-N"; a last
@@ -83,8 +95,8 @@ int artifact_get(artifact_response *out, const vpath_roots *roots, const char *e
  * unsatisfiable (A >= size, a suffix of 0, any range of an empty file).
  * FAWN_ENOENT when the header must be ignored: another unit, several ranges,
  * B < A, anything but plain decimal digits, a number above UINT64_MAX, or a
- * value longer than a single range can be. *start and *len are set only on
- * 0. header may be NULL (FAWN_ENOENT). */
+ * value longer than a single range can be. *start and *len stay 0 unless it
+ * returns 0. header may be NULL (FAWN_ENOENT). */
 int artifact_range_parse(uint64_t *start, uint64_t *len, const char *header, uint64_t size);
 
 typedef struct artifact_put_result {
@@ -123,7 +135,8 @@ typedef struct artifact_put_result {
  *   FAWN_EPERM  a file with several hard links (as vpath_check_writable);
  *   FAWN_ENOENT "Artifact not found: P" (also for a staging file);
  *   FAWN_EUNSUP content or the current file holds NUL or is not UTF-8;
- *   FAWN_E2BIG  content or the current file is over ARTIFACT_EDIT_MAX_BYTES;
+ *   FAWN_E2BIG  content or the current file is over ARTIFACT_EDIT_MAX_BYTES, or
+ *               the new bytes do not fit the thread's disk quota (or the disk);
  *   FAWN_ESTALE "Artifact changed since it was opened" (file unchanged);
  *   FAWN_EBUSY  another save of the same file is in progress;
  *   FAWN_EIO. The request body is checked before the file system is touched. */

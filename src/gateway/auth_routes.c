@@ -111,12 +111,12 @@ static int route_initialize(gw_request *rq) {
     store_user u = {0};
     pthread_mutex_lock(&rq->g->setup_lock);
     if (r == 0)
-        r = store_user_count(rq->g->st, &admins, "admin");
+        r = store_user_count(rq->g->st, &admins, AUTHZ_ADMIN_ROLE);
     if (r == 0 && admins > 0)
         r = gw_respond_coded(rq, MHD_HTTP_CONFLICT, "system_already_initialized",
                              "An admin already exists");
     else if (r == 0)
-        r = user_create(&u, rq, &c, "admin");
+        r = user_create(&u, rq, &c, AUTHZ_ADMIN_ROLE);
     pthread_mutex_unlock(&rq->g->setup_lock);
     credentials_wipe(&c);
     if (r == 0 && !rq->responded)
@@ -221,7 +221,7 @@ static int route_me(gw_request *rq) {
 
 static int route_setup_status(gw_request *rq) {
     int64_t admins = 0;
-    int r = store_user_count(rq->g->st, &admins, "admin");
+    int r = store_user_count(rq->g->st, &admins, AUTHZ_ADMIN_ROLE);
     if (r < 0)
         return r;
     return gw_respond_json(rq, MHD_HTTP_OK,

@@ -15,6 +15,7 @@
 #include "gateway/multipart.h"
 #include "gateway/uploads.h"
 #include "paths/paths.h"
+#include "sandbox/quota.h"
 
 /* Multipart framing allowed beyond the files' own bytes: part headers and
  * boundaries of at most max_files files, and small text fields. */
@@ -26,6 +27,9 @@
 #define UPLOAD_SYNC_TIMEOUT_MS (10 * 60 * 1000)
 /* The multipart field that carries files. */
 #define UPLOAD_FIELD "files"
+/* Bytes of an artifact read per call, held by each download in progress: one
+ * call sends a 64 KiB file; a thousand downloads at once hold 64 MiB. */
+#define ARTIFACT_BLOCK_SIZE ((size_t)64 << 10)
 
 static upload_limits limits_from_config(const fawn_config *cfg) {
     return (upload_limits){.max_files = cfg->uploads.max_files,
@@ -34,10 +38,15 @@ static upload_limits limits_from_config(const fawn_config *cfg) {
 }
 
 /* Opens the thread's uploads directory without following a symlink the
- * sandbox may have put in its place. */
-static int uploads_dir_open(int *out, gw_request *rq, const store_thread *t, bool create) {
+ * sandbox may have put in its place. With room, also tells how much the
+ * thread's files may still grow (sandbox.limits.disk_mb; sandbox/quota.h). */
+static int uploads_dir_open(int *out, uint64_t *room, gw_request *rq, const store_thread *t,
+                            bool create) {
+    *out = -1;
     _cleanup_close_ int user_data = -1;
     int r = gw_thread_files_open(&user_data, rq, t, create);
+    if (r == 0 && room)
+        r = quota_room(room, user_data, rq->g->cfg->sandbox.limits.disk_mb << 20);
     if (r < 0)
         return r;
     *out = openat(user_data, "uploads", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -97,7 +106,7 @@ static int upload_open(gw_request *rq) {
     if (r == 0)
         r = gw_thread_resolve(&u->thread, rq, true);
     if (r == 0)
-        r = uploads_dir_open(&u->dirfd, rq, &u->thread, true);
+        r = uploads_dir_open(&u->dirfd, &lim.disk_room, rq, &u->thread, true);
     if (r == 0)
         r = upload_batch_begin(&u->batch, u->dirfd, &lim);
     if (r == 0)
@@ -204,7 +213,7 @@ static int route_upload_list(gw_request *rq) {
         return r;
     _cleanup_close_ int dirfd = -1;
     json_t *list = NULL;
-    r = uploads_dir_open(&dirfd, rq, &t, false);
+    r = uploads_dir_open(&dirfd, NULL, rq, &t, false);
     if (r == 0)
         r = uploads_list(&list, dirfd, t.id);
     else if (r == FAWN_ENOENT) /* nothing uploaded yet */
@@ -234,7 +243,7 @@ static int route_upload_delete(gw_request *rq) {
         r = gw_thread_resolve(&t, rq, false);
     _cleanup_close_ int dirfd = -1;
     if (r == 0)
-        r = uploads_dir_open(&dirfd, rq, &t, false);
+        r = uploads_dir_open(&dirfd, NULL, rq, &t, false);
     if (r == 0)
         r = uploads_delete(dirfd, name);
     store_thread_clear(&t);
@@ -260,6 +269,40 @@ static int artifact_roots(vpath_roots *roots, gw_request *rq, bool for_write) {
         r = fawn_err(FAWN_ENOENT, "Artifact not found"); /* the thread has no files yet */
     store_thread_clear(&t);
     return r;
+}
+
+/* MHD's content reader over artifact_body_read: a file that shrank while
+ * being sent ends the response short (the connection is closed), rather
+ * than leaving the client waiting for the bytes Content-Length promised. */
+static ssize_t artifact_body_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    size_t n = 0;
+    if (artifact_body_read(&n, cls, pos, buf, max) < 0) {
+        log_warn("gateway", "%s", fawn_errmsg());
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+static void artifact_body_free(void *cls) {
+    artifact_response *a = cls;
+    close(a->fd);
+    free(a);
+}
+
+/* The response that sends a's body; it owns a->fd from here (closed even
+ * when this fails: NULL, out of memory). */
+static struct MHD_Response *artifact_body_response(const artifact_response *a) {
+    artifact_response *body = malloc(sizeof *body);
+    if (!body) {
+        close(a->fd);
+        return NULL;
+    }
+    *body = *a;
+    struct MHD_Response *resp = MHD_create_response_from_callback(
+        a->length, ARTIFACT_BLOCK_SIZE, artifact_body_reader, body, artifact_body_free);
+    if (!resp)
+        artifact_body_free(body);
+    return resp;
 }
 
 static void artifact_headers(struct MHD_Response *resp, const artifact_response *a) {
@@ -299,13 +342,9 @@ static int route_artifact_get(gw_request *rq) {
         return r;
     if (a.status == MHD_HTTP_RANGE_NOT_SATISFIABLE)
         return respond_unsatisfiable(rq, &a);
-    /* The response owns the fd from here and closes it. */
-    struct MHD_Response *resp =
-        MHD_create_response_from_fd_at_offset64(a.length, a.fd, (uint64_t)a.offset);
-    if (!resp) {
-        close(a.fd);
+    struct MHD_Response *resp = artifact_body_response(&a);
+    if (!resp)
         return fawn_err(FAWN_ENOMEM, "out of memory");
-    }
     artifact_headers(resp, &a);
     return gw_queue(rq, a.status, resp);
 }

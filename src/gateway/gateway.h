@@ -1,5 +1,6 @@
 /* The gateway: fawn's HTTP API (docs/http-api.md), served with
- * libmicrohttpd (epoll, a pool of threads). */
+ * libmicrohttpd (epoll, a pool of threads). gateway_start sets *out on
+ * every path (NULL when it fails). */
 #ifndef FAWN_GATEWAY_H
 #define FAWN_GATEWAY_H
 

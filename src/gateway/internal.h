@@ -1,5 +1,10 @@
 /* What the gateway's files share: the request being served, the route
- * table's shape and the response helpers. No other module includes this. */
+ * table's shape and the response helpers. No other module includes this.
+ *
+ * Every out-parameter is set on every path, failures included: a function
+ * zeroes its out-parameters (records that their clear function accepts,
+ * NULL, -1, "") before anything can fail, so a route clears what it got
+ * whether or not the call succeeded. */
 #ifndef FAWN_GATEWAY_INTERNAL_H
 #define FAWN_GATEWAY_INTERNAL_H
 
@@ -25,8 +30,22 @@
 #define GW_JSON_BODY_MAX ((size_t)1 << 20)
 /* Largest body of the sign-in routes: a name and two passwords. */
 #define GW_AUTH_BODY_MAX ((size_t)16 << 10)
+/* Messages of a thread state in one answer (GET state, one page of
+ * history, a run's /wait and /join), newest first: past it the older ones
+ * are left out and counted in values.messages_omitted. 4 MiB holds a
+ * whole conversation of about a thousand messages of a few KiB, and bounds
+ * what one answer costs the gateway: the state is read and spliced into
+ * the answer, never parsed into a tree. */
+#define GW_STATE_MESSAGES_MAX ((size_t)4 << 20)
+/* Messages of the state in one values event of a run's stream: a follower
+ * gets one after every step, so a smaller share of the state keeps a long
+ * run with large tool results from streaming the whole conversation again
+ * at each step; the step's new messages come whole in messages and
+ * updates events, the whole state from /state. */
+#define GW_VALUES_EVENT_MESSAGES_MAX ((size_t)1 << 20)
 
 typedef struct gw_throttle gw_throttle;
+typedef struct gw_conns gw_conns;
 
 /* Proxies whose X-Forwarded-For is believed: at most this many. */
 #define GW_TRUSTED_PROXIES_MAX 32
@@ -40,6 +59,7 @@ struct gateway {
     char dummy_hash[AUTH_HASH_MAX];          /* verified for unknown users: equal timing */
     int64_t local_admin_id;                  /* auth.disabled: everyone is this user */
     gw_throttle *throttle;                   /* failed sign-ins per client address */
+    gw_conns *conns;                         /* open connections: per-address cap, head deadline */
     char trusted_proxies[GW_TRUSTED_PROXIES_MAX][64]; /* canonical numeric addresses */
     size_t n_trusted_proxies;
     sbx_provider *provider;                  /* where sandboxes run */
@@ -146,6 +166,8 @@ void gw_forwarded_client(char out[64], const char *peer, const char *forwarded_f
                          char trusted[][64], size_t n);
 /* Validates server.trusted_proxies into g (FAWN_ECONFIG naming the entry). */
 int gw_trusted_proxies_load(gateway *g, const json_t *list);
+/* Whether addr (canonical text, as inet_ntop writes it) is a trusted proxy. */
+bool gw_proxy_trusted(const gateway *g, const char *addr);
 /* The value of field key in an application/x-www-form-urlencoded body,
  * decoded ('+' is a space, %XX escapes once) into out. FAWN_ENOENT when
  * absent; FAWN_EINVAL for a malformed escape, %00, or a value longer than
@@ -163,6 +185,9 @@ unsigned gw_status_for(int code);
 /* A JSON response object for body (stolen), with the headers every answer
  * carries; NULL when out of memory. Callers may add headers, then gw_queue. */
 struct MHD_Response *gw_json_response(json_t *body);
+/* The same for body already as JSON text (malloc'd, taken; NULL: out of
+ * memory), for answers spliced from stored JSON without parsing it. */
+struct MHD_Response *gw_json_text_response(char *text);
 /* Queues r with status (or keeps it pending, see gw_request.deferring) and
  * releases the caller's reference; FAWN_EIO if MHD refuses. */
 int gw_queue(gw_request *rq, unsigned status, struct MHD_Response *r);
@@ -217,6 +242,29 @@ void gw_throttle_fail(gw_throttle *t, const char *addr, int64_t now_s);
 /* Forgets addr's failures after a success. */
 void gw_throttle_succeed(gw_throttle *t, const char *addr);
 
+/* ---- connections (connections.c) ---- */
+
+/* The table of open connections of g's server, with its watcher thread,
+ * which closes those whose request head is late (see connections.c for the
+ * rules). g must be prepared (cfg and trusted proxies loaded) and outlive
+ * it. 0, or FAWN_ENOMEM / FAWN_EIO (no thread); free with gw_conns_free,
+ * after the server has stopped. */
+int gw_conns_new(gw_conns **out, const gateway *g);
+void gw_conns_free(gw_conns *t);
+/* For MHD_OPTION_ACCEPT_POLICY_CALLBACK (cls: the table): MHD_NO when the
+ * peer's address already holds its most connections. */
+enum MHD_Result gw_conns_admit(void *cls, const struct sockaddr *addr, socklen_t addrlen);
+/* For MHD_OPTION_NOTIFY_CONNECTION (cls: the table): records a connection
+ * when it starts (shutting it down when its address is over its cap) and
+ * forgets it when it closes. */
+void gw_conns_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                     enum MHD_ConnectionNotificationCode code);
+/* The head of a request on c has arrived: no deadline applies until it
+ * completes. */
+void gw_conns_head_arrived(gw_conns *t, struct MHD_Connection *c);
+/* A request on c has completed: the next head is due within the deadline. */
+void gw_conns_head_awaited(gw_conns *t, struct MHD_Connection *c);
+
 /* ---- shared by route families ---- */
 
 /* A deleted thread's directory is first renamed to this prefix plus its
@@ -253,6 +301,13 @@ enum {
  * values). FAWN_EINVAL "unsupported_stream_mode: <name>" for anything but
  * values, messages-tuple (or messages), updates and custom. */
 int gw_stream_modes(unsigned *out, const json_t *stream_mode);
+
+/* The event id a Last-Event-ID value names, the last one the client has:
+ * 0 (from the first event) for NULL, "" and "-1" (LangGraph clients send it
+ * to replay everything); else a decimal of digits only, 0 … INT64_MAX.
+ * FAWN_EINVAL for anything else (a sign, spaces, other characters, a larger
+ * number); *out is 0 then. */
+int gw_event_id_parse(int64_t *out, const char *text);
 
 typedef struct gw_follow_spec {
     const char *run_id;

@@ -184,7 +184,8 @@ static size_t value_type_span(const char **start, const char *value) {
 
 /* ---- Content-Type of the request ---- */
 
-int multipart_boundary(char out[MULTIPART_BOUNDARY_MAX + 1], const char *content_type) {
+/* multipart_boundary's work; on failure out may hold part of a boundary. */
+static int boundary_find(char out[MULTIPART_BOUNDARY_MAX + 1], const char *content_type) {
     const char *type;
     size_t type_len = content_type ? value_type_span(&type, content_type) : 0;
     if (!content_type || !span_eq_nocase(type, type_len, "multipart/form-data"))
@@ -214,10 +215,18 @@ int multipart_boundary(char out[MULTIPART_BOUNDARY_MAX + 1], const char *content
     return 0;
 }
 
+int multipart_boundary(char out[MULTIPART_BOUNDARY_MAX + 1], const char *content_type) {
+    int r = boundary_find(out, content_type);
+    if (r < 0)
+        out[0] = '\0'; /* never half a boundary */
+    return r;
+}
+
 /* ---- parser lifetime and stopping ---- */
 
 int multipart_new(multipart_parser **out, const char *boundary, const multipart_callbacks *cb,
                   void *ctx) {
+    *out = NULL;
     size_t blen = strnlen(boundary, MULTIPART_BOUNDARY_MAX + 1);
     if (!boundary_valid(boundary, blen))
         return fawn_err(FAWN_EINVAL, "invalid multipart boundary");

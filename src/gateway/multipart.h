@@ -25,7 +25,8 @@
  *   - "\r\n--boundary" followed by anything other than "--", padding or CRLF
  *     is refused (RFC 2046 forbids the boundary inside content).
  *
- * Limits exceeded are FAWN_E2BIG. Parsing is pure: no I/O, no global state. */
+ * Limits exceeded are FAWN_E2BIG. Parsing is pure: no I/O, no global state.
+ * Every out-parameter is set on every path, failures included (NULL, ""). */
 #ifndef FAWN_GATEWAY_MULTIPART_H
 #define FAWN_GATEWAY_MULTIPART_H
 

@@ -39,6 +39,10 @@ static bool address_trusted(const char *addr, char trusted[][64], size_t n) {
     return false;
 }
 
+bool gw_proxy_trusted(const gateway *g, const char *addr) {
+    return address_trusted(addr, (char(*)[64])g->trusted_proxies, g->n_trusted_proxies);
+}
+
 void gw_forwarded_client(char out[64], const char *peer, const char *forwarded_for,
                          char trusted[][64], size_t n) {
     snprintf(out, 64, "%s", peer);
@@ -122,7 +126,9 @@ static int form_decode(char *out, size_t outsz, const char *s, const char *end) 
     return 0;
 }
 
-int gw_form_field(char *out, size_t outsz, const char *body, size_t len, const char *key) {
+/* gw_form_field's work; on failure out may hold part of the value. */
+static int form_field_find(char *out, size_t outsz, const char *body, size_t len,
+                           const char *key) {
     if (!body)
         return fawn_err(FAWN_ENOENT, "%s is required", key);
     const char *end = body + len;
@@ -138,7 +144,15 @@ int gw_form_field(char *out, size_t outsz, const char *body, size_t len, const c
     return fawn_err(FAWN_ENOENT, "%s is required", key);
 }
 
+int gw_form_field(char *out, size_t outsz, const char *body, size_t len, const char *key) {
+    int r = form_field_find(out, outsz, body, len, key);
+    if (r < 0 && outsz > 0)
+        out[0] = '\0'; /* never half a value */
+    return r;
+}
+
 int gw_body_json(json_t **out, const gw_request *rq) {
+    *out = NULL;
     if (rq->body.len == 0) {
         *out = json_object();
         return *out ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
@@ -165,6 +179,10 @@ unsigned gw_status_for(int code) {
 struct MHD_Response *gw_json_response(json_t *body) {
     char *text = body ? fjson_dump(body) : NULL;
     json_decref(body);
+    return gw_json_text_response(text);
+}
+
+struct MHD_Response *gw_json_text_response(char *text) {
     if (!text)
         return NULL;
     struct MHD_Response *r =

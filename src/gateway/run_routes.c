@@ -292,6 +292,7 @@ static int route_stateless_wait(gw_request *rq) { return run_create(rq, ANSWER_W
 
 /* The run named by the route's second capture, on the route's thread. */
 static int run_resolve(store_run *out, gw_request *rq) {
+    *out = (store_run){0};
     store_thread t;
     int r = gw_thread_resolve(&t, rq, false);
     store_thread_clear(&t);
@@ -357,23 +358,18 @@ static unsigned run_modes(const store_run *run) {
     return modes;
 }
 
-/* The event id a reconnecting client last saw (Last-Event-ID), or 0. */
-static int64_t last_event_id(gw_request *rq) {
-    const char *v = gw_header(rq, "Last-Event-ID");
-    char *end = NULL;
-    long long n = v ? strtoll(v, &end, 10) : 0;
-    return v && *v && !*end && n > 0 ? n : 0;
-}
-
 static int follow_existing(gw_request *rq, bool sse) {
+    int64_t after = 0;
     store_run run;
     int r = run_resolve(&run, rq);
     if (r < 0)
         return r;
+    r = gw_event_id_parse(&after, gw_header(rq, "Last-Event-ID"));
     gw_follow_spec spec = {.run_id = run.run_id, .thread_id = run.thread_id,
                            .owner_id = rq->who.user.id, .modes = run_modes(&run),
-                           .after = last_event_id(rq), .sse = sse};
-    r = gw_respond_follow(rq, &spec);
+                           .after = after, .sse = sse};
+    if (r == 0)
+        r = gw_respond_follow(rq, &spec);
     store_run_clear(&run);
     return r;
 }

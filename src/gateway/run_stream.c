@@ -2,7 +2,13 @@
  * /wait, its final state once it ends. A follower never holds a server
  * thread: with nothing to send it registers a wake-up with the run's log
  * and suspends its connection; the log resumes it when an event arrives,
- * the run ends, or a heartbeat is due. */
+ * the run ends, or a heartbeat is due.
+ *
+ * A client resuming with Last-Event-ID gets the events after that id. An id
+ * past the run's last event is taken as the last one (cursor_place): the
+ * client gets what comes next. The stream of a run that has ended finishes
+ * with an end frame, also when the client had seen the stored one (gather);
+ * only a gap frame ends a stream without one. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +39,7 @@ typedef struct follower {
     fbuf out;          /* bytes not handed to the server yet */
     size_t out_pos;
     bool finished;     /* nothing will follow what is in out */
+    bool end_sent;     /* an end frame is in out, or was handed out */
     int64_t last_sent_ms;
 } follower;
 
@@ -84,6 +91,7 @@ static bool wanted(const follower *f, const char *event) {
 }
 
 static void frame(follower *f, const char *event, const char *data, int64_t id) {
+    f->end_sent |= strcmp(event, "end") == 0;
     if (id > 0)
         fbuf_printf(&f->out, "event: %s\ndata: %s\nid: %" PRId64 "\n\n", event, data, id);
     else
@@ -104,27 +112,47 @@ static void gap(follower *f, int64_t first, int64_t last) {
     f->finished = true;
 }
 
-/* /wait's answer: the thread's state once the run has ended, or its error. */
+/* /wait's answer: the thread's state once the run has ended (its messages
+ * within GW_STATE_MESSAGES_MAX), or its error. */
 static void final_state(follower *f) {
     store_run run;
-    json_t *body = NULL;
+    char *text = NULL;
     if (store_run_get(f->g->st, &run, f->spec.owner_id, f->thread_id, f->run_id) == 0 &&
         strcmp(run.status, "error") == 0) {
-        body = json_pack("{s:s, s:s}", "status", "error", "error",
-                         run.error ? run.error : "the run failed");
+        json_t *body = json_pack("{s:s, s:s}", "status", "error", "error",
+                                 run.error ? run.error : "the run failed");
+        text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+        json_decref(body);
     } else {
         store_checkpoint cp;
-        if (store_checkpoint_latest(f->g->st, &cp, f->spec.owner_id, f->thread_id) == 0) {
-            body = json_loads(cp.values, 0, NULL);
-            store_checkpoint_clear(&cp);
-        }
+        size_t omitted;
+        if (store_checkpoint_latest(f->g->st, &cp, f->spec.owner_id, f->thread_id) == 0)
+            store_state_read(f->g->st, &text, &omitted, f->spec.owner_id, f->thread_id, cp.state,
+                             GW_STATE_MESSAGES_MAX);
+        store_checkpoint_clear(&cp);
     }
     store_run_clear(&run);
-    char *text = json_dumps(body ? body : json_object(), JSON_COMPACT);
-    fbuf_printf(&f->out, "%s", text ? text : "{}");
+    fbuf_append(&f->out, text ? text : "{}", text ? strlen(text) : 2);
     free(text);
-    json_decref(body);
     f->finished = true;
+}
+
+/* A values event: the state its data refers to, its messages within
+ * GW_VALUES_EVENT_MESSAGES_MAX. Data that is no reference is sent as it
+ * is; a state that cannot be read ends the stream. */
+static void values_frame(follower *f, const store_event *e) {
+    char *state = NULL;
+    size_t omitted;
+    int r = store_state_read(f->g->st, &state, &omitted, f->spec.owner_id, f->thread_id, e->data,
+                             GW_VALUES_EVENT_MESSAGES_MAX);
+    if (r == 0 || r == FAWN_EINVAL) {
+        frame(f, e->event, r == 0 ? state : e->data, e->seq);
+    } else {
+        log_warn("gateway", "run %s: state of event %" PRId64 " unreadable: %s", f->run_id,
+                 e->seq, fawn_errmsg());
+        f->finished = true;
+    }
+    free(state);
 }
 
 /* /wait on a live run: nothing to send until it ends. */
@@ -156,21 +184,39 @@ static void gather(follower *f) {
         f->finished = true;
         return;
     }
-    if (f->cursor > 0 && first > f->cursor + 1) {
+    if (f->cursor > 0 && f->cursor < first - 1) {
         gap(f, first, f->log ? first + (int64_t)n - 1 : last);
     } else {
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < n && !f->finished; i++) {
             f->cursor = ev[i].seq;
-            if (f->spec.sse && wanted(f, ev[i].event))
+            if (!f->spec.sse || !wanted(f, ev[i].event))
+                continue;
+            if (strcmp(ev[i].event, "values") == 0)
+                values_frame(f, &ev[i]);
+            else
                 frame(f, ev[i].event, ev[i].data, ev[i].seq);
         }
         if (done && !f->spec.sse)
             final_state(f);
+        if (done && f->spec.sse && !f->end_sent)
+            frame(f, "end", "null", 0);
         f->finished |= done;
     }
     for (size_t i = 0; i < n; i++)
         free(ev[i].data);
     free(ev);
+}
+
+/* Takes a cursor past the run's last event back to that event. */
+static void cursor_place(follower *f) {
+    int64_t first = 0, last = 0;
+    bool done = false;
+    if (f->log)
+        run_log_status(f->log, &last, &done);
+    else if (store_event_bounds(f->g->st, &first, &last, f->run_id) < 0)
+        return; /* the store fails: gather says so */
+    if (f->cursor > last)
+        f->cursor = last;
 }
 
 static void follower_wake(void *ctx) { MHD_resume_connection(((follower *)ctx)->conn); }
@@ -223,6 +269,23 @@ static void follower_free(void *cls) {
     free(f);
 }
 
+int gw_event_id_parse(int64_t *out, const char *text) {
+    *out = 0;
+    if (!text || !*text || strcmp(text, "-1") == 0)
+        return 0;
+    int64_t n = 0;
+    for (const char *p = text; *p; p++) {
+        int digit = *p - '0';
+        if (digit < 0 || digit > 9 || n > (INT64_MAX - digit) / 10)
+            return fawn_err(FAWN_EINVAL, "Last-Event-ID must be an event id: decimal digits, "
+                                         "at most %" PRId64 " (or -1 for the first event)",
+                            INT64_MAX);
+        n = n * 10 + digit;
+    }
+    *out = n;
+    return 0;
+}
+
 int gw_respond_follow(gw_request *rq, const gw_follow_spec *spec) {
     follower *f = calloc(1, sizeof *f);
     if (!f)
@@ -235,6 +298,7 @@ int gw_respond_follow(gw_request *rq, const gw_follow_spec *spec) {
     f->spec.thread_id = f->thread_id;
     f->spec.content_location = NULL;
     f->log = runs_log_open(rq->g->runs, f->run_id);
+    cursor_place(f);
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, FOLLOW_BLOCK_SIZE,
                                                                follower_read, f, follower_free);
     if (!r) {

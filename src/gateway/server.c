@@ -1,6 +1,7 @@
 /* The gateway's HTTP server: libmicrohttpd (epoll, a pool of threads) in,
- * the route table out. Every request goes through the same steps, in this
- * order: match the route, authenticate (unless public), check the route
+ * the route table out. A connection is first admitted and its request head
+ * timed (connections.c). Every request then goes through the same steps, in
+ * this order: match the route, authenticate (unless public), check the route
  * permissions, check CSRF, then read the body (buffered up to the route's
  * cap, or streamed to the route) and run the handler. */
 #include <arpa/inet.h>
@@ -8,6 +9,7 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <sodium.h>
+#include <sys/resource.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,11 +19,14 @@
 #include "base/json.h"
 #include "gateway/internal.h"
 #include "gateway/uploads.h"
+#include "sandbox/quota.h"
 
-/* Connections served at once; more wait in the kernel's accept queue. */
-#define GATEWAY_MAX_CONNECTIONS 1024
-/* A connection idle this long is closed. */
+/* A connection idle this long is closed (a request head is due sooner:
+ * server.request_head_timeout_s, see connections.c). */
 #define GATEWAY_CONNECTION_TIMEOUT_S 60
+/* Descriptors the gateway needs besides its connections: the store, the
+ * sandboxes' sockets, files being served or uploaded. */
+#define GATEWAY_FILES_RESERVE 1024
 /* After a request was refused while its body was still to come, this much
  * of it is read and dropped so that the client sees the answer; past it,
  * the answer goes out and the connection is closed. */
@@ -270,6 +275,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *rq = (gw_request){.g = cls, .conn = c, .method = method};
         *req_cls = rq;
         atomic_fetch_add(&rq->g->in_flight, 1);
+        gw_conns_head_arrived(rq->g->conns, c);
         rq->deferring = head_answer_waits(rq);
         request_begin(rq, url);
         rq->deferring = false;
@@ -286,6 +292,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
                          enum MHD_RequestTerminationCode toe) {
+    gateway *g = cls;
+    gw_conns_head_awaited(g->conns, c);
     gw_request *rq = *req_cls;
     if (!rq)
         return;
@@ -362,10 +370,10 @@ static int local_admin_ensure(gateway *g) {
     store_user u;
     int r = store_user_get_by_name(g->st, &u, GATEWAY_LOCAL_ADMIN);
     if (r == FAWN_ENOENT)
-        r = store_user_create(g->st, &u, GATEWAY_LOCAL_ADMIN, "!no-password", "admin");
+        r = store_user_create(g->st, &u, GATEWAY_LOCAL_ADMIN, "!no-password", AUTHZ_ADMIN_ROLE);
     if (r < 0)
         return r;
-    if (strcmp(u.role, "admin") != 0)
+    if (strcmp(u.role, AUTHZ_ADMIN_ROLE) != 0)
         return fawn_err(FAWN_ECONFIG, "user %s exists and is not an admin", GATEWAY_LOCAL_ADMIN);
     g->local_admin_id = u.id;
     log_warn("gateway", "auth.disabled: every request acts as the admin %s, without signing in",
@@ -383,6 +391,33 @@ static int sandboxes_start(gateway *g) {
     return r < 0 ? r : sbx_manager_new(&g->sandboxes, &mc, g->provider, g->st, g->policy);
 }
 
+/* The run executor, sized by the configuration's runs section. */
+static int executor_start(gateway *g) {
+    const fawn_runs_config *rc = &g->cfg->runs;
+    runs_limits limits = {.workers = rc->workers, .queue_max = rc->queue_max,
+                          .per_user_active_max = rc->per_user_active_max,
+                          .per_user_running_max = rc->per_user_running_max,
+                          .command_timeout_s = g->cfg->sandbox.exec_timeout_s};
+    return runs_new(&g->runs, g->st, g->sandboxes, g->models, g->policy, &limits);
+}
+
+/* Says once how the threads' disk limit is held on this host
+ * (sandbox/quota.h). */
+static void disk_quota_log(const fawn_config *cfg) {
+    quota_fs fs;
+    quota_probe_path(&fs, cfg->home);
+    unsigned long long mb = (unsigned long long)cfg->sandbox.limits.disk_mb;
+    if (fs.mechanism == QUOTA_MEASURED)
+        log_warn("gateway",
+                 "disk quota: measured, not held by the kernel (%s); uploads that would take a "
+                 "thread past sandbox.limits.disk_mb (%llu MiB) are refused and a command that "
+                 "went past it is told so, but a command can write past it while it runs",
+                 fs.detail, mb);
+    else
+        log_info("gateway", "disk quota: %s, %llu MiB per thread (%s)",
+                 quota_mechanism_name(fs.mechanism), mb, fs.detail);
+}
+
 /* Everything the routes rely on, before the first request. */
 static int gateway_prepare(gateway *g) {
     int r = authz_policy_load(&g->policy, g->cfg->authorization);
@@ -396,14 +431,18 @@ static int gateway_prepare(gateway *g) {
         r = auth_password_hash(g->dummy_hash, "fawn-no-such-user");
     if (r == 0)
         r = gw_throttle_new(&g->throttle);
+    if (r == 0)
+        r = gw_conns_new(&g->conns, g);
     if (r == 0 && g->cfg->auth.disabled)
         r = local_admin_ensure(g);
-    if (r == 0)
+    if (r == 0) {
         sweep_crash_leftovers(g->cfg);
+        disk_quota_log(g->cfg);
+    }
     if (r == 0)
         r = sandboxes_start(g);
     if (r == 0)
-        r = runs_new(&g->runs, g->st, g->sandboxes, g->models, g->policy);
+        r = executor_start(g);
     return r;
 }
 
@@ -414,23 +453,42 @@ static void gateway_free(gateway *g) {
     authz_policy_free(g->policy);
     model_registry_free(g->models);
     gw_throttle_free(g->throttle);
+    gw_conns_free(g->conns);
     sodium_memzero(g->secret, sizeof g->secret);
     pthread_mutex_destroy(&g->setup_lock);
     free(g);
 }
 
+/* Raises the soft limit on open files so that server.max_connections can
+ * all be open besides GATEWAY_FILES_RESERVE others, as far as the hard
+ * limit allows; says so when it does not. */
+static void files_limit_raise(const fawn_server_config *s) {
+    struct rlimit rl;
+    rlim_t want = (rlim_t)s->max_connections + GATEWAY_FILES_RESERVE;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want)
+        return;
+    rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur < want)
+        log_warn("gateway", "open files are limited to %llu: server.max_connections %u needs %llu; "
+                 "raise the limit (ulimit -n, LimitNOFILE=) or lower server.max_connections",
+                 (unsigned long long)rl.rlim_cur, s->max_connections, (unsigned long long)want);
+}
+
 static struct MHD_Daemon *daemon_start(gateway *g, const struct sockaddr_in *addr) {
     const fawn_server_config *s = &g->cfg->server;
+    files_limit_raise(s);
     return MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME, 0,
-        NULL, NULL, on_request, g, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)addr,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->threads, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)GATEWAY_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)GATEWAY_CONNECTION_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, on_completed, g,
-        MHD_OPTION_UNESCAPE_CALLBACK, url_keep_raw, g, MHD_OPTION_END);
+        gw_conns_admit, g->conns, on_request, g, MHD_OPTION_SOCK_ADDR,
+        (const struct sockaddr *)addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->threads,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)GATEWAY_CONNECTION_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION, gw_conns_notify,
+        g->conns, MHD_OPTION_NOTIFY_COMPLETED, on_completed, g, MHD_OPTION_UNESCAPE_CALLBACK,
+        url_keep_raw, g, MHD_OPTION_END);
 }
 
 int gateway_start(gateway **out, const fawn_config *cfg, store *st) {
+    *out = NULL;
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->server.port)};
     if (inet_pton(AF_INET, cfg->server.host, &addr.sin_addr) != 1)
         return fawn_err(FAWN_EINVAL, "server.host must be an IPv4 address, got '%s'",

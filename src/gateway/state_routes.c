@@ -19,23 +19,46 @@ static json_t *checkpoint_ref(const char *thread_id, const char *checkpoint_id) 
                      "checkpoint_id", checkpoint_id);
 }
 
-/* {values, next, tasks, metadata, created_at, checkpoint, parent_checkpoint,
- * checkpoint_id, parent_checkpoint_id, interrupts} (LangGraph's objects and
- * DeerFlow's flat ids). */
-static json_t *state_json(const char *thread_id, const store_checkpoint *cp) {
+/* {next, tasks, metadata, created_at, checkpoint, parent_checkpoint,
+ * checkpoint_id, parent_checkpoint_id, interrupts}: the state object
+ * (LangGraph's objects and DeerFlow's flat ids) but its values. */
+static json_t *state_fields(const char *thread_id, const store_checkpoint *cp) {
     char created[40] = "";
-    json_t *values = cp ? json_loads(cp->values, 0, NULL) : NULL;
     json_t *meta = cp ? json_loads(cp->metadata, 0, NULL) : NULL;
     if (cp)
         gw_iso_time(created, cp->created_at_ms);
     const char *id = cp ? cp->checkpoint_id : NULL;
     const char *parent = cp && cp->parent_id[0] ? cp->parent_id : NULL;
-    return json_pack("{s:o, s:[], s:[], s:o, s:s?, s:o, s:o, s:s?, s:s?, s:[]}", "values",
-                     values ? values : json_object(), "next", "tasks", "metadata",
-                     meta ? meta : json_object(), "created_at", cp ? created : NULL,
+    return json_pack("{s:[], s:[], s:o, s:s?, s:o, s:o, s:s?, s:s?, s:[]}", "next", "tasks",
+                     "metadata", meta ? meta : json_object(), "created_at", cp ? created : NULL,
                      "checkpoint", checkpoint_ref(thread_id, id), "parent_checkpoint",
                      checkpoint_ref(thread_id, parent), "checkpoint_id", id,
                      "parent_checkpoint_id", parent, "interrupts");
+}
+
+/* Appends the state object of cp to out, its values the state read
+ * (values, JSON text: spliced in as it is, not parsed again). */
+static int state_append(fbuf *out, const char *thread_id, const store_checkpoint *cp,
+                        const char *values) {
+    json_t *fields = state_fields(thread_id, cp);
+    char *text = fields ? json_dumps(fields, JSON_COMPACT) : NULL;
+    json_decref(fields);
+    int r = text ? fbuf_printf(out, "{\"values\":") : fawn_err(FAWN_ENOMEM, "out of memory");
+    if (r == 0)
+        r = fbuf_append(out, values ? values : "{}", values ? strlen(values) : 2);
+    if (r == 0)
+        r = fbuf_printf(out, ",%s", text + 1); /* the fields, after their opening brace */
+    free(text);
+    return r;
+}
+
+/* Answers 200 with out's text (taken), or r. */
+static int respond_text(gw_request *rq, fbuf *out, int r) {
+    if (r < 0) {
+        fbuf_free(out);
+        return r;
+    }
+    return gw_queue(rq, MHD_HTTP_OK, gw_json_text_response(fbuf_steal(out)));
 }
 
 static int route_state_get(gw_request *rq) {
@@ -44,12 +67,19 @@ static int route_state_get(gw_request *rq) {
     if (r < 0)
         return r;
     store_checkpoint cp;
+    char *values = NULL;
+    size_t omitted;
+    fbuf out = {0};
     r = store_checkpoint_latest(rq->g->st, &cp, rq->who.user.id, t.id);
-    json_t *body = r == 0 || r == FAWN_ENOENT ? state_json(t.id, r == 0 ? &cp : NULL) : NULL;
     if (r == 0)
-        store_checkpoint_clear(&cp);
+        r = store_state_read(rq->g->st, &values, &omitted, rq->who.user.id, t.id, cp.state,
+                             GW_STATE_MESSAGES_MAX);
+    if (r == 0 || r == FAWN_ENOENT)
+        r = state_append(&out, t.id, r == 0 ? &cp : NULL, values);
+    free(values);
+    store_checkpoint_clear(&cp);
     store_thread_clear(&t);
-    return body ? gw_respond_json(rq, MHD_HTTP_OK, body) : r;
+    return respond_text(rq, &out, r);
 }
 
 /* The checkpoint id a history request starts before: "before" as an id
@@ -60,6 +90,35 @@ static const char *before_id(const json_t *body) {
         return json_string_value(before);
     return json_string_value(json_object_get(json_object_get(before, "configurable"),
                                              "checkpoint_id"));
+}
+
+/* The states of list[0..n) as a JSON array into out, while their messages
+ * fit in GW_STATE_MESSAGES_MAX together: the first always (its older
+ * messages left out if it alone is larger), a later one only whole. The
+ * client asks for the next page before the last one answered. */
+static int history_fill(fbuf *out, gw_request *rq, const char *thread_id,
+                        const store_checkpoint *list, size_t n) {
+    size_t used = 0;
+    int r = fbuf_printf(out, "[");
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        char *values = NULL;
+        size_t omitted;
+        r = store_state_read(rq->g->st, &values, &omitted, rq->who.user.id, thread_id,
+                             list[i].state, GW_STATE_MESSAGES_MAX - used);
+        if (r == 0 && i > 0 && omitted > 0) {
+            free(values);
+            break;
+        }
+        if (r == 0) {
+            size_t len = strlen(values); /* its messages and a little more */
+            used = len < GW_STATE_MESSAGES_MAX - used ? used + len : GW_STATE_MESSAGES_MAX;
+            r = i > 0 ? fbuf_printf(out, ",") : 0;
+        }
+        if (r == 0)
+            r = state_append(out, thread_id, &list[i], values);
+        free(values);
+    }
+    return r == 0 ? fbuf_printf(out, "]") : r;
 }
 
 static int route_history(gw_request *rq) {
@@ -81,18 +140,18 @@ static int route_history(gw_request *rq) {
         r = store_checkpoint_list(rq->g->st, &list, &n, rq->who.user.id, t.id, before_id(body),
                                   (size_t)limit);
     json_decref(body);
-    json_t *out = json_array();
-    for (size_t i = 0; i < n; i++) {
-        json_array_append_new(out, state_json(t.id, &list[i]));
+    fbuf out = {0};
+    if (r == 0)
+        r = history_fill(&out, rq, t.id, list, n);
+    for (size_t i = 0; i < n; i++)
         store_checkpoint_clear(&list[i]);
-    }
     free(list);
     store_thread_clear(&t);
     if (r == FAWN_EINVAL) {
-        json_decref(out);
+        fbuf_free(&out);
         return gw_respond_detail(rq, MHD_HTTP_UNPROCESSABLE_CONTENT, fawn_errmsg());
     }
-    return r < 0 ? (json_decref(out), r) : gw_respond_json(rq, MHD_HTTP_OK, out);
+    return respond_text(rq, &out, r);
 }
 
 /* ---- updates ---- */
@@ -153,11 +212,9 @@ static int state_update(char checkpoint_id[STORE_RUN_ID_MAX + 1], gw_request *rq
     int r = agent_state_load(&values, parent, rq->g->st, rq->who.user.id, thread_id);
     if (r == 0)
         r = apply_update(values, update);
-    char *text = r == 0 ? json_dumps(values, JSON_COMPACT) : NULL;
     if (r == 0)
-        r = agent_state_save(checkpoint_id, rq->g->st, rq->who.user.id, thread_id, parent, NULL,
-                             text, "{\"source\":\"update\"}");
-    free(text);
+        r = agent_state_save(checkpoint_id, NULL, rq->g->st, rq->who.user.id, thread_id, parent,
+                             NULL, values, "{\"source\":\"update\"}");
     json_decref(values);
     return r;
 }

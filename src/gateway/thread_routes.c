@@ -63,6 +63,7 @@ static void owner_dir(char out[24], const gw_request *rq) {
 }
 
 int gw_thread_resolve(store_thread *out, gw_request *rq, bool create) {
+    *out = (store_thread){0};
     const char *id = rq->params[0];
     bool existed = true;
     int r = create && fawn_id_valid(id)
@@ -207,7 +208,7 @@ static int route_thread_search(gw_request *rq) {
                                 (size_t)a.limit, (size_t)a.offset);
     free(a.match);
     json_decref(body); /* a.status pointed into it */
-    if (r == FAWN_EINVAL)
+    if (r == FAWN_EINVAL || r == FAWN_E2BIG) /* E2BIG: the match is beyond the store's bounds */
         return unprocessable(rq, fawn_errmsg());
     if (r < 0)
         return r;
@@ -271,9 +272,10 @@ static int route_thread_patch(gw_request *rq) {
 }
 
 /* Moves the thread's directory aside (one rename: the files vanish at
- * once), forgets the thread, then removes the directory. A crash between
- * the steps leaves a GW_DELETED_PREFIX directory that the next start
- * removes. */
+ * once) and removes it; the caller forgets the thread only after that. A
+ * removal that fails puts what is left back in place (so the thread, still
+ * known, can be deleted again) and is an error. A crash between the steps
+ * leaves a GW_DELETED_PREFIX directory that the next start removes. */
 static int thread_files_delete(gw_request *rq, const char *id) {
     char owner[24], path[4096], trash[128];
     owner_dir(owner, rq);
@@ -287,10 +289,14 @@ static int thread_files_delete(gw_request *rq, const char *id) {
     if (renameat(threads, id, threads, trash) < 0)
         return errno == ENOENT ? 0 : fawn_err_sys(FAWN_EIO, errno, "move thread %s aside", id);
     int r = fsx_remove_tree(threads, trash);
-    if (r < 0)
-        log_warn("gateway", "thread %s: files not fully removed (retried at start): %s", id,
-                 fawn_errmsg());
-    return 0;
+    if (r == 0)
+        return 0;
+    char why[512];
+    snprintf(why, sizeof why, "%s", fawn_errmsg());
+    if (renameat(threads, trash, threads, id) < 0)
+        log_error("gateway", "thread %s: what is left of its files stays in %s (removed at the "
+                  "next start): %s", id, trash, strerror(errno));
+    return fawn_err(FAWN_EIO, "Thread %s's files could not be removed: %s", id, why);
 }
 
 static int route_thread_delete(gw_request *rq) {

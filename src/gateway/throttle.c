@@ -27,6 +27,7 @@ struct gw_throttle {
 };
 
 int gw_throttle_new(gw_throttle **out) {
+    *out = NULL;
     gw_throttle *t = calloc(1, sizeof *t);
     if (!t)
         return fawn_err(FAWN_ENOMEM, "out of memory");

@@ -233,9 +233,19 @@ static bool staging_unchanged(const upload_batch *b, const staged_file *f) {
            st.st_dev == f->dev && st.st_ino == f->ino;
 }
 
+/* A write refused for the thread's disk quota or a full disk, in words
+ * for the client. */
+static int no_room(int r) {
+    if (r != FAWN_E2BIG)
+        return r;
+    return fawn_err(FAWN_E2BIG, "No room for the upload: the thread's files reached their disk "
+                                "limit, or the disk is full");
+}
+
 /* ---- batch ---- */
 
 int upload_batch_begin(upload_batch **out, int uploads_dirfd, const upload_limits *lim) {
+    *out = NULL;
     if (uploads_dirfd < 0)
         return fawn_err(FAWN_EINVAL, "no uploads directory");
     if (!lim || !lim->max_files || !lim->max_file_size || !lim->max_total_size)
@@ -315,7 +325,12 @@ static int file_write(upload_batch *b, const void *data, size_t len) {
     if (len > b->lim.max_total_size - b->total)
         return fawn_err(FAWN_E2BIG, "Total upload size too large: maximum is %" PRIu64 " bytes",
                         b->lim.max_total_size);
-    int r = fawn_write_all(b->fd, data, len);
+    if (len > b->lim.disk_room - b->total)
+        return fawn_err(FAWN_E2BIG,
+                        "The thread's files would exceed their disk limit: %" PRIu64
+                        " more bytes fit",
+                        b->lim.disk_room);
+    int r = no_room(fawn_write_all(b->fd, data, len));
     if (r < 0)
         return r;
     f->size += len;
@@ -335,10 +350,10 @@ static int file_end(upload_batch *b) {
     if (b->fd < 0)
         return fawn_err(FAWN_EINVAL, "no file is being uploaded");
     int fd = steal_fd(b->fd);
-    int r = fsync(fd) < 0 ? fawn_err_sys(FAWN_EIO, errno, "flushing an uploaded file") : 0;
+    int r = fsync(fd) < 0 ? fawn_err_write(errno, "flushing an uploaded file") : 0;
     if (close(fd) < 0 && r == 0)
-        r = fawn_err_sys(FAWN_EIO, errno, "closing an uploaded file");
-    return r;
+        r = fawn_err_write(errno, "closing an uploaded file");
+    return no_room(r);
 }
 
 int upload_file_end(upload_batch *b) {
@@ -448,6 +463,7 @@ static int batch_commit(upload_batch *b, json_t **result, const char *thread_id)
 }
 
 int upload_batch_commit(upload_batch *b, json_t **result, const char *thread_id) {
+    *result = NULL;
     if (!b)
         return fawn_err(FAWN_EINVAL, "no upload in progress");
     int r = batch_commit(b, result, thread_id);
@@ -580,6 +596,7 @@ static json_t *listing_json(const listing *l, const char *thread_id) {
 }
 
 int uploads_list(json_t **out, int uploads_dirfd, const char *thread_id) {
+    *out = NULL;
     int r = thread_id_check(thread_id);
     if (r < 0)
         return r;

@@ -16,7 +16,10 @@
  * '/', then refused (FAWN_EINVAL, whole request) when empty, "." or "..",
  * longer than VPATH_NAME_MAX bytes, not valid UTF-8, a staging name, or when
  * it holds a backslash or a control character. The caller passes names as C
- * strings, so a name with an embedded NUL must be refused by the caller. */
+ * strings, so a name with an embedded NUL must be refused by the caller.
+ *
+ * Every out-parameter is set on every path, failures included (NULL, 0
+ * before anything can fail). */
 #ifndef FAWN_GATEWAY_UPLOADS_H
 #define FAWN_GATEWAY_UPLOADS_H
 
@@ -24,11 +27,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Per-request limits (from config uploads.*); every field is required. */
+/* Per-request limits (from config uploads.*, and the thread's disk limit);
+ * every field is required. */
 typedef struct upload_limits {
     uint32_t max_files;      /* files in one request */
     uint64_t max_file_size;  /* bytes of one file */
     uint64_t max_total_size; /* bytes of all files of one request */
+    uint64_t disk_room;      /* bytes the thread's files may still grow by (quota_room; may
+                                be 0; UINT64_MAX when the kernel holds the limit itself) */
 } upload_limits;
 
 /* Directory entries a listing or a sweep examines: far more than uploads a
@@ -59,13 +65,16 @@ int upload_batch_begin(upload_batch **out, int uploads_dirfd, const upload_limit
 int upload_file_begin(upload_batch *b, const char *client_filename);
 
 /* Appends len bytes to the open file. FAWN_E2BIG ("File too large: NAME
- * exceeds N bytes", "Total upload size too large: maximum is N bytes") before
- * any byte past a limit is written; FAWN_EINVAL when no file is open;
- * FAWN_EIO. */
+ * exceeds N bytes", "Total upload size too large: maximum is N bytes", "The
+ * thread's files would exceed their disk limit...") before any byte past a
+ * limit is written, and also when the kernel refuses a write for the
+ * thread's disk quota or a full disk (EDQUOT, ENOSPC); FAWN_EINVAL when no
+ * file is open; FAWN_EIO. */
 int upload_file_write(upload_batch *b, const void *data, size_t len);
 
 /* Ends the open file: flushes its staging file to disk (fsync) and closes
- * it. FAWN_EINVAL when no file is open; FAWN_EIO. */
+ * it. FAWN_EINVAL when no file is open; FAWN_E2BIG for a quota or a full
+ * disk as above; FAWN_EIO. */
 int upload_file_end(upload_batch *b);
 
 /* Completes the request: checks each destination again right before

@@ -88,6 +88,7 @@ static int check_chars(const char *p, size_t n) {
 }
 
 int vpath_parse(vpath *out, const char *virtual_path) {
+    *out = (vpath){.root = VPATH_ROOT_USER_DATA};
     size_t n = strnlen(virtual_path, VPATH_MAX);
     if (n == 0)
         return fawn_err(FAWN_EINVAL, "path is empty");
@@ -109,12 +110,15 @@ int vpath_parse(vpath *out, const char *virtual_path) {
         s = next_segment(&seg, &seg_len, s);
         if (seg_len == 0)
             return 0;
-        if ((r = rel_push(out->rel, &len, seg, seg_len)) < 0)
+        if ((r = rel_push(out->rel, &len, seg, seg_len)) < 0) {
+            out->rel[0] = '\0'; /* never half a path */
             return r;
+        }
     }
 }
 
-int vpath_percent_decode(char *out, size_t outsz, const char *in) {
+/* vpath_percent_decode's work; on failure out may hold part of the result. */
+static int percent_decode(char *out, size_t outsz, const char *in) {
     if (outsz == 0)
         return fawn_err(FAWN_EINVAL, "no room for the decoded path");
     size_t o = 0;
@@ -136,6 +140,13 @@ int vpath_percent_decode(char *out, size_t outsz, const char *in) {
     }
     out[o] = '\0';
     return 0;
+}
+
+int vpath_percent_decode(char *out, size_t outsz, const char *in) {
+    int r = percent_decode(out, outsz, in);
+    if (r < 0 && outsz > 0)
+        out[0] = '\0'; /* never half a path */
+    return r;
 }
 
 bool vpath_in_dir(const vpath *p, const char *top) {
@@ -189,6 +200,7 @@ static bool writable(const vpath *vp) {
 /* Parses path and picks its root fd. Writes are refused under /mnt/skills
  * and anywhere but inside the three read-write directories. */
 int vpath_resolve(vpath_target *t, const vpath_roots *roots, const char *path, bool for_write) {
+    *t = (vpath_target){.rootfd = -1};
     int r = vpath_parse(&t->vp, path);
     if (r < 0)
         return r;
@@ -224,6 +236,7 @@ static int open_err(int code, const vpath_target *t) {
 
 /* Stats t without opening it (O_PATH has no side effects on devices or FIFOs). */
 int vpath_stat(struct stat *st, const vpath_target *t) {
+    *st = (struct stat){0};
     _cleanup_close_ int fd =
         fsx_open_beneath(t->rootfd, t->vp.rel, O_PATH, 0, FSX_SYMLINKS_BENEATH);
     if (fd < 0)
@@ -238,6 +251,8 @@ int vpath_stat(struct stat *st, const vpath_target *t) {
  * again after, never blocking on a FIFO swapped in meanwhile nor acquiring a
  * controlling tty. Stores the fd and its stat. */
 int vpath_open_regular(int *fd_out, struct stat *st, const vpath_target *t) {
+    *fd_out = -1;
+    *st = (struct stat){0};
     if (vpath_is_staging_name(vpath_target_name(t)))
         return fawn_err(FAWN_ENOENT, "no such file or directory: %s", t->shown);
     int r = vpath_stat(st, t);
@@ -258,6 +273,7 @@ int vpath_open_regular(int *fd_out, struct stat *st, const vpath_target *t) {
 }
 
 int vpath_open_dir(int *fd_out, const vpath_target *t) {
+    *fd_out = -1;
     _cleanup_close_ int pfd =
         fsx_open_beneath(t->rootfd, t->vp.rel, O_PATH, 0, FSX_SYMLINKS_BENEATH);
     if (pfd < 0)
@@ -277,6 +293,7 @@ int vpath_open_dir(int *fd_out, const vpath_target *t) {
 /* Creates t's missing parent directories without following any symlink and
  * returns an fd of the parent. Staging names are reserved. */
 int vpath_open_parent(int *fd_out, const vpath_target *t) {
+    *fd_out = -1;
     const char *name = vpath_target_name(t);
     if (vpath_is_staging_name(name))
         return fawn_err(FAWN_EINVAL, "reserved file name: %s", t->shown);
@@ -306,6 +323,8 @@ int vpath_check_writable(const struct stat *st, const char *shown) {
 
 int vpath_check_existing(bool *exists, mode_t *mode, int dirfd, const char *name,
                           const char *shown) {
+    *exists = false;
+    *mode = 0;
     struct stat st;
     if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
         if (errno != ENOENT)

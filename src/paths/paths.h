@@ -8,7 +8,11 @@
  *
  * Parsing never touches the filesystem; it produces a root and a normalized
  * relative path that callers then open with fsx_open_beneath() against the
- * root's directory fd, so the kernel enforces the confinement. */
+ * root's directory fd, so the kernel enforces the confinement.
+ *
+ * Every out-parameter is set on every path, failures included: descriptors
+ * are -1 and stats zero until a call succeeds, and a decoded or parsed path
+ * is never left half written (it is "" when the call fails). */
 #ifndef FAWN_PATHS_H
 #define FAWN_PATHS_H
 

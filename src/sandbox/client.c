@@ -303,6 +303,7 @@ static int reply_read(json_t **reply, int *status, bool *keep_alive, int fd, int
 int box_fd_call(json_t **reply, int *status, bool *keep_alive, int fd, const char *headers,
                 const char *method, const char *path, const json_t *body, int64_t deadline_ms) {
     *reply = NULL;
+    *status = 0;
     if (keep_alive)
         *keep_alive = false;
     _cleanup_free_ char *text = body ? fjson_dump(body) : NULL;
@@ -316,6 +317,7 @@ int box_fd_call_file(json_t **reply, int *status, int fd, const char *headers,
                      const char *method, const char *path, int file_fd, uint64_t size,
                      int64_t deadline_ms) {
     *reply = NULL;
+    *status = 0;
     int r = send_file_request(fd, method, path, headers, file_fd, size, deadline_ms);
     return r < 0 ? r : reply_read(reply, status, NULL, fd, deadline_ms);
 }
@@ -323,6 +325,7 @@ int box_fd_call_file(json_t **reply, int *status, int fd, const char *headers,
 int box_conn_call(json_t **reply, int *status, box_conn *c, const char *method, const char *path,
                   const json_t *body, int timeout_ms) {
     *reply = NULL;
+    *status = 0;
     int64_t deadline = fawn_now_ms() + timeout_ms;
     bool keep_alive = false;
     int r = conn_ready(c);

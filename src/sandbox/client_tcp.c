@@ -114,6 +114,7 @@ static int tcp_open(char header[AUTH_HEADER_SIZE], const char *host_port, const 
 int box_call_tcp(json_t **reply, int *status, const char *host_port, const char *token,
                  const char *method, const char *path, const json_t *body, int timeout_ms) {
     *reply = NULL;
+    *status = 0;
     int64_t deadline = fawn_now_ms() + timeout_ms;
     char header[AUTH_HEADER_SIZE];
     _cleanup_close_ int fd = tcp_open(header, host_port, token, deadline);
@@ -124,6 +125,7 @@ int box_call_file_tcp(json_t **reply, int *status, const char *host_port, const 
                       const char *method, const char *path, int file_fd, uint64_t size,
                       int timeout_ms) {
     *reply = NULL;
+    *status = 0;
     int64_t deadline = fawn_now_ms() + timeout_ms;
     char header[AUTH_HEADER_SIZE];
     _cleanup_close_ int fd = tcp_open(header, host_port, token, deadline);

@@ -12,7 +12,7 @@ json_t *launch_spec_to_json(const local_launch_spec *s) {
     for (size_t i = 0; env && i < sc->n_env; i++)
         json_array_append_new(env, json_pack("[ss]", sc->env[i].name, sc->env[i].value));
     return json_pack(
-        "{s:s, s:s, s:s, s:s*, s:I, s:s, s:s, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}, "
+        "{s:s, s:s, s:s, s:s*, s:I, s:s, s:s, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, "
         "s:I, s:I, s:I, s:I, s:b}",
         "home", s->cfg->home, "sandbox_id", s->sandbox_id, "user_data", s->user_data, "token",
         s->token, "idle_exit_s", (json_int_t)s->idle_exit_s, "network",
@@ -20,10 +20,11 @@ json_t *launch_spec_to_json(const local_launch_spec *s) {
         "limits", "memory_mb", (json_int_t)lim->memory_mb, "pids", (json_int_t)lim->pids, "nproc",
         (json_int_t)lim->nproc, "open_files", (json_int_t)lim->open_files, "file_size_mb",
         (json_int_t)lim->file_size_mb, "address_space_mb", (json_int_t)lim->address_space_mb,
-        "tmp_size_mb", (json_int_t)lim->tmp_size_mb, "exec_timeout_s",
-        (json_int_t)sc->exec_timeout_s, "exec_max_timeout_s", (json_int_t)sc->exec_max_timeout_s,
-        "exec_max_output_bytes", (json_int_t)sc->exec_max_output_bytes, "max_sessions",
-        (json_int_t)sc->max_sessions, "die_with_launcher", s->die_with_launcher);
+        "tmp_size_mb", (json_int_t)lim->tmp_size_mb, "disk_mb", (json_int_t)lim->disk_mb,
+        "exec_timeout_s", (json_int_t)sc->exec_timeout_s, "exec_max_timeout_s",
+        (json_int_t)sc->exec_max_timeout_s, "exec_max_output_bytes",
+        (json_int_t)sc->exec_max_output_bytes, "max_sessions", (json_int_t)sc->max_sessions,
+        "die_with_launcher", s->die_with_launcher);
 }
 
 static int take_string(char **out, const json_t *o, const char *key) {
@@ -72,6 +73,7 @@ static int parse_numbers(fawn_sandbox_config *sc, uint32_t *idle, const json_t *
     if (r == 0) r = get_u64(&l->file_size_mb, lim, "file_size_mb");
     if (r == 0) r = get_u64(&l->address_space_mb, lim, "address_space_mb");
     if (r == 0) r = get_u64(&l->tmp_size_mb, lim, "tmp_size_mb");
+    if (r == 0) r = get_u64(&l->disk_mb, lim, "disk_mb");
     if (r == 0) r = get_u64(&v[0], o, "exec_timeout_s");
     if (r == 0) r = get_u64(&v[1], o, "exec_max_timeout_s");
     if (r == 0) r = get_u64(&sc->exec_max_output_bytes, o, "exec_max_output_bytes");

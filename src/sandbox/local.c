@@ -21,11 +21,13 @@
 #include "box/box.h"
 #include "base/json.h"
 #include "sandbox/launch_spec.h"
+#include "sandbox/quota.h"
 #include "sandbox/sandbox.h"
 
 static const char *const user_data_parts[] = {"workspace", "uploads", "outputs"};
 
 int local_sandbox_id(char out[17], const char *user, const char *thread) {
+    out[0] = '\0';
     if (!fawn_id_valid(user) || !fawn_id_valid(thread))
         return fawn_err(FAWN_EINVAL, "user and thread ids must match [A-Za-z0-9_-]{1,64}");
     char key[160], hex[65];
@@ -37,6 +39,7 @@ int local_sandbox_id(char out[17], const char *user, const char *thread) {
 }
 
 int local_user_data_dir(char *out, const fawn_config *cfg, const char *user, const char *thread) {
+    out[0] = '\0';
     if (!fawn_id_valid(user) || !fawn_id_valid(thread))
         return fawn_err(FAWN_EINVAL, "user and thread ids must match [A-Za-z0-9_-]{1,64}");
     int n = snprintf(out, PATH_MAX, "%s/users/%s/threads/%s/user-data", cfg->home, user, thread);
@@ -90,10 +93,46 @@ static int ensure_dir(const char *path, mode_t mode) {
     return errno == ENOENT ? fsx_mkdir_p(path, mode) : fawn_err_sys(FAWN_EIO, errno, "mkdir %s", path);
 }
 
-/* Creates the thread's directories; the sandbox's uid owns the three it
- * writes (set when they are created). */
-static int make_thread_dirs(const char *user_data, uid_t uid) {
-    int r = ensure_dir(user_data, 0755);
+/* Splits path into its parent directory and its last name. */
+static int split_path(char parent[PATH_MAX], char name[NAME_MAX + 1], const char *path) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    const char *slash = memrchr(path, '/', n);
+    size_t start = slash ? (size_t)(slash - path) + 1 : 0;
+    if (n >= PATH_MAX || n == start || n - start > NAME_MAX)
+        return fawn_err(FAWN_EINVAL, "bad user-data directory: %s", path);
+    memcpy(name, path + start, n - start);
+    name[n - start] = '\0';
+    size_t parent_len = !slash ? 0 : slash == path ? 1 : (size_t)(slash - path);
+    memcpy(parent, parent_len ? path : ".", parent_len ? parent_len : 1);
+    parent[parent_len ? parent_len : 1] = '\0';
+    return 0;
+}
+
+/* Makes user_data a directory limited to sandbox.limits.disk_mb (see
+ * sandbox/quota.h), creating its parents; *mechanism tells what limits it. */
+static int make_user_data(enum quota_mechanism *mechanism, const fawn_config *cfg,
+                          const char *user_data) {
+    *mechanism = QUOTA_MEASURED;
+    char parent[PATH_MAX], name[NAME_MAX + 1];
+    int r = split_path(parent, name, user_data);
+    if (r == 0)
+        r = ensure_dir(parent, 0755);
+    if (r < 0)
+        return r;
+    _cleanup_close_ int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "open %s", parent);
+    return quota_dir_ensure(mechanism, fd, name, cfg->sandbox.limits.disk_mb << 20);
+}
+
+/* Creates the thread's directories: user-data (limited), and in it the
+ * three the sandbox writes, owned by the sandbox's uid (set when they are
+ * created). */
+static int make_thread_dirs(enum quota_mechanism *mechanism, const fawn_config *cfg,
+                            const char *user_data, uid_t uid) {
+    int r = make_user_data(mechanism, cfg, user_data);
     if (r < 0)
         return r;
     _cleanup_close_ int dirfd = open(user_data, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -113,12 +152,14 @@ static int make_thread_dirs(const char *user_data, uid_t uid) {
 
 int local_user_data_open(int *fd_out, const fawn_config *cfg, const char *user,
                          const char *thread, bool create) {
+    *fd_out = -1;
     char user_data[PATH_MAX], sandbox_id[17];
     int r = local_user_data_dir(user_data, cfg, user, thread);
     if (r == 0)
         r = local_sandbox_id(sandbox_id, user, thread);
+    enum quota_mechanism mechanism;
     if (r == 0 && create)
-        r = make_thread_dirs(user_data, sandbox_host_uid(sandbox_id));
+        r = make_thread_dirs(&mechanism, cfg, user_data, sandbox_host_uid(sandbox_id));
     if (r < 0)
         return r;
     int fd = open(user_data, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -139,6 +180,7 @@ typedef struct launch {
     bool via_helper;        /* spawned by a helper process (see spawn_via_helper) */
     uid_t uid;
     bool parent_maps_ids;   /* root: the parent maps the sandbox to an unprivileged uid */
+    bool disk_measured;     /* no kernel quota limits the user-data: the box measures it */
     box_mount_plan plan;
     int go[2], status[2];
     cgroup_handle cg;
@@ -158,6 +200,10 @@ static int open_plan(launch *l) {
         if (r < 0)
             return r;
     }
+    _cleanup_close_ int user_data = open(l->p->user_data, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (user_data < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "open %s", l->p->user_data);
+    l->disk_measured = quota_dir_mechanism(user_data) == QUOTA_MEASURED;
     char run_dir[PATH_MAX];
     int r = join_path(run_dir, cfg->home, "run");
     if (r == 0)
@@ -275,6 +321,7 @@ static _Noreturn void child_main(launch *l) {
     if (box_settings_from_config(&settings, l->p->cfg, go.cgroup) < 0)
         child_fail(l, "settings", fawn_errmsg());
     settings.idle_exit_s = l->p->idle_exit_s;
+    settings.disk_measured = l->disk_measured;
     /* This process is a copy of its launcher: commands must not read the
      * launcher's command line as PID 1's. */
     if (fawn_set_cmdline("fawn box") < 0)
@@ -505,13 +552,29 @@ int local_launch_helper_main(bool have_netns) {
     return fawn_write_all(HELPER_RESULT_FD, &hr, sizeof hr) == 0 ? 0 : 1;
 }
 
+/* Tells that a sandbox's files are measured although the kernel could limit
+ * them: its user-data was made before quotas were available here. */
+static void log_unlimited_user_data(const local_launch_spec *spec) {
+    quota_fs fs;
+    quota_probe_path(&fs, spec->user_data);
+    if (fs.mechanism != QUOTA_MEASURED)
+        log_warn("sandbox", "sandbox %s: its files predate disk quotas here (%s), so they are "
+                 "measured, not limited by the kernel", spec->sandbox_id,
+                 quota_mechanism_name(fs.mechanism));
+}
+
 int local_launch(pid_t *pid, char generation[33], const local_launch_spec *spec) {
+    *pid = 0;
+    generation[0] = '\0';
     if (!fawn_id_valid(spec->sandbox_id))
         return fawn_err(FAWN_EINVAL, "bad sandbox id");
     launch l = {.p = spec, .parent_maps_ids = geteuid() == 0, .go = {-1, -1}, .status = {-1, -1},
                 .pooled_netns = -1};
     l.uid = sandbox_host_uid(spec->sandbox_id);
-    int r = make_thread_dirs(spec->user_data, l.uid);
+    enum quota_mechanism mechanism;
+    int r = make_thread_dirs(&mechanism, spec->cfg, spec->user_data, l.uid);
+    if (r == 0 && mechanism == QUOTA_MEASURED)
+        log_unlimited_user_data(spec);
     if (r == 0)
         r = open_plan(&l);
     if (r == 0 && spec->netns && spec->cfg->sandbox.network == FAWN_NET_NONE)
@@ -616,6 +679,7 @@ static int prepare(local_box *out, const fawn_config *cfg, const char *user, con
 }
 
 int local_box_ensure(local_box *out, const local_spec *spec) {
+    *out = (local_box){0};
     _cleanup_close_ int lock_fd = -1;
     char user_data[PATH_MAX];
     int r = prepare(out, spec->cfg, spec->user, spec->thread, &lock_fd);
@@ -633,6 +697,7 @@ int local_box_stop(const fawn_config *cfg, const char *user, const char *thread)
 }
 
 int local_socket_path(char out[PATH_MAX], const fawn_config *cfg, const char *sandbox_id) {
+    out[0] = '\0';
     return run_path(out, cfg, sandbox_id, ".sock");
 }
 

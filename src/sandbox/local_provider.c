@@ -185,6 +185,7 @@ static int box_generation(char generation[SBX_GENERATION_LEN + 1], const char *p
 
 static int local_create(void *ctx, sbx_box *out, const char *user, const char *thread,
                         const sbx_cancel *cancel) {
+    *out = (sbx_box){0};
     local_provider *lp = ctx;
     if (cancel && atomic_load(&cancel->cancelled))
         return fawn_err(FAWN_ECANCELED, "the acquisition was cancelled");
@@ -199,7 +200,6 @@ static int local_create(void *ctx, sbx_box *out, const char *user, const char *t
         r = child_add(lp, lb.sandbox_id, lb.pid);
     if (r < 0)
         return r;
-    *out = (sbx_box){0};
     memcpy(out->sandbox_id, lb.sandbox_id, sizeof out->sandbox_id);
     memcpy(out->generation, lb.generation, sizeof out->generation);
     if (snprintf(out->endpoint, sizeof out->endpoint, LOCAL_ENDPOINT_PREFIX "%s",
@@ -300,6 +300,8 @@ static int local_list(void *ctx, int (*each)(void *, const char *, const char *)
 
 static int local_call(void *ctx, json_t **reply, int *status, const sbx_box *box,
                       const char *method, const char *path, const json_t *body, int timeout_ms) {
+    *reply = NULL;
+    *status = 0;
     const char *socket_path = socket_of(box);
     if (!socket_path)
         return fawn_err(FAWN_EINVAL, "not a local box");
@@ -315,6 +317,7 @@ static int local_call_file(void *ctx, json_t **reply, int *status, const sbx_box
                            const char *method, const char *path, int file_fd, uint64_t size,
                            int timeout_ms) {
     *reply = NULL;
+    *status = 0;
     const char *socket_path = socket_of(box);
     if (!socket_path)
         return fawn_err(FAWN_EINVAL, "not a local box");
@@ -326,6 +329,7 @@ static int local_call_file(void *ctx, json_t **reply, int *status, const sbx_box
 }
 
 int local_provider_new(sbx_provider **out, const fawn_config *cfg, const char *fawn_bin) {
+    *out = NULL;
     local_provider *lp = calloc(1, sizeof *lp);
     if (!lp)
         return fawn_err(FAWN_ENOMEM, "out of memory");

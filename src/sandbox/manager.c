@@ -679,6 +679,7 @@ static int acquire_claimed(char session[SBX_SESSION_ID_MAX + 1], sbx_manager *m,
 }
 
 int sbx_acquire(sbx_lease **out, sbx_manager *m, const sbx_request *req) {
+    *out = NULL;
     char sandbox_id[17];
     int r = gate(m, req);
     if (r == 0)
@@ -816,6 +817,8 @@ static int call_outcome(sbx_lease *l, int r) {
 
 int sbx_call(json_t **reply, int *status, sbx_lease *l, const char *method, const char *path,
              const json_t *body, int timeout_ms) {
+    *reply = NULL;
+    *status = 0;
     sbx_manager *m = l->m;
     return call_outcome(
         l, m->p->call(m->p->ctx, reply, status, &l->box, method, path, body, timeout_ms));
@@ -823,6 +826,8 @@ int sbx_call(json_t **reply, int *status, sbx_lease *l, const char *method, cons
 
 int sbx_call_file(json_t **reply, int *status, sbx_lease *l, const char *method,
                   const char *path, int file_fd, uint64_t size, int timeout_ms) {
+    *reply = NULL;
+    *status = 0;
     sbx_manager *m = l->m;
     if (!m->p->call_file)
         return fawn_err(FAWN_EUNSUP, "the %s provider cannot send files", m->p->name);
@@ -877,11 +882,11 @@ int sbx_kill_scope(sbx_manager *m, const char *user, const char *thread, const c
 
 int sbx_destroy(enum sbx_destroy_outcome *outcome, sbx_manager *m, const char *user,
                 const char *thread) {
+    *outcome = SBX_DESTROYED;
     char sandbox_id[17];
     int r = local_sandbox_id(sandbox_id, user, thread);
     if (r < 0)
         return r;
-    *outcome = SBX_DESTROYED;
     pthread_mutex_lock(&m->mu);
     sbx_entry *e = entry_find(m, sandbox_id);
     if (!e) { /* nothing known: remove whatever the provider may still have */
@@ -922,6 +927,8 @@ static void info_fill(sbx_info *out, sbx_manager *m, const sbx_entry *e, int64_t
 }
 
 int sbx_list(sbx_info **out, size_t *n, sbx_manager *m) {
+    *out = NULL;
+    *n = 0;
     pthread_mutex_lock(&m->mu);
     size_t count = 0;
     for (sbx_entry *e = m->entries; e; e = e->next)
@@ -1070,6 +1077,7 @@ static int cond_init_monotonic(pthread_cond_t *c) {
 
 int sbx_manager_new(sbx_manager **out, const sbx_manager_config *cfg, sbx_provider *provider,
                     store *st, const authz_policy *policy) {
+    *out = NULL;
     sbx_manager *m = calloc(1, sizeof *m);
     if (!m)
         return fawn_err(FAWN_ENOMEM, "out of memory");

@@ -40,7 +40,9 @@
  *   its session. Stopping a scope's commands (sbx_kill_scope) goes through
  *   the session its leases hold, never through another acquisition.
  *
- * Every function is safe to call from any thread. */
+ * Every function is safe to call from any thread. Every out-parameter (of
+ * these functions and of the provider operations) is set on every path,
+ * failures included: NULL, 0 or empty before anything can fail. */
 #ifndef FAWN_SANDBOX_MANAGER_H
 #define FAWN_SANDBOX_MANAGER_H
 

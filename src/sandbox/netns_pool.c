@@ -16,6 +16,7 @@ struct netns_pool {
 };
 
 int netns_pool_new(netns_pool **out, size_t size) {
+    *out = NULL;
     if (geteuid() != 0)
         return fawn_err(FAWN_EUNSUP, "a network namespace pool needs root");
     if (size == 0 || size > NETNS_POOL_MAX)

@@ -14,6 +14,9 @@
 #define REMOTE_COMMAND_TIMEOUT_DEFAULT_S 30
 #define REMOTE_START_TIMEOUT_DEFAULT_S 120
 #define REMOTE_TIMEOUT_MAX_S 3600
+/* Host variables passed through to the commands, and bytes of a name. */
+#define REMOTE_PASSTHROUGH_MAX 64
+#define REMOTE_ENV_NAME_MAX 128
 
 static const char *const command_keys[] = {"create_command", "status_command", "destroy_command",
                                            "list_command"};
@@ -33,6 +36,41 @@ static int argv_from_json(char ***out, const json_t *list, const char *key) {
             return fawn_err(FAWN_ECONFIG, REMOTE_SECTION ".%s[%zu]: must be a non-empty word of "
                                           "at most %d bytes", key, i, REMOTE_WORD_MAX);
         if (!(argv[i] = strdup(word)))
+            return fawn_err(FAWN_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+static bool env_name_ok(const char *name) {
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0 || n > REMOTE_ENV_NAME_MAX || (name[0] >= '0' && name[0] <= '9'))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!(name[i] == '_' || (name[i] >= 'A' && name[i] <= 'Z') ||
+              (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9')))
+            return false;
+    return true;
+}
+
+/* sandbox.remote.env_passthrough: a list of variable names (absent: none). */
+static int passthrough_from_json(char ***out, const json_t *list) {
+    *out = NULL;
+    size_t n = json_array_size(list);
+    if (!list)
+        return 0;
+    if (!json_is_array(list) || n > REMOTE_PASSTHROUGH_MAX)
+        return fawn_err(FAWN_ECONFIG, REMOTE_SECTION ".env_passthrough: must be a list of at most "
+                                      "%d variable names", REMOTE_PASSTHROUGH_MAX);
+    char **names = calloc(n + 1, sizeof *names);
+    if (!names)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    *out = names;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = json_string_value(json_array_get(list, i));
+        if (!env_name_ok(name))
+            return fawn_err(FAWN_ECONFIG, REMOTE_SECTION ".env_passthrough[%zu]: not a valid "
+                                          "variable name ([A-Za-z_][A-Za-z0-9_]*)", i);
+        if (!(names[i] = strdup(name)))
             return fawn_err(FAWN_ENOMEM, "out of memory");
     }
     return 0;
@@ -59,7 +97,8 @@ static int keys_check(const json_t *tree) {
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)tree, key, v) {
-        bool known = !strcmp(key, "command_timeout_s") || !strcmp(key, "start_timeout_s");
+        bool known = !strcmp(key, "command_timeout_s") || !strcmp(key, "start_timeout_s") ||
+                     !strcmp(key, "env_passthrough");
         for (size_t i = 0; i < ARRAY_LEN(command_keys) && !known; i++)
             known = strcmp(key, command_keys[i]) == 0;
         if (!known)
@@ -79,6 +118,7 @@ static void remote_config_free(remote_provider_config *cfg) {
     argv_free(cfg->status_argv);
     argv_free(cfg->destroy_argv);
     argv_free(cfg->list_argv);
+    argv_free(cfg->env_passthrough);
     *cfg = (remote_provider_config){0};
 }
 
@@ -97,12 +137,15 @@ static int remote_config_from_json(remote_provider_config *out, const json_t *tr
     if (r == 0)
         r = seconds_from_json(&out->start_timeout_ms, tree, "start_timeout_s",
                               REMOTE_START_TIMEOUT_DEFAULT_S);
+    if (r == 0)
+        r = passthrough_from_json(&out->env_passthrough, json_object_get(tree, "env_passthrough"));
     if (r < 0)
         remote_config_free(out);
     return r;
 }
 
 int sbx_provider_open(sbx_provider **out, const fawn_config *cfg, const char *fawn_bin) {
+    *out = NULL;
     if (cfg->sandbox.provider == FAWN_PROVIDER_LOCAL)
         return local_provider_new(out, cfg, fawn_bin);
     remote_provider_config rc;

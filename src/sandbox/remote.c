@@ -43,6 +43,7 @@ typedef struct remote_provider {
     sbx_provider base;
     char **argv[OP_COUNT];
     uint32_t command_timeout_ms, start_timeout_ms, health_timeout_ms;
+    char **env_passthrough; /* NULL-terminated, or NULL */
 } remote_provider;
 
 /* The variables a command gets (NULL: not set). */
@@ -80,8 +81,13 @@ static int err_wrap(int code, const char *context) {
 static const char *const env_names[] = {"FAWN_SANDBOX_ID", "FAWN_USER", "FAWN_THREAD",
                                         "FAWN_GENERATION"};
 
-/* envp for a command: this process's environment without env_names, then
- * those that the command_env sets. */
+/* Host variables every command gets: where to find programs and how to
+ * speak, never credentials. */
+static const char *const host_env_allowed[] = {"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"};
+
+/* envp for a command, by allow-list: this process's values of
+ * host_env_allowed and of the configured pass-through names, then the
+ * variables that the command_env sets. */
 typedef struct spawn_env {
     char **envp;
     char *own[ARRAY_LEN(env_names)];
@@ -93,8 +99,25 @@ static void spawn_env_free(spawn_env *e) {
     free(e->envp);
 }
 
+static bool name_listed(const char *entry, size_t len, const char *const *names, size_t n) {
+    for (size_t i = 0; names && i < n && names[i]; i++)
+        if (strlen(names[i]) == len && strncmp(entry, names[i], len) == 0)
+            return true;
+    return false;
+}
+
+/* Whether the host's NAME=VALUE entry goes to a command. */
+static bool host_entry_passes(const char *entry, char *const *passthrough) {
+    const char *eq = strchr(entry, '=');
+    size_t len = eq ? (size_t)(eq - entry) : 0;
+    if (!len || name_listed(entry, len, env_names, ARRAY_LEN(env_names)))
+        return false;
+    return name_listed(entry, len, host_env_allowed, ARRAY_LEN(host_env_allowed)) ||
+           name_listed(entry, len, (const char *const *)passthrough, SIZE_MAX);
+}
+
 /* Fills e (the caller frees it with spawn_env_free, also after an error). */
-static int spawn_env_build(spawn_env *e, const command_env *ce) {
+static int spawn_env_build(spawn_env *e, const command_env *ce, char *const *passthrough) {
     const char *values[] = {ce->sandbox_id, ce->user, ce->thread, ce->generation};
     size_t n = 0, k = 0;
     while (environ && environ[n])
@@ -102,15 +125,9 @@ static int spawn_env_build(spawn_env *e, const command_env *ce) {
     *e = (spawn_env){.envp = calloc(n + ARRAY_LEN(env_names) + 1, sizeof *e->envp)};
     if (!e->envp)
         return fawn_err(FAWN_ENOMEM, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        bool ours = false;
-        for (size_t j = 0; j < ARRAY_LEN(env_names) && !ours; j++) {
-            size_t len = strlen(env_names[j]);
-            ours = strncmp(environ[i], env_names[j], len) == 0 && environ[i][len] == '=';
-        }
-        if (!ours)
+    for (size_t i = 0; i < n; i++)
+        if (host_entry_passes(environ[i], passthrough))
             e->envp[k++] = environ[i];
-    }
     for (size_t j = 0; j < ARRAY_LEN(env_names); j++) {
         if (!values[j])
             continue;
@@ -163,7 +180,9 @@ static int spawn_attrs(posix_spawnattr_t *attr, posix_spawn_file_actions_t *fa, 
 }
 
 /* Starts argv with its stdout and stderr on pipes. */
-static int command_start(command *c, char **argv, const command_env *ce, enum remote_op op) {
+static int command_start(command *c, const remote_provider *rp, enum remote_op op,
+                         const command_env *ce) {
+    char **argv = rp->argv[op];
     int out[2] = {-1, -1}, err[2] = {-1, -1};
     spawn_env env = {0};
     posix_spawnattr_t attr;
@@ -177,7 +196,7 @@ static int command_start(command *c, char **argv, const command_env *ce, enum re
     if (r == 0)
         r = spawn_attrs(&attr, &fa, out[1], err[1]);
     if (r == 0)
-        r = spawn_env_build(&env, ce);
+        r = spawn_env_build(&env, ce, rp->env_passthrough);
     int e = r == 0 ? posix_spawnp(&c->pid, argv[0], &fa, &attr, argv, env.envp) : 0;
     if (e)
         r = fawn_err_sys(FAWN_EIO, e, "the control plane's %s command could not be started",
@@ -307,7 +326,7 @@ static int command_run(json_t **out, const remote_provider *rp, enum remote_op o
                        const command_env *ce, const sbx_cancel *cancel) {
     *out = NULL;
     command c;
-    int r = command_start(&c, rp->argv[op], ce, op);
+    int r = command_start(&c, rp, op, ce);
     if (r < 0)
         return r;
     fbuf text = {.limit = REMOTE_COMMAND_OUTPUT_MAX};
@@ -562,6 +581,7 @@ static int create_undo(const remote_provider *rp, const sbx_box *box, int r) {
 
 static int remote_create(void *ctx, sbx_box *out, const char *user, const char *thread,
                          const sbx_cancel *cancel) {
+    *out = (sbx_box){0};
     const remote_provider *rp = ctx;
     sbx_box box = {0};
     int r = local_sandbox_id(box.sandbox_id, user, thread);
@@ -646,6 +666,7 @@ static int remote_list(void *ctx, int (*each)(void *each_ctx, const char *sandbo
 static int remote_call(void *ctx, json_t **reply, int *status, const sbx_box *box,
                        const char *method, const char *path, const json_t *body, int timeout_ms) {
     *reply = NULL;
+    *status = 0;
     const char *host_port = endpoint_host(box);
     if (!host_port)
         return fawn_err(FAWN_EINVAL, "not a remote sandbox endpoint");
@@ -658,6 +679,7 @@ static int remote_call_file(void *ctx, json_t **reply, int *status, const sbx_bo
                             const char *method, const char *path, int file_fd, uint64_t size,
                             int timeout_ms) {
     *reply = NULL;
+    *status = 0;
     const char *host_port = endpoint_host(box);
     if (!host_port)
         return fawn_err(FAWN_EINVAL, "not a remote sandbox endpoint");
@@ -674,16 +696,14 @@ static void argv_free(char **argv) {
     free(argv);
 }
 
-static int argv_copy(char ***out, char *const *argv, enum remote_op op) {
-    size_t n = 0;
-    while (argv && n <= REMOTE_ARGV_MAX && argv[n])
-        n++;
-    if (n == 0 || n > REMOTE_ARGV_MAX || !argv[0][0])
-        return fawn_err(FAWN_EINVAL, "the remote provider's %s command must be a list of 1 to %d "
-                                     "arguments", op_names[op], REMOTE_ARGV_MAX);
+/* Copies a NULL-terminated list of n strings (NULL when n is 0). */
+static int strings_copy(char ***out, char *const *list, size_t n) {
+    *out = NULL;
+    if (n == 0)
+        return 0;
     char **copy = calloc(n + 1, sizeof *copy);
     for (size_t i = 0; copy && i < n; i++)
-        if (!(copy[i] = strdup(argv[i]))) {
+        if (!(copy[i] = strdup(list[i]))) {
             argv_free(copy);
             copy = NULL;
         }
@@ -693,7 +713,20 @@ static int argv_copy(char ***out, char *const *argv, enum remote_op op) {
     return 0;
 }
 
+static int argv_copy(char ***out, char *const *argv, enum remote_op op) {
+    size_t n = 0;
+    while (argv && n <= REMOTE_ARGV_MAX && argv[n])
+        n++;
+    if (n == 0 || n > REMOTE_ARGV_MAX || !argv[0][0]) {
+        *out = NULL;
+        return fawn_err(FAWN_EINVAL, "the remote provider's %s command must be a list of 1 to %d "
+                                     "arguments", op_names[op], REMOTE_ARGV_MAX);
+    }
+    return strings_copy(out, argv, n);
+}
+
 int remote_provider_new(sbx_provider **out, const remote_provider_config *cfg) {
+    *out = NULL;
     if (cfg->command_timeout_ms == 0 || cfg->start_timeout_ms == 0 ||
         cfg->health_timeout_ms > INT32_MAX)
         return fawn_err(FAWN_EINVAL, "the remote provider's command and start timeouts must be "
@@ -712,8 +745,13 @@ int remote_provider_new(sbx_provider **out, const remote_provider_config *cfg) {
                                                    : REMOTE_HEALTH_TIMEOUT_MS;
     char **const *argvs[OP_COUNT] = {&cfg->create_argv, &cfg->status_argv, &cfg->destroy_argv,
                                      &cfg->list_argv};
+    size_t n_pass = 0;
+    while (cfg->env_passthrough && cfg->env_passthrough[n_pass])
+        n_pass++;
+    int r = strings_copy(&rp->env_passthrough, cfg->env_passthrough, n_pass);
     for (int op = 0; op < OP_COUNT; op++) {
-        int r = argv_copy(&rp->argv[op], *argvs[op], (enum remote_op)op);
+        if (r == 0)
+            r = argv_copy(&rp->argv[op], *argvs[op], (enum remote_op)op);
         if (r < 0) {
             remote_provider_free(&rp->base);
             return r;
@@ -729,5 +767,6 @@ void remote_provider_free(sbx_provider *p) {
     remote_provider *rp = p->ctx;
     for (int op = 0; op < OP_COUNT; op++)
         argv_free(rp->argv[op]);
+    argv_free(rp->env_passthrough);
     free(rp);
 }

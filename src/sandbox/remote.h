@@ -65,6 +65,10 @@ typedef struct remote_provider_config {
     uint32_t command_timeout_ms; /* one command run, killed after this (> 0) */
     uint32_t start_timeout_ms;   /* a new box answering; a destroyed one confirmed absent (> 0) */
     uint32_t health_timeout_ms;  /* a health check's request; 0 = REMOTE_HEALTH_TIMEOUT_MS */
+    /* NULL-terminated names of host variables the commands also get (or NULL):
+     * besides these, a command's environment holds only the host's PATH, HOME,
+     * LANG, LC_ALL, TZ and TMPDIR and the variables the provider sets. */
+    char **env_passthrough;
 } remote_provider_config;
 
 /* A remote provider over cfg's commands (copied: cfg may go away). The

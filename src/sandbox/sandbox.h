@@ -1,5 +1,9 @@
 /* Sandboxes on this host (the local provider) and the client side of the
- * box API. */
+ * box API.
+ *
+ * Every out-parameter is set on every path, failures included: -1
+ * descriptors, NULL replies, status 0, empty ids and boxes before anything
+ * can fail. */
 #ifndef FAWN_SANDBOX_H
 #define FAWN_SANDBOX_H
 
@@ -63,16 +67,18 @@ int local_sandbox_id(char out[17], const char *user, const char *thread);
 int local_user_data_dir(char *out, const fawn_config *cfg, const char *user, const char *thread);
 
 /* Opens the thread's user-data directory (O_DIRECTORY; caller closes
- * *fd_out). With create, first makes it and workspace/, uploads/,
- * outputs/ as a start would (owned by the sandbox's uid); without,
- * FAWN_ENOENT when it does not exist. */
+ * *fd_out). With create, first makes it as a start would: limited to
+ * sandbox.limits.disk_mb from the moment it appears (sandbox/quota.h; an
+ * existing one gets the configured limit again), with workspace/, uploads/
+ * and outputs/ owned by the sandbox's uid; without, FAWN_ENOENT when it
+ * does not exist. */
 int local_user_data_open(int *fd_out, const fawn_config *cfg, const char *user,
                          const char *thread, bool create);
 
 /* Returns the thread's running box, or starts one: creates the thread's
- * directories, then launches `fawn box` in fresh namespaces (see
- * box/box.h) with cgroup limits, and waits for it to be ready. Starts
- * for one sandbox are serialized with a lock file. */
+ * directories (as local_user_data_open), then launches `fawn box` in fresh
+ * namespaces (see box/box.h) with cgroup limits, and waits for it to be
+ * ready. Starts for one sandbox are serialized with a lock file. */
 int local_box_ensure(local_box *out, const local_spec *spec);
 
 /* What local_launch needs: one sandbox's box, serving on listen_fd. */
@@ -92,6 +98,9 @@ typedef struct local_launch_spec {
 /* Starts a box as PID 1 of fresh user, mount, pid, ipc, uts (and, for
  * network none, net) namespaces with the sandbox's mounts (box/box.h),
  * its cgroup, and a host uid that is never root; waits until it is ready.
+ * user_data is made as local_user_data_open makes it (disk limit included);
+ * where no kernel quota holds it, the box is told to measure it. Logs a
+ * warning when the kernel could but the directory predates quotas.
  * Stores its host pid (a child of the caller, who reaps it) and generation.
  * A small single-threaded caller (like the CLI) runs the box in a clone of
  * itself, which is fast; any other goes through a freshly exec'd launch

@@ -1,6 +1,8 @@
-/* The store on SQLite (store.h). One connection, used under a mutex: every
+/* The store on SQLite (store.h). One writer connection, used under a
+ * mutex, and a pool of read-only connections (sqlite_internal.h): every
  * operation is one statement or one transaction, so concurrent callers
- * never see or leave a half-done change. WAL journal, synchronous NORMAL:
+ * never see or leave a half-done change, and readers see committed changes
+ * only. WAL journal, synchronous NORMAL:
  * a committed change survives the gateway being killed (it is in the WAL
  * before the commit returns); an operating-system crash or power loss can
  * undo the last commits before a WAL checkpoint, never corrupt the
@@ -22,146 +24,213 @@
 /* Rows one search returns at most. */
 #define STORE_SEARCH_MAX 1000
 
-
 /* Numbered migrations: migrations[i] brings a database from version i to
- * i + 1. Append only; never edit one that has shipped. */
-static const char *const migrations[] = {
+ * i + 1: its SQL, then (when not NULL) a step over the data, in the same
+ * transaction. Append only; never edit one that has shipped. */
+typedef struct migration {
+    const char *sql;
+    int (*data)(sqlite3 *db);
+} migration;
+
+static const migration migrations[] = {
     /* 1: users and threads */
-    "CREATE TABLE users ("
-    "  id INTEGER PRIMARY KEY,"
-    "  username TEXT NOT NULL UNIQUE,"
-    "  password_hash TEXT NOT NULL,"
-    "  role TEXT NOT NULL,"
-    "  token_version INTEGER NOT NULL DEFAULT 0,"
-    "  created_at_ms INTEGER NOT NULL);"
-    "CREATE TABLE threads ("
-    "  id TEXT PRIMARY KEY,"
-    "  owner_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
-    "  status TEXT NOT NULL DEFAULT 'idle',"
-    "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
-    "  created_at_ms INTEGER NOT NULL,"
-    "  updated_at_ms INTEGER NOT NULL);"
-    "CREATE INDEX threads_by_owner ON threads(owner_id, updated_at_ms);",
+    {"CREATE TABLE users ("
+     "  id INTEGER PRIMARY KEY,"
+     "  username TEXT NOT NULL UNIQUE,"
+     "  password_hash TEXT NOT NULL,"
+     "  role TEXT NOT NULL,"
+     "  token_version INTEGER NOT NULL DEFAULT 0,"
+     "  created_at_ms INTEGER NOT NULL);"
+     "CREATE TABLE threads ("
+     "  id TEXT PRIMARY KEY,"
+     "  owner_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
+     "  status TEXT NOT NULL DEFAULT 'idle',"
+     "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  updated_at_ms INTEGER NOT NULL);"
+     "CREATE INDEX threads_by_owner ON threads(owner_id, updated_at_ms);", NULL},
     /* 2: usernames unique regardless of case; API tokens */
-    "CREATE UNIQUE INDEX users_by_name_nocase ON users(username COLLATE NOCASE);"
-    "CREATE TABLE api_tokens ("
-    "  id INTEGER PRIMARY KEY,"
-    "  user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
-    "  name TEXT NOT NULL,"
-    "  token_hash TEXT NOT NULL UNIQUE,"
-    "  created_at_ms INTEGER NOT NULL,"
-    "  last_used_at_ms INTEGER);"
-    "CREATE INDEX api_tokens_by_user ON api_tokens(user_id);",
+    {"CREATE UNIQUE INDEX users_by_name_nocase ON users(username COLLATE NOCASE);"
+     "CREATE TABLE api_tokens ("
+     "  id INTEGER PRIMARY KEY,"
+     "  user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
+     "  name TEXT NOT NULL,"
+     "  token_hash TEXT NOT NULL UNIQUE,"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  last_used_at_ms INTEGER);"
+     "CREATE INDEX api_tokens_by_user ON api_tokens(user_id);", NULL},
     /* 3: thread ids are unique per owner, so an id never tells whether
      * another user holds it */
-    "CREATE TABLE threads_by_owner_id ("
-    "  id TEXT NOT NULL,"
-    "  owner_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
-    "  status TEXT NOT NULL DEFAULT 'idle',"
-    "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
-    "  created_at_ms INTEGER NOT NULL,"
-    "  updated_at_ms INTEGER NOT NULL,"
-    "  PRIMARY KEY (owner_id, id));"
-    "INSERT INTO threads_by_owner_id SELECT id, owner_id, status, metadata, created_at_ms,"
-    "  updated_at_ms FROM threads;"
-    "DROP TABLE threads;"
-    "ALTER TABLE threads_by_owner_id RENAME TO threads;"
-    "CREATE INDEX threads_by_owner ON threads(owner_id, updated_at_ms);",
+    {"CREATE TABLE threads_by_owner_id ("
+     "  id TEXT NOT NULL,"
+     "  owner_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
+     "  status TEXT NOT NULL DEFAULT 'idle',"
+     "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  updated_at_ms INTEGER NOT NULL,"
+     "  PRIMARY KEY (owner_id, id));"
+     "INSERT INTO threads_by_owner_id SELECT id, owner_id, status, metadata, created_at_ms,"
+     "  updated_at_ms FROM threads;"
+     "DROP TABLE threads;"
+     "ALTER TABLE threads_by_owner_id RENAME TO threads;"
+     "CREATE INDEX threads_by_owner ON threads(owner_id, updated_at_ms);", NULL},
     /* 4: the sandbox manager's records: whose each box is, and fences */
-    "CREATE TABLE sandboxes ("
-    "  sandbox_id TEXT PRIMARY KEY,"
-    "  user TEXT NOT NULL,"
-    "  thread TEXT NOT NULL,"
-    "  generation TEXT NOT NULL,"
-    "  endpoint TEXT NOT NULL,"
-    "  token TEXT NOT NULL,"
-    "  created_at_ms INTEGER NOT NULL);"
-    "CREATE TABLE sandbox_fences ("
-    "  scope TEXT NOT NULL,"
-    "  sandbox_id TEXT NOT NULL,"
-    "  generation TEXT NOT NULL,"
-    "  reason TEXT NOT NULL,"
-    "  created_at_ms INTEGER NOT NULL,"
-    "  PRIMARY KEY (scope, sandbox_id, generation));",
+    {"CREATE TABLE sandboxes ("
+     "  sandbox_id TEXT PRIMARY KEY,"
+     "  user TEXT NOT NULL,"
+     "  thread TEXT NOT NULL,"
+     "  generation TEXT NOT NULL,"
+     "  endpoint TEXT NOT NULL,"
+     "  token TEXT NOT NULL,"
+     "  created_at_ms INTEGER NOT NULL);"
+     "CREATE TABLE sandbox_fences ("
+     "  scope TEXT NOT NULL,"
+     "  sandbox_id TEXT NOT NULL,"
+     "  generation TEXT NOT NULL,"
+     "  reason TEXT NOT NULL,"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  PRIMARY KEY (scope, sandbox_id, generation));", NULL},
     /* 5: runs, their streamed events, thread checkpoints, tool receipts */
-    "CREATE TABLE runs ("
-    "  run_id TEXT PRIMARY KEY,"
-    "  owner_id INTEGER NOT NULL,"
-    "  thread_id TEXT NOT NULL,"
-    "  assistant_id TEXT NOT NULL,"
-    "  status TEXT NOT NULL,"
-    "  kwargs TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(kwargs)),"
-    "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
-    "  error TEXT,"
-    "  created_at_ms INTEGER NOT NULL,"
-    "  updated_at_ms INTEGER NOT NULL,"
-    "  FOREIGN KEY (owner_id, thread_id) REFERENCES threads(owner_id, id) ON DELETE CASCADE);"
-    "CREATE INDEX runs_by_thread ON runs(owner_id, thread_id, created_at_ms);"
-    "CREATE INDEX runs_by_status ON runs(status);"
-    "CREATE TABLE run_events ("
-    "  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,"
-    "  seq INTEGER NOT NULL,"
-    "  event TEXT NOT NULL,"
-    "  data TEXT NOT NULL,"
-    "  PRIMARY KEY (run_id, seq)) WITHOUT ROWID;"
-    "CREATE TABLE checkpoints ("
-    "  owner_id INTEGER NOT NULL,"
-    "  thread_id TEXT NOT NULL,"
-    "  checkpoint_id TEXT NOT NULL,"
-    "  parent_id TEXT NOT NULL,"
-    "  run_id TEXT NOT NULL,"
-    "  seq INTEGER NOT NULL,"
-    "  state_values TEXT NOT NULL CHECK (json_valid(state_values)),"
-    "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
-    "  created_at_ms INTEGER NOT NULL,"
-    "  PRIMARY KEY (owner_id, thread_id, checkpoint_id),"
-    "  FOREIGN KEY (owner_id, thread_id) REFERENCES threads(owner_id, id) ON DELETE CASCADE);"
-    "CREATE INDEX checkpoints_by_seq ON checkpoints(owner_id, thread_id, seq);"
-    "CREATE TABLE receipts ("
-    "  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,"
-    "  tool_call_id TEXT NOT NULL,"
-    "  tool_name TEXT NOT NULL,"
-    "  status TEXT NOT NULL,"
-    "  args_sha256 TEXT NOT NULL,"
-    "  output_sha256 TEXT NOT NULL,"
-    "  output_bytes INTEGER NOT NULL,"
-    "  created_at_ms INTEGER NOT NULL,"
-    "  PRIMARY KEY (run_id, tool_call_id));",
+    {"CREATE TABLE runs ("
+     "  run_id TEXT PRIMARY KEY,"
+     "  owner_id INTEGER NOT NULL,"
+     "  thread_id TEXT NOT NULL,"
+     "  assistant_id TEXT NOT NULL,"
+     "  status TEXT NOT NULL,"
+     "  kwargs TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(kwargs)),"
+     "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
+     "  error TEXT,"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  updated_at_ms INTEGER NOT NULL,"
+     "  FOREIGN KEY (owner_id, thread_id) REFERENCES threads(owner_id, id) ON DELETE CASCADE);"
+     "CREATE INDEX runs_by_thread ON runs(owner_id, thread_id, created_at_ms);"
+     "CREATE INDEX runs_by_status ON runs(status);"
+     "CREATE TABLE run_events ("
+     "  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,"
+     "  seq INTEGER NOT NULL,"
+     "  event TEXT NOT NULL,"
+     "  data TEXT NOT NULL,"
+     "  PRIMARY KEY (run_id, seq)) WITHOUT ROWID;"
+     "CREATE TABLE checkpoints ("
+     "  owner_id INTEGER NOT NULL,"
+     "  thread_id TEXT NOT NULL,"
+     "  checkpoint_id TEXT NOT NULL,"
+     "  parent_id TEXT NOT NULL,"
+     "  run_id TEXT NOT NULL,"
+     "  seq INTEGER NOT NULL,"
+     "  state_values TEXT NOT NULL CHECK (json_valid(state_values)),"
+     "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  PRIMARY KEY (owner_id, thread_id, checkpoint_id),"
+     "  FOREIGN KEY (owner_id, thread_id) REFERENCES threads(owner_id, id) ON DELETE CASCADE);"
+     "CREATE INDEX checkpoints_by_seq ON checkpoints(owner_id, thread_id, seq);"
+     "CREATE TABLE receipts ("
+     "  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,"
+     "  tool_call_id TEXT NOT NULL,"
+     "  tool_name TEXT NOT NULL,"
+     "  status TEXT NOT NULL,"
+     "  args_sha256 TEXT NOT NULL,"
+     "  output_sha256 TEXT NOT NULL,"
+     "  output_bytes INTEGER NOT NULL,"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  PRIMARY KEY (run_id, tool_call_id));", NULL},
+    /* 6: each message of a thread stored once; checkpoints list their
+     * messages as spans of the thread's rows, and stored values events
+     * hold a reference to the state, not a copy (sqlite_state.c) */
+    {"ALTER TABLE checkpoints ADD COLUMN message_spans TEXT NOT NULL DEFAULT '[]';"
+     "CREATE TABLE thread_messages ("
+     "  owner_id INTEGER NOT NULL,"
+     "  thread_id TEXT NOT NULL,"
+     "  seq INTEGER NOT NULL,"
+     "  digest TEXT NOT NULL,"
+     "  bytes INTEGER NOT NULL,"
+     "  body TEXT NOT NULL,"
+     "  PRIMARY KEY (owner_id, thread_id, seq),"
+     "  FOREIGN KEY (owner_id, thread_id) REFERENCES threads(owner_id, id) ON DELETE CASCADE);"
+     "CREATE INDEX thread_messages_by_digest ON thread_messages(owner_id, thread_id, digest);",
+     sq_state_migrate_messages},
 };
 
-int sq_err(store *s, int rc, const char *what) {
+int sq_err(sqlite3 *db, int rc, const char *what) {
     int code = rc == SQLITE_BUSY || rc == SQLITE_LOCKED ? FAWN_EBUSY
                : rc == SQLITE_CONSTRAINT               ? FAWN_EEXIST
                                                        : FAWN_EIO;
-    return fawn_err(code, "%s: %s", what, s ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+    return fawn_err(code, "%s: %s", what, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
 }
 
-int sq_exec(store *s, const char *sql, const char *what) {
-    int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
-    return rc == SQLITE_OK ? 0 : sq_err(s, rc, what);
+int sq_exec(sqlite3 *db, const char *sql, const char *what) {
+    int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+    return rc == SQLITE_OK ? 0 : sq_err(db, rc, what);
 }
 
-int sq_prepare(store *s, sqlite3_stmt **st, const char *sql) {
-    int rc = sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
-    return rc == SQLITE_OK ? 0 : sq_err(s, rc, "sq_prepare");
+int sq_prepare(sqlite3 *db, sqlite3_stmt **st, const char *sql) {
+    *st = NULL;
+    int rc = sqlite3_prepare_v2(db, sql, -1, st, NULL);
+    return rc == SQLITE_OK ? 0 : sq_err(db, rc, "sq_prepare");
 }
 
-int store_schema_version(store *s, int *out) {
-    sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st, "PRAGMA user_version");
-    if (r == 0) {
-        r = sqlite3_step(st) == SQLITE_ROW ? 0 : sq_err(s, SQLITE_ERROR, "user_version");
-        *out = r == 0 ? sqlite3_column_int(st, 0) : 0;
-        sqlite3_finalize(st);
-    }
-    pthread_mutex_unlock(&s->mu);
+int sq_end_transaction(sqlite3 *db, int r) {
+    r = r == 0 ? sq_exec(db, "COMMIT", "commit") : r;
+    if (r < 0)
+        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
     return r;
 }
 
-static int migrate(store *s) {
+/* ---- connections ---- */
+
+sqlite3 *sq_write_begin(store *s) {
+    pthread_mutex_lock(&s->mu);
+    return s->db;
+}
+
+void sq_write_end(store *s) { pthread_mutex_unlock(&s->mu); }
+
+sqlite3 *sq_read_begin(store *s) {
+    pthread_mutex_lock(&s->pool_mu);
+    for (;;) {
+        for (size_t i = 0; i < STORE_READERS; i++)
+            if (!s->reader_busy[i]) {
+                s->reader_busy[i] = true;
+                pthread_mutex_unlock(&s->pool_mu);
+                return s->readers[i];
+            }
+        pthread_cond_wait(&s->pool_free, &s->pool_mu);
+    }
+}
+
+void sq_read_end(store *s, sqlite3 *db) {
+    pthread_mutex_lock(&s->pool_mu);
+    for (size_t i = 0; i < STORE_READERS; i++)
+        if (s->readers[i] == db)
+            s->reader_busy[i] = false;
+    pthread_cond_signal(&s->pool_free);
+    pthread_mutex_unlock(&s->pool_mu);
+}
+
+static int schema_version(sqlite3 *db, int *out) {
+    *out = 0;
+    sqlite3_stmt *st;
+    int r = sq_prepare(db, &st, "PRAGMA user_version");
+    if (r == 0) {
+        r = sqlite3_step(st) == SQLITE_ROW ? 0 : sq_err(db, SQLITE_ERROR, "user_version");
+        *out = r == 0 ? sqlite3_column_int(st, 0) : 0;
+        sqlite3_finalize(st);
+    }
+    return r;
+}
+
+int store_schema_version(store *s, int *out) {
+    *out = 0;
+    sqlite3 *db = sq_read_begin(s);
+    int r = schema_version(db, out);
+    sq_read_end(s, db);
+    return r;
+}
+
+/* Brings the writer's database up to the latest migration. */
+static int migrate(sqlite3 *db) {
     int version;
-    int r = store_schema_version(s, &version);
+    int r = schema_version(db, &version);
     int latest = (int)ARRAY_LEN(migrations);
     if (r == 0 && version > latest)
         return fawn_err(FAWN_EINVAL, "the database is at schema %d, newer than this fawn (%d)",
@@ -169,45 +238,78 @@ static int migrate(store *s) {
     for (int v = version; r == 0 && v < latest; v++) {
         char bump[64];
         snprintf(bump, sizeof bump, "PRAGMA user_version = %d", v + 1);
-        r = sq_exec(s, "BEGIN IMMEDIATE", "begin migration");
-        if (r == 0 && (r = sq_exec(s, migrations[v], "migration")) == 0)
-            r = sq_exec(s, bump, "migration version");
+        r = sq_exec(db, "BEGIN IMMEDIATE", "begin migration");
         if (r == 0)
-            r = sq_exec(s, "COMMIT", "commit migration");
-        else
-            sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+            r = sq_exec(db, migrations[v].sql, "migration");
+        if (r == 0 && migrations[v].data)
+            r = migrations[v].data(db);
+        if (r == 0)
+            r = sq_exec(db, bump, "migration version");
+        r = sq_end_transaction(db, r);
     }
     return r;
 }
 
-static int make_parent_dir(const char *path) {
+/* Password and token hashes and every conversation live in the database:
+ * its directory must be private, and the database and the journal files
+ * SQLite keeps beside it (which take the database's mode) 0600. */
+static int make_private(const char *path) {
     char dir[4096];
-    if (strlen(path) >= sizeof dir)
+    if (strlen(path) + sizeof "-wal" > sizeof dir)
         return fawn_err(FAWN_EINVAL, "database path too long");
     strcpy(dir, path);
     const char *d = dirname(dir);
-    return strcmp(d, ".") == 0 ? 0 : fsx_mkdir_p(d, 0700);
+    int r = fsx_private_dir(d);
+    static const char *const suffixes[] = {"", "-wal", "-shm"};
+    for (size_t i = 0; r == 0 && i < ARRAY_LEN(suffixes); i++) {
+        char file[4096];
+        snprintf(file, sizeof file, "%s%s", path, suffixes[i]);
+        if (i > 0 && access(file, F_OK) < 0)
+            continue;
+        int fd = fsx_private_file(file);
+        r = fd < 0 ? fd : 0;
+        if (fd >= 0)
+            close(fd);
+    }
+    return r;
+}
+
+/* Opens one connection to path with flags (and the busy timeout). */
+static int connection_open(sqlite3 **db, const char *path, int flags) {
+    int rc = sqlite3_open_v2(path, db, flags | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_NOFOLLOW, NULL);
+    int r = rc == SQLITE_OK ? 0 : sq_err(*db, rc, "open database");
+    if (r == 0)
+        sqlite3_busy_timeout(*db, STORE_BUSY_TIMEOUT_MS);
+    return r;
+}
+
+/* The writer (configured, migrated), then the readers: a reader opened
+ * before the database is in WAL mode and at the latest schema could see
+ * neither. */
+static int connections_open(store *s, const char *path) {
+    int r = connection_open(&s->db, path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    if (r == 0)
+        r = sq_exec(s->db, "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
+                           "PRAGMA foreign_keys = ON;", "configure database");
+    if (r == 0)
+        r = migrate(s->db);
+    for (size_t i = 0; r == 0 && i < STORE_READERS; i++)
+        r = connection_open(&s->readers[i], path, SQLITE_OPEN_READONLY);
+    return r;
 }
 
 int store_open(store **out, const char *path) {
-    int r = make_parent_dir(path);
+    *out = NULL;
+    int r = make_private(path);
     if (r < 0)
         return r;
     store *s = calloc(1, sizeof *s);
     if (!s)
         return fawn_err(FAWN_ENOMEM, "out of memory");
     pthread_mutex_init(&s->mu, NULL);
-    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX |
-                SQLITE_OPEN_NOFOLLOW;
-    int rc = sqlite3_open_v2(path, &s->db, flags, NULL);
-    r = rc == SQLITE_OK ? 0 : sq_err(s, rc, "open database");
-    if (r == 0)
-        sqlite3_busy_timeout(s->db, STORE_BUSY_TIMEOUT_MS);
-    if (r == 0)
-        r = sq_exec(s, "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
-                        "PRAGMA foreign_keys = ON;", "configure database");
-    if (r == 0)
-        r = migrate(s);
+    pthread_mutex_init(&s->pool_mu, NULL);
+    pthread_cond_init(&s->pool_free, NULL);
+    r = connections_open(s, path);
     if (r < 0) {
         store_close(s);
         return r;
@@ -219,7 +321,11 @@ int store_open(store **out, const char *path) {
 void store_close(store *s) {
     if (!s)
         return;
+    for (size_t i = 0; i < STORE_READERS; i++)
+        sqlite3_close(s->readers[i]);
     sqlite3_close(s->db);
+    pthread_cond_destroy(&s->pool_free);
+    pthread_mutex_destroy(&s->pool_mu);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -231,6 +337,11 @@ bool sq_text_ok(const char *v, size_t max) { return v && v[0] && strlen(v) <= ma
 void sq_copy_col(char *dst, size_t size, sqlite3_stmt *st, int col) {
     const unsigned char *v = sqlite3_column_text(st, col);
     snprintf(dst, size, "%s", v ? (const char *)v : "");
+}
+
+char *sq_dup_col(sqlite3_stmt *st, int col) {
+    const unsigned char *v = sqlite3_column_text(st, col);
+    return v ? strdup((const char *)v) : NULL;
 }
 
 #define USER_COLUMNS "id, username, password_hash, role, token_version, created_at_ms"
@@ -248,11 +359,11 @@ static void read_user_at(store_user *u, sqlite3_stmt *st, int first) {
 static void read_user(store_user *u, sqlite3_stmt *st) { read_user_at(u, st, 0); }
 
 /* Runs a prepared query expecting at most one user row. */
-static int one_user(store *s, store_user *out, sqlite3_stmt *st, const char *what) {
+static int one_user(sqlite3 *db, store_user *out, sqlite3_stmt *st, const char *what) {
     int rc = sqlite3_step(st);
     int r = rc == SQLITE_ROW    ? 0
             : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "no such user")
-                                : sq_err(s, rc, what);
+                                : sq_err(db, rc, what);
     if (r == 0)
         read_user(out, st);
     sqlite3_finalize(st);
@@ -261,12 +372,13 @@ static int one_user(store *s, store_user *out, sqlite3_stmt *st, const char *wha
 
 int store_user_create(store *s, store_user *out, const char *username, const char *password_hash,
                       const char *role) {
+    *out = (store_user){0};
     if (!sq_text_ok(username, STORE_NAME_MAX) || !sq_text_ok(password_hash, STORE_HASH_MAX) ||
         !sq_text_ok(role, STORE_ROLE_MAX))
         return fawn_err(FAWN_EINVAL, "username, password hash and role are required and bounded");
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st,
+    sqlite3 *db = sq_write_begin(s);
+    int r = sq_prepare(db, &st,
                     "INSERT INTO users (username, password_hash, role, created_at_ms) "
                     "VALUES (?1, ?2, ?3, ?4) RETURNING " USER_COLUMNS);
     if (r == 0) {
@@ -274,39 +386,41 @@ int store_user_create(store *s, store_user *out, const char *username, const cha
         sqlite3_bind_text(st, 2, password_hash, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 3, role, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, fawn_wall_ms());
-        r = one_user(s, out, st, "create user");
+        r = one_user(db, out, st, "create user");
         if (r == FAWN_EEXIST)
             r = fawn_err(FAWN_EEXIST, "username '%s' is taken", username);
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_write_end(s);
     return r;
 }
 
 int store_user_get(store *s, store_user *out, int64_t id) {
+    *out = (store_user){0};
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st, "SELECT " USER_COLUMNS " FROM users WHERE id = ?1");
+    sqlite3 *db = sq_read_begin(s);
+    int r = sq_prepare(db, &st, "SELECT " USER_COLUMNS " FROM users WHERE id = ?1");
     if (r == 0) {
         sqlite3_bind_int64(st, 1, id);
-        r = one_user(s, out, st, "get user");
+        r = one_user(db, out, st, "get user");
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_read_end(s, db);
     return r;
 }
 
 /* The one user that `SELECT USER_COLUMNS FROM users <where>` finds with
  * text bound to ?1. */
 static int user_find(store *s, store_user *out, const char *where, const char *text) {
+    *out = (store_user){0};
     char sql[256];
     snprintf(sql, sizeof sql, "SELECT " USER_COLUMNS " FROM users %s", where);
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st, sql);
+    sqlite3 *db = sq_read_begin(s);
+    int r = sq_prepare(db, &st, sql);
     if (r == 0) {
         sqlite3_bind_text(st, 1, text, -1, SQLITE_STATIC);
-        r = one_user(s, out, st, "get user");
+        r = one_user(db, out, st, "get user");
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_read_end(s, db);
     return r;
 }
 
@@ -319,28 +433,29 @@ int store_user_get_by_role(store *s, store_user *out, const char *role) {
 }
 
 int store_user_count(store *s, int64_t *out, const char *role) {
+    *out = 0;
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st, "SELECT count(*) FROM users WHERE ?1 IS NULL OR role = ?1");
+    sqlite3 *db = sq_read_begin(s);
+    int r = sq_prepare(db, &st, "SELECT count(*) FROM users WHERE ?1 IS NULL OR role = ?1");
     if (r == 0) {
         sqlite3_bind_text(st, 1, role, -1, SQLITE_STATIC);
         int rc = sqlite3_step(st);
-        r = rc == SQLITE_ROW ? 0 : sq_err(s, rc, "count users");
+        r = rc == SQLITE_ROW ? 0 : sq_err(db, rc, "count users");
         *out = r == 0 ? sqlite3_column_int64(st, 0) : 0;
         sqlite3_finalize(st);
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_read_end(s, db);
     return r;
 }
 
 /* Runs a prepared statement that returns no rows; FAWN_ENOENT when it was
  * expected to change one row and changed none. */
-int sq_step_done(store *s, sqlite3_stmt *st, bool must_change, const char *what) {
+int sq_step_done(sqlite3 *db, sqlite3_stmt *st, bool must_change, const char *what) {
     int rc = sqlite3_step(st);
-    int changed = sqlite3_changes(s->db);
+    int changed = sqlite3_changes(db);
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE)
-        return sq_err(s, rc, what);
+        return sq_err(db, rc, what);
     return must_change && changed == 0 ? fawn_err(FAWN_ENOENT, "%s: no such row", what) : 0;
 }
 
@@ -348,28 +463,28 @@ int store_user_set_password(store *s, int64_t id, const char *password_hash) {
     if (!sq_text_ok(password_hash, STORE_HASH_MAX))
         return fawn_err(FAWN_EINVAL, "password hash is required and bounded");
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st,
+    sqlite3 *db = sq_write_begin(s);
+    int r = sq_prepare(db, &st,
                     "UPDATE users SET password_hash = ?2, token_version = token_version + 1 "
                     "WHERE id = ?1");
     if (r == 0) {
         sqlite3_bind_int64(st, 1, id);
         sqlite3_bind_text(st, 2, password_hash, -1, SQLITE_STATIC);
-        r = sq_step_done(s, st, true, "set password");
+        r = sq_step_done(db, st, true, "set password");
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_write_end(s);
     return r;
 }
 
 int store_user_revoke_sessions(store *s, int64_t id) {
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st, "UPDATE users SET token_version = token_version + 1 WHERE id = ?1");
+    sqlite3 *db = sq_write_begin(s);
+    int r = sq_prepare(db, &st, "UPDATE users SET token_version = token_version + 1 WHERE id = ?1");
     if (r == 0) {
         sqlite3_bind_int64(st, 1, id);
-        r = sq_step_done(s, st, true, "revoke sessions");
+        r = sq_step_done(db, st, true, "revoke sessions");
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_write_end(s);
     return r;
 }
 
@@ -415,9 +530,9 @@ static int check_thread_args(const char *id, const char *metadata) {
     return check_metadata(metadata);
 }
 
-static int get_thread_locked(store *s, store_thread *out, int64_t owner_id, const char *id) {
+static int thread_get_on(sqlite3 *db, store_thread *out, int64_t owner_id, const char *id) {
     sqlite3_stmt *st;
-    int r = sq_prepare(s, &st, "SELECT " THREAD_COLUMNS " FROM threads WHERE id = ?1 AND owner_id = ?2");
+    int r = sq_prepare(db, &st, "SELECT " THREAD_COLUMNS " FROM threads WHERE id = ?1 AND owner_id = ?2");
     if (r < 0)
         return r;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
@@ -425,20 +540,22 @@ static int get_thread_locked(store *s, store_thread *out, int64_t owner_id, cons
     int rc = sqlite3_step(st);
     r = rc == SQLITE_ROW    ? read_thread(out, st)
         : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "no such thread: %s", id)
-                            : sq_err(s, rc, "get thread");
+                            : sq_err(db, rc, "get thread");
     sqlite3_finalize(st);
     return r;
 }
 
 int store_thread_create(store *s, store_thread *out, bool *existed, int64_t owner_id,
                         const char *id, const char *metadata) {
+    *out = (store_thread){0};
+    *existed = false;
     int r = check_thread_args(id, metadata);
     if (r < 0)
         return r;
     sqlite3_stmt *st;
     int64_t now = fawn_wall_ms();
-    pthread_mutex_lock(&s->mu);
-    r = sq_prepare(s, &st,
+    sqlite3 *db = sq_write_begin(s);
+    r = sq_prepare(db, &st,
                 "INSERT INTO threads (id, owner_id, metadata, created_at_ms, updated_at_ms) "
                 "VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT(owner_id, id) DO NOTHING");
     if (r == 0) {
@@ -447,22 +564,23 @@ int store_thread_create(store *s, store_thread *out, bool *existed, int64_t owne
         sqlite3_bind_text(st, 3, metadata ? metadata : "{}", -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, now);
         int rc = sqlite3_step(st);
-        *existed = sqlite3_changes(s->db) == 0;
+        *existed = sqlite3_changes(db) == 0;
         sqlite3_finalize(st);
-        r = rc == SQLITE_DONE ? 0 : sq_err(s, rc, "create thread");
+        r = rc == SQLITE_DONE ? 0 : sq_err(db, rc, "create thread");
     }
     if (r == 0)
-        r = get_thread_locked(s, out, owner_id, id);
-    pthread_mutex_unlock(&s->mu);
+        r = thread_get_on(db, out, owner_id, id);
+    sq_write_end(s);
     return r;
 }
 
 int store_thread_get(store *s, store_thread *out, int64_t owner_id, const char *id) {
+    *out = (store_thread){0};
     if (!fawn_id_valid(id))
         return fawn_err(FAWN_ENOENT, "no such thread");
-    pthread_mutex_lock(&s->mu);
-    int r = get_thread_locked(s, out, owner_id, id);
-    pthread_mutex_unlock(&s->mu);
+    sqlite3 *db = sq_read_begin(s);
+    int r = thread_get_on(db, out, owner_id, id);
+    sq_read_end(s, db);
     return r;
 }
 
@@ -470,16 +588,16 @@ int store_thread_get(store *s, store_thread *out, int64_t owner_id, const char *
 static int thread_update(store *s, int64_t owner_id, const char *id, const char *sql,
                          const char *value, const char *what) {
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st, sql);
+    sqlite3 *db = sq_write_begin(s);
+    int r = sq_prepare(db, &st, sql);
     if (r == 0) {
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, owner_id);
         sqlite3_bind_text(st, 3, value, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, fawn_wall_ms());
-        r = sq_step_done(s, st, true, what);
+        r = sq_step_done(db, st, true, what);
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_write_end(s);
     return r == FAWN_ENOENT ? fawn_err(FAWN_ENOENT, "no such thread: %s", id) : r;
 }
 
@@ -508,21 +626,29 @@ int store_thread_set_status(store *s, int64_t owner_id, const char *id, const ch
 
 int store_thread_delete(store *s, int64_t owner_id, const char *id) {
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st, "DELETE FROM threads WHERE id = ?1 AND owner_id = ?2");
+    sqlite3 *db = sq_write_begin(s);
+    int r = sq_prepare(db, &st, "DELETE FROM threads WHERE id = ?1 AND owner_id = ?2");
     if (r == 0) {
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, owner_id);
-        r = sq_step_done(s, st, true, "delete thread");
+        r = sq_step_done(db, st, true, "delete thread");
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_write_end(s);
     return r == FAWN_ENOENT ? fawn_err(FAWN_ENOENT, "no such thread: %s", id) : r;
 }
 
-/* Keys a metadata match may name: they go into a JSON path, quoted. */
-static int check_match_keys(const char *match) {
+/* A metadata match is bounded (store.h), and the keys it names go into a
+ * JSON path, quoted: no quotes, backslashes or control characters. */
+static int check_match(const char *match) {
+    size_t len = strlen(match);
+    if (len > STORE_MATCH_MAX)
+        return fawn_err(FAWN_E2BIG, "the metadata to match is larger than %d bytes",
+                        STORE_MATCH_MAX);
     json_t *o = NULL;
-    int r = fjson_parse_object(&o, match, strlen(match));
+    int r = fjson_parse_object(&o, match, len);
+    if (r == 0 && json_object_size(o) > STORE_MATCH_KEYS_MAX)
+        r = fawn_err(FAWN_E2BIG, "the metadata to match names more than %d keys",
+                     STORE_MATCH_KEYS_MAX);
     const char *key;
     json_t *v;
     json_object_foreach(o, key, v) {
@@ -536,9 +662,12 @@ static int check_match_keys(const char *match) {
     return r;
 }
 
-/* Every key of the match object equals the thread's value (JSON types too). */
+/* Every key of the match object equals the thread's value (JSON types
+ * too). The match is parsed once per search (the materialized m), not once
+ * per thread. */
+#define MATCH_CTE "WITH m AS MATERIALIZED (SELECT key, value, type FROM json_each(?2)) "
 #define MATCH_CLAUSE                                                                               \
-    "NOT EXISTS (SELECT 1 FROM json_each(?2) m WHERE "                                             \
+    "NOT EXISTS (SELECT 1 FROM m WHERE "                                                           \
     "json_extract(threads.metadata, '$.\"' || m.key || '\"') IS NOT m.value "                      \
     "OR json_type(threads.metadata, '$.\"' || m.key || '\"') IS NOT m.type)"
 
@@ -546,7 +675,7 @@ int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_i
                         const char *match, const char *status, size_t limit, size_t offset) {
     *out = NULL;
     *n = 0;
-    int r = match ? check_match_keys(match) : 0;
+    int r = match ? check_match(match) : 0;
     if (r < 0)
         return r;
     limit = limit < 1 ? 1 : limit > STORE_SEARCH_MAX ? STORE_SEARCH_MAX : limit;
@@ -554,9 +683,9 @@ int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_i
     if (!rows)
         return fawn_err(FAWN_ENOMEM, "out of memory");
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    r = sq_prepare(s, &st,
-                "SELECT " THREAD_COLUMNS " FROM threads WHERE owner_id = ?1 AND "
+    sqlite3 *db = sq_read_begin(s);
+    r = sq_prepare(db, &st,
+                MATCH_CTE "SELECT " THREAD_COLUMNS " FROM threads WHERE owner_id = ?1 AND "
                 "(?3 IS NULL OR status = ?3) AND (?2 IS NULL OR " MATCH_CLAUSE ") "
                 "ORDER BY updated_at_ms DESC, id LIMIT ?4 OFFSET ?5");
     if (r == 0) {
@@ -569,10 +698,10 @@ int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_i
         while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW && *n < limit)
             r = read_thread(&rows[(*n)++], st);
         if (r == 0 && rc != SQLITE_DONE && rc != SQLITE_ROW)
-            r = sq_err(s, rc, "search threads");
+            r = sq_err(db, rc, "search threads");
         sqlite3_finalize(st);
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_read_end(s, db);
     if (r < 0) {
         for (size_t i = 0; i < *n; i++)
             store_thread_clear(&rows[i]);
@@ -589,7 +718,7 @@ int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_i
 
 /* Steps st (the caller finalizes it) and appends each row, read by read
  * into a row_size struct, to rows. */
-int sq_rows_read(store *s, fbuf *rows, sqlite3_stmt *st, size_t row_size, sq_row_reader read,
+int sq_rows_read(sqlite3 *db, fbuf *rows, sqlite3_stmt *st, size_t row_size, sq_row_reader read,
                      const char *what) {
     void *row = malloc(row_size);
     int r = row ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
@@ -599,7 +728,7 @@ int sq_rows_read(store *s, fbuf *rows, sqlite3_stmt *st, size_t row_size, sq_row
         r = fbuf_append(rows, row, row_size);
     }
     if (r == 0 && rc != SQLITE_DONE)
-        r = sq_err(s, rc, what);
+        r = sq_err(db, rc, what);
     free(row);
     return r;
 }
@@ -627,13 +756,13 @@ void sq_bind_texts(sqlite3_stmt *st, const char *const *texts, size_t n) {
 int sq_exec_texts(store *s, const char *sql, const char *const *texts, size_t n,
                       bool must_change, const char *what) {
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st, sql);
+    sqlite3 *db = sq_write_begin(s);
+    int r = sq_prepare(db, &st, sql);
     if (r == 0) {
         sq_bind_texts(st, texts, n);
-        r = sq_step_done(s, st, must_change, what);
+        r = sq_step_done(db, st, must_change, what);
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_write_end(s);
     return r;
 }
 
@@ -671,20 +800,21 @@ static void read_sandbox(void *row, sqlite3_stmt *st) {
 }
 
 int store_sandbox_get(store *s, store_sandbox *out, const char *sandbox_id) {
+    *out = (store_sandbox){0};
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st, "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE sandbox_id = ?1");
+    sqlite3 *db = sq_read_begin(s);
+    int r = sq_prepare(db, &st, "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE sandbox_id = ?1");
     if (r == 0) {
         sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
         int rc = sqlite3_step(st);
         r = rc == SQLITE_ROW    ? 0
             : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "no record of sandbox %s", sandbox_id)
-                                : sq_err(s, rc, "get sandbox");
+                                : sq_err(db, rc, "get sandbox");
         if (r == 0)
             read_sandbox(out, st);
         sqlite3_finalize(st);
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_read_end(s, db);
     return r;
 }
 
@@ -693,14 +823,14 @@ int store_sandbox_list(store *s, store_sandbox **out, size_t *n) {
     *n = 0;
     fbuf rows = {.limit = STORE_SANDBOXES_MAX * sizeof(store_sandbox)};
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st, "SELECT " SANDBOX_COLUMNS " FROM sandboxes ORDER BY sandbox_id LIMIT ?1");
+    sqlite3 *db = sq_read_begin(s);
+    int r = sq_prepare(db, &st, "SELECT " SANDBOX_COLUMNS " FROM sandboxes ORDER BY sandbox_id LIMIT ?1");
     if (r == 0) {
         sqlite3_bind_int(st, 1, STORE_SANDBOXES_MAX);
-        r = sq_rows_read(s, &rows, st, sizeof(store_sandbox), read_sandbox, "list sandboxes");
+        r = sq_rows_read(db, &rows, st, sizeof(store_sandbox), read_sandbox, "list sandboxes");
         sqlite3_finalize(st);
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_read_end(s, db);
     return sq_rows_hand_out((void **)out, n, &rows, sizeof(store_sandbox), r);
 }
 
@@ -731,19 +861,20 @@ int store_fence_add(store *s, const char *scope, const char *sandbox_id, const c
 
 int store_fence_exists(store *s, bool *out, const char *scope, const char *sandbox_id,
                        const char *generation) {
+    *out = false;
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st, "SELECT 1 FROM sandbox_fences WHERE scope = ?1 AND sandbox_id = ?2 "
+    sqlite3 *db = sq_read_begin(s);
+    int r = sq_prepare(db, &st, "SELECT 1 FROM sandbox_fences WHERE scope = ?1 AND sandbox_id = ?2 "
                             "AND generation = ?3");
     if (r == 0) {
         const char *texts[] = {scope, sandbox_id, generation};
         sq_bind_texts(st, texts, ARRAY_LEN(texts));
         int rc = sqlite3_step(st);
-        r = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_err(s, rc, "check fence");
+        r = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_err(db, rc, "check fence");
         *out = rc == SQLITE_ROW;
         sqlite3_finalize(st);
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_read_end(s, db);
     return r;
 }
 
@@ -769,17 +900,17 @@ int store_fence_list(store *s, store_fence **out, size_t *n, const char *sandbox
     *n = 0;
     fbuf rows = {.limit = STORE_FENCES_MAX * sizeof(store_fence)};
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st, "SELECT scope, sandbox_id, generation, reason, created_at_ms FROM "
+    sqlite3 *db = sq_read_begin(s);
+    int r = sq_prepare(db, &st, "SELECT scope, sandbox_id, generation, reason, created_at_ms FROM "
                             "sandbox_fences WHERE ?1 IS NULL OR sandbox_id = ?1 "
                             "ORDER BY created_at_ms, rowid LIMIT ?2");
     if (r == 0) {
         sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 2, STORE_FENCES_MAX);
-        r = sq_rows_read(s, &rows, st, sizeof(store_fence), read_fence, "list fences");
+        r = sq_rows_read(db, &rows, st, sizeof(store_fence), read_fence, "list fences");
         sqlite3_finalize(st);
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_read_end(s, db);
     return sq_rows_hand_out((void **)out, n, &rows, sizeof(store_fence), r);
 }
 
@@ -797,14 +928,15 @@ static void read_token(store_token *t, sqlite3_stmt *st) {
 
 int store_token_create(store *s, store_token *out, int64_t user_id, const char *name,
                        const char *token_hash) {
+    *out = (store_token){0};
     if (!sq_text_ok(name, STORE_TOKEN_NAME_MAX) || !sq_text_ok(token_hash, 64))
         return fawn_err(FAWN_EINVAL, "a token name of 1 to %d bytes is required",
                         STORE_TOKEN_NAME_MAX);
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
+    sqlite3 *db = sq_write_begin(s);
     /* The count and the insert are one statement: concurrent creations
      * cannot pass the cap together. */
-    int r = sq_prepare(s, &st,
+    int r = sq_prepare(db, &st,
                     "INSERT INTO api_tokens (user_id, name, token_hash, created_at_ms) "
                     "SELECT ?1, ?2, ?3, ?4 WHERE (SELECT count(*) FROM api_tokens "
                     "WHERE user_id = ?1) < ?5 RETURNING " TOKEN_COLUMNS);
@@ -818,12 +950,12 @@ int store_token_create(store *s, store_token *out, int64_t user_id, const char *
         r = rc == SQLITE_ROW    ? 0
             : rc == SQLITE_DONE ? fawn_err(FAWN_E2BIG, "a user may hold at most %d API tokens",
                                            STORE_TOKENS_PER_USER_MAX)
-                                : sq_err(s, rc, "create token");
+                                : sq_err(db, rc, "create token");
         if (r == 0)
             read_token(out, st);
         sqlite3_finalize(st);
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_write_end(s);
     return r;
 }
 
@@ -834,8 +966,8 @@ int store_token_list(store *s, store_token **out, size_t *n, int64_t user_id) {
     if (!rows)
         return fawn_err(FAWN_ENOMEM, "out of memory");
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st, "SELECT " TOKEN_COLUMNS " FROM api_tokens WHERE user_id = ?1 "
+    sqlite3 *db = sq_read_begin(s);
+    int r = sq_prepare(db, &st, "SELECT " TOKEN_COLUMNS " FROM api_tokens WHERE user_id = ?1 "
                             "ORDER BY id LIMIT ?2");
     if (r == 0) {
         sqlite3_bind_int64(st, 1, user_id);
@@ -844,10 +976,10 @@ int store_token_list(store *s, store_token **out, size_t *n, int64_t user_id) {
         while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < STORE_TOKENS_PER_USER_MAX)
             read_token(&rows[(*n)++], st);
         if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-            r = sq_err(s, rc, "list tokens");
+            r = sq_err(db, rc, "list tokens");
         sqlite3_finalize(st);
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_read_end(s, db);
     if (r < 0) {
         free(rows);
         *n = 0;
@@ -859,14 +991,14 @@ int store_token_list(store *s, store_token **out, size_t *n, int64_t user_id) {
 
 int store_token_delete(store *s, int64_t user_id, int64_t id) {
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st, "DELETE FROM api_tokens WHERE id = ?1 AND user_id = ?2");
+    sqlite3 *db = sq_write_begin(s);
+    int r = sq_prepare(db, &st, "DELETE FROM api_tokens WHERE id = ?1 AND user_id = ?2");
     if (r == 0) {
         sqlite3_bind_int64(st, 1, id);
         sqlite3_bind_int64(st, 2, user_id);
-        r = sq_step_done(s, st, true, "delete token");
+        r = sq_step_done(db, st, true, "delete token");
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_write_end(s);
     return r == FAWN_ENOENT ? fawn_err(FAWN_ENOENT, "no such token: %" PRId64, id) : r;
 }
 
@@ -877,19 +1009,24 @@ static void token_use_record(store *s, int64_t id, int64_t last_used, int64_t no
     if (now - last_used < STORE_TOKEN_USE_RESOLUTION_MS)
         return;
     sqlite3_stmt *st;
-    if (sq_prepare(s, &st, "UPDATE api_tokens SET last_used_at_ms = ?2 WHERE id = ?1") < 0)
-        return;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_int64(st, 2, now);
-    sqlite3_step(st);
-    sqlite3_finalize(st);
+    sqlite3 *db = sq_write_begin(s);
+    if (sq_prepare(db, &st, "UPDATE api_tokens SET last_used_at_ms = ?2 WHERE id = ?1") == 0) {
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_int64(st, 2, now);
+        sqlite3_step(st);
+        sqlite3_finalize(st);
+    }
+    sq_write_end(s);
 }
 
 int store_token_authenticate(store *s, store_user *user, int64_t *token_id,
                              const char *token_hash) {
+    *user = (store_user){0};
+    *token_id = 0;
+    int64_t last_used = 0;
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st,
+    sqlite3 *db = sq_read_begin(s);
+    int r = sq_prepare(db, &st,
                     "SELECT t.id, coalesce(t.last_used_at_ms, 0), u.id, u.username, "
                     "u.password_hash, u.role, u.token_version, u.created_at_ms "
                     "FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = ?1");
@@ -898,17 +1035,17 @@ int store_token_authenticate(store *s, store_user *user, int64_t *token_id,
         int rc = sqlite3_step(st);
         r = rc == SQLITE_ROW    ? 0
             : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "unknown API token")
-                                : sq_err(s, rc, "authenticate token");
-        int64_t last_used = 0;
+                                : sq_err(db, rc, "authenticate token");
         if (r == 0) {
             *token_id = sqlite3_column_int64(st, 0);
             last_used = sqlite3_column_int64(st, 1);
             read_user_at(user, st, 2);
         }
         sqlite3_finalize(st);
-        if (r == 0)
-            token_use_record(s, *token_id, last_used, fawn_wall_ms());
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_read_end(s, db);
+    if (r == 0)
+        token_use_record(s, *token_id, last_used, fawn_wall_ms());
     return r;
 }
+

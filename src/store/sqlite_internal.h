@@ -1,5 +1,14 @@
 /* What the SQLite store's files share (store.h is the contract; no other
- * module includes this). Every helper expects the caller to hold s->mu. */
+ * module includes this).
+ *
+ * Connections: one writer and a small pool of read-only readers on the
+ * same WAL database. Every function that changes the database takes the
+ * writer (sq_write_begin: its mutex serializes writes, and a read that must
+ * see its own write in the same step); every function that only reads takes
+ * a reader (sq_read_begin). WAL lets readers proceed while the writer
+ * commits and while other readers run, so one long query holds one reader,
+ * not the store. The helpers below take the connection they run on and
+ * expect the caller to hold it. */
 #ifndef FAWN_STORE_SQLITE_INTERNAL_H
 #define FAWN_STORE_SQLITE_INTERNAL_H
 
@@ -9,40 +18,70 @@
 
 #include "store/store.h"
 
+/* Read-only connections: a request thread holds one for one query, so a
+ * few keep every reader of a small gateway going while one search or
+ * history read runs long, without a cache per connection each (SQLite's
+ * page cache is per connection). */
+#define STORE_READERS 4
+
 struct store {
-    sqlite3 *db;
-    pthread_mutex_t mu;
+    sqlite3 *db;         /* the writer */
+    pthread_mutex_t mu;  /* held while the writer is in use */
+    sqlite3 *readers[STORE_READERS];
+    bool reader_busy[STORE_READERS];
+    pthread_mutex_t pool_mu;
+    pthread_cond_t pool_free; /* a reader was handed back */
 };
 
-/* A FAWN_E* code and message for SQLite result rc: busy/locked →
- * FAWN_EBUSY, constraint → FAWN_EEXIST, else FAWN_EIO ("what: detail"). */
-int sq_err(store *s, int rc, const char *what);
+/* The writer, with s->mu held until sq_write_end. */
+sqlite3 *sq_write_begin(store *s);
+void sq_write_end(store *s);
+/* A reader of the pool (waits until one is free); hand it back with
+ * sq_read_end. */
+sqlite3 *sq_read_begin(store *s);
+void sq_read_end(store *s, sqlite3 *db);
+
+/* A FAWN_E* code and message for SQLite result rc on db (NULL: no
+ * connection): busy/locked → FAWN_EBUSY, constraint → FAWN_EEXIST, else
+ * FAWN_EIO ("what: detail"). */
+int sq_err(sqlite3 *db, int rc, const char *what);
 /* Runs sql (several statements allowed), no rows expected. */
-int sq_exec(store *s, const char *sql, const char *what);
+int sq_exec(sqlite3 *db, const char *sql, const char *what);
 /* Prepares one statement (the caller finalizes it). */
-int sq_prepare(store *s, sqlite3_stmt **st, const char *sql);
+int sq_prepare(sqlite3 *db, sqlite3_stmt **st, const char *sql);
 /* Runs and finalizes a statement that returns no rows; FAWN_ENOENT when
  * must_change and no row changed. */
-int sq_step_done(store *s, sqlite3_stmt *st, bool must_change, const char *what);
+int sq_step_done(sqlite3 *db, sqlite3_stmt *st, bool must_change, const char *what);
+/* Ends the transaction begun on db: COMMIT when r == 0, else ROLLBACK (and
+ * r, the first error, is kept). Returns the result. */
+int sq_end_transaction(sqlite3 *db, int r);
 /* v is non-empty and at most max bytes. */
 bool sq_text_ok(const char *v, size_t max);
 /* Copies a text column into dst (size bytes, always terminated; "" for NULL). */
 void sq_copy_col(char *dst, size_t size, sqlite3_stmt *st, int col);
+/* A text column as a new string (NULL for NULL, and when memory ran out). */
+char *sq_dup_col(sqlite3_stmt *st, int col);
 
 /* Reads one row of a query into a row struct. */
 typedef void (*sq_row_reader)(void *row, sqlite3_stmt *st);
 /* Steps st (the caller finalizes it), appending each row, read by read into
  * a row_size struct, to rows. */
-int sq_rows_read(store *s, fbuf *rows, sqlite3_stmt *st, size_t row_size, sq_row_reader read,
+int sq_rows_read(sqlite3 *db, fbuf *rows, sqlite3_stmt *st, size_t row_size, sq_row_reader read,
                  const char *what);
 /* Hands rows to the caller as an array of *n (when r == 0) or frees them;
  * returns r. */
 int sq_rows_hand_out(void **out, size_t *n, fbuf *rows, size_t row_size, int r);
 /* Binds texts[0..n) to ?1..?n (static: they must outlive the statement). */
 void sq_bind_texts(sqlite3_stmt *st, const char *const *texts, size_t n);
-/* Prepares sql, binds texts, runs it under s->mu (the one helper that
- * locks). */
+/* Prepares sql, binds texts and runs it on the writer (the one helper that
+ * takes a connection itself). */
 int sq_exec_texts(store *s, const char *sql, const char *const *texts, size_t n,
                   bool must_change, const char *what);
+
+/* Migration 6's step over the data (sqlite_state.c), on the writer inside
+ * the migration's transaction: the messages of every checkpoint and every
+ * stored values event become message rows of their thread, the checkpoint
+ * lists them as spans and the event holds the state's reference. */
+int sq_state_migrate_messages(sqlite3 *db);
 
 #endif

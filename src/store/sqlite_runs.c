@@ -1,4 +1,4 @@
-/* Runs, run events, checkpoints and receipts on SQLite (store.h). */
+/* Runs, run events and receipts on SQLite (store.h). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,11 +13,6 @@ static bool run_status_known(const char *status) {
         if (strcmp(status, run_statuses[i]) == 0)
             return true;
     return false;
-}
-
-static char *col_dup(sqlite3_stmt *st, int col) {
-    const unsigned char *v = sqlite3_column_text(st, col);
-    return v ? strdup((const char *)v) : NULL;
 }
 
 void store_run_clear(store_run *r) {
@@ -39,9 +34,9 @@ static void read_run(void *row, sqlite3_stmt *st) {
     sq_copy_col(r->thread_id, sizeof r->thread_id, st, 2);
     sq_copy_col(r->assistant_id, sizeof r->assistant_id, st, 3);
     sq_copy_col(r->status, sizeof r->status, st, 4);
-    r->kwargs = col_dup(st, 5);
-    r->metadata = col_dup(st, 6);
-    r->error = col_dup(st, 7);
+    r->kwargs = sq_dup_col(st, 5);
+    r->metadata = sq_dup_col(st, 6);
+    r->error = sq_dup_col(st, 7);
     r->created_at_ms = sqlite3_column_int64(st, 8);
     r->updated_at_ms = sqlite3_column_int64(st, 9);
 }
@@ -60,8 +55,8 @@ int store_run_create(store *s, const store_run *run) {
         return fawn_err(FAWN_EINVAL, "unknown run status: %s", status);
     sqlite3_stmt *st;
     int64_t now = fawn_wall_ms();
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st,
+    sqlite3 *db = sq_write_begin(s);
+    int r = sq_prepare(db, &st,
                        "INSERT INTO runs (" RUN_COLUMNS ") "
                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)");
     if (r == 0) {
@@ -76,13 +71,13 @@ int store_run_create(store *s, const store_run *run) {
         sqlite3_bind_int64(st, 9, run->created_at_ms ? run->created_at_ms : now);
         int rc = sqlite3_step(st);
         bool fk = rc == SQLITE_CONSTRAINT &&
-                  sqlite3_extended_errcode(s->db) == SQLITE_CONSTRAINT_FOREIGNKEY;
+                  sqlite3_extended_errcode(db) == SQLITE_CONSTRAINT_FOREIGNKEY;
         sqlite3_finalize(st);
         r = rc == SQLITE_DONE ? 0
             : fk              ? fawn_err(FAWN_ENOENT, "no such thread: %s", run->thread_id)
-                              : sq_err(s, rc, "create run");
+                              : sq_err(db, rc, "create run");
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_write_end(s);
     return r;
 }
 
@@ -90,8 +85,8 @@ int store_run_get(store *s, store_run *out, int64_t owner_id, const char *thread
                   const char *run_id) {
     memset(out, 0, sizeof *out);
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st,
+    sqlite3 *db = sq_read_begin(s);
+    int r = sq_prepare(db, &st,
                        "SELECT " RUN_COLUMNS " FROM runs WHERE run_id = ?1 AND owner_id = ?2 "
                        "AND thread_id = ?3");
     if (r == 0) {
@@ -104,11 +99,11 @@ int store_run_get(store *s, store_run *out, int64_t owner_id, const char *thread
             r = run_row_check(out);
         } else {
             r = rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "Run not found")
-                                  : sq_err(s, rc, "get run");
+                                  : sq_err(db, rc, "get run");
         }
         sqlite3_finalize(st);
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_read_end(s, db);
     if (r < 0)
         store_run_clear(out);
     return r;
@@ -121,8 +116,8 @@ int store_run_list(store *s, store_run **out, size_t *n, int64_t owner_id, const
     limit = limit < 1 ? 1 : limit > STORE_RUNS_LIST_MAX ? STORE_RUNS_LIST_MAX : limit;
     fbuf rows = {0};
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st,
+    sqlite3 *db = sq_read_begin(s);
+    int r = sq_prepare(db, &st,
                        "SELECT " RUN_COLUMNS " FROM runs WHERE owner_id = ?1 AND thread_id = ?2 "
                        "ORDER BY created_at_ms DESC, rowid DESC LIMIT ?3 OFFSET ?4");
     if (r == 0) {
@@ -130,10 +125,10 @@ int store_run_list(store *s, store_run **out, size_t *n, int64_t owner_id, const
         sqlite3_bind_text(st, 2, thread_id, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 3, (sqlite3_int64)limit);
         sqlite3_bind_int64(st, 4, (sqlite3_int64)offset);
-        r = sq_rows_read(s, &rows, st, sizeof(store_run), read_run, "list runs");
+        r = sq_rows_read(db, &rows, st, sizeof(store_run), read_run, "list runs");
         sqlite3_finalize(st);
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_read_end(s, db);
     store_run *runs = (store_run *)rows.data;
     for (size_t i = 0; r == 0 && i < rows.len / sizeof *runs; i++)
         r = run_row_check(&runs[i]);
@@ -147,8 +142,8 @@ int store_run_set_status(store *s, const char *run_id, const char *status, const
     if (!run_status_known(status))
         return fawn_err(FAWN_EINVAL, "unknown run status: %s", status ? status : "(null)");
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st,
+    sqlite3 *db = sq_write_begin(s);
+    int r = sq_prepare(db, &st,
                        "UPDATE runs SET status = ?2, error = ?3, updated_at_ms = ?4 "
                        "WHERE run_id = ?1");
     if (r == 0) {
@@ -156,24 +151,26 @@ int store_run_set_status(store *s, const char *run_id, const char *status, const
         sqlite3_bind_text(st, 2, status, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 3, error, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, fawn_wall_ms());
-        r = sq_step_done(s, st, true, "set run status");
+        r = sq_step_done(db, st, true, "set run status");
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_write_end(s);
     return r;
 }
 
 int store_run_abandon_unfinished(store *s, size_t *n, const char *reason) {
+    if (n)
+        *n = 0;
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_exec(s, "BEGIN IMMEDIATE", "begin");
+    sqlite3 *db = sq_write_begin(s);
+    int r = sq_exec(db, "BEGIN IMMEDIATE", "begin");
     if (r == 0)
-        r = sq_exec(s,
+        r = sq_exec(db,
                     "UPDATE threads SET status = 'idle' WHERE EXISTS (SELECT 1 FROM runs WHERE "
                     "runs.owner_id = threads.owner_id AND runs.thread_id = threads.id AND "
                     "runs.status IN ('pending', 'running'))",
                     "release threads");
     if (r == 0)
-        r = sq_prepare(s, &st,
+        r = sq_prepare(db, &st,
                        "UPDATE runs SET status = 'error', error = ?1, updated_at_ms = ?2 "
                        "WHERE status IN ('pending', 'running')");
     if (r == 0) {
@@ -181,14 +178,12 @@ int store_run_abandon_unfinished(store *s, size_t *n, const char *reason) {
         sqlite3_bind_int64(st, 2, fawn_wall_ms());
         int rc = sqlite3_step(st);
         if (n)
-            *n = (size_t)sqlite3_changes(s->db);
+            *n = (size_t)sqlite3_changes(db);
         sqlite3_finalize(st);
-        r = rc == SQLITE_DONE ? 0 : sq_err(s, rc, "abandon runs");
+        r = rc == SQLITE_DONE ? 0 : sq_err(db, rc, "abandon runs");
     }
-    r = r == 0 ? sq_exec(s, "COMMIT", "commit") : r;
-    if (r < 0)
-        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-    pthread_mutex_unlock(&s->mu);
+    r = sq_end_transaction(db, r);
+    sq_write_end(s);
     return r;
 }
 
@@ -198,10 +193,10 @@ int store_event_append(store *s, const char *run_id, const store_event *events, 
     if (n == 0)
         return 0;
     sqlite3_stmt *st = NULL;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_exec(s, "BEGIN IMMEDIATE", "begin");
+    sqlite3 *db = sq_write_begin(s);
+    int r = sq_exec(db, "BEGIN IMMEDIATE", "begin");
     if (r == 0)
-        r = sq_prepare(s, &st, "INSERT INTO run_events (run_id, seq, event, data) "
+        r = sq_prepare(db, &st, "INSERT INTO run_events (run_id, seq, event, data) "
                                "VALUES (?1, ?2, ?3, ?4)");
     for (size_t i = 0; r == 0 && i < n; i++) {
         sqlite3_bind_text(st, 1, run_id, -1, SQLITE_STATIC);
@@ -209,14 +204,12 @@ int store_event_append(store *s, const char *run_id, const store_event *events, 
         sqlite3_bind_text(st, 3, events[i].event, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 4, events[i].data ? events[i].data : "null", -1, SQLITE_STATIC);
         int rc = sqlite3_step(st);
-        r = rc == SQLITE_DONE ? 0 : sq_err(s, rc, "append run events");
+        r = rc == SQLITE_DONE ? 0 : sq_err(db, rc, "append run events");
         sqlite3_reset(st);
     }
     sqlite3_finalize(st);
-    r = r == 0 ? sq_exec(s, "COMMIT", "commit") : r;
-    if (r < 0)
-        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-    pthread_mutex_unlock(&s->mu);
+    r = sq_end_transaction(db, r);
+    sq_write_end(s);
     return r;
 }
 
@@ -224,7 +217,7 @@ static void read_event(void *row, sqlite3_stmt *st) {
     store_event *e = row;
     e->seq = sqlite3_column_int64(st, 0);
     sq_copy_col(e->event, sizeof e->event, st, 1);
-    e->data = col_dup(st, 2);
+    e->data = sq_dup_col(st, 2);
 }
 
 int store_event_read(store *s, store_event **out, size_t *n, const char *run_id, int64_t after,
@@ -233,18 +226,18 @@ int store_event_read(store *s, store_event **out, size_t *n, const char *run_id,
     *n = 0;
     fbuf rows = {0};
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st,
+    sqlite3 *db = sq_read_begin(s);
+    int r = sq_prepare(db, &st,
                        "SELECT seq, event, data FROM run_events WHERE run_id = ?1 AND seq > ?2 "
                        "ORDER BY seq LIMIT ?3");
     if (r == 0) {
         sqlite3_bind_text(st, 1, run_id, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, after);
         sqlite3_bind_int64(st, 3, (sqlite3_int64)limit);
-        r = sq_rows_read(s, &rows, st, sizeof(store_event), read_event, "read run events");
+        r = sq_rows_read(db, &rows, st, sizeof(store_event), read_event, "read run events");
         sqlite3_finalize(st);
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_read_end(s, db);
     store_event *ev = (store_event *)rows.data;
     size_t count = rows.len / sizeof *ev;
     for (size_t i = 0; r == 0 && i < count; i++)
@@ -259,8 +252,8 @@ int store_event_read(store *s, store_event **out, size_t *n, const char *run_id,
 int store_event_bounds(store *s, int64_t *first, int64_t *last, const char *run_id) {
     *first = *last = 0;
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st,
+    sqlite3 *db = sq_read_begin(s);
+    int r = sq_prepare(db, &st,
                        "SELECT coalesce(min(seq), 0), coalesce(max(seq), 0) FROM run_events "
                        "WHERE run_id = ?1");
     if (r == 0) {
@@ -270,159 +263,35 @@ int store_event_bounds(store *s, int64_t *first, int64_t *last, const char *run_
             *first = sqlite3_column_int64(st, 0);
             *last = sqlite3_column_int64(st, 1);
         } else {
-            r = sq_err(s, rc, "run event bounds");
+            r = sq_err(db, rc, "run event bounds");
         }
         sqlite3_finalize(st);
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_read_end(s, db);
     return r;
 }
 
 int store_event_prune(store *s, const char *run_id, int64_t keep) {
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st,
+    sqlite3 *db = sq_write_begin(s);
+    int r = sq_prepare(db, &st,
                        "DELETE FROM run_events WHERE run_id = ?1 AND seq <= "
                        "(SELECT max(seq) FROM run_events WHERE run_id = ?1) - ?2");
     if (r == 0) {
         sqlite3_bind_text(st, 1, run_id, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, keep);
-        r = sq_step_done(s, st, false, "prune run events");
+        r = sq_step_done(db, st, false, "prune run events");
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_write_end(s);
     return r;
-}
-
-/* ---- checkpoints ---- */
-
-void store_checkpoint_clear(store_checkpoint *c) {
-    free(c->values);
-    free(c->metadata);
-    memset(c, 0, sizeof *c);
-}
-
-#define CHECKPOINT_COLUMNS "checkpoint_id, parent_id, run_id, state_values, metadata, created_at_ms"
-
-static void read_checkpoint(void *row, sqlite3_stmt *st) {
-    store_checkpoint *c = row;
-    memset(c, 0, sizeof *c);
-    sq_copy_col(c->checkpoint_id, sizeof c->checkpoint_id, st, 0);
-    sq_copy_col(c->parent_id, sizeof c->parent_id, st, 1);
-    sq_copy_col(c->run_id, sizeof c->run_id, st, 2);
-    c->values = col_dup(st, 3);
-    c->metadata = col_dup(st, 4);
-    c->created_at_ms = sqlite3_column_int64(st, 5);
-}
-
-/* Inserts c with the next sequence number of the thread, then prunes. */
-static int checkpoint_insert_locked(store *s, int64_t owner_id, const char *thread_id,
-                                    const store_checkpoint *c) {
-    sqlite3_stmt *st;
-    int r = sq_prepare(s, &st,
-                       "INSERT INTO checkpoints (owner_id, thread_id, checkpoint_id, parent_id, "
-                       "run_id, seq, state_values, metadata, created_at_ms) VALUES (?1, ?2, ?3, "
-                       "?4, ?5, (SELECT coalesce(max(seq), 0) + 1 FROM checkpoints WHERE "
-                       "owner_id = ?1 AND thread_id = ?2), ?6, ?7, ?8)");
-    if (r < 0)
-        return r;
-    sqlite3_bind_int64(st, 1, owner_id);
-    sqlite3_bind_text(st, 2, thread_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, c->checkpoint_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, c->parent_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 5, c->run_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 6, c->values, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 7, c->metadata ? c->metadata : "{}", -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 8, c->created_at_ms ? c->created_at_ms : fawn_wall_ms());
-    int rc = sqlite3_step(st);
-    bool fk = rc == SQLITE_CONSTRAINT &&
-              sqlite3_extended_errcode(s->db) == SQLITE_CONSTRAINT_FOREIGNKEY;
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE)
-        return fk ? fawn_err(FAWN_ENOENT, "no such thread: %s", thread_id)
-                  : sq_err(s, rc, "write checkpoint");
-    r = sq_prepare(s, &st,
-                   "DELETE FROM checkpoints WHERE owner_id = ?1 AND thread_id = ?2 AND seq <= "
-                   "(SELECT max(seq) FROM checkpoints WHERE owner_id = ?1 AND thread_id = ?2) "
-                   "- ?3");
-    if (r < 0)
-        return r;
-    sqlite3_bind_int64(st, 1, owner_id);
-    sqlite3_bind_text(st, 2, thread_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, STORE_CHECKPOINTS_KEPT);
-    return sq_step_done(s, st, false, "prune checkpoints");
-}
-
-int store_checkpoint_put(store *s, int64_t owner_id, const char *thread_id,
-                         const store_checkpoint *c) {
-    if (!fawn_id_valid(thread_id) || !sq_text_ok(c->checkpoint_id, STORE_RUN_ID_MAX) ||
-        !c->values)
-        return fawn_err(FAWN_EINVAL, "bad checkpoint");
-    pthread_mutex_lock(&s->mu);
-    int r = sq_exec(s, "BEGIN IMMEDIATE", "begin");
-    r = r == 0 ? checkpoint_insert_locked(s, owner_id, thread_id, c) : r;
-    r = r == 0 ? sq_exec(s, "COMMIT", "commit") : r;
-    if (r < 0)
-        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-    pthread_mutex_unlock(&s->mu);
-    return r;
-}
-
-int store_checkpoint_list(store *s, store_checkpoint **out, size_t *n, int64_t owner_id,
-                          const char *thread_id, const char *before_id, size_t limit) {
-    *out = NULL;
-    *n = 0;
-    limit = limit < 1 ? 1 : limit > STORE_CHECKPOINTS_KEPT ? STORE_CHECKPOINTS_KEPT : limit;
-    fbuf rows = {0};
-    sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st,
-                       "SELECT " CHECKPOINT_COLUMNS " FROM checkpoints WHERE owner_id = ?1 AND "
-                       "thread_id = ?2 AND (?3 IS NULL OR seq < (SELECT seq FROM checkpoints "
-                       "WHERE owner_id = ?1 AND thread_id = ?2 AND checkpoint_id = ?3)) "
-                       "ORDER BY seq DESC LIMIT ?4");
-    if (r == 0) {
-        sqlite3_bind_int64(st, 1, owner_id);
-        sqlite3_bind_text(st, 2, thread_id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, before_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 4, (sqlite3_int64)limit);
-        r = sq_rows_read(s, &rows, st, sizeof(store_checkpoint), read_checkpoint,
-                         "list checkpoints");
-        sqlite3_finalize(st);
-    }
-    pthread_mutex_unlock(&s->mu);
-    store_checkpoint *cs = (store_checkpoint *)rows.data;
-    size_t count = rows.len / sizeof *cs;
-    for (size_t i = 0; r == 0 && i < count; i++)
-        if (!cs[i].values || !cs[i].metadata)
-            r = fawn_err(FAWN_ENOMEM, "out of memory");
-    if (r < 0)
-        for (size_t i = 0; i < count; i++)
-            store_checkpoint_clear(&cs[i]);
-    return sq_rows_hand_out((void **)out, n, &rows, sizeof(store_checkpoint), r);
-}
-
-int store_checkpoint_latest(store *s, store_checkpoint *out, int64_t owner_id,
-                            const char *thread_id) {
-    store_checkpoint *list;
-    size_t n;
-    int r = store_checkpoint_list(s, &list, &n, owner_id, thread_id, NULL, 1);
-    if (r < 0)
-        return r;
-    if (n == 0) {
-        free(list);
-        return fawn_err(FAWN_ENOENT, "thread %s has no state yet", thread_id);
-    }
-    *out = list[0];
-    free(list);
-    return 0;
 }
 
 /* ---- receipts ---- */
 
 int store_receipt_add(store *s, const store_receipt *rc) {
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st,
+    sqlite3 *db = sq_write_begin(s);
+    int r = sq_prepare(db, &st,
                        "INSERT INTO receipts (run_id, tool_call_id, tool_name, status, "
                        "args_sha256, output_sha256, output_bytes, created_at_ms) "
                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
@@ -432,9 +301,9 @@ int store_receipt_add(store *s, const store_receipt *rc) {
         sq_bind_texts(st, texts, ARRAY_LEN(texts));
         sqlite3_bind_int64(st, 7, rc->output_bytes);
         sqlite3_bind_int64(st, 8, rc->created_at_ms ? rc->created_at_ms : fawn_wall_ms());
-        r = sq_step_done(s, st, false, "add receipt");
+        r = sq_step_done(db, st, false, "add receipt");
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_write_end(s);
     return r;
 }
 
@@ -456,16 +325,16 @@ int store_receipt_list(store *s, store_receipt **out, size_t *n, const char *run
     *n = 0;
     fbuf rows = {0};
     sqlite3_stmt *st;
-    pthread_mutex_lock(&s->mu);
-    int r = sq_prepare(s, &st,
+    sqlite3 *db = sq_read_begin(s);
+    int r = sq_prepare(db, &st,
                        "SELECT run_id, tool_call_id, tool_name, status, args_sha256, "
                        "output_sha256, output_bytes, created_at_ms FROM receipts "
                        "WHERE run_id = ?1 ORDER BY rowid");
     if (r == 0) {
         sqlite3_bind_text(st, 1, run_id, -1, SQLITE_STATIC);
-        r = sq_rows_read(s, &rows, st, sizeof(store_receipt), read_receipt, "list receipts");
+        r = sq_rows_read(db, &rows, st, sizeof(store_receipt), read_receipt, "list receipts");
         sqlite3_finalize(st);
     }
-    pthread_mutex_unlock(&s->mu);
+    sq_read_end(s, db);
     return sq_rows_hand_out((void **)out, n, &rows, sizeof(store_receipt), r);
 }

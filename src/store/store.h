@@ -6,13 +6,19 @@
  * does not exist (or belongs to another owner), FAWN_EEXIST on a unique key,
  * FAWN_EINVAL for bad input, FAWN_EBUSY when the database stayed locked past
  * the busy timeout, FAWN_EIO otherwise. A store handle may be used from
- * several threads at once. */
+ * several threads at once.
+ *
+ * Every out-parameter is set on every path, failures included: a function
+ * zeroes its out-parameters (NULL pointers, empty structs that their clear
+ * function accepts, 0, false) before anything can fail. */
 #ifndef FAWN_STORE_H
 #define FAWN_STORE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <jansson.h>
 
 #include "base/base.h"
 
@@ -86,10 +92,18 @@ int store_thread_set_metadata(store *s, int64_t owner_id, const char *id, const 
 int store_thread_set_status(store *s, int64_t owner_id, const char *id, const char *status);
 int store_thread_delete(store *s, int64_t owner_id, const char *id);
 
+/* A search's metadata match: at most this many keys and bytes (compact
+ * JSON). Each key is a JSON lookup in every thread searched, so a search
+ * costs keys × threads; real matches name one to a few keys (DeerFlow's UI:
+ * graph_id, assistant_id), and 8 KiB holds any such value. */
+#define STORE_MATCH_KEYS_MAX 32
+#define STORE_MATCH_MAX (8 * 1024)
+
 /* The owner's threads whose metadata contains every key/value of `match` (a
  * JSON object text, or NULL) and whose status is `status` (or any when
  * NULL), newest first. *out is a malloc'd array of *n threads (free each
- * with store_thread_clear, then the array). limit is clamped to 1..1000. */
+ * with store_thread_clear, then the array). limit is clamped to 1..1000.
+ * FAWN_E2BIG for a match beyond STORE_MATCH_KEYS_MAX or STORE_MATCH_MAX. */
 int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_id,
                         const char *match, const char *status, size_t limit, size_t offset);
 
@@ -231,13 +245,25 @@ int store_event_bounds(store *s, int64_t *first, int64_t *last, const char *run_
 /* Keeps only the newest keep events of the run. */
 int store_event_prune(store *s, const char *run_id, int64_t keep);
 
-/* A thread's state after a step: values is the JSON object LangGraph
- * clients read (messages, title, artifacts). */
+/* ---- thread state: checkpoints and the messages they hold ----
+ * A thread's state is the JSON object LangGraph clients read (messages,
+ * title, artifacts). Its messages are stored once each, as the thread's
+ * message rows (numbered 1, 2, ... in the order first written); a
+ * checkpoint holds the rest of the state and its list of messages as spans
+ * of rows. A message a checkpoint keeps from an earlier one (the same JSON
+ * text) is that row again, so a thread stores each message once however
+ * many checkpoints list it; a message replaced (POST state) is a new row,
+ * and a row no kept checkpoint lists any more is deleted when checkpoints
+ * are pruned. A state is read through its reference, the JSON text
+ *     {"values": {the state without "messages"}, "messages": [[first, last], ...]}
+ * that its checkpoint carries and a run's values events hold
+ * (store_state_read). */
+
 typedef struct store_checkpoint {
     char checkpoint_id[STORE_RUN_ID_MAX + 1];
     char parent_id[STORE_RUN_ID_MAX + 1]; /* "" for the first */
     char run_id[STORE_RUN_ID_MAX + 1];    /* "" when not written by a run */
-    char *values;   /* JSON object (malloc'd) */
+    char *state;    /* the state's reference (malloc'd) */
     char *metadata; /* JSON object (malloc'd) */
     int64_t created_at_ms;
 } store_checkpoint;
@@ -248,9 +274,13 @@ void store_checkpoint_clear(store_checkpoint *c);
  * ones are written (the latest always holds the whole conversation). */
 #define STORE_CHECKPOINTS_KEPT 200
 
-/* Writes a checkpoint of the owner's thread (FAWN_ENOENT when no such thread). */
-int store_checkpoint_put(store *s, int64_t owner_id, const char *thread_id,
-                         const store_checkpoint *c);
+/* Writes a checkpoint of the owner's thread (ids, metadata and time from c;
+ * c->state is not read) whose state is values, a JSON object whose
+ * "messages", when present, is a list. *state (may be NULL) gets the new
+ * checkpoint's state reference (malloc'd). FAWN_ENOENT when no such thread,
+ * FAWN_EINVAL for values of another shape. */
+int store_checkpoint_put(store *s, char **state, int64_t owner_id, const char *thread_id,
+                         const store_checkpoint *c, const json_t *values);
 /* The thread's newest checkpoint (FAWN_ENOENT when it has none). */
 int store_checkpoint_latest(store *s, store_checkpoint *out, int64_t owner_id,
                             const char *thread_id);
@@ -258,6 +288,16 @@ int store_checkpoint_latest(store *s, store_checkpoint *out, int64_t owner_id,
  * non-NULL; *out is a malloc'd array of *n (clear each, then free it). */
 int store_checkpoint_list(store *s, store_checkpoint **out, size_t *n, int64_t owner_id,
                           const char *thread_id, const char *before_id, size_t limit);
+
+/* The state that reference `state` names, of the owner's thread, as JSON
+ * object text (malloc'd): its values with "messages", the newest of its
+ * messages whose JSON texts take at most max_bytes together (SIZE_MAX: all
+ * of them), in order. When older ones were left out, *omitted (and the
+ * state's "messages_omitted") says how many; a row deleted since the
+ * reference was made (a message replaced, and no kept checkpoint lists it)
+ * is left out silently. FAWN_EINVAL for a malformed reference. */
+int store_state_read(store *s, char **out, size_t *omitted, int64_t owner_id,
+                     const char *thread_id, const char *state, size_t max_bytes);
 
 /* Evidence of one tool call. */
 typedef struct store_receipt {

@@ -11,14 +11,31 @@ static const char *line_break(const fbuf *b) {
     return b->len && b->data[b->len - 1] != '\n' ? "\n" : "";
 }
 
-/* The text the model sees: stdout, then stderr and a failing exit code. */
-static char *bash_text(const char *out, const char *err, int exit_code, bool completed) {
+/* The box's note (docs/box-api.md, "disk") that the thread's files hold
+ * more than their disk limit, where no kernel quota stops them sooner. */
+static int disk_note(fbuf *b, const json_t *disk) {
+    json_int_t used = json_integer_value(json_object_get(disk, "used_bytes"));
+    json_int_t limit = json_integer_value(json_object_get(disk, "limit_bytes"));
+    bool complete = json_is_true(json_object_get(disk, "complete"));
+    return fbuf_printf(b,
+                       "%sDisk: the thread's files use %s%lld MiB, more than their limit of %lld "
+                       "MiB; delete files that are not needed (uploads are refused until then)",
+                       line_break(b), complete ? "" : "at least ", (long long)(used >> 20),
+                       (long long)(limit >> 20));
+}
+
+/* The text the model sees: stdout, then stderr, a failing exit code and
+ * the disk note. */
+static char *bash_text(const char *out, const char *err, int exit_code, bool completed,
+                       const json_t *disk) {
     fbuf b = {0};
     int r = fbuf_printf(&b, "%s", out);
     if (r == 0 && err[0])
         r = fbuf_printf(&b, "%sStd Error:\n%s", line_break(&b), err);
     if (r == 0 && completed && exit_code != 0)
         r = fbuf_printf(&b, "%sExit Code: %d", line_break(&b), exit_code);
+    if (r == 0 && json_is_object(disk))
+        r = disk_note(&b, disk);
     if (r == 0 && b.len == 0)
         r = fbuf_printf(&b, "(no output)");
     if (r < 0) {
@@ -38,7 +55,8 @@ static int bash_outcome(tool_result *res, const json_t *reply) {
         return tool_fail(res, TOOL_ERROR, "sandbox", false, "Error: malformed reply from the sandbox");
     int exit_code = (int)json_integer_value(code);
     bool completed = strcmp(status, "completed") == 0;
-    _cleanup_free_ char *full = bash_text(out, err, exit_code, completed);
+    _cleanup_free_ char *full =
+        bash_text(out, err, exit_code, completed, json_object_get(reply, "disk"));
     bool cut = false;
     char *text = full ? tool_truncate_middle(full, TOOL_BASH_OUTPUT_MAX, &cut) : NULL;
     if (!text)
@@ -69,13 +87,14 @@ static int bash_run(tool_result *res, tool_env *env, const json_t *args) {
     int r = tool_env_lease(&lease, env);
     if (r < 0)
         return tool_sandbox_failure(res, r);
-    json_t *body = json_pack("{s:s, s:i}", "command", command, "timeout_s", TOOL_BASH_TIMEOUT_S);
+    uint32_t timeout_s = env->command_timeout_s;
+    json_t *body = json_pack("{s:s, s:I}", "command", command, "timeout_s", (json_int_t)timeout_s);
     if (body && lease->session[0])
         json_object_set_new(body, "session_id", json_string(lease->session));
     json_t *reply = NULL;
     int status = 0;
     r = body ? sbx_call(&reply, &status, lease, "POST", "/v1/shell/exec", body,
-                        (TOOL_BASH_TIMEOUT_S + 30) * 1000)
+                        (int)(timeout_s + TOOL_BASH_REPLY_MARGIN_S) * 1000)
              : fawn_err(FAWN_ENOMEM, "out of memory");
     json_decref(body);
     if (r == 0)

@@ -74,6 +74,7 @@ int tool_succeed(tool_result *r, char *text) {
 }
 
 int tool_env_lease(sbx_lease **out, tool_env *env) {
+    *out = NULL;
     if (!env->lease) {
         int r = sbx_acquire(&env->lease, env->sandboxes, &env->req);
         if (r < 0)
@@ -93,6 +94,7 @@ void tool_env_end(tool_env *env) {
 int tool_box_call(json_t **reply, int *status, tool_env *env, const char *method,
                   const char *path, const json_t *body, int timeout_ms) {
     *reply = NULL;
+    *status = 0;
     sbx_lease *lease;
     int r = tool_env_lease(&lease, env);
     return r < 0 ? r : sbx_call(reply, status, lease, method, path, body, timeout_ms);

@@ -5,7 +5,11 @@
  *
  * Names, parameters and limits follow DeerFlow's tools: bash, ls, glob,
  * grep, read_file, write_file, str_replace, present_files,
- * ask_clarification. */
+ * ask_clarification.
+ *
+ * Every out-parameter is set on every path, failures included (NULL, 0, a
+ * zeroed result before anything can fail); tool_fail alone writes into a
+ * result the caller has already set. */
 #ifndef FAWN_TOOLS_H
 #define FAWN_TOOLS_H
 
@@ -24,8 +28,9 @@
 #define TOOL_GLOB_MAX 1000
 #define TOOL_GREP_DEFAULT 100
 #define TOOL_GREP_MAX 500
-/* 600 s: a bash command's timeout (the box's default). */
-#define TOOL_BASH_TIMEOUT_S 600
+/* How long past a command's own timeout its reply may take: the box kills
+ * the command's processes, then answers. */
+#define TOOL_BASH_REPLY_MARGIN_S 30
 
 enum tool_outcome {
     TOOL_SUCCESS,
@@ -76,6 +81,7 @@ typedef struct tool_env {
     sbx_request req;        /* who, thread, scope, decision, cancel: the caller fills it */
     sbx_lease *lease;       /* NULL until a tool needs the sandbox */
     const atomic_bool *cancel;
+    uint32_t command_timeout_s; /* a bash command's timeout (sandbox.exec_timeout_s) */
     /* Called once, right after the lease is first taken (the delivery
      * check snapshots outputs then); may be NULL. */
     void (*on_acquire)(void *ctx, struct tool_env *env);

@@ -3,6 +3,7 @@
 // planted symlinks and hard links, NUL bytes and stale hashes.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import http from 'node:http';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
@@ -12,6 +13,9 @@ const TID = 'art';
 const BASE = `/api/threads/${TID}/artifacts`;
 const OUT = `${BASE}/mnt/user-data/outputs`;
 const MiB = 1 << 20;
+// Waits for a download cut short; the server's idle timeout (60 s) is what a
+// hang would take.
+const TRUNCATED_CLOSE_CEILING_MS = 30000;
 
 describe('artifacts', () => {
   let srv;
@@ -303,6 +307,50 @@ describe('artifacts', () => {
     }
     fs.rmSync(path.join(out, '.fawn-tmp-0011223344556677'));
     fs.rmSync(path.join(uploads, '.upload-0011223344556677.part'));
+  });
+
+  it('a file truncated while it is downloaded ends the download short, never hangs', async () => {
+    // Far more than loopback's socket buffers hold, so most is still to send
+    // when the file shrinks.
+    const size = 64 * MiB;
+    const file = path.join(out, 'shrinking.bin');
+    fs.writeFileSync(file, Buffer.alloc(size, 7));
+    const got = { bytes: 0 };
+    const closed = new Promise((resolve) => {
+      const req = http.request({ host: '127.0.0.1', port: srv.port, agent: false,
+        path: `${OUT}/shrinking.bin`, headers: { Authorization: `Bearer ${admin.token}` } }, (res) => {
+        got.status = res.statusCode;
+        got.length = Number(res.headers['content-length']);
+        res.pause(); // a slow reader: nothing more is taken until the file has shrunk
+        fs.truncateSync(file, MiB);
+        res.on('data', (d) => (got.bytes += d.length));
+        res.on('error', () => {});
+        res.on('close', () => {
+          got.complete = res.complete;
+          resolve();
+        });
+        res.resume();
+      });
+      req.on('error', () => {});
+      req.end();
+    });
+    // A ceiling far below the idle timeout the download used to wait for.
+    let timer;
+    const ceiling = new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error('the download hung')), TRUNCATED_CLOSE_CEILING_MS);
+    });
+    try {
+      await Promise.race([closed, ceiling]);
+    } finally {
+      clearTimeout(timer);
+    }
+    assert.equal(got.status, 200);
+    assert.equal(got.length, size);
+    assert.ok(got.bytes < size, `${got.bytes} of ${size} bytes`);
+    assert.equal(got.complete, false, 'the response ended short of its Content-Length');
+    const again = await get(`${OUT}/shrinking.bin`);
+    assert.equal(again.body.length, MiB);
+    fs.rmSync(file);
   });
 
   // ---- PUT ----

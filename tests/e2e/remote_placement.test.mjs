@@ -38,6 +38,7 @@ describe('remote placement', () => {
             destroy_command: command('destroy'),
             list_command: command('list'),
             start_timeout_s: 60,
+            env_passthrough: ['LOOPBACK_STATE_DIR', 'FAWN_BIN', 'FAWN_HOME', 'ASAN_OPTIONS', 'UBSAN_OPTIONS'],
           },
         },
       },

@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import { Client } from '@langchain/langgraph-sdk';
 
 import { FawnServer, multipart, request, setupAdmin, setupUser } from './lib/server.mjs';
-import { FakeOpenAI, call, drop, fail, reply, slow, stall } from './lib/fake_openai.mjs';
+import { FakeOpenAI, call, drop, fail, held, reply, slow, stall } from './lib/fake_openai.mjs';
 
 function sdk(srv, token) {
   return new Client({
@@ -547,6 +547,125 @@ describe('runs against a scripted OpenAI-compatible model', () => {
     assert.equal(r.run.status, 'error');
     assert.equal(fake.requests.length, 0, 'no request while the breaker is open');
     assert.match(r.events.find((e) => e.event === 'error').data.message, /temporarily unavailable after repeated failures/);
+  });
+});
+
+describe('bash follows the configured command timeouts', () => {
+  it('runs commands under sandbox.exec_max_timeout_s and stops them at sandbox.exec_timeout_s', async () => {
+    const fake = await FakeOpenAI.start();
+    const srv = await FawnServer.start({ models: [fake.model()], sandbox: { exec_timeout_s: 2, exec_max_timeout_s: 300 } });
+    try {
+      const admin = await setupAdmin(srv);
+      const client = sdk(srv, admin.token);
+      fake.queue(
+        reply('', [call('bash', { description: 'x', command: 'echo fine' })]),
+        reply('', [call('bash', { description: 'x', command: 'sleep 120; echo never' })]),
+        reply('done'));
+      const thread = await client.threads.create();
+      const events = await streamRun(client, thread.thread_id, { input: human('go'), streamMode: ['values'] });
+      const [fine, slow] = toolMessages(lastValues(events));
+      assert.equal(fine.content, 'fine\n');
+      assert.equal(fine.additional_kwargs.tool_status.status, 'success');
+      assert.equal(slow.additional_kwargs.tool_status.status, 'timeout', JSON.stringify(slow));
+      assert.doesNotMatch(slow.content, /never/);
+      assert.equal((await client.runs.list(thread.thread_id))[0].status, 'success');
+    } finally {
+      await srv.stop();
+      await fake.stop();
+    }
+  });
+});
+
+describe('workers are shared fairly across users', () => {
+  let fake;
+
+  before(async () => {
+    fake = await FakeOpenAI.start();
+  });
+  after(async () => {
+    await fake?.stop();
+  });
+
+  /** A server whose runs section is runs, with an admin (a) and a second user (b). */
+  async function serverWithUsers(runs) {
+    fake.steps.length = 0;
+    fake.requests.length = 0;
+    const srv = await FawnServer.start({ models: [fake.model()], runs });
+    return { srv, a: await setupAdmin(srv), b: await setupUser(srv, 'second-user') };
+  }
+
+  /** Starts who's run on a new thread with prompt marker; returns {who, thread, run}. */
+  async function start(srv, who, marker) {
+    const c = sdk(srv, who.token);
+    const thread = await c.threads.create();
+    const run = await c.runs.create(thread.thread_id, 'lead_agent', { input: human(`fair-${marker}`) });
+    return { who, thread: thread.thread_id, run: run.run_id };
+  }
+
+  const statusOf = async (srv, r) =>
+    (await request(srv, 'GET', `/api/threads/${r.thread}/runs/${r.run}`, { bearer: r.who.token })).json.status;
+  const reaches = (srv, r, status) => waitFor(async () => (await statusOf(srv, r)) === status, 120000);
+  /** The markers of the runs the model was asked about, in the order their calls came. */
+  const asked = () => fake.requests.map((q) => JSON.stringify(q.body.messages).match(/fair-[AB]\d/)[0].slice(5));
+
+  it('starts another user\'s run at once while one user holds every worker their cap allows', async () => {
+    // Two workers; one user holds at most one (the default: half of them).
+    const { srv, a, b } = await serverWithUsers({ workers: 2 });
+    const hold = held();
+    try {
+      fake.queue(hold.step, reply('B is done'));
+      const first = await start(srv, a, 'A0');
+      await waitFor(async () => fake.requests.length === 1, 120000);
+      const backlog = [];
+      for (let i = 1; i <= 3; i++) backlog.push(await start(srv, a, `A${i}`));
+      const theirs = await start(srv, b, 'B0');
+      await reaches(srv, theirs, 'success');
+      assert.equal(await statusOf(srv, first), 'running');
+      for (const r of backlog) assert.equal(await statusOf(srv, r), 'pending', 'A\'s backlog waits for A\'s worker');
+      assert.deepEqual(asked(), ['A0', 'B0']);
+      // A waiting run that is cancelled ends at once, without waiting for a worker.
+      const cancel = await request(srv, 'POST', `/api/threads/${backlog[0].thread}/runs/${backlog[0].run}/cancel`, { bearer: a.token });
+      assert.equal(cancel.status, 202, cancel.text);
+      const cancelled = (await request(srv, 'GET', `/api/threads/${backlog[0].thread}/runs/${backlog[0].run}`, { bearer: a.token })).json;
+      assert.deepEqual([cancelled.status, cancelled.error], ['interrupted', 'Run cancelled']);
+      const events = [];
+      for await (const part of sdk(srv, a.token).runs.joinStream(backlog[0].thread, backlog[0].run)) events.push(part.event);
+      assert.deepEqual(events, ['metadata', 'end']);
+      assert.equal(await statusOf(srv, first), 'running');
+      hold.release();
+      for (const r of [first, ...backlog.slice(1)]) await reaches(srv, r, 'success');
+      assert.deepEqual(asked(), ['A0', 'B0', 'A2', 'A3']);
+    } finally {
+      hold.release();
+      await srv.stop();
+    }
+  });
+
+  it('gives a freed worker to the user holding the fewest, ahead of another user\'s backlog', async () => {
+    // Every worker may go to one user: fairness is then which waiting run starts next.
+    const { srv, a, b } = await serverWithUsers({ workers: 2, per_user_running_max: 2 });
+    const holds = [held(), held(), held()];
+    try {
+      fake.queue(holds[0].step, holds[1].step, reply('B is done'), holds[2].step);
+      const mine = [];
+      for (let i = 0; i < 2; i++) { // one at a time: A0's model call gets holds[0], A1's holds[1]
+        mine.push(await start(srv, a, `A${i}`));
+        await waitFor(async () => fake.requests.length === i + 1, 120000);
+      }
+      for (let i = 2; i < 5; i++) mine.push(await start(srv, a, `A${i}`));
+      const theirs = await start(srv, b, 'B0');
+      assert.equal(await statusOf(srv, theirs), 'pending', 'both workers are busy');
+      holds[0].release(); // A0 ends: its worker goes to B0, not to A2
+      await reaches(srv, mine[0], 'success');
+      await reaches(srv, theirs, 'success');
+      assert.deepEqual(asked().slice(0, 3), ['A0', 'A1', 'B0']);
+      for (const r of mine.slice(3)) assert.equal(await statusOf(srv, r), 'pending', 'A\'s backlog is still waiting');
+      for (const h of holds) h.release();
+      for (const r of mine) await reaches(srv, r, 'success');
+    } finally {
+      for (const h of holds) h.release();
+      await srv.stop();
+    }
   });
 });
 

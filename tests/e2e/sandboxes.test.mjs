@@ -33,7 +33,7 @@ describe('sandbox observability', () => {
   it('refuses everyone else', async () => {
     const r = await request(srv, 'GET', '/api/sandboxes', { bearer: user.token });
     assert.equal(r.status, 403, r.text);
-    assert.equal(r.json.detail, 'Admin only');
+    assert.equal(r.json.detail, 'Permission denied: sandboxes:read');
     const anonymous = await request(srv, 'GET', '/api/sandboxes');
     assert.equal(anonymous.status, 401);
   });

@@ -1,6 +1,7 @@
 // Threads through the LangGraph JS SDK and raw HTTP: ids, idempotence,
 // metadata, search, owner scoping, deletion on disk, concurrency.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -87,6 +88,25 @@ describe('threads', () => {
     assert.equal(await sdkStatus(() => client.threads.create({ ttl: 60 })), 422);
     const ok = await client.threads.search({ sortBy: 'updated_at', sortOrder: 'desc', values: {} });
     assert.ok(Array.isArray(ok));
+  });
+
+  it('a search whose metadata match is beyond its bounds is refused with 422, not run', async () => {
+    // Threads with large metadata: a match of thousands of keys would cost
+    // each of them thousands of lookups.
+    const big = Object.fromEntries(Array.from({ length: 500 }, (_, i) => [`key${i}`, 'v'.repeat(100)]));
+    for (let i = 0; i < 5; i++) assert.equal((await api('POST', '/api/threads', { metadata: big })).status, 200);
+    const keys = Object.fromEntries(Array.from({ length: 5000 }, (_, i) => [`key${i}`, 'v'.repeat(100)]));
+    const many = await api('POST', '/api/threads/search', { metadata: keys });
+    assert.equal(many.status, 422, many.text);
+    assert.match(many.json.detail, /more than 32 keys|larger than 8192 bytes/);
+    const long = await api('POST', '/api/threads/search', { metadata: { key0: 'v'.repeat(9000) } });
+    assert.equal(long.status, 422, long.text);
+    assert.match(long.json.detail, /larger than 8192 bytes/);
+    const few = Object.fromEntries(Array.from({ length: 32 }, (_, i) => [`key${i}`, 'v'.repeat(100)]));
+    const found = await api('POST', '/api/threads/search', { metadata: few });
+    assert.equal(found.status, 200, found.text);
+    assert.equal(found.json.length, 5);
+    assert.equal((await request(srv, 'GET', '/health')).status, 200);
   });
 
   it('creating the same id twice is idempotent', async () => {
@@ -315,6 +335,39 @@ describe('threads', () => {
     assert.equal((await api('DELETE', '/api/threads/doomed')).status, 404);
     const search = await api('POST', '/api/threads/search', { limit: 1000 });
     assert.ok(!search.json.some((t) => t.thread_id === 'doomed'));
+  });
+
+  it('DELETE removes a tree deeper than any fixed bound, and a removal that fails keeps the thread', async () => {
+    await api('POST', '/api/threads', { thread_id: 'abyss' });
+    const dir = srv.threadDir(admin.id, 'abyss');
+    process.chdir(path.join(dir, 'user-data', 'workspace'));
+    for (let i = 0; i < 300; i++) {
+      fs.mkdirSync('d'); // relative steps keep every path short
+      process.chdir('d');
+    }
+    fs.writeFileSync('secret.txt', 'deep');
+    process.chdir(srv.home);
+    // A file the removal cannot delete (immutable) makes DELETE fail: the
+    // thread is still there, its files back in place, and a retry succeeds.
+    const stuck = path.join(dir, 'user-data', 'outputs', 'secret.txt');
+    fs.writeFileSync(stuck, 'x');
+    execFileSync('chattr', ['+i', stuck]);
+    let del;
+    try {
+      del = await api('DELETE', '/api/threads/abyss');
+    } finally {
+      execFileSync('chattr', ['-i', stuck]);
+    }
+    assert.equal(del.status, 500, del.text);
+    assert.match(srv.stderr, /Thread abyss's files could not be removed/);
+    assert.equal((await api('GET', '/api/threads/abyss')).status, 200);
+    assert.equal(fs.readFileSync(stuck, 'utf8'), 'x');
+    const again = await api('DELETE', '/api/threads/abyss');
+    assert.equal(again.status, 200, again.text);
+    assert.equal(fs.existsSync(dir), false);
+    const leftovers = fs.readdirSync(path.join(srv.home, 'users', admin.id, 'threads')).filter((n) => n.startsWith('.deleted-'));
+    assert.deepEqual(leftovers, []);
+    assert.equal((await api('GET', '/api/threads/abyss')).status, 404);
   });
 
   it('50 concurrent creates of distinct ids all succeed and all show up in search', async () => {

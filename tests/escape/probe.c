@@ -13,9 +13,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/bpf.h>
+#include <linux/btrfs.h>
 #include <linux/capability.h>
 #include <linux/keyctl.h>
+#include <linux/fs.h>
 #include <linux/perf_event.h>
+#include <linux/quota.h>
 #include <linux/reboot.h>
 #include <linux/sched.h>
 #include <net/if.h>
@@ -615,6 +618,137 @@ static int do_fsize(int argc, char **argv) {
     return verdict("fsize", n, e);
 }
 
+/* ---- disk quotas ---- */
+
+/* Makes a btrfs subvolume (and a snapshot of DIR) named NAME in DIR:
+ * "btrfs_subvol DIR NAME". A new subvolume would have a qgroup of its own,
+ * outside the thread's limit. The errno reported is the first call's. */
+static int do_btrfs_subvol(int argc, char **argv) {
+    if (need(argc, 4) < 0)
+        return PROBE_USAGE;
+    int dir = open(argv[2], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) {
+        printf("btrfs_subvol: cannot open %s: %s\n", argv[2], strerror(errno));
+        return PROBE_USAGE;
+    }
+    struct btrfs_ioctl_vol_args v1;
+    struct btrfs_ioctl_vol_args_v2 v2;
+    memset(&v1, 0, sizeof v1);
+    memset(&v2, 0, sizeof v2);
+    snprintf(v1.name, sizeof v1.name, "%s", argv[3]);
+    snprintf(v2.name, sizeof v2.name, "%s-v2", argv[3]);
+    errno = 0;
+    int r = ioctl(dir, BTRFS_IOC_SUBVOL_CREATE, &v1);
+    int e = errno;
+    v2.fd = dir;
+    if (ioctl(dir, BTRFS_IOC_SUBVOL_CREATE_V2, &v2) == 0 ||
+        ioctl(dir, BTRFS_IOC_SNAP_CREATE_V2, &v2) == 0)
+        r = 0;
+    v1.fd = dir;
+    if (ioctl(dir, BTRFS_IOC_SNAP_CREATE, &v1) == 0)
+        r = 0;
+    close(dir);
+    return verdict("btrfs_subvol", r, e);
+}
+
+/* Moves PATH out of its project: "projid PATH ID" sets project ID and
+ * clears the inherit flag. */
+static int do_projid(int argc, char **argv) {
+    if (need(argc, 4) < 0)
+        return PROBE_USAGE;
+    int fd = open(argv[2], O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        printf("projid: cannot open %s: %s\n", argv[2], strerror(errno));
+        return PROBE_USAGE;
+    }
+    struct fsxattr fa;
+    memset(&fa, 0, sizeof fa);
+    errno = 0;
+    int r = ioctl(fd, FS_IOC_FSGETXATTR, &fa);
+    if (r == 0) {
+        fa.fsx_projid = (unsigned)strtoul(argv[3], NULL, 10);
+        fa.fsx_xflags &= ~(unsigned)FS_XFLAG_PROJINHERIT;
+        r = ioctl(fd, FS_IOC_FSSETXATTR, &fa);
+    }
+    int e = errno;
+    close(fd);
+    return verdict("projid", r, e);
+}
+
+/* Clears PATH's project-inherit flag through FS_IOC_SETFLAGS (chattr -P),
+ * so that files made in it would belong to no project: "projinherit_off PATH". */
+static int do_projinherit_off(int argc, char **argv) {
+    if (need(argc, 3) < 0)
+        return PROBE_USAGE;
+    int fd = open(argv[2], O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        printf("projinherit_off: cannot open %s: %s\n", argv[2], strerror(errno));
+        return PROBE_USAGE;
+    }
+    int flags = 0;
+    errno = 0;
+    int r = ioctl(fd, FS_IOC_GETFLAGS, &flags);
+    if (r == 0 && !(flags & FS_PROJINHERIT_FL)) {
+        printf("projinherit_off: %s does not inherit a project\n", argv[2]);
+        close(fd);
+        return PROBE_USAGE;
+    }
+    if (r == 0) {
+        flags &= ~FS_PROJINHERIT_FL;
+        r = ioctl(fd, FS_IOC_SETFLAGS, &flags);
+    }
+    int e = errno;
+    close(fd);
+    return verdict("projinherit_off", r, e);
+}
+
+/* Lifts the project quota of PATH's filesystem: "quotactl_fd PATH ID". */
+static int do_quotactl_fd(int argc, char **argv) {
+    if (need(argc, 4) < 0)
+        return PROBE_USAGE;
+    int fd = open(argv[2], O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        printf("quotactl_fd: cannot open %s: %s\n", argv[2], strerror(errno));
+        return PROBE_USAGE;
+    }
+    struct if_dqblk q;
+    memset(&q, 0, sizeof q);
+    q.dqb_valid = QIF_BLIMITS; /* zero limits: none */
+    long r = syscall(SYS_quotactl_fd, fd, QCMD(Q_SETQUOTA, PRJQUOTA),
+                     (unsigned)strtoul(argv[3], NULL, 10), &q);
+    int e = errno;
+    close(fd);
+    return verdict("quotactl_fd", r, e);
+}
+
+/* Creates COUNT files of SIZE bytes in DIR until one fails: "many_files
+ * DIR COUNT SIZE". Small files cost a filesystem metadata and blocks that a
+ * disk limit must count too. */
+static int do_many_files(int argc, char **argv) {
+    if (need(argc, 5) < 0)
+        return PROBE_USAGE;
+    long count = strtol(argv[3], NULL, 10), size = strtol(argv[4], NULL, 10);
+    static char block[65536];
+    if (size < 0 || (size_t)size > sizeof block)
+        return PROBE_USAGE;
+    char path[4096];
+    for (long i = 0; i < count; i++) {
+        snprintf(path, sizeof path, "%s/f%ld", argv[2], i);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        int e = errno;
+        if (fd >= 0 && write(fd, block, (size_t)size) != size) {
+            e = errno;
+            close(fd);
+            fd = -1;
+        }
+        if (fd < 0 || close(fd) < 0) {
+            printf("many_files: file %ld: ", i);
+            return verdict("many_files", -1, e);
+        }
+    }
+    return verdict("many_files", count, 0);
+}
+
 /* ---- memory ---- */
 
 /* "mem_bomb MIB": maps and touches MIB MiB. A kill by the OOM killer prints
@@ -877,6 +1011,11 @@ static const struct {
     {"ifaces", do_ifaces},
     {"msgget", do_msgget},
     {"fds", do_fds},
+    {"btrfs_subvol", do_btrfs_subvol},
+    {"projid", do_projid},
+    {"quotactl_fd", do_quotactl_fd},
+    {"many_files", do_many_files},
+    {"projinherit_off", do_projinherit_off},
 };
 
 int main(int argc, char **argv) {

@@ -6,7 +6,8 @@
 #
 # usage: loopback-provider.sh create|status|destroy|list
 #
-# Environment:
+# Environment (the provider passes on only what sandbox.remote.env_passthrough
+# names: list LOOPBACK_STATE_DIR, FAWN_BIN and the test hooks there):
 #   LOOPBACK_STATE_DIR  (required) one directory per sandbox: pid, port, token,
 #                       log, user-data/, and "destroying" once destroy ran
 #   FAWN_BIN            the fawn binary (create)

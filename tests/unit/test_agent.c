@@ -1,8 +1,10 @@
 /* The agent's parts that need no real sandbox: tool output truncation,
  * input messages, conversation hashes, script/replay/record fixtures, the
- * event log (ring, waits, heartbeats, gaps), the run loop over a script
- * model (dangling tool calls, title, checkpoints, recursion limit) and the
- * run executor's cancel over a fault-injecting sandbox provider. */
+ * event log (ring, waits, heartbeats, gaps), the run queue's policy (turns
+ * across users, caps), the run loop over a script model (dangling tool
+ * calls, title, checkpoints, recursion limit, each message stored once
+ * however many steps list it) and the run executor's cancel over a
+ * fault-injecting sandbox provider. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,11 +14,14 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <sqlite3.h>
 
 #include "agent/agent.h"
+#include "agent/run_queue.h"
 #include "agent/runs_internal.h"
 #include "base/json.h"
 #include "tools/tools.h"
+#include "support.h"
 #include "unit/fake_provider.h"
 
 static char tmpdir[] = "/tmp/fawn-agent-XXXXXX";
@@ -199,6 +204,152 @@ static void recorded_turns_replay_exactly_and_misses_name_the_hash(void **state)
     json_decref(other);
 }
 
+/* ---- the run queue ---- */
+
+enum { USER_A = 101, USER_B = 202, USER_C = 303 };
+
+static runq *queue_new(uint32_t queue_max, uint32_t active_max, uint32_t running_max) {
+    runs_limits limits = {.workers = 8, .queue_max = queue_max,
+                          .per_user_active_max = active_max,
+                          .per_user_running_max = running_max};
+    runq *q = NULL;
+    assert_int_equal(runq_new(&q, &limits), 0);
+    return q;
+}
+
+/* Adds and readies n runs of owner, items[0] first. */
+static void queue_fill(runq *q, runq_item *items, size_t n, int64_t owner) {
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(runq_add(q, &items[i], owner), 0);
+        runq_ready(q, &items[i]);
+    }
+}
+
+/* The owners of the next n runs taken, as letters ("ABAC"); '-' for none. */
+static void queue_take_owners(char *out, runq *q, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        runq_item *it = runq_take(q);
+        out[i] = !it ? '-' : it->owner_id == USER_A ? 'A' : it->owner_id == USER_B ? 'B' : 'C';
+    }
+    out[n] = '\0';
+}
+
+static void run_queue_gives_every_user_a_turn_whatever_the_backlogs(void **state) {
+    runq *q = queue_new(256, 32, 8);
+    runq_item a[20], b[1], c[3];
+    queue_fill(q, a, 20, USER_A);
+    queue_fill(q, b, 1, USER_B);
+    /* User B's one run is among the first two taken, not behind A's twenty. */
+    runq_item *first = runq_take(q), *second = runq_take(q);
+    assert_true(first == &b[0] || second == &b[0]);
+    assert_ptr_equal(first, &a[0]);
+    for (size_t i = 0; i < 2; i++)
+        runq_remove(q, i ? second : first);
+    /* A user newly waiting joins the turn order at its back; turns alternate
+     * among users with waiting runs, and one user's runs go in order. */
+    queue_fill(q, c, 3, USER_C);
+    char order[16];
+    queue_take_owners(order, q, 7);
+    assert_string_equal(order, "ACACACA");
+    runq_free(q); /* the runs still admitted are the caller's */
+}
+
+static void run_queue_gives_a_freed_worker_to_the_user_holding_fewest(void **state) {
+    runq *q = queue_new(256, 32, 8);
+    runq_item a[6], b[2];
+    queue_fill(q, a, 6, USER_A);
+    assert_ptr_equal(runq_take(q), &a[0]);
+    assert_ptr_equal(runq_take(q), &a[1]); /* alone, A may hold several workers */
+    queue_fill(q, b, 2, USER_B);           /* B's turn comes after A's ... */
+    runq_remove(q, &a[0]);
+    assert_ptr_equal(runq_take(q), &b[0]); /* ... but A holds one worker and B none */
+    assert_ptr_equal(runq_take(q), &a[2]); /* one each: turn order decides */
+    assert_ptr_equal(runq_take(q), &b[1]);
+    runq_free(q);
+}
+
+static void run_queue_caps_the_workers_one_user_holds(void **state) {
+    runq *q = queue_new(256, 32, 2);
+    runq_item a[5], b[1];
+    queue_fill(q, a, 5, USER_A);
+    assert_ptr_equal(runq_take(q), &a[0]);
+    assert_ptr_equal(runq_take(q), &a[1]);
+    assert_null(runq_take(q)); /* A holds two workers: the others stay free */
+    queue_fill(q, b, 1, USER_B);
+    assert_ptr_equal(runq_take(q), &b[0]);
+    assert_int_equal(b[0].state, RUNQ_RUNNING);
+    runq_remove(q, &a[0]); /* one of A's runs ends: A's next may start */
+    assert_int_equal(a[0].state, RUNQ_OUT);
+    assert_ptr_equal(runq_take(q), &a[2]);
+    assert_null(runq_take(q));
+    runq_remove(q, &a[3]); /* a waiting run cancelled: the one behind it moves up */
+    runq_remove(q, &a[1]);
+    assert_ptr_equal(runq_take(q), &a[4]);
+    runq_free(q);
+}
+
+static void run_queue_refuses_past_the_user_and_queue_caps(void **state) {
+    runq *q = queue_new(4, 3, 1);
+    runq_item a[4], b[3];
+    queue_fill(q, a, 3, USER_A);
+    assert_int_equal(runq_add(q, &a[3], USER_A), FAWN_EBUSY);
+    assert_string_equal(fawn_errmsg(), "You have 3 runs in progress; wait for one to end");
+    assert_int_equal(a[3].state, RUNQ_OUT);
+    assert_ptr_equal(runq_take(q), &a[0]);
+    /* A running run still counts against its user's cap. */
+    assert_int_equal(runq_add(q, &a[3], USER_A), FAWN_EBUSY);
+    /* Two of A's wait; an added run counts against the queue before it is ready. */
+    assert_int_equal(runq_add(q, &b[0], USER_B), 0);
+    assert_int_equal(b[0].state, RUNQ_ADDED);
+    assert_null(runq_take(q));
+    assert_int_equal(runq_add(q, &b[1], USER_B), 0);
+    assert_int_equal(runq_add(q, &b[2], USER_B), FAWN_EBUSY);
+    assert_string_equal(fawn_errmsg(), "Too many runs are waiting; try again later");
+    runq_remove(q, &b[1]); /* refused before it was ready: its place is free again */
+    assert_int_equal(runq_add(q, &b[2], USER_B), 0);
+    runq_remove(q, &a[0]); /* A's running run ends: below A's cap, but the queue is full */
+    assert_int_equal(runq_add(q, &a[3], USER_A), FAWN_EBUSY);
+    assert_string_equal(fawn_errmsg(), "Too many runs are waiting; try again later");
+    runq_remove(q, &b[0]);
+    assert_int_equal(runq_add(q, &a[3], USER_A), 0);
+    runq_remove(q, &a[0]); /* removing twice does nothing */
+    runq_free(q);
+    runs_limits zero = {.workers = 1, .queue_max = 1, .per_user_active_max = 0,
+                        .per_user_running_max = 1};
+    assert_int_equal(runq_new(&q, &zero), FAWN_EINVAL);
+    assert_null(q);
+}
+
+/* A fixture that has no answer still sets the reply (and a fixture that
+ * cannot load sets the handle): clearing what the caller got is safe even
+ * when its variable was never set. */
+static void fixture_misses_leave_the_reply_defined(void **state) {
+    model_registry *reg;
+    assert_int_equal(model_registry_load(&reg, NULL), 0); /* the demo script */
+    const model_entry *demo = model_registry_get(reg, MODEL_DEMO_NAME);
+    assert_non_null(demo);
+    model_request past_end = {.call_index = 10000};
+    model_reply reply;
+    POISON(reply);
+    assert_int_equal(model_fixture_answer(&reply, demo->fixture, demo->name, &past_end),
+                     FAWN_ENOENT);
+    assert_null(reply.message);
+    model_reply_clear(&reply);
+    enum model_failure why;
+    POISON(reply);
+    assert_int_equal(model_entry_complete(&reply, &why, demo, &past_end, NULL, NULL), FAWN_ENOENT);
+    assert_null(reply.message);
+    assert_int_equal(why, MODEL_FAIL_FATAL);
+    model_reply_clear(&reply);
+    model_registry_free(reg);
+    model_fixture *f;
+    POISON(f);
+    assert_int_equal(model_fixture_load(&f, "/nonexistent/fixture.json", MODEL_REPLAY),
+                     FAWN_ECONFIG);
+    assert_null(f);
+    model_fixture_free(f);
+}
+
 /* ---- the event log ---- */
 
 typedef struct waiter {
@@ -278,6 +429,32 @@ static void event_log_waits_wakes_and_reports_gaps(void **state) {
     store_close(st);
 }
 
+/* A reader whose cursor lies past the last event (up to the largest id a
+ * client can name) gets nothing, and the end once the log has ended. */
+static void event_log_fetch_past_its_end(void **state) {
+    store *st = open_store_with_run("past");
+    run_log *l;
+    assert_int_equal(run_log_new(&l, st, "past"), 0);
+    assert_int_equal(run_log_append(l, "metadata", json_pack("{s:s}", "run_id", "past")), 0);
+    const int64_t past[] = {1, 2, INT64_MAX - 1, INT64_MAX};
+    for (int ended = 0; ended < 2; ended++) {
+        for (size_t i = 0; i < ARRAY_LEN(past); i++) {
+            store_event *ev = NULL;
+            size_t n = 1;
+            bool done = !ended;
+            int64_t first = 0;
+            assert_int_equal(run_log_fetch(&ev, &n, &done, &first, l, past[i], RUN_FETCH_MAX), 0);
+            assert_int_equal(n, 0);
+            assert_null(ev);
+            assert_int_equal(done, ended);
+            assert_int_equal(first, 1);
+        }
+        run_log_end(l);
+    }
+    run_log_close(l);
+    store_close(st);
+}
+
 /* ---- the run loop over a script ---- */
 
 typedef struct collected {
@@ -290,6 +467,21 @@ static void collect(void *ctx, const char *event, char *data) {
     assert_non_null(parsed);
     json_array_append_new(((collected *)ctx)->events,
                           json_pack("{s:s, s:o}", "event", event, "data", parsed));
+}
+
+/* The thread's newest state, whole. */
+static json_t *latest_state(store *st, int64_t owner, const char *thread) {
+    store_checkpoint latest;
+    assert_int_equal(store_checkpoint_latest(st, &latest, owner, thread), 0);
+    char *text;
+    size_t omitted;
+    assert_int_equal(store_state_read(st, &text, &omitted, owner, thread, latest.state, SIZE_MAX), 0);
+    assert_int_equal(omitted, 0);
+    json_t *values = json_loads(text, 0, NULL);
+    assert_non_null(values);
+    free(text);
+    store_checkpoint_clear(&latest);
+    return values;
 }
 
 static void run_loop_repairs_history_titles_and_checkpoints(void **state) {
@@ -308,12 +500,15 @@ static void run_loop_repairs_history_titles_and_checkpoints(void **state) {
     store_user u;
     assert_int_equal(store_user_get_by_name(st, &u, "u"), 0);
     /* A previous run left a tool call without its result. */
-    store_checkpoint cp = {.values = "{\"messages\":[{\"type\":\"human\",\"content\":\"first "
-                                     "question, which is longer than fifty characters in all\"},"
-                                     "{\"type\":\"ai\",\"content\":\"\",\"tool_calls\":[{\"name\":"
-                                     "\"bash\",\"args\":{},\"id\":\"call_lost\"}]}]}"};
+    json_t *before = json_loads("{\"messages\":[{\"type\":\"human\",\"content\":\"first "
+                                "question, which is longer than fifty characters in all\"},"
+                                "{\"type\":\"ai\",\"content\":\"\",\"tool_calls\":[{\"name\":"
+                                "\"bash\",\"args\":{},\"id\":\"call_lost\"}]}]}",
+                                0, NULL);
+    store_checkpoint cp = {0};
     snprintf(cp.checkpoint_id, sizeof cp.checkpoint_id, "c0");
-    assert_int_equal(store_checkpoint_put(st, u.id, "t", &cp), 0);
+    assert_int_equal(store_checkpoint_put(st, NULL, u.id, "t", &cp, before), 0);
+    json_decref(before);
     json_t *input = json_loads("[{\"type\":\"human\",\"content\":\"next\",\"id\":\"h2\"}]", 0, NULL);
     collected c = {.events = json_array()};
     sbx_cancel cancel = {0};
@@ -326,9 +521,7 @@ static void run_loop_repairs_history_titles_and_checkpoints(void **state) {
     assert_string_equal(out.status, "success");
     assert_null(out.error);
     agent_outcome_clear(&out);
-    store_checkpoint latest;
-    assert_int_equal(store_checkpoint_latest(st, &latest, u.id, "t"), 0);
-    json_t *values = json_loads(latest.values, 0, NULL);
+    json_t *values = latest_state(st, u.id, "t");
     json_t *msgs = json_object_get(values, "messages");
     assert_int_equal(json_array_size(msgs), 5); /* human, ai, placeholder, human, ai */
     json_t *placeholder = json_array_get(msgs, 2);
@@ -340,7 +533,6 @@ static void run_loop_repairs_history_titles_and_checkpoints(void **state) {
     assert_string_equal(json_string_value(json_object_get(json_array_get(msgs, 4), "content")),
                         "all good");
     json_decref(values);
-    store_checkpoint_clear(&latest);
     /* The events: input, the model's message, values after each step. */
     assert_true(json_array_size(c.events) >= 4);
     json_decref(c.events);
@@ -355,6 +547,123 @@ static void run_loop_repairs_history_titles_and_checkpoints(void **state) {
     agent_outcome_clear(&out);
     json_decref(c.events);
     store_close(st);
+    authz_policy_free(policy);
+    model_registry_free(models);
+}
+
+/* A script of `steps` replies of `size` bytes, each calling a tool that does
+ * not exist (a recoverable error that needs no sandbox), then a last one. */
+static void write_long_fixture(const char *name, int steps, size_t size) {
+    char *big = malloc(size + 1);
+    memset(big, 'x', size);
+    big[size] = '\0';
+    json_t *replies = json_array();
+    for (int i = 0; i < steps; i++)
+        json_array_append_new(replies, json_pack("{s:s, s:[{s:s, s:{s:i}}]}", "content", big,
+                                                 "tool_calls", "name", "no_such_tool", "args",
+                                                 "i", i));
+    json_array_append_new(replies, json_pack("{s:s}", "content", "done"));
+    json_t *fixture = json_pack("{s:o}", "replies", replies);
+    char *text = json_dumps(fixture, 0);
+    write_file(name, text);
+    free(text);
+    json_decref(fixture);
+    free(big);
+}
+
+/* The values events collected: each one's data is a small reference; the
+ * last one's (malloc'd). */
+static char *values_references(const json_t *events, size_t *count) {
+    char *last = NULL;
+    *count = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(events, i, e) {
+        if (strcmp(json_string_value(json_object_get(e, "event")), "values") != 0)
+            continue;
+        (*count)++;
+        free(last);
+        last = json_dumps(json_object_get(e, "data"), JSON_COMPACT);
+        assert_true(strlen(last) < 256);
+    }
+    return last;
+}
+
+/* Message rows of the database at path, and their bytes. */
+static int64_t stored_rows(const char *path, int64_t *bytes) {
+    sqlite3 *raw;
+    assert_int_equal(sqlite3_open(path, &raw), SQLITE_OK);
+    sqlite3_stmt *q;
+    assert_int_equal(sqlite3_prepare_v2(raw, "SELECT count(*), sum(bytes) FROM thread_messages",
+                                        -1, &q, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+    int64_t rows = sqlite3_column_int64(q, 0);
+    *bytes = sqlite3_column_int64(q, 1);
+    sqlite3_finalize(q);
+    sqlite3_close(raw);
+    return rows;
+}
+
+/* A run of many steps with large replies: every checkpoint lists the
+ * thread's messages, yet each is stored once, and each values event holds
+ * a reference of a few bytes that reads back the state of its step. */
+static void long_runs_store_each_message_once(void **state) {
+    enum { STEPS = 30, SIZE = 20000 };
+    write_long_fixture("long.json", STEPS, SIZE);
+    char models_json[512];
+    snprintf(models_json, sizeof models_json,
+             "[{\"name\":\"s\",\"provider\":\"script\",\"fixture\":\"%s/long.json\"}]", tmpdir);
+    json_t *list = json_loads(models_json, 0, NULL);
+    model_registry *models;
+    assert_int_equal(model_registry_load(&models, list), 0);
+    json_decref(list);
+    authz_policy *policy;
+    assert_int_equal(authz_policy_load(&policy, NULL), 0);
+    store *st = open_store_with_run("r3");
+    store_user u;
+    assert_int_equal(store_user_get_by_name(st, &u, "u"), 0);
+    json_t *input = json_loads("[{\"type\":\"human\",\"content\":\"go\",\"id\":\"h1\"}]", 0, NULL);
+    collected c = {.events = json_array()};
+    agent_params p = {.st = st, .models = models, .policy = policy, .owner_id = u.id,
+                      .user_dir = "1", .role = "user", .thread_id = "t", .run_id = "r3",
+                      .recursion_limit = STEPS + 1, .input = input, .emit = collect,
+                      .emit_ctx = &c};
+    agent_outcome out;
+    assert_int_equal(agent_run(&out, &p), 0);
+    assert_string_equal(out.status, "success");
+    agent_outcome_clear(&out);
+    json_t *values = latest_state(st, u.id, "t");
+    json_t *msgs = json_object_get(values, "messages");
+    assert_int_equal(json_array_size(msgs), 1 + 2 * STEPS + 1);
+    size_t values_events;
+    char *last_ref = values_references(c.events, &values_events);
+    /* After the input, each model step (STEPS with tools, then the answer), the end. */
+    assert_int_equal(values_events, 1 + STEPS + 1 + 1);
+    char *text;
+    size_t omitted;
+    assert_int_equal(store_state_read(st, &text, &omitted, u.id, "t", last_ref, SIZE_MAX), 0);
+    json_t *from_event = json_loads(text, 0, NULL);
+    assert_true(json_equal(from_event, values));
+    json_decref(from_event);
+    free(text);
+    free(last_ref);
+    store_close(st);
+    /* What the store holds for the thread: its messages once, whatever the
+     * number of checkpoints (one or two a step) and values events. */
+    int64_t bytes, message_bytes = 0;
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        char *m = json_dumps(json_array_get(msgs, i), JSON_COMPACT);
+        message_bytes += (int64_t)strlen(m);
+        free(m);
+    }
+    char db[256];
+    snprintf(db, sizeof db, "%s/log-r3.db", tmpdir);
+    assert_int_equal(stored_rows(db, &bytes), (int64_t)json_array_size(msgs));
+    assert_int_equal(bytes, message_bytes);
+    json_decref(values);
+    json_decref(c.events);
+    json_decref(input);
     authz_policy_free(policy);
     model_registry_free(models);
 }
@@ -380,19 +689,19 @@ static void sleep_a_little(void) {
  * the run already holds: stopping acquires nothing (no gate, no health
  * check, no session), and the run ends as interrupted. */
 static void cancel_kills_the_command_through_the_runs_own_lease(void **state) {
-    write_file("long.json", "{\"replies\":[{\"content\":\"\",\"tool_calls\":[{\"name\":"
+    write_file("cancel.json", "{\"replies\":[{\"content\":\"\",\"tool_calls\":[{\"name\":"
                             "\"bash\",\"args\":{\"description\":\"x\",\"command\":"
                             "\"sleep 600\"}}]},{\"content\":\"never\"}]}");
     char models_json[512];
     snprintf(models_json, sizeof models_json,
-             "[{\"name\":\"s\",\"provider\":\"script\",\"fixture\":\"%s/long.json\"}]", tmpdir);
+             "[{\"name\":\"s\",\"provider\":\"script\",\"fixture\":\"%s/cancel.json\"}]", tmpdir);
     json_t *list = json_loads(models_json, 0, NULL);
     model_registry *models;
     assert_int_equal(model_registry_load(&models, list), 0);
     json_decref(list);
     authz_policy *policy;
     assert_int_equal(authz_policy_load(&policy, NULL), 0);
-    store *st = open_store_with_run("r3");
+    store *st = open_store_with_run("r4");
     store_user u;
     assert_int_equal(store_user_get_by_name(st, &u, "u"), 0);
     fake_provider *fp = fake_provider_new();
@@ -401,7 +710,9 @@ static void cancel_kills_the_command_through_the_runs_own_lease(void **state) {
     sbx_manager *sandboxes;
     assert_int_equal(sbx_manager_new(&sandboxes, &mc, fake_provider_iface(fp), st, policy), 0);
     run_manager *runs;
-    assert_int_equal(runs_new(&runs, st, sandboxes, models, policy), 0);
+    runs_limits limits = {.workers = 2, .queue_max = 4, .per_user_active_max = 2,
+                          .per_user_running_max = 2, .command_timeout_s = 600};
+    assert_int_equal(runs_new(&runs, st, sandboxes, models, policy, &limits), 0);
     json_t *input = json_loads("[{\"type\":\"human\",\"content\":\"go\"}]", 0, NULL);
     run_request rq = {.owner_id = u.id, .user_dir = "1", .role = "user", .thread_id = "t",
                       .recursion_limit = 5, .input = input};
@@ -439,8 +750,15 @@ int main(void) {
         cmocka_unit_test(conversation_hash_ignores_ids_dates_and_system_text),
         cmocka_unit_test(script_fixture_plays_in_order_and_ends),
         cmocka_unit_test(recorded_turns_replay_exactly_and_misses_name_the_hash),
+        cmocka_unit_test(run_queue_gives_every_user_a_turn_whatever_the_backlogs),
+        cmocka_unit_test(run_queue_gives_a_freed_worker_to_the_user_holding_fewest),
+        cmocka_unit_test(run_queue_caps_the_workers_one_user_holds),
+        cmocka_unit_test(run_queue_refuses_past_the_user_and_queue_caps),
+        cmocka_unit_test(fixture_misses_leave_the_reply_defined),
         cmocka_unit_test(event_log_waits_wakes_and_reports_gaps),
+        cmocka_unit_test(event_log_fetch_past_its_end),
         cmocka_unit_test(run_loop_repairs_history_titles_and_checkpoints),
+        cmocka_unit_test(long_runs_store_each_message_once),
         cmocka_unit_test(cancel_kills_the_command_through_the_runs_own_lease),
     };
     int failed = cmocka_run_group_tests_name("agent", tests, NULL, NULL);

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "auth/auth.h"
+#include "support.h"
 
 static const unsigned char secret[AUTH_SECRET_BYTES] = "0123456789abcdef0123456789abcde";
 
@@ -117,8 +118,13 @@ static void bad_claims_refused(void **state) {
         sodium_bin2base64(sig, sizeof sig, mac, sizeof mac, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
         snprintf(token, sizeof token, "%s.%s", signing, sig);
         auth_claims got;
+        POISON(got);
         if (auth_jwt_verify(&got, secret, token, 10) != FAWN_EPERM)
             fail_msg("accepted claims %s", payloads[i]);
+        /* Nothing of a refused token is left, not even the claims read before the bad one. */
+        assert_int_equal(got.user_id, 0);
+        assert_int_equal(got.token_version, 0);
+        assert_int_equal(got.expires_at, 0);
         free(p);
     }
     free(header);
@@ -144,6 +150,12 @@ static void secret_file_created_once_and_checked(void **state) {
     snprintf(cmd, sizeof cmd, "rm %s && ln -s /etc/hostname %s", path, path);
     assert_int_equal(system(cmd), 0);
     assert_int_equal(auth_secret_load(b, home), FAWN_EPERM);
+    /* A home other users can write to (they could swap the file): refused. */
+    snprintf(cmd, sizeof cmd, "rm %s", path);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(chmod(home, 0777), 0);
+    assert_int_equal(auth_secret_load(b, home), FAWN_EPERM);
+    assert_int_equal(chmod(home, 0700), 0);
     /* The environment wins, and is checked. */
     setenv(AUTH_SECRET_ENV, "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
     assert_int_equal(auth_secret_load(b, home), 0);
@@ -156,6 +168,26 @@ static void secret_file_created_once_and_checked(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* A failing call still sets what it writes: an uninitialized token pointer
+ * freed after a failure, or claims read after one, would act on garbage. */
+static void failures_leave_out_parameters_defined(void **state) {
+    auth_claims got;
+    POISON(got);
+    assert_int_equal(auth_jwt_verify(&got, secret, "", 10), FAWN_EPERM);
+    assert_int_equal(got.user_id, 0);
+    assert_int_equal(got.issued_at, 0);
+    char hash[AUTH_HASH_MAX];
+    POISON(hash);
+    assert_int_equal(auth_password_hash(hash, "short"), FAWN_EINVAL);
+    assert_string_equal(hash, "");
+    unsigned char loaded[AUTH_SECRET_BYTES], zero[AUTH_SECRET_BYTES] = {0};
+    POISON(loaded);
+    setenv(AUTH_SECRET_ENV, "abcd", 1);
+    assert_int_equal(auth_secret_load(loaded, "/nonexistent"), FAWN_EINVAL);
+    unsetenv(AUTH_SECRET_ENV);
+    assert_memory_equal(loaded, zero, sizeof zero);
+}
+
 int main(void) {
     if (sodium_init() < 0)
         return 1;
@@ -165,6 +197,7 @@ int main(void) {
         cmocka_unit_test(forged_tokens_refused),
         cmocka_unit_test(bad_claims_refused),
         cmocka_unit_test(secret_file_created_once_and_checked),
+        cmocka_unit_test(failures_leave_out_parameters_defined),
     };
     return cmocka_run_group_tests_name("auth", tests, NULL, NULL);
 }

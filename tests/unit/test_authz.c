@@ -139,7 +139,7 @@ static void test_example_admin(void **state) {
     expect_allowed(p, "admin", AUTHZ_TOOLS, "bash");
     expect_allowed(p, "admin", AUTHZ_MODELS, "large");
     expect_allowed(p, "admin", AUTHZ_SKILLS, "anything");
-    assert_int_equal(authz_route_permissions(p, "admin"), AUTHZ_ROUTES_ALL);
+    assert_int_equal(authz_route_permissions(p, "admin"), AUTHZ_ROUTES_ALL | AUTHZ_ROUTES_ADMIN);
     assert_int_equal(authz_sandbox_execute(p, "admin"), 0);
     authz_policy_free(p);
 }
@@ -650,11 +650,12 @@ static void test_permission_name(void **state) {
     assert_null(authz_permission_name(0));
     assert_null(authz_permission_name(AUTHZ_THREADS_READ | AUTHZ_THREADS_WRITE));
     assert_null(authz_permission_name(AUTHZ_ROUTES_ALL));
-    assert_null(authz_permission_name(1u << 6));
+    assert_string_equal(authz_permission_name(AUTHZ_SANDBOXES_READ), "sandboxes:read");
+    assert_null(authz_permission_name(1u << 7));
     assert_null(authz_permission_name(1u << 31));
     assert_null(authz_permission_name(UINT_MAX));
     /* Every name a route permission bit has is accepted in config. */
-    for (unsigned bit = 1; bit & AUTHZ_ROUTES_ALL; bit <<= 1) {
+    for (unsigned bit = 1; bit & (AUTHZ_ROUTES_ALL | AUTHZ_ROUTES_ADMIN); bit <<= 1) {
         char *text = strf("{\"enabled\": true, \"roles\": {\"user\": {\"routes\": "
                           "{\"allow\": [\"%s\"]}}}}",
                           authz_permission_name(bit));
@@ -709,6 +710,31 @@ static void test_concurrent_checks(void **state) {
     authz_policy_free(p);
 }
 
+/* Administration permissions are never implied: the admin role holds them
+ * whatever the policy, another role only by naming them. */
+static void test_admin_permissions_are_explicit(void **state) {
+    authz_policy *p = NULL;
+    assert_int_equal(authz_policy_load(&p, NULL), 0);
+    assert_int_equal(authz_route_permissions(p, "admin"), AUTHZ_ROUTES_ALL | AUTHZ_ROUTES_ADMIN);
+    assert_int_equal(authz_route_permissions(p, "user"), AUTHZ_ROUTES_ALL);
+    assert_int_equal(authz_route_permissions(p, "nobody"), AUTHZ_ROUTES_ALL);
+    authz_policy_free(p);
+    p = load_text("{\"enabled\": true, \"fail_closed\": false, \"roles\": {"
+                  "\"admin\": {\"routes\": {\"allow\": [\"threads:read\"]}},"
+                  "\"star\": {\"routes\": {\"allow\": \"*\"}},"
+                  "\"ops\": {\"routes\": {\"allow\": [\"sandboxes:read\"]}},"
+                  "\"denied\": {\"routes\": {\"allow\": [\"sandboxes:read\"], "
+                  "\"deny\": [\"sandboxes:read\"]}}, \"user\": {}}}");
+    assert_int_equal(authz_route_permissions(p, "admin"), AUTHZ_THREADS_READ | AUTHZ_SANDBOXES_READ);
+    assert_int_equal(authz_route_permissions(p, "star"), AUTHZ_ROUTES_ALL);
+    assert_int_equal(authz_route_permissions(p, "ops"), AUTHZ_SANDBOXES_READ);
+    assert_int_equal(authz_route_permissions(p, "denied"), 0);
+    assert_int_equal(authz_route_permissions(p, "user"), AUTHZ_ROUTES_ALL);
+    assert_int_equal(authz_route_permissions(p, "stranger"), AUTHZ_ROUTES_ALL);
+    assert_string_equal(authz_permission_name(AUTHZ_SANDBOXES_READ), "sandboxes:read");
+    authz_policy_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_null_section_is_disabled),
@@ -732,6 +758,7 @@ int main(void) {
         cmocka_unit_test(test_permission_name),
         cmocka_unit_test(test_misuse_is_not_allowed),
         cmocka_unit_test(test_concurrent_checks),
+        cmocka_unit_test(test_admin_permissions_are_explicit),
     };
     return cmocka_run_group_tests_name("authz", tests, NULL, NULL);
 }

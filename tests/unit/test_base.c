@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -751,6 +752,53 @@ static void test_fsx_remove_tree(void **state) {
     close(rootfd);
 }
 
+/* Depth of the tree below: far past any fixed bound on open directories or
+ * on recursion, and a few seconds at most to build and remove. */
+#define DEEP_TREE_LEVELS 1000
+
+/* Builds DEEP_TREE_LEVELS nested directories under name in dirfd, each
+ * holding a file and a sibling directory with a file. */
+static void make_deep_tree(int dirfd, const char *name) {
+    assert_int_equal(mkdirat(dirfd, name, 0755), 0);
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    for (int i = 0; i < DEEP_TREE_LEVELS && fd >= 0; i++) {
+        int f = openat(fd, "secret.txt", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        assert_true(f >= 0 && write(f, "x", 1) == 1);
+        close(f);
+        assert_int_equal(mkdirat(fd, "side", 0755), 0);
+        assert_int_equal(mkdirat(fd, "d", 0755), 0);
+        f = openat(fd, "side/f", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        assert_true(f >= 0);
+        close(f);
+        int next = openat(fd, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        close(fd);
+        fd = next;
+    }
+    assert_true(fd >= 0);
+    close(fd);
+}
+
+/* A tree of any depth is removed whole, with few descriptors: the limit on
+ * open files is lowered to a few dozen above those already open. */
+static void test_fsx_remove_deep_tree(void **state) {
+    tree *t = *state;
+    int rootfd = open(t->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    assert_true(rootfd >= 0);
+    make_deep_tree(rootfd, "deep");
+    struct rlimit was, low;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &was), 0);
+    low = was;
+    low.rlim_cur = (rlim_t)rootfd + 48;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int r = fsx_remove_tree(rootfd, "deep");
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &was), 0);
+    assert_int_equal(r, 0);
+    struct stat st;
+    assert_int_equal(fstatat(rootfd, "deep", &st, AT_SYMLINK_NOFOLLOW), -1);
+    assert_int_equal(errno, ENOENT);
+    close(rootfd);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fbuf_append_and_limit),
@@ -773,6 +821,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_fsx_mkdirs_beneath, tree_setup, tree_teardown),
         cmocka_unit_test_setup_teardown(test_fsx_mkdir_p, tree_setup, tree_teardown),
         cmocka_unit_test_setup_teardown(test_fsx_remove_tree, tree_setup, tree_teardown),
+        cmocka_unit_test_setup_teardown(test_fsx_remove_deep_tree, tree_setup, tree_teardown),
     };
     return cmocka_run_group_tests_name("base", tests, NULL, NULL);
 }

@@ -127,6 +127,7 @@ static void assert_default_values(const fawn_config *cfg) {
     assert_int_equal(cfg->sandbox.limits.file_size_mb, 1024);
     assert_int_equal(cfg->sandbox.limits.address_space_mb, 4096);
     assert_int_equal(cfg->sandbox.limits.tmp_size_mb, 256);
+    assert_int_equal(cfg->sandbox.limits.disk_mb, 10240);
     assert_int_equal(cfg->sandbox.exec_timeout_s, 600);
     assert_int_equal(cfg->sandbox.exec_max_timeout_s, 3600);
     assert_int_equal(cfg->sandbox.exec_max_output_bytes, 1048576);
@@ -140,6 +141,13 @@ static void assert_default_values(const fawn_config *cfg) {
     assert_int_equal(cfg->uploads.max_files, 10);
     assert_int_equal(cfg->uploads.max_file_size_mb, 50);
     assert_int_equal(cfg->uploads.max_total_size_mb, 100);
+    assert_int_equal(cfg->runs.workers, 8);
+    assert_int_equal(cfg->runs.queue_max, 256);
+    assert_int_equal(cfg->runs.per_user_active_max, 32);
+    assert_int_equal(cfg->runs.per_user_running_max, 4);
+    assert_int_equal(cfg->server.max_connections, 1024);
+    assert_int_equal(cfg->server.max_connections_per_address, 64);
+    assert_int_equal(cfg->server.request_head_timeout_s, 30);
     assert_null(cfg->authorization);
 }
 
@@ -209,6 +217,7 @@ static const char full_yaml[] =
     "    file_size_mb: 10\n"
     "    address_space_mb: 8192\n"
     "    tmp_size_mb: 64\n"
+    "    disk_mb: 512\n"
     "  exec_timeout_s: 30\n"
     "  exec_max_timeout_s: 60\n"
     "  exec_max_output_bytes: 65536\n"
@@ -237,6 +246,7 @@ static void test_full_file(void **state) {
     assert_int_equal(cfg.sandbox.limits.file_size_mb, 10);
     assert_int_equal(cfg.sandbox.limits.address_space_mb, 8192);
     assert_int_equal(cfg.sandbox.limits.tmp_size_mb, 64);
+    assert_int_equal(cfg.sandbox.limits.disk_mb, 512);
     assert_int_equal(cfg.sandbox.exec_timeout_s, 30);
     assert_int_equal(cfg.sandbox.exec_max_timeout_s, 60);
     assert_int_equal(cfg.sandbox.exec_max_output_bytes, 65536);
@@ -272,10 +282,18 @@ static const struct range_case range_cases[] = {
     {"sandbox.limits.file_size_mb", 1, 1048576, NULL},
     {"sandbox.limits.address_space_mb", 64, 4194304, NULL},
     {"sandbox.limits.tmp_size_mb", 1, 65536, NULL},
+    {"sandbox.limits.disk_mb", 16, 1048576, NULL},
     {"sandbox.exec_timeout_s", 1, 86400, "exec_max_timeout_s: 86400"},
     {"sandbox.exec_max_timeout_s", 1, 86400, "exec_timeout_s: 1"},
     {"sandbox.exec_max_output_bytes", 1024, 67108864, NULL},
     {"sandbox.max_sessions", 1, 256, NULL},
+    {"runs.workers", 1, 256, NULL},
+    {"runs.queue_max", 1, 65536, NULL},
+    {"runs.per_user_active_max", 1, 65536, NULL},
+    {"runs.per_user_running_max", 1, 256, "workers: 256"},
+    {"server.max_connections", 16, 65536, "max_connections_per_address: 1"},
+    {"server.max_connections_per_address", 1, 65535, "max_connections: 65536"},
+    {"server.request_head_timeout_s", 1, 600, NULL},
 };
 
 static void test_numeric_ranges(void **state) {
@@ -343,9 +361,42 @@ static void test_exec_timeout_cross_check(void **state) {
     config_free(&cfg);
 }
 
+static void test_runs_running_cap_derived_and_checked(void **state) {
+    static const struct {
+        const char *yaml;
+        uint32_t workers, running_max;
+    } cases[] = {
+        {"runs:\n  workers: 1\n", 1, 1},
+        {"runs:\n  workers: 3\n", 3, 1},
+        {"runs:\n  workers: 16\n", 16, 8},
+        {"runs:\n  workers: 2\n  per_user_running_max: 2\n", 2, 2},
+        {"runs:\n  per_user_running_max: 1\n", 8, 1},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        fawn_config cfg;
+        accept(&cfg, cases[i].yaml);
+        assert_int_equal(cfg.runs.workers, cases[i].workers);
+        assert_int_equal(cfg.runs.per_user_running_max, cases[i].running_max);
+        config_free(&cfg);
+    }
+    refuse2("runs:\n  per_user_running_max: 9\n", "runs.per_user_running_max",
+            "must not exceed runs.workers (9 > 8)");
+    refuse("runs:\n  workers: 2\n  per_user_running_max: 3\n", "(3 > 2)");
+}
+
 static void test_upload_size_cross_check(void **state) {
     refuse2("uploads:\n  max_file_size_mb: 200\n", "uploads.max_file_size_mb",
             "must not exceed uploads.max_total_size_mb (200 > 100)");
+}
+
+static void test_connection_caps_cross_check(void **state) {
+    refuse2("server:\n  max_connections: 64\n", "server.max_connections_per_address",
+            "must be below server.max_connections (64 >= 64)");
+    refuse("server:\n  max_connections_per_address: 2000\n", "(2000 >= 1024)");
+    fawn_config cfg;
+    accept(&cfg, "server:\n  max_connections: 16\n  max_connections_per_address: 15\n");
+    assert_int_equal(cfg.server.max_connections_per_address, 15);
+    config_free(&cfg);
 }
 
 static void test_booleans(void **state) {
@@ -498,6 +549,34 @@ static void test_env_count(void **state) {
     config_free(&cfg);
     env_yaml(yaml, sizeof yaml, CONFIG_MAX_ENV + 1);
     refuse2(yaml, "sandbox.environment: more than 64 variables", "<string>:67:");
+}
+
+/* sandbox.env_passthrough: host values only for the names it lists, after
+ * sandbox.environment (which wins for a name both give), unset ones skipped. */
+static void test_env_passthrough(void **state) {
+    (void)state;
+    setenv("FAWN_TEST_PASS_A", "from host", 1);
+    setenv("FAWN_TEST_PASS_B", "host value ignored", 1);
+    setenv("FAWN_TEST_NOT_NAMED", "never", 1);
+    unsetenv("FAWN_TEST_PASS_UNSET");
+    fawn_config cfg;
+    accept(&cfg, "sandbox:\n"
+                 "  env_passthrough: [FAWN_TEST_PASS_A, FAWN_TEST_PASS_UNSET, FAWN_TEST_PASS_B]\n"
+                 "  environment:\n"
+                 "    FAWN_TEST_PASS_B: configured\n");
+    assert_int_equal(cfg.sandbox.n_env, 2);
+    assert_string_equal(cfg.sandbox.env[0].name, "FAWN_TEST_PASS_B");
+    assert_string_equal(cfg.sandbox.env[0].value, "configured");
+    assert_string_equal(cfg.sandbox.env[1].name, "FAWN_TEST_PASS_A");
+    assert_string_equal(cfg.sandbox.env[1].value, "from host");
+    config_free(&cfg);
+    refuse2("sandbox:\n  env_passthrough: [\"BAD NAME\"]\n", "sandbox.env_passthrough",
+            "not a valid variable name");
+    refuse2("sandbox:\n  env_passthrough: [[A]]\n", "sandbox.env_passthrough",
+            "not a valid variable name");
+    unsetenv("FAWN_TEST_PASS_A");
+    unsetenv("FAWN_TEST_PASS_B");
+    unsetenv("FAWN_TEST_NOT_NAMED");
 }
 
 /* ---- $VAR substitution ---- */
@@ -776,14 +855,16 @@ static void test_example_file(void **state) {
     static const char *const keys[] = {
         "home:", "log_level:", "sandbox:", "network:", "skills_dir:", "environment:", "limits:",
         "memory_mb:", "pids:", "nproc:", "open_files:", "file_size_mb:", "address_space_mb:",
-        "tmp_size_mb:", "exec_timeout_s:", "exec_max_timeout_s:", "exec_max_output_bytes:",
+        "tmp_size_mb:", "disk_mb:", "exec_timeout_s:", "exec_max_timeout_s:", "exec_max_output_bytes:",
         "max_sessions:", "auth:", "disabled:", "registration_enabled:", "session_ttl_s:",
         "cookie_secure:", "uploads:", "max_files:", "max_file_size_mb:", "max_total_size_mb:",
         "idle_timeout_s:", "replicas:", "provider:", "remote:", "create_command:",
         "status_command:", "destroy_command:", "list_command:", "command_timeout_s:",
-        "start_timeout_s:", "trusted_proxies:", "models:", "base_url:", "api_key:", "max_tokens:",
+        "start_timeout_s:", "trusted_proxies:", "max_connections:",
+        "max_connections_per_address:", "request_head_timeout_s:", "models:", "base_url:", "api_key:", "max_tokens:",
         "stall_timeout_s:", "total_timeout_s:", "supports_thinking:", "supports_vision:",
         "extra_body:", "display_name:", "authorization:", "enabled:", "fail_closed:", "default_role:", "roles:",
+        "runs:", "workers:", "queue_max:", "per_user_active_max:", "per_user_running_max:",
     };
     for (size_t i = 0; i < ARRAY_LEN(keys); i++)
         if (!strstr(text, keys[i]))
@@ -798,6 +879,7 @@ int main(void) {
         cmocka_unit_test(test_full_file),
         cmocka_unit_test(test_flow_style_and_home_derivation),
         cmocka_unit_test(test_numeric_ranges),
+        cmocka_unit_test(test_connection_caps_cross_check),
         cmocka_unit_test(test_integer_syntax),
         cmocka_unit_test(test_exec_timeout_cross_check),
         cmocka_unit_test(test_unknown_keys),
@@ -807,6 +889,7 @@ int main(void) {
         cmocka_unit_test(test_enums),
         cmocka_unit_test(test_env_names),
         cmocka_unit_test(test_env_count),
+        cmocka_unit_test(test_env_passthrough),
         cmocka_unit_test(test_var_substitution),
         cmocka_unit_test(test_var_errors),
         cmocka_unit_test(test_aliases_refused),
@@ -817,6 +900,7 @@ int main(void) {
         cmocka_unit_test(test_load_resolution),
         cmocka_unit_test(test_example_file),
         cmocka_unit_test(test_upload_size_cross_check),
+        cmocka_unit_test(test_runs_running_cap_derived_and_checked),
         cmocka_unit_test(test_booleans),
         cmocka_unit_test(test_authorization_tree),
     };

@@ -188,12 +188,32 @@ static void form_fields_decode_once(void **state) {
     assert_int_equal(gw_form_field(out, sizeof out, body, strlen(body), "missing"), FAWN_ENOENT);
     static const char *const bad[] = {"username=%00", "username=%4", "username=%zz",
                                       "username=0123456789abcdef"};
-    for (size_t i = 0; i < ARRAY_LEN(bad); i++)
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        POISON(out);
         assert_int_equal(gw_form_field(out, sizeof out, bad[i], strlen(bad[i]), "username"),
                          FAWN_EINVAL);
+        assert_string_equal(out, ""); /* never half a value */
+    }
+    POISON(out);
+    assert_int_equal(gw_form_field(out, sizeof out, body, strlen(body), "missing"), FAWN_ENOENT);
+    assert_string_equal(out, "");
     /* The length bounds the scan: bytes past it are not read. */
     assert_int_equal(gw_form_field(out, sizeof out, "username=ab", 10, "username"), 0);
     assert_string_equal(out, "a");
+}
+
+/* A body that is not one JSON object hands out no object: a route that
+ * decrefs what it got after the failure decrefs NULL. */
+static void refused_json_bodies_leave_no_object(void **state) {
+    static const char *const bad[] = {"[1]", "{\"a\":", "\"text\""};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        gw_request rq = {.body = {.data = (char *)bad[i], .len = strlen(bad[i])}};
+        json_t *body;
+        POISON(body);
+        assert_int_equal(gw_body_json(&body, &rq), FAWN_EINVAL);
+        assert_null(body);
+        json_decref(body);
+    }
 }
 
 /* X-Forwarded-For is believed only from trusted proxies, and only up to
@@ -230,11 +250,38 @@ static void forwarded_client_from_trusted_proxies_only(void **state) {
     assert_string_equal(out, "127.0.0.1");
 }
 
+static void event_ids_parse_with_bounds(void **state) {
+    static const struct {
+        const char *text;
+        int64_t id;
+    } good[] = {
+        {NULL, 0}, {"", 0}, {"-1", 0}, {"0", 0}, {"1", 1}, {"007", 7},
+        {"9223372036854775807", INT64_MAX}, {"00000000000000000000009223372036854775807", INT64_MAX},
+    };
+    static const char *const bad[] = {
+        "9223372036854775808", "18446744073709551616", "99999999999999999999999", "-2", "-0",
+        "+1", " 1", "1 ", "1.5", "1e3", "0x10", "abc", "1-0", "--1", "-",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(good); i++) {
+        int64_t id = -1;
+        assert_int_equal(gw_event_id_parse(&id, good[i].text), 0);
+        assert_int_equal(id, good[i].id);
+    }
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        int64_t id = -1;
+        assert_int_equal(gw_event_id_parse(&id, bad[i]), FAWN_EINVAL);
+        assert_int_equal(id, 0);
+        assert_non_null(strstr(fawn_errmsg(), "Last-Event-ID"));
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(forwarded_client_from_trusted_proxies_only),
         cmocka_unit_test(throttle_locks_out_after_failures),
         cmocka_unit_test(form_fields_decode_once),
+        cmocka_unit_test(event_ids_parse_with_bounds),
+        cmocka_unit_test(refused_json_bodies_leave_no_object),
         cmocka_unit_test(health_is_public),
         cmocka_unit_test(errors_have_a_detail),
         cmocka_unit_test(bad_address_refused),

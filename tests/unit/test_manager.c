@@ -21,6 +21,7 @@
 #include "sandbox/manager.h"
 #include "store/store.h"
 #include "support.h"
+#include "tools/tools.h"
 #include "unit/fake_provider.h"
 
 #define SANDBOX_DENIED "Sandbox execution is not permitted for your role"
@@ -452,6 +453,37 @@ static void acquire_rejects_bad_names(void **state) {
     char max_sid[17];
     fake_sandbox_id(max_sid, max_id, max_id);
     assert_string_equal(l->box.sandbox_id, max_sid);
+}
+
+/* A refused acquisition still sets the lease pointer (so releasing what the
+ * caller got is safe), a refused destroy its outcome, and a tool's box call
+ * through a refused lease no reply and status 0. */
+static void refusals_leave_out_parameters_defined(void **state) {
+    fx *x = *state;
+    sbx_request req = {.who = {.user = "alice", .role = "restricted"}, .thread = "t1",
+                       .kind = SBX_HOLD_EXECUTION};
+    sbx_lease *l;
+    POISON(l);
+    assert_int_equal(sbx_acquire(&l, x->m, &req), FAWN_EPERM);
+    assert_null(l);
+    sbx_release(l);
+    enum sbx_destroy_outcome outcome;
+    POISON(outcome);
+    assert_int_equal(sbx_destroy(&outcome, x->m, "alice", "../t1"), FAWN_EINVAL);
+    assert_int_equal(outcome, SBX_DESTROYED);
+    tool_env env = {.sandboxes = x->m, .req = req};
+    POISON(l);
+    assert_int_equal(tool_env_lease(&l, &env), FAWN_EPERM);
+    assert_null(l);
+    json_t *reply;
+    int status;
+    POISON(reply);
+    POISON(status);
+    assert_int_equal(tool_box_call(&reply, &status, &env, "GET", "/v1/sandbox", NULL, 1000),
+                     FAWN_EPERM);
+    assert_null(reply);
+    assert_int_equal(status, 0);
+    tool_env_end(&env);
 }
 
 /* ---- leases ---- */
@@ -1913,6 +1945,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(gate_decision_is_made_once_per_run, setup, teardown),
         cmocka_unit_test_setup_teardown(gate_checks_reuse_of_a_held_sandbox, setup, teardown),
         cmocka_unit_test_setup_teardown(acquire_rejects_bad_names, setup, teardown),
+        cmocka_unit_test_setup_teardown(refusals_leave_out_parameters_defined, setup, teardown),
         cmocka_unit_test_setup_teardown(
             acquisitions_serialize_per_thread_and_run_in_parallel_across, setup, teardown),
         cmocka_unit_test_setup_teardown(holders_keep_the_sandbox_active_until_the_last_release,

@@ -945,6 +945,45 @@ static void registry_refuses_bad_lists(void **state) {
     }
 }
 
+/* A reply variable the caller never set is neither read nor freed: every
+ * failing attempt or completion (bad configuration, an open breaker) sets
+ * it, so clearing it afterwards is safe. */
+static void failures_leave_the_reply_defined(void **state) {
+    model_config cfg = {.name = "m"}; /* no model id: refused before any request */
+    json_t *messages = json_array();
+    model_reply reply;
+    enum model_failure why;
+    int64_t retry_after_ms;
+    POISON(reply);
+    POISON(why);
+    POISON(retry_after_ms);
+    assert_int_equal(model_attempt(&reply, &why, &retry_after_ms, &cfg, messages, NULL, NULL,
+                                   NULL, NULL),
+                     FAWN_EINVAL);
+    assert_null(reply.message);
+    assert_int_equal(reply.prompt_tokens, -1);
+    assert_int_equal(why, MODEL_FAIL_FATAL);
+    assert_int_equal(retry_after_ms, -1);
+    model_reply_clear(&reply);
+    POISON(reply);
+    assert_int_equal(model_complete(&reply, &why, &cfg, messages, NULL, NULL, NULL, NULL),
+                     FAWN_EINVAL);
+    assert_null(reply.message);
+    model_reply_clear(&reply);
+    model_breaker b;
+    model_breaker_init(&b);
+    for (int i = 0; i < MODEL_BREAKER_THRESHOLD; i++)
+        model_breaker_record(&b, MODEL_FAIL_TRANSIENT, fawn_now_ms());
+    POISON(reply);
+    assert_int_equal(model_complete(&reply, &why, &cfg, messages, NULL, &b, NULL, NULL),
+                     FAWN_EBUSY);
+    assert_null(reply.message);
+    assert_string_equal(reply.finish_reason, "");
+    model_reply_clear(&reply);
+    model_breaker_destroy(&b);
+    json_decref(messages);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(registry_loads_and_resolves),
@@ -975,6 +1014,7 @@ int main(void) {
         cmocka_unit_test(test_complete_stall_budget),
         cmocka_unit_test(test_complete_cancel_while_waiting),
         cmocka_unit_test(test_complete_breaker_opens_and_probes),
+        cmocka_unit_test(failures_leave_the_reply_defined),
     };
     return cmocka_run_group_tests_name("model", tests, NULL, NULL);
 }

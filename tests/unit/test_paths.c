@@ -4,11 +4,14 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "paths/paths.h"
+#include "support.h"
 
 typedef struct parse_case {
     const char *in;
@@ -279,6 +282,46 @@ static void test_staging_names(void **state) {
     assert_false(vpath_is_staging_name(""));
 }
 
+/* Failing calls still set their out-parameters: a caller that closes the
+ * descriptor or reads the path it got after a failure acts on -1 and "". */
+static void failures_leave_out_parameters_defined(void **state) {
+    char home[] = "/tmp/fawn-paths-XXXXXX";
+    assert_non_null(mkdtemp(home));
+    vpath_roots roots = {.user_data_fd = open(home, O_RDONLY | O_DIRECTORY), .skills_fd = -1};
+    assert_true(roots.user_data_fd >= 0);
+    vpath_target t;
+    POISON(t);
+    assert_int_equal(vpath_resolve(&t, &roots, "relative/path", false), FAWN_EINVAL);
+    assert_int_equal(t.rootfd, -1);
+    assert_string_equal(t.vp.rel, "");
+    assert_int_equal(vpath_resolve(&t, &roots, "/mnt/user-data/workspace/missing", false), 0);
+    int fd;
+    struct stat st;
+    POISON(fd);
+    POISON(st);
+    assert_int_equal(vpath_open_regular(&fd, &st, &t), FAWN_ENOENT);
+    assert_int_equal(fd, -1);
+    assert_int_equal(st.st_size, 0);
+    POISON(fd);
+    assert_int_equal(vpath_open_dir(&fd, &t), FAWN_ENOENT);
+    assert_int_equal(fd, -1);
+    POISON(st);
+    assert_int_equal(vpath_stat(&st, &t), FAWN_ENOENT);
+    assert_int_equal(st.st_mode, 0);
+    char decoded[32];
+    POISON(decoded);
+    assert_int_equal(vpath_percent_decode(decoded, sizeof decoded, "a%zz"), FAWN_EINVAL);
+    assert_string_equal(decoded, "");
+    vpath vp;
+    POISON(vp);
+    assert_int_equal(vpath_parse(&vp, "/etc/passwd"), FAWN_EPERM);
+    assert_string_equal(vp.rel, "");
+    assert_int_equal(vpath_parse(&vp, "/mnt/user-data/workspace/a/../../.."), FAWN_EINVAL);
+    assert_string_equal(vp.rel, "");
+    close(roots.user_data_fd);
+    rmdir(home);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_normalizes),
@@ -292,6 +335,7 @@ int main(void) {
         cmocka_unit_test(test_in_dir),
         cmocka_unit_test(test_name_valid),
         cmocka_unit_test(test_staging_names),
+        cmocka_unit_test(failures_leave_out_parameters_defined),
     };
     return cmocka_run_group_tests_name("paths", tests, NULL, NULL);
 }

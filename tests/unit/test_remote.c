@@ -42,12 +42,22 @@ static char tmp[64], state_dir[128], script[PATH_MAX];
 static char *create_argv[3], *status_argv[3], *destroy_argv[3], *list_argv[3];
 static sbx_provider *prov;
 
+/* What tests/remote/loopback-provider.sh reads from its environment, and the
+ * sanitizers' settings for the boxes it starts. */
+static char *loopback_passthrough[] = {"LOOPBACK_STATE_DIR", "LOOPBACK_CREATE_DELAY_S",
+                                       "LOOPBACK_ENDPOINT", "FAWN_BIN", "FAWN_HOME",
+                                       "ASAN_OPTIONS", "UBSAN_OPTIONS", NULL};
+
+/* The tests' own commands read MARKER (a file they write) from their environment. */
+static char *marker_passthrough[] = {"MARKER", NULL};
+
 static remote_provider_config loopback_config(uint32_t start_timeout_ms) {
     return (remote_provider_config){.create_argv = create_argv, .status_argv = status_argv,
                                     .destroy_argv = destroy_argv, .list_argv = list_argv,
                                     .command_timeout_ms = 20000,
                                     .start_timeout_ms = start_timeout_ms,
-                                    .health_timeout_ms = HEALTH_MS};
+                                    .health_timeout_ms = HEALTH_MS,
+                                    .env_passthrough = loopback_passthrough};
 }
 
 static int group_setup(void **state) {
@@ -659,9 +669,11 @@ static void commands_get_their_environment(void **state) {
     setenv("FAWN_USER", "inherited", 1);
     setenv("FAWN_GENERATION", "inherited", 1);
     setenv("MARKER", marker, 1);
+    setenv("GITHUB_PAT", "ghp_secret", 1);
     /* status answers "stopped" with the sandbox id twice as generation, and
      * fails when inherited FAWN_* variables leak in; destroy records
-     * FAWN_GENERATION, after which status says absent. */
+     * FAWN_GENERATION, after which status says absent. Only MARKER is passed
+     * through: create records whether the host's GITHUB_PAT reached it. */
     char *status[] = SH("[ -z \"${FAWN_USER+x}${FAWN_THREAD+x}${FAWN_GENERATION+x}\" ] || exit 9; "
                         "if [ -e \"$MARKER\" ]; then echo '{\"state\": \"absent\"}'; else "
                         "printf '{\"state\": \"stopped\", \"generation\": \"%s%s\"}' "
@@ -669,11 +681,13 @@ static void commands_get_their_environment(void **state) {
     char *destroy[] = SH("[ -z \"${FAWN_USER+x}${FAWN_THREAD+x}\" ] || exit 9; "
                          "printf %s-%s \"$FAWN_SANDBOX_ID\" \"$FAWN_GENERATION\" > \"$MARKER\"; "
                          "echo '{}'");
-    char *create[] = SH("printf '%s %s %s' \"$FAWN_USER\" \"$FAWN_THREAD\" \"$FAWN_SANDBOX_ID\" "
-                        "> \"$MARKER.create\"; echo '{\"endpoint\": \"tcp:127.0.0.1:1\"}'");
+    char *create[] = SH("printf '%s %s %s %s' \"$FAWN_USER\" \"$FAWN_THREAD\" \"$FAWN_SANDBOX_ID\" "
+                        "\"${GITHUB_PAT-unset}\" > \"$MARKER.create\"; "
+                        "echo '{\"endpoint\": \"tcp:127.0.0.1:1\"}'");
     remote_provider_config cfg = {.create_argv = create, .status_argv = status,
                                   .destroy_argv = destroy, .list_argv = status,
-                                  .command_timeout_ms = 5000, .start_timeout_ms = 2000};
+                                  .command_timeout_ms = 5000, .start_timeout_ms = 2000,
+                                  .env_passthrough = marker_passthrough};
     sbx_provider *p;
     assert_int_equal(remote_provider_new(&p, &cfg), 0);
     const char *id = "0123456789abcdef";
@@ -698,13 +712,14 @@ static void commands_get_their_environment(void **state) {
     fd = open(create_marker, O_RDONLY);
     assert_int_equal(fawn_read_all(&content, NULL, fd, 1024), 0);
     close(fd);
-    expect = strf("%s env %s", USER_ID, sid);
+    expect = strf("%s env %s unset", USER_ID, sid);
     assert_string_equal(content, expect);
     free(content);
     free(expect);
     free(create_marker);
     unsetenv("FAWN_USER");
     unsetenv("FAWN_GENERATION");
+    unsetenv("GITHUB_PAT");
     remote_provider_free(p);
 }
 
@@ -730,7 +745,8 @@ static void create_output_is_checked_and_undone(void **state) {
         char *create[] = SH(script_text);
         remote_provider_config cfg = {.create_argv = create, .status_argv = status,
                                       .destroy_argv = destroy, .list_argv = status,
-                                      .command_timeout_ms = 5000, .start_timeout_ms = 2000};
+                                      .command_timeout_ms = 5000, .start_timeout_ms = 2000,
+                                      .env_passthrough = marker_passthrough};
         sbx_provider *p;
         assert_int_equal(remote_provider_new(&p, &cfg), 0);
         unlink(marker);
@@ -1015,7 +1031,7 @@ static void config_chooses_the_provider(void **state) {
     char *yaml = strf("sandbox:\n  provider: remote\n  remote:\n"
                       "    create_command: [%s, create]\n    status_command: [%s, status]\n"
                       "    destroy_command: [%s, destroy]\n    list_command: [%s, list]\n"
-                      "    command_timeout_s: 20\n",
+                      "    command_timeout_s: 20\n    env_passthrough: [KUBECONFIG]\n",
                       script, script, script, script);
     sbx_provider *p = NULL;
     assert_int_equal(provider_from_yaml(&p, yaml), 0);
@@ -1038,6 +1054,10 @@ static void config_chooses_the_provider(void **state) {
          "sandbox.remote.create_command[1]: must be a non-empty word"},
         {"sandbox:\n  provider: remote\n  remote:\n    create_comand: [a]\n",
          "unknown key sandbox.remote.create_comand"},
+        {"sandbox:\n  provider: remote\n  remote:\n    create_command: [a]\n"
+         "    status_command: [a]\n    destroy_command: [a]\n    list_command: [a]\n"
+         "    env_passthrough: [\"A=B\"]\n",
+         "sandbox.remote.env_passthrough[0]: not a valid variable name"},
         {"sandbox:\n  provider: remote\n  remote:\n    create_command: [a]\n"
          "    status_command: [a]\n    destroy_command: [a]\n    list_command: [a]\n"
          "    start_timeout_s: 0\n",

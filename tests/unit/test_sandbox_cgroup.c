@@ -721,7 +721,7 @@ static void test_probe_usable_and_clean(void **state) {
 
 static void test_doctor_probe_host(void **state) {
     doctor_report r;
-    int rc = doctor_probe(&r);
+    int rc = doctor_probe(&r, "/tmp");
     for (size_t i = 0; i < DOCTOR_N_FEATURES; i++)
         if (!r.checks[i].ok)
             print_message("# %s missing: %s\n", r.checks[i].name, r.checks[i].detail);
@@ -755,7 +755,7 @@ static char *capture_print(const doctor_report *r) {
 
 static void test_doctor_reports_missing(void **state) {
     doctor_report r;
-    assert_int_equal(doctor_probe(&r), 0);
+    assert_int_equal(doctor_probe(&r, "/tmp"), 0);
     char *text = capture_print(&r);
     assert_non_null(strstr(text, "user namespaces"));
     assert_non_null(strstr(text, "local provider: ready"));

@@ -1,19 +1,24 @@
-/* The SQLite store: migrations, users, owner-scoped threads, search,
- * concurrent writers, and reopening after the writer was killed. */
+/* The SQLite store: migrations, users, owner-scoped threads, search and
+ * its bounds, a held reader that stalls no one else, concurrent writers,
+ * and reopening after the writer was killed. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "store/sqlite_internal.h"
 #include "store/store.h"
 
 typedef struct fx {
@@ -56,12 +61,12 @@ static void migrations_bring_schema_current(void **state) {
     fx *x = *state;
     int v = 0;
     assert_int_equal(store_schema_version(x->s, &v), 0);
-    assert_int_equal(v, 5);
+    assert_int_equal(v, 6);
     /* Reopening applies nothing twice. */
     store *again;
     assert_int_equal(store_open(&again, x->path), 0);
     assert_int_equal(store_schema_version(again, &v), 0);
-    assert_int_equal(v, 5);
+    assert_int_equal(v, 6);
     store_close(again);
 }
 
@@ -282,6 +287,139 @@ static void search_matches_metadata_exactly(void **state) {
     free(rows);
 }
 
+/* A match is bounded in keys and bytes before anything is searched: a
+ * match of thousands of keys costs every thread searched a lookup each. */
+static void search_matches_are_bounded(void **state) {
+    fx *x = *state;
+    fbuf match = {0};
+    fbuf_printf(&match, "{");
+    for (int i = 0; i <= STORE_MATCH_KEYS_MAX; i++)
+        fbuf_printf(&match, "%s\"k%d\":1", i ? "," : "", i);
+    fbuf_printf(&match, "}");
+    store_thread *rows;
+    size_t n;
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, match.data, NULL, 10, 0),
+                     FAWN_E2BIG);
+    assert_null(rows);
+    assert_int_equal(n, 0);
+    char big[STORE_MATCH_MAX + 64];
+    snprintf(big, sizeof big, "{\"k\":\"%0*d\"}", STORE_MATCH_MAX, 0);
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, big, NULL, 10, 0), FAWN_E2BIG);
+    /* At the bounds, the search runs. */
+    match.len = 0;
+    fbuf_printf(&match, "{");
+    for (int i = 0; i < STORE_MATCH_KEYS_MAX; i++)
+        fbuf_printf(&match, "%s\"k%d\":1", i ? "," : "", i);
+    fbuf_printf(&match, "}");
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, match.data, NULL, 10, 0), 0);
+    assert_int_equal(n, 0);
+    free(rows);
+    fbuf_free(&match);
+}
+
+/* A reader stopped inside a statement step, on demand: the first step of
+ * any reader after `armed` is set waits there until `release`. */
+typedef struct read_gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool armed, held, release;
+} read_gate;
+
+static int gate_progress(void *arg) {
+    read_gate *g = arg;
+    pthread_mutex_lock(&g->mu);
+    if (g->armed) {
+        g->armed = false;
+        g->held = true;
+        pthread_cond_broadcast(&g->cv);
+        while (!g->release)
+            pthread_cond_wait(&g->cv, &g->mu);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return 0;
+}
+
+/* Waits until *flag is set, with a ceiling that only catches a hang. */
+static bool gate_wait(read_gate *g, const bool *flag) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 120;
+    pthread_mutex_lock(&g->mu);
+    int rc = 0;
+    while (!*flag && rc == 0)
+        rc = pthread_cond_timedwait(&g->cv, &g->mu, &until);
+    bool ok = *flag;
+    pthread_mutex_unlock(&g->mu);
+    return ok;
+}
+
+typedef struct gate_call {
+    fx *x;
+    read_gate *g;
+    int result;
+    bool done;
+} gate_call;
+
+static void *long_search(void *arg) {
+    gate_call *c = arg;
+    store_thread *rows;
+    size_t n;
+    c->result = store_thread_search(c->x->s, &rows, &n, c->x->bob, "{\"k\":\"v\"}", NULL, 100, 0);
+    for (size_t i = 0; c->result == 0 && i < n; i++)
+        store_thread_clear(&rows[i]);
+    free(rows);
+    return NULL;
+}
+
+/* Another user's read and a write while the search is held. */
+static void *other_user_calls(void *arg) {
+    gate_call *c = arg;
+    store_thread t;
+    c->result = store_thread_get(c->x->s, &t, c->x->alice, "held-1");
+    store_thread_clear(&t);
+    if (c->result == 0)
+        c->result = store_thread_set_status(c->x->s, c->x->alice, "held-1", "busy");
+    pthread_mutex_lock(&c->g->mu);
+    c->done = true;
+    pthread_cond_broadcast(&c->g->cv);
+    pthread_mutex_unlock(&c->g->mu);
+    return NULL;
+}
+
+/* One search held inside its statement holds one read connection, not the
+ * store: another user's thread read and a write complete meanwhile. */
+static void a_held_read_stalls_no_other_caller(void **state) {
+    fx *x = *state;
+    store_thread t;
+    bool existed;
+    assert_int_equal(store_thread_create(x->s, &t, &existed, x->alice, "held-1", NULL), 0);
+    store_thread_clear(&t);
+    read_gate g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    for (size_t i = 0; i < STORE_READERS; i++)
+        sqlite3_progress_handler(x->s->readers[i], 1, gate_progress, &g);
+    g.armed = true;
+    gate_call search_call = {.x = x, .g = &g}, other = {.x = x, .g = &g};
+    pthread_t searcher, caller;
+    assert_int_equal(pthread_create(&searcher, NULL, long_search, &search_call), 0);
+    assert_true(gate_wait(&g, &g.held));
+    assert_int_equal(pthread_create(&caller, NULL, other_user_calls, &other), 0);
+    bool completed = gate_wait(&g, &other.done);
+    pthread_mutex_lock(&g.mu);
+    g.release = true;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    pthread_join(caller, NULL);
+    pthread_join(searcher, NULL);
+    for (size_t i = 0; i < STORE_READERS; i++)
+        sqlite3_progress_handler(x->s->readers[i], 0, NULL, NULL);
+    assert_true(completed);
+    assert_int_equal(other.result, 0);
+    assert_int_equal(search_call.result, 0);
+    assert_int_equal(store_thread_get(x->s, &t, x->alice, "held-1"), 0);
+    assert_string_equal(t.status, "busy");
+    store_thread_clear(&t);
+}
+
 typedef struct writer {
     fx *x;
     int index;
@@ -466,14 +604,16 @@ static void checkpoints_and_receipts_follow_the_thread(void **state) {
     fx *x = *state;
     make_thread(x, x->alice, "rt3");
     add_run(x, x->alice, "rt3", "rc1");
-    store_checkpoint c = {.values = "{\"messages\":[]}"};
+    store_checkpoint c = {0};
+    json_t *empty = json_pack("{s:[]}", "messages");
     store_checkpoint latest;
     assert_int_equal(store_checkpoint_latest(x->s, &latest, x->alice, "rt3"), FAWN_ENOENT);
     for (int i = 0; i < STORE_CHECKPOINTS_KEPT + 5; i++) {
         snprintf(c.checkpoint_id, sizeof c.checkpoint_id, "c%d", i);
-        assert_int_equal(store_checkpoint_put(x->s, x->alice, "rt3", &c), 0);
+        assert_int_equal(store_checkpoint_put(x->s, NULL, x->alice, "rt3", &c, empty), 0);
     }
-    assert_int_equal(store_checkpoint_put(x->s, x->bob, "rt3", &c), FAWN_ENOENT);
+    assert_int_equal(store_checkpoint_put(x->s, NULL, x->bob, "rt3", &c, empty), FAWN_ENOENT);
+    json_decref(empty);
     assert_int_equal(store_checkpoint_latest(x->s, &latest, x->alice, "rt3"), 0);
     char want[16];
     snprintf(want, sizeof want, "c%d", STORE_CHECKPOINTS_KEPT + 4);
@@ -509,6 +649,337 @@ static void checkpoints_and_receipts_follow_the_thread(void **state) {
     assert_int_equal(store_checkpoint_latest(x->s, &latest, x->alice, "rt3"), FAWN_ENOENT);
 }
 
+/* ---- thread state: each message stored once ---- */
+
+/* How many message rows the thread has, and their bytes. */
+static int64_t message_rows(fx *x, int64_t owner, const char *thread, int64_t *bytes) {
+    sqlite3 *db = sq_read_begin(x->s);
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT count(*), coalesce(sum(bytes), 0) FROM "
+                                            "thread_messages WHERE owner_id = ?1 AND thread_id = ?2",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_int64(st, 1, owner);
+    sqlite3_bind_text(st, 2, thread, -1, SQLITE_STATIC);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int64_t n = sqlite3_column_int64(st, 0);
+    if (bytes)
+        *bytes = sqlite3_column_int64(st, 1);
+    sqlite3_finalize(st);
+    sq_read_end(x->s, db);
+    return n;
+}
+
+/* A message of about size bytes. */
+static json_t *big_message(const char *type, int i, size_t size) {
+    char *text = malloc(size + 1);
+    memset(text, 'a' + i % 26, size);
+    text[size] = '\0';
+    char id[32];
+    snprintf(id, sizeof id, "m%d", i);
+    json_t *m = json_pack("{s:s, s:s, s:s}", "type", type, "id", id, "content", text);
+    free(text);
+    return m;
+}
+
+/* Writes values as a checkpoint named id; *ref (may be NULL) gets its reference. */
+static void put_state(fx *x, int64_t owner, const char *thread, const char *id,
+                      const json_t *values, char **ref) {
+    store_checkpoint c = {0};
+    snprintf(c.checkpoint_id, sizeof c.checkpoint_id, "%s", id);
+    assert_int_equal(store_checkpoint_put(x->s, ref, owner, thread, &c, values), 0);
+}
+
+/* The state ref names, within max bytes of messages, parsed. */
+static json_t *read_state(fx *x, int64_t owner, const char *thread, const char *ref, size_t max,
+                          size_t *omitted) {
+    char *text;
+    assert_int_equal(store_state_read(x->s, &text, omitted, owner, thread, ref, max), 0);
+    json_t *v = json_loads(text, 0, NULL);
+    assert_non_null(v);
+    free(text);
+    return v;
+}
+
+/* A conversation that grows by a large message per checkpoint stores each
+ * message once: the rows hold about the bytes of its messages, not the
+ * sum over checkpoints, and each state reads back whole or, bounded, its
+ * newest messages. */
+static void checkpoints_store_each_message_once(void **state) {
+    fx *x = *state;
+    make_thread(x, x->alice, "once");
+    json_t *values = json_pack("{s:[], s:s, s:[]}", "messages", "title", "t", "artifacts");
+    json_t *msgs = json_object_get(values, "messages");
+    enum { STEPS = 40, SIZE = 20000 };
+    size_t message_bytes = 0;
+    char *first_ref = NULL, *ref = NULL;
+    for (int i = 0; i < STEPS; i++) {
+        json_array_append_new(msgs, big_message(i % 2 ? "tool" : "ai", i, SIZE));
+        char *text = json_dumps(json_array_get(msgs, i), JSON_COMPACT);
+        message_bytes += strlen(text);
+        free(text);
+        char id[16];
+        snprintf(id, sizeof id, "o%d", i);
+        free(ref);
+        put_state(x, x->alice, "once", id, values, &ref);
+        if (i == 0)
+            first_ref = strdup(ref);
+    }
+    int64_t bytes;
+    assert_int_equal(message_rows(x, x->alice, "once", &bytes), STEPS);
+    assert_int_equal((size_t)bytes, message_bytes);
+    /* A reference is a few bytes: values and one span. */
+    assert_true(strlen(ref) < 128);
+    size_t omitted;
+    json_t *whole = read_state(x, x->alice, "once", ref, SIZE_MAX, &omitted);
+    assert_int_equal(omitted, 0);
+    assert_true(json_equal(whole, values));
+    json_decref(whole);
+    json_t *early = read_state(x, x->alice, "once", first_ref, SIZE_MAX, &omitted);
+    assert_int_equal(json_array_size(json_object_get(early, "messages")), 1);
+    json_decref(early);
+    /* Bounded: the newest five fit, the 35 older ones are counted. */
+    json_t *newest = read_state(x, x->alice, "once", ref, 5 * (SIZE + 64), &omitted);
+    assert_int_equal(omitted, STEPS - 5);
+    assert_int_equal(json_integer_value(json_object_get(newest, "messages_omitted")), STEPS - 5);
+    assert_int_equal(json_array_size(json_object_get(newest, "messages")), 5);
+    assert_true(json_equal(json_array_get(json_object_get(newest, "messages"), 4),
+                           json_array_get(msgs, STEPS - 1)));
+    assert_string_equal(json_string_value(json_object_get(newest, "title")), "t");
+    json_decref(newest);
+    store_checkpoint latest;
+    assert_int_equal(store_checkpoint_latest(x->s, &latest, x->alice, "once"), 0);
+    assert_string_equal(latest.state, ref);
+    store_checkpoint_clear(&latest);
+    free(first_ref);
+    free(ref);
+    json_decref(values);
+}
+
+/* A message replaced (POST state) is a new row: the new state lists it in
+ * its place, an older state still reads the old one until the last
+ * checkpoint listing it is pruned, and then its row goes. Deleting the
+ * thread deletes every row. */
+static void replaced_messages_stay_until_no_checkpoint_lists_them(void **state) {
+    fx *x = *state;
+    make_thread(x, x->alice, "edit");
+    json_t *values = json_pack("{s:[o, o, o]}", "messages", big_message("human", 0, 10),
+                               big_message("ai", 1, 10), big_message("human", 2, 10));
+    char *before = NULL, *after = NULL;
+    put_state(x, x->alice, "edit", "e0", values, &before);
+    json_t *msgs = json_object_get(values, "messages");
+    json_object_set_new(json_array_get(msgs, 1), "content", json_string("edited"));
+    put_state(x, x->alice, "edit", "e1", values, &after);
+    assert_int_equal(message_rows(x, x->alice, "edit", NULL), 4);
+    size_t omitted;
+    json_t *now = read_state(x, x->alice, "edit", after, SIZE_MAX, &omitted);
+    assert_true(json_equal(now, values));
+    json_decref(now);
+    json_t *then = read_state(x, x->alice, "edit", before, SIZE_MAX, &omitted);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(then, "messages"), 1), "content")),
+                        "bbbbbbbbbb");
+    json_decref(then);
+    /* The same message twice in one state is one row, listed twice. */
+    json_array_append(msgs, json_array_get(msgs, 0));
+    for (int i = 2; i < STORE_CHECKPOINTS_KEPT + 2; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "e%d", i);
+        put_state(x, x->alice, "edit", id, values, NULL);
+    }
+    /* e0, the only one listing the message before its edit, was pruned. */
+    assert_int_equal(message_rows(x, x->alice, "edit", NULL), 3);
+    store_checkpoint latest;
+    assert_int_equal(store_checkpoint_latest(x->s, &latest, x->alice, "edit"), 0);
+    now = read_state(x, x->alice, "edit", latest.state, SIZE_MAX, &omitted);
+    assert_true(json_equal(now, values));
+    assert_int_equal(json_array_size(json_object_get(now, "messages")), 4);
+    json_decref(now);
+    store_checkpoint_clear(&latest);
+    /* Values of another shape are refused. */
+    json_t *bad = json_pack("{s:s}", "messages", "not a list");
+    store_checkpoint c = {.checkpoint_id = "bad"};
+    char *ref = (char *)"poison";
+    assert_int_equal(store_checkpoint_put(x->s, &ref, x->alice, "edit", &c, bad), FAWN_EINVAL);
+    assert_null(ref);
+    json_decref(bad);
+    assert_int_equal(store_thread_delete(x->s, x->alice, "edit"), 0);
+    assert_int_equal(message_rows(x, x->alice, "edit", NULL), 0);
+    free(before);
+    free(after);
+    json_decref(values);
+}
+
+/* The two states a schema 5 database holds whole, oldest first. */
+static const char *const v5_states[] = {
+    "{\"messages\":[{\"type\":\"human\",\"content\":\"hi\",\"id\":\"a\"}],\"title\":\"x\"}",
+    "{\"messages\":[{\"type\":\"human\",\"content\":\"hi\",\"id\":\"a\"},"
+    "{\"type\":\"ai\",\"content\":\"hello\",\"id\":\"b\"}],\"title\":\"x\",\"artifacts\":[]}",
+};
+
+/* A database at path as schema 5 left it: a user's thread t5 with two
+ * checkpoints and a run r5 whose values events hold whole states. */
+static int64_t make_v5_database(const char *path) {
+    store *s;
+    assert_int_equal(store_open(&s, path), 0);
+    store_user u;
+    assert_int_equal(store_user_create(s, &u, "old", "h", "user"), 0);
+    store_thread t;
+    bool existed;
+    assert_int_equal(store_thread_create(s, &t, &existed, u.id, "t5", NULL), 0);
+    store_thread_clear(&t);
+    store_run run = {.owner_id = u.id, .run_id = "r5", .thread_id = "t5",
+                     .assistant_id = "lead_agent"};
+    assert_int_equal(store_run_create(s, &run), 0);
+    store_close(s);
+    char sql[2048];
+    snprintf(sql, sizeof sql,
+             "DROP TABLE thread_messages; ALTER TABLE checkpoints DROP COLUMN message_spans;"
+             "PRAGMA user_version = 5;"
+             "INSERT INTO checkpoints VALUES (%" PRId64 ", 't5', 'c1', '', 'r5', 1, '%s', '{}', 1);"
+             "INSERT INTO checkpoints VALUES (%" PRId64 ", 't5', 'c2', 'c1', 'r5', 2, '%s', '{}', 2);"
+             "INSERT INTO run_events VALUES ('r5', 1, 'metadata', '{\"run_id\":\"r5\"}');"
+             "INSERT INTO run_events VALUES ('r5', 2, 'values', '%s');"
+             "INSERT INTO run_events VALUES ('r5', 3, 'values', 'null');",
+             u.id, v5_states[0], u.id, v5_states[1], v5_states[1]);
+    sqlite3 *raw;
+    assert_int_equal(sqlite3_open(path, &raw), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(raw, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(raw);
+    return u.id;
+}
+
+/* A database of schema 5 (whole states in checkpoints and values events)
+ * opened by this fawn: its states become message rows and references that
+ * read back the same. */
+static void migration_moves_whole_states_into_message_rows(void **state) {
+    fx *x = *state;
+    char path[160];
+    snprintf(path, sizeof path, "%s/old/fawn.db", x->dir);
+    int64_t owner = make_v5_database(path);
+    store *s;
+    assert_int_equal(store_open(&s, path), 0);
+    int v;
+    assert_int_equal(store_schema_version(s, &v), 0);
+    assert_int_equal(v, 6);
+    store_checkpoint *list;
+    size_t n, omitted;
+    assert_int_equal(store_checkpoint_list(s, &list, &n, owner, "t5", NULL, 10), 0);
+    assert_int_equal(n, 2);
+    for (size_t i = 0; i < n; i++) {
+        char *text;
+        assert_int_equal(store_state_read(s, &text, &omitted, owner, "t5", list[i].state, SIZE_MAX), 0);
+        json_t *got = json_loads(text, 0, NULL), *want = json_loads(v5_states[1 - i], 0, NULL);
+        assert_true(json_equal(got, want));
+        json_decref(got);
+        json_decref(want);
+        free(text);
+        store_checkpoint_clear(&list[i]);
+    }
+    free(list);
+    store_event *ev;
+    assert_int_equal(store_event_read(s, &ev, &n, "r5", 0, 10), 0);
+    assert_int_equal(n, 3);
+    assert_string_equal(ev[0].data, "{\"run_id\":\"r5\"}");
+    assert_string_equal(ev[1].data, "{\"values\":{\"title\":\"x\",\"artifacts\":[]},\"messages\":[[1,2]]}");
+    assert_string_equal(ev[2].data, "null"); /* not a state: left as it was */
+    for (size_t i = 0; i < n; i++)
+        free(ev[i].data);
+    free(ev);
+    store_close(s);
+}
+
+/* Fills an out-parameter with bytes no store function would write, as an
+ * uninitialized stack variable may hold. */
+#define POISON(v) memset(&(v), 0xA5, sizeof(v))
+
+/* Every out-parameter is set on every failing path too, so that a caller
+ * that clears what it got (store_thread_clear, store_run_clear, ...) never
+ * frees garbage: another owner's ids, missing ids and invalid ids. */
+static void failures_leave_out_parameters_defined(void **state) {
+    fx *x = *state;
+    make_thread(x, x->alice, "mine");
+    store_thread t;
+    const char *ids[] = {"mine", "missing", "bad/id"};
+    for (size_t i = 0; i < 3; i++) {
+        POISON(t);
+        assert_int_equal(store_thread_get(x->s, &t, x->bob, ids[i]), FAWN_ENOENT);
+        assert_null(t.metadata);
+        store_thread_clear(&t);
+    }
+    bool existed;
+    POISON(t);
+    POISON(existed);
+    assert_int_equal(store_thread_create(x->s, &t, &existed, x->bob, "bad/id", NULL), FAWN_EINVAL);
+    assert_null(t.metadata);
+    assert_false(existed);
+    store_run run;
+    POISON(run);
+    assert_int_equal(store_run_get(x->s, &run, x->bob, "mine", "r-none"), FAWN_ENOENT);
+    store_run_clear(&run);
+    store_checkpoint c;
+    POISON(c);
+    assert_int_equal(store_checkpoint_latest(x->s, &c, x->bob, "mine"), FAWN_ENOENT);
+    assert_null(c.state);
+    store_checkpoint_clear(&c);
+    store_user u;
+    POISON(u);
+    assert_int_equal(store_user_get_by_name(x->s, &u, "nobody"), FAWN_ENOENT);
+    assert_int_equal(u.id, 0);
+    POISON(u);
+    assert_int_equal(store_user_create(x->s, &u, "", "h", "user"), FAWN_EINVAL);
+    assert_int_equal(u.id, 0);
+    int64_t token_id;
+    POISON(u);
+    POISON(token_id);
+    assert_int_not_equal(store_token_authenticate(x->s, &u, &token_id, "00"), 0);
+    assert_int_equal(token_id, 0);
+    assert_int_equal(u.id, 0);
+    store_sandbox sb;
+    POISON(sb);
+    assert_int_equal(store_sandbox_get(x->s, &sb, "0000000000000000"), FAWN_ENOENT);
+    assert_string_equal(sb.sandbox_id, "");
+}
+
+static void mode_is(const char *path, mode_t want) {
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    if ((st.st_mode & 07777) != want)
+        fail_msg("%s: mode %04o, want %04o", path, (unsigned)(st.st_mode & 07777), (unsigned)want);
+}
+
+/* The database and its journal files are 0600 whatever the umask and
+ * whatever they were; a directory other users may write to is refused. */
+static void database_is_private(void **state) {
+    fx *x = *state;
+    char dir[128], path[160], wal[168];
+    snprintf(dir, sizeof dir, "%s/home", x->dir);
+    snprintf(path, sizeof path, "%s/fawn.db", dir);
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    mode_t old_mask = umask(0);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    store *s = NULL;
+    assert_int_equal(store_open(&s, path), 0);
+    store_user u;
+    assert_int_equal(store_user_create(s, &u, "carol", "hash-c", "user"), 0);
+    mode_is(path, 0600);
+    mode_is(wal, 0600);
+    store_close(s);
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(store_open(&s, path), 0);
+    mode_is(path, 0600);
+    store_close(s);
+    static const mode_t open_to_others[] = {0777, 0775, 0757, 01777};
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(chmod(dir, open_to_others[i]), 0);
+        s = NULL;
+        assert_int_equal(store_open(&s, path), FAWN_EPERM);
+        assert_null(s);
+        assert_non_null(strstr(fawn_errmsg(), "writable by other users"));
+    }
+    umask(old_mask);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(migrations_bring_schema_current),
@@ -518,11 +989,18 @@ int main(void) {
         cmocka_unit_test(sandbox_records_and_fences),
         cmocka_unit_test(threads_are_owner_scoped_and_idempotent),
         cmocka_unit_test(search_matches_metadata_exactly),
+        cmocka_unit_test(search_matches_are_bounded),
+        cmocka_unit_test(a_held_read_stalls_no_other_caller),
         cmocka_unit_test(concurrent_writers_lose_nothing),
         cmocka_unit_test(killed_writer_restarts_cleanly),
         cmocka_unit_test(runs_are_owner_and_thread_scoped),
         cmocka_unit_test(run_events_append_read_prune),
         cmocka_unit_test(checkpoints_and_receipts_follow_the_thread),
+        cmocka_unit_test(checkpoints_store_each_message_once),
+        cmocka_unit_test(replaced_messages_stay_until_no_checkpoint_lists_them),
+        cmocka_unit_test(migration_moves_whole_states_into_message_rows),
+        cmocka_unit_test(failures_leave_out_parameters_defined),
+        cmocka_unit_test(database_is_private),
     };
     return cmocka_run_group_tests_name("store", tests, setup, teardown);
 }

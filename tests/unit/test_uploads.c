@@ -17,6 +17,7 @@
 #include "base/base.h"
 #include "base/json.h"
 #include "gateway/uploads.h"
+#include "support.h"
 
 #define TID "thread-1"
 #define OUTSIDE_TEXT "outside, must not change"
@@ -33,7 +34,7 @@ typedef struct fx {
 #define TEST_MAX_FILES 10
 static const upload_limits limits = {
     .max_files = TEST_MAX_FILES, .max_file_size = (uint64_t)50 << 20,
-    .max_total_size = (uint64_t)100 << 20};
+    .max_total_size = (uint64_t)100 << 20, .disk_room = UINT64_MAX};
 
 static int setup(void **state) {
     fx *x = calloc(1, sizeof *x);
@@ -715,6 +716,29 @@ static void test_delete(void **state) {
     assert_true(host_exists(x->upfd, "adir"));
 }
 
+/* Refused calls still set what they hand out, so a caller that frees or
+ * decrefs it afterwards acts on NULL. */
+static void test_failures_leave_out_parameters_defined(void **state) {
+    fx *x = *state;
+    upload_batch *b;
+    POISON(b);
+    assert_int_equal(upload_batch_begin(&b, -1, &limits), FAWN_EINVAL);
+    assert_null(b);
+    upload_batch_abort(b);
+    json_t *out;
+    POISON(out);
+    assert_int_equal(uploads_list(&out, x->upfd, "../t"), FAWN_EINVAL);
+    assert_null(out);
+    json_decref(out);
+    POISON(out);
+    assert_int_equal(upload_batch_commit(NULL, &out, TID), FAWN_EINVAL);
+    assert_null(out);
+    assert_int_equal(upload_batch_begin(&b, x->upfd, &limits), 0);
+    POISON(out);
+    assert_int_equal(upload_batch_commit(b, &out, TID), FAWN_EINVAL); /* no files */
+    assert_null(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -742,6 +766,7 @@ int main(void) {
         T(test_list_empty),
         T(test_list_bounded),
         T(test_delete),
+        T(test_failures_leave_out_parameters_defined),
 #undef T
     };
     return cmocka_run_group_tests_name("uploads", tests, NULL, NULL);

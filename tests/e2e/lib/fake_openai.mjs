@@ -1,7 +1,7 @@
 // A fake OpenAI-compatible chat completions server on loopback. Tests queue
 // what its next answers are: a streamed reply (text and tool calls), an
-// HTTP error (with headers), a stream dropped midway, or a stream that
-// stalls. Every request body is kept for assertions.
+// HTTP error (with headers), a stream dropped midway, a stream that
+// stalls, or one held open until the test releases it. Every request body is kept for assertions.
 import http from 'node:http';
 
 let nextCallId = 1;
@@ -25,6 +25,15 @@ export function drop() {
 /** A reply that takes ms to come: an empty chunk every 200 ms, then content. */
 export function slow(ms, content = 'slowly done') {
   return { kind: 'slow', ms, content, toolCalls: [] };
+}
+/**
+ * A reply held open (an empty chunk every 200 ms, so it never counts as
+ * stalled) until release() is called, then content: {step, release}.
+ */
+export function held(content = 'released') {
+  let release;
+  const gate = new Promise((resolve) => (release = resolve));
+  return { step: { kind: 'held', gate, content, toolCalls: [] }, release };
 }
 /** A stream whose headers are sent, then nothing for ms. */
 export function stall(ms = 60000) {
@@ -91,9 +100,11 @@ export class FakeOpenAI {
       return;
     }
     send({ choices: [{ index: 0, delta: { role: 'assistant', content: '' } }] });
-    if (step.kind === 'slow') {
-      const until = Date.now() + step.ms;
-      while (Date.now() < until && !res.destroyed) {
+    if (step.kind === 'slow' || step.kind === 'held') {
+      const until = step.kind === 'slow' ? Date.now() + step.ms : Infinity;
+      let released = false;
+      step.gate?.then(() => (released = true));
+      while (Date.now() < until && !released && !res.destroyed) {
         await new Promise((r) => setTimeout(r, 200));
         if (!res.destroyed) send({ choices: [{ index: 0, delta: { content: '' } }] });
       }

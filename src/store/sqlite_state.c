@@ -1,0 +1,737 @@
+/* Thread state on SQLite (store.h, "thread state"): checkpoints, the
+ * thread's message rows they list, reading a state through its reference,
+ * and migration 6's move of stored states into message rows.
+ *
+ * Writing a state: its messages are dumped and hashed before the writer is
+ * taken (messages_prepare); under the writer, each one is the thread's row
+ * of the same digest or a new row (messages_store), the checkpoint lists
+ * them as spans, older checkpoints are pruned and, when that leaves rows
+ * no kept checkpoint lists, those are deleted (messages_collect). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "store/sqlite_internal.h"
+
+/* Rows [first, last] of a thread's messages, in a state's order. */
+typedef struct span {
+    int64_t first, last;
+} span;
+
+/* The messages of a state to write: each one's compact JSON and SHA-256. */
+typedef struct msg_list {
+    char **texts;
+    char (*digests)[65];
+    size_t n;
+} msg_list;
+
+static void msg_list_free(msg_list *l) {
+    for (size_t i = 0; l->texts && i < l->n; i++)
+        free(l->texts[i]);
+    free(l->texts);
+    free(l->digests);
+    *l = (msg_list){0};
+}
+
+/* Dumps and hashes every element of list (a JSON array; NULL: none). */
+static int messages_prepare(msg_list *out, const json_t *list) {
+    *out = (msg_list){0};
+    size_t n = json_array_size(list);
+    if (n == 0)
+        return 0;
+    out->texts = calloc(n, sizeof *out->texts);
+    out->digests = calloc(n, sizeof *out->digests);
+    out->n = n;
+    int r = out->texts && out->digests ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        out->texts[i] = json_dumps(json_array_get(list, i), JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!out->texts[i])
+            r = fawn_err(FAWN_ENOMEM, "out of memory");
+        else
+            fawn_sha256_hex(out->digests[i], out->texts[i], strlen(out->texts[i]));
+    }
+    if (r < 0)
+        msg_list_free(out);
+    return r;
+}
+
+/* values split into its messages (prepared) and the rest (JSON text,
+ * malloc'd). */
+static int state_split(char **rest, msg_list *msgs, const json_t *values) {
+    *rest = NULL;
+    *msgs = (msg_list){0};
+    const json_t *list = json_object_get(values, "messages");
+    if (!json_is_object(values) || (list && !json_is_array(list)))
+        return fawn_err(FAWN_EINVAL, "a state is an object whose messages are a list");
+    json_t *copy = json_copy((json_t *)values);
+    json_object_del(copy, "messages");
+    *rest = copy ? json_dumps(copy, JSON_COMPACT) : NULL;
+    json_decref(copy);
+    int r = *rest ? messages_prepare(msgs, list) : fawn_err(FAWN_ENOMEM, "out of memory");
+    if (r < 0) {
+        free(*rest);
+        *rest = NULL;
+    }
+    return r;
+}
+
+/* ---- spans ---- */
+
+/* Appends seq to the spans in *b (extending the last one when it follows). */
+static int spans_add(fbuf *b, int64_t seq) {
+    span *last = b->len ? (span *)(b->data + b->len - sizeof(span)) : NULL;
+    if (last && last->last + 1 == seq) {
+        last->last = seq;
+        return 0;
+    }
+    return fbuf_append(b, &(span){seq, seq}, sizeof(span));
+}
+
+/* Spans as JSON text [[first,last],...] (malloc'd). */
+static int spans_to_text(char **out, const span *sp, size_t n) {
+    *out = NULL;
+    fbuf b = {0};
+    int r = fbuf_printf(&b, "[");
+    for (size_t i = 0; r == 0 && i < n; i++)
+        r = fbuf_printf(&b, "%s[%" PRId64 ",%" PRId64 "]", i ? "," : "", sp[i].first,
+                        sp[i].last);
+    if (r == 0)
+        r = fbuf_printf(&b, "]");
+    if (r < 0) {
+        fbuf_free(&b);
+        return r;
+    }
+    *out = fbuf_steal(&b);
+    return 0;
+}
+
+/* Appends the spans of list (JSON [[first,last],...], 1 <= first <= last)
+ * to *b; *positions (may be NULL) gets how many rows they list. */
+static int spans_parse(fbuf *b, uint64_t *positions, const json_t *list) {
+    if (positions)
+        *positions = 0;
+    if (!json_is_array(list))
+        return fawn_err(FAWN_EINVAL, "a state reference's messages are a list of spans");
+    size_t i;
+    json_t *pair;
+    json_array_foreach(list, i, pair) {
+        json_int_t first = json_integer_value(json_array_get(pair, 0));
+        json_int_t last = json_integer_value(json_array_get(pair, 1));
+        uint64_t count = (uint64_t)last - (uint64_t)first + 1;
+        if (json_array_size(pair) != 2 || first < 1 || last < first ||
+            (positions && __builtin_add_overflow(*positions, count, positions)))
+            return fawn_err(FAWN_EINVAL, "a state reference's span %zu is malformed", i);
+        int r = fbuf_append(b, &(span){first, last}, sizeof(span));
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+static int span_cmp(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    return x->first < y->first ? -1 : x->first > y->first;
+}
+
+/* Sorts spans and merges the ones that overlap or touch, in place; returns
+ * how many are left and, in *rows, how many rows they cover. */
+static size_t spans_union(span *sp, size_t n, uint64_t *rows) {
+    *rows = 0;
+    if (n == 0)
+        return 0;
+    qsort(sp, n, sizeof *sp, span_cmp);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (k && sp[i].first <= sp[k - 1].last + 1) {
+            if (sp[i].last > sp[k - 1].last)
+                sp[k - 1].last = sp[i].last;
+        } else {
+            sp[k++] = sp[i];
+        }
+    }
+    for (size_t i = 0; i < k; i++)
+        *rows += (uint64_t)(sp[i].last - sp[i].first + 1);
+    return k;
+}
+
+/* ---- message rows ---- */
+
+static void bind_thread(sqlite3_stmt *st, int64_t owner_id, const char *thread_id) {
+    sqlite3_bind_int64(st, 1, owner_id);
+    sqlite3_bind_text(st, 2, thread_id, -1, SQLITE_STATIC);
+}
+
+/* One int64 that `sql` (binding the thread to ?1, ?2) answers. */
+static int thread_int(sqlite3 *db, int64_t *out, const char *sql, int64_t owner_id,
+                      const char *thread_id, const char *what) {
+    *out = 0;
+    sqlite3_stmt *st;
+    int r = sq_prepare(db, &st, sql);
+    if (r < 0)
+        return r;
+    bind_thread(st, owner_id, thread_id);
+    int rc = sqlite3_step(st);
+    r = rc == SQLITE_ROW    ? 0
+        : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "no such thread: %s", thread_id)
+                            : sq_err(db, rc, what);
+    if (r == 0)
+        *out = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return r;
+}
+
+/* The row of message i of l: the thread's row with its digest, or a new
+ * one numbered ++*next. find and insert bind the thread to ?1, ?2. */
+static int message_row(sqlite3 *db, int64_t *seq, sqlite3_stmt *find, sqlite3_stmt *insert,
+                       const msg_list *l, size_t i, int64_t *next) {
+    *seq = 0;
+    sqlite3_reset(find);
+    sqlite3_bind_text(find, 3, l->digests[i], -1, SQLITE_STATIC);
+    int rc = sqlite3_step(find);
+    if (rc == SQLITE_ROW) {
+        *seq = sqlite3_column_int64(find, 0);
+        return 0;
+    }
+    if (rc != SQLITE_DONE)
+        return sq_err(db, rc, "find message");
+    *seq = ++*next;
+    sqlite3_reset(insert);
+    sqlite3_bind_int64(insert, 3, *seq);
+    sqlite3_bind_text(insert, 4, l->digests[i], -1, SQLITE_STATIC);
+    sqlite3_bind_int64(insert, 5, (sqlite3_int64)strlen(l->texts[i]));
+    sqlite3_bind_text(insert, 6, l->texts[i], -1, SQLITE_STATIC);
+    rc = sqlite3_step(insert);
+    return rc == SQLITE_DONE ? 0 : sq_err(db, rc, "write message");
+}
+
+/* Stores the messages of l for the thread (each one's row: found or new),
+ * in a transaction on db: *spans_text gets their spans (JSON, malloc'd),
+ * *rows how many distinct rows they list. */
+static int messages_store(sqlite3 *db, char **spans_text, uint64_t *rows, int64_t owner_id,
+                          const char *thread_id, const msg_list *l) {
+    *spans_text = NULL;
+    *rows = 0;
+    int64_t next;
+    sqlite3_stmt *find = NULL, *insert = NULL;
+    fbuf spans = {0};
+    int r = thread_int(db, &next, "SELECT coalesce(max(seq), 0) FROM thread_messages "
+                                  "WHERE owner_id = ?1 AND thread_id = ?2",
+                       owner_id, thread_id, "number messages");
+    if (r == 0)
+        r = sq_prepare(db, &find, "SELECT seq FROM thread_messages WHERE owner_id = ?1 AND "
+                                  "thread_id = ?2 AND digest = ?3 LIMIT 1");
+    if (r == 0)
+        r = sq_prepare(db, &insert, "INSERT INTO thread_messages (owner_id, thread_id, seq, "
+                                    "digest, bytes, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+    if (r == 0) {
+        bind_thread(find, owner_id, thread_id);
+        bind_thread(insert, owner_id, thread_id);
+    }
+    for (size_t i = 0; r == 0 && i < l->n; i++) {
+        int64_t seq;
+        r = message_row(db, &seq, find, insert, l, i, &next);
+        if (r == 0)
+            r = spans_add(&spans, seq);
+    }
+    sqlite3_finalize(find);
+    sqlite3_finalize(insert);
+    size_t n = spans.len / sizeof(span);
+    if (r == 0)
+        r = spans_to_text(spans_text, (span *)spans.data, n);
+    if (r == 0)
+        spans_union((span *)spans.data, n, rows);
+    fbuf_free(&spans);
+    return r;
+}
+
+/* Deletes the thread's rows in [lo, hi]. */
+static int rows_delete(sqlite3 *db, int64_t owner_id, const char *thread_id, int64_t lo,
+                       int64_t hi) {
+    sqlite3_stmt *st;
+    int r = sq_prepare(db, &st, "DELETE FROM thread_messages WHERE owner_id = ?1 AND "
+                                "thread_id = ?2 AND seq BETWEEN ?3 AND ?4");
+    if (r < 0)
+        return r;
+    bind_thread(st, owner_id, thread_id);
+    sqlite3_bind_int64(st, 3, lo);
+    sqlite3_bind_int64(st, 4, hi);
+    return sq_step_done(db, st, false, "delete messages");
+}
+
+/* Appends the spans of every kept checkpoint of the thread to *all. */
+static int kept_spans(sqlite3 *db, fbuf *all, int64_t owner_id, const char *thread_id) {
+    sqlite3_stmt *st;
+    int r = sq_prepare(db, &st, "SELECT message_spans FROM checkpoints WHERE owner_id = ?1 AND "
+                                "thread_id = ?2");
+    if (r < 0)
+        return r;
+    bind_thread(st, owner_id, thread_id);
+    int rc;
+    while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        json_t *list = json_loads((const char *)sqlite3_column_text(st, 0), 0, NULL);
+        r = spans_parse(all, NULL, list);
+        json_decref(list);
+    }
+    if (r == 0 && rc != SQLITE_DONE)
+        r = sq_err(db, rc, "read checkpoint spans");
+    sqlite3_finalize(st);
+    return r;
+}
+
+/* Deletes the thread's rows that no kept checkpoint lists. The newest
+ * checkpoint lists newest_rows rows: when the thread has no more than that,
+ * every row is listed (the common case: nothing was replaced) and nothing
+ * else is read. */
+static int messages_collect(sqlite3 *db, int64_t owner_id, const char *thread_id,
+                            uint64_t newest_rows) {
+    int64_t count;
+    int r = thread_int(db, &count, "SELECT count(*) FROM thread_messages WHERE owner_id = ?1 "
+                                   "AND thread_id = ?2",
+                       owner_id, thread_id, "count messages");
+    if (r < 0 || (uint64_t)count <= newest_rows)
+        return r;
+    fbuf all = {0};
+    r = kept_spans(db, &all, owner_id, thread_id);
+    uint64_t listed;
+    size_t n = r == 0 ? spans_union((span *)all.data, all.len / sizeof(span), &listed) : 0;
+    const span *u = (const span *)all.data;
+    int64_t lo = 1;
+    for (size_t i = 0; r == 0 && i <= n; i++) {
+        int64_t hi = i < n ? u[i].first - 1 : INT64_MAX;
+        if (hi >= lo)
+            r = rows_delete(db, owner_id, thread_id, lo, hi);
+        lo = i < n ? u[i].last + 1 : lo;
+    }
+    fbuf_free(&all);
+    return r;
+}
+
+/* ---- checkpoints ---- */
+
+void store_checkpoint_clear(store_checkpoint *c) {
+    free(c->state);
+    free(c->metadata);
+    memset(c, 0, sizeof *c);
+}
+
+/* {"values": rest, "messages": spans} (malloc'd). */
+static int reference_compose(char **out, const char *rest, const char *spans) {
+    *out = NULL;
+    if (asprintf(out, "{\"values\":%s,\"messages\":%s}", rest, spans) < 0) {
+        *out = NULL;
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+/* Inserts c (values rest, messages spans) with the thread's next sequence
+ * number. */
+static int checkpoint_insert(sqlite3 *db, int64_t owner_id, const char *thread_id,
+                             const store_checkpoint *c, const char *rest, const char *spans) {
+    sqlite3_stmt *st;
+    int r = sq_prepare(db, &st,
+                       "INSERT INTO checkpoints (owner_id, thread_id, checkpoint_id, parent_id, "
+                       "run_id, seq, state_values, message_spans, metadata, created_at_ms) "
+                       "VALUES (?1, ?2, ?3, ?4, ?5, (SELECT coalesce(max(seq), 0) + 1 FROM "
+                       "checkpoints WHERE owner_id = ?1 AND thread_id = ?2), ?6, ?7, ?8, ?9)");
+    if (r < 0)
+        return r;
+    bind_thread(st, owner_id, thread_id);
+    sqlite3_bind_text(st, 3, c->checkpoint_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, c->parent_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, c->run_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 6, rest, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 7, spans, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 8, c->metadata ? c->metadata : "{}", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 9, c->created_at_ms ? c->created_at_ms : fawn_wall_ms());
+    return sq_step_done(db, st, false, "write checkpoint");
+}
+
+/* Keeps the newest STORE_CHECKPOINTS_KEPT checkpoints of the thread and,
+ * when older ones went, the rows the kept ones list (the newest lists
+ * newest_rows). */
+static int checkpoints_prune(sqlite3 *db, int64_t owner_id, const char *thread_id,
+                             uint64_t newest_rows) {
+    sqlite3_stmt *st;
+    int r = sq_prepare(db, &st,
+                       "DELETE FROM checkpoints WHERE owner_id = ?1 AND thread_id = ?2 AND seq <= "
+                       "(SELECT max(seq) FROM checkpoints WHERE owner_id = ?1 AND thread_id = ?2) "
+                       "- ?3");
+    if (r < 0)
+        return r;
+    bind_thread(st, owner_id, thread_id);
+    sqlite3_bind_int64(st, 3, STORE_CHECKPOINTS_KEPT);
+    r = sq_step_done(db, st, false, "prune checkpoints");
+    if (r == 0 && sqlite3_changes(db) > 0)
+        r = messages_collect(db, owner_id, thread_id, newest_rows);
+    return r;
+}
+
+/* The whole write of a checkpoint, in a transaction on the writer. */
+static int checkpoint_write(sqlite3 *db, char **state, int64_t owner_id, const char *thread_id,
+                            const store_checkpoint *c, const char *rest, const msg_list *msgs) {
+    char *spans = NULL;
+    uint64_t rows = 0;
+    int64_t exists;
+    int r = thread_int(db, &exists, "SELECT 1 FROM threads WHERE owner_id = ?1 AND id = ?2",
+                       owner_id, thread_id, "find thread");
+    if (r == 0)
+        r = messages_store(db, &spans, &rows, owner_id, thread_id, msgs);
+    if (r == 0)
+        r = checkpoint_insert(db, owner_id, thread_id, c, rest, spans);
+    if (r == 0)
+        r = checkpoints_prune(db, owner_id, thread_id, rows);
+    if (r == 0 && state)
+        r = reference_compose(state, rest, spans);
+    free(spans);
+    return r;
+}
+
+int store_checkpoint_put(store *s, char **state, int64_t owner_id, const char *thread_id,
+                         const store_checkpoint *c, const json_t *values) {
+    if (state)
+        *state = NULL;
+    if (!fawn_id_valid(thread_id) || !sq_text_ok(c->checkpoint_id, STORE_RUN_ID_MAX))
+        return fawn_err(FAWN_EINVAL, "bad checkpoint");
+    char *rest;
+    msg_list msgs;
+    int r = state_split(&rest, &msgs, values);
+    if (r < 0)
+        return r;
+    sqlite3 *db = sq_write_begin(s);
+    r = sq_exec(db, "BEGIN IMMEDIATE", "begin");
+    if (r == 0)
+        r = checkpoint_write(db, state, owner_id, thread_id, c, rest, &msgs);
+    r = sq_end_transaction(db, r);
+    sq_write_end(s);
+    if (r < 0 && state) {
+        free(*state);
+        *state = NULL;
+    }
+    free(rest);
+    msg_list_free(&msgs);
+    return r;
+}
+
+#define CHECKPOINT_COLUMNS                                                                         \
+    "checkpoint_id, parent_id, run_id, '{\"values\":' || state_values || ',\"messages\":' || "      \
+    "message_spans || '}', metadata, created_at_ms"
+
+static void read_checkpoint(void *row, sqlite3_stmt *st) {
+    store_checkpoint *c = row;
+    memset(c, 0, sizeof *c);
+    sq_copy_col(c->checkpoint_id, sizeof c->checkpoint_id, st, 0);
+    sq_copy_col(c->parent_id, sizeof c->parent_id, st, 1);
+    sq_copy_col(c->run_id, sizeof c->run_id, st, 2);
+    c->state = sq_dup_col(st, 3);
+    c->metadata = sq_dup_col(st, 4);
+    c->created_at_ms = sqlite3_column_int64(st, 5);
+}
+
+int store_checkpoint_list(store *s, store_checkpoint **out, size_t *n, int64_t owner_id,
+                          const char *thread_id, const char *before_id, size_t limit) {
+    *out = NULL;
+    *n = 0;
+    limit = limit < 1 ? 1 : limit > STORE_CHECKPOINTS_KEPT ? STORE_CHECKPOINTS_KEPT : limit;
+    fbuf rows = {0};
+    sqlite3_stmt *st;
+    sqlite3 *db = sq_read_begin(s);
+    int r = sq_prepare(db, &st,
+                       "SELECT " CHECKPOINT_COLUMNS " FROM checkpoints WHERE owner_id = ?1 AND "
+                       "thread_id = ?2 AND (?3 IS NULL OR seq < (SELECT seq FROM checkpoints "
+                       "WHERE owner_id = ?1 AND thread_id = ?2 AND checkpoint_id = ?3)) "
+                       "ORDER BY seq DESC LIMIT ?4");
+    if (r == 0) {
+        bind_thread(st, owner_id, thread_id);
+        sqlite3_bind_text(st, 3, before_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 4, (sqlite3_int64)limit);
+        r = sq_rows_read(db, &rows, st, sizeof(store_checkpoint), read_checkpoint,
+                         "list checkpoints");
+        sqlite3_finalize(st);
+    }
+    sq_read_end(s, db);
+    store_checkpoint *cs = (store_checkpoint *)rows.data;
+    size_t count = rows.len / sizeof *cs;
+    for (size_t i = 0; r == 0 && i < count; i++)
+        if (!cs[i].state || !cs[i].metadata)
+            r = fawn_err(FAWN_ENOMEM, "out of memory");
+    if (r < 0)
+        for (size_t i = 0; i < count; i++)
+            store_checkpoint_clear(&cs[i]);
+    return sq_rows_hand_out((void **)out, n, &rows, sizeof(store_checkpoint), r);
+}
+
+int store_checkpoint_latest(store *s, store_checkpoint *out, int64_t owner_id,
+                            const char *thread_id) {
+    *out = (store_checkpoint){0};
+    store_checkpoint *list;
+    size_t n;
+    int r = store_checkpoint_list(s, &list, &n, owner_id, thread_id, NULL, 1);
+    if (r < 0)
+        return r;
+    if (n == 0) {
+        free(list);
+        return fawn_err(FAWN_ENOENT, "thread %s has no state yet", thread_id);
+    }
+    *out = list[0];
+    free(list);
+    return 0;
+}
+
+/* ---- reading a state ---- */
+
+/* What a state read gathers, newest message first. */
+typedef struct state_pick {
+    fbuf texts;       /* char *, one per message taken */
+    size_t bytes;     /* their JSON, with the commas between them */
+    uint64_t passed;  /* positions gone through (taken, or no longer stored) */
+    bool full;        /* the next message did not fit */
+} state_pick;
+
+static void state_pick_free(state_pick *p) {
+    char **t = (char **)p->texts.data;
+    for (size_t i = 0; i < p->texts.len / sizeof *t; i++)
+        free(t[i]);
+    fbuf_free(&p->texts);
+}
+
+/* Takes the rows of sp, newest first, while they fit in max_bytes. st
+ * selects (bytes, body) of the thread's rows in [?3, ?4], newest first. */
+static int span_pick(sqlite3 *db, state_pick *p, sqlite3_stmt *st, const span *sp,
+                     size_t max_bytes) {
+    sqlite3_reset(st);
+    sqlite3_bind_int64(st, 3, sp->first);
+    sqlite3_bind_int64(st, 4, sp->last);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        size_t need = (size_t)sqlite3_column_int64(st, 0) + (p->texts.len ? 1 : 0);
+        if (need > max_bytes - p->bytes) {
+            p->full = true;
+            p->passed += (uint64_t)(sp->last - sqlite3_column_int64(st, 2));
+            return 0;
+        }
+        char *text = sq_dup_col(st, 1);
+        int r = text ? fbuf_append(&p->texts, &text, sizeof text)
+                     : fawn_err(FAWN_ENOMEM, "out of memory");
+        if (r < 0) {
+            free(text);
+            return r;
+        }
+        p->bytes += need;
+    }
+    p->passed += (uint64_t)(sp->last - sp->first + 1);
+    return rc == SQLITE_DONE ? 0 : sq_err(db, rc, "read messages");
+}
+
+/* Takes the messages of spans sp[0..n), newest first, within max_bytes, in
+ * one read transaction. */
+static int state_pick_rows(store *s, state_pick *p, int64_t owner_id, const char *thread_id,
+                           const span *sp, size_t n, size_t max_bytes) {
+    sqlite3 *db = sq_read_begin(s);
+    sqlite3_stmt *st = NULL;
+    int r = sq_exec(db, "BEGIN", "begin");
+    if (r == 0)
+        r = sq_prepare(db, &st, "SELECT bytes, body, seq FROM thread_messages WHERE owner_id = ?1 "
+                                "AND thread_id = ?2 AND seq BETWEEN ?3 AND ?4 ORDER BY seq DESC");
+    if (r == 0)
+        bind_thread(st, owner_id, thread_id);
+    for (size_t i = n; r == 0 && i-- > 0 && !p->full;)
+        r = span_pick(db, p, st, &sp[i], max_bytes);
+    sqlite3_finalize(st);
+    r = sq_end_transaction(db, r);
+    sq_read_end(s, db);
+    return r;
+}
+
+/* Copies n bytes of src to *at and moves *at past them. */
+static void put(char **at, const char *src, size_t n) {
+    memcpy(*at, src, n);
+    *at += n;
+}
+
+/* values (without messages) and the messages taken, oldest first, as one
+ * JSON object text, allocated once at its size (a state may be megabytes). */
+static int state_compose(char **out, json_t *values, const state_pick *p, uint64_t omitted) {
+    *out = NULL;
+    json_object_del(values, "messages");
+    json_object_del(values, "messages_omitted");
+    char *head = json_dumps(values, JSON_COMPACT);
+    char tail[64];
+    int tail_len = omitted ? snprintf(tail, sizeof tail, "],\"messages_omitted\":%" PRIu64 "}", omitted)
+                           : snprintf(tail, sizeof tail, "]}");
+    static const char key[] = "\"messages\":[";
+    size_t head_len = head ? strlen(head) - 1 : 0; /* without its closing brace */
+    bool comma = head_len > 1;
+    char *const *texts = (char *const *)p->texts.data;
+    size_t n = p->texts.len / sizeof *texts, size = head_len + comma + sizeof key + (size_t)tail_len;
+    for (size_t i = 0; i < n; i++)
+        size += strlen(texts[i]) + 1;
+    char *text = head ? malloc(size) : NULL;
+    if (!text) {
+        free(head);
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    }
+    char *at = text;
+    put(&at, head, head_len);
+    put(&at, ",", comma);
+    put(&at, key, sizeof key - 1);
+    for (size_t i = n; i-- > 0;) {
+        put(&at, texts[i], strlen(texts[i]));
+        put(&at, ",", i > 0);
+    }
+    put(&at, tail, (size_t)tail_len);
+    *at = '\0';
+    free(head);
+    *out = text;
+    return 0;
+}
+
+int store_state_read(store *s, char **out, size_t *omitted, int64_t owner_id,
+                     const char *thread_id, const char *state, size_t max_bytes) {
+    *out = NULL;
+    *omitted = 0;
+    json_t *ref = state ? json_loads(state, 0, NULL) : NULL;
+    json_t *values = json_object_get(ref, "values");
+    fbuf spans = {0};
+    uint64_t positions = 0;
+    int r = json_is_object(values) ? spans_parse(&spans, &positions, json_object_get(ref, "messages"))
+                                   : fawn_err(FAWN_EINVAL, "not a state reference");
+    state_pick p = {0};
+    if (r == 0)
+        r = state_pick_rows(s, &p, owner_id, thread_id, (const span *)spans.data,
+                            spans.len / sizeof(span), max_bytes);
+    uint64_t left = p.full ? positions - p.passed : 0;
+    if (r == 0)
+        r = state_compose(out, values, &p, left);
+    if (r == 0)
+        *omitted = (size_t)left;
+    state_pick_free(&p);
+    fbuf_free(&spans);
+    json_decref(ref);
+    return r;
+}
+
+/* ---- migration 6: states into message rows ---- */
+
+/* A stored state to move: the thread, and its row. */
+typedef struct moved {
+    int64_t owner_id;
+    char thread_id[65];
+    char run_id[STORE_RUN_ID_MAX + 1]; /* values events: the event's key */
+    int64_t key;                       /* checkpoints: rowid; values events: seq */
+} moved;
+
+static void read_moved(void *row, sqlite3_stmt *st) {
+    moved *m = row;
+    memset(m, 0, sizeof *m);
+    m->owner_id = sqlite3_column_int64(st, 0);
+    sq_copy_col(m->thread_id, sizeof m->thread_id, st, 1);
+    sq_copy_col(m->run_id, sizeof m->run_id, st, 2);
+    m->key = sqlite3_column_int64(st, 3);
+}
+
+/* A whole state's text split for storage: *rest, its values without
+ * messages, and *spans, its messages stored as rows of the thread (both
+ * NULL, and 0, for text that is not a state object). */
+static int state_move(sqlite3 *db, char **rest, char **spans, const moved *m, const char *text) {
+    *rest = *spans = NULL;
+    json_t *values = text ? json_loads(text, 0, NULL) : NULL;
+    msg_list msgs = {0};
+    uint64_t rows;
+    int r = json_is_object(values) ? state_split(rest, &msgs, values) : FAWN_EINVAL;
+    if (r == 0)
+        r = messages_store(db, spans, &rows, m->owner_id, m->thread_id, &msgs);
+    msg_list_free(&msgs);
+    json_decref(values);
+    if (r < 0) {
+        free(*rest);
+        *rest = NULL;
+    }
+    return r == FAWN_EINVAL ? 0 : r;
+}
+
+/* Moves one stored state: select reads its text (?1 run_id, ?2 key of m),
+ * update writes ?1 = its values without messages (or its reference, when
+ * whole_ref) and ?2 = its spans to the row (?3 run_id, ?4 key). */
+static int state_row_move(sqlite3 *db, const moved *m, const char *select, const char *update,
+                          bool whole_ref) {
+    sqlite3_stmt *st;
+    char *rest = NULL, *spans = NULL, *ref = NULL;
+    int r = sq_prepare(db, &st, select);
+    if (r < 0)
+        return r;
+    sqlite3_bind_text(st, 1, m->run_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, m->key);
+    int rc = sqlite3_step(st);
+    r = rc == SQLITE_ROW
+            ? state_move(db, &rest, &spans, m, (const char *)sqlite3_column_text(st, 0))
+            : sq_err(db, rc, "read a state to move");
+    sqlite3_finalize(st);
+    if (r == 0 && rest && whole_ref)
+        r = reference_compose(&ref, rest, spans);
+    if (r == 0 && rest && (r = sq_prepare(db, &st, update)) == 0) {
+        sqlite3_bind_text(st, 1, whole_ref ? ref : rest, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, spans, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, m->run_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 4, m->key);
+        r = sq_step_done(db, st, true, "move a state");
+    }
+    free(rest);
+    free(spans);
+    free(ref);
+    return r;
+}
+
+/* Rows listed per batch: the keys of a batch are read before its rows are
+ * changed, and a batch at a time keeps that list small however many states
+ * a database holds. */
+#define MIGRATE_BATCH 512
+
+/* Every row that list names (owner_id, thread_id, run_id, key; after ?1
+ * run_id and ?2 key, at most ?3, in key order), moved. */
+static int states_move(sqlite3 *db, const char *list, const char *select, const char *update,
+                       bool whole_ref) {
+    moved last = {0};
+    size_t n;
+    int r = 0;
+    do {
+        fbuf rows = {0};
+        sqlite3_stmt *st;
+        r = sq_prepare(db, &st, list);
+        if (r == 0) {
+            sqlite3_bind_text(st, 1, last.run_id, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 2, last.key);
+            sqlite3_bind_int(st, 3, MIGRATE_BATCH);
+            r = sq_rows_read(db, &rows, st, sizeof(moved), read_moved, "list states to move");
+            sqlite3_finalize(st);
+        }
+        const moved *m = (const moved *)rows.data;
+        n = rows.len / sizeof *m;
+        for (size_t i = 0; r == 0 && i < n; i++)
+            r = state_row_move(db, &m[i], select, update, whole_ref);
+        if (n)
+            last = m[n - 1];
+        fbuf_free(&rows);
+    } while (r == 0 && n == MIGRATE_BATCH);
+    return r;
+}
+
+int sq_state_migrate_messages(sqlite3 *db) {
+    int r = states_move(db,
+                        "SELECT owner_id, thread_id, '', rowid FROM checkpoints "
+                        "WHERE rowid > ?2 ORDER BY rowid LIMIT ?3",
+                        "SELECT state_values FROM checkpoints WHERE rowid = ?2",
+                        "UPDATE checkpoints SET state_values = ?1, message_spans = ?2 "
+                        "WHERE rowid = ?4",
+                        false);
+    if (r == 0)
+        r = states_move(db,
+                        "SELECT r.owner_id, r.thread_id, e.run_id, e.seq FROM run_events e "
+                        "JOIN runs r ON r.run_id = e.run_id WHERE e.event = 'values' AND "
+                        "(e.run_id, e.seq) > (?1, ?2) ORDER BY e.run_id, e.seq LIMIT ?3",
+                        "SELECT data FROM run_events WHERE run_id = ?1 AND seq = ?2",
+                        "UPDATE run_events SET data = ?1 WHERE run_id = ?3 AND seq = ?4", true);
+    return r;
+}
