@@ -60,7 +60,7 @@ async function startServer(home, port) {
   const config = path.join(home, 'config.yaml');
   fs.writeFileSync(config, [
     // Sandboxes outlive a stopped gateway (the next one adopts them); these
-    // exit on their own 60 s after the benchmark (twice idle_timeout_s).
+    // exit on their own 30 s after the benchmark (idle_timeout_s).
     `home: ${home}`, 'log_level: warn', 'server:', '  host: 127.0.0.1', `  port: ${port}`,
     // The readers all come from 127.0.0.1: one address may hold all but one slot.
     '  max_connections_per_address: 1023',
@@ -122,7 +122,7 @@ async function bareExecs(socketPath) {
   };
   const session = await timed({ session_id: 'bench-bare' });
   const oneShot = await timed({});
-  await new Promise((resolve, reject) => { // a box with a session never idles out
+  await new Promise((resolve, reject) => { // ends the session's shell at once
     const req = http.request({ socketPath, method: 'DELETE', path: '/v1/shell/sessions/bench-bare', agent },
       (res) => { res.resume(); res.on('end', resolve); });
     req.on('error', reject);

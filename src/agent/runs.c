@@ -236,35 +236,16 @@ int runs_new(run_manager **out, store *st, sbx_manager *sandboxes, const model_r
     return 0;
 }
 
-/* Kills the command a cancelled run may be waiting for: the run's shell
- * session, when its sandbox is in use. */
+/* Kills the command a cancelled run may be waiting for: its scope's shell
+ * session, through the manager's record of the lease the run holds (no
+ * acquisition: stopping never passes the gate again). */
 static void kill_commands(run_manager *m, const run_entry *e) {
-    sbx_info *list = NULL;
-    size_t n = 0;
-    bool active = false;
-    if (sbx_list(&list, &n, m->sandboxes) == 0)
-        for (size_t i = 0; i < n; i++)
-            active |= strcmp(list[i].user, e->user_dir) == 0 &&
-                      strcmp(list[i].thread, e->thread_id) == 0 &&
-                      list[i].holders[SBX_HOLD_EXECUTION] > 0;
-    free(list);
-    if (!active)
-        return;
     char scope[SBX_SCOPE_MAX + 1];
     agent_scope(scope, e->run_id);
-    sbx_request req = {.who = {.user = e->user_dir, .role = e->role}, .thread = e->thread_id,
-                       .kind = SBX_HOLD_EXECUTION, .scope = scope};
-    sbx_lease *lease = NULL;
-    if (sbx_acquire(&lease, m->sandboxes, &req) < 0)
-        return;
-    char path[128];
-    snprintf(path, sizeof path, "/v1/shell/sessions/%s/kill", lease->session);
-    json_t *reply = NULL;
-    int status = 0;
-    if (lease->session[0])
-        sbx_call(&reply, &status, lease, "POST", path, NULL, RUNS_KILL_TIMEOUT_MS);
-    json_decref(reply);
-    sbx_release(lease);
+    int r = sbx_kill_scope(m->sandboxes, e->user_dir, e->thread_id, scope, RUNS_KILL_TIMEOUT_MS);
+    if (r < 0 && r != FAWN_ENOENT)
+        log_warn("runs", "run %s: its command could not be killed: %s", e->run_id,
+                 fawn_errmsg());
 }
 
 /* Ends e, a run no worker took, as interrupted with why (lock held; it is

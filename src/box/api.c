@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 
 #include "base/fsx.h"
 #include "base/json.h"
@@ -21,6 +22,15 @@
 #define IDLE_TRIM_MS 10000
 /* JSON bodies other than file writes are small; 1 MiB is generous. */
 #define JSON_BODY_MAX (1024 * 1024)
+/* The thread's directories, bound into the sandbox from the host: their
+ * blocks count against its disk limit, and once the host deletes one (the
+ * thread, or the whole home, is gone) the box has nothing left to serve. */
+static const char *const user_data_dirs[] = {"/mnt/user-data/workspace",
+                                             "/mnt/user-data/uploads",
+                                             "/mnt/user-data/outputs"};
+#define USER_DATA_DIRS ARRAY_LEN(user_data_dirs)
+/* Connections served at once (503 beyond): a manager needs a few per box. */
+#define BOX_CONNECTIONS_MAX 64
 
 typedef struct box_state {
     const box_settings *settings;
@@ -28,9 +38,11 @@ typedef struct box_state {
     box_files files;
     char generation[33];
     int64_t started_ms;
-    atomic_int in_flight;
+    pthread_mutex_t requests_mu;
+    const http_conn *requests[BOX_CONNECTIONS_MAX]; /* requests in progress (NULL: free) */
     atomic_llong last_activity_ms;
     int idle_stop[2]; /* box_serve writes to [1] when it returns; the idle watch ends */
+    int user_data[USER_DATA_DIRS]; /* O_PATH handles on user_data_dirs (-1: not watched) */
 } box_state;
 
 static void respond_owned(http_conn *c, int code, json_t *reply) {
@@ -66,10 +78,6 @@ static json_t *describe(const box_state *b) {
         (json_int_t)s->files.upload_max_bytes);
 }
 
-/* The thread's directories whose blocks count against its disk limit. */
-static const char *const disk_dirs[] = {
-    "/mnt/user-data/workspace", "/mnt/user-data/uploads", "/mnt/user-data/outputs"};
-
 /* After a command, where no kernel quota holds the thread's files: measures
  * them and tells in the reply when they hold more than the limit, or more
  * files than can be measured. */
@@ -80,8 +88,8 @@ static void disk_report(json_t *reply, const box_settings *s) {
                                      .max_depth = FSX_USER_DATA_MAX_DEPTH};
     uint64_t used = 0;
     bool complete = true;
-    for (size_t i = 0; i < ARRAY_LEN(disk_dirs); i++) {
-        _cleanup_close_ int fd = open(disk_dirs[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    for (size_t i = 0; i < USER_DATA_DIRS; i++) {
+        _cleanup_close_ int fd = open(user_data_dirs[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         uint64_t n = 0;
         if (fd < 0 || fsx_tree_usage(&n, fd, &bounds) < 0)
             complete = false;
@@ -168,9 +176,16 @@ static void route_describe(http_conn *c, const http_request *req, box_state *b, 
     respond_owned(c, d ? 0 : FAWN_ENOMEM, d);
 }
 
+/* Ends every command, then the server (which waits for the requests in
+ * progress: with their commands killed, none of them lasts). */
+static void box_stop(box_state *b) {
+    box_exec_stop(b->exec);
+    http_server_stop();
+}
+
 static void route_shutdown(http_conn *c, const http_request *req, box_state *b, file_op op) {
     respond_owned(c, 0, json_pack("{s:b}", "ok", 1));
-    http_server_stop();
+    box_stop(b);
 }
 
 static void route_exec(http_conn *c, const http_request *req, box_state *b, file_op op) {
@@ -239,50 +254,112 @@ static void route(http_conn *c, const http_request *req, box_state *b) {
         http_respond_error(c, 404, "not_found", "no route for %s %.200s", req->method, req->path);
 }
 
-static void handle(http_conn *c, const http_request *req, void *ud) {
-    box_state *b = ud;
-    atomic_fetch_add(&b->in_flight, 1);
-    route(c, req, b);
-    atomic_store(&b->last_activity_ms, fawn_now_ms());
-    atomic_fetch_sub(&b->in_flight, 1);
+/* Records a request in progress on c; its slot, for request_end. */
+static int request_begin(box_state *b, const http_conn *c) {
+    int slot = -1;
+    pthread_mutex_lock(&b->requests_mu);
+    for (int i = 0; i < BOX_CONNECTIONS_MAX && slot < 0; i++)
+        if (!b->requests[i])
+            b->requests[slot = i] = c;
+    pthread_mutex_unlock(&b->requests_mu);
+    return slot;
 }
 
-/* Once a second: hands memory freed by finished requests back to the kernel
- * (an idle box should cost next to nothing), and stops the server once the
- * box has been idle (no request, no session, no running command) for
- * idle_exit_s, when that is set. */
+static void request_end(box_state *b, int slot) {
+    if (slot < 0)
+        return;
+    pthread_mutex_lock(&b->requests_mu);
+    b->requests[slot] = NULL;
+    pthread_mutex_unlock(&b->requests_mu);
+}
+
+/* Whether a request is in progress for a client still waiting for it (one
+ * whose client left talks to nobody). */
+static bool requests_attended(box_state *b) {
+    bool attended = false;
+    pthread_mutex_lock(&b->requests_mu);
+    for (int i = 0; i < BOX_CONNECTIONS_MAX && !attended; i++)
+        attended = b->requests[i] && http_client_waiting(b->requests[i]);
+    pthread_mutex_unlock(&b->requests_mu);
+    return attended;
+}
+
+/* Only requests that passed authentication get here: each one is a client
+ * talking to the box, as long as it waits for the answer. */
+static void handle(http_conn *c, const http_request *req, void *ud) {
+    box_state *b = ud;
+    atomic_store(&b->last_activity_ms, fawn_now_ms());
+    int slot = request_begin(b, c);
+    route(c, req, b);
+    if (http_client_waiting(c))
+        atomic_store(&b->last_activity_ms, fawn_now_ms());
+    request_end(b, slot);
+}
+
+/* Whether the host deleted one of the thread's directories: a directory
+ * removed keeps no link, and the box's handle on it says so. */
+static bool user_data_deleted(const box_state *b) {
+    for (size_t i = 0; i < USER_DATA_DIRS; i++) {
+        struct stat st;
+        if (b->user_data[i] >= 0 && fstat(b->user_data[i], &st) == 0 && st.st_nlink == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Once a second: hands memory freed by finished requests back to the
+ * kernel (an idle box should cost next to nothing); stops the box at once
+ * when its user-data is deleted, and once no request has come for
+ * idle_exit_s (when set), whatever its sessions hold: the manager that
+ * wants a box talks to it more often than that, so a box nobody talks to
+ * has no manager. A request in progress counts as talking while its client
+ * waits for the answer. */
 static void *idle_watch(void *arg) {
     box_state *b = arg;
     int64_t limit_ms = (int64_t)b->settings->idle_exit_s * 1000;
     int64_t trimmed_at = 0;
+    const char *why = NULL;
     /* Off the start-up path: the box reports ready before this is done. */
     if (box_exec_prepare(b->exec) < 0)
         log_error("box", "%s", fawn_errmsg());
-    for (;;) {
+    while (!why) {
         struct pollfd p = {.fd = b->idle_stop[0], .events = POLLIN};
         if (poll(&p, 1, 1000) != 0)
             return NULL;
         box_exec_reap(b->exec);
-        size_t sessions, running;
-        box_exec_activity(b->exec, &sessions, &running);
-        bool busy = atomic_load(&b->in_flight) > 0 || running > 0;
+        bool busy = requests_attended(b);
         int64_t last = atomic_load(&b->last_activity_ms);
-        if (busy || sessions > 0)
+        if (busy)
             atomic_store(&b->last_activity_ms, last = fawn_now_ms());
         if (!busy && trimmed_at < last && fawn_now_ms() - last >= IDLE_TRIM_MS) {
             box_exec_trim(b->exec);
             malloc_trim(0);
             trimmed_at = fawn_now_ms();
         }
-        if (limit_ms > 0 && !busy && sessions == 0 && fawn_now_ms() - last >= limit_ms)
-            break;
+        if (user_data_deleted(b))
+            why = "its user-data directory was deleted";
+        else if (limit_ms > 0 && !busy && fawn_now_ms() - last >= limit_ms)
+            why = "no request came within its idle time";
     }
-    log_info("box", "idle for %us: exiting", b->settings->idle_exit_s);
-    http_server_stop();
+    log_info("box", "%s (idle time %us): exiting", why, b->settings->idle_exit_s);
+    box_stop(b);
     return NULL;
 }
 
 static void on_stop_signal(int sig) { http_server_stop(); }
+
+/* Handles on the thread's directories for user_data_deleted (one that
+ * cannot be opened is not watched). */
+static void user_data_watch(box_state *b) {
+    for (size_t i = 0; i < USER_DATA_DIRS; i++)
+        b->user_data[i] = open(user_data_dirs[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
+}
+
+static void user_data_unwatch(box_state *b) {
+    for (size_t i = 0; i < USER_DATA_DIRS; i++)
+        if (b->user_data[i] >= 0)
+            close(b->user_data[i]);
+}
 
 static int open_roots(box_files *f) {
     f->roots.user_data_fd = open("/mnt/user-data", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -340,12 +417,14 @@ int box_serve(const box_serve_opts *o) {
     sigaction(SIGTERM, &stop, NULL);
     sigaction(SIGINT, &stop, NULL);
 
-    box_state b = {.settings = o->settings, .started_ms = fawn_wall_ms(), .idle_stop = {-1, -1}};
+    box_state b = {.settings = o->settings, .started_ms = fawn_wall_ms(), .idle_stop = {-1, -1},
+                   .requests_mu = PTHREAD_MUTEX_INITIALIZER, .user_data = {-1, -1, -1}};
     pthread_t watcher;
     fawn_random_hex(b.generation, 16);
     atomic_store(&b.last_activity_ms, fawn_now_ms());
     b.files.limits = o->settings->files;
     int r = open_roots(&b.files);
+    user_data_watch(&b);
     if (r == 0)
         r = box_exec_new(&b.exec, &o->settings->exec);
     if (r == 0)
@@ -354,13 +433,14 @@ int box_serve(const box_serve_opts *o) {
         if (o->status_fd >= 0)
             dprintf(o->status_fd, "error %s\n", fawn_errmsg());
         box_exec_free(b.exec);
+        user_data_unwatch(&b);
         return r;
     }
     report_ready(o->status_fd, b.generation);
     http_server_opts hopts = {
         .listen_fd = o->listen_fd,
         .bearer_token = o->token,
-        .max_connections = 64,
+        .max_connections = BOX_CONNECTIONS_MAX,
         .idle_timeout_ms = 60000,
         .io_timeout_ms = 30000,
         .handler = handle,
@@ -369,5 +449,6 @@ int box_serve(const box_serve_opts *o) {
     r = http_serve(&hopts);
     stop_idle_watch(&b, watcher);
     box_exec_free(b.exec);
+    user_data_unwatch(&b);
     return r;
 }

@@ -27,7 +27,7 @@ typedef struct box_settings {
     uint64_t memory_bytes;  /* cgroup memory limit in force, 0 = none (reported) */
     uint64_t pids_max;      /* cgroup pids limit in force, 0 = none (reported) */
     char cgroup[8];         /* "v2" | "v1" | "none" (reported) */
-    uint32_t idle_exit_s;   /* exit after this long without requests or sessions; 0 = never */
+    uint32_t idle_exit_s;   /* exit after this long without a request, whatever runs; 0 = never */
     uint64_t disk_limit_bytes; /* what /mnt/user-data may hold (sandbox.limits.disk_mb) */
     bool disk_measured;     /* no kernel quota holds it there: the box measures it after each
                                command and reports it when over (set by the launcher) */
@@ -50,8 +50,10 @@ typedef struct box_serve_opts {
     const box_settings *settings;
 } box_serve_opts;
 
-/* Runs the box until shutdown (API, SIGTERM, or idle exit). Returns 0 or a
- * negative FAWN_E* code when it could not start. */
+/* Runs the box until shutdown (API, SIGTERM), idle exit (no request for
+ * settings->idle_exit_s), or the deletion of one of its user-data
+ * directories on the host; every command still running is killed as it
+ * stops. Returns 0 or a negative FAWN_E* code when it could not start. */
 int box_serve(const box_serve_opts *opts);
 
 /* ---- isolation: building a sandbox's world ----

@@ -57,10 +57,11 @@ struct box_exec_ctx {
     pthread_mutex_t seccomp_mu; /* guards building seccomp once */
     pthread_mutex_t mu;
     session *sessions; /* persistent sessions only */
+    session *oneshots; /* one-shot executions in progress */
     session *spare;    /* a one-shot whose init is idle and its namespace empty */
     lingering *lingering;
     size_t n_sessions;
-    size_t running;
+    bool stopping;     /* box_exec_stop: every init is killed, no command starts */
 };
 
 /* ---- output capture: the first and last halves of a stream, never more ---- */
@@ -350,13 +351,6 @@ json_t *box_session_list(box_exec_ctx *ctx) {
     return json_pack("{s:o}", "sessions", list);
 }
 
-void box_exec_activity(box_exec_ctx *ctx, size_t *sessions, size_t *running) {
-    pthread_mutex_lock(&ctx->mu);
-    *sessions = ctx->n_sessions;
-    *running = ctx->running;
-    pthread_mutex_unlock(&ctx->mu);
-}
-
 /* ---- request validation ---- */
 
 static int parse_env(box_exec_request *req, const json_t *env) {
@@ -539,6 +533,8 @@ static int start_init(box_exec_ctx *ctx, session *s) {
     s->init_pid = (pid_t)pid;
     s->init_pidfd = pidfd;
     s->ctl_fd = sv[0];
+    if (ctx->stopping) /* started as the box stops: its command ends killed */
+        pidfd_send_signal(pidfd, SIGKILL, NULL, 0);
     pthread_mutex_unlock(&ctx->mu);
     return 0;
 }
@@ -727,6 +723,10 @@ static session *oneshot_take(box_exec_ctx *ctx, session **stale) {
 static int session_acquire(session **out, box_exec_ctx *ctx, const char *id) {
     session *stale = NULL;
     pthread_mutex_lock(&ctx->mu);
+    if (ctx->stopping) {
+        pthread_mutex_unlock(&ctx->mu);
+        return fawn_err(FAWN_EBUSY, "the box is stopping");
+    }
     session *s = id ? session_find(ctx, id) : oneshot_take(ctx, &stale);
     int r = 0;
     if (!s)
@@ -735,7 +735,10 @@ static int session_acquire(session **out, box_exec_ctx *ctx, const char *id) {
         r = fawn_err(FAWN_EBUSY, "session %s is already running a command", id);
     if (r == 0) {
         s->busy = true;
-        ctx->running++;
+        if (!s->persistent) { /* listed while it runs, so a stop can reach it */
+            s->next = ctx->oneshots;
+            ctx->oneshots = s;
+        }
         *out = s;
     }
     pthread_mutex_unlock(&ctx->mu);
@@ -747,10 +750,21 @@ static int session_acquire(session **out, box_exec_ctx *ctx, const char *id) {
     return r;
 }
 
+static void oneshot_unlink(box_exec_ctx *ctx, session *s) {
+    for (session **pp = &ctx->oneshots; *pp; pp = &(*pp)->next) {
+        if (*pp == s) {
+            *pp = s->next;
+            s->next = NULL;
+            return;
+        }
+    }
+}
+
 static void session_release(box_exec_ctx *ctx, session *s) {
     pthread_mutex_lock(&ctx->mu);
-    ctx->running--;
     s->busy = false;
+    if (!s->persistent)
+        oneshot_unlink(ctx, s);
     bool park = !s->persistent && s->init_pid && !ctx->spare;
     bool drop = (!s->persistent && !park) || s->deleted;
     if (park)
@@ -760,6 +774,24 @@ static void session_release(box_exec_ctx *ctx, session *s) {
     pthread_mutex_unlock(&ctx->mu);
     if (drop)
         session_free(s);
+}
+
+static void init_kill(const session *s) {
+    if (s && s->init_pid)
+        pidfd_send_signal(s->init_pidfd, SIGKILL, NULL, 0);
+}
+
+void box_exec_stop(box_exec_ctx *ctx) {
+    pthread_mutex_lock(&ctx->mu);
+    ctx->stopping = true;
+    for (session *s = ctx->sessions; s; s = s->next)
+        init_kill(s);
+    for (session *s = ctx->oneshots; s; s = s->next)
+        init_kill(s);
+    init_kill(ctx->spare);
+    for (lingering *l = ctx->lingering; l; l = l->next)
+        pidfd_send_signal(l->pidfd, SIGKILL, NULL, 0);
+    pthread_mutex_unlock(&ctx->mu);
 }
 
 void box_exec_trim(box_exec_ctx *ctx) {

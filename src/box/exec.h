@@ -109,7 +109,10 @@ void box_exec_reap(box_exec_ctx *ctx);
  * box should hold no process but itself). */
 void box_exec_trim(box_exec_ctx *ctx);
 
-/* Number of sessions and of executions in progress (for idle tracking). */
-void box_exec_activity(box_exec_ctx *ctx, size_t *sessions, size_t *running);
+/* The box is stopping: kills the init of every session, of every one-shot
+ * execution in progress and of every lingering one (so each command in
+ * progress ends at once, reported `killed`), and refuses commands from now
+ * on (FAWN_EBUSY). Does not wait for the kills to be confirmed. */
+void box_exec_stop(box_exec_ctx *ctx);
 
 #endif

@@ -693,6 +693,11 @@ int http_stream_end(http_conn *c) {
 
 bool http_responded(const http_conn *c) { return c->responded; }
 
+bool http_client_waiting(const http_conn *c) {
+    struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) == 0;
+}
+
 static int status_for_code(int code) {
     switch (code) {
     case FAWN_EINVAL:

@@ -99,6 +99,11 @@ int http_stream_end(http_conn *c);
 /* True once a response (or its first bytes) has been sent on this request. */
 bool http_responded(const http_conn *c);
 
+/* Whether c's client still waits for the answer: false once it has closed
+ * its end of the connection (its process died, say). Safe to call from
+ * another thread while the request is in progress. */
+bool http_client_waiting(const http_conn *c);
+
 /* Called once per request. The handler must answer (a request left
  * unanswered gets a 500). Unread body bytes are discarded afterwards. */
 typedef void (*http_handler)(http_conn *c, const http_request *req, void *ud);

@@ -27,13 +27,17 @@
 static void usage(FILE *out) {
     fprintf(out,
             "usage: fawn box --listen HOST:PORT --token-file PATH [--user-data DIR]\n"
-            "                [--config FILE]\n\n"
+            "                [--idle-exit SECONDS] [--config FILE]\n\n"
             "Serves the box API (docs/box-api.md) over TCP for remote placement: as the\n"
             "entry point of a container, a pod or a VM, or on a plain host. The box runs\n"
             "in a fresh sandbox like the local provider's, with DIR (default\n"
             "/mnt/user-data) as its /mnt/user-data. Every request must carry the bearer\n"
             "token read from PATH (at least %d characters). Limits, network mode and the\n"
-            "command environment come from the configuration (sandbox.*). SIGTERM stops it.\n",
+            "command environment come from the configuration (sandbox.*). SIGTERM stops it.\n"
+            "With --idle-exit, it exits once no request has come for that long (give it\n"
+            "the gateway's sandbox.idle_timeout_s: the gateway talks to the boxes it holds\n"
+            "more often), and it exits at once when DIR's workspace, uploads or outputs\n"
+            "directory is deleted.\n",
             BOX_TOKEN_MIN);
 }
 
@@ -79,13 +83,28 @@ static int read_token(char *out, const char *path) {
 
 typedef struct box_args {
     const char *listen, *token_file, *config, *user_data;
+    uint32_t idle_exit_s; /* 0 = never */
 } box_args;
+
+/* The longest --idle-exit: sandbox.idle_timeout_s's own bound (a week). */
+#define BOX_IDLE_EXIT_MAX_S 604800
+
+static int parse_idle_exit(uint32_t *out, const char *text) {
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || *end || end == text || v < 0 || v > BOX_IDLE_EXIT_MAX_S)
+        return fawn_err(FAWN_EINVAL, "--idle-exit must be 0..%d seconds", BOX_IDLE_EXIT_MAX_S);
+    *out = (uint32_t)v;
+    return 0;
+}
 
 static int parse_args(box_args *a, int argc, char **argv) {
     static const struct option opts[] = {
         {"listen", required_argument, 0, 'l'}, {"token-file", required_argument, 0, 't'},
         {"config", required_argument, 0, 'c'}, {"user-data", required_argument, 0, 'u'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
+        {"idle-exit", required_argument, 0, 'i'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     *a = (box_args){.user_data = "/mnt/user-data"};
     int c;
@@ -95,6 +114,10 @@ static int parse_args(box_args *a, int argc, char **argv) {
         case 't': a->token_file = optarg; break;
         case 'c': a->config = optarg; break;
         case 'u': a->user_data = optarg; break;
+        case 'i':
+            if (parse_idle_exit(&a->idle_exit_s, optarg) < 0)
+                return FAWN_EINVAL;
+            break;
         case 'h': usage(stdout); exit(0);
         default: return fawn_err(FAWN_EINVAL, "unknown option");
         }
@@ -132,7 +155,7 @@ static int serve_tcp(const box_args *a, const fawn_config *cfg, const char *toke
         return fd;
     local_launch_spec spec = {.cfg = cfg, .sandbox_id = sandbox_id, .user_data = a->user_data,
                               .listen_fd = fd, .log_fd = STDERR_FILENO, .token = token,
-                              .die_with_launcher = true};
+                              .idle_exit_s = a->idle_exit_s, .die_with_launcher = true};
     pid_t pid;
     char generation[33];
     int r = local_launch(&pid, generation, &spec);

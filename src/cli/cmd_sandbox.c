@@ -9,8 +9,8 @@
 #include "config/config.h"
 #include "sandbox/sandbox.h"
 
-/* A CLI-started box stays up this long unused so later invocations (and
- * their shell sessions) reuse it. */
+/* A CLI-started box stays up this long after the last request so later
+ * invocations (and their shell sessions) reuse it. */
 #define CLI_IDLE_EXIT_S 600
 /* Slack on top of the command's own timeout for the HTTP exchange. */
 #define CALL_SLACK_MS 15000

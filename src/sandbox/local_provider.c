@@ -189,10 +189,11 @@ static int local_create(void *ctx, sbx_box *out, const char *user, const char *t
     local_provider *lp = ctx;
     if (cancel && atomic_load(&cancel->cancelled))
         return fawn_err(FAWN_ECANCELED, "the acquisition was cancelled");
-    /* The manager stops idle boxes itself; this backstop ends a box whose
-     * manager is gone for good (its home deleted, say) after twice as long. */
+    /* The manager keeps the boxes it holds alive with requests (and stops
+     * idle ones itself); a box no manager talks to for the idle timeout
+     * (the gateway stopped, crashed, or its home is gone) exits. */
     local_spec spec = {.cfg = lp->cfg, .user = user, .thread = thread, .fawn_bin = lp->fawn_bin,
-                       .idle_exit_s = 2 * lp->cfg->sandbox.idle_timeout_s};
+                       .idle_exit_s = lp->cfg->sandbox.idle_timeout_s};
     local_box lb;
     int r = local_box_ensure(&lb, &spec);
     if (r == 0 && lb.started && lb.pid > 0)

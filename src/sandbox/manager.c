@@ -19,10 +19,19 @@
 /* Scope sessions one sandbox tracks: a run's lead agent and sub-agents,
  * well within the box's own cap (sandbox.max_sessions). */
 #define SBX_SCOPES_MAX 32
+/* Shell sessions an adopted box may report: its own cap
+ * (sandbox.max_sessions) is at most 256; a longer list is a broken box. */
+#define SBX_ADOPT_SESSIONS_MAX 256
 /* Creates asked of a provider that keeps handing back fenced boxes. */
 #define SBX_CREATE_ATTEMPTS 3
 /* Whole-generation fences use the empty scope. */
 #define SBX_WHOLE ""
+/* A failed idle teardown is tried again after 1 s, then 2 s, 4 s ... up to
+ * 5 min: a provider that recovers is noticed soon, one that keeps failing
+ * costs a call (and a log line) every 5 minutes per sandbox, and never
+ * keeps the entry claimed away from its acquisitions. */
+#define SBX_TEARDOWN_BACKOFF_MIN_MS 1000
+#define SBX_TEARDOWN_BACKOFF_MAX_MS 300000
 
 typedef struct scope_session {
     char scope[SBX_SCOPE_MAX + 1];
@@ -42,6 +51,9 @@ struct sbx_entry {
     bool destroy_deferred;
     bool fenced;           /* its generation is fenced (also recorded in the store) */
     int64_t idle_since_ms;
+    unsigned teardown_failures; /* idle teardowns failed in a row */
+    int64_t teardown_backoff_ms; /* the wait after the last of them (0: none) */
+    int64_t teardown_retry_ms;  /* no idle teardown is tried before this */
     unsigned refs;         /* leases and claimants: the entry is not freed while > 0 */
     scope_session scopes[SBX_SCOPES_MAX];
     size_t n_scopes;
@@ -68,6 +80,8 @@ struct sbx_manager {
     pthread_cond_t changed; /* an entry was released from busy, or the reaper must stop */
     sbx_entry *entries;
     pthread_t reaper;
+    pthread_t keepalive;
+    bool keepalive_started;
     bool stopping;
 };
 
@@ -289,6 +303,8 @@ static int entry_teardown(sbx_manager *m, sbx_entry *e) {
         e->destroy_deferred = false;
         e->n_scopes = 0;
         e->state = SBX_STATE_IDLE;
+        e->teardown_failures = 0;
+        e->teardown_backoff_ms = e->teardown_retry_ms = 0;
     }
     pthread_mutex_unlock(&m->mu);
     return 0;
@@ -303,13 +319,15 @@ static size_t running_count(const sbx_manager *m) {
     return n;
 }
 
-/* The idle entry parked longest ago (and past `older_than` when >= 0). */
-static sbx_entry *idle_oldest(sbx_manager *m, int64_t parked_before_ms) {
+/* The idle entry parked longest ago that may be torn down at `now`: not
+ * waiting out a teardown backoff and, when timed, parked at or before
+ * parked_before_ms. */
+static sbx_entry *idle_oldest(sbx_manager *m, bool timed, int64_t parked_before_ms, int64_t now) {
     sbx_entry *oldest = NULL;
     for (sbx_entry *e = m->entries; e; e = e->next) {
         if (!has_box(e) || e->busy || e->holders_total || e->state != SBX_STATE_IDLE)
             continue;
-        if (parked_before_ms >= 0 && e->idle_since_ms > parked_before_ms)
+        if (e->teardown_retry_ms > now || (timed && e->idle_since_ms > parked_before_ms))
             continue;
         if (!oldest || e->idle_since_ms < oldest->idle_since_ms)
             oldest = e;
@@ -317,7 +335,21 @@ static sbx_entry *idle_oldest(sbx_manager *m, int64_t parked_before_ms) {
     return oldest;
 }
 
-/* Tears down one idle entry chosen under m->mu (claimed there). */
+/* After a failed idle teardown: the next one waits twice as long as the
+ * last (SBX_TEARDOWN_BACKOFF_MIN_MS .. _MAX_MS). Called with m->mu held. */
+static void teardown_back_off(sbx_entry *e, int64_t now) {
+    int64_t wait = e->teardown_backoff_ms ? 2 * e->teardown_backoff_ms
+                                          : SBX_TEARDOWN_BACKOFF_MIN_MS;
+    e->teardown_backoff_ms = wait < SBX_TEARDOWN_BACKOFF_MAX_MS ? wait : SBX_TEARDOWN_BACKOFF_MAX_MS;
+    e->teardown_retry_ms = now + e->teardown_backoff_ms;
+    e->teardown_failures++;
+    log_warn("sandbox", "sandbox %s (thread %s): teardown failed %u time(s) in a row; next try "
+             "in %" PRId64 " s", e->box.sandbox_id, e->thread, e->teardown_failures,
+             e->teardown_backoff_ms / 1000);
+}
+
+/* Tears down one idle entry chosen under m->mu (claimed there). A failure
+ * leaves it parked, backing off. */
 static void idle_evict(sbx_manager *m, sbx_entry *e, const char *why) {
     e->busy = true;
     e->state = SBX_STATE_STOPPING;
@@ -326,9 +358,9 @@ static void idle_evict(sbx_manager *m, sbx_entry *e, const char *why) {
     log_info("sandbox", "sandbox %s (thread %s): %s", e->box.sandbox_id, e->thread, why);
     int r = entry_teardown(m, e);
     pthread_mutex_lock(&m->mu);
-    if (r < 0) { /* kept parked; tried again after another idle period */
+    if (r < 0) {
         e->state = SBX_STATE_IDLE;
-        e->idle_since_ms = fawn_now_ms();
+        teardown_back_off(e, fawn_now_ms());
     }
     e->refs--;
     entry_unclaim(m, e);
@@ -336,15 +368,25 @@ static void idle_evict(sbx_manager *m, sbx_entry *e, const char *why) {
 }
 
 /* Past the replicas cap, evicts the oldest idle sandboxes (never active
- * ones). Called with m->mu held. */
+ * ones, nor ones backing off). Called with m->mu held. */
 static void replicas_enforce(sbx_manager *m) {
     size_t attempts = running_count(m); /* each eviction that fails is tried once */
     while (m->cfg.replicas && attempts-- && running_count(m) > m->cfg.replicas) {
-        sbx_entry *e = idle_oldest(m, -1);
+        sbx_entry *e = idle_oldest(m, false, 0, fawn_now_ms());
         if (!e)
             return;
         idle_evict(m, e, "evicted: more running sandboxes than sandbox.replicas");
     }
+}
+
+/* Tears down the sandboxes parked for idle_timeout_s, each at most once
+ * per pass (one that fails backs off). Called with m->mu held. */
+static void idle_reap(sbx_manager *m) {
+    int64_t now = fawn_now_ms();
+    int64_t parked_before = now - (int64_t)m->cfg.idle_timeout_s * 1000;
+    sbx_entry *e;
+    while (!m->stopping && (e = idle_oldest(m, true, parked_before, now)))
+        idle_evict(m, e, "idle timeout");
 }
 
 static void *reaper_main(void *arg) {
@@ -354,12 +396,60 @@ static void *reaper_main(void *arg) {
         struct timespec until;
         deadline_in(&until, SBX_REAP_PERIOD_MS);
         pthread_cond_timedwait(&m->changed, &m->mu, &until);
-        if (m->stopping || !m->cfg.idle_timeout_s)
+        if (!m->stopping && m->cfg.idle_timeout_s)
+            idle_reap(m);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+/* ---- keepalive: the boxes the manager holds hear from it ---- */
+
+/* Copies of the boxes of every entry (malloc'd, caller frees); called with
+ * m->mu held. */
+static sbx_box *boxes_copy(sbx_manager *m, size_t *n) {
+    *n = running_count(m);
+    sbx_box *boxes = calloc(*n ? *n : 1, sizeof *boxes);
+    size_t i = 0;
+    for (sbx_entry *e = m->entries; boxes && e; e = e->next)
+        if (has_box(e))
+            boxes[i++] = e->box;
+    return boxes;
+}
+
+/* One request to each box the manager holds (m->mu held, released during
+ * the requests). Only the request matters, not its answer: a box that does
+ * not answer is the acquisitions' business (health on reuse). */
+static void keepalive_round(sbx_manager *m) {
+    size_t n = 0;
+    sbx_box *boxes = boxes_copy(m, &n);
+    pthread_mutex_unlock(&m->mu);
+    for (size_t i = 0; boxes && i < n; i++) {
+        json_t *reply = NULL;
+        int status = 0;
+        m->p->call(m->p->ctx, &reply, &status, &boxes[i], "GET", "/v1/sandbox", NULL,
+                   (int)m->cfg.call_timeout_ms);
+        json_decref(reply);
+    }
+    free(boxes);
+    pthread_mutex_lock(&m->mu);
+}
+
+static void *keepalive_main(void *arg) {
+    sbx_manager *m = arg;
+    int64_t period = (int64_t)m->cfg.idle_timeout_s * 1000 / SBX_KEEPALIVES_PER_TIMEOUT;
+    int64_t due = fawn_now_ms() + period;
+    pthread_mutex_lock(&m->mu);
+    while (!m->stopping) {
+        int64_t left = due - fawn_now_ms();
+        if (left <= 0) {
+            keepalive_round(m);
+            due = fawn_now_ms() + period;
             continue;
-        int64_t cutoff = fawn_now_ms() - (int64_t)m->cfg.idle_timeout_s * 1000;
-        sbx_entry *e; /* a failed teardown parks it anew: past the cutoff */
-        while (!m->stopping && (e = idle_oldest(m, cutoff)))
-            idle_evict(m, e, "idle timeout");
+        }
+        struct timespec until;
+        deadline_in(&until, left);
+        pthread_cond_timedwait(&m->changed, &m->mu, &until);
     }
     pthread_mutex_unlock(&m->mu);
     return NULL;
@@ -624,8 +714,8 @@ int sbx_acquire(sbx_lease **out, sbx_manager *m, const sbx_request *req) {
 
 /* ---- release, fences, calls ---- */
 
-/* Ends the scope's session in the box (its processes die with it). */
-static void scope_session_end(sbx_manager *m, const sbx_box *box, const char *session) {
+/* Ends one shell session of box: 0 once it is gone (404: gone already). */
+static int session_end(sbx_manager *m, const sbx_box *box, const char *session) {
     char path[sizeof "/v1/shell/sessions/" + SBX_SESSION_ID_MAX];
     snprintf(path, sizeof path, "/v1/shell/sessions/%s", session);
     json_t *reply = NULL;
@@ -633,9 +723,16 @@ static void scope_session_end(sbx_manager *m, const sbx_box *box, const char *se
     int r = m->p->call(m->p->ctx, &reply, &status, box, "DELETE", path, NULL,
                        (int)m->cfg.call_timeout_ms);
     json_decref(reply);
-    if (r < 0 || (status != 200 && status != 404))
+    if (r == 0 && status != 200 && status != 404)
+        r = fawn_err(FAWN_EIO, "the box refused to end session %s (HTTP %d)", session, status);
+    return r;
+}
+
+/* Ends the scope's session in the box (its processes die with it). */
+static void scope_session_end(sbx_manager *m, const sbx_box *box, const char *session) {
+    if (session_end(m, box, session) < 0)
         log_warn("sandbox", "sandbox %s: ending session %s failed: %s", box->sandbox_id, session,
-                 r < 0 ? fawn_errmsg() : "refused by the box");
+                 fawn_errmsg());
 }
 
 /* Drops l's hold on its scope; fills `ended` with the session to end when
@@ -738,6 +835,51 @@ int sbx_call_file(json_t **reply, int *status, sbx_lease *l, const char *method,
                                            file_fd, size, timeout_ms));
 }
 
+/* The box and session of scope in sandbox_id while a lease holds it. */
+static bool scope_held(sbx_box *box, char session[SBX_SESSION_ID_MAX + 1], sbx_manager *m,
+                       const char *sandbox_id, const char *scope) {
+    pthread_mutex_lock(&m->mu);
+    sbx_entry *e = entry_find(m, sandbox_id);
+    scope_session *s = e ? scope_find(e, scope) : NULL;
+    bool held = s && s->holders > 0 && strcmp(s->generation, e->box.generation) == 0;
+    if (held) {
+        *box = e->box;
+        memcpy(session, s->session, SBX_SESSION_ID_MAX + 1);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return held;
+}
+
+int sbx_kill_scope(sbx_manager *m, const char *user, const char *thread, const char *scope,
+                   int timeout_ms) {
+    char sandbox_id[17], session[SBX_SESSION_ID_MAX + 1];
+    sbx_box box;
+    int r = local_sandbox_id(sandbox_id, user, thread);
+    if (r < 0)
+        return r;
+    if (!scope_valid(scope) || !scope_held(&box, session, m, sandbox_id, scope))
+        return fawn_err(FAWN_ENOENT, "no lease holds that scope");
+    char path[sizeof "/v1/shell/sessions//kill" + SBX_SESSION_ID_MAX];
+    snprintf(path, sizeof path, "/v1/shell/sessions/%s/kill", session);
+    json_t *reply = NULL;
+    int status = 0;
+    r = m->p->call(m->p->ctx, &reply, &status, &box, "POST", path, NULL, timeout_ms);
+    json_decref(reply);
+    if (r == 0 && status == 404)
+        return fawn_err(FAWN_ENOENT, "the box has no session %s", session);
+    if (r == 0 && status != 200)
+        r = fawn_err(FAWN_EIO, "the box did not confirm the kill (HTTP %d)", status);
+    if (r == FAWN_EIO || r == FAWN_ETIMEDOUT || r == FAWN_EPROTO) {
+        char message[256];
+        snprintf(message, sizeof message, "%s", fawn_errmsg());
+        fence_add(m, scope, box.sandbox_id, box.generation, "a kill's outcome is unknown");
+        log_warn("sandbox", "sandbox %s generation %.8s scope %s fenced: %s", box.sandbox_id,
+                 box.generation, scope, message);
+        r = fawn_err(r, "%s", message);
+    }
+    return r;
+}
+
 int sbx_destroy(enum sbx_destroy_outcome *outcome, sbx_manager *m, const char *user,
                 const char *thread) {
     *outcome = SBX_DESTROYED;
@@ -771,7 +913,10 @@ int sbx_destroy(enum sbx_destroy_outcome *outcome, sbx_manager *m, const char *u
 /* ---- observability ---- */
 
 static void info_fill(sbx_info *out, sbx_manager *m, const sbx_entry *e, int64_t now) {
-    *out = (sbx_info){.state = e->state, .destroy_deferred = e->destroy_deferred};
+    *out = (sbx_info){.state = e->state,
+                      .destroy_deferred = e->destroy_deferred,
+                      .teardown_failures = e->teardown_failures,
+                      .teardown_backoff_ms = e->teardown_backoff_ms};
     snprintf(out->user, sizeof out->user, "%s", e->user);
     snprintf(out->thread, sizeof out->thread, "%s", e->thread);
     snprintf(out->sandbox_id, sizeof out->sandbox_id, "%s", e->box.sandbox_id);
@@ -818,9 +963,32 @@ const char *sbx_holder_name(enum sbx_holder k) {
 
 /* ---- start and stop: reconciling with what the provider has ---- */
 
+/* Ends every shell session in box, each with its processes: a box adopted
+ * after a restart has no live scope, so each of its sessions belonged to a
+ * run that died with the previous process. 0 only when all are gone; the
+ * listing is the box's, so it is checked (ids as the box API allows). */
+static int sessions_end_all(sbx_manager *m, const sbx_box *box) {
+    json_t *reply = NULL;
+    int status = 0;
+    int r = m->p->call(m->p->ctx, &reply, &status, box, "GET", "/v1/shell/sessions", NULL,
+                       (int)m->cfg.call_timeout_ms);
+    json_t *list = json_object_get(reply, "sessions");
+    if (r == 0 && (status != 200 || !json_is_array(list) ||
+                   json_array_size(list) > SBX_ADOPT_SESSIONS_MAX))
+        r = fawn_err(FAWN_EPROTO, "the box did not list its shell sessions");
+    for (size_t i = 0; r == 0 && i < json_array_size(list); i++) {
+        const char *id = json_string_value(json_object_get(json_array_get(list, i), "id"));
+        r = id && fawn_id_valid(id) ? session_end(m, box, id)
+                                    : fawn_err(FAWN_EPROTO, "the box listed a malformed session");
+    }
+    json_decref(reply);
+    return r;
+}
+
 /* A box the provider lists: adopted into the warm pool when the store
- * records it at that generation for a (user, thread), it is not fenced and
- * it answers; destroyed otherwise (a stray, or untrusted). */
+ * records it at that generation for a (user, thread), it is not fenced, it
+ * answers and its shell sessions (all a dead run's) could be ended;
+ * destroyed otherwise (a stray, or untrusted). */
 static int reconcile_box(void *ctx, const char *sandbox_id, const char *generation) {
     sbx_manager *m = ctx;
     store_sandbox rec;
@@ -836,6 +1004,11 @@ static int reconcile_box(void *ctx, const char *sandbox_id, const char *generati
         adopt = health == 0;
         if (health < 0 && health != FAWN_ENOENT) /* unknown: never trusted, even if it answers later */
             fence_add(m, SBX_WHOLE, sandbox_id, generation, "health unknown at start");
+    }
+    if (adopt && sessions_end_all(m, &box) < 0) {
+        log_warn("sandbox", "sandbox %s: the sessions of a previous run could not be ended (%s); "
+                 "not adopted", sandbox_id, fawn_errmsg());
+        adopt = false;
     }
     sbx_entry *e = adopt ? entry_get(m, sandbox_id, rec.user, rec.thread) : NULL;
     if (e) {
@@ -922,6 +1095,12 @@ int sbx_manager_new(sbx_manager **out, const sbx_manager_config *cfg, sbx_provid
         manager_destroy(m);
         return r;
     }
+    err = cfg->idle_timeout_s ? pthread_create(&m->keepalive, NULL, keepalive_main, m) : 0;
+    m->keepalive_started = cfg->idle_timeout_s && !err;
+    if (err) {
+        sbx_manager_free(m);
+        return fawn_err_sys(FAWN_EIO, err, "start the sandbox keepalive");
+    }
     *out = m;
     return 0;
 }
@@ -934,5 +1113,7 @@ void sbx_manager_free(sbx_manager *m) {
     pthread_cond_broadcast(&m->changed);
     pthread_mutex_unlock(&m->mu);
     pthread_join(m->reaper, NULL);
+    if (m->keepalive_started)
+        pthread_join(m->keepalive, NULL);
     manager_destroy(m);
 }

@@ -13,10 +13,18 @@
  *   holders remain is deferred (and reported so); teardown waits for them.
  * - Warm pool: a parked sandbox is reused by the thread's next acquisition;
  *   it is torn down after idle_timeout_s; past `replicas` running sandboxes
- *   the oldest idle ones are torn down, never active ones.
+ *   the oldest idle ones are torn down, never active ones. A teardown that
+ *   fails is tried again after a doubling wait (1 s up to 5 min), so a
+ *   failing provider costs one call per wait and never keeps a sandbox
+ *   from its acquisitions.
  * - Generations: each started box has a generation id; every record (lease,
  *   session, fence) names the generation it is about, and an answer about
  *   another generation never acts on the current one.
+ * - Keepalive: every box the manager holds hears from it (GET /v1/sandbox)
+ *   SBX_KEEPALIVES_PER_TIMEOUT times per idle_timeout_s. Providers start
+ *   boxes that exit once nothing has talked to them for idle_timeout_s, so
+ *   a box whose manager is gone (stopped, crashed, its home deleted) ends
+ *   instead of running on; a successor that starts in time adopts it.
  * - Health on reuse: a definite "dead" drops the sandbox and starts another;
  *   an unknown answer never counts as healthy (the generation is fenced).
  * - Quarantine: an uncertain outcome fences the generation in a persistent
@@ -29,7 +37,8 @@
  * - Scopes: an acquisition with a scope ("run:agent") gets that scope's own
  *   persistent shell session in the sandbox; acquiring a scope again is
  *   idempotent; when its last lease is released its session ends, and only
- *   its session.
+ *   its session. Stopping a scope's commands (sbx_kill_scope) goes through
+ *   the session its leases hold, never through another acquisition.
  *
  * Every function is safe to call from any thread. Every out-parameter (of
  * these functions and of the provider operations) is set on every path,
@@ -53,6 +62,9 @@
 #define SBX_SCOPE_MAX 129
 /* Box API shell session ids the manager creates: "scope-" + 32 hex. */
 #define SBX_SESSION_ID_MAX 64
+/* Keepalive requests each box the manager holds gets per idle timeout: a
+ * late round or two never lets a box the manager wants exit. */
+#define SBX_KEEPALIVES_PER_TIMEOUT 4
 
 /* ---- providers ---- */
 
@@ -138,7 +150,8 @@ void sbx_provider_close(sbx_provider *p);
 /* ---- the manager ---- */
 
 typedef struct sbx_manager_config {
-    uint32_t idle_timeout_s; /* a parked sandbox is torn down after this (600); 0 = never */
+    uint32_t idle_timeout_s; /* a parked sandbox is torn down after this (600), and boxes hear
+                                from the manager 4 times as often; 0 = never, no keepalive */
     uint32_t replicas;       /* running sandboxes kept at most by evicting idle ones; 0 = no cap */
     uint32_t call_timeout_ms; /* health checks and session requests (5000) */
 } sbx_manager_config;
@@ -148,15 +161,19 @@ typedef struct sbx_manager sbx_manager;
 /* Creates the manager over provider (borrowed, like st and policy; all must
  * outlive it), then reconciles what the provider already has: a box the
  * store records for a (user, thread) at that generation, not fenced and
- * healthy, is adopted into the warm pool; any other box is destroyed; fences
- * of generations the provider confirms absent retire. Failures to destroy
+ * healthy, is adopted into the warm pool once every shell session in it is
+ * ended (no scope is live yet: they are the sessions of runs that died with
+ * the previous process, and their processes end with them); any other box,
+ * or one whose sessions could not be ended, is destroyed; fences of
+ * generations the provider confirms absent retire. Failures to destroy
  * are logged and left for the next start (the fences stay). Starts the
  * reaper that tears down idle sandboxes. */
 int sbx_manager_new(sbx_manager **out, const sbx_manager_config *cfg, sbx_provider *provider,
                     store *st, const authz_policy *policy);
-/* Stops the reaper and frees the manager. Every lease must have been
- * released. Parked sandboxes are left running for the next start to
- * rediscover (their store records stay). */
+/* Stops the reaper and the keepalive and frees the manager. Every lease
+ * must have been released. Parked sandboxes are left running for the next
+ * start to rediscover (their store records stay); with no manager talking
+ * to them, they exit after idle_timeout_s. */
 void sbx_manager_free(sbx_manager *m);
 
 /* What holds a sandbox. */
@@ -233,6 +250,18 @@ int sbx_call(json_t **reply, int *status, sbx_lease *l, const char *method, cons
 int sbx_call_file(json_t **reply, int *status, sbx_lease *l, const char *method,
                   const char *path, int file_fd, uint64_t size, int timeout_ms);
 
+/* Kills the commands of scope's shell session in the (user, thread)
+ * sandbox while a lease of that scope holds it: how a cancelled run's
+ * command is stopped. It acquires nothing, so it passes no gate (it only
+ * stops what an acquisition let start) and waits for no other operation on
+ * the sandbox. 0 once the box confirmed the kill; FAWN_ENOENT when no lease
+ * holds the scope, or the box has no such session (none of its commands
+ * can be running). An outcome left
+ * unknown (the exchange broke, the box could not confirm) fences the scope:
+ * its session is abandoned, the next acquisition of it gets a new one. */
+int sbx_kill_scope(sbx_manager *m, const char *user, const char *thread, const char *scope,
+                   int timeout_ms);
+
 enum sbx_destroy_outcome { SBX_DESTROYED, SBX_DESTROY_DEFERRED };
 
 /* Tears down the (user, thread) sandbox now, or, while holders remain,
@@ -256,6 +285,8 @@ typedef struct sbx_info {
     int64_t idle_ms; /* how long it has been parked; 0 when active */
     bool fenced;
     bool destroy_deferred;
+    unsigned teardown_failures;  /* idle teardowns that failed in a row */
+    int64_t teardown_backoff_ms; /* the reaper's wait after the last of them (0: none) */
 } sbx_info;
 
 /* The sandboxes the manager knows (malloc'd array in *out, caller frees). */

@@ -2,7 +2,9 @@
  * kubectl, ssh, a process on this host) and reached over TCP, where each one
  * is a `fawn box --listen HOST:PORT --token-file F` that wants a bearer token
  * (docs/box-api.md). One protocol, any placement: the control plane is four
- * commands the operator configures, each a small script.
+ * commands the operator configures, each a small script. Started with
+ * `--idle-exit` set to sandbox.idle_timeout_s, a box exits once no gateway
+ * holds it (the manager keeps the boxes it holds alive with requests).
  *
  * Commands. Each is an argv, run without a shell (argv[0] is looked up in
  * PATH), stdin /dev/null, in a process group of its own, with this

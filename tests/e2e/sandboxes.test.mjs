@@ -1,9 +1,14 @@
 // GET /api/sandboxes (admins only) and `fawn sandbox ls` against a running
-// gateway: both show the sandbox manager's view.
+// gateway: both show the sandbox manager's view. And what becomes of a box
+// whose gateway is gone: adopted by its successor (the dead run's sessions
+// ended), or ended by itself after the idle timeout or once its home is
+// deleted.
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 
-import { FawnServer, request, runFawn, setupAdmin, setupUser } from './lib/server.mjs';
+import { FakeOpenAI, call, reply } from './lib/fake_openai.mjs';
+import { FawnServer, request, runFawn, setupAdmin, setupUser, sleep } from './lib/server.mjs';
 
 describe('sandbox observability', () => {
   let srv;
@@ -38,5 +43,82 @@ describe('sandbox observability', () => {
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /^SANDBOX\s+USER\s+THREAD\s+GENERATION\s+STATE/);
     assert.doesNotMatch(r.stderr, /no gateway answered/);
+  });
+});
+
+// ---- a box's life without its gateway ----
+
+/** Host processes (a sandbox's included) whose command line contains marker. */
+function hostProcs(marker) {
+  let n = 0;
+  for (const pid of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    try {
+      if (fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').includes(marker)) n++;
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return n;
+}
+
+async function waitFor(predicate, ms, what) {
+  const deadline = Date.now() + ms;
+  while (!(await predicate())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting: ${what}`);
+    await sleep(100);
+  }
+}
+
+/** A `sleep` command line no other process on the host runs. */
+const uniqueSleep = () => `sleep ${300000 + Math.floor(Math.random() * 600000)}`;
+
+describe('a box without its gateway', () => {
+  let fake;
+
+  before(async () => {
+    fake = await FakeOpenAI.start();
+  });
+  after(async () => {
+    await fake?.stop();
+  });
+
+  /** A gateway whose run has started `job` in the background of its shell session, then was killed with SIGKILL. */
+  async function crashWithJob(sandbox) {
+    const srv = await FawnServer.start({ models: [fake.model()], sandbox });
+    const admin = await setupAdmin(srv);
+    const job = uniqueSleep();
+    fake.queue(reply('', [call('bash', { description: 'x', command: `${job} >/dev/null 2>&1 & sleep 120` })]));
+    const thread = await request(srv, 'POST', '/api/threads', { bearer: admin.token, body: {} });
+    const run = await request(srv, 'POST', `/api/threads/${thread.json.thread_id}/runs`, {
+      bearer: admin.token, body: { assistant_id: 'lead_agent', input: { messages: [{ type: 'human', content: 'go' }] } },
+    });
+    assert.equal(run.status, 200, run.text);
+    await waitFor(() => hostProcs(job) > 0, 30000, 'the run\'s background job');
+    await srv.kill9();
+    assert.ok(hostProcs(job) > 0, 'the job outlives the gateway');
+    return { srv, job };
+  }
+
+  it('ends the sessions of a run cut short by kill -9 when the restarted gateway adopts its box', async () => {
+    const { srv, job } = await crashWithJob({});
+    await srv.restart();
+    await waitFor(() => hostProcs(job) === 0, 30000, `${job} to end once its box is adopted`);
+    await srv.stop();
+  });
+
+  it('exits after the idle timeout when no gateway talks to it, whatever its sessions run', async () => {
+    const { srv, job } = await crashWithJob({ idle_timeout_s: 3 });
+    try {
+      await waitFor(() => hostProcs(job) === 0, 60000, `${job} to end with its box`);
+    } finally {
+      srv.removeHome();
+    }
+  });
+
+  it('exits at once when its home is deleted', async () => {
+    const { srv, job } = await crashWithJob({ idle_timeout_s: 600 });
+    srv.removeHome();
+    await waitFor(() => hostProcs(job) === 0, 30000, `${job} to end once its home is gone`);
   });
 });

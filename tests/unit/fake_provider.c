@@ -19,6 +19,8 @@
 /* How often a slow create looks at its cancel flag: fine enough that a
  * cancelled create ends within a few milliseconds. */
 #define FAKE_CANCEL_POLL_MS 2
+/* How often a waiting exec looks at its box. */
+#define FAKE_EXEC_POLL_MS 5
 
 enum fake_state { FAKE_RUNNING, FAKE_STOPPED, FAKE_TERMINATING, FAKE_PENDING };
 
@@ -29,6 +31,7 @@ typedef struct fake_box {
     enum fake_state state;
     char sessions[FAKE_SESSIONS_MAX][SBX_SESSION_ID_MAX + 1];
     int nsessions;
+    unsigned stops; /* sessions killed or deleted so far: ends waiting execs */
 } fake_box;
 
 typedef struct health_rule {
@@ -72,6 +75,7 @@ struct fake_provider {
     int list_error;
     call_fault faults[FAKE_CALL_FAULTS_MAX];
     int nfaults;
+    bool exec_waits;
 
     fake_counts counts;
     call_record log[FAKE_CALL_LOG_MAX];
@@ -382,31 +386,88 @@ static json_t *session_create(fake_provider *f, fake_box *b, const json_t *body,
     return json_pack("{s:s, s:b}", "id", id, "existed", 0);
 }
 
-static json_t *session_delete(fake_provider *f, fake_box *b, const char *id, int *status) {
+static int session_index(const fake_box *b, const char *id, size_t id_len) {
     for (int i = 0; i < b->nsessions; i++)
-        if (strcmp(b->sessions[i], id) == 0) {
-            memmove(b->sessions[i], b->sessions[b->nsessions - 1], sizeof b->sessions[i]);
-            b->nsessions--;
-            f->counts.sessions_deleted++;
-            *status = 200;
-            return json_object();
-        }
+        if (strlen(b->sessions[i]) == id_len && strncmp(b->sessions[i], id, id_len) == 0)
+            return i;
+    return -1;
+}
+
+static json_t *not_found(int *status) {
     *status = 404;
     return json_pack("{s:s}", "error", "not_found");
+}
+
+static json_t *session_delete(fake_provider *f, fake_box *b, const char *id, int *status) {
+    int i = session_index(b, id, strlen(id));
+    if (i < 0)
+        return not_found(status);
+    memmove(b->sessions[i], b->sessions[b->nsessions - 1], sizeof b->sessions[i]);
+    b->nsessions--;
+    b->stops++;
+    f->counts.sessions_deleted++;
+    *status = 200;
+    return json_object();
+}
+
+/* POST /v1/shell/sessions/{id}/kill (rest = "{id}/kill") */
+static json_t *session_kill(fake_box *b, const char *rest, int *status) {
+    const char *slash = strchr(rest, '/');
+    if (!slash || strcmp(slash, "/kill") != 0 || session_index(b, rest, slash - rest) < 0)
+        return not_found(status);
+    b->stops++;
+    *status = 200;
+    return json_pack("{s:b}", "ok", 1);
+}
+
+static json_t *session_list(const fake_box *b, int *status) {
+    json_t *list = json_array();
+    for (int i = 0; i < b->nsessions; i++)
+        json_array_append_new(list, json_pack("{s:s}", "id", b->sessions[i]));
+    *status = 200;
+    return json_pack("{s:o}", "sessions", list);
 }
 
 static json_t *box_answer(fake_provider *f, fake_box *b, const char *method, const char *path,
                           const json_t *body, int *status) {
     static const char sessions[] = "/v1/shell/sessions";
+    size_t n = strlen(sessions);
+    bool one = strncmp(path, sessions, n) == 0 && path[n] == '/';
     if (strcmp(method, "POST") == 0 && strcmp(path, sessions) == 0)
         return session_create(f, b, body, status);
-    if (strcmp(method, "DELETE") == 0 && strncmp(path, sessions, strlen(sessions)) == 0 &&
-        path[strlen(sessions)] == '/')
-        return session_delete(f, b, path + strlen(sessions) + 1, status);
+    if (strcmp(method, "GET") == 0 && strcmp(path, sessions) == 0)
+        return session_list(b, status);
+    if (strcmp(method, "DELETE") == 0 && one)
+        return session_delete(f, b, path + n + 1, status);
+    if (strcmp(method, "POST") == 0 && one)
+        return session_kill(b, path + n + 1, status);
     *status = 200;
     if (strcmp(method, "GET") == 0 && strcmp(path, "/v1/sandbox") == 0)
         return json_pack("{s:b, s:s}", "ready", 1, "generation", b->generation);
     return json_object();
+}
+
+/* A waiting exec (fake_set_exec_waits): polls, without the lock (held on
+ * entry and on return), until a session of sandbox_id's box is stopped or
+ * the box is gone. */
+static json_t *exec_wait(fake_provider *f, const char *sandbox_id, int *status) {
+    fake_box *b = box_find(f, sandbox_id);
+    char generation[SBX_GENERATION_LEN + 1];
+    snprintf(generation, sizeof generation, "%s", b->generation);
+    unsigned stops = b->stops;
+    bool stopped = false;
+    f->counts.execs_waited++;
+    for (int waited = 0; !stopped && waited < FAKE_EXEC_WAIT_MAX_MS; waited += FAKE_EXEC_POLL_MS) {
+        pthread_mutex_unlock(&f->mu);
+        sleep_ms(FAKE_EXEC_POLL_MS);
+        pthread_mutex_lock(&f->mu);
+        b = box_find(f, sandbox_id);
+        stopped = !b || b->state != FAKE_RUNNING || strcmp(b->generation, generation) != 0 ||
+                  b->stops != stops;
+    }
+    *status = 200;
+    return json_pack("{s:s, s:i, s:s, s:s}", "status", stopped ? "killed" : "timeout",
+                     "exit_code", stopped ? 137 : 124, "stdout", "", "stderr", "");
 }
 
 static int fake_call(void *ctx, json_t **reply, int *status, const sbx_box *box,
@@ -427,7 +488,10 @@ static int fake_call(void *ctx, json_t **reply, int *status, const sbx_box *box,
         return fawn_err(FAWN_EIO, "fake box unreachable");
     }
     int st = 0;
-    json_t *answer = box_answer(f, b, method, path, body, &st);
+    bool waits = f->exec_waits && strcmp(method, "POST") == 0 &&
+                 strcmp(path, "/v1/shell/exec") == 0 && json_object_get(body, "session_id");
+    json_t *answer = waits ? exec_wait(f, box->sandbox_id, &st)
+                           : box_answer(f, b, method, path, body, &st);
     call_fault *fault = call_fault_of(f, method, path);
     int code = fault ? fault->code : 0;
     if (fault)
@@ -543,6 +607,12 @@ void fake_fail_calls(fake_provider *f, const char *method, const char *path_pref
         c->times = times;
         c->code = code;
     }
+    pthread_mutex_unlock(&f->mu);
+}
+
+void fake_set_exec_waits(fake_provider *f, bool waits) {
+    pthread_mutex_lock(&f->mu);
+    f->exec_waits = waits;
     pthread_mutex_unlock(&f->mu);
 }
 

@@ -7,8 +7,11 @@
  *
  * The box API part (`call`) knows only what the sandbox manager uses:
  *   POST /v1/shell/sessions {"id": ...}  -> 200 {"id": ..., "existed": bool}
+ *   GET /v1/shell/sessions               -> 200 {"sessions": [{"id": ...}]}
  *   DELETE /v1/shell/sessions/{id}       -> 200 {} (404 when unknown)
+ *   POST /v1/shell/sessions/{id}/kill    -> 200 {"ok": true} (404 when unknown)
  *   GET /v1/sandbox                      -> 200 {"ready": true, "generation": ...}
+ *   POST /v1/shell/exec                  -> see fake_set_exec_waits
  *   anything else                        -> 200 {}
  *
  * Every function is safe to call from any thread. */
@@ -24,6 +27,9 @@
  * test starts; past them create and session creation fail with FAWN_E2BIG. */
 #define FAKE_BOXES_MAX 128
 #define FAKE_SESSIONS_MAX 16
+/* Longest a waiting exec (fake_set_exec_waits) waits: past any test's own
+ * ceiling, so a test never hangs on it. */
+#define FAKE_EXEC_WAIT_MAX_MS 60000
 
 typedef struct fake_provider fake_provider;
 
@@ -68,6 +74,13 @@ void fake_set_list_error(fake_provider *f, int code);
 void fake_fail_calls(fake_provider *f, const char *method, const char *path_prefix, int times,
                      int code);
 
+/* While set, POST /v1/shell/exec with a session_id is a command that runs
+ * until something stops it: it answers {"status": "killed", "exit_code":
+ * 137} once a session of its box is killed or deleted, or the box stops
+ * (after FAKE_EXEC_WAIT_MAX_MS at most, {"status": "timeout"}). Unset, every
+ * exec answers 200 {} at once. */
+void fake_set_exec_waits(fake_provider *f, bool waits);
+
 /* ---- the world behind the caller's back ---- */
 
 /* The box of sandbox_id stops (its process exited; leftovers stay): probe
@@ -95,6 +108,7 @@ typedef struct fake_counts {
     int calls;            /* box API requests */
     int sessions_created; /* POST /v1/shell/sessions that made a new session */
     int sessions_deleted; /* DELETE /v1/shell/sessions/{id} that removed one */
+    int execs_waited;     /* execs that waited to be stopped (fake_set_exec_waits) */
 } fake_counts;
 
 fake_counts fake_get_counts(fake_provider *f);

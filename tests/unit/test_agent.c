@@ -1,9 +1,10 @@
-/* The agent's parts that need no sandbox: tool output truncation, input
- * messages, conversation hashes, script/replay/record fixtures, the event
- * log (ring, waits, heartbeats, gaps), the run queue's policy (turns across
- * users, caps) and the run loop over a script model (dangling tool calls,
- * title, checkpoints, recursion limit, each message stored once however
- * many steps list it). */
+/* The agent's parts that need no real sandbox: tool output truncation,
+ * input messages, conversation hashes, script/replay/record fixtures, the
+ * event log (ring, waits, heartbeats, gaps), the run queue's policy (turns
+ * across users, caps), the run loop over a script model (dangling tool
+ * calls, title, checkpoints, recursion limit, each message stored once
+ * however many steps list it) and the run executor's cancel over a
+ * fault-injecting sandbox provider. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +22,7 @@
 #include "base/json.h"
 #include "tools/tools.h"
 #include "support.h"
+#include "unit/fake_provider.h"
 
 static char tmpdir[] = "/tmp/fawn-agent-XXXXXX";
 
@@ -666,6 +668,78 @@ static void long_runs_store_each_message_once(void **state) {
     model_registry_free(models);
 }
 
+/* ---- the run executor ---- */
+
+static void sleep_a_little(void) {
+    struct timespec ts = {.tv_nsec = 10 * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Polls cond every 10 ms for up to ms milliseconds; its last value. */
+#define WAIT_FOR(cond, ms)                                                                         \
+    ({                                                                                             \
+        int64_t _deadline = fawn_now_ms() + (ms);                                                  \
+        bool _ok;                                                                                  \
+        while (!(_ok = (cond)) && fawn_now_ms() < _deadline)                                       \
+            sleep_a_little();                                                                      \
+        _ok;                                                                                       \
+    })
+
+/* Cancelling a run kills the command it is waiting for through the lease
+ * the run already holds: stopping acquires nothing (no gate, no health
+ * check, no session), and the run ends as interrupted. */
+static void cancel_kills_the_command_through_the_runs_own_lease(void **state) {
+    write_file("cancel.json", "{\"replies\":[{\"content\":\"\",\"tool_calls\":[{\"name\":"
+                            "\"bash\",\"args\":{\"description\":\"x\",\"command\":"
+                            "\"sleep 600\"}}]},{\"content\":\"never\"}]}");
+    char models_json[512];
+    snprintf(models_json, sizeof models_json,
+             "[{\"name\":\"s\",\"provider\":\"script\",\"fixture\":\"%s/cancel.json\"}]", tmpdir);
+    json_t *list = json_loads(models_json, 0, NULL);
+    model_registry *models;
+    assert_int_equal(model_registry_load(&models, list), 0);
+    json_decref(list);
+    authz_policy *policy;
+    assert_int_equal(authz_policy_load(&policy, NULL), 0);
+    store *st = open_store_with_run("r4");
+    store_user u;
+    assert_int_equal(store_user_get_by_name(st, &u, "u"), 0);
+    fake_provider *fp = fake_provider_new();
+    fake_set_exec_waits(fp, true);
+    sbx_manager_config mc = {.idle_timeout_s = 600, .call_timeout_ms = 1000};
+    sbx_manager *sandboxes;
+    assert_int_equal(sbx_manager_new(&sandboxes, &mc, fake_provider_iface(fp), st, policy), 0);
+    run_manager *runs;
+    runs_limits limits = {.workers = 2, .queue_max = 4, .per_user_active_max = 2,
+                          .per_user_running_max = 2, .command_timeout_s = 600};
+    assert_int_equal(runs_new(&runs, st, sandboxes, models, policy, &limits), 0);
+    json_t *input = json_loads("[{\"type\":\"human\",\"content\":\"go\"}]", 0, NULL);
+    run_request rq = {.owner_id = u.id, .user_dir = "1", .role = "user", .thread_id = "t",
+                      .recursion_limit = 5, .input = input};
+    char run_id[37];
+    assert_int_equal(runs_start(run_id, runs, &rq), 0);
+    if (!WAIT_FOR(fake_get_counts(fp).execs_waited == 1, 30000))
+        fail_msg("the run's command did not start");
+    fake_counts before = fake_get_counts(fp);
+    assert_int_equal(runs_cancel(runs, u.id, "t", run_id, 30000), 0);
+    fake_counts after = fake_get_counts(fp);
+    assert_true(fake_call_count(fp, "POST", "/v1/shell/sessions/") >= 1); /* the kill */
+    assert_int_equal(after.health_checks, before.health_checks);
+    assert_int_equal(after.creates, before.creates);
+    assert_int_equal(after.sessions_created, before.sessions_created);
+    store_run row;
+    assert_int_equal(store_run_get(st, &row, u.id, "t", run_id), 0);
+    assert_string_equal(row.status, "interrupted");
+    store_run_clear(&row);
+    runs_free(runs);
+    sbx_manager_free(sandboxes);
+    fake_provider_free(fp);
+    json_decref(input);
+    store_close(st);
+    authz_policy_free(policy);
+    model_registry_free(models);
+}
+
 int main(void) {
     if (!mkdtemp(tmpdir))
         return 1;
@@ -685,6 +759,7 @@ int main(void) {
         cmocka_unit_test(event_log_fetch_past_its_end),
         cmocka_unit_test(run_loop_repairs_history_titles_and_checkpoints),
         cmocka_unit_test(long_runs_store_each_message_once),
+        cmocka_unit_test(cancel_kills_the_command_through_the_runs_own_lease),
     };
     int failed = cmocka_run_group_tests_name("agent", tests, NULL, NULL);
     char cmd[128];

@@ -688,7 +688,9 @@ static void test_exec_timeout_kills_whole_tree(void **state) {
     fawn_random_hex(marker, 8);
     snprintf(hb_host, sizeof hb_host, "%s/hb", t->ws_host);
     unlink(hb_host);
-    char *cmd = strf("(setsid sh -c 'while :; do date +%%s%%N > " WS "/hb; sleep 0.1; done; "
+    /* Written aside and renamed: the kill never leaves the file truncated. */
+    char *cmd = strf("(setsid sh -c 'while :; do date +%%s%%N > " WS "/hb.new; mv " WS "/hb.new "
+                     WS "/hb; sleep 0.1; done; "
                      ": %s' &) ; sleep 30",
                      marker);
     json_t *r = exec_body(t, json_pack("{s:s, s:i}", "command", cmd, "timeout_s", 1));
@@ -1398,6 +1400,100 @@ static void test_exec_long_command(void **state) {
     session_delete(t, "s-long");
 }
 
+/* ---- a box's own end ---- */
+
+/* The group's box and connection, while a test talks to a box of its own. */
+typedef struct kept_box {
+    local_box box;
+    box_conn conn;
+} kept_box;
+
+/* Starts the box of thread (with idle_exit_s) in place of the group's one. */
+static void lone_box_begin(api_ctx *t, kept_box *keep, const char *thread, uint32_t idle_exit_s) {
+    keep->box = t->box;
+    keep->conn = t->conn;
+    local_spec spec = {.cfg = &t->cfg, .user = USER_ID, .thread = thread,
+                       .idle_exit_s = idle_exit_s, .fawn_bin = getenv("FAWN_BIN")};
+    if (local_box_ensure(&t->box, &spec) < 0)
+        fail_msg("local_box_ensure: %s", fawn_errmsg());
+    assert_true(t->box.started && t->box.pid > 0);
+    box_conn_init(&t->conn, t->box.socket_path);
+}
+
+/* Removes what is left of thread's box, and puts the group's one back. */
+static void lone_box_end(api_ctx *t, kept_box *keep, const char *thread) {
+    box_conn_close(&t->conn);
+    local_box_stop(&t->cfg, USER_ID, thread);
+    reap_box(t->box.pid);
+    t->box = keep->box;
+    t->conn = keep->conn;
+}
+
+/* Waits up to timeout_ms for a box this program started to exit. */
+static bool box_exited(pid_t pid, int timeout_ms) {
+    for (int64_t deadline = fawn_now_ms() + timeout_ms;; usleep(20 * 1000)) {
+        pid_t r = waitpid(pid, NULL, WNOHANG);
+        if (r == pid || (r < 0 && kill(pid, 0) < 0 && errno == ESRCH))
+            return true;
+        if (fawn_now_ms() > deadline)
+            return false;
+    }
+}
+
+/* Starts `sleep <n>` in the background of session id; returns its command
+ * line (caller frees), which names it among the host's processes. */
+static char *session_job(api_ctx *t, const char *id, int n) {
+    session_create(t, id);
+    char *job = strf("sleep %d", n);
+    char *command = strf("%s >/dev/null 2>&1 &", job);
+    free(run_stdout(t, id, command));
+    free(command);
+    assert_true(host_count_procs(job) > 0);
+    return job;
+}
+
+/* A box nobody talks to has no manager: past its idle time it exits, and
+ * what its sessions ran in the background ends with it. A request in
+ * progress is talking: a command longer than the idle time completes. */
+static void test_box_exits_when_nobody_talks_to_it(void **state) {
+    api_ctx *t = *state;
+    kept_box keep;
+    lone_box_begin(t, &keep, "idle-thread", 5);
+    char *job = session_job(t, "s-idle", 200000 + (int)(getpid() % 100000));
+    char *out = run_stdout(t, NULL, "sleep 7; echo done");
+    assert_string_equal(out, "done\n");
+    free(out);
+    box_conn_close(&t->conn);
+    if (!box_exited(t->box.pid, 30000))
+        fail_msg("a box with a session but no client did not exit past its 5 s idle time");
+    if (!host_procs_gone(job, SETTLE_MS))
+        fail_msg("%s outlived its box", job);
+    free(job);
+    lone_box_end(t, &keep, "idle-thread");
+}
+
+static int rm_tree(const char *path) {
+    return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* A box whose user-data the host deleted (its thread or the whole home is
+ * gone) exits at once, idle time or not, and its sessions' jobs with it. */
+static void test_box_exits_when_its_user_data_is_deleted(void **state) {
+    api_ctx *t = *state;
+    kept_box keep;
+    lone_box_begin(t, &keep, "gone-thread", 0);
+    char *job = session_job(t, "s-gone", 300000 + (int)(getpid() % 100000));
+    char *thread_dir = strf("%s/users/%s/threads/gone-thread", t->home, USER_ID);
+    assert_int_equal(rm_tree(thread_dir), 0);
+    if (!box_exited(t->box.pid, 30000))
+        fail_msg("a box whose user-data was deleted did not exit");
+    if (!host_procs_gone(job, SETTLE_MS))
+        fail_msg("%s outlived its box", job);
+    free(thread_dir);
+    free(job);
+    lone_box_end(t, &keep, "gone-thread");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_describe, delete_all_sessions),
@@ -1435,6 +1531,8 @@ int main(void) {
         cmocka_unit_test_teardown(test_files_round_trip, delete_all_sessions),
         cmocka_unit_test_teardown(test_files_upload_download, delete_all_sessions),
         cmocka_unit_test_teardown(test_restart_new_generation, delete_all_sessions),
+        cmocka_unit_test(test_box_exits_when_nobody_talks_to_it),
+        cmocka_unit_test(test_box_exits_when_its_user_data_is_deleted),
     };
     return cmocka_run_group_tests_name("box_api", tests, group_setup, group_teardown);
 }

@@ -199,6 +199,53 @@ static void box_dies_with_its_launcher(void **state) {
     assert_true(loopback_http((uint16_t)port, req, body, sizeof body, 2000) <= 0); /* no answer */
 }
 
+/* With --idle-exit, a `fawn box --listen` nobody with its token talks to
+ * exits: requests without the token (401) do not keep it alive. */
+static void box_over_tcp_exits_when_nobody_talks_to_it(void **state) {
+    char token_path[128], listen[64], user_data[128];
+    snprintf(user_data, sizeof user_data, "%s/idle-user-data", home);
+    snprintf(token_path, sizeof token_path, "%s/idle-token", home);
+    const char *token = "0123456789abcdef0123456789abcdef-idle";
+    FILE *f = fopen(token_path, "w");
+    fputs(token, f);
+    fclose(f);
+    int port = loopback_free_port();
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(getenv("FAWN_BIN"), "fawn", "box", "--listen", listen, "--token-file", token_path,
+              "--user-data", user_data, "--idle-exit", "3", (char *)NULL);
+        _exit(127);
+    }
+    char req[512], body[1024];
+    snprintf(req, sizeof req, "GET /v1/sandbox HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                              "Authorization: Bearer %s\r\n\r\n", token);
+    int status = 0;
+    for (int64_t deadline = fawn_now_ms() + 10000; status != 200 && fawn_now_ms() < deadline;
+         usleep(20000))
+        status = loopback_http((uint16_t)port, req, body, sizeof body, 2000);
+    assert_int_equal(status, 200);
+    const char *anonymous = "GET /v1/sandbox HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    int st = 0;
+    pid_t done = 0;
+    for (int64_t deadline = fawn_now_ms() + 30000; done == 0 && fawn_now_ms() < deadline;
+         usleep(100000)) {
+        loopback_http((uint16_t)port, anonymous, body, sizeof body, 1000);
+        done = waitpid(pid, &st, WNOHANG);
+    }
+    if (done != pid) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        fail_msg("fawn box --idle-exit 3 still runs 30 s after its last authorized request");
+    }
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "box --listen %s --token-file %s --idle-exit -1 2>/dev/null", listen,
+             token_path);
+    assert_int_equal(run_fawn(NULL, 0, cmd), 2);
+}
+
 static void box_refuses_short_token(void **state) {
     char cmd[512];
     snprintf(cmd, sizeof cmd, "sh -c 'echo short > %s/short' && true", home);
@@ -255,6 +302,7 @@ int main(void) {
         cmocka_unit_test(doctor_reports_ready_host),
         cmocka_unit_test(box_over_tcp_requires_the_bearer_token),
         cmocka_unit_test(box_dies_with_its_launcher),
+        cmocka_unit_test(box_over_tcp_exits_when_nobody_talks_to_it),
         cmocka_unit_test(box_refuses_short_token),
         cmocka_unit_test(user_add_creates_a_hashed_user),
     };

@@ -914,6 +914,113 @@ static void idle_timeout_zero_keeps_parked_sandboxes(void **state) {
     assert_int_equal(fake_get_counts(x->fp).destroys, 0);
 }
 
+/* An acquisition of alice's thread on a thread of its own, so that a test
+ * can bound its wait: past `ms` it is cancelled (and *out stays NULL). */
+typedef struct bounded {
+    fx *x;
+    const char *thread;
+    sbx_cancel cancel;
+    atomic_bool done;
+    int rc;
+    sbx_lease *lease;
+} bounded;
+
+static void *bounded_acquire(void *arg) {
+    bounded *b = arg;
+    sbx_request req = {.who = {.user = "alice", .role = "user"}, .thread = b->thread,
+                       .kind = SBX_HOLD_EXECUTION, .cancel = &b->cancel};
+    b->rc = sbx_acquire(&b->lease, b->x->m, &req);
+    atomic_store(&b->done, true);
+    return NULL;
+}
+
+static int acquire_within(fx *x, sbx_lease **out, const char *thread, int ms) {
+    bounded b = {.x = x, .thread = thread, .rc = 1};
+    pthread_t t;
+    *out = NULL;
+    assert_int_equal(pthread_create(&t, NULL, bounded_acquire, &b), 0);
+    bool done = WAIT_FOR(atomic_load(&b.done), ms);
+    atomic_store(&b.cancel.cancelled, true);
+    pthread_join(t, NULL);
+    if (b.rc == 0)
+        hold(x, b.lease);
+    if (!done && b.rc != 0)
+        fail_msg("acquiring %s did not complete within %d ms", thread, ms);
+    *out = b.lease;
+    return b.rc;
+}
+
+/* A parked box is torn down only once it has been parked for the idle
+ * timeout, however long the host has been up: a timeout longer than the
+ * uptime is not "no timeout". With a destroy that always fails, tearing it
+ * down early would also keep its entry claimed from the acquisitions. */
+static void idle_timeout_longer_than_the_uptime_reaps_nothing(void **state) {
+    fx *x = *state;
+    reconfigure(x, (uint32_t)(fawn_now_ms() / 1000) + 3600, 0);
+    char g[SBX_GENERATION_LEN + 1];
+    park(x, g, "t1");
+    fake_set_destroy_failures(x->fp, -1, FAWN_EIO, false);
+    for (int i = 0; i < 3; i++) {
+        sleep_ms(600); /* a reaper pass */
+        sbx_lease *l = NULL;
+        assert_int_equal(acquire_within(x, &l, "t1", 30000), 0);
+        assert_string_equal(l->box.generation, g);
+        give_back(x, l);
+    }
+    assert_int_equal(fake_get_counts(x->fp).destroys, 0);
+}
+
+/* A parked box whose teardown keeps failing is tried once per backoff step
+ * (1 s, 2 s, 4 s ...), never in between, and stays available to its
+ * thread meanwhile. */
+static void failing_idle_teardown_backs_off(void **state) {
+    fx *x = *state;
+    reconfigure(x, 1, 0);
+    fake_set_destroy_failures(x->fp, -1, FAWN_EIO, false);
+    char g[SBX_GENERATION_LEN + 1];
+    park(x, g, "t1");
+    for (unsigned seen = 0; seen < 3;) {
+        sbx_info i = {0};
+        int before = fake_get_counts(x->fp).destroys;
+        if (!WAIT_FOR(info_of(x, &i, "alice", "t1") && i.teardown_failures > seen, 30000))
+            fail_msg("no teardown failure after %u within 30 s", seen);
+        int after = fake_get_counts(x->fp).destroys;
+        seen = i.teardown_failures;
+        /* Each failure doubles the wait (from 1 s)... */
+        assert_int_equal(i.teardown_backoff_ms, (int64_t)1000 << (seen - 1));
+        /* ... and no destroy is tried but one per step (the next may have begun). */
+        if (before > (int)seen + 1 || after < (int)seen)
+            fail_msg("%d..%d destroys for %u backoff steps", before, after, seen);
+    }
+    sbx_lease *l = NULL;
+    assert_int_equal(acquire_within(x, &l, "t1", 30000), 0);
+    assert_string_equal(l->box.generation, g);
+    give_back(x, l);
+    /* Once the provider recovers, the next step tears it down. */
+    fake_set_destroy_failures(x->fp, 0, 0, false);
+    if (!WAIT_FOR(!fake_generation_present(x->fp, g), 60000))
+        fail_msg("the parked box was not torn down once destroys worked again");
+}
+
+/* A box exits once nothing has talked to it for the idle timeout, so the
+ * manager talks to every box it holds a few times per timeout; with no
+ * idle timeout, boxes never exit on their own and hear nothing. */
+static void keepalive_reaches_every_box_the_manager_holds(void **state) {
+    fx *x = *state;
+    reconfigure(x, 2, 0);
+    sbx_lease *l = take(x, "t1", NULL);
+    int before = fake_call_count(x->fp, "GET", "/v1/sandbox");
+    if (!WAIT_FOR(fake_call_count(x->fp, "GET", "/v1/sandbox") >= before + 3, 30000))
+        fail_msg("a held box heard %d keepalives in 30 s of a 2 s idle timeout",
+                 fake_call_count(x->fp, "GET", "/v1/sandbox") - before);
+    give_back(x, l);
+    reconfigure(x, 0, 0);
+    l = take(x, "t1", NULL);
+    before = fake_call_count(x->fp, "GET", "/v1/sandbox");
+    sleep_ms(1500);
+    assert_int_equal(fake_call_count(x->fp, "GET", "/v1/sandbox"), before);
+}
+
 static void replicas_cap_evicts_the_oldest_idle_never_an_active_one(void **state) {
     fx *x = *state;
     reconfigure(x, 600, 2);
@@ -1450,6 +1557,45 @@ static void scope_fence_replaces_only_that_scopes_session(void **state) {
     assert_int_equal(fake_get_counts(x->fp).creates, 1);
 }
 
+/* Stopping a scope's commands goes through the session its lease holds:
+ * no acquisition (no gate, no health check, nothing started or created),
+ * also while a destroy waits for the holders (an acquisition would be
+ * refused then). */
+static void killing_a_scope_acquires_nothing(void **state) {
+    fx *x = *state;
+    char id[17];
+    sid(id, "t1");
+    sbx_lease *l = take(x, "t1", "r1:lead");
+    char kill_path[128];
+    snprintf(kill_path, sizeof kill_path, "/v1/shell/sessions/%s/kill", l->session);
+    fake_counts before = fake_get_counts(x->fp);
+    assert_int_equal(sbx_kill_scope(x->m, "alice", "t1", "r1:lead", 1000), 0);
+    enum sbx_destroy_outcome o;
+    assert_int_equal(sbx_destroy(&o, x->m, "alice", "t1"), 0);
+    assert_int_equal(o, SBX_DESTROY_DEFERRED);
+    assert_int_equal(sbx_kill_scope(x->m, "alice", "t1", "r1:lead", 1000), 0);
+    assert_int_equal(fake_call_count(x->fp, "POST", kill_path), 2);
+    fake_counts after = fake_get_counts(x->fp);
+    assert_int_equal(after.health_checks, before.health_checks);
+    assert_int_equal(after.creates, before.creates);
+    assert_int_equal(after.sessions_created, before.sessions_created);
+    sbx_info i;
+    assert_true(info_of(x, &i, "alice", "t1"));
+    assert_int_equal(holders_total(&i), 1);
+    /* A scope no lease holds has nothing running: nothing is sent. */
+    int ops = fake_total_ops(x->fp);
+    assert_int_equal(sbx_kill_scope(x->m, "alice", "t1", "r2:lead", 1000), FAWN_ENOENT);
+    assert_int_equal(sbx_kill_scope(x->m, "alice", "t2", "r1:lead", 1000), FAWN_ENOENT);
+    assert_int_equal(sbx_kill_scope(x->m, "alice", "t1", "not a scope", 1000), FAWN_ENOENT);
+    assert_int_equal(fake_total_ops(x->fp), ops);
+    /* A kill whose outcome is unknown fences the scope, not the sandbox. */
+    fake_fail_calls(x->fp, "POST", kill_path, 1, FAWN_EIO);
+    assert_int_equal(sbx_kill_scope(x->m, "alice", "t1", "r1:lead", 1000), FAWN_EIO);
+    assert_true(fence_in_store(x, "r1:lead", id, l->box.generation));
+    assert_false(fence_in_store(x, "", id, l->box.generation));
+    give_back(x, l);
+}
+
 static void broken_session_creation_fences_the_scope_not_the_sandbox(void **state) {
     fx *x = *state;
     char id[17];
@@ -1669,6 +1815,54 @@ static void restart_adopts_recorded_boxes_and_cleans_the_rest(void **state) {
     assert_int_equal(fake_get_counts(x->fp).creates, creates);
 }
 
+/* A shell session left in sandbox_id's box (generation) by someone the
+ * manager no longer knows: a run that died with the previous process. */
+static void leave_session(fx *x, const char *sandbox_id, const char *generation, const char *id) {
+    sbx_provider *p = fake_provider_iface(x->fp);
+    sbx_box box = {0};
+    snprintf(box.sandbox_id, sizeof box.sandbox_id, "%s", sandbox_id);
+    snprintf(box.generation, sizeof box.generation, "%s", generation);
+    json_t *body = json_pack("{s:s}", "id", id), *reply = NULL;
+    int status = 0;
+    assert_int_equal(p->call(p->ctx, &reply, &status, &box, "POST", "/v1/shell/sessions", body,
+                             1000),
+                     0);
+    assert_int_equal(status, 200);
+    json_decref(body);
+    json_decref(reply);
+}
+
+/* After a restart no scope is live, so every shell session in an adopted
+ * box is a dead run's: adoption ends them all (their processes with them).
+ * A box whose sessions cannot all be ended is destroyed, not adopted. */
+static void adoption_ends_the_sessions_of_dead_runs(void **state) {
+    fx *x = *state;
+    char g1[SBX_GENERATION_LEN + 1], g2[SBX_GENERATION_LEN + 1], s1[17], s2[17];
+    sid(s1, "t1");
+    sid(s2, "t2");
+    park(x, g1, "t1");
+    park(x, g2, "t2");
+    manager_stop(x);
+    leave_session(x, s1, g1, "scope-dead1");
+    leave_session(x, s1, g1, "another-client");
+    leave_session(x, s2, g2, "scope-dead2");
+    fake_fail_calls(x->fp, "DELETE", "/v1/shell/sessions/scope-dead2", 1, FAWN_EIO);
+
+    manager_start(x);
+    assert_int_equal(fake_session_count(x->fp, s1), 0);
+    sbx_info i;
+    assert_true(info_of(x, &i, "alice", "t1"));
+    assert_string_equal(i.generation, g1);
+    assert_int_equal(i.state, SBX_STATE_IDLE);
+    assert_false(fake_generation_present(x->fp, g2));
+    assert_false(listed(x, "t2"));
+    /* The adopted box serves the thread's next run, with a session of its own. */
+    sbx_lease *l = take(x, "t1", "r9:lead");
+    assert_string_equal(l->box.generation, g1);
+    assert_int_equal(fake_session_count(x->fp, s1), 1);
+    assert_true(fake_session_exists(x->fp, s1, l->session));
+}
+
 static void restart_fences_a_box_of_unknown_health_it_cannot_destroy(void **state) {
     fx *x = *state;
     char g6[SBX_GENERATION_LEN + 1], s6[17];
@@ -1775,6 +1969,11 @@ int main(void) {
         cmocka_unit_test_setup_teardown(idle_sandbox_is_torn_down_after_the_idle_timeout, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(idle_timeout_zero_keeps_parked_sandboxes, setup, teardown),
+        cmocka_unit_test_setup_teardown(idle_timeout_longer_than_the_uptime_reaps_nothing, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(failing_idle_teardown_backs_off, setup, teardown),
+        cmocka_unit_test_setup_teardown(keepalive_reaches_every_box_the_manager_holds, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(replicas_cap_evicts_the_oldest_idle_never_an_active_one,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(held_sandboxes_survive_reaper_and_cap_churn, setup,
@@ -1803,6 +2002,7 @@ int main(void) {
                                         teardown),
         cmocka_unit_test_setup_teardown(broken_session_creation_fences_the_scope_not_the_sandbox,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(killing_a_scope_acquires_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(concurrent_acquisitions_of_scopes_get_one_session_each,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(session_refused_by_the_box_fences_nothing, setup,
@@ -1812,6 +2012,7 @@ int main(void) {
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(restart_adopts_recorded_boxes_and_cleans_the_rest, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(adoption_ends_the_sessions_of_dead_runs, setup, teardown),
         cmocka_unit_test_setup_teardown(
             restart_fences_a_box_of_unknown_health_it_cannot_destroy, setup, teardown),
         cmocka_unit_test_setup_teardown(restart_keeps_fences_it_cannot_retire, setup, teardown),

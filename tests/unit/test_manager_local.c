@@ -2,7 +2,8 @@
  * lease, reuse from the warm pool, scope sessions, 50 concurrent
  * acquisitions on 10 threads, fencing, deferred destroy, and a manager
  * killed with SIGKILL whose successor adopts the healthy sandbox it left
- * and removes the fenced one. */
+ * (ending the shell sessions of the runs that died with it) and removes the
+ * fenced one. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -81,7 +82,8 @@ static int teardown(void **state) {
         enum sbx_destroy_outcome o;
         sbx_destroy(&o, x->m, "u1", thread);
     }
-    static const char *const threads[] = {"t-exec", "t-fence", "t-defer", "t-kill", "t-keep"};
+    static const char *const threads[] = {"t-exec", "t-fence", "t-defer", "t-kill", "t-keep",
+                                          "t-orphan"};
     for (size_t i = 0; i < ARRAY_LEN(threads); i++) {
         enum sbx_destroy_outcome o;
         sbx_destroy(&o, x->m, "u1", threads[i]);
@@ -357,6 +359,63 @@ static void successor_adopts_and_cleans(void **state) {
     sbx_release(l);
 }
 
+/* Waits up to ms for no host process to carry marker in its command line. */
+static bool procs_gone(const char *marker, int ms) {
+    for (int64_t deadline = fawn_now_ms() + ms; host_procs_with(marker, NULL) > 0;) {
+        if (fawn_now_ms() >= deadline)
+            return false;
+        usleep(20000);
+    }
+    return true;
+}
+
+/* A manager process is killed with SIGKILL while a run's scope holds a
+ * shell session with a job in the background. Its successor adopts the
+ * box and ends that session: the job dies with it. */
+static void successor_ends_the_sessions_of_dead_runs(void **state) {
+    fx *x = *state;
+    char *seconds = strf("%d", 100000 + (int)getpid()); /* names this test's job */
+    char *job = strf("sleep %s", seconds);
+    manager_stop(x);
+    int pipefd[2];
+    assert_int_equal(pipe(pipefd), 0);
+    pid_t child = fork();
+    if (child == 0) {
+        manager_start(x);
+        sbx_lease *l = acquire(x, "t-orphan", "run1:lead");
+        char *command = strf("sleep %s >/dev/null 2>&1 &", seconds);
+        free(run(l, command));
+        (void)!write(pipefd[1], l->box.generation, SBX_GENERATION_LEN);
+        pause(); /* killed here, the run still holding its lease */
+        _exit(0);
+    }
+    close(pipefd[1]);
+    char generation[SBX_GENERATION_LEN + 1] = "";
+    assert_int_equal(read(pipefd[0], generation, SBX_GENERATION_LEN), SBX_GENERATION_LEN);
+    close(pipefd[0]);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    assert_true(host_procs_with(job, NULL) > 0);
+
+    manager_start(x);
+    assert_string_equal(find_info(x, "t-orphan").generation, generation);
+    if (!procs_gone(job, 30000))
+        fail_msg("the dead run's background job still runs after its box was adopted");
+    sbx_lease *l = acquire(x, "t-orphan", "run2:lead");
+    assert_string_equal(l->box.generation, generation);
+    json_t *reply = NULL;
+    int status = 0;
+    assert_int_equal(sbx_call(&reply, &status, l, "GET", "/v1/shell/sessions", NULL, CALL_MS), 0);
+    json_t *sessions = json_object_get(reply, "sessions");
+    assert_int_equal(json_array_size(sessions), 1); /* run2's own */
+    assert_string_equal(json_string_value(json_object_get(json_array_get(sessions, 0), "id")),
+                        l->session);
+    json_decref(reply);
+    sbx_release(l);
+    free(job);
+    free(seconds);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(commands_run_and_sandboxes_are_reused),
@@ -365,6 +424,7 @@ int main(void) {
         cmocka_unit_test(fenced_sandbox_is_replaced),
         cmocka_unit_test(destroy_waits_for_holders),
         cmocka_unit_test(successor_adopts_and_cleans),
+        cmocka_unit_test(successor_ends_the_sessions_of_dead_runs),
     };
     return cmocka_run_group_tests_name("manager_local", tests, setup, teardown);
 }
