@@ -1,11 +1,12 @@
 # Thin wrapper over Meson. The two commands a newcomer needs:
 #   make run    set up, build, demonstrate a sandbox, then run the gateway
 #   make test   set up, build with ASan+UBSan, and run every test
+# (make check runs the unit tests alone.)
 BUILD ?= build
 BUILD_ASAN ?= build-asan
 BUILD_FUZZ ?= build-fuzz
 
-.PHONY: deps build run test fuzz bench clean
+.PHONY: deps build run test check fuzz bench clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -24,6 +25,12 @@ $(BUILD_ASAN)/build.ninja:
 
 test: deps $(BUILD_ASAN)/build.ninja
 	@bash scripts/run-tests.sh $(BUILD_ASAN) $(BUILD_FUZZ)
+
+# The unit tests alone (no sandboxes, no fuzzing, no e2e): the inner loop.
+check: deps $(BUILD_ASAN)/build.ninja
+	@ninja -C $(BUILD_ASAN) >/dev/null
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		meson test -C $(BUILD_ASAN) --suite unit --print-errorlogs
 
 fuzz: deps
 	@bash scripts/fuzz.sh $(BUILD_FUZZ) 60
