@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build-fuzz}
 seconds=${2:-60}
 
-targets="fuzz_http_head fuzz_box_request fuzz_vpath fuzz_config fuzz_jwt fuzz_multipart fuzz_range fuzz_form fuzz_sse fuzz_run_input fuzz_event_id"
+targets="fuzz_http_head fuzz_box_request fuzz_vpath fuzz_config fuzz_jwt fuzz_multipart fuzz_range fuzz_form fuzz_sse fuzz_run_input fuzz_event_id fuzz_box_reply"
 if [ ! -f "$build/build.ninja" ]; then
   # The whole library gets coverage instrumentation, so the fuzzers see into
   # the parsers they drive, not only into their own entry points.

@@ -286,7 +286,6 @@ static int reply_read(json_t **reply, int *status, bool *keep_alive, int fd, int
     int r = read_reply(&h, &data, &len, &in, fd, deadline_ms);
     if (r == 0) {
         json_error_t jerr;
-        *status = h.status;
         *reply = json_loadb(data, len, 0, &jerr);
         if (!json_is_object(*reply)) {
             json_decref(*reply);
@@ -294,6 +293,8 @@ static int reply_read(json_t **reply, int *status, bool *keep_alive, int fd, int
             r = fawn_err(FAWN_EPROTO, "the box's reply is not a JSON object");
         }
     }
+    if (r == 0)
+        *status = h.status;
     if (r == 0 && keep_alive)
         *keep_alive = !h.close;
     fbuf_free(&in);
