@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "base/fsx.h"
@@ -165,6 +166,12 @@ static int body_prepare(gw_request *rq) {
     return 0;
 }
 
+/* Whether the client waits for "100 Continue" before it sends its body. */
+static bool expects_continue(const gw_request *rq) {
+    const char *expect = gw_header(rq, MHD_HTTP_HEADER_EXPECT);
+    return expect && strcasecmp(expect, "100-continue") == 0;
+}
+
 /* Runs every step that needs only the head. A refusal is answered here. */
 static void request_begin(gw_request *rq, const char *url) {
     bool path_known = false;
@@ -185,7 +192,7 @@ static void request_begin(gw_request *rq, const char *url) {
         r = gw_check_csrf(rq);
     if (r == 0)
         r = body_prepare(rq);
-    if (r == FAWN_E2BIG) /* the declared body is too large: it is not waited for */
+    if (r == FAWN_E2BIG && expects_continue(rq)) /* answered before it sends the body */
         rq->deferring = false;
     if (r < 0)
         respond_error(rq, r, fawn_errmsg());
