@@ -50,6 +50,7 @@ struct run_manager {
     size_t n_workers;   /* started */
     pthread_t heartbeat;
     bool heartbeat_started;
+    bool workers_ended; /* runs_stop joined them: the heartbeat thread may end */
 };
 
 static void entry_free(run_entry *e) {
@@ -172,11 +173,13 @@ static void kill_cancelled_locked(run_manager *m) {
     pthread_mutex_lock(&m->lock);
 }
 
-/* Every second: heartbeats for idle readers, and kills for cancelled runs. */
+/* Every second: heartbeats for idle readers, and kills for cancelled runs,
+ * until the workers have ended (a stop cancels every run: a command that
+ * started just after the stop's own kill is killed here). */
 static void *heartbeat_main(void *arg) {
     run_manager *m = arg;
     pthread_mutex_lock(&m->lock);
-    while (!m->stopping) {
+    while (!m->workers_ended) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_sec += 1;
@@ -184,7 +187,7 @@ static void *heartbeat_main(void *arg) {
         int64_t now = fawn_now_ms();
         for (run_entry *e = m->live; e; e = e->next_live)
             run_log_heartbeat(e->log, now);
-        if (!m->stopping)
+        if (!m->workers_ended)
             kill_cancelled_locked(m);
     }
     pthread_mutex_unlock(&m->lock);
@@ -327,6 +330,10 @@ void runs_stop(run_manager *m) {
         return;
     for (size_t i = 0; i < m->n_workers; i++)
         pthread_join(m->workers[i], NULL);
+    pthread_mutex_lock(&m->lock);
+    m->workers_ended = true;
+    pthread_cond_broadcast(&m->tick);
+    pthread_mutex_unlock(&m->lock);
     if (m->heartbeat_started)
         pthread_join(m->heartbeat, NULL);
     /* Runs still waiting never started: they end as interrupted. A run
