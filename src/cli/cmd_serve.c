@@ -1,9 +1,11 @@
-/* fawn serve: the gateway on its store, until SIGTERM or SIGINT. */
+/* fawn serve: the application core on its store, and the gateway in front
+ * of it, until SIGTERM or SIGINT. */
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "app/app.h"
 #include "base/base.h"
 #include "cli/cli.h"
 #include "config/config.h"
@@ -44,17 +46,23 @@ static int serve(const fawn_config *cfg) {
     if (snprintf(path, sizeof path, "%s/fawn.db", cfg->home) >= (int)sizeof path)
         return fawn_err(FAWN_EINVAL, "home path too long");
     store *st = NULL;
+    app *a = NULL;
     gateway *g = NULL;
     int r = store_open(&st, path);
     if (r == 0)
-        r = gateway_start(&g, cfg, st);
+        r = app_open(&a, cfg, st);
+    if (r == 0)
+        r = gateway_start(&g, a);
     if (r == 0) {
         log_info("serve", "listening on http://%s:%u", cfg->server.host, cfg->server.port);
         int sig;
         sigwait(&stop, &sig);
         log_info("serve", "stopping (%s)", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     }
-    gateway_stop(g);
+    gateway_quiesce(g); /* no new requests */
+    app_stop(a);        /* runs end as interrupted; their followers get their last events */
+    gateway_stop(g);    /* the requests in progress finish */
+    app_close(a);
     store_close(st);
     return r;
 }

@@ -168,14 +168,14 @@ static int upload_copy(sbx_lease *l, const upload_request *u, const json_t *file
  * upload lease, so a destroy of the sandbox waits for the copy. */
 static int uploads_sync(gw_request *rq, const upload_request *u, const json_t *result) {
     const json_t *files = json_object_get(result, "files");
-    if (rq->g->provider->shares_host_files || json_array_size(files) == 0)
+    if (app_provider(rq->g->app)->shares_host_files || json_array_size(files) == 0)
         return 0;
     char owner[24];
-    gw_user_dir_name(owner, rq->who.user.id);
+    paths_user_dir_name(owner, rq->who.user.id);
     sbx_request req = {.who = {.user = owner, .role = rq->who.user.role},
                        .thread = u->thread.id, .kind = SBX_HOLD_UPLOAD};
     sbx_lease *l = NULL;
-    int r = sbx_acquire(&l, rq->g->sandboxes, &req);
+    int r = sbx_acquire(&l, app_sandboxes(rq->g->app), &req);
     if (r == FAWN_EPERM) /* no command of this user runs in a sandbox to read them */
         return 0;
     for (size_t i = 0; r == 0 && i < json_array_size(files); i++)

@@ -4,17 +4,24 @@
 #ifndef FAWN_GATEWAY_H
 #define FAWN_GATEWAY_H
 
-#include "config/config.h"
-#include "store/store.h"
+#include "app/app.h"
 
 typedef struct gateway gateway;
 
-/* Starts serving on cfg->server.host:port with cfg->server.threads threads.
- * cfg and st are borrowed and must outlive the gateway. Returns 0 or
- * FAWN_EINVAL (bad address), FAWN_EIO (cannot listen). Stop with gateway_stop. */
-int gateway_start(gateway **out, const fawn_config *cfg, store *st);
+/* Starts serving the app's HTTP API on server.host:port of its
+ * configuration, with server.threads threads. The app is borrowed and
+ * must outlive the gateway. Returns 0 or FAWN_EINVAL (bad address),
+ * FAWN_EIO (cannot listen), FAWN_ECONFIG (bad server or auth settings).
+ * Stop with gateway_quiesce, then gateway_stop. */
+int gateway_start(gateway **out, app *a);
 
-/* Stops accepting connections, lets requests in progress finish, frees g. */
+/* Stops accepting connections; requests in progress go on. Stopping the
+ * app's runs next (app_stop) ends the streams that follow them. NULL is
+ * fine. */
+void gateway_quiesce(gateway *g);
+
+/* Waits for the requests in progress (at most 30 s),
+ * stops serving and frees g (NULL is fine). */
 void gateway_stop(gateway *g);
 
 #endif

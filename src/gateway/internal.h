@@ -15,12 +15,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "auth/auth.h"
-#include "authz/authz.h"
 #include "agent/model.h"
-#include "agent/runs.h"
+#include "app/app.h"
+#include "auth/auth.h"
 #include "gateway/gateway.h"
-#include "sandbox/manager.h"
 #include "store/store.h"
 
 /* Path captures a route pattern may hold ("{}" and "{*}"). */
@@ -52,9 +50,9 @@ typedef struct gw_conns gw_conns;
 
 struct gateway {
     struct MHD_Daemon *daemon;
-    const fawn_config *cfg;
-    store *st;
-    authz_policy *policy;
+    app *app;                                /* the services the routes serve */
+    const fawn_config *cfg;                  /* app_config(app) */
+    store *st;                               /* app_store(app) */
     unsigned char secret[AUTH_SECRET_BYTES]; /* signs session tokens */
     char dummy_hash[AUTH_HASH_MAX];          /* verified for unknown users: equal timing */
     int64_t local_admin_id;                  /* auth.disabled: everyone is this user */
@@ -62,10 +60,6 @@ struct gateway {
     gw_conns *conns;                         /* open connections: per-address cap, head deadline */
     char trusted_proxies[GW_TRUSTED_PROXIES_MAX][64]; /* canonical numeric addresses */
     size_t n_trusted_proxies;
-    sbx_provider *provider;                  /* where sandboxes run */
-    sbx_manager *sandboxes;                  /* the one way to a sandbox */
-    model_registry *models;                  /* the configured models */
-    run_manager *runs;                       /* agent runs and their event logs */
     atomic_int in_flight;                    /* requests begun and not completed */
     pthread_mutex_t setup_lock;              /* makes "first admin" checks and creation one step */
 };
@@ -276,13 +270,12 @@ void gw_conns_head_awaited(gw_conns *t, struct MHD_Connection *c);
  * Thread ids are per user. With create, a missing thread is created for the
  * user first (uploads may precede the thread's first run). */
 int gw_thread_resolve(store_thread *out, gw_request *rq, bool create);
-/* Opens t's user-data directory (see local_user_data_open); caller closes. */
+/* Opens t's user-data directory (app_thread_files_open for the signed-in
+ * user); caller closes. */
 int gw_thread_files_open(int *user_data_fd, gw_request *rq, const store_thread *t, bool create);
 
 /* {"id","email","username","system_role","needs_setup"} for u (new ref). */
 json_t *gw_user_json(const store_user *u);
-/* The owner directory name of a user ("42"): threads live under users/<it>/. */
-void gw_user_dir_name(char out[24], int64_t user_id);
 /* ISO 8601 UTC text of a wall-clock time in ms, into out. */
 void gw_iso_time(char out[40], int64_t ms);
 

@@ -11,13 +11,13 @@ static json_t *model_json(const model_entry *e) {
 }
 
 static bool model_allowed(const gw_request *rq, const model_entry *e) {
-    return authz_check(rq->g->policy, rq->who.user.role, AUTHZ_MODELS, e->name) == 0;
+    return authz_check(app_policy(rq->g->app), rq->who.user.role, AUTHZ_MODELS, e->name) == 0;
 }
 
 static int route_models(gw_request *rq) {
     json_t *list = json_array();
-    for (size_t i = 0; list && i < model_registry_count(rq->g->models); i++) {
-        const model_entry *e = model_registry_at(rq->g->models, i);
+    for (size_t i = 0; list && i < model_registry_count(app_models(rq->g->app)); i++) {
+        const model_entry *e = model_registry_at(app_models(rq->g->app), i);
         if (model_allowed(rq, e))
             json_array_append_new(list, model_json(e));
     }
@@ -25,7 +25,7 @@ static int route_models(gw_request *rq) {
 }
 
 static int route_model(gw_request *rq) {
-    const model_entry *e = model_registry_get(rq->g->models, rq->params[0]);
+    const model_entry *e = model_registry_get(app_models(rq->g->app), rq->params[0]);
     if (!e)
         return fawn_err(FAWN_ENOENT, "Model not found");
     if (!model_allowed(rq, e))

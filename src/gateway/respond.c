@@ -8,6 +8,7 @@
 
 #include "base/json.h"
 #include "gateway/internal.h"
+#include "paths/paths.h"
 
 const char *gw_header(const gw_request *rq, const char *name) {
     return MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, name);
@@ -236,13 +237,9 @@ int gw_respond_coded(gw_request *rq, unsigned status, const char *code, const ch
 
 json_t *gw_user_json(const store_user *u) {
     char id[24];
-    gw_user_dir_name(id, u->id);
+    paths_user_dir_name(id, u->id);
     return json_pack("{s:s,s:s,s:s,s:s,s:b}", "id", id, "email", u->username, "username",
                      u->username, "system_role", u->role, "needs_setup", 0);
-}
-
-void gw_user_dir_name(char out[24], int64_t user_id) {
-    snprintf(out, 24, "%lld", (long long)user_id);
 }
 
 void gw_iso_time(char out[40], int64_t ms) {

@@ -7,6 +7,7 @@
 
 #include "base/json.h"
 #include "gateway/internal.h"
+#include "paths/paths.h"
 
 /* Runs one listing returns unless the client asks otherwise. */
 #define RUNS_LIST_DEFAULT 10
@@ -217,14 +218,6 @@ static int run_thread(store_thread *t, gw_request *rq, const run_args *a, bool s
     return store_thread_create(rq->g->st, t, &existed, rq->who.user.id, id, NULL);
 }
 
-/* The model the run will use must be one the role may use. */
-static int model_allowed(gw_request *rq, const char *name) {
-    const model_entry *e = model_registry_resolve(rq->g->models, name);
-    if (!e)
-        return fawn_err(FAWN_ENOENT, "no model is configured");
-    return authz_check(rq->g->policy, rq->who.user.role, AUTHZ_MODELS, e->name);
-}
-
 enum run_answer { ANSWER_RUN, ANSWER_STREAM, ANSWER_WAIT };
 
 static int answer(gw_request *rq, enum run_answer how, const run_args *a, const char *thread_id,
@@ -258,21 +251,12 @@ static int run_create(gw_request *rq, enum run_answer how, bool stateless) {
     store_thread t = {0};
     if (r == 0)
         r = run_thread(&t, rq, &a, stateless);
+    char run_id[37] = "";
+    app_run_spec spec = {.thread_id = t.id, .model_name = a.model,
+                         .recursion_limit = a.recursion_limit, .input = a.input,
+                         .kwargs = a.kwargs, .metadata = a.metadata, .interrupt = a.interrupt};
     if (r == 0)
-        r = model_allowed(rq, a.model);
-    char owner[24], run_id[37] = "";
-    gw_user_dir_name(owner, rq->who.user.id);
-    run_request req = {.owner_id = rq->who.user.id, .user_dir = owner, .role = rq->who.user.role,
-                       .thread_id = t.id, .model_name = a.model,
-                       .recursion_limit = a.recursion_limit, .input = a.input,
-                       .kwargs = a.kwargs, .metadata = a.metadata, .interrupt = a.interrupt};
-    int fd = -1;
-    if (r == 0) /* the thread's directories exist before its sandbox mounts them */
-        r = gw_thread_files_open(&fd, rq, &t, true);
-    if (fd >= 0)
-        close(fd);
-    if (r == 0)
-        r = runs_start(run_id, rq->g->runs, &req);
+        r = app_run_start(run_id, rq->g->app, &rq->who.user, &spec);
     if (r == 0)
         r = answer(rq, how, &a, t.id, run_id);
     store_thread_clear(&t);
@@ -397,7 +381,7 @@ static int route_run_cancel(gw_request *rq) {
                                  "Cancel action 'rollback' is not supported");
     bool waiting = wait && (strcmp(wait, "1") == 0 || strcmp(wait, "true") == 0);
     if (!finished)
-        r = runs_cancel(rq->g->runs, rq->who.user.id, rq->params[0], rq->params[1],
+        r = runs_cancel(app_runs(rq->g->app), rq->who.user.id, rq->params[0], rq->params[1],
                         waiting ? CANCEL_WAIT_MS : 0);
     if (finished || r == FAWN_ENOENT)
         return gw_respond_detail(rq, MHD_HTTP_CONFLICT, "Run is not active");

@@ -263,7 +263,7 @@ static void follower_free(void *cls) {
         run_log_close(f->log);
     }
     if (!f->finished && f->spec.cancel_on_disconnect &&
-        runs_cancel(f->g->runs, f->spec.owner_id, f->thread_id, f->run_id, 0) == 0)
+        runs_cancel(app_runs(f->g->app), f->spec.owner_id, f->thread_id, f->run_id, 0) == 0)
         log_info("gateway", "run %s cancelled: its client went away", f->run_id);
     fbuf_free(&f->out);
     free(f);
@@ -297,7 +297,7 @@ int gw_respond_follow(gw_request *rq, const gw_follow_spec *spec) {
     f->spec.run_id = f->run_id;
     f->spec.thread_id = f->thread_id;
     f->spec.content_location = NULL;
-    f->log = runs_log_open(rq->g->runs, f->run_id);
+    f->log = runs_log_open(app_runs(rq->g->app), f->run_id);
     cursor_place(f);
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, FOLLOW_BLOCK_SIZE,
                                                                follower_read, f, follower_free);

@@ -19,7 +19,7 @@ static json_t *info_json(const sbx_info *s) {
 static int route_sandboxes(gw_request *rq) {
     sbx_info *list = NULL;
     size_t n = 0;
-    int r = sbx_list(&list, &n, rq->g->sandboxes);
+    int r = sbx_list(&list, &n, app_sandboxes(rq->g->app));
     if (r < 0)
         return r;
     json_t *items = json_array();

@@ -20,7 +20,6 @@
 #include "base/json.h"
 #include "gateway/internal.h"
 #include "gateway/uploads.h"
-#include "sandbox/quota.h"
 
 /* A connection idle this long is closed (a request head is due sooner:
  * server.request_head_timeout_s, see connections.c). */
@@ -37,8 +36,6 @@
 /* How long a stop waits for requests in progress, and how often it looks. */
 #define GATEWAY_STOP_GRACE_MS 30000
 #define GATEWAY_STOP_POLL_US 10000
-/* Health checks and session requests the sandbox manager sends a box. */
-#define GATEWAY_SANDBOX_CALL_TIMEOUT_MS 5000
 /* The user every request acts as when auth.disabled is set. */
 #define GATEWAY_LOCAL_ADMIN "local-admin"
 
@@ -388,50 +385,9 @@ static int local_admin_ensure(gateway *g) {
     return 0;
 }
 
-/* The sandbox manager over the configured provider; it adopts or removes
- * the sandboxes a previous gateway left running. */
-static int sandboxes_start(gateway *g) {
-    const fawn_sandbox_config *sc = &g->cfg->sandbox;
-    sbx_manager_config mc = {.idle_timeout_s = sc->idle_timeout_s, .replicas = sc->replicas,
-                             .call_timeout_ms = GATEWAY_SANDBOX_CALL_TIMEOUT_MS};
-    int r = sbx_provider_open(&g->provider, g->cfg, NULL);
-    return r < 0 ? r : sbx_manager_new(&g->sandboxes, &mc, g->provider, g->st, g->policy);
-}
-
-/* The run executor, sized by the configuration's runs section. */
-static int executor_start(gateway *g) {
-    const fawn_runs_config *rc = &g->cfg->runs;
-    runs_limits limits = {.workers = rc->workers, .queue_max = rc->queue_max,
-                          .per_user_active_max = rc->per_user_active_max,
-                          .per_user_running_max = rc->per_user_running_max,
-                          .command_timeout_s = g->cfg->sandbox.exec_timeout_s};
-    return runs_new(&g->runs, g->st, g->sandboxes, g->models, g->policy, &limits);
-}
-
-/* Says once how the threads' disk limit is held on this host
- * (sandbox/quota.h). */
-static void disk_quota_log(const fawn_config *cfg) {
-    quota_fs fs;
-    quota_probe_path(&fs, cfg->home);
-    unsigned long long mb = (unsigned long long)cfg->sandbox.limits.disk_mb;
-    if (fs.mechanism == QUOTA_MEASURED)
-        log_warn("gateway",
-                 "disk quota: measured, not held by the kernel (%s); uploads that would take a "
-                 "thread past sandbox.limits.disk_mb (%llu MiB) are refused and a command that "
-                 "went past it is told so, but a command can write past it while it runs",
-                 fs.detail, mb);
-    else
-        log_info("gateway", "disk quota: %s, %llu MiB per thread (%s)",
-                 quota_mechanism_name(fs.mechanism), mb, fs.detail);
-}
-
-/* Everything the routes rely on, before the first request. */
+/* What the HTTP front-end adds to the app before the first request. */
 static int gateway_prepare(gateway *g) {
-    int r = authz_policy_load(&g->policy, g->cfg->authorization);
-    if (r == 0)
-        r = model_registry_load(&g->models, g->cfg->models);
-    if (r == 0)
-        r = gw_trusted_proxies_load(g, g->cfg->server.trusted_proxies);
+    int r = gw_trusted_proxies_load(g, g->cfg->server.trusted_proxies);
     if (r == 0)
         r = auth_secret_load(g->secret, g->cfg->home);
     if (r == 0) /* unknown users are checked against this, for equal timing */
@@ -442,23 +398,12 @@ static int gateway_prepare(gateway *g) {
         r = gw_conns_new(&g->conns, g);
     if (r == 0 && g->cfg->auth.disabled)
         r = local_admin_ensure(g);
-    if (r == 0) {
+    if (r == 0)
         sweep_crash_leftovers(g->cfg);
-        disk_quota_log(g->cfg);
-    }
-    if (r == 0)
-        r = sandboxes_start(g);
-    if (r == 0)
-        r = executor_start(g);
     return r;
 }
 
 static void gateway_free(gateway *g) {
-    runs_free(g->runs);
-    sbx_manager_free(g->sandboxes);
-    sbx_provider_close(g->provider);
-    authz_policy_free(g->policy);
-    model_registry_free(g->models);
     gw_throttle_free(g->throttle);
     gw_conns_free(g->conns);
     sodium_memzero(g->secret, sizeof g->secret);
@@ -494,8 +439,9 @@ static struct MHD_Daemon *daemon_start(gateway *g, const struct sockaddr_in *add
         url_keep_raw, g, MHD_OPTION_END);
 }
 
-int gateway_start(gateway **out, const fawn_config *cfg, store *st) {
+int gateway_start(gateway **out, app *a) {
     *out = NULL;
+    const fawn_config *cfg = app_config(a);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->server.port)};
     if (inet_pton(AF_INET, cfg->server.host, &addr.sin_addr) != 1)
         return fawn_err(FAWN_EINVAL, "server.host must be an IPv4 address, got '%s'",
@@ -503,8 +449,9 @@ int gateway_start(gateway **out, const fawn_config *cfg, store *st) {
     gateway *g = calloc(1, sizeof *g);
     if (!g)
         return fawn_err(FAWN_ENOMEM, "out of memory");
+    g->app = a;
     g->cfg = cfg;
-    g->st = st;
+    g->st = app_store(a);
     pthread_mutex_init(&g->setup_lock, NULL);
     int r = gateway_prepare(g);
     if (r == 0 && !(g->daemon = daemon_start(g, &addr)))
@@ -517,11 +464,15 @@ int gateway_start(gateway **out, const fawn_config *cfg, store *st) {
     return 0;
 }
 
+void gateway_quiesce(gateway *g) {
+    if (g)
+        MHD_quiesce_daemon(g->daemon);
+}
+
 void gateway_stop(gateway *g) {
     if (!g)
         return;
-    MHD_quiesce_daemon(g->daemon); /* no new connections; requests in progress go on */
-    runs_stop(g->runs); /* runs end as interrupted; their followers get their last events */
+    MHD_quiesce_daemon(g->daemon); /* in case gateway_quiesce was not called */
     int64_t deadline = fawn_now_ms() + GATEWAY_STOP_GRACE_MS;
     while (atomic_load(&g->in_flight) > 0 && fawn_now_ms() < deadline)
         usleep(GATEWAY_STOP_POLL_US);

@@ -14,7 +14,7 @@
 static int signed_in(gw_request *rq, const store_user *u, enum gw_via via) {
     rq->who.user = *u;
     rq->who.via = via;
-    rq->who.permissions = authz_route_permissions(rq->g->policy, u->role);
+    rq->who.permissions = authz_route_permissions(app_policy(rq->g->app), u->role);
     return 0;
 }
 

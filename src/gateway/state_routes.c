@@ -227,7 +227,7 @@ static int route_state_update(gw_request *rq) {
         return r;
     json_t *body = NULL;
     char id[STORE_RUN_ID_MAX + 1];
-    r = runs_thread_busy(rq->g->runs, rq->who.user.id, t.id)
+    r = runs_thread_busy(app_runs(rq->g->app), rq->who.user.id, t.id)
             ? fawn_err(FAWN_EBUSY, "Thread %s has a run in progress", t.id)
             : gw_body_json(&body, rq);
     if (r == 0)

@@ -8,7 +8,7 @@
 #include "base/fsx.h"
 #include "base/json.h"
 #include "gateway/internal.h"
-#include "sandbox/sandbox.h"
+#include "paths/paths.h"
 
 /* Threads one search returns unless the client asks otherwise. */
 #define SEARCH_DEFAULT_LIMIT 100
@@ -59,7 +59,7 @@ static int metadata_take(char **out, const json_t *body) {
 
 /* The owner directory name of the signed-in user. */
 static void owner_dir(char out[24], const gw_request *rq) {
-    gw_user_dir_name(out, rq->who.user.id);
+    paths_user_dir_name(out, rq->who.user.id);
 }
 
 int gw_thread_resolve(store_thread *out, gw_request *rq, bool create) {
@@ -75,9 +75,7 @@ int gw_thread_resolve(store_thread *out, gw_request *rq, bool create) {
 }
 
 int gw_thread_files_open(int *user_data_fd, gw_request *rq, const store_thread *t, bool create) {
-    char owner[24];
-    owner_dir(owner, rq);
-    return local_user_data_open(user_data_fd, rq->g->cfg, owner, t->id, create);
+    return app_thread_files_open(user_data_fd, rq->g->app, rq->who.user.id, t->id, create);
 }
 
 /* ---- create ---- */
@@ -312,7 +310,7 @@ static int route_thread_delete(gw_request *rq) {
         return fawn_err(FAWN_EBUSY, "Thread %s has a run in progress", id);
     owner_dir(owner, rq);
     enum sbx_destroy_outcome outcome;
-    r = sbx_destroy(&outcome, rq->g->sandboxes, owner, id);
+    r = sbx_destroy(&outcome, app_sandboxes(rq->g->app), owner, id);
     if (r == 0 && outcome == SBX_DESTROY_DEFERRED)
         return fawn_err(FAWN_EBUSY, "Thread %s's sandbox is in use; it stops when released", id);
     if (r == 0)

@@ -336,3 +336,7 @@ int vpath_check_existing(bool *exists, mode_t *mode, int dirfd, const char *name
     *mode = st.st_mode;
     return vpath_check_writable(&st, shown);
 }
+
+void paths_user_dir_name(char out[24], int64_t user_id) {
+    snprintf(out, 24, "%lld", (long long)user_id);
+}

@@ -18,6 +18,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/stat.h>
 
 #define VPATH_USER_DATA "/mnt/user-data"
@@ -122,5 +123,11 @@ int vpath_check_writable(const struct stat *st, const char *shown);
  * there, *mode its type, and an existing one must pass vpath_check_writable. */
 int vpath_check_existing(bool *exists, mode_t *mode, int dirfd, const char *name,
                          const char *shown);
+
+/* ---- host layout ---- */
+
+/* The name of a user's directory under $FAWN_HOME/users: the decimal user
+ * id (the HTTP API shows the same string as the user's id). */
+void paths_user_dir_name(char out[24], int64_t user_id);
 
 #endif

@@ -29,6 +29,7 @@ typedef struct fx {
     char home[64];
     fawn_config cfg;
     store *st;
+    app *a;
     gateway *g;
 } fx;
 
@@ -44,7 +45,8 @@ static int setup(void **state) {
     x->cfg.server.port = loopback_free_port();
     char path[128];
     snprintf(path, sizeof path, "%s/fawn.db", x->home);
-    if (store_open(&x->st, path) < 0 || gateway_start(&x->g, &x->cfg, x->st) < 0)
+    if (store_open(&x->st, path) < 0 || app_open(&x->a, &x->cfg, x->st) < 0 ||
+        gateway_start(&x->g, x->a) < 0)
         return -1;
     *state = x;
     return 0;
@@ -52,7 +54,10 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     fx *x = *state;
+    gateway_quiesce(x->g);
+    app_stop(x->a);
     gateway_stop(x->g);
+    app_close(x->a);
     store_close(x->st);
     config_free(&x->cfg);
     char cmd[128];
@@ -98,8 +103,12 @@ static void bad_address_refused(void **state) {
     fx *x = *state;
     fawn_config cfg = x->cfg;
     cfg.server.host = "localhost.example";
-    gateway *g;
-    assert_int_equal(gateway_start(&g, &cfg, x->st), FAWN_EINVAL);
+    app *a;
+    assert_int_equal(app_open(&a, &cfg, x->st), 0);
+    gateway *g = (gateway *)&cfg; /* poisoned: the failure must set it */
+    assert_int_equal(gateway_start(&g, a), FAWN_EINVAL);
+    assert_null(g);
+    app_close(a);
 }
 
 /* `fawn serve`: answers, then stops on SIGTERM with exit status 0. */

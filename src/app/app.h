@@ -1,0 +1,75 @@
+/* app: the application core. It builds the services every front-end
+ * shares — the authorization policy, the model registry, the sandbox
+ * provider and its manager, the run executor — once, owns them, and says
+ * in one place how a run is started on behalf of a user. The HTTP gateway
+ * is one front-end of it; IM channels and the scheduler are others, and
+ * they start runs through app_run_start exactly as the HTTP API does.
+ *
+ * Every out-parameter is set on every path, failures included (NULL, -1,
+ * "" before anything can fail). */
+#ifndef FAWN_APP_H
+#define FAWN_APP_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "agent/runs.h"
+#include "authz/authz.h"
+#include "config/config.h"
+#include "sandbox/manager.h"
+#include "store/store.h"
+
+typedef struct app app;
+
+/* Builds the services from cfg over st: loads the authorization policy
+ * and the models (FAWN_ECONFIG naming the key for a bad value), says how
+ * the threads' disk limit is held, opens the configured sandbox provider and its
+ * manager (which adopts or removes the sandboxes a previous process left
+ * running) and starts the run executor's workers. cfg and st are borrowed
+ * and must outlive the app. Close it with app_close. */
+int app_open(app **out, const fawn_config *cfg, store *st);
+
+/* Stops the run executor: live runs end as interrupted, their followers
+ * get their last events, and later app_run_start calls are refused.
+ * Front-ends call it once they accept no new requests and before they wait
+ * for the ones in progress. Calling it again does nothing. */
+void app_stop(app *a);
+
+/* app_stop, then frees every service (NULL is fine). */
+void app_close(app *a);
+
+/* The services, borrowed for the app's lifetime. */
+const fawn_config *app_config(const app *a);
+store *app_store(const app *a);
+const authz_policy *app_policy(const app *a);
+const model_registry *app_models(const app *a);
+sbx_manager *app_sandboxes(const app *a);
+const sbx_provider *app_provider(const app *a);
+run_manager *app_runs(const app *a);
+
+/* A run to start on behalf of a user, on one of the user's threads. */
+typedef struct app_run_spec {
+    const char *thread_id;   /* an existing thread of the user */
+    const char *model_name;  /* NULL: the first model */
+    int recursion_limit;     /* 1..AGENT_RECURSION_MAX */
+    const json_t *input;     /* stored-form human messages to add (copied) */
+    const char *kwargs;      /* JSON object text stored with the run */
+    const char *metadata;    /* JSON object text, or NULL */
+    bool interrupt;          /* cancel the thread's active run first, instead of refusing */
+} app_run_spec;
+
+/* Starts a run on behalf of user: the model must be one the user's role
+ * may use (FAWN_ENOENT when no model is configured, authz_check's error
+ * when the role may not), the thread's files are made as its sandbox will
+ * mount them, then the run is queued (runs_start: FAWN_EBUSY when the
+ * thread is busy or a limit is reached). run_id gets the new run's id. */
+int app_run_start(char run_id[37], app *a, const store_user *user, const app_run_spec *spec);
+
+/* Opens the user-data directory of the user's thread (caller closes
+ * *fd_out); with create, makes it first as a sandbox start would
+ * (FAWN_ENOENT without create when the thread has no files yet). */
+int app_thread_files_open(int *fd_out, const app *a, int64_t user_id, const char *thread_id,
+                          bool create);
+
+#endif
