@@ -17,7 +17,7 @@
 
 #include "auth/auth.h"
 #include "authz/authz.h"
-#include "agent/model.h"
+#include "model/model.h"
 #include "agent/runs.h"
 #include "gateway/gateway.h"
 #include "sandbox/manager.h"

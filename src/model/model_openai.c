@@ -5,7 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "agent/model.h"
+#include "model/model.h"
 #include "base/json.h"
 
 /* 50 ms: poll slice of the transfer loop; bounds how late cancellation is seen. */

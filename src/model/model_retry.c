@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "agent/model.h"
+#include "model/model.h"
 #include "base/json.h"
 
 /* 1000 ms: base of the decorrelated jitter. */
