@@ -19,7 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "agent/model.h"
+#include "model/model.h"
 #include "authz/authz.h"
 #include "sandbox/manager.h"
 #include "store/store.h"

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent/model.h"
+#include "model/model.h"
 #include "base/base.h"
 #include "paths/paths.h"
 #include "sandbox/quota.h"

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/model.h"
+#include "model/model.h"
 #include "base/json.h"
 #include "cli/cli.h"
 #include "config/config.h"

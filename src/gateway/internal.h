@@ -15,9 +15,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "agent/model.h"
 #include "app/app.h"
 #include "auth/auth.h"
+#include "model/model.h"
 #include "gateway/gateway.h"
 #include "store/store.h"
 

@@ -1,7 +1,7 @@
 /* /api/models: the configured models a caller's role may use. */
 #include <string.h>
 
-#include "agent/model.h"
+#include "model/model.h"
 #include "gateway/internal.h"
 
 static json_t *model_json(const model_entry *e) {

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/model.h"
+#include "model/model.h"
 #include "base/base.h"
 
 /* Longer inputs only repeat what shorter ones exercise. */

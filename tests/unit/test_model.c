@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "support.h"
-#include "agent/model.h"
+#include "model/model.h"
 #include "base/json.h"
 
 /* ---- SSE ------------------------------------------------------------------ */

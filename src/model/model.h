@@ -1,10 +1,18 @@
-/* model: OpenAI-compatible chat completions, streamed over SSE.
+/* model: OpenAI-compatible chat completions, streamed over SSE, and the
+ * configured models. Depends only on base.
  *
- * Three layers:
- *  - sse_parser: an incremental Server-Sent Events parser (any chunking).
- *  - model_attempt: one streamed HTTP attempt through libcurl, classified.
- *  - model_complete: attempts with per-class budgets, Retry-After, jitter,
- *    a circuit breaker and llm_retry notifications.
+ * Layers, each file calling only files listed before it (never back up):
+ *  - sse.c: sse_parser, an incremental Server-Sent Events parser (any chunking).
+ *  - model_classify.c: failure classes, the classification of an error
+ *    response (model_classify_http) and of Retry-After (model_parse_retry_after).
+ *  - model_openai.c: model_attempt, one streamed HTTP attempt through libcurl,
+ *    classified (calls sse.c and model_classify.c).
+ *  - model_retry.c: model_complete, attempts with per-class budgets (the retry
+ *    policy table below), Retry-After, jitter, a circuit breaker and llm_retry
+ *    notifications (calls model_openai.c and model_classify.c).
+ *  - model_fixture.c: script, replay and record fixtures.
+ *  - models.c: the configured models; model_entry_complete answers from a
+ *    fixture or through model_complete (calls model_fixture.c and model_retry.c).
  *
  * Every out-parameter is set on every path, failures included: a function
  * zeroes its out-parameters (an empty reply that model_reply_clear accepts,
@@ -21,7 +29,7 @@
 
 #include "base/base.h"
 
-/* ---- SSE ---------------------------------------------------------------- */
+/* ---- SSE (sse.c) --------------------------------------------------------- */
 
 /* 1 MiB: one line of a chat-completion stream is one JSON chunk, far smaller. */
 #define SSE_LINE_MAX ((size_t)1 << 20)
@@ -63,7 +71,7 @@ int sse_feed(sse_parser *p, const char *buf, size_t n);
  * specification, an incomplete event at end of stream is not delivered). */
 void sse_free(sse_parser *p);
 
-/* ---- one attempt ------------------------------------------------------------ */
+/* ---- one attempt (model_openai.c; failure classes in model_classify.c) ------ */
 
 /* 64 tool calls: more than any sane single reply; bounds the accumulator. */
 #define MODEL_TOOL_CALLS_MAX 64
@@ -104,9 +112,11 @@ enum model_failure {
     MODEL_OK,
     MODEL_FAIL_QUOTA,     /* billing or quota exhausted: not retried */
     MODEL_FAIL_AUTH,      /* credentials refused: not retried */
-    MODEL_FAIL_BURST,     /* rate limited for now: retried (budget 2) */
-    MODEL_FAIL_TRANSIENT, /* timeouts, connection errors, 408/409/425/5xx, broken streams */
-    MODEL_FAIL_STALLED,   /* no bytes within the stall timeout: retried (budget 2) */
+    MODEL_FAIL_BURST,     /* rate limited for now: retried (MODEL_RETRY_BURST_ATTEMPTS) */
+    MODEL_FAIL_TRANSIENT, /* timeouts, connection errors, 408/409/425/5xx, broken streams:
+                             retried (MODEL_RETRY_TRANSIENT_ATTEMPTS) */
+    MODEL_FAIL_STALLED,   /* no bytes within the stall timeout: retried
+                             (MODEL_RETRY_STALLED_ATTEMPTS) */
     MODEL_FAIL_CANCELLED, /* the caller's cancel flag was set: not retried */
     MODEL_FAIL_FATAL,     /* anything else (bad request, limits): not retried */
 };
@@ -116,8 +126,13 @@ const char *model_failure_name(enum model_failure why);
 
 /* Classifies an HTTP error response from its status and the OpenAI error
  * object's "code"/"type" (error_body may be NULL or not JSON). The table is
- * in model_retry.c. */
+ * in model_classify.c. */
 enum model_failure model_classify_http(long status, const char *error_body, size_t len);
+
+/* Retry-After value (delta-seconds or an HTTP-date) as milliseconds from
+ * now_wall_ms (wall clock, ms since the epoch). -1 when unparsable; 0 for a
+ * date in the past. */
+int64_t model_parse_retry_after(const char *value, int64_t now_wall_ms);
 
 /* Streamed text of the reply, as it arrives (for token streaming). */
 typedef void (*model_delta_fn)(void *ctx, const char *content_delta, size_t len);
@@ -138,25 +153,54 @@ int model_attempt(model_reply *out, enum model_failure *why, int64_t *retry_afte
                   const model_config *cfg, const json_t *messages, const json_t *tools,
                   model_delta_fn on_delta, void *ctx, const atomic_bool *cancel);
 
-/* ---- retries and circuit breaker ------------------------------------------ */
+/* ---- retry policy: every budget and delay of model_complete ---------------
+ *
+ * One table, read by model_retry.c alone. By failure class:
+ *
+ *   class      attempts in total               jitter base                  breaker
+ *   transient  MODEL_RETRY_TRANSIENT_ATTEMPTS  MODEL_BACKOFF_BASE_MS        counts
+ *   stalled    MODEL_RETRY_STALLED_ATTEMPTS    MODEL_BACKOFF_BASE_MS        counts
+ *   burst      MODEL_RETRY_BURST_ATTEMPTS      MODEL_BACKOFF_BURST_BASE_MS  does not count
+ *   quota, auth, cancelled, fatal: 1 attempt (asking again gets the same
+ *   answer); they do not count toward the breaker either.
+ *
+ * The class of the latest failure decides whether another attempt is made.
+ * A server's Retry-After replaces the jitter, up to MODEL_RETRY_AFTER_MAX_MS. */
 
-/* Retry-After value (delta-seconds or an HTTP-date) as milliseconds from
- * now_wall_ms (wall clock, ms since the epoch). -1 when unparsable; 0 for a
- * date in the past. */
-int64_t model_parse_retry_after(const char *value, int64_t now_wall_ms);
-
-/* Attempts allowed in total when failures are of this class (1 = no retry). */
-int model_attempt_budget(enum model_failure why);
-
-/* Decorrelated jitter: uniform in [base, min(8000, max(base, 3 * previous_ms))]
- * where base is 5000 ms for burst limits and 1000 ms otherwise. random is any
- * uniformly distributed 64-bit value. */
-int64_t model_backoff_ms(enum model_failure why, int64_t previous_ms, uint64_t random);
-
+/* 3 attempts for a transient failure: a dropped connection or a 5xx from an
+ * overloaded server usually clears within a few seconds. */
+#define MODEL_RETRY_TRANSIENT_ATTEMPTS 3
+/* 2 attempts for a stalled stream: each attempt may wait a whole stall
+ * timeout (minutes) before it is declared stalled. */
+#define MODEL_RETRY_STALLED_ATTEMPTS 2
+/* 2 attempts when rate limited: one wait for the limit to clear, then the run
+ * hears of it rather than queueing behind the limit. */
+#define MODEL_RETRY_BURST_ATTEMPTS 2
+/* 1000 ms: base of the decorrelated jitter. */
+#define MODEL_BACKOFF_BASE_MS 1000
+/* 5000 ms: base for burst rate limits, which need longer to clear. */
+#define MODEL_BACKOFF_BURST_BASE_MS 5000
+/* 8000 ms: ceiling of the jitter. */
+#define MODEL_BACKOFF_CAP_MS 8000
+/* 3: decorrelated jitter draws the next wait up to 3 times the previous one. */
+#define MODEL_BACKOFF_GROWTH 3
+/* 120 s: a server asking for a longer wait fails the call instead of blocking a run. */
+#define MODEL_RETRY_AFTER_MAX_MS 120000
 /* 5 exhausted retriable failures in a row open the breaker. */
 #define MODEL_BREAKER_THRESHOLD 5
 /* 60 s open before one probe is let through. */
 #define MODEL_BREAKER_OPEN_MS 60000
+
+/* ---- retries and circuit breaker (model_retry.c) ------------------------------ */
+
+/* Attempts allowed in total when failures are of this class (1 = no retry). */
+int model_attempt_budget(enum model_failure why);
+
+/* Decorrelated jitter: uniform in [base, min(MODEL_BACKOFF_CAP_MS, max(base,
+ * MODEL_BACKOFF_GROWTH * previous_ms))] where base is MODEL_BACKOFF_BURST_BASE_MS
+ * for burst limits and MODEL_BACKOFF_BASE_MS otherwise. random is any
+ * uniformly distributed 64-bit value. */
+int64_t model_backoff_ms(enum model_failure why, int64_t previous_ms, uint64_t random);
 
 enum model_breaker_state { MODEL_BREAKER_CLOSED, MODEL_BREAKER_OPEN, MODEL_BREAKER_HALF_OPEN };
 
@@ -211,9 +255,6 @@ typedef struct model_hooks {
     void *clock_ctx;
 } model_hooks;
 
-/* 120 s: a server asking for a longer wait fails the call instead of blocking a run. */
-#define MODEL_RETRY_AFTER_MAX_MS 120000
-
 /* Runs model_attempt until success or until the failure class's budget is
  * used up: waits Retry-After exactly when given (up to
  * MODEL_RETRY_AFTER_MAX_MS), otherwise decorrelated jitter; calls
@@ -225,7 +266,7 @@ int model_complete(model_reply *out, enum model_failure *why, const model_config
                    const json_t *messages, const json_t *tools, model_breaker *breaker,
                    const model_hooks *hooks, const atomic_bool *cancel);
 
-/* ---- configured models (config.yaml: models) ---- */
+/* ---- configured models (config.yaml: models; models.c) ---- */
 
 /* Models one configuration may list, and the longest name: far past any
  * real list; names go in URLs and RBAC lists. */

@@ -1,7 +1,7 @@
 /* Incremental Server-Sent Events parser (WHATWG HTML, "Parsing an event stream"). */
 #include <string.h>
 
-#include "agent/model.h"
+#include "model/model.h"
 
 static const char sse_bom[] = "\xEF\xBB\xBF";
 

@@ -1,11 +1,13 @@
-/* One streamed OpenAI-compatible chat completion through libcurl. */
+/* One streamed OpenAI-compatible chat completion through libcurl. Calls down
+ * into sse.c (the stream) and model_classify.c (failure classes, Retry-After);
+ * the retry loop in model_retry.c calls this file, never the reverse. */
 #include <ctype.h>
 #include <curl/curl.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
-#include "agent/model.h"
+#include "model/model.h"
 #include "base/json.h"
 
 /* 50 ms: poll slice of the transfer loop; bounds how late cancellation is seen. */
@@ -70,6 +72,13 @@ static int attempt_fail(attempt *a, enum model_failure why, int code) {
 }
 
 static const char *model_label(const attempt *a) { return a->cfg->name; }
+
+/* The error code of a server-reported failure class. */
+static int failure_code(enum model_failure why) {
+    if (why == MODEL_FAIL_AUTH || why == MODEL_FAIL_QUOTA)
+        return FAWN_EPERM;
+    return why == MODEL_FAIL_BURST ? FAWN_EBUSY : FAWN_EIO;
+}
 
 /* ---- stream chunks ---------------------------------------------------------- */
 
@@ -173,10 +182,8 @@ static int attempt_stream_error(attempt *a, json_t *error) {
     _cleanup_free_ char *body = doc ? fjson_dump(doc) : NULL;
     json_decref(doc);
     enum model_failure why = body ? model_classify_http(0, body, strlen(body)) : MODEL_FAIL_TRANSIENT;
-    int code = why == MODEL_FAIL_AUTH || why == MODEL_FAIL_QUOTA ? FAWN_EPERM
-               : why == MODEL_FAIL_BURST                         ? FAWN_EBUSY
-                                                                 : FAWN_EIO;
-    return attempt_fail(a, why, fawn_err(code, "model %s: error in stream: %s", model_label(a), quoted));
+    return attempt_fail(a, why, fawn_err(failure_code(why), "model %s: error in stream: %s",
+                                         model_label(a), quoted));
 }
 
 static int attempt_chunk(attempt *a, json_t *chunk) {
@@ -452,10 +459,7 @@ static int attempt_http_error(attempt *a, enum model_failure *why, long status) 
     char quoted[MODEL_QUOTE_MAX + 1];
     quote_message(quoted, sizeof quoted, text ? text : "");
     json_decref(doc);
-    int code = *why == MODEL_FAIL_AUTH || *why == MODEL_FAIL_QUOTA ? FAWN_EPERM
-               : *why == MODEL_FAIL_BURST                          ? FAWN_EBUSY
-                                                                   : FAWN_EIO;
-    return fawn_err(code, "model %s: HTTP %ld%s%s", model_label(a), status, quoted[0] ? ": " : "",
+    return fawn_err(failure_code(*why), "model %s: HTTP %ld%s%s", model_label(a), status, quoted[0] ? ": " : "",
                     quoted);
 }
 

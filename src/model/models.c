@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "agent/model.h"
+#include "model/model.h"
 #include "base/json.h"
 
 /* Timeouts a configuration may set, seconds: up to an hour. */

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent/model.h"
+#include "model/model.h"
 #include "base/json.h"
 
 /* 64 MiB: a fixture is read whole; far past any recorded session. */
