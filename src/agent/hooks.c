@@ -13,7 +13,7 @@
  * wrap_* nested with the first outermost, after_* last to first), so the
  * hooks run as:
  *   before_agent      dangling_tool_calls
- *   sandbox_acquired  delivery_check (what outputs holds before the run)
+ *   sandbox_acquired  delivery_check (outputs as the run found them)
  *   before_model      input_sanitization
  *   wrap_model        model_errors > empty_final_retry > the model
  *   after_model       finish_reasons, then loop_detection
