@@ -2,11 +2,10 @@
  * the thread's messages; the tools it asks for run in the thread's sandbox;
  * each step is written to the store as a checkpoint and reported as events.
  *
- * Steps go through an ordered chain of hooks (agent_internal.h): input
- * sanitization, dangling tool calls, model error handling, empty-final
- * retry, finish reasons, loop detection, tool authorization, read before
- * write, clarification, tool output budget, tool error handling, title and
- * the delivery check.
+ * Steps go through an ordered chain of hooks (agent_internal.h) that guard
+ * the model's input, its replies and the tool calls; which hooks there are
+ * and the order they run in is written once, at the table agent_hooks in
+ * hooks.c.
  *
  * Every out-parameter is set on every path, failures included (NULL, "",
  * an empty outcome before anything can fail); agent_state_save's

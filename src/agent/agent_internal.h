@@ -1,5 +1,11 @@
 /* The run loop's insides: the run's state and the hook chain. Only the
- * agent's own files include this. */
+ * agent's own files include this.
+ *
+ * The files call one way, downward:
+ *   runs.c → run.c → hooks.c → hooks_tools.c → run_context.c
+ * run.c also calls run_context.c and messages.c; the hooks reach the run
+ * only through run_context.c (agent_next_model/tool, agent_stop, events,
+ * the sandbox), which walks the chain run.c put in agent_loop.hooks. */
 #ifndef FAWN_AGENT_INTERNAL_H
 #define FAWN_AGENT_INTERNAL_H
 
@@ -29,8 +35,26 @@ typedef struct agent_tool_call {
     int code;          /* a tool that failed outright (not its status): FAWN_E* */
 } agent_tool_call;
 
+/* A hook: any member may be NULL. before_* and sandbox_acquired run first
+ * to last in the chain; wrap_* nest, the first outermost: each calls
+ * agent_next_model/tool with `next` to go on down the chain (or does not,
+ * to answer itself); after_* run last to first. The chain and the order
+ * each point runs it in are in hooks.c (agent_hooks). */
+typedef struct agent_hook {
+    const char *name;
+    void (*before_agent)(struct agent_loop *run);
+    void (*sandbox_acquired)(struct agent_loop *run); /* the run has just taken its sandbox */
+    void (*before_model)(struct agent_loop *run, agent_model_call *call);
+    void (*wrap_model)(struct agent_loop *run, agent_model_call *call, size_t next);
+    void (*after_model)(struct agent_loop *run, json_t *ai_message);
+    void (*wrap_tool)(struct agent_loop *run, agent_tool_call *call, size_t next);
+    void (*after_agent)(struct agent_loop *run);
+} agent_hook;
+
 typedef struct agent_loop {
     const agent_params *p;
+    const agent_hook *const *hooks; /* the chain the run walks: agent_hooks */
+    size_t hooks_count;
     const model_entry *model;
     json_t *values;     /* the thread state: {messages, title?, artifacts} */
     json_t *messages;   /* values.messages (borrowed) */
@@ -53,48 +77,54 @@ typedef struct agent_loop {
     bool empty_retried;
 } agent_loop;
 
-/* A hook: any member may be NULL. wrap_* call agent_next_model/tool with
- * `next` to go on down the chain (or do not, to answer themselves). */
-typedef struct agent_hook {
-    const char *name;
-    void (*before_agent)(agent_loop *run);
-    void (*before_model)(agent_loop *run, agent_model_call *call);
-    void (*wrap_model)(agent_loop *run, agent_model_call *call, size_t next);
-    void (*after_model)(agent_loop *run, json_t *ai_message);
-    void (*wrap_tool)(agent_loop *run, agent_tool_call *call, size_t next);
-    void (*after_agent)(agent_loop *run);
-} agent_hook;
-
-/* The chain, in order (hooks.c). before_* and wrap_* run first to last
- * (the first wrap is outermost); after_* run last to first. */
+/* The chain (hooks.c): the order the run walks the hooks in. */
 extern const agent_hook *const agent_hooks[];
 extern const size_t agent_hooks_count;
 
+/* The hooks, by the file that defines them. */
 extern const agent_hook hook_input_sanitization, hook_dangling_tool_calls, hook_model_errors,
-    hook_empty_final_retry, hook_finish_reasons, hook_loop_detection, hook_tool_output_budget,
-    hook_tool_authorization, hook_read_before_write, hook_clarification, hook_tool_errors,
-    hook_title, hook_delivery_check;
+    hook_empty_final_retry, hook_finish_reasons, hook_title;                /* hooks.c */
+extern const agent_hook hook_tool_output_budget, hook_tool_authorization,
+    hook_read_before_write, hook_delivery_check, hook_loop_detection, hook_clarification,
+    hook_tool_errors;                                                       /* hooks_tools.c */
 
-/* Continues a model call at hook index next (the model itself at the end). */
+/* ---- run_context.c: what a hook may ask of its run ---- */
+
+/* 30 s: the run's own bookkeeping calls to the sandbox (listings,
+ * read-before-write checks, saved tool outputs). */
+#define AGENT_BOX_CALL_TIMEOUT_MS 30000
+
+/* Continues a model call at hook index next of run->hooks (the model
+ * itself at the end). */
 void agent_next_model(agent_loop *run, agent_model_call *call, size_t next);
-/* Continues a tool call at hook index next (the tool itself at the end). */
+/* Continues a tool call at hook index next of run->hooks (the tool itself
+ * at the end). */
 void agent_next_tool(agent_loop *run, agent_tool_call *call, size_t next);
 
+/* Whether the run has been asked to stop (agent_params.cancel). */
+bool agent_cancelled(const agent_loop *run);
 /* Ends the run after this step with stop_reason (and error, when not NULL:
- * the run's status becomes error). */
+ * the run's status becomes error; a first error is kept). */
 void agent_stop(agent_loop *run, const char *stop_reason, const char *error_fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Hands text (taken, may be NULL) to the run's event receiver as event. */
+void agent_emit_text(agent_loop *run, const char *event, char *data);
+/* Emits data (taken, may be NULL) as compact JSON. */
+void agent_emit(agent_loop *run, const char *event, json_t *data);
+/* A messages event: [msg or chunk (borrowed), {langgraph_node: node, run_id,
+ * thread_id}]. */
+void agent_emit_tuple(agent_loop *run, const char *node, json_t *msg);
 /* Emits a custom event {type, ...fields} (fields stolen, may be NULL). */
 void agent_emit_custom(agent_loop *run, const char *type, json_t *fields);
-/* A box command run once (not in the run's session) on the run's sandbox:
- * stdout into *out (caller frees). */
+/* A box command run once (not in the run's session) on the run's sandbox
+ * (taken on first use): its stdout into *out (caller frees; NULL on
+ * failure). FAWN_EIO when it does not exit 0; sandbox errors. */
 int agent_box_exec(char **out, agent_loop *run, const char *command);
-/* Writes text to a file in the sandbox. */
+/* Writes text to a file in the run's sandbox (taken on first use).
+ * FAWN_EIO when the box refuses; sandbox errors. */
 int agent_box_write(agent_loop *run, const char *path, const char *text);
 
-/* Records what outputs holds (the delivery check's "before"); called when
- * the run first takes its sandbox. */
-void agent_delivery_snapshot(agent_loop *run);
+/* ---- messages.c ---- */
 
 /* {"type":"ai", ...} with id from a model reply (new). */
 json_t *agent_ai_message(const model_reply *reply, const char *model_name, const char *id);

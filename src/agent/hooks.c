@@ -8,6 +8,24 @@
 #include "agent/agent_internal.h"
 #include "base/json.h"
 
+/* The chain: the one place that orders the hooks. Each point walks it by
+ * the rule at agent_hook (before_* and sandbox_acquired first to last,
+ * wrap_* nested with the first outermost, after_* last to first), so the
+ * hooks run as:
+ *   before_agent      dangling_tool_calls
+ *   sandbox_acquired  delivery_check (outputs as the run found them)
+ *   before_model      input_sanitization
+ *   wrap_model        model_errors > empty_final_retry > the model
+ *   after_model       finish_reasons, then loop_detection
+ *   wrap_tool         tool_output_budget > tool_authorization > read_before_write
+ *                     > delivery_check > loop_detection > clarification
+ *                     > tool_errors > the tool
+ *   after_agent       title, then delivery_check
+ * So a reply cut for length or safety has its tool calls cleared before
+ * loop detection counts them; an empty reply is retried inside the model
+ * error handling, which sees only the retry's result; tool_errors gives
+ * every outer hook a result to read; a denied call is never checked for
+ * read-before-write; the budget saves the text every inner hook wrote. */
 const agent_hook *const agent_hooks[] = {
     &hook_input_sanitization, &hook_tool_output_budget, &hook_dangling_tool_calls,
     &hook_model_errors,       &hook_tool_authorization, &hook_read_before_write,

@@ -1,5 +1,5 @@
-/* Hooks around tool calls: output budget, authorization, read before
- * write, delivery check, loop detection, clarification, tool errors. */
+/* The hooks around tool calls, one section each; their place in the chain
+ * is set by the table in hooks.c (agent_hooks). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,7 +76,8 @@ static int current_sha(char sha[65], agent_loop *run, const char *path) {
     json_t *body = json_pack("{s:s}", "path", path);
     json_t *reply = NULL;
     int status = 0;
-    int r = body ? tool_box_call(&reply, &status, &run->env, "POST", "/v1/file/read", body, 30000)
+    int r = body ? tool_box_call(&reply, &status, &run->env, "POST", "/v1/file/read", body,
+                                 AGENT_BOX_CALL_TIMEOUT_MS)
                  : FAWN_ENOMEM;
     json_decref(body);
     const json_t *content = json_object_get(reply, "content");
@@ -151,7 +152,8 @@ static json_t *outputs_listing(agent_loop *run) {
     return files;
 }
 
-void agent_delivery_snapshot(agent_loop *run) {
+/* Records what outputs holds before the run writes to it. */
+static void delivery_sandbox_acquired(agent_loop *run) {
     if (!run->outputs_before)
         run->outputs_before = outputs_listing(run);
 }
@@ -186,8 +188,7 @@ static bool was_presented(const agent_loop *run, const char *path) {
 }
 
 static void delivery_after_agent(agent_loop *run) {
-    if (!run->outputs_before || run->error || (run->p->cancel &&
-                                               atomic_load(&run->p->cancel->cancelled)))
+    if (!run->outputs_before || run->error || agent_cancelled(run))
         return;
     json_t *after = outputs_listing(run);
     fbuf missing = {0};
@@ -208,6 +209,7 @@ static void delivery_after_agent(agent_loop *run) {
 }
 
 const agent_hook hook_delivery_check = {.name = "delivery_check",
+                                        .sandbox_acquired = delivery_sandbox_acquired,
                                         .wrap_tool = delivery_wrap,
                                         .after_agent = delivery_after_agent};
 

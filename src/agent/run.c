@@ -1,14 +1,10 @@
 /* The run loop (agent.h): model call, tool calls, checkpoint; repeat. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "agent/agent_internal.h"
 #include "base/json.h"
-
-/* 30 s: the run's own bookkeeping commands in the sandbox (snapshots). */
-#define AGENT_BOX_CALL_TIMEOUT_MS 30000
 
 static const char system_prompt[] =
     "You are fawn's lead agent. You work for the user in a Linux sandbox that holds this "
@@ -26,64 +22,10 @@ void agent_outcome_clear(agent_outcome *o) {
     memset(o, 0, sizeof *o);
 }
 
-static bool cancelled(const agent_loop *run) {
-    return run->p->cancel && atomic_load(&run->p->cancel->cancelled);
-}
-
-void agent_stop(agent_loop *run, const char *stop_reason, const char *error_fmt, ...) {
-    run->stop = true;
-    snprintf(run->stop_reason, sizeof run->stop_reason, "%s", stop_reason);
-    if (error_fmt && !run->error) {
-        va_list ap;
-        va_start(ap, error_fmt);
-        if (vasprintf(&run->error, error_fmt, ap) < 0)
-            run->error = NULL;
-        va_end(ap);
-    }
-}
-
-/* Hands text (taken) to the run's event receiver. */
-static void emit_text(agent_loop *run, const char *event, char *text) {
-    if (text && run->p->emit)
-        run->p->emit(run->p->emit_ctx, event, text);
-    else
-        free(text);
-}
-
-static void emit(agent_loop *run, const char *event, json_t *data) {
-    emit_text(run, event, data ? json_dumps(data, JSON_COMPACT) : NULL);
-    json_decref(data);
-}
-
-void agent_emit_custom(agent_loop *run, const char *type, json_t *fields) {
-    json_t *data = fields ? fields : json_object();
-    json_object_set_new(data, "type", json_string(type));
-    emit(run, "custom", data);
-}
-
 /* A new message as the three stream modes carry it. */
-/* A messages-tuple event: [message or chunk, metadata]. */
-static void emit_tuple(agent_loop *run, const char *node, json_t *msg) {
-    emit(run, "messages",
-         json_pack("[O, {s:s, s:s, s:s}]", msg, "langgraph_node", node, "run_id", run->p->run_id,
-                   "thread_id", run->p->thread_id));
-}
-
 static void emit_message(agent_loop *run, const char *node, json_t *msg) {
-    emit_tuple(run, node, msg);
-    emit(run, "updates", json_pack("{s:{s:[O]}}", node, "messages", msg));
-}
-
-/* Streamed text of the reply being generated, as an AIMessageChunk of the
- * message it will become (same id). */
-static void model_delta_event(void *ctx, const char *text, size_t len) {
-    agent_model_call *call = ctx;
-    json_t *chunk = json_pack("{s:s, s:s%, s:s, s:[], s:{}, s:{}}", "type", "AIMessageChunk",
-                              "content", text, len, "id", call->ai_id, "tool_call_chunks",
-                              "additional_kwargs", "response_metadata");
-    emit_tuple(call->run, "model", chunk);
-    json_decref(chunk);
-    call->streamed = true;
+    agent_emit_tuple(run, node, msg);
+    agent_emit(run, "updates", json_pack("{s:{s:[O]}}", node, "messages", msg));
 }
 
 /* The end of a streamed reply: a last chunk with its tool calls and finish
@@ -93,91 +35,8 @@ static void emit_stream_end(agent_loop *run, const json_t *ai) {
                               "content", "", "id", json_object_get(ai, "id"), "tool_calls",
                               json_object_get(ai, "tool_calls"), "response_metadata",
                               json_object_get(ai, "response_metadata"), "additional_kwargs");
-    emit_tuple(run, "model", chunk);
+    agent_emit_tuple(run, "model", chunk);
     json_decref(chunk);
-}
-
-
-
-/* ---- the sandbox, for hooks ---- */
-
-int agent_box_exec(char **out, agent_loop *run, const char *command) {
-    *out = NULL;
-    sbx_lease *lease;
-    int r = tool_env_lease(&lease, &run->env);
-    json_t *body = r == 0 ? json_pack("{s:s, s:i}", "command", command, "timeout_s", 30) : NULL;
-    json_t *reply = NULL;
-    int status = 0;
-    if (r == 0)
-        r = body ? sbx_call(&reply, &status, lease, "POST", "/v1/shell/exec", body,
-                            AGENT_BOX_CALL_TIMEOUT_MS)
-                 : fawn_err(FAWN_ENOMEM, "out of memory");
-    json_decref(body);
-    const char *text = json_string_value(json_object_get(reply, "stdout"));
-    if (r == 0 && (status != 200 || !text ||
-                   json_integer_value(json_object_get(reply, "exit_code")) != 0))
-        r = fawn_err(FAWN_EIO, "sandbox command failed (%d)", status);
-    if (r == 0 && !(*out = strdup(text)))
-        r = fawn_err(FAWN_ENOMEM, "out of memory");
-    json_decref(reply);
-    return r;
-}
-
-int agent_box_write(agent_loop *run, const char *path, const char *text) {
-    json_t *body = json_pack("{s:s, s:s}", "path", path, "content", text);
-    json_t *reply = NULL;
-    int status = 0;
-    int r = body ? tool_box_call(&reply, &status, &run->env, "POST", "/v1/file/write", body,
-                                 AGENT_BOX_CALL_TIMEOUT_MS)
-                 : fawn_err(FAWN_ENOMEM, "out of memory");
-    json_decref(body);
-    json_decref(reply);
-    return r == 0 && status != 200 ? fawn_err(FAWN_EIO, "sandbox write failed (%d)", status) : r;
-}
-
-/* ---- the chain ---- */
-
-static void model_retry_event(void *ctx, const model_retry_info *info) {
-    agent_model_call *call = ctx;
-    agent_emit_custom(call->run, "llm_retry",
-                      json_pack("{s:i, s:i, s:I, s:s, s:s}", "attempt", info->attempt,
-                                "max_attempts", info->max_attempts, "wait_ms",
-                                (json_int_t)info->wait_ms, "reason", info->reason, "message",
-                                info->message));
-}
-
-/* The model itself: the end of the wrap_model chain. */
-static void call_model(agent_loop *run, agent_model_call *call) {
-    model_reply_clear(&call->reply);
-    free(call->error);
-    call->error = NULL;
-    model_request req = {.conversation = run->messages, .messages = call->request,
-                         .tools = call->tools, .call_index = run->model_calls++};
-    model_hooks hooks = {.on_retry = model_retry_event, .on_delta = model_delta_event,
-                         .ctx = call};
-    call->code = model_entry_complete(&call->reply, &call->why, run->model, &req, &hooks,
-                                      run->p->cancel ? &run->p->cancel->cancelled : NULL);
-    if (call->code < 0)
-        call->error = strdup(fawn_errmsg());
-}
-
-void agent_next_model(agent_loop *run, agent_model_call *call, size_t next) {
-    for (size_t i = next; i < agent_hooks_count; i++)
-        if (agent_hooks[i]->wrap_model) {
-            agent_hooks[i]->wrap_model(run, call, i + 1);
-            return;
-        }
-    call_model(run, call);
-}
-
-void agent_next_tool(agent_loop *run, agent_tool_call *call, size_t next) {
-    for (size_t i = next; i < agent_hooks_count; i++)
-        if (agent_hooks[i]->wrap_tool) {
-            agent_hooks[i]->wrap_tool(run, call, i + 1);
-            return;
-        }
-    tool_result_clear(&call->result);
-    call->code = tool_run(&call->result, &run->env, call->name, call->args);
 }
 
 /* ---- state ---- */
@@ -206,7 +65,7 @@ static int checkpoint(agent_loop *run, const char *source, int step, char **stat
 static int checkpoint_and_emit(agent_loop *run, const char *source, int step) {
     char *state = NULL;
     int r = checkpoint(run, source, step, &state);
-    emit_text(run, "values", state);
+    agent_emit_text(run, "values", state);
     return r;
 }
 
@@ -248,17 +107,17 @@ static json_t *model_step(agent_loop *run) {
     if (agent_request_extend(run->request, run->messages, run->request_upto) == 0)
         run->request_upto = json_array_size(run->messages);
     call.request = json_copy(run->request);
-    for (size_t i = 0; i < agent_hooks_count; i++)
-        if (agent_hooks[i]->before_model)
-            agent_hooks[i]->before_model(run, &call);
+    for (size_t i = 0; i < run->hooks_count; i++)
+        if (run->hooks[i]->before_model)
+            run->hooks[i]->before_model(run, &call);
     agent_next_model(run, &call, 0);
     json_t *ai = NULL;
     if (call.code == 0 && call.reply.message) {
         ai = agent_ai_message(&call.reply, run->model->name, call.ai_id);
-        for (size_t i = agent_hooks_count; ai && i-- > 0;)
-            if (agent_hooks[i]->after_model)
-                agent_hooks[i]->after_model(run, ai);
-    } else if (!run->error && !cancelled(run)) {
+        for (size_t i = run->hooks_count; ai && i-- > 0;)
+            if (run->hooks[i]->after_model)
+                run->hooks[i]->after_model(run, ai);
+    } else if (!run->error && !agent_cancelled(run)) {
         agent_stop(run, "", "%s", call.error ? call.error : "the model call failed");
     }
     json_decref(call.request);
@@ -269,7 +128,7 @@ static json_t *model_step(agent_loop *run) {
     json_array_append_new(run->messages, ai);
     if (call.streamed) {
         emit_stream_end(run, ai);
-        emit(run, "updates", json_pack("{s:{s:[O]}}", "model", "messages", ai));
+        agent_emit(run, "updates", json_pack("{s:{s:[O]}}", "model", "messages", ai));
     } else {
         emit_message(run, "model", ai);
     }
@@ -286,7 +145,7 @@ static void tool_step(agent_loop *run, const json_t *ai) {
             .name = json_string_value(json_object_get(c, "name")) ?: "",
             .args = json_object_get(c, "args"),
         };
-        if (cancelled(run))
+        if (agent_cancelled(run))
             tool_fail(&call.result, TOOL_CANCELLED, "cancelled", false, "Error: cancelled");
         else
             agent_next_tool(run, &call, 0);
@@ -300,12 +159,33 @@ static void tool_step(agent_loop *run, const json_t *ai) {
     }
 }
 
-static void delivery_snapshot_on_acquire(void *ctx, tool_env *env) {
+/* ---- the run's own hook points (model_step walks before_model and
+ * after_model; run_context.c the wrap_* chains) ---- */
+
+static void hooks_before_agent(agent_loop *run) {
+    for (size_t i = 0; i < run->hooks_count; i++)
+        if (run->hooks[i]->before_agent)
+            run->hooks[i]->before_agent(run);
+}
+
+static void hooks_after_agent(agent_loop *run) {
+    for (size_t i = run->hooks_count; i-- > 0;)
+        if (run->hooks[i]->after_agent)
+            run->hooks[i]->after_agent(run);
+}
+
+/* tool_env's on_acquire: the run has just taken its sandbox. */
+static void hooks_sandbox_acquired(void *ctx, tool_env *env) {
+    agent_loop *run = ctx;
     (void)env;
-    agent_delivery_snapshot(ctx);
+    for (size_t i = 0; i < run->hooks_count; i++)
+        if (run->hooks[i]->sandbox_acquired)
+            run->hooks[i]->sandbox_acquired(run);
 }
 
 static void run_setup(agent_loop *run, const agent_params *p) {
+    run->hooks = agent_hooks;
+    run->hooks_count = agent_hooks_count;
     agent_scope(run->scope, p->run_id);
     run->env = (tool_env){
         .sandboxes = p->sandboxes,
@@ -314,7 +194,7 @@ static void run_setup(agent_loop *run, const agent_params *p) {
                 .cancel = p->cancel},
         .cancel = p->cancel ? &p->cancel->cancelled : NULL,
         .command_timeout_s = p->command_timeout_s,
-        .on_acquire = delivery_snapshot_on_acquire,
+        .on_acquire = hooks_sandbox_acquired,
         .on_acquire_ctx = run,
     };
     run->reads = json_object();
@@ -339,7 +219,7 @@ static void run_free(agent_loop *run) {
 static int run_loop(agent_loop *run) {
     int step = 0;
     while (!run->stop) {
-        if (cancelled(run))
+        if (agent_cancelled(run))
             return 0;
         if ((int)run->model_calls >= run->p->recursion_limit) {
             agent_stop(run, "recursion_limit", "Recursion limit of %d model calls reached",
@@ -367,12 +247,12 @@ static int run_loop(agent_loop *run) {
 }
 
 static void outcome_fill(agent_outcome *out, agent_loop *run) {
-    const char *status = run->error ? "error" : cancelled(run) ? "interrupted" : "success";
+    const char *status = run->error ? "error" : agent_cancelled(run) ? "interrupted" : "success";
     snprintf(out->status, sizeof out->status, "%s", status);
     snprintf(out->stop_reason, sizeof out->stop_reason, "%s", run->stop_reason);
     out->error = run->error;
     run->error = NULL;
-    if (!out->error && cancelled(run))
+    if (!out->error && agent_cancelled(run))
         out->error = strdup("Run cancelled");
 }
 
@@ -388,9 +268,8 @@ int agent_run(agent_outcome *out, const agent_params *p) {
     run.tools = r == 0 ? allowed_tools(p) : NULL;
     if (r == 0 && (!run.tools || !run.reads || !run.presented || !run.recent_calls || !run.request))
         r = fawn_err(FAWN_ENOMEM, "out of memory");
-    for (size_t i = 0; r == 0 && i < agent_hooks_count; i++)
-        if (agent_hooks[i]->before_agent)
-            agent_hooks[i]->before_agent(&run);
+    if (r == 0)
+        hooks_before_agent(&run);
     size_t k;
     json_t *m;
     json_array_foreach(r == 0 ? p->input : NULL, k, m) {
@@ -401,9 +280,8 @@ int agent_run(agent_outcome *out, const agent_params *p) {
         r = checkpoint_and_emit(&run, "input", 0);
     if (r == 0)
         r = run_loop(&run);
-    for (size_t i = agent_hooks_count; r == 0 && i-- > 0;)
-        if (agent_hooks[i]->after_agent)
-            agent_hooks[i]->after_agent(&run);
+    if (r == 0)
+        hooks_after_agent(&run);
     if (r == 0)
         r = checkpoint_and_emit(&run, "final", -1);
     if (r == 0)
