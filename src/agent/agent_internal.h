@@ -93,6 +93,8 @@ extern const agent_hook hook_tool_output_budget, hook_tool_authorization,
 /* 30 s: the run's own bookkeeping calls to the sandbox (listings,
  * read-before-write checks, saved tool outputs). */
 #define AGENT_BOX_CALL_TIMEOUT_MS 30000
+/* What such a call asks its command to take at most, inside that. */
+#define AGENT_BOX_COMMAND_TIMEOUT_S 30
 
 /* Continues a model call at hook index next of run->hooks (the model
  * itself at the end). */

@@ -59,7 +59,8 @@ int agent_box_exec(char **out, agent_loop *run, const char *command) {
     *out = NULL;
     sbx_lease *lease;
     int r = tool_env_lease(&lease, &run->env);
-    json_t *body = r == 0 ? json_pack("{s:s, s:i}", "command", command, "timeout_s", 30) : NULL;
+    json_t *body = r == 0 ? json_pack("{s:s, s:i}", "command", command, "timeout_s",
+                                       AGENT_BOX_COMMAND_TIMEOUT_S) : NULL;
     json_t *reply = NULL;
     int status = 0;
     if (r == 0)
