@@ -4,7 +4,11 @@
  * openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS [| RESOLVE_NO_SYMLINKS]), so
  * "..", absolute symlinks and /proc magic links can never leave that
  * directory, whatever the tree contains. On kernels without openat2 the same
- * rules are applied by walking one component at a time with O_NOFOLLOW. */
+ * rules are applied by walking one component at a time with O_NOFOLLOW.
+ *
+ * fsx also holds fawn's one staging-file writer (fsx_staged_*, below): every
+ * file fawn writes whole is written under a staging name and renamed into
+ * place by it. */
 #ifndef FAWN_FSX_H
 #define FAWN_FSX_H
 

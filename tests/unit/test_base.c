@@ -1185,6 +1185,9 @@ static void test_fsx_staged_full_disk(void **state) {
     assert_int_equal(rc, 0);
 }
 
+/* A test in a fresh tree (tree_setup). */
+#define IN_TREE(f) cmocka_unit_test_setup_teardown(f, tree_setup, tree_teardown)
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fbuf_append_and_limit),
@@ -1209,16 +1212,16 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_fsx_remove_tree, tree_setup, tree_teardown),
         cmocka_unit_test_setup_teardown(test_fsx_remove_deep_tree, tree_setup, tree_teardown),
         cmocka_unit_test(test_fsx_staging_names),
-        cmocka_unit_test_setup_teardown(test_fsx_staged_names_made, tree_setup, tree_teardown),
-        cmocka_unit_test_setup_teardown(test_fsx_staged_new_file_mode, tree_setup, tree_teardown),
-        cmocka_unit_test_setup_teardown(test_fsx_staged_replace_keeps_mode, tree_setup, tree_teardown),
-        cmocka_unit_test_setup_teardown(test_fsx_staged_replace_keeps_owner, tree_setup, tree_teardown),
-        cmocka_unit_test_setup_teardown(test_fsx_staged_abort_keeps_old, tree_setup, tree_teardown),
-        cmocka_unit_test_setup_teardown(test_fsx_staged_final_name_refused, tree_setup, tree_teardown),
-        cmocka_unit_test_setup_teardown(test_fsx_staged_staging_name_swapped, tree_setup, tree_teardown),
-        cmocka_unit_test_setup_teardown(test_fsx_staged_directory_gone, tree_setup, tree_teardown),
-        cmocka_unit_test_setup_teardown(test_fsx_staged_access_refused, tree_setup, tree_teardown),
-        cmocka_unit_test_setup_teardown(test_fsx_staged_full_disk, tree_setup, tree_teardown),
+        IN_TREE(test_fsx_staged_names_made),
+        IN_TREE(test_fsx_staged_new_file_mode),
+        IN_TREE(test_fsx_staged_replace_keeps_mode),
+        IN_TREE(test_fsx_staged_replace_keeps_owner),
+        IN_TREE(test_fsx_staged_abort_keeps_old),
+        IN_TREE(test_fsx_staged_final_name_refused),
+        IN_TREE(test_fsx_staged_staging_name_swapped),
+        IN_TREE(test_fsx_staged_directory_gone),
+        IN_TREE(test_fsx_staged_access_refused),
+        IN_TREE(test_fsx_staged_full_disk),
     };
     return cmocka_run_group_tests_name("base", tests, NULL, NULL);
 }
