@@ -414,3 +414,244 @@ int fsx_tree_usage(uint64_t *bytes, int dirfd, const fsx_usage_bounds *b) {
     *bytes = w.bytes;
     return r;
 }
+
+/* ---- staging files ---- */
+
+/* Random bytes in a staging name: a collision is negligible, and still retried. */
+#define STAGING_RANDOM_BYTES 8
+#define STAGING_ATTEMPTS 8
+/* The mode of a staging file until its commit: nobody else reads a half-written file. */
+#define STAGING_MODE 0600
+
+/* The forms of staging names, made and recognized from this table only. */
+typedef struct staging_form {
+    const char *prefix, *suffix;
+} staging_form;
+
+#define STAGING_WRITE_PREFIX ".fawn-tmp-"
+#define STAGING_UPLOAD_PREFIX ".upload-"
+#define STAGING_UPLOAD_SUFFIX ".part"
+
+static const staging_form staging_forms[] = {
+    [FSX_STAGING_WRITE] = {STAGING_WRITE_PREFIX, ""},
+    [FSX_STAGING_UPLOAD] = {STAGING_UPLOAD_PREFIX, STAGING_UPLOAD_SUFFIX},
+};
+
+_Static_assert(sizeof STAGING_UPLOAD_PREFIX - 1 + 2 * STAGING_RANDOM_BYTES +
+                       sizeof STAGING_UPLOAD_SUFFIX <= FSX_STAGING_NAME_SIZE &&
+                   sizeof STAGING_WRITE_PREFIX + 2 * STAGING_RANDOM_BYTES <=
+                       FSX_STAGING_NAME_SIZE,
+               "FSX_STAGING_NAME_SIZE holds every staging name");
+
+bool fsx_staging_name_is(const char *name, enum fsx_staging_kind kind) {
+    const staging_form *f = &staging_forms[kind];
+    size_t n = strlen(name), pre = strlen(f->prefix), suf = strlen(f->suffix);
+    return n >= pre + suf && strncmp(name, f->prefix, pre) == 0 &&
+           strcmp(name + n - suf, f->suffix) == 0;
+}
+
+bool fsx_is_staging_name(const char *name) {
+    for (size_t k = 0; k < ARRAY_LEN(staging_forms); k++) {
+        if (fsx_staging_name_is(name, (enum fsx_staging_kind)k))
+            return true;
+    }
+    return false;
+}
+
+int fsx_check_replaceable(const struct stat *st, const char *shown) {
+    if (S_ISLNK(st->st_mode))
+        return fawn_err(FAWN_EPERM, "refusing to write through a symlink: %s", shown);
+    if (!S_ISREG(st->st_mode))
+        return fawn_err(FAWN_EINVAL, "not a regular file: %s", shown);
+    if (st->st_nlink != 1)
+        return fawn_err(FAWN_EPERM, "refusing to write to a file with several hard links: %s",
+                        shown);
+    return 0;
+}
+
+/* The one mapping of a staging step's failure e (see fsx.h); the message
+ * reads "<what> <shown>: <strerror>". */
+static int staging_err(int e, const char *what, const char *shown) {
+    int code;
+    switch (e) {
+    case EDQUOT:
+    case ENOSPC:
+        code = FAWN_E2BIG;
+        break;
+    case EACCES:
+    case EPERM:
+    case EROFS:
+        code = FAWN_EPERM;
+        break;
+    case ENOENT:
+        code = FAWN_ENOENT;
+        break;
+    case EEXIST:
+        return fawn_err(FAWN_EEXIST, "already exists: %s", shown);
+    case EISDIR:
+    case ENOTDIR:
+    case ENOTEMPTY:
+        return fawn_err(FAWN_EINVAL, "not a regular file: %s", shown);
+    default:
+        code = FAWN_EIO;
+    }
+    return fawn_err_sys(code, e, "%s%s%s", what, shown[0] ? " " : "", shown);
+}
+
+static bool staged_same(const fsx_staged *s, const struct stat *st) {
+    return S_ISREG(st->st_mode) && st->st_dev == s->dev && st->st_ino == s->ino;
+}
+
+/* Creates one staging file under a fresh name; -1 with errno when taken. */
+static int staged_create(fsx_staged *s, const staging_form *f) {
+    char hex[2 * STAGING_RANDOM_BYTES + 1];
+    fawn_random_hex(hex, STAGING_RANDOM_BYTES);
+    snprintf(s->name, sizeof s->name, "%s%s%s", f->prefix, hex, f->suffix);
+    return openat(s->dirfd, s->name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                  STAGING_MODE);
+}
+
+int fsx_staged_open(fsx_staged *s, int dirfd, enum fsx_staging_kind kind, mode_t mode) {
+    *s = (fsx_staged){.dirfd = dirfd, .fd = -1, .mode = mode & 0777};
+    int fd = -1;
+    for (int i = 0; fd < 0 && i < STAGING_ATTEMPTS; i++) {
+        fd = staged_create(s, &staging_forms[kind]);
+        int e = errno;
+        if (fd < 0 && e != EEXIST) {
+            s->name[0] = '\0';
+            return staging_err(e, "create a staging file", "");
+        }
+    }
+    if (fd < 0) {
+        s->name[0] = '\0';
+        return fawn_err(FAWN_EIO, "no free staging file name after %d tries", STAGING_ATTEMPTS);
+    }
+    s->fd = fd;
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        fsx_staged_abort(s);
+        return staging_err(e, "stat a staging file", "");
+    }
+    s->dev = st.st_dev;
+    s->ino = st.st_ino;
+    return 0;
+}
+
+int fsx_staged_write(fsx_staged *s, const void *data, size_t n) {
+    if (!s->name[0] || s->fd < 0)
+        return fawn_err(FAWN_EINVAL, "no staging file is open for writing");
+    return fawn_write_all(s->fd, data, n);
+}
+
+static int staged_flush(fsx_staged *s, const char *shown) {
+    if (s->fd < 0)
+        return 0;
+    int fd = steal_fd(s->fd);
+    int r = fsync(fd) < 0 ? staging_err(errno, "flush", shown) : 0;
+    if (close(fd) < 0 && r == 0)
+        r = staging_err(errno, "close", shown);
+    return r;
+}
+
+int fsx_staged_flush(fsx_staged *s) { return staged_flush(s, "a staging file"); }
+
+/* Opens the staging file again by its name, checking before and after the
+ * open that the name still names the file created (check, open, check
+ * again: nothing else is opened, not even a FIFO or a device). */
+static int staged_reopen(int *fd, struct stat *st, const fsx_staged *s, const char *shown) {
+    *fd = -1;
+    if (fstatat(s->dirfd, s->name, st, AT_SYMLINK_NOFOLLOW) == 0 && staged_same(s, st))
+        *fd = openat(s->dirfd, s->name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (*fd >= 0 && fstat(*fd, st) == 0 && staged_same(s, st))
+        return 0;
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+    return fawn_err(FAWN_EBUSY, "the staging file of %s was removed or replaced while being "
+                                "written; try again", shown);
+}
+
+/* Looks at what name holds now: *old is set to it when it exists. */
+static int staged_check_final(bool *exists, struct stat *old, const fsx_staged *s,
+                              const char *name, unsigned flags, const char *shown) {
+    *exists = false;
+    if (fstatat(s->dirfd, name, old, AT_SYMLINK_NOFOLLOW) < 0)
+        return errno == ENOENT ? 0 : staging_err(errno, "stat", shown);
+    *exists = true;
+    if (!(flags & FSX_COMMIT_REPLACE))
+        return fawn_err(FAWN_EEXIST, "already exists: %s", shown);
+    return fsx_check_replaceable(old, shown);
+}
+
+/* Gives fd (whose stat is cur) the replaced file's permission bits and,
+ * where this process may, its owner; or the new file's mode. */
+static int staged_set_attributes(int fd, const struct stat *cur, const struct stat *old,
+                                 mode_t mode, const char *shown) {
+    if (old && (old->st_uid != cur->st_uid || old->st_gid != cur->st_gid) &&
+        fchown(fd, old->st_uid, old->st_gid) < 0)
+        log_debug("fsx", "%s keeps this process's owner: %s", shown, strerror(errno));
+    if (fchmod(fd, old ? old->st_mode & 0777 : mode) < 0)
+        return staging_err(errno, "set the mode of", shown);
+    return 0;
+}
+
+/* renameat2(RENAME_NOREPLACE), or on filesystems without it, link() which
+ * refuses an existing name just as atomically. Sets errno on failure. */
+static int rename_noreplace(int dirfd, const char *from, const char *to) {
+    if (renameat2(dirfd, from, dirfd, to, RENAME_NOREPLACE) == 0)
+        return 0;
+    if (errno != EINVAL && errno != ENOSYS)
+        return -1;
+    if (linkat(dirfd, from, dirfd, to, 0) < 0)
+        return -1;
+    unlinkat(dirfd, from, 0);
+    return 0;
+}
+
+static int staged_rename(const fsx_staged *s, const char *name, unsigned flags,
+                         const char *shown) {
+    int rc = flags & FSX_COMMIT_REPLACE ? renameat(s->dirfd, s->name, s->dirfd, name)
+                                        : rename_noreplace(s->dirfd, s->name, name);
+    return rc < 0 ? staging_err(errno, "rename into", shown) : 0;
+}
+
+int fsx_staged_commit(struct stat *st, fsx_staged *s, const char *name, unsigned flags,
+                      const char *shown) {
+    *st = (struct stat){0};
+    if (!s->name[0] || s->placed)
+        return fawn_err(FAWN_EINVAL, "no staging file to put in place as %s", shown);
+    _cleanup_close_ int fd = -1;
+    struct stat cur, old;
+    bool exists = false;
+    int r;
+    if ((r = staged_flush(s, shown)) < 0 || (r = staged_reopen(&fd, &cur, s, shown)) < 0 ||
+        (r = staged_check_final(&exists, &old, s, name, flags, shown)) < 0 ||
+        (r = staged_set_attributes(fd, &cur, exists ? &old : NULL, s->mode, shown)) < 0)
+        return r;
+    if (fstat(fd, st) < 0)
+        return staging_err(errno, "stat", shown);
+    if ((r = staged_rename(s, name, flags, shown)) < 0) {
+        *st = (struct stat){0};
+        return r;
+    }
+    s->placed = true;
+    if (!(flags & FSX_COMMIT_DEFER_DIR_SYNC))
+        fsx_dir_sync(s->dirfd, shown);
+    return 0;
+}
+
+void fsx_staged_abort(fsx_staged *s) {
+    if (s->name[0]) {
+        if (s->fd >= 0)
+            close(s->fd);
+        if (!s->placed && unlinkat(s->dirfd, s->name, 0) < 0 && errno != ENOENT)
+            log_warn("fsx", "removing staging file %s: %s", s->name, strerror(errno));
+    }
+    *s = (fsx_staged){.fd = -1};
+}
+
+void fsx_dir_sync(int dirfd, const char *shown) {
+    if (fsync(dirfd) < 0)
+        log_warn("fsx", "flushing the directory of %s: %s", shown, strerror(errno));
+}

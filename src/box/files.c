@@ -23,9 +23,6 @@
 #define READ_SCAN_MAX_BYTES ((uint64_t)512 << 20)
 /* list shows at most two levels, like the ls tool it serves. */
 #define LIST_MAX_DEPTH 2
-/* Random bytes in a staging file name: collisions are negligible and still retried. */
-#define STAGING_RANDOM_BYTES 8
-#define STAGING_ATTEMPTS 8
 
 int files_reply_set(json_t **out, json_t *v) {
     *out = NULL;
@@ -255,82 +252,12 @@ int box_file_read(json_t **out, const json_t *req, const box_files *f) {
     return r;
 }
 
-/* ---- staging files: write beside the target, then rename into place ---- */
-
-typedef struct staged {
-    int dirfd; /* borrowed */
-    int fd;
-    bool placed; /* renamed into place: nothing left to remove */
-    char name[VPATH_NAME_MAX + 1];
-} staged;
-
 /* A refused write: by permission, or for the thread's disk quota or a
  * full disk (a size limit, answered 413). */
 static int errno_code(int e) {
     if (e == EDQUOT || e == ENOSPC)
         return FAWN_E2BIG;
     return e == EACCES || e == EPERM || e == EROFS ? FAWN_EPERM : FAWN_EIO;
-}
-
-static int staged_open(staged *s, int dirfd, const char *prefix, const char *suffix) {
-    *s = (staged){.dirfd = dirfd, .fd = -1};
-    for (int i = 0; i < STAGING_ATTEMPTS; i++) {
-        char hex[2 * STAGING_RANDOM_BYTES + 1];
-        fawn_random_hex(hex, STAGING_RANDOM_BYTES);
-        snprintf(s->name, sizeof s->name, "%s%s%s", prefix, hex, suffix);
-        s->fd = openat(dirfd, s->name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (s->fd >= 0)
-            return 0;
-        if (errno != EEXIST) {
-            int e = errno;
-            s->name[0] = '\0';
-            return fawn_err_sys(errno_code(e), e, "create a staging file");
-        }
-    }
-    s->name[0] = '\0';
-    return fawn_err(FAWN_EIO, "no free staging file name after %d attempts", STAGING_ATTEMPTS);
-}
-
-/* renameat2(RENAME_NOREPLACE), or on filesystems without it, link() which
- * refuses an existing name just as atomically. Sets errno on failure. */
-static int rename_noreplace(int dirfd, const char *from, const char *to) {
-    if (renameat2(dirfd, from, dirfd, to, RENAME_NOREPLACE) == 0)
-        return 0;
-    if (errno != EINVAL && errno != ENOSYS)
-        return -1;
-    if (linkat(dirfd, from, dirfd, to, 0) < 0)
-        return -1;
-    unlinkat(dirfd, from, 0);
-    return 0;
-}
-
-/* Flushes the staging file and renames it to `dest` (replacing an existing
- * one only when replace is true). Stores the final stat in *st. */
-static int staged_commit(staged *s, struct stat *st, const char *dest, bool replace,
-                         const char *shown) {
-    if (fsync(s->fd) < 0)
-        return fawn_err_write(errno, shown);
-    if (fstat(s->fd, st) < 0)
-        return fawn_err_sys(FAWN_EIO, errno, "stat %s", shown);
-    int rc = replace ? renameat(s->dirfd, s->name, s->dirfd, dest)
-                     : rename_noreplace(s->dirfd, s->name, dest);
-    if (rc < 0 && errno == EEXIST)
-        return fawn_err(FAWN_EEXIST, "already exists: %s", shown);
-    if (rc < 0 && (errno == EISDIR || errno == ENOTDIR || errno == ENOTEMPTY))
-        return fawn_err(FAWN_EINVAL, "not a regular file: %s", shown);
-    if (rc < 0)
-        return fawn_err_sys(errno_code(errno), errno, "rename into %s", shown);
-    s->placed = true;
-    return 0;
-}
-
-/* Closes the staging file and removes it unless it was placed. */
-static void staged_close(staged *s) {
-    if (s->fd >= 0)
-        close(s->fd);
-    s->fd = -1;
-    if (!s->placed && s->name[0])
-        unlinkat(s->dirfd, s->name, 0);
 }
 
 /* ---- write ---- */
@@ -373,22 +300,16 @@ static int write_decode(const char **data, size_t *len, char **owned, const char
     return 0;
 }
 
-/* Atomic replace: a staging file in the same directory, renamed over the target. */
+/* Atomic replace: a staging file beside the target, renamed over it (base/fsx.h). */
 static int write_replace(struct stat *st, int dirfd, const vpath_target *t, const char *data,
                          size_t len) {
-    bool exists = false;
-    mode_t mode = 0;
-    int r = vpath_check_existing(&exists, &mode, dirfd, vpath_target_name(t), t->shown);
-    staged s;
-    if (r < 0 || (r = staged_open(&s, dirfd, VPATH_STAGING_WRITE_PREFIX, "")) < 0)
-        return r;
-    if (exists && fchmod(s.fd, mode & 0777) < 0)
-        r = fawn_err_sys(FAWN_EIO, errno, "chmod %s", t->shown);
+    fsx_staged s = {0};
+    int r = fsx_staged_open(&s, dirfd, FSX_STAGING_WRITE, FSX_USER_FILE_MODE);
     if (r == 0)
-        r = fawn_write_all(s.fd, data, len);
+        r = fsx_staged_write(&s, data, len);
     if (r == 0)
-        r = staged_commit(&s, st, vpath_target_name(t), true, t->shown);
-    staged_close(&s);
+        r = fsx_staged_commit(st, &s, vpath_target_name(t), FSX_COMMIT_REPLACE, t->shown);
+    fsx_staged_abort(&s);
     return r;
 }
 
@@ -409,7 +330,7 @@ static int write_append(struct stat *st, int dirfd, const vpath_target *t, const
         openat(dirfd, name, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT)
         fd = openat(dirfd, name, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                    0644);
+                    FSX_USER_FILE_MODE);
     if (fd < 0)
         return write_open_err(errno, t);
     if (fstat(fd, st) < 0)
@@ -669,9 +590,9 @@ int box_file_list(json_t **out, const json_t *req, const box_files *f) {
 
 /* ---- streamed upload and download ---- */
 
-/* Copies exactly length body bytes into fd, hashing them. */
-static int upload_copy(char sha256_hex[65], int fd, uint64_t length, box_body_read_fn read_body,
-                       void *ctx) {
+/* Copies exactly length body bytes into the staging file, hashing them. */
+static int upload_copy(char sha256_hex[65], fsx_staged *s, uint64_t length,
+                       box_body_read_fn read_body, void *ctx) {
     crypto_hash_sha256_state h;
     crypto_hash_sha256_init(&h);
     char buf[FILES_CHUNK];
@@ -686,7 +607,7 @@ static int upload_copy(char sha256_hex[65], int fd, uint64_t length, box_body_re
         if ((size_t)n > want)
             return fawn_err(FAWN_EPROTO, "body reader returned more bytes than asked for");
         crypto_hash_sha256_update(&h, (const unsigned char *)buf, (unsigned long long)n);
-        int r = fawn_write_all(fd, buf, (size_t)n);
+        int r = fsx_staged_write(s, buf, (size_t)n);
         if (r < 0)
             return r;
         done += (uint64_t)n;
@@ -718,15 +639,16 @@ int box_file_upload_stream(json_t **out, const box_files *f, const char *path, b
     if (exists && !overwrite)
         return fawn_err(FAWN_EEXIST, "already exists: %s (pass overwrite=true to replace it)",
                         t.shown);
-    staged s;
-    if ((r = staged_open(&s, dirfd, VPATH_STAGING_UPLOAD_PREFIX, VPATH_STAGING_UPLOAD_SUFFIX)) < 0)
-        return r;
+    fsx_staged s = {0};
     char sha[65];
     struct stat st;
-    r = upload_copy(sha, s.fd, (uint64_t)content_length, read_body, ctx);
+    r = fsx_staged_open(&s, dirfd, FSX_STAGING_UPLOAD, FSX_USER_FILE_MODE);
     if (r == 0)
-        r = staged_commit(&s, &st, vpath_target_name(&t), overwrite, t.shown);
-    staged_close(&s);
+        r = upload_copy(sha, &s, (uint64_t)content_length, read_body, ctx);
+    if (r == 0)
+        r = fsx_staged_commit(&st, &s, vpath_target_name(&t),
+                              overwrite ? FSX_COMMIT_REPLACE : 0, t.shown);
+    fsx_staged_abort(&s);
     if (r < 0)
         return r;
     return files_reply_set(out, json_pack("{s:s, s:I, s:s}", "path", t.shown, "size",

@@ -55,14 +55,17 @@ typedef int (*box_chunk_write_fn)(void *ctx, const void *data, size_t n);
 /* Stores exactly content_length bytes from read_body at the virtual path
  * `path` (under /mnt/user-data/{workspace,uploads,outputs} only). The bytes
  * go to a ".upload-*.part" staging file in the target directory that is
- * renamed into place once complete; an existing target is replaced only when
- * overwrite is true (and only if it is a regular file with one link, not a
- * symlink). On any failure, including a body shorter than content_length
- * (FAWN_EPROTO), nothing is left behind. On success *out is a new
- * {path, size, sha256} object (caller decrefs). Errors: FAWN_EINVAL,
- * FAWN_EPERM, FAWN_ENOENT, FAWN_EEXIST (target exists, no overwrite),
- * FAWN_E2BIG (content_length over limits.upload_max_bytes, checked before
- * anything is read), FAWN_EPROTO, FAWN_EIO, or the reader's own code. */
+ * renamed into place once complete (base/fsx.h's staging-file writer: a new
+ * file is mode 0644, a replaced one keeps its mode and, where the box may
+ * set it, its owner); an existing target is replaced only when overwrite is
+ * true (and only if it is a regular file with one link, not a symlink). On
+ * any failure, including a body shorter than content_length (FAWN_EPROTO),
+ * nothing is left behind. On success *out is a new {path, size, sha256}
+ * object (caller decrefs). Errors: FAWN_EINVAL, FAWN_EPERM, FAWN_ENOENT,
+ * FAWN_EEXIST (target exists, no overwrite), FAWN_E2BIG (content_length
+ * over limits.upload_max_bytes, checked before anything is read; or a full
+ * disk or quota), FAWN_EBUSY (the staging file was replaced meanwhile),
+ * FAWN_EPROTO, FAWN_EIO, or the reader's own code. */
 int box_file_upload_stream(json_t **out, const box_files *f, const char *path, bool overwrite,
                            int64_t content_length, box_body_read_fn read_body, void *ctx);
 

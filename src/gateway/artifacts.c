@@ -18,9 +18,6 @@
 /* A single range is at most "bytes=" and two 20-digit numbers; a longer value
  * is padding or a list and is ignored without being read through. */
 #define RANGE_HEADER_MAX 256
-/* Random bytes in a staging file name: collisions are negligible and still retried. */
-#define STAGING_RANDOM_BYTES 8
-#define STAGING_ATTEMPTS 8
 #define SHA256_HEX_LEN 64
 
 #define MSG_TRAVERSAL "Access denied: path traversal detected"
@@ -551,72 +548,19 @@ static int put_check_current(int fd, const struct stat *st, const char *expected
 
 /* ---- PUT: the atomic replacement ---- */
 
-typedef struct staging {
-    int dirfd; /* borrowed */
-    int fd;
-    char name[VPATH_NAME_MAX + 1];
-} staging;
-
-static int staging_open(staging *s, int dirfd) {
-    *s = (staging){.dirfd = dirfd, .fd = -1};
-    for (int i = 0; i < STAGING_ATTEMPTS; i++) {
-        char hex[2 * STAGING_RANDOM_BYTES + 1];
-        fawn_random_hex(hex, STAGING_RANDOM_BYTES);
-        snprintf(s->name, sizeof s->name, "%s%s", VPATH_STAGING_WRITE_PREFIX, hex);
-        s->fd = openat(dirfd, s->name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (s->fd >= 0)
-            return 0;
-        if (errno != EEXIST) {
-            int e = errno;
-            s->name[0] = '\0';
-            return fawn_err_sys(e == EACCES || e == EROFS ? FAWN_EPERM : FAWN_EIO, e,
-                                "create a staging file");
-        }
-    }
-    s->name[0] = '\0';
-    return fawn_err(FAWN_EIO, "no free staging file name after %d attempts", STAGING_ATTEMPTS);
-}
-
-/* Gives the staging file the original's permission bits and, where this
- * process may, its owner (a sandbox writing as another user keeps access). */
-static int staging_take_attributes(staging *s, const struct stat *st, const char *shown) {
-    if ((st->st_uid != geteuid() || st->st_gid != getegid()) &&
-        fchown(s->fd, st->st_uid, st->st_gid) < 0)
-        log_debug("artifacts", "keeping the gateway's owner for %s: %s", shown, strerror(errno));
-    if (fchmod(s->fd, st->st_mode & 0777) < 0)
-        return fawn_err_sys(FAWN_EIO, errno, "chmod %s", shown);
-    return 0;
-}
-
-static int staging_fill(staging *s, const struct stat *st, const char *data, size_t len,
-                        const char *shown) {
-    int r = staging_take_attributes(s, st, shown);
+/* Writes the new bytes to a staging file beside the file and renames it over
+ * the file (base/fsx.h: it keeps the file's permission bits and, where the
+ * gateway may set it, its owner); the staging file is gone afterwards. */
+static int put_replace(int dirfd, const char *data, size_t len, const vpath_target *t) {
+    fsx_staged s = {0};
+    struct stat st;
+    int r = fsx_staged_open(&s, dirfd, FSX_STAGING_WRITE, FSX_USER_FILE_MODE);
     if (r == 0)
-        r = fawn_write_all(s->fd, data, len);
-    if (r == 0 && fsync(s->fd) < 0)
-        r = fawn_err_write(errno, shown);
+        r = fsx_staged_write(&s, data, len);
+    if (r == 0)
+        r = fsx_staged_commit(&st, &s, vpath_target_name(t), FSX_COMMIT_REPLACE, t->shown);
+    fsx_staged_abort(&s);
     return r;
-}
-
-/* Writes the staging file and renames it over name; the staging file is gone afterwards. */
-static int put_replace(int dirfd, const struct stat *st, const char *data, size_t len,
-                       const vpath_target *t) {
-    staging s;
-    int r = staging_open(&s, dirfd);
-    if (r < 0)
-        return r;
-    r = staging_fill(&s, st, data, len, t->shown);
-    close(s.fd);
-    if (r == 0 && renameat(dirfd, s.name, dirfd, vpath_target_name(t)) < 0)
-        r = fawn_err_sys(FAWN_EIO, errno, "rename into %s", t->shown);
-    if (r < 0) {
-        unlinkat(dirfd, s.name, 0);
-        return r;
-    }
-    /* The new bytes are in place; a failed directory flush only weakens crash durability. */
-    if (fsync(dirfd) < 0)
-        log_warn("artifacts", "fsync of the directory of %s: %s", t->shown, strerror(errno));
-    return 0;
 }
 
 int artifact_put(artifact_put_result *out, const vpath_roots *roots, const char *encoded_tail,
@@ -633,7 +577,7 @@ int artifact_put(artifact_put_result *out, const vpath_roots *roots, const char 
     if ((r = put_resolve(&t, roots, encoded_tail)) < 0 || (r = put_open_dir(&dirfd, &t)) < 0 ||
         (r = put_open_file(&fd, &st, dirfd, &t)) < 0 || (r = put_lock(fd, &st, dirfd, &t)) < 0 ||
         (r = put_check_current(fd, &st, expected_sha256, &t)) < 0 ||
-        (r = put_replace(dirfd, &st, content, content_len, &t)) < 0)
+        (r = put_replace(dirfd, content, content_len, &t)) < 0)
         return r;
     snprintf(out->path, sizeof out->path, "%s", t.shown);
     fawn_sha256_hex(out->sha256, content_len ? content : "", content_len);

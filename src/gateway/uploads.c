@@ -9,18 +9,10 @@
 #include <sys/stat.h>
 
 #include "base/base.h"
+#include "base/fsx.h"
 #include "base/json.h"
 #include "paths/paths.h"
 
-/* Random bytes in a staging file name: collisions are negligible and still retried. */
-#define STAGING_RANDOM_BYTES 8
-#define STAGING_ATTEMPTS 8
-/* ".upload-" + hex + ".part" + NUL. */
-#define STAGING_NAME_SIZE                                                                          \
-    (sizeof VPATH_STAGING_UPLOAD_PREFIX - 1 + 2 * STAGING_RANDOM_BYTES +                           \
-     sizeof VPATH_STAGING_UPLOAD_SUFFIX)
-/* Mode of an uploaded file: the sandbox user (another uid) must read it. */
-#define UPLOAD_FILE_MODE 0644
 /* A file name percent-encoded: each byte at most "%XX". */
 #define ENCODED_NAME_SIZE (3 * VPATH_NAME_MAX + 1)
 /* "/api/threads/" + a thread id (at most 64) + "/artifacts" + the uploads virtual path. */
@@ -33,9 +25,7 @@
 typedef struct staged_file {
     char name[VPATH_NAME_MAX + 1];     /* destination name */
     char original[VPATH_NAME_MAX + 1]; /* the client's name cut to its base name */
-    char staging[STAGING_NAME_SIZE];   /* staging file in the uploads directory */
-    dev_t dev;                         /* identity of the staging file we created */
-    ino_t ino;
+    fsx_staged stage;                  /* its staging file in the uploads directory */
     uint64_t size;
     bool skipped; /* left out at commit: unsafe destination or tampered staging file */
 } staged_file;
@@ -45,7 +35,7 @@ struct upload_batch {
     upload_limits lim;
     staged_file *files;
     size_t n, cap;
-    int fd;            /* staging file of the open file, -1 between files */
+    bool open;         /* the last file is being written */
     uint64_t total;    /* bytes of every file so far */
     int failed;        /* 0, or the code of the error that ended the batch */
     char failed_msg[FAILED_MSG_SIZE]; /* its message, repeated by every later call */
@@ -167,20 +157,12 @@ static json_t *file_entry_new(const char *name, uint64_t size, const char *threa
 
 /* ---- staging ---- */
 
-static void staged_remove(upload_batch *b, const staged_file *f) {
-    if (unlinkat(b->dirfd, f->staging, 0) < 0 && errno != ENOENT)
-        log_warn("uploads", "removing staging file %s: %s", f->staging, strerror(errno));
-}
-
-/* Removes every staging file of the batch and closes the open one. */
+/* Removes every staging file of the batch (closing the open one). */
 static void batch_discard(upload_batch *b) {
-    if (b->fd >= 0) {
-        close(b->fd);
-        b->fd = -1;
-    }
     for (size_t i = 0; i < b->n; i++)
-        staged_remove(b, &b->files[i]);
+        fsx_staged_abort(&b->files[i].stage);
     b->n = 0;
+    b->open = false;
 }
 
 /* Ends the batch with error r (already recorded): nothing it staged remains. */
@@ -197,40 +179,6 @@ static int batch_usable(const upload_batch *b) {
     if (b->failed)
         return fawn_err(b->failed, "%s", b->failed_msg);
     return 0;
-}
-
-/* Creates f's staging file under a fresh random name; returns its fd. */
-static int staging_create(upload_batch *b, staged_file *f) {
-    char hex[2 * STAGING_RANDOM_BYTES + 1];
-    for (int attempt = 0; attempt < STAGING_ATTEMPTS; attempt++) {
-        fawn_random_hex(hex, STAGING_RANDOM_BYTES);
-        snprintf(f->staging, sizeof f->staging, "%s%s%s", VPATH_STAGING_UPLOAD_PREFIX, hex,
-                 VPATH_STAGING_UPLOAD_SUFFIX);
-        int fd = openat(b->dirfd, f->staging,
-                        O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, UPLOAD_FILE_MODE);
-        if (fd >= 0)
-            return fd;
-        if (errno != EEXIST)
-            return fawn_err_sys(FAWN_EIO, errno, "creating an upload staging file");
-    }
-    return fawn_err(FAWN_EIO, "creating an upload staging file: no free name");
-}
-
-/* Makes the staging file 0644 whatever the umask, and records its identity. */
-static int staging_settle(staged_file *f, int fd) {
-    struct stat st;
-    if (fchmod(fd, UPLOAD_FILE_MODE) < 0 || fstat(fd, &st) < 0)
-        return fawn_err_sys(FAWN_EIO, errno, "preparing an upload staging file");
-    f->dev = st.st_dev;
-    f->ino = st.st_ino;
-    return 0;
-}
-
-/* True when f's staging name still names the regular file we created. */
-static bool staging_unchanged(const upload_batch *b, const staged_file *f) {
-    struct stat st;
-    return fstatat(b->dirfd, f->staging, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-           st.st_dev == f->dev && st.st_ino == f->ino;
 }
 
 /* A write refused for the thread's disk quota or a full disk, in words
@@ -255,7 +203,6 @@ int upload_batch_begin(upload_batch **out, int uploads_dirfd, const upload_limit
         return fawn_err(FAWN_ENOMEM, "out of memory starting an upload");
     b->dirfd = uploads_dirfd;
     b->lim = *lim;
-    b->fd = -1;
     *out = b;
     return 0;
 }
@@ -287,7 +234,7 @@ static int file_name_take(upload_batch *b, staged_file *f, const char *client_fi
 }
 
 static int file_begin(upload_batch *b, const char *client_filename) {
-    if (b->fd >= 0)
+    if (b->open)
         return fawn_err(FAWN_EINVAL, "a file is already being uploaded");
     if (b->n >= b->lim.max_files)
         return fawn_err(FAWN_E2BIG, "Too many files: maximum is %" PRIu32, b->lim.max_files);
@@ -297,14 +244,13 @@ static int file_begin(upload_batch *b, const char *client_filename) {
     if (!f)
         return fawn_err(FAWN_ENOMEM, "out of memory starting a file");
     int r = file_name_take(b, f, client_filename);
+    if (r == 0)
+        r = no_room(fsx_staged_open(&f->stage, b->dirfd, FSX_STAGING_UPLOAD, FSX_USER_FILE_MODE));
     if (r < 0)
         return r;
-    int fd = staging_create(b, f);
-    if (fd < 0)
-        return fd;
     b->n++; /* counted now, so discarding removes its staging file */
-    b->fd = fd;
-    return staging_settle(f, fd);
+    b->open = true;
+    return 0;
 }
 
 int upload_file_begin(upload_batch *b, const char *client_filename) {
@@ -316,7 +262,7 @@ int upload_file_begin(upload_batch *b, const char *client_filename) {
 }
 
 static int file_write(upload_batch *b, const void *data, size_t len) {
-    if (b->fd < 0)
+    if (!b->open)
         return fawn_err(FAWN_EINVAL, "no file is being uploaded");
     staged_file *f = &b->files[b->n - 1];
     if (len > b->lim.max_file_size - f->size)
@@ -330,7 +276,7 @@ static int file_write(upload_batch *b, const void *data, size_t len) {
                         "The thread's files would exceed their disk limit: %" PRIu64
                         " more bytes fit",
                         b->lim.disk_room);
-    int r = no_room(fawn_write_all(b->fd, data, len));
+    int r = no_room(fsx_staged_write(&f->stage, data, len));
     if (r < 0)
         return r;
     f->size += len;
@@ -347,13 +293,10 @@ int upload_file_write(upload_batch *b, const void *data, size_t len) {
 }
 
 static int file_end(upload_batch *b) {
-    if (b->fd < 0)
+    if (!b->open)
         return fawn_err(FAWN_EINVAL, "no file is being uploaded");
-    int fd = steal_fd(b->fd);
-    int r = fsync(fd) < 0 ? fawn_err_write(errno, "flushing an uploaded file") : 0;
-    if (close(fd) < 0 && r == 0)
-        r = fawn_err_write(errno, "closing an uploaded file");
-    return no_room(r);
+    b->open = false;
+    return no_room(fsx_staged_flush(&b->files[b->n - 1].stage));
 }
 
 int upload_file_end(upload_batch *b) {
@@ -374,29 +317,23 @@ void upload_batch_abort(upload_batch *b) {
 
 /* ---- commit ---- */
 
-/* True when name may be replaced: absent, or a regular file with one link. */
-static bool destination_safe(int dirfd, const char *name) {
+/* Moves f into place, or marks it skipped (its staging file removed): a
+ * destination that is a symlink (live or dangling), not a regular file, or
+ * has several hard links, and a staging file something else replaced, are
+ * refused by fsx_staged_commit. Its check and rename race with whatever else
+ * writes the directory (a sandbox mounts it), but renameat only ever
+ * replaces the directory entry: a symlink swapped in after the check is
+ * itself replaced, not followed, and a hard link's other names keep their
+ * inode untouched, so nothing outside the uploads directory can be written
+ * through this. */
+static void staged_commit(staged_file *f) {
     struct stat st;
-    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-        return errno == ENOENT;
-    return S_ISREG(st.st_mode) && st.st_nlink == 1;
-}
-
-/* Moves f into place, or marks it skipped (and removes its staging file).
- * The check and the rename race with whatever else writes the directory (a
- * sandbox mounts it), but renameat only ever replaces the directory entry:
- * a symlink swapped in after the check is itself replaced, not followed, and
- * a hard link's other names keep their inode untouched, so nothing outside
- * the uploads directory can be written through this. */
-static void staged_commit(upload_batch *b, staged_file *f) {
-    if (!staging_unchanged(b, f) || !destination_safe(b->dirfd, f->name)) {
-        f->skipped = true;
-    } else if (renameat(b->dirfd, f->staging, b->dirfd, f->name) < 0) {
-        log_warn("uploads", "renaming an upload into place: %s", strerror(errno));
-        f->skipped = true;
-    }
-    if (f->skipped)
-        staged_remove(b, f);
+    int r = fsx_staged_commit(&st, &f->stage, f->name,
+                              FSX_COMMIT_REPLACE | FSX_COMMIT_DEFER_DIR_SYNC, f->name);
+    f->skipped = r < 0;
+    if (r < 0 && r != FAWN_EPERM && r != FAWN_EINVAL && r != FAWN_EBUSY)
+        log_warn("uploads", "putting an upload in place: %s", fawn_errmsg());
+    fsx_staged_abort(&f->stage);
 }
 
 /* The response body for the committed batch. */
@@ -435,7 +372,7 @@ static json_t *commit_result(const upload_batch *b, const char *thread_id) {
 }
 
 static int commit_check(const upload_batch *b, const char *thread_id) {
-    if (b->fd >= 0)
+    if (b->open)
         return fawn_err(FAWN_EINVAL, "the upload ended in the middle of a file");
     if (b->n == 0)
         return fawn_err(FAWN_EINVAL, "No files provided");
@@ -451,9 +388,8 @@ static int batch_commit(upload_batch *b, json_t **result, const char *thread_id)
         return r;
     }
     for (size_t i = 0; i < b->n; i++)
-        staged_commit(b, &b->files[i]);
-    if (fsync(b->dirfd) < 0)
-        log_warn("uploads", "flushing the uploads directory: %s", strerror(errno));
+        staged_commit(&b->files[i]);
+    fsx_dir_sync(b->dirfd, "the uploaded files");
     json_t *res = commit_result(b, thread_id);
     b->n = 0; /* every staging file is renamed or removed */
     if (!res)
@@ -482,12 +418,6 @@ static DIR *dir_stream_open(int dirfd) {
     return d;
 }
 
-/* True for the staging files of uploads (not the other staging names). */
-static bool name_is_upload_staging(const char *name) {
-    return vpath_is_staging_name(name) &&
-           strncmp(name, VPATH_STAGING_UPLOAD_PREFIX, strlen(VPATH_STAGING_UPLOAD_PREFIX)) == 0;
-}
-
 int uploads_sweep_staging(int uploads_dirfd, size_t *removed) {
     *removed = 0;
     DIR *d = dir_stream_open(uploads_dirfd);
@@ -496,7 +426,7 @@ int uploads_sweep_staging(int uploads_dirfd, size_t *removed) {
     struct dirent *e;
     for (size_t seen = 0; seen < UPLOADS_SCAN_MAX_ENTRIES && (e = readdir(d)); seen++) {
         struct stat st;
-        if (!name_is_upload_staging(e->d_name) ||
+        if (!fsx_staging_name_is(e->d_name, FSX_STAGING_UPLOAD) ||
             fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
             continue;
         if (unlinkat(dirfd(d), e->d_name, 0) == 0)

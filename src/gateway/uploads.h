@@ -4,7 +4,9 @@
  * A request is a batch. Each file streams into its own staging file
  * ".upload-<random>.part" in the uploads directory itself; nothing is renamed
  * into place until the whole request has arrived within its limits. Commit
- * then checks each destination and renames the staging file over it, so a
+ * then checks each destination and renames the staging file over it (a new
+ * file is mode 0644; a replaced one keeps its permission bits and, where the
+ * gateway may set it, its owner: base/fsx.h's staging-file writer), so a
  * request that fails (bad name, limit, client gone) leaves nothing behind and
  * existing files keep their bytes. A destination that is a symlink (live or
  * dangling), not a regular file, or has several hard links is never written:
@@ -58,10 +60,12 @@ int upload_batch_begin(upload_batch **out, int uploads_dirfd, const upload_limit
 
 /* Starts the next file, named by the client's file name (an empty name, a
  * part with no file chosen, is refused like any bad name). Creates its
- * staging file (mode 0644). A name already used in this request becomes
- * "stem_1.ext", "stem_2.ext", ... Errors: FAWN_E2BIG "Too many files:
- * maximum is N"; FAWN_EINVAL naming what is wrong with the name (without
- * echoing it) or when a file is already open; FAWN_EIO. */
+ * staging file (mode 0600 until the commit). A name already used in this
+ * request becomes "stem_1.ext", "stem_2.ext", ... Errors: FAWN_E2BIG "Too
+ * many files: maximum is N", or no room on the disk or in its quota;
+ * FAWN_EINVAL naming what is wrong with the name (without echoing it) or
+ * when a file is already open; FAWN_EPERM when the kernel refuses the
+ * staging file; FAWN_EIO. */
 int upload_file_begin(upload_batch *b, const char *client_filename);
 
 /* Appends len bytes to the open file. FAWN_E2BIG ("File too large: NAME

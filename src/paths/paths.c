@@ -169,18 +169,7 @@ bool vpath_name_valid(const char *name) {
     return true;
 }
 
-static bool has_prefix(const char *s, const char *prefix) {
-    return strncmp(s, prefix, strlen(prefix)) == 0;
-}
-
-bool vpath_is_staging_name(const char *name) {
-    if (has_prefix(name, VPATH_STAGING_WRITE_PREFIX))
-        return true;
-    size_t n = strlen(name);
-    size_t pre = strlen(VPATH_STAGING_UPLOAD_PREFIX), suf = strlen(VPATH_STAGING_UPLOAD_SUFFIX);
-    return n >= pre + suf && has_prefix(name, VPATH_STAGING_UPLOAD_PREFIX) &&
-           strcmp(name + n - suf, VPATH_STAGING_UPLOAD_SUFFIX) == 0;
-}
+bool vpath_is_staging_name(const char *name) { return fsx_is_staging_name(name); }
 
 /* ---- confinement: virtual paths opened beneath their root's directory fd ---- */
 
@@ -308,17 +297,9 @@ int vpath_open_parent(int *fd_out, const vpath_target *t) {
     return 0;
 }
 
-/* A file that may be written over: regular, not a symlink, one link only (a
- * hard link planted to some other file must not be written through). */
+/* A file that may be written over: the rule the staging-file writer applies. */
 int vpath_check_writable(const struct stat *st, const char *shown) {
-    if (S_ISLNK(st->st_mode))
-        return fawn_err(FAWN_EPERM, "refusing to write through a symlink: %s", shown);
-    if (!S_ISREG(st->st_mode))
-        return fawn_err(FAWN_EINVAL, "not a regular file: %s", shown);
-    if (st->st_nlink != 1)
-        return fawn_err(FAWN_EPERM, "refusing to write to a file with several hard links: %s",
-                        shown);
-    return 0;
+    return fsx_check_replaceable(st, shown);
 }
 
 int vpath_check_existing(bool *exists, mode_t *mode, int dirfd, const char *name,

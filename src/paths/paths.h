@@ -57,14 +57,9 @@ bool vpath_in_dir(const vpath *p, const char *top);
  * VPATH_NAME_MAX bytes, no '/', '\\', NUL or control characters. */
 bool vpath_name_valid(const char *name);
 
-/* Names of fawn's staging files: PREFIX<random> for writes,
- * PREFIX<random>SUFFIX for uploads (the gateway's uploads use the same). */
-#define VPATH_STAGING_WRITE_PREFIX ".fawn-tmp-"
-#define VPATH_STAGING_UPLOAD_PREFIX ".upload-"
-#define VPATH_STAGING_UPLOAD_SUFFIX ".part"
-
 /* True for names fawn itself uses for staging files (".upload-*.part",
- * ".fawn-tmp-*"); they are hidden from listings and never served. */
+ * ".fawn-tmp-*", made by base/fsx.h's staging-file writer and recognized by
+ * its fsx_is_staging_name); they are hidden from listings and never served. */
 bool vpath_is_staging_name(const char *name);
 
 /* ---- confinement: the one place a virtual path is opened ----

@@ -1,6 +1,8 @@
 /* base: buffers, reading with limits, ids, hashing, errors, UTF-8, the JSON
- * helpers that validate untrusted bodies, and kernel-enforced confinement of
- * paths (fsx) against symlinks, ".." and absolute paths. */
+ * helpers that validate untrusted bodies, kernel-enforced confinement of
+ * paths (fsx) against symlinks, ".." and absolute paths, and the
+ * staging-file writer (modes, owners, crashes, planted symlinks, a full
+ * disk). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -14,8 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -799,6 +805,389 @@ static void test_fsx_remove_deep_tree(void **state) {
     close(rootfd);
 }
 
+/* ---- fsx: the staging-file writer ---- */
+
+#define OUTSIDE_SECRET "secret" /* what tree_setup puts in outside/secret */
+
+/* A fresh directory "stage" in the jail; returns its fd. */
+static int stage_dir(const tree *t) {
+    assert_int_equal(mkdirat(t->jail_fd, "stage", 0755), 0);
+    int fd = openat(t->jail_fd, "stage", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    return fd;
+}
+
+static void put_at(int dirfd, const char *name, const char *content, mode_t mode) {
+    int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    assert_true(fd >= 0);
+    assert_int_equal(fawn_write_all(fd, content, strlen(content)), 0);
+    assert_int_equal(fchmod(fd, mode), 0);
+    close(fd);
+}
+
+static void assert_text_at(int dirfd, const char *name, const char *want) {
+    int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    assert_true(fd >= 0);
+    char *data = read_fd(fd);
+    assert_string_equal(data, want);
+    free(data);
+}
+
+static void assert_secret_untouched(const tree *t) {
+    char p[256];
+    snprintf(p, sizeof p, "%s/outside/secret", t->root);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    char *data = read_fd(fd);
+    assert_string_equal(data, OUTSIDE_SECRET);
+    free(data);
+}
+
+/* Entries of dirfd with a staging name (SIZE_MAX when it cannot be read). */
+static size_t staging_count(int dirfd) {
+    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d)
+        return SIZE_MAX;
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += fsx_is_staging_name(e->d_name);
+    closedir(d);
+    return n;
+}
+
+static mode_t mode_at(int dirfd, const char *name) {
+    struct stat st;
+    assert_int_equal(fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW), 0);
+    return st.st_mode & 07777;
+}
+
+/* Writes content through a staging file and commits it as name. */
+static int stage_write(int dirfd, const char *name, const char *content, unsigned flags) {
+    fsx_staged s = {0};
+    struct stat st;
+    int r = fsx_staged_open(&s, dirfd, FSX_STAGING_WRITE, FSX_USER_FILE_MODE);
+    if (r == 0)
+        r = fsx_staged_write(&s, content, strlen(content));
+    if (r == 0)
+        r = fsx_staged_commit(&st, &s, name, flags, name);
+    if (r == 0)
+        assert_int_equal(st.st_size, (off_t)strlen(content));
+    fsx_staged_abort(&s);
+    return r;
+}
+
+static void test_fsx_staging_names(void **state) {
+    assert_true(fsx_staging_name_is(".fawn-tmp-0123abcd", FSX_STAGING_WRITE));
+    assert_true(fsx_staging_name_is(".fawn-tmp-", FSX_STAGING_WRITE));
+    assert_false(fsx_staging_name_is(".fawn-tmp-0123abcd", FSX_STAGING_UPLOAD));
+    assert_true(fsx_staging_name_is(".upload-0123.part", FSX_STAGING_UPLOAD));
+    assert_true(fsx_staging_name_is(".upload-.part", FSX_STAGING_UPLOAD));
+    assert_false(fsx_staging_name_is(".upload-0123.part", FSX_STAGING_WRITE));
+    assert_false(fsx_is_staging_name(".upload-0123"));
+    assert_false(fsx_is_staging_name(".upload.part"));
+    assert_false(fsx_is_staging_name("x.fawn-tmp-1"));
+    assert_false(fsx_is_staging_name(".fawn-tmp"));
+    assert_false(fsx_is_staging_name(""));
+}
+
+/* The names the writer makes are the ones the rule recognizes, of the kind
+ * asked for; a staging file is private until its commit. */
+static void test_fsx_staged_names_made(void **state) {
+    tree *t = *state;
+    int dirfd = stage_dir(t);
+    enum fsx_staging_kind kinds[] = {FSX_STAGING_WRITE, FSX_STAGING_UPLOAD};
+    for (size_t i = 0; i < ARRAY_LEN(kinds); i++) {
+        fsx_staged s = {0};
+        assert_int_equal(fsx_staged_open(&s, dirfd, kinds[i], 0644), 0);
+        assert_true(fsx_staging_name_is(s.name, kinds[i]));
+        assert_false(fsx_staging_name_is(s.name, kinds[1 - i]));
+        assert_true(strlen(s.name) > 16 && strlen(s.name) < FSX_STAGING_NAME_SIZE);
+        assert_int_equal(mode_at(dirfd, s.name), 0600);
+        fsx_staged_abort(&s);
+        assert_int_equal(s.name[0], '\0');
+        fsx_staged_abort(&s); /* again: nothing to do */
+    }
+    assert_int_equal(staging_count(dirfd), 0);
+    close(dirfd);
+}
+
+/* A new file gets exactly the mode given, whatever the umask; the
+ * process owns it. */
+static void test_fsx_staged_new_file_mode(void **state) {
+    tree *t = *state;
+    int dirfd = stage_dir(t);
+    mode_t was = umask(077);
+    int r = stage_write(dirfd, "new.txt", "hello", 0);
+    umask(was);
+    assert_int_equal(r, 0);
+    assert_text_at(dirfd, "new.txt", "hello");
+    assert_int_equal(mode_at(dirfd, "new.txt"), FSX_USER_FILE_MODE);
+    struct stat st;
+    assert_int_equal(fstatat(dirfd, "new.txt", &st, 0), 0);
+    assert_int_equal(st.st_uid, geteuid());
+    assert_int_equal(staging_count(dirfd), 0);
+    close(dirfd);
+}
+
+/* A replaced file's permission bits are kept; set-id bits are not carried
+ * over to new bytes. */
+static void test_fsx_staged_replace_keeps_mode(void **state) {
+    tree *t = *state;
+    int dirfd = stage_dir(t);
+    put_at(dirfd, "run.sh", "old", 0751);
+    put_at(dirfd, "private.txt", "old", 0600);
+    put_at(dirfd, "setuid", "old", 04755);
+    assert_int_equal(stage_write(dirfd, "run.sh", "new run", FSX_COMMIT_REPLACE), 0);
+    assert_int_equal(stage_write(dirfd, "private.txt", "new private", FSX_COMMIT_REPLACE), 0);
+    assert_int_equal(stage_write(dirfd, "setuid", "new setuid", FSX_COMMIT_REPLACE), 0);
+    assert_text_at(dirfd, "run.sh", "new run");
+    assert_int_equal(mode_at(dirfd, "run.sh"), 0751);
+    assert_int_equal(mode_at(dirfd, "private.txt"), 0600);
+    assert_int_equal(mode_at(dirfd, "setuid"), 0755);
+    assert_int_equal(staging_count(dirfd), 0);
+    close(dirfd);
+}
+
+/* As root, a replaced file keeps its owner and group (a sandbox user keeps
+ * access to the file it had). */
+static void test_fsx_staged_replace_keeps_owner(void **state) {
+    tree *t = *state;
+    if (geteuid() != 0)
+        skip();
+    int dirfd = stage_dir(t);
+    put_at(dirfd, "theirs.txt", "old", 0640);
+    assert_int_equal(fchownat(dirfd, "theirs.txt", 65534, 65534, AT_SYMLINK_NOFOLLOW), 0);
+    assert_int_equal(stage_write(dirfd, "theirs.txt", "new", FSX_COMMIT_REPLACE), 0);
+    struct stat st;
+    assert_int_equal(fstatat(dirfd, "theirs.txt", &st, AT_SYMLINK_NOFOLLOW), 0);
+    assert_int_equal(st.st_uid, 65534);
+    assert_int_equal(st.st_gid, 65534);
+    assert_int_equal(st.st_mode & 07777, 0640);
+    assert_text_at(dirfd, "theirs.txt", "new");
+    close(dirfd);
+}
+
+/* Until the commit the old file is untouched: an abort, a refused commit and
+ * a writer that dies halfway all leave it as it was, and only the crash
+ * leaves a staging file (under a name the rule hides). */
+static void test_fsx_staged_abort_keeps_old(void **state) {
+    tree *t = *state;
+    int dirfd = stage_dir(t);
+    put_at(dirfd, "data", "old", 0644);
+    fsx_staged s = {0};
+    assert_int_equal(fsx_staged_open(&s, dirfd, FSX_STAGING_UPLOAD, 0644), 0);
+    assert_int_equal(fsx_staged_write(&s, "new partial", 11), 0);
+    assert_int_equal(staging_count(dirfd), 1);
+    fsx_staged_abort(&s);
+    assert_text_at(dirfd, "data", "old");
+    assert_int_equal(staging_count(dirfd), 0);
+
+    assert_int_equal(stage_write(dirfd, "data", "new", 0), FAWN_EEXIST);
+    assert_text_at(dirfd, "data", "old");
+    assert_int_equal(staging_count(dirfd), 0);
+
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        fsx_staged c = {0};
+        _exit(fsx_staged_open(&c, dirfd, FSX_STAGING_WRITE, 0644) == 0 &&
+                      fsx_staged_write(&c, "new", 3) == 0
+                  ? 0
+                  : 1);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_text_at(dirfd, "data", "old");
+    assert_int_equal(staging_count(dirfd), 1);
+    close(dirfd);
+}
+
+/* A symlink (live or dangling), a hard-linked file or a directory at the
+ * final name is never written through nor replaced. */
+static void test_fsx_staged_final_name_refused(void **state) {
+    tree *t = *state;
+    int dirfd = stage_dir(t);
+    assert_int_equal(symlinkat("../../outside/secret", dirfd, "link"), 0);
+    assert_int_equal(symlinkat("../../outside/none", dirfd, "dangling"), 0);
+    put_at(dirfd, "one", "one", 0644);
+    assert_int_equal(linkat(dirfd, "one", dirfd, "two", 0), 0);
+    assert_int_equal(mkdirat(dirfd, "sub", 0755), 0);
+    assert_int_equal(stage_write(dirfd, "link", "evil", FSX_COMMIT_REPLACE), FAWN_EPERM);
+    assert_int_equal(stage_write(dirfd, "dangling", "evil", FSX_COMMIT_REPLACE), FAWN_EPERM);
+    assert_int_equal(stage_write(dirfd, "two", "evil", FSX_COMMIT_REPLACE), FAWN_EPERM);
+    assert_int_equal(stage_write(dirfd, "sub", "evil", FSX_COMMIT_REPLACE), FAWN_EINVAL);
+    assert_int_equal(stage_write(dirfd, "link", "evil", 0), FAWN_EEXIST);
+    assert_int_equal(stage_write(dirfd, "dangling", "evil", 0), FAWN_EEXIST);
+    assert_secret_untouched(t);
+    struct stat st;
+    assert_int_equal(fstatat(dirfd, "link", &st, AT_SYMLINK_NOFOLLOW), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    assert_int_equal(fstatat(dirfd, "dangling", &st, AT_SYMLINK_NOFOLLOW), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    char p[256];
+    snprintf(p, sizeof p, "%s/outside/none", t->root);
+    assert_int_equal(access(p, F_OK), -1);
+    assert_text_at(dirfd, "one", "one");
+    assert_int_equal(staging_count(dirfd), 0);
+    close(dirfd);
+}
+
+/* The staging name swapped for a symlink or a FIFO (by anything else that
+ * writes the directory) is never put in place nor followed, and an abort
+ * removes the planted entry itself, not its target. The batch path is used:
+ * flushed and closed first, opened again by the commit. */
+static void test_fsx_staged_staging_name_swapped(void **state) {
+    tree *t = *state;
+    int dirfd = stage_dir(t);
+    for (int fifo = 0; fifo <= 1; fifo++) {
+        fsx_staged s = {0};
+        assert_int_equal(fsx_staged_open(&s, dirfd, FSX_STAGING_UPLOAD, 0644), 0);
+        assert_int_equal(fsx_staged_write(&s, "data", 4), 0);
+        assert_int_equal(fsx_staged_flush(&s), 0);
+        assert_int_equal(fsx_staged_write(&s, "more", 4), FAWN_EINVAL);
+        assert_int_equal(unlinkat(dirfd, s.name, 0), 0);
+        if (fifo)
+            assert_int_equal(mkfifoat(dirfd, s.name, 0644), 0);
+        else
+            assert_int_equal(symlinkat("../../outside/secret", dirfd, s.name), 0);
+        struct stat st;
+        assert_int_equal(fsx_staged_commit(&st, &s, "swap.txt", FSX_COMMIT_REPLACE, "swap.txt"),
+                         FAWN_EBUSY);
+        assert_int_equal(faccessat(dirfd, "swap.txt", F_OK, AT_SYMLINK_NOFOLLOW), -1);
+        fsx_staged_abort(&s);
+        assert_int_equal(staging_count(dirfd), 0);
+    }
+    assert_secret_untouched(t);
+    /* Unswapped, the same path puts the file in place. */
+    fsx_staged s = {0};
+    struct stat st;
+    assert_int_equal(fsx_staged_open(&s, dirfd, FSX_STAGING_UPLOAD, 0644), 0);
+    assert_int_equal(fsx_staged_write(&s, "data", 4), 0);
+    assert_int_equal(fsx_staged_flush(&s), 0);
+    assert_int_equal(fsx_staged_commit(&st, &s, "ok.txt", FSX_COMMIT_REPLACE |
+                                       FSX_COMMIT_DEFER_DIR_SYNC, "ok.txt"), 0);
+    fsx_dir_sync(dirfd, "ok.txt");
+    fsx_staged_abort(&s);
+    assert_text_at(dirfd, "ok.txt", "data");
+    assert_int_equal(mode_at(dirfd, "ok.txt"), 0644);
+    close(dirfd);
+}
+
+/* A directory removed under the writer is FAWN_ENOENT. */
+static void test_fsx_staged_directory_gone(void **state) {
+    tree *t = *state;
+    int dirfd = stage_dir(t);
+    assert_int_equal(unlinkat(t->jail_fd, "stage", AT_REMOVEDIR), 0);
+    fsx_staged s = {0};
+    assert_int_equal(fsx_staged_open(&s, dirfd, FSX_STAGING_WRITE, 0644), FAWN_ENOENT);
+    assert_int_equal(s.name[0], '\0');
+    fsx_staged_abort(&s);
+    close(dirfd);
+}
+
+/* Runs check(dir) in a child process (it may change its credentials or its
+ * mounts) and returns its exit status: 0 passed, 77 cannot be tried here. */
+static int in_child(int (*check)(const char *dir), const char *dir) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(check(dir));
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+/* Creates a staging file in dir and returns what that answered (1: dir
+ * cannot be opened). */
+static int stage_open_in(const char *dir) {
+    int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0)
+        return 1;
+    fsx_staged s = {0};
+    int r = fsx_staged_open(&s, dirfd, FSX_STAGING_WRITE, 0644);
+    fsx_staged_abort(&s);
+    close(dirfd);
+    return r;
+}
+
+/* A directory this user may not write: EACCES is FAWN_EPERM. Root gives up
+ * its privileges first (the directory is opened before: its parents are
+ * private to root). */
+static int check_access_refused(const char *dir) {
+    int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0 || fchmod(dirfd, 0555) < 0)
+        return 2;
+    if (geteuid() == 0 &&
+        (setresgid(65534, 65534, 65534) < 0 || setresuid(65534, 65534, 65534) < 0))
+        return 77;
+    fsx_staged s = {0};
+    int r = fsx_staged_open(&s, dirfd, FSX_STAGING_WRITE, 0644);
+    fsx_staged_abort(&s);
+    return r == FAWN_EPERM ? 0 : 3;
+}
+
+static void test_fsx_staged_access_refused(void **state) {
+    tree *t = *state;
+    close(stage_dir(t));
+    char dir[256];
+    at(dir, sizeof dir, t, "stage");
+    int rc = in_child(check_access_refused, dir);
+    if (rc == 77)
+        skip();
+    assert_int_equal(rc, 0);
+}
+
+/* Size of the tmpfs the full-disk case fills, and what it tries to write there. */
+#define SMALL_FS_OPTIONS "size=64k"
+#define SMALL_FS_WRITE (256 * 1024)
+
+/* In a private mount namespace (gone with the child): a full filesystem
+ * refuses a write with FAWN_E2BIG and the abort leaves nothing; one out of
+ * inodes refuses the staging file with FAWN_E2BIG; a read-only one with
+ * FAWN_EPERM. 77 where mounts cannot be made (not root). */
+static int check_full_disk(const char *dir) {
+    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        return 77;
+    if (mount("fawn-test", dir, "tmpfs", 0, SMALL_FS_OPTIONS) < 0)
+        return 77;
+    int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    static char big[SMALL_FS_WRITE];
+    fsx_staged s = {0};
+    if (dirfd < 0 || fsx_staged_open(&s, dirfd, FSX_STAGING_UPLOAD, 0644) != 0)
+        return 2;
+    int r = fsx_staged_write(&s, big, sizeof big);
+    if (r == 0)
+        r = fsx_staged_flush(&s);
+    fsx_staged_abort(&s);
+    if (r != FAWN_E2BIG || staging_count(dirfd) != 0)
+        return 3;
+    close(dirfd);
+    if (umount(dir) < 0 || mount("fawn-test", dir, "tmpfs", 0, "nr_inodes=1") < 0)
+        return 4;
+    if (stage_open_in(dir) != FAWN_E2BIG)
+        return 5;
+    if (umount(dir) < 0 || mount("fawn-test", dir, "tmpfs", MS_RDONLY, NULL) < 0)
+        return 6;
+    return stage_open_in(dir) == FAWN_EPERM ? 0 : 7;
+}
+
+static void test_fsx_staged_full_disk(void **state) {
+    tree *t = *state;
+    close(stage_dir(t));
+    char dir[256];
+    at(dir, sizeof dir, t, "stage");
+    int rc = in_child(check_full_disk, dir);
+    if (rc == 77)
+        skip();
+    assert_int_equal(rc, 0);
+}
+
+/* A test in a fresh tree (tree_setup). */
+#define IN_TREE(f) cmocka_unit_test_setup_teardown(f, tree_setup, tree_teardown)
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fbuf_append_and_limit),
@@ -822,6 +1211,17 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_fsx_mkdir_p, tree_setup, tree_teardown),
         cmocka_unit_test_setup_teardown(test_fsx_remove_tree, tree_setup, tree_teardown),
         cmocka_unit_test_setup_teardown(test_fsx_remove_deep_tree, tree_setup, tree_teardown),
+        cmocka_unit_test(test_fsx_staging_names),
+        IN_TREE(test_fsx_staged_names_made),
+        IN_TREE(test_fsx_staged_new_file_mode),
+        IN_TREE(test_fsx_staged_replace_keeps_mode),
+        IN_TREE(test_fsx_staged_replace_keeps_owner),
+        IN_TREE(test_fsx_staged_abort_keeps_old),
+        IN_TREE(test_fsx_staged_final_name_refused),
+        IN_TREE(test_fsx_staged_staging_name_swapped),
+        IN_TREE(test_fsx_staged_directory_gone),
+        IN_TREE(test_fsx_staged_access_refused),
+        IN_TREE(test_fsx_staged_full_disk),
     };
     return cmocka_run_group_tests_name("base", tests, NULL, NULL);
 }

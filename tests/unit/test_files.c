@@ -1203,6 +1203,31 @@ static void test_upload_overwrite(void **state) {
     assert_int_equal(host_count(x, "user-data/uploads", false), 1);
 }
 
+/* An upload that replaces a file keeps its permission bits; a new one is
+ * 0644 whatever the umask (base/fsx.h's staging-file writer). */
+static void test_upload_modes(void **state) {
+    fx *x = *state;
+    host_puts(x, "user-data/uploads/run.sh", "old");
+    assert_int_equal(fchmodat(x->rootfd, "user-data/uploads/run.sh", 0750, 0), 0);
+    mem_reader m = {.data = "new", .len = 3};
+    json_t *o = NULL;
+    mode_t was = umask(077);
+    int r = upload(&o, x, "/mnt/user-data/uploads/run.sh", true, 3, &m);
+    json_decref(o);
+    mem_reader fresh = {.data = "new", .len = 3};
+    int r2 = upload(&o, x, "/mnt/user-data/uploads/fresh.txt", false, 3, &fresh);
+    json_decref(o);
+    umask(was);
+    assert_int_equal(r, 0);
+    assert_int_equal(r2, 0);
+    struct stat st;
+    assert_int_equal(fstatat(x->rootfd, "user-data/uploads/run.sh", &st, 0), 0);
+    assert_int_equal(st.st_mode & 07777, 0750);
+    assert_int_equal(fstatat(x->rootfd, "user-data/uploads/fresh.txt", &st, 0), 0);
+    assert_int_equal(st.st_mode & 07777, 0644);
+    assert_int_equal(host_count(x, "user-data/uploads", true), 0);
+}
+
 static void test_upload_short_body_leaves_nothing(void **state) {
     fx *x = *state;
     mem_reader m = {.data = "only ten b", .len = 10};
@@ -1372,6 +1397,7 @@ int main(void) {
         T(test_grep_symlinks_not_followed),
         T(test_upload_happy),
         T(test_upload_overwrite),
+        T(test_upload_modes),
         T(test_upload_short_body_leaves_nothing),
         T(test_upload_refusals),
         T(test_download),

@@ -485,6 +485,28 @@ static void test_existing_file_overwritten(void **state) {
     assert_no_staging(x);
 }
 
+/* A replaced upload keeps the replaced file's permission bits and, as root,
+ * its owner (the sandbox user that made it keeps access to it). */
+static void test_existing_file_mode_and_owner_kept(void **state) {
+    fx *x = *state;
+    host_put(x->upfd, "theirs.txt", "old bytes");
+    assert_int_equal(fchmodat(x->upfd, "theirs.txt", 0600, 0), 0);
+    bool root = geteuid() == 0;
+    if (root)
+        assert_int_equal(fchownat(x->upfd, "theirs.txt", 65534, 65534, 0), 0);
+    upfile in[] = {{"theirs.txt", "new"}};
+    json_t *res = NULL;
+    assert_int_equal(upload(x, &limits, in, 1, &res), 0);
+    json_decref(res);
+    assert_file_text(x->upfd, "theirs.txt", "new");
+    struct stat st;
+    assert_int_equal(fstatat(x->upfd, "theirs.txt", &st, 0), 0);
+    assert_int_equal(st.st_mode & 07777, 0600);
+    if (root)
+        assert_int_equal(st.st_uid, 65534);
+    assert_no_staging(x);
+}
+
 /* ---- limits ---- */
 
 static void test_too_many_files(void **state) {
@@ -757,6 +779,7 @@ int main(void) {
         T(test_symlink_planted_before_commit),
         T(test_staging_swapped_skipped),
         T(test_existing_file_overwritten),
+        T(test_existing_file_mode_and_owner_kept),
         T(test_too_many_files),
         T(test_file_too_large),
         T(test_total_too_large),
