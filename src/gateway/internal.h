@@ -276,7 +276,7 @@ void gw_conns_head_awaited(gw_conns *t, struct MHD_Connection *c);
  * Thread ids are per user. With create, a missing thread is created for the
  * user first (uploads may precede the thread's first run). */
 int gw_thread_resolve(store_thread *out, gw_request *rq, bool create);
-/* Opens t's user-data directory (see local_user_data_open); caller closes. */
+/* Opens t's user-data directory (see sbx_user_data_open); caller closes. */
 int gw_thread_files_open(int *user_data_fd, gw_request *rq, const store_thread *t, bool create);
 
 /* {"id","email","username","system_role","needs_setup"} for u (new ref). */

@@ -8,7 +8,7 @@
 #include "base/fsx.h"
 #include "base/json.h"
 #include "gateway/internal.h"
-#include "sandbox/sandbox.h"
+#include "sandbox/manager.h"
 
 /* Threads one search returns unless the client asks otherwise. */
 #define SEARCH_DEFAULT_LIMIT 100
@@ -77,7 +77,7 @@ int gw_thread_resolve(store_thread *out, gw_request *rq, bool create) {
 int gw_thread_files_open(int *user_data_fd, gw_request *rq, const store_thread *t, bool create) {
     char owner[24];
     owner_dir(owner, rq);
-    return local_user_data_open(user_data_fd, rq->g->cfg, owner, t->id, create);
+    return sbx_user_data_open(user_data_fd, rq->g->cfg, owner, t->id, create);
 }
 
 /* ---- create ---- */
