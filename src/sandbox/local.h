@@ -20,7 +20,7 @@
 #define SANDBOX_START_TIMEOUT_MS 10000
 
 typedef struct local_box {
-    char sandbox_id[17];        /* first 16 hex of sha256("user:thread") */
+    char sandbox_id[17];        /* paths_sandbox_id(user, thread) */
     char socket_path[PATH_MAX]; /* the box API socket on the host */
     char generation[33];        /* the running box's generation id */
     bool started;               /* true when this call started it */
@@ -133,9 +133,10 @@ typedef struct cgroup_handle {
  * moves pid into it. With pid 0 nothing is moved and an existing group of
  * that name is attached as it is (so cgroup_destroy can remove a group
  * another process created). A leftover empty group of the same name is
- * replaced; one that still has processes is FAWN_EEXIST. Returns 0 (h filled, possibly mode CGROUP_NONE with a
- * warning logged once per process when cgroups cannot be used) or a negative
- * FAWN_E* code when a group was created but could not be configured. */
+ * replaced; one that still has processes is FAWN_EEXIST. Returns 0 (h
+ * filled, possibly mode CGROUP_NONE with a warning logged once per process
+ * when cgroups cannot be used) or a negative FAWN_E* code when a group was
+ * created but could not be configured. */
 int cgroup_setup(cgroup_handle *h, const char *name, pid_t pid, uint64_t memory_bytes,
                  uint64_t max_pids);
 

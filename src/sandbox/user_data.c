@@ -26,7 +26,8 @@ uid_t sbx_host_uid(const char *sandbox_id) {
 int sbx_dir_ensure(const char *path, mode_t mode) {
     if (mkdir(path, mode) == 0 || errno == EEXIST)
         return 0;
-    return errno == ENOENT ? fsx_mkdir_p(path, mode) : fawn_err_sys(FAWN_EIO, errno, "mkdir %s", path);
+    return errno == ENOENT ? fsx_mkdir_p(path, mode)
+                           : fawn_err_sys(FAWN_EIO, errno, "mkdir %s", path);
 }
 
 /* Splits path into its parent directory and its last name. */
