@@ -19,8 +19,10 @@
 
 #include "base/base.h"
 #include "config/config.h"
+#include "paths/paths.h"
+#include "sandbox/client.h"
+#include "sandbox/local.h"
 #include "sandbox/manager.h"
-#include "sandbox/sandbox.h"
 
 extern char **environ;
 
@@ -171,9 +173,9 @@ static void bench_cold(const fawn_config *cfg, int rounds) {
            c, plain, plain / c, pooled, pooled / c);
 }
 
-static const char *local_sandbox_id_of(const char *user, const char *thread) {
+static const char *sandbox_id_of(const char *user, const char *thread) {
     static char id[17];
-    if (local_sandbox_id(id, user, thread) < 0)
+    if (paths_sandbox_id(id, user, thread) < 0)
         die("sandbox id");
     return id;
 }
@@ -213,7 +215,7 @@ static void bench_managed(const fawn_config *cfg, int rounds) {
     for (int i = 0; i < 50; i++) /* starts the box, warms up */
         managed_exec_us(m, body);
     char socket_path[PATH_MAX];
-    local_socket_path(socket_path, cfg, local_sandbox_id_of("bench", "managed"));
+    local_socket_path(socket_path, cfg, sandbox_id_of("bench", "managed"));
     box_conn conn;
     box_conn_init(&conn, socket_path);
     double *managed = calloc((size_t)rounds, sizeof *managed);

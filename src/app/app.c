@@ -11,7 +11,6 @@
 #include "base/base.h"
 #include "paths/paths.h"
 #include "sandbox/quota.h"
-#include "sandbox/sandbox.h"
 
 /* Health checks and session requests the sandbox manager sends a box. */
 #define APP_SANDBOX_CALL_TIMEOUT_MS 5000
@@ -123,7 +122,7 @@ int app_thread_files_open(int *fd_out, const app *a, int64_t user_id, const char
                           bool create) {
     char owner[24];
     paths_user_dir_name(owner, user_id);
-    return local_user_data_open(fd_out, a->cfg, owner, thread_id, create);
+    return sbx_user_data_open(fd_out, a->cfg, owner, thread_id, create);
 }
 
 int app_run_start(char run_id[37], app *a, const store_user *user, const app_run_spec *spec) {

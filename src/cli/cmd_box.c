@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 
 #include "base/base.h"
-#include "sandbox/sandbox.h"
+#include "sandbox/local.h"
 #include "config/config.h"
 #include "cli/cli.h"
 

@@ -7,7 +7,8 @@
 #include "base/json.h"
 #include "cli/cli.h"
 #include "config/config.h"
-#include "sandbox/sandbox.h"
+#include "sandbox/client.h"
+#include "sandbox/local.h"
 
 /* A CLI-started box stays up this long after the last request so later
  * invocations (and their shell sessions) reuse it. */

@@ -16,7 +16,6 @@
 #include "base/json.h"
 #include "cli/cli.h"
 #include "sandbox/manager.h"
-#include "sandbox/sandbox.h"
 #include "store/store.h"
 
 /* The session the CLI signs lives this long: one request. */

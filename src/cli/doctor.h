@@ -10,8 +10,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "sandbox/local.h"
 #include "sandbox/quota.h"
-#include "sandbox/sandbox.h"
 
 enum doctor_feature {
     DOCTOR_USER_NS,

@@ -171,6 +171,40 @@ bool vpath_name_valid(const char *name) {
 
 bool vpath_is_staging_name(const char *name) { return fsx_is_staging_name(name); }
 
+/* ---- host layout of a thread's files ---- */
+
+static int ids_check(const char *user, const char *thread) {
+    if (!fawn_id_valid(user) || !fawn_id_valid(thread))
+        return fawn_err(FAWN_EINVAL, "user and thread ids must match [A-Za-z0-9_-]{1,64}");
+    return 0;
+}
+
+int paths_sandbox_id(char out[PATHS_SANDBOX_ID_LEN + 1], const char *user, const char *thread) {
+    out[0] = '\0';
+    int r = ids_check(user, thread);
+    if (r < 0)
+        return r;
+    char key[160], hex[65]; /* two ids of at most 64 bytes, a colon, a NUL */
+    int n = snprintf(key, sizeof key, "%s:%s", user, thread);
+    fawn_sha256_hex(hex, key, (size_t)n);
+    memcpy(out, hex, PATHS_SANDBOX_ID_LEN);
+    out[PATHS_SANDBOX_ID_LEN] = '\0';
+    return 0;
+}
+
+int paths_user_data_dir(char out[PATH_MAX], const char *home, const char *user,
+                        const char *thread) {
+    out[0] = '\0';
+    int r = ids_check(user, thread);
+    if (r < 0)
+        return r;
+    int n = snprintf(out, PATH_MAX, "%s/users/%s/threads/%s/user-data", home, user, thread);
+    if (n < PATH_MAX)
+        return 0;
+    out[0] = '\0';
+    return fawn_err(FAWN_EINVAL, "home path too long");
+}
+
 /* ---- confinement: virtual paths opened beneath their root's directory fd ---- */
 
 

@@ -16,6 +16,7 @@
 #ifndef FAWN_PATHS_H
 #define FAWN_PATHS_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -61,6 +62,26 @@ bool vpath_name_valid(const char *name);
  * ".fawn-tmp-*", made by base/fsx.h's staging-file writer and recognized by
  * its fsx_is_staging_name); they are hidden from listings and never served. */
 bool vpath_is_staging_name(const char *name);
+
+/* ---- host layout of a thread's files ----
+ * Under $FAWN_HOME, a thread's files are users/{uid}/threads/{tid}/user-data
+ * (workspace/, uploads/ and outputs/ in it), and its sandbox has one id
+ * wherever it is placed. {uid} and {tid} match [A-Za-z0-9_-]{1,64}
+ * (fawn_id_valid): anything else is FAWN_EINVAL, so neither can name a
+ * path outside its directory. */
+
+/* Hex digits of a sandbox id. */
+#define PATHS_SANDBOX_ID_LEN 16
+
+/* The sandbox id of (user, thread) into out: the first 16 hex digits of
+ * sha256("user:thread"). FAWN_EINVAL (out "") for invalid ids. */
+int paths_sandbox_id(char out[PATHS_SANDBOX_ID_LEN + 1], const char *user, const char *thread);
+
+/* The host directory of (user, thread)'s user-data under home into out:
+ * home/users/user/threads/thread/user-data. FAWN_EINVAL (out "") for
+ * invalid ids or a result longer than PATH_MAX. Touches no file. */
+int paths_user_data_dir(char out[PATH_MAX], const char *home, const char *user,
+                        const char *thread);
 
 /* ---- confinement: the one place a virtual path is opened ----
  * A virtual path is resolved against the directory fds of its roots (inside

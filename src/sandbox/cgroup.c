@@ -6,7 +6,7 @@
  * functions over that text. A sandbox's group is "<own group>/fawn/<name>"
  * in the cgroup2 hierarchy when it has memory and pids controllers to give,
  * else in the v1 memory and pids hierarchies. */
-#include "sandbox/sandbox.h"
+#include "sandbox/local.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -10,7 +10,7 @@
 #include <sys/un.h>
 
 #include "base/json.h"
-#include "sandbox/sandbox.h"
+#include "sandbox/client.h"
 
 /* A reply head (status line + headers) is small; more is a broken box. */
 #define REPLY_HEAD_MAX 16384

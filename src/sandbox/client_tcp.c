@@ -9,8 +9,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "sandbox/remote.h"
-#include "sandbox/sandbox.h"
+#include "base/base.h"
+#include "sandbox/client.h"
 
 /* "[" + an IPv6 address (INET6_ADDRSTRLEN) + "]:" + 5 digits, with room. */
 #define TCP_HOST_PORT_MAX 64

@@ -5,7 +5,7 @@
 
 #include <jansson.h>
 
-#include "sandbox/sandbox.h"
+#include "sandbox/local.h"
 
 /* The spec with the storage its pointers refer to. */
 typedef struct launch_spec_copy {

@@ -20,31 +20,12 @@
 #include "base/fsx.h"
 #include "box/box.h"
 #include "base/json.h"
+#include "paths/paths.h"
+#include "sandbox/client.h"
 #include "sandbox/launch_spec.h"
+#include "sandbox/local.h"
 #include "sandbox/quota.h"
-#include "sandbox/sandbox.h"
-
-static const char *const user_data_parts[] = {"workspace", "uploads", "outputs"};
-
-int local_sandbox_id(char out[17], const char *user, const char *thread) {
-    out[0] = '\0';
-    if (!fawn_id_valid(user) || !fawn_id_valid(thread))
-        return fawn_err(FAWN_EINVAL, "user and thread ids must match [A-Za-z0-9_-]{1,64}");
-    char key[160], hex[65];
-    int n = snprintf(key, sizeof key, "%s:%s", user, thread);
-    fawn_sha256_hex(hex, key, (size_t)n);
-    memcpy(out, hex, 16);
-    out[16] = '\0';
-    return 0;
-}
-
-int local_user_data_dir(char *out, const fawn_config *cfg, const char *user, const char *thread) {
-    out[0] = '\0';
-    if (!fawn_id_valid(user) || !fawn_id_valid(thread))
-        return fawn_err(FAWN_EINVAL, "user and thread ids must match [A-Za-z0-9_-]{1,64}");
-    int n = snprintf(out, PATH_MAX, "%s/users/%s/threads/%s/user-data", cfg->home, user, thread);
-    return n < PATH_MAX ? 0 : fawn_err(FAWN_EINVAL, "home path too long");
-}
+#include "sandbox/user_data.h"
 
 static int run_path(char *out, const fawn_config *cfg, const char *sandbox_id, const char *ext) {
     int n = snprintf(out, PATH_MAX, "%s/run/%s%s", cfg->home, sandbox_id, ext);
@@ -75,106 +56,11 @@ static int cgroup_name(char out[40], const fawn_config *cfg, const char *sandbox
     return 0;
 }
 
-/* The host uid a sandbox runs as: never host root. */
-static uid_t sandbox_host_uid(const char *sandbox_id) {
-    if (geteuid() != 0)
-        return geteuid();
-    unsigned long h = strtoul((char[9]){sandbox_id[0], sandbox_id[1], sandbox_id[2],
-                                        sandbox_id[3], sandbox_id[4], sandbox_id[5],
-                                        sandbox_id[6], sandbox_id[7], 0},
-                              NULL, 16);
-    return (uid_t)(SANDBOX_UID_BASE + h % SANDBOX_UID_RANGE);
-}
-
-/* Creates a directory (and its parents only when they are missing). */
-static int ensure_dir(const char *path, mode_t mode) {
-    if (mkdir(path, mode) == 0 || errno == EEXIST)
-        return 0;
-    return errno == ENOENT ? fsx_mkdir_p(path, mode) : fawn_err_sys(FAWN_EIO, errno, "mkdir %s", path);
-}
-
-/* Splits path into its parent directory and its last name. */
-static int split_path(char parent[PATH_MAX], char name[NAME_MAX + 1], const char *path) {
-    size_t n = strlen(path);
-    while (n > 1 && path[n - 1] == '/')
-        n--;
-    const char *slash = memrchr(path, '/', n);
-    size_t start = slash ? (size_t)(slash - path) + 1 : 0;
-    if (n >= PATH_MAX || n == start || n - start > NAME_MAX)
-        return fawn_err(FAWN_EINVAL, "bad user-data directory: %s", path);
-    memcpy(name, path + start, n - start);
-    name[n - start] = '\0';
-    size_t parent_len = !slash ? 0 : slash == path ? 1 : (size_t)(slash - path);
-    memcpy(parent, parent_len ? path : ".", parent_len ? parent_len : 1);
-    parent[parent_len ? parent_len : 1] = '\0';
-    return 0;
-}
-
-/* Makes user_data a directory limited to sandbox.limits.disk_mb (see
- * sandbox/quota.h), creating its parents; *mechanism tells what limits it. */
-static int make_user_data(enum quota_mechanism *mechanism, const fawn_config *cfg,
-                          const char *user_data) {
-    *mechanism = QUOTA_MEASURED;
-    char parent[PATH_MAX], name[NAME_MAX + 1];
-    int r = split_path(parent, name, user_data);
-    if (r == 0)
-        r = ensure_dir(parent, 0755);
-    if (r < 0)
-        return r;
-    _cleanup_close_ int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return fawn_err_sys(FAWN_EIO, errno, "open %s", parent);
-    return quota_dir_ensure(mechanism, fd, name, cfg->sandbox.limits.disk_mb << 20);
-}
-
-/* Creates the thread's directories: user-data (limited), and in it the
- * three the sandbox writes, owned by the sandbox's uid (set when they are
- * created). */
-static int make_thread_dirs(enum quota_mechanism *mechanism, const fawn_config *cfg,
-                            const char *user_data, uid_t uid) {
-    int r = make_user_data(mechanism, cfg, user_data);
-    if (r < 0)
-        return r;
-    _cleanup_close_ int dirfd = open(user_data, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dirfd < 0)
-        return fawn_err_sys(FAWN_EIO, errno, "open %s", user_data);
-    for (size_t i = 0; i < ARRAY_LEN(user_data_parts); i++) {
-        const char *part = user_data_parts[i];
-        if (mkdirat(dirfd, part, 0755) < 0) {
-            if (errno != EEXIST)
-                return fawn_err_sys(FAWN_EIO, errno, "mkdir %s/%s", user_data, part);
-        } else if (geteuid() == 0 && fchownat(dirfd, part, uid, uid, AT_SYMLINK_NOFOLLOW) < 0) {
-            return fawn_err_sys(FAWN_EIO, errno, "chown %s/%s", user_data, part);
-        }
-    }
-    return 0;
-}
-
-int local_user_data_open(int *fd_out, const fawn_config *cfg, const char *user,
-                         const char *thread, bool create) {
-    *fd_out = -1;
-    char user_data[PATH_MAX], sandbox_id[17];
-    int r = local_user_data_dir(user_data, cfg, user, thread);
-    if (r == 0)
-        r = local_sandbox_id(sandbox_id, user, thread);
-    enum quota_mechanism mechanism;
-    if (r == 0 && create)
-        r = make_thread_dirs(&mechanism, cfg, user_data, sandbox_host_uid(sandbox_id));
-    if (r < 0)
-        return r;
-    int fd = open(user_data, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT ? fawn_err(FAWN_ENOENT, "the thread has no files yet")
-                               : fawn_err_sys(FAWN_EIO, errno, "open %s", user_data);
-    *fd_out = fd;
-    return 0;
-}
-
 /* ---- launching ---- */
 
 typedef struct launch {
     const local_launch_spec *p;
-    char dirs[3][PATH_MAX]; /* workspace, uploads, outputs */
+    char dirs[SBX_USER_DATA_PARTS][PATH_MAX]; /* workspace, uploads, outputs */
     char etc[PATH_MAX];     /* the prepared /etc */
     int pooled_netns;       /* a ready network namespace, or -1 */
     bool via_helper;        /* spawned by a helper process (see spawn_via_helper) */
@@ -195,8 +81,8 @@ static void launch_close(launch *l) {
 
 static int open_plan(launch *l) {
     const fawn_config *cfg = l->p->cfg;
-    for (size_t i = 0; i < ARRAY_LEN(user_data_parts); i++) {
-        int r = join_path(l->dirs[i], l->p->user_data, user_data_parts[i]);
+    for (size_t i = 0; i < SBX_USER_DATA_PARTS; i++) {
+        int r = join_path(l->dirs[i], l->p->user_data, sbx_user_data_parts[i]);
         if (r < 0)
             return r;
     }
@@ -207,7 +93,7 @@ static int open_plan(launch *l) {
     char run_dir[PATH_MAX];
     int r = join_path(run_dir, cfg->home, "run");
     if (r == 0)
-        r = ensure_dir(run_dir, 0700);
+        r = sbx_dir_ensure(run_dir, 0700);
     if (r == 0)
         r = box_etc_prepare(l->etc, run_dir, cfg->sandbox.network == FAWN_NET_NONE);
     if (r < 0)
@@ -541,7 +427,7 @@ int local_launch_helper_main(bool have_netns) {
         launch l = {.p = &copy.spec, .parent_maps_ids = geteuid() == 0, .go = {-1, -1},
                     .status = {-1, -1}, .via_helper = true,
                     .pooled_netns = have_netns ? HELPER_NETNS_FD : -1};
-        l.uid = sandbox_host_uid(copy.spec.sandbox_id);
+        l.uid = sbx_host_uid(copy.spec.sandbox_id);
         hr.code = open_plan(&l);
         if (hr.code == 0)
             hr.code = spawn(&l, &hr.pid, hr.generation);
@@ -570,9 +456,9 @@ int local_launch(pid_t *pid, char generation[33], const local_launch_spec *spec)
         return fawn_err(FAWN_EINVAL, "bad sandbox id");
     launch l = {.p = spec, .parent_maps_ids = geteuid() == 0, .go = {-1, -1}, .status = {-1, -1},
                 .pooled_netns = -1};
-    l.uid = sandbox_host_uid(spec->sandbox_id);
+    l.uid = sbx_host_uid(spec->sandbox_id);
     enum quota_mechanism mechanism;
-    int r = make_thread_dirs(&mechanism, spec->cfg, spec->user_data, l.uid);
+    int r = sbx_user_data_make(&mechanism, spec->cfg, spec->user_data, l.uid);
     if (r == 0 && mechanism == QUOTA_MEASURED)
         log_unlimited_user_data(spec);
     if (r == 0)
@@ -663,7 +549,7 @@ static int prepare_id(local_box *out, const fawn_config *cfg, const char *sandbo
     if (r == 0 && snprintf(run_dir, sizeof run_dir, "%s/run", cfg->home) >= (int)sizeof run_dir)
         r = fawn_err(FAWN_EINVAL, "home path too long");
     if (r == 0)
-        r = ensure_dir(run_dir, 0700);
+        r = sbx_dir_ensure(run_dir, 0700);
     if (r == 0)
         r = run_path(out->socket_path, cfg, out->sandbox_id, ".sock");
     if (r == 0)
@@ -674,7 +560,7 @@ static int prepare_id(local_box *out, const fawn_config *cfg, const char *sandbo
 static int prepare(local_box *out, const fawn_config *cfg, const char *user, const char *thread,
                    int *lock_fd) {
     char sandbox_id[17];
-    int r = local_sandbox_id(sandbox_id, user, thread);
+    int r = paths_sandbox_id(sandbox_id, user, thread);
     return r < 0 ? r : prepare_id(out, cfg, sandbox_id, lock_fd);
 }
 
@@ -684,7 +570,7 @@ int local_box_ensure(local_box *out, const local_spec *spec) {
     char user_data[PATH_MAX];
     int r = prepare(out, spec->cfg, spec->user, spec->thread, &lock_fd);
     if (r == 0)
-        r = local_user_data_dir(user_data, spec->cfg, spec->user, spec->thread);
+        r = paths_user_data_dir(user_data, spec->cfg->home, spec->user, spec->thread);
     if (r < 0 || box_alive(out))
         return r;
     return start_box(out, spec, user_data);
@@ -692,7 +578,7 @@ int local_box_ensure(local_box *out, const local_spec *spec) {
 
 int local_box_stop(const fawn_config *cfg, const char *user, const char *thread) {
     char sandbox_id[17];
-    int r = local_sandbox_id(sandbox_id, user, thread);
+    int r = paths_sandbox_id(sandbox_id, user, thread);
     return r < 0 ? r : local_box_stop_id(cfg, sandbox_id);
 }
 

@@ -13,8 +13,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "sandbox/client.h"
+#include "sandbox/local.h"
 #include "sandbox/manager.h"
-#include "sandbox/sandbox.h"
 
 /* How long a presence or health probe waits for the box. */
 #define LOCAL_PROBE_TIMEOUT_MS 2000

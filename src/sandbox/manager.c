@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "sandbox/sandbox.h"
+#include "paths/paths.h"
 
 /* How often a waiting acquirer looks at its cancel flag. */
 #define SBX_WAIT_SLICE_MS 20
@@ -477,7 +477,7 @@ static int request_check(char sandbox_id[17], const sbx_request *req) {
         return fawn_err(FAWN_EINVAL, "unknown holder kind");
     if (req->scope && !scope_valid(req->scope))
         return fawn_err(FAWN_EINVAL, "a scope is RUN:AGENT, each [A-Za-z0-9_-]{1,64}");
-    return local_sandbox_id(sandbox_id, req->who.user, req->thread);
+    return paths_sandbox_id(sandbox_id, req->who.user, req->thread);
 }
 
 /* Asks the provider for a box that may be handed out: a create answer of
@@ -854,7 +854,7 @@ int sbx_kill_scope(sbx_manager *m, const char *user, const char *thread, const c
                    int timeout_ms) {
     char sandbox_id[17], session[SBX_SESSION_ID_MAX + 1];
     sbx_box box;
-    int r = local_sandbox_id(sandbox_id, user, thread);
+    int r = paths_sandbox_id(sandbox_id, user, thread);
     if (r < 0)
         return r;
     if (!scope_valid(scope) || !scope_held(&box, session, m, sandbox_id, scope))
@@ -884,7 +884,7 @@ int sbx_destroy(enum sbx_destroy_outcome *outcome, sbx_manager *m, const char *u
                 const char *thread) {
     *outcome = SBX_DESTROYED;
     char sandbox_id[17];
-    int r = local_sandbox_id(sandbox_id, user, thread);
+    int r = paths_sandbox_id(sandbox_id, user, thread);
     if (r < 0)
         return r;
     pthread_mutex_lock(&m->mu);

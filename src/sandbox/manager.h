@@ -70,7 +70,7 @@
 
 /* Where a box is and which generation runs there. */
 typedef struct sbx_box {
-    char sandbox_id[17];                    /* local_sandbox_id(user, thread) */
+    char sandbox_id[17];                    /* paths_sandbox_id(user, thread) */
     char generation[SBX_GENERATION_LEN + 1];
     char endpoint[PATH_MAX];                /* "unix:/path" or "tcp:host:port" */
     char token[128];                        /* bearer token for tcp endpoints, else "" */
@@ -294,5 +294,17 @@ int sbx_list(sbx_info **out, size_t *n, sbx_manager *m);
 /* "starting", "active", "idle", "stopping"; and "execution", "upload", "fork". */
 const char *sbx_state_name(enum sbx_state s);
 const char *sbx_holder_name(enum sbx_holder k);
+
+/* ---- a thread's files on this host ---- */
+
+/* Opens the thread's user-data directory, where paths_user_data_dir puts it
+ * under cfg->home (O_DIRECTORY; caller closes *fd_out). With create, first
+ * makes it as a sandbox start makes it: limited to sandbox.limits.disk_mb
+ * from the moment it appears (sandbox/quota.h; an existing one gets the
+ * configured limit again), with workspace/, uploads/ and outputs/ owned by
+ * the sandbox's host uid; without, FAWN_ENOENT when it does not exist.
+ * FAWN_EINVAL for invalid ids. */
+int sbx_user_data_open(int *fd_out, const fawn_config *cfg, const char *user,
+                       const char *thread, bool create);
 
 #endif

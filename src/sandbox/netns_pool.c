@@ -1,11 +1,11 @@
-/* Network namespaces created ahead of need (see sandbox.h). */
+/* Network namespaces created ahead of need (see local.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <string.h>
 
 #include "box/box.h"
-#include "sandbox/sandbox.h"
+#include "sandbox/local.h"
 
 /* More ready namespaces than this would only hold kernel memory. */
 #define NETNS_POOL_MAX 64

@@ -12,8 +12,9 @@
 #include <sys/wait.h>
 
 #include "base/json.h"
+#include "paths/paths.h"
+#include "sandbox/client.h"
 #include "sandbox/remote.h"
-#include "sandbox/sandbox.h"
 
 #define REMOTE_ENDPOINT_PREFIX "tcp:"
 /* Arguments copied per command: configuration, but still bounded. */
@@ -584,7 +585,7 @@ static int remote_create(void *ctx, sbx_box *out, const char *user, const char *
     *out = (sbx_box){0};
     const remote_provider *rp = ctx;
     sbx_box box = {0};
-    int r = local_sandbox_id(box.sandbox_id, user, thread);
+    int r = paths_sandbox_id(box.sandbox_id, user, thread);
     if (r < 0)
         return r;
     if (is_cancelled(cancel))

@@ -56,8 +56,6 @@
 #define REMOTE_COMMAND_OUTPUT_MAX ((size_t)64 << 10)
 /* How long a health check waits for the box when health_timeout_ms is 0. */
 #define REMOTE_HEALTH_TIMEOUT_MS 5000
-/* Longest bearer token: what sbx_box.token holds. */
-#define BOX_TCP_TOKEN_MAX 127
 
 typedef struct remote_provider_config {
     /* NULL-terminated argv of each command (see above); all four required. */
@@ -82,8 +80,8 @@ typedef struct remote_provider_config {
  * - destroy runs status first (a sandbox absent, or running another
  *   generation than the one named, is done), then destroy, then status
  *   until absent (start_timeout_ms): FAWN_ETIMEDOUT when it never says so.
- * - list runs list; call is box_call_tcp (a refused connection is FAWN_EIO,
- *   as for box_call).
+ * - list runs list; call is box_call_tcp (client.h; a refused connection is
+ *   FAWN_EIO, as for box_call).
  * Free it with remote_provider_free. FAWN_EINVAL for a missing or empty
  * argv or a zero timeout. */
 int remote_provider_new(sbx_provider **out, const remote_provider_config *cfg);
@@ -91,28 +89,5 @@ int remote_provider_new(sbx_provider **out, const remote_provider_config *cfg);
 /* Frees a provider from remote_provider_new (NULL is fine). Leaves its
  * boxes running. */
 void remote_provider_free(sbx_provider *p);
-
-/* True when token can go in an Authorization header: 1 to
- * BOX_TCP_TOKEN_MAX visible ASCII characters (no space, CR, LF or NUL). */
-bool box_tcp_token_valid(const char *token);
-
-/* Sends one box API request to the box at host_port ("IPv4:PORT" or
- * "[IPv6]:PORT", numeric: a name lookup could not be bounded by the
- * deadline) on a new connection, with "Authorization: Bearer <token>"
- * unless token is NULL, and parses the JSON reply. Results and errors as
- * for box_call (reply bounded by BOX_REPLY_MAX; FAWN_EPROTO for a malformed
- * reply, FAWN_ETIMEDOUT once timeout_ms passed, FAWN_EIO when the box
- * cannot be reached), except that a refused connection is FAWN_ENOENT:
- * nothing listens there, so the request was certainly not delivered.
- * FAWN_EINVAL for a malformed host_port or a token that box_tcp_token_valid
- * refuses (nothing is sent). */
-int box_call_tcp(json_t **reply, int *status, const char *host_port, const char *token,
-                 const char *method, const char *path, const json_t *body, int timeout_ms);
-
-/* The same with a body of size bytes read from file_fd, sent as
- * application/octet-stream (file uploads). */
-int box_call_file_tcp(json_t **reply, int *status, const char *host_port, const char *token,
-                      const char *method, const char *path, int file_fd, uint64_t size,
-                      int timeout_ms);
 
 #endif

@@ -41,7 +41,10 @@
 #include "base/fsx.h"
 #include "base/json.h"
 #include "config/config.h"
-#include "sandbox/sandbox.h"
+#include "paths/paths.h"
+#include "sandbox/client.h"
+#include "sandbox/local.h"
+#include "sandbox/user_data.h"
 
 /* The attacker's view of its own files. */
 #define WS "/mnt/user-data/workspace"
@@ -605,8 +608,8 @@ static int setup_all(escape_ctx *c) {
     if (start_box(&c->a, c, "alice", "a1") < 0 || start_box(&c->b, c, "bob", "b1") < 0)
         return -1;
     char b_user_data[PATH_MAX];
-    if (local_user_data_dir(c->a_user_data, &c->cfg, "alice", "a1") < 0 ||
-        local_user_data_dir(b_user_data, &c->cfg, "bob", "b1") < 0)
+    if (paths_user_data_dir(c->a_user_data, c->cfg.home, "alice", "a1") < 0 ||
+        paths_user_data_dir(b_user_data, c->cfg.home, "bob", "b1") < 0)
         return -1;
     snprintf(c->a_ws, sizeof c->a_ws, "%.4000s/workspace", c->a_user_data);
     snprintf(c->b_ws, sizeof c->b_ws, "%.4000s/workspace", b_user_data);

@@ -28,8 +28,10 @@
 #include "base/fsx.h"
 #include "base/json.h"
 #include "config/config.h"
+#include "paths/paths.h"
+#include "sandbox/client.h"
+#include "sandbox/local.h"
 #include "sandbox/quota.h"
-#include "sandbox/sandbox.h"
 
 #define WS "/mnt/user-data/workspace"
 #define PROBE WS "/probe"
@@ -86,7 +88,7 @@ static int start(quota_ctx *c, const char *home) {
         print_error("starting the sandbox: %s\n", fawn_errmsg());
         return -1;
     }
-    if (local_user_data_dir(c->user_data, &c->cfg, "mallory", "q1") < 0)
+    if (paths_user_data_dir(c->user_data, c->cfg.home, "mallory", "q1") < 0)
         return -1;
     return copy_probe(c);
 }

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "sandbox/sandbox.h"
+#include "sandbox/client.h"
 
 /* Far past a socketpair's buffer would block the write below. */
 #define FUZZ_INPUT_MAX (64 * 1024)

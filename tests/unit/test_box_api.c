@@ -31,7 +31,9 @@
 #include "base/json.h"
 #include "box/exec.h"
 #include "config/config.h"
-#include "sandbox/sandbox.h"
+#include "paths/paths.h"
+#include "sandbox/client.h"
+#include "sandbox/local.h"
 
 #define WS "/mnt/user-data/workspace"
 #define USER_ID "api-user"
@@ -368,7 +370,7 @@ static int group_setup(void **state) {
     t->cfg.sandbox.limits.pids = 256;
     t->cfg.sandbox.limits.tmp_size_mb = 16;
     char user_data[PATH_MAX];
-    if (local_user_data_dir(user_data, &t->cfg, USER_ID, THREAD_ID) < 0)
+    if (paths_user_data_dir(user_data, t->cfg.home, USER_ID, THREAD_ID) < 0)
         return -1;
     snprintf(t->ws_host, sizeof t->ws_host, "%s/workspace", user_data);
     local_spec spec = {.cfg = &t->cfg, .user = USER_ID, .thread = THREAD_ID, .fawn_bin = getenv("FAWN_BIN")};

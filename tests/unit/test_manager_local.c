@@ -24,8 +24,8 @@
 #include "base/base.h"
 #include "base/json.h"
 #include "config/config.h"
+#include "sandbox/client.h"
 #include "sandbox/manager.h"
-#include "sandbox/sandbox.h"
 
 /* Budget of one command that should end at once. */
 #define CALL_MS 15000

@@ -5,6 +5,7 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -322,6 +323,57 @@ static void failures_leave_out_parameters_defined(void **state) {
     rmdir(home);
 }
 
+/* ---- host layout ---- */
+
+static void test_sandbox_id(void **state) {
+    char id[PATHS_SANDBOX_ID_LEN + 1];
+    /* sha256("alice:t1") = b076b51a7d6fe4e2... */
+    assert_int_equal(paths_sandbox_id(id, "alice", "t1"), 0);
+    assert_string_equal(id, "b076b51a7d6fe4e2");
+    /* The pair matters in order: "t1:alice" is another sandbox. */
+    char other[PATHS_SANDBOX_ID_LEN + 1];
+    assert_int_equal(paths_sandbox_id(other, "t1", "alice"), 0);
+    assert_string_not_equal(id, other);
+    char longest[65], too_long[66];
+    memset(longest, 'a', 64);
+    longest[64] = '\0';
+    memset(too_long, 'a', 65);
+    too_long[65] = '\0';
+    assert_int_equal(paths_sandbox_id(id, longest, "-_"), 0);
+    const char *const bad[] = {"", "../x", "a/b", "a b", ".", "..", "a:b", "a\\b",
+                                      "a\nb", "\xc3\xa9", too_long};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        POISON(id);
+        assert_int_equal(paths_sandbox_id(id, bad[i], "t"), FAWN_EINVAL);
+        assert_string_equal(id, "");
+        assert_int_equal(paths_sandbox_id(id, "u", bad[i]), FAWN_EINVAL);
+        assert_string_equal(id, "");
+    }
+}
+
+static void test_user_data_dir(void **state) {
+    char dir[PATH_MAX];
+    assert_int_equal(paths_user_data_dir(dir, "/srv/fawn", "alice", "t1"), 0);
+    assert_string_equal(dir, "/srv/fawn/users/alice/threads/t1/user-data");
+    static const char *const bad[] = {"", "../x", "a/b", "..", "x\ny"};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        POISON(dir);
+        assert_int_equal(paths_user_data_dir(dir, "/srv/fawn", "u", bad[i]), FAWN_EINVAL);
+        assert_string_equal(dir, "");
+        POISON(dir);
+        assert_int_equal(paths_user_data_dir(dir, "/srv/fawn", bad[i], "t"), FAWN_EINVAL);
+        assert_string_equal(dir, "");
+    }
+    /* A home so long that the directory would not fit is refused, not cut. */
+    char home[PATH_MAX];
+    memset(home, 'h', sizeof home - 1);
+    home[0] = '/';
+    home[sizeof home - 1] = '\0';
+    POISON(dir);
+    assert_int_equal(paths_user_data_dir(dir, home, "u", "t"), FAWN_EINVAL);
+    assert_string_equal(dir, "");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_normalizes),
@@ -336,6 +388,8 @@ int main(void) {
         cmocka_unit_test(test_name_valid),
         cmocka_unit_test(test_staging_names),
         cmocka_unit_test(failures_leave_out_parameters_defined),
+        cmocka_unit_test(test_sandbox_id),
+        cmocka_unit_test(test_user_data_dir),
     };
     return cmocka_run_group_tests_name("paths", tests, NULL, NULL);
 }

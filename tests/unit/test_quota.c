@@ -30,7 +30,9 @@
 #include "base/fsx.h"
 #include "base/json.h"
 #include "cli/doctor.h"
+#include "config/config.h"
 #include "gateway/uploads.h"
+#include "sandbox/manager.h"
 #include "sandbox/quota.h"
 
 #define MiB ((uint64_t)1 << 20)
@@ -520,6 +522,55 @@ static void upload_past_measured_room_is_refused(void **state) {
     free(uploads);
 }
 
+/* ---- a thread's files (sbx_user_data_open) ---- */
+
+/* The host uid of the sandbox of ("alice", "t1") when fawn runs as root:
+ * 2000000000 + 0xb51a, from its id b076b51a... (sha256("alice:t1")). */
+#define ALICE_T1_HOST_UID 2000046362u
+
+/* A thread's files are made as a sandbox start makes them: limited from
+ * the moment they appear, the three directories owned by the sandbox. */
+static void thread_files_are_made_as_a_start_makes_them(void **state) {
+    fx *x = *state;
+    fawn_config cfg;
+    assert_int_equal(config_defaults(&cfg), 0);
+    free(cfg.home);
+    cfg.home = strf("%s/home", x->root);
+    cfg.sandbox.limits.disk_mb = LIMIT / MiB;
+    int fd;
+    POISON(fd);
+    assert_int_equal(sbx_user_data_open(&fd, &cfg, "alice", "t1", false), FAWN_ENOENT);
+    assert_int_equal(fd, -1);
+    POISON(fd);
+    assert_int_equal(sbx_user_data_open(&fd, &cfg, "alice", "../t1", true), FAWN_EINVAL);
+    assert_int_equal(fd, -1);
+    assert_int_equal(sbx_user_data_open(&fd, &cfg, "alice", "t1", true), 0);
+    quota_fs fs;
+    quota_probe(&fs, x->rootfd);
+    assert_int_equal(quota_dir_mechanism(fd), fs.mechanism);
+    uid_t owner = geteuid() == 0 ? ALICE_T1_HOST_UID : geteuid();
+    static const char *const parts[] = {"workspace", "uploads", "outputs"};
+    for (size_t i = 0; i < ARRAY_LEN(parts); i++) {
+        struct stat st;
+        assert_int_equal(fstatat(fd, parts[i], &st, AT_SYMLINK_NOFOLLOW), 0);
+        assert_true(S_ISDIR(st.st_mode));
+        assert_int_equal(st.st_uid, owner);
+    }
+    close(fd);
+    char *big = strf("%s/users/alice/threads/t1/user-data/workspace/big", cfg.home);
+    if (fs.mechanism != QUOTA_MEASURED) { /* the kernel holds it to the configured limit */
+        write_outcome o = write_unprivileged(big, OVERFLOW);
+        assert_true(o.err == EDQUOT || o.err == ENOSPC);
+        assert_true(blocks_of(big) <= LIMIT);
+    }
+    /* Opened again, existing files are kept as they are. */
+    assert_int_equal(sbx_user_data_open(&fd, &cfg, "alice", "t1", false), 0);
+    assert_int_equal(quota_dir_mechanism(fd), fs.mechanism);
+    close(fd);
+    free(big);
+    config_free(&cfg);
+}
+
 /* ---- doctor ---- */
 
 static void doctor_says_measured(void **state) {
@@ -568,6 +619,7 @@ static int run_plain(void) {
         PLAIN(measured_refuses_what_it_cannot_measure),
         PLAIN(a_symlink_is_not_a_user_data),
         PLAIN(upload_past_measured_room_is_refused),
+        PLAIN(thread_files_are_made_as_a_start_makes_them),
         PLAIN(doctor_says_measured),
     };
     return cmocka_run_group_tests_name("quota", tests, NULL, NULL);
@@ -601,6 +653,7 @@ static int run_kernel(const struct kind_name *k) {
         KERNEL(admin_project_above_is_measured, run),
         KERNEL(upload_past_the_kernel_limit_leaves_nothing, run),
         KERNEL(doctor_says_which_kernel_mechanism, run),
+        KERNEL(thread_files_are_made_as_a_start_makes_them, run),
         KERNEL(btrfs_without_quotas_is_measured, run), /* last: btrfs runs only */
     };
     size_t n = k->run.mechanism == QUOTA_BTRFS ? ARRAY_LEN(all) : ARRAY_LEN(all) - 1;

@@ -26,9 +26,10 @@
 #include "base/base.h"
 #include "base/json.h"
 #include "config/config.h"
+#include "paths/paths.h"
+#include "sandbox/client.h"
 #include "sandbox/manager.h"
 #include "sandbox/remote.h"
-#include "sandbox/sandbox.h"
 
 #define USER_ID "remote-user"
 /* A box API call whose command ends at once. */
@@ -127,7 +128,7 @@ static int reset_env(void **state) {
 /* ---- helpers ---- */
 
 static void sandbox_id_of(char out[17], const char *thread) {
-    assert_int_equal(local_sandbox_id(out, USER_ID, thread), 0);
+    assert_int_equal(paths_sandbox_id(out, USER_ID, thread), 0);
 }
 
 static bool hex_of_len(const char *s, size_t n) {

@@ -29,7 +29,10 @@
 #include "base/base.h"
 #include "base/json.h"
 #include "config/config.h"
-#include "sandbox/sandbox.h"
+#include "paths/paths.h"
+#include "sandbox/client.h"
+#include "sandbox/local.h"
+#include "sandbox/user_data.h"
 
 #define WS "/mnt/user-data/workspace"
 #define USER_ID "sbx-user"
@@ -187,7 +190,7 @@ static char *host_read(const char *path) {
 
 static char *host_path(sbx_ctx *t, const char *thread, const char *rel) {
     char dir[PATH_MAX];
-    assert_int_equal(local_user_data_dir(dir, &t->cfg, USER_ID, thread), 0);
+    assert_int_equal(paths_user_data_dir(dir, t->cfg.home, USER_ID, thread), 0);
     return strf("%s/%s", dir, rel);
 }
 
@@ -258,7 +261,7 @@ static void proc_ids(unsigned long ids[4], pid_t pid, const char *field) {
     free(status);
 }
 
-/* The host uid the local provider gives a sandbox (sandbox.h). */
+/* The host uid the local provider gives a sandbox (user_data.h). */
 static uid_t expected_uid(const char *sandbox_id) {
     if (geteuid() != 0)
         return geteuid();
@@ -310,33 +313,9 @@ static int group_teardown(void **state) {
 
 /* ---- ids ---- */
 
-static void test_sandbox_id(void **state) {
-    char id[17];
-    /* sha256("alice:t1") = b076b51a7d6fe4e2... */
-    assert_int_equal(local_sandbox_id(id, "alice", "t1"), 0);
-    assert_string_equal(id, "b076b51a7d6fe4e2");
-    /* The pair matters in order: "t1:alice" is another sandbox. */
-    char other[17];
-    assert_int_equal(local_sandbox_id(other, "t1", "alice"), 0);
-    assert_string_not_equal(id, other);
-    char longest[65], too_long[66];
-    memset(longest, 'a', 64);
-    longest[64] = '\0';
-    memset(too_long, 'a', 65);
-    too_long[65] = '\0';
-    assert_int_equal(local_sandbox_id(id, longest, "-_"), 0);
-    const char *const bad[] = {"", "../x", "a/b", "a b", ".", "..", "a:b", "a\\b",
-                                      "a\nb", "\xc3\xa9", too_long};
-    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
-        assert_int_equal(local_sandbox_id(id, bad[i], "t"), FAWN_EINVAL);
-        assert_int_equal(local_sandbox_id(id, "u", bad[i]), FAWN_EINVAL);
-    }
-}
-
 static void test_invalid_ids_refused(void **state) {
     sbx_ctx *t = *state;
     static const char *const bad[] = {"", "../x", "a/b", "..", "x\ny"};
-    char dir[PATH_MAX];
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         local_box box;
         local_spec spec = {.cfg = &t->cfg, .user = USER_ID, .thread = bad[i], .fawn_bin = getenv("FAWN_BIN")};
@@ -349,13 +328,6 @@ static void test_invalid_ids_refused(void **state) {
         assert_false(box.started);
         assert_string_equal(box.socket_path, "");
         assert_int_equal(local_box_stop(&t->cfg, bad[i], "t"), FAWN_EINVAL);
-        POISON(dir);
-        assert_int_equal(local_user_data_dir(dir, &t->cfg, "u", bad[i]), FAWN_EINVAL);
-        assert_string_equal(dir, "");
-        int fd;
-        POISON(fd);
-        assert_int_equal(local_user_data_open(&fd, &t->cfg, "u", bad[i], false), FAWN_EINVAL);
-        assert_int_equal(fd, -1);
     }
     /* A box that is not there: no reply, status 0. */
     json_t *reply;
@@ -388,7 +360,7 @@ static void test_ensure_reuses_running_box(void **state) {
     assert_true(a.started);
     assert_true(a.pid > 0);
     char expected_id[17];
-    assert_int_equal(local_sandbox_id(expected_id, USER_ID, "reuse"), 0);
+    assert_int_equal(paths_sandbox_id(expected_id, USER_ID, "reuse"), 0);
     assert_string_equal(a.sandbox_id, expected_id);
     ensure(t, &b, "reuse");
     assert_false(b.started);
@@ -1001,7 +973,6 @@ static void test_stop_leaves_nothing(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sandbox_id),
         cmocka_unit_test(test_invalid_ids_refused),
         cmocka_unit_test(test_ensure_reuses_running_box),
         cmocka_unit_test(test_starts_while_threads_start),

@@ -1,13 +1,14 @@
-/* Sandboxes on this host (the local provider) and the client side of the
- * box API.
+/* The local provider: sandboxes as fresh Linux namespaces on this host,
+ * their launch, their cgroups and their network namespace pool. Private to
+ * the provider's files (local.c, local_provider.c, launch_spec.c, cgroup.c,
+ * netns_pool.c) and to the CLI's sandbox commands and doctor; the rest of
+ * fawn reaches the provider through sbx_provider (manager.h).
  *
  * Every out-parameter is set on every path, failures included: -1
- * descriptors, NULL replies, status 0, empty ids and boxes before anything
- * can fail. */
-#ifndef FAWN_SANDBOX_H
-#define FAWN_SANDBOX_H
+ * descriptors, status 0, empty ids and boxes before anything can fail. */
+#ifndef FAWN_SANDBOX_LOCAL_H
+#define FAWN_SANDBOX_LOCAL_H
 
-#include <jansson.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -15,15 +16,11 @@
 
 #include "config/config.h"
 
-/* Host uids a root-run fawn maps sandboxes to: never host root, and
- * different threads get different uids (2^16 of them from this base). */
-#define SANDBOX_UID_BASE 2000000000u
-#define SANDBOX_UID_RANGE 65536u
 /* Longest wait for a new box to report ready. */
 #define SANDBOX_START_TIMEOUT_MS 10000
 
 typedef struct local_box {
-    char sandbox_id[17];        /* first 16 hex of sha256("user:thread") */
+    char sandbox_id[17];        /* paths_sandbox_id(user, thread) */
     char socket_path[PATH_MAX]; /* the box API socket on the host */
     char generation[33];        /* the running box's generation id */
     bool started;               /* true when this call started it */
@@ -60,25 +57,10 @@ typedef struct local_spec {
                              NULL = this program (right when it is fawn) */
 } local_spec;
 
-/* The sandbox id of (user, thread) into out. FAWN_EINVAL for invalid ids. */
-int local_sandbox_id(char out[17], const char *user, const char *thread);
-
-/* Host directory of a thread's user-data into out (size PATH_MAX). */
-int local_user_data_dir(char *out, const fawn_config *cfg, const char *user, const char *thread);
-
-/* Opens the thread's user-data directory (O_DIRECTORY; caller closes
- * *fd_out). With create, first makes it as a start would: limited to
- * sandbox.limits.disk_mb from the moment it appears (sandbox/quota.h; an
- * existing one gets the configured limit again), with workspace/, uploads/
- * and outputs/ owned by the sandbox's uid; without, FAWN_ENOENT when it
- * does not exist. */
-int local_user_data_open(int *fd_out, const fawn_config *cfg, const char *user,
-                         const char *thread, bool create);
-
 /* Returns the thread's running box, or starts one: creates the thread's
- * directories (as local_user_data_open), then launches `fawn box` in fresh
- * namespaces (see box/box.h) with cgroup limits, and waits for it to be
- * ready. Starts for one sandbox are serialized with a lock file. */
+ * directories (as sbx_user_data_open in manager.h), then launches `fawn box`
+ * in fresh namespaces (see box/box.h) with cgroup limits, and waits for it
+ * to be ready. Starts for one sandbox are serialized with a lock file. */
 int local_box_ensure(local_box *out, const local_spec *spec);
 
 /* What local_launch needs: one sandbox's box, serving on listen_fd. */
@@ -98,7 +80,7 @@ typedef struct local_launch_spec {
 /* Starts a box as PID 1 of fresh user, mount, pid, ipc, uts (and, for
  * network none, net) namespaces with the sandbox's mounts (box/box.h),
  * its cgroup, and a host uid that is never root; waits until it is ready.
- * user_data is made as local_user_data_open makes it (disk limit included);
+ * user_data is made as sbx_user_data_open makes it (disk limit included);
  * where no kernel quota holds it, the box is told to measure it. Logs a
  * warning when the kernel could but the directory predates quotas.
  * Stores its host pid (a child of the caller, who reaps it) and generation.
@@ -123,57 +105,6 @@ int local_box_stop(const fawn_config *cfg, const char *user, const char *thread)
 int local_box_stop_id(const fawn_config *cfg, const char *sandbox_id);
 /* The host path of sandbox_id's box API socket into out. */
 int local_socket_path(char out[PATH_MAX], const fawn_config *cfg, const char *sandbox_id);
-
-/* ---- box API client ---- */
-
-/* Largest reply accepted from a box: commands' output is capped by the box,
- * but a box is untrusted, so its replies are capped here too. */
-#define BOX_REPLY_MAX ((size_t)256 << 20)
-
-/* A keep-alive connection to one box. */
-typedef struct box_conn {
-    char socket_path[PATH_MAX];
-    int fd; /* -1 when not connected */
-} box_conn;
-
-/* Prepares c for the box at socket_path (connects lazily). */
-void box_conn_init(box_conn *c, const char *socket_path);
-/* Closes the connection (c can be used again: it reconnects). */
-void box_conn_close(box_conn *c);
-
-/* Sends one request on c, reusing its connection when the box kept it open,
- * and parses the JSON reply. A request is never re-sent: when the exchange
- * fails midway its outcome is unknown to the caller, and c is closed.
- * Results and errors as for box_call. */
-int box_conn_call(json_t **reply, int *status, box_conn *c, const char *method, const char *path,
-                  const json_t *body, int timeout_ms);
-
-/* Sends one request on fd, a connected stream to a box, and parses the JSON
- * reply: the exchange box_conn_call and box_call make, for callers that
- * connect another way (TCP). headers (NULL for none) are complete header
- * lines, each ending in "\r\n", that the caller has checked hold no other
- * CR or LF. deadline_ms (fawn_now_ms clock) bounds the exchange. When
- * keep_alive is not NULL it tells whether fd may carry another request
- * (false after any error). Results and errors as for box_call. */
-int box_fd_call(json_t **reply, int *status, bool *keep_alive, int fd, const char *headers,
-                const char *method, const char *path, const json_t *body, int64_t deadline_ms);
-
-/* The same with a body of size bytes read from file_fd (from its current
- * offset), sent as application/octet-stream: file uploads. */
-int box_fd_call_file(json_t **reply, int *status, int fd, const char *headers,
-                     const char *method, const char *path, int file_fd, uint64_t size,
-                     int64_t deadline_ms);
-
-/* Sends one request on a new connection to the box at socket_path and
- * parses the JSON reply. body may be NULL. *status gets the HTTP status;
- * *reply (caller decrefs) the parsed object (for non-2xx too, when JSON).
- * timeout_ms bounds the whole exchange. FAWN_EPROTO for a malformed reply,
- * FAWN_ETIMEDOUT, FAWN_EIO when the box is unreachable. */
-int box_call(json_t **reply, int *status, const char *socket_path, const char *method,
-             const char *path, const json_t *body, int timeout_ms);
-
-/* Connects to a unix socket path of any length. Returns fd or < 0. */
-int box_connect(const char *socket_path);
 
 /* ---- resource limits: cgroups (v2, else v1 memory + pids) ----
  * When neither can be used, callers fall back to rlimits and cgroup_setup
@@ -202,9 +133,10 @@ typedef struct cgroup_handle {
  * moves pid into it. With pid 0 nothing is moved and an existing group of
  * that name is attached as it is (so cgroup_destroy can remove a group
  * another process created). A leftover empty group of the same name is
- * replaced; one that still has processes is FAWN_EEXIST. Returns 0 (h filled, possibly mode CGROUP_NONE with a
- * warning logged once per process when cgroups cannot be used) or a negative
- * FAWN_E* code when a group was created but could not be configured. */
+ * replaced; one that still has processes is FAWN_EEXIST. Returns 0 (h
+ * filled, possibly mode CGROUP_NONE with a warning logged once per process
+ * when cgroups cannot be used) or a negative FAWN_E* code when a group was
+ * created but could not be configured. */
 int cgroup_setup(cgroup_handle *h, const char *name, pid_t pid, uint64_t memory_bytes,
                  uint64_t max_pids);
 
