@@ -6,7 +6,7 @@ BUILD ?= build
 BUILD_ASAN ?= build-asan
 BUILD_FUZZ ?= build-fuzz
 
-.PHONY: deps build run test check fuzz bench clean
+.PHONY: deps build run test check format fuzz bench clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -31,6 +31,10 @@ check: deps $(BUILD_ASAN)/build.ninja
 	@ninja -C $(BUILD_ASAN) >/dev/null
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		meson test -C $(BUILD_ASAN) --suite unit --print-errorlogs
+
+# Rewrites every C file to .clang-format (CI checks it).
+format: deps
+	@bash scripts/check-format.sh --fix
 
 fuzz: deps
 	@bash scripts/fuzz.sh $(BUILD_FUZZ) 60
