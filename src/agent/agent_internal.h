@@ -33,7 +33,7 @@ typedef struct agent_tool_call {
     const char *name;
     const json_t *args;
     tool_result result;
-    int code;          /* a tool that failed outright (not its status): FAWN_E* */
+    int code;          /* the tool, or a hook answering for it, failed outright: FAWN_E* */
 } agent_tool_call;
 
 /* A hook: any member may be NULL. before_* and sandbox_acquired run first

@@ -54,7 +54,9 @@ typedef struct box_serve_opts {
 /* Runs the box until shutdown (API, SIGTERM), idle exit (no request for
  * settings->idle_exit_s), or the deletion of one of its user-data
  * directories on the host; every command still running is killed as it
- * stops. Returns 0 or a negative FAWN_E* code when it could not start. */
+ * stops. Returns 0 or a negative FAWN_E* code when it could not start
+ * (reporting ready on status_fd included: a launcher that was not told
+ * gives the box up). */
 FAWN_MUST_CHECK int box_serve(const box_serve_opts *opts);
 
 /* ---- isolation: building a sandbox's world ----

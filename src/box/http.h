@@ -74,20 +74,26 @@ ssize_t http_body_read(http_conn *c, void *buf, size_t n);
  * FAWN_E2BIG when Content-Length exceeds limit (nothing is read then). */
 FAWN_MUST_CHECK int http_body_read_all(char **out, size_t *out_len, http_conn *c, size_t limit);
 
+/* The answers below return nothing: an answer's failure is the
+ * connection's. One that cannot be built (out of memory, a bad status or
+ * header) sends nothing, so http_responded stays false and the server
+ * answers 500 for the handler; one that cannot be sent marks the connection
+ * failed, and the server closes it. Either is logged at debug level. */
+
 /* Sends a complete response. Content-Length is set from len. */
-FAWN_MUST_CHECK int http_respond(http_conn *c, int status, const char *content_type, const void *body, size_t len);
+void http_respond(http_conn *c, int status, const char *content_type, const void *body, size_t len);
 
 /* Sends v serialized as compact JSON (v is borrowed, not freed). */
-FAWN_MUST_CHECK int http_respond_json(http_conn *c, int status, const json_t *v);
+void http_respond_json(http_conn *c, int status, const json_t *v);
 
 /* Sends {"error": code, "detail": message} with the given status. */
-FAWN_MUST_CHECK int http_respond_error(http_conn *c, int status, const char *code, const char *fmt, ...)
+void http_respond_error(http_conn *c, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 /* Answers a failed operation: the negative FAWN_E* code picks the status
  * (EINVAL and EPROTO 400, EPERM 403, ENOENT 404, EEXIST and EBUSY 409,
  * E2BIG 413, EUNSUP 501, anything else 500) and fawn_errmsg() is the detail. */
-FAWN_MUST_CHECK int http_respond_failure(http_conn *c, int code);
+void http_respond_failure(http_conn *c, int code);
 
 /* Starts a streamed response with the given status and headers (extra_headers
  * is NULL or complete "Name: value\r\n" lines). The body is then sent with

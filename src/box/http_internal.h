@@ -47,7 +47,7 @@ FAWN_MUST_CHECK int http_conn_send(http_conn *c, struct iovec *iov, int iovcnt);
 
 /* Like http_respond_error with a preformatted detail and extra header lines
  * (NULL or complete "Name: value\r\n" lines). */
-FAWN_MUST_CHECK int http_respond_error_headers(http_conn *c, int status, const char *extra_headers,
-                               const char *code, const char *detail);
+void http_respond_error_headers(http_conn *c, int status, const char *extra_headers,
+                                const char *code, const char *detail);
 
 #endif

@@ -206,12 +206,14 @@ FAWN_MUST_CHECK int gw_respond_coded(gw_request *rq, unsigned status, const char
 
 /* Establishes rq->who from an API token, the session cookie or the
  * disabled-auth mode. 0 when signed in; FAWN_EPERM when a 401 has been
- * queued; other codes (the store failed) are not answered yet. */
+ * queued; other codes (the store failed, or the 401 could not be queued)
+ * are not answered yet. */
 FAWN_MUST_CHECK int gw_authenticate(gw_request *rq);
 /* For state-changing methods: a cookie session must echo its csrf_token
  * cookie in X-CSRF-Token (constant-time compare); API tokens are exempt;
  * requests without a session must come from no browser origin or our own.
- * 0, or a 403 has been queued and FAWN_EPERM is returned. */
+ * 0, or a 403 has been queued and FAWN_EPERM is returned (another code, not
+ * answered yet, when it could not be queued). */
 FAWN_MUST_CHECK int gw_check_csrf(gw_request *rq);
 /* The sign-in routes' defense: an Origin header, when present, must name
  * this server. 0, or FAWN_EPERM with a message. */
