@@ -121,7 +121,8 @@ static void stop_all(const fawn_config *cfg, int n) {
     char thread[32];
     for (int i = 0; i < n; i++) {
         snprintf(thread, sizeof thread, "t%d", i);
-        local_box_stop(cfg, "bench", thread);
+        if (local_box_stop(cfg, "bench", thread) < 0)
+            die("stopping a sandbox");
     }
     while (waitpid(-1, NULL, WNOHANG) > 0) {
     }
@@ -144,7 +145,8 @@ static double fawn_cold_median(const fawn_config *cfg, int rounds, netns_pool *p
         double us = fawn_cold_us(cfg, thread, &b, pool);
         if (i >= 0) /* the first pass creates the threads' directories */
             v[i] = us;
-        local_box_stop(cfg, "bench", thread);
+        if (local_box_stop(cfg, "bench", thread) < 0) /* a box left would skew the next start */
+            die("stopping a sandbox");
         while (waitpid(-1, NULL, WNOHANG) > 0) {
         }
     }
@@ -215,7 +217,8 @@ static void bench_managed(const fawn_config *cfg, int rounds) {
     for (int i = 0; i < 50; i++) /* starts the box, warms up */
         managed_exec_us(m, body);
     char socket_path[PATH_MAX];
-    local_socket_path(socket_path, cfg, sandbox_id_of("bench", "managed"));
+    if (local_socket_path(socket_path, cfg, sandbox_id_of("bench", "managed")) < 0)
+        die("the managed box's socket path");
     box_conn conn;
     box_conn_init(&conn, socket_path);
     double *managed = calloc((size_t)rounds, sizeof *managed);
@@ -234,7 +237,8 @@ static void bench_managed(const fawn_config *cfg, int rounds) {
            med, 1e6 / med, base, med / base);
     free(bare);
     enum sbx_destroy_outcome o;
-    sbx_destroy(&o, m, "bench", "managed");
+    if (sbx_destroy(&o, m, "bench", "managed") < 0)
+        die("destroying the managed sandbox");
     sbx_manager_free(m);
     local_provider_free(provider);
     authz_policy_free(policy);
@@ -264,7 +268,8 @@ static void bench_warm(const fawn_config *cfg, int rounds) {
     json_decref(body);
     free(ours);
     free(spawn);
-    local_box_stop(cfg, "bench", "warm");
+    if (local_box_stop(cfg, "bench", "warm") < 0)
+        die("stopping the warm sandbox");
 }
 
 static void bench_idle(const fawn_config *cfg, int n) {

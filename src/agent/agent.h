@@ -22,6 +22,7 @@
 #include "authz/authz.h"
 #include "sandbox/manager.h"
 #include "store/store.h"
+#include "base/base.h"
 
 /* Model calls per run by default, and the most a client may ask for. */
 #define AGENT_RECURSION_DEFAULT 100
@@ -71,12 +72,12 @@ void agent_outcome_clear(agent_outcome *o);
  * (status error included: a failed run is a result, not an error of this
  * call); a negative code when the run could not even start (no model, the
  * store failed). */
-int agent_run(agent_outcome *out, const agent_params *p);
+FAWN_MUST_CHECK int agent_run(agent_outcome *out, const agent_params *p);
 
 /* Turns input messages of a request (LangChain dicts {type|role, content},
  * or OpenAI-style {role, content}) into stored human messages with ids.
  * FAWN_EINVAL naming the first bad message. *out is a new array. */
-int agent_input_messages(json_t **out, const json_t *input);
+FAWN_MUST_CHECK int agent_input_messages(json_t **out, const json_t *input);
 
 /* A new message id (a UUID) in out. */
 void agent_message_id(char out[40]);
@@ -88,7 +89,7 @@ void agent_message_id(char out[40]);
  * checkpoint yet, then checkpoint_id is ""); checkpoint_id gets its
  * checkpoint's id. FAWN_EIO when the stored state is not an object;
  * store errors. */
-int agent_state_load(json_t **values, char checkpoint_id[STORE_RUN_ID_MAX + 1], store *st,
+FAWN_MUST_CHECK int agent_state_load(json_t **values, char checkpoint_id[STORE_RUN_ID_MAX + 1], store *st,
                      int64_t owner_id, const char *thread_id);
 /* Writes values as the thread's next checkpoint, after parent_id ("" or
  * NULL for none), by run_id (or NULL), with metadata (JSON object text);
@@ -96,7 +97,7 @@ int agent_state_load(json_t **values, char checkpoint_id[STORE_RUN_ID_MAX + 1], 
  * *state (may be NULL) its state reference (malloc'd: what a values event
  * holds, store.h); on failure checkpoint_id is left as it was. NULL metadata is taken for an allocation that failed
  * (FAWN_ENOMEM). */
-int agent_state_save(char checkpoint_id[STORE_RUN_ID_MAX + 1], char **state, store *st,
+FAWN_MUST_CHECK int agent_state_save(char checkpoint_id[STORE_RUN_ID_MAX + 1], char **state, store *st,
                      int64_t owner_id, const char *thread_id, const char *parent_id,
                      const char *run_id, const json_t *values, const char *metadata);
 /* The sandbox scope of a run's lead agent (its own shell session). */

@@ -11,6 +11,7 @@
 
 #include "agent/agent.h"
 #include "tools/tools.h"
+#include "base/base.h"
 
 /* One model call as hooks see it. */
 typedef struct agent_model_call {
@@ -32,7 +33,7 @@ typedef struct agent_tool_call {
     const char *name;
     const json_t *args;
     tool_result result;
-    int code;          /* a tool that failed outright (not its status): FAWN_E* */
+    int code;          /* the tool, or a hook answering for it, failed outright: FAWN_E* */
 } agent_tool_call;
 
 /* A hook: any member may be NULL. before_* and sandbox_acquired run first
@@ -121,10 +122,10 @@ void agent_emit_custom(agent_loop *run, const char *type, json_t *fields);
 /* A box command run once (not in the run's session) on the run's sandbox
  * (taken on first use): its stdout into *out (caller frees; NULL on
  * failure). FAWN_EIO when it does not exit 0; sandbox errors. */
-int agent_box_exec(char **out, agent_loop *run, const char *command);
+FAWN_MUST_CHECK int agent_box_exec(char **out, agent_loop *run, const char *command);
 /* Writes text to a file in the run's sandbox (taken on first use).
  * FAWN_EIO when the box refuses; sandbox errors. */
-int agent_box_write(agent_loop *run, const char *path, const char *text);
+FAWN_MUST_CHECK int agent_box_write(agent_loop *run, const char *path, const char *text);
 
 /* ---- messages.c ---- */
 
@@ -135,6 +136,6 @@ json_t *agent_tool_message(const agent_tool_call *call);
 /* Appends to request the OpenAI request form of messages[from..]: human →
  * user, ai → assistant with tool_calls, tool → a JSON projection
  * {"tool_status", "output"} of its status and exact text. */
-int agent_request_extend(json_t *request, const json_t *messages, size_t from);
+FAWN_MUST_CHECK int agent_request_extend(json_t *request, const json_t *messages, size_t from);
 
 #endif

@@ -50,7 +50,8 @@ const agent_hook hook_tool_output_budget = {.name = "tool_output_budget", .wrap_
 
 static void authz_wrap(agent_loop *run, agent_tool_call *call, size_t next) {
     if (authz_check(run->p->policy, run->p->role, AUTHZ_TOOLS, call->name) < 0) {
-        tool_fail(&call->result, TOOL_DENIED, "denied", false, "Error: %s", fawn_errmsg());
+        call->code = tool_fail(&call->result, TOOL_DENIED, "denied", false, "Error: %s",
+                               fawn_errmsg());
         return;
     }
     agent_next_tool(run, call, next);
@@ -114,9 +115,10 @@ static void rbw_wrap(agent_loop *run, agent_tool_call *call, size_t next) {
         int r = current_sha(sha, run, key);
         const char *seen = json_string_value(json_object_get(run->reads, key));
         if (r != FAWN_ENOENT && (r < 0 || !seen || strcmp(seen, sha) != 0)) {
-            tool_fail(&call->result, TOOL_ERROR, "blocked", true,
-                      "Error: %s exists and %s; read it with read_file before changing it", key,
-                      seen ? "has changed since you read it" : "you have not read it");
+            call->code = tool_fail(&call->result, TOOL_ERROR, "blocked", true,
+                                   "Error: %s exists and %s; read it with read_file before "
+                                   "changing it", key,
+                                   seen ? "has changed since you read it" : "you have not read it");
             return;
         }
     }
@@ -192,18 +194,19 @@ static void delivery_after_agent(agent_loop *run) {
         return;
     json_t *after = outputs_listing(run);
     fbuf missing = {0};
+    int r = 0;
     const char *name;
     json_t *v;
     json_object_foreach(after, name, v) {
         char path[VPATH_MAX + 64];
         snprintf(path, sizeof path, "/mnt/user-data/outputs/%s", name);
-        if (!json_equal(v, json_object_get(run->outputs_before, name)) &&
+        if (r == 0 && !json_equal(v, json_object_get(run->outputs_before, name)) &&
             !was_presented(run, path))
-            fbuf_printf(&missing, "%s%s", missing.len ? ", " : "", path);
+            r = fbuf_printf(&missing, "%s%s", missing.len ? ", " : "", path);
     }
-    if (missing.len)
+    if (missing.len || r < 0) /* a list that could not be made still names a miss */
         agent_stop(run, "", "Artifact delivery incomplete: %s written to outputs but never "
-                            "presented", missing.data);
+                            "presented", r < 0 ? "files" : missing.data);
     fbuf_free(&missing);
     json_decref(after);
 }
@@ -298,9 +301,9 @@ static void tool_errors_wrap(agent_loop *run, agent_tool_call *call, size_t next
     if (call->code == 0 && call->result.text)
         return;
     int code = call->code ? call->code : FAWN_ENOMEM;
-    tool_fail(&call->result, TOOL_ERROR, "internal", false, "Error: Tool '%s' failed with %s: %.*s",
-              call->name, fawn_strerror(code), TOOL_ERROR_DETAIL_MAX, fawn_errmsg());
-    call->code = 0;
+    call->code = tool_fail(&call->result, TOOL_ERROR, "internal", false,
+                           "Error: Tool '%s' failed with %s: %.*s", call->name,
+                           fawn_strerror(code), TOOL_ERROR_DETAIL_MAX, fawn_errmsg());
 }
 
 const agent_hook hook_tool_errors = {.name = "tool_errors", .wrap_tool = tool_errors_wrap};

@@ -146,9 +146,13 @@ static void tool_step(agent_loop *run, const json_t *ai) {
             .args = json_object_get(c, "args"),
         };
         if (agent_cancelled(run))
-            tool_fail(&call.result, TOOL_CANCELLED, "cancelled", false, "Error: cancelled");
+            call.code = tool_fail(&call.result, TOOL_CANCELLED, "cancelled", false,
+                                  "Error: cancelled");
         else
             agent_next_tool(run, &call, 0);
+        if (call.code < 0) /* not even an error text could be made: the message is empty */
+            log_warn("agent", "run %s: tool %s gave no answer: %s", run->p->run_id, call.name,
+                     fawn_errmsg());
         json_t *msg = agent_tool_message(&call);
         record_receipt(run, &call);
         tool_result_clear(&call.result);

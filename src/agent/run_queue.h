@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "agent/runs.h"
+#include "base/base.h"
 
 /* Where a run is: not in the queue, admitted but not yet startable,
  * waiting for a worker, or on one. */
@@ -47,7 +48,7 @@ typedef struct runq runq;
 
 /* An empty queue under limits (copied; workers is not used here, every
  * other limit at least 1, else FAWN_EINVAL). Free with runq_free. */
-int runq_new(runq **out, const runs_limits *limits);
+FAWN_MUST_CHECK int runq_new(runq **out, const runs_limits *limits);
 /* Frees the queue's own records (NULL is fine); the items are the caller's. */
 void runq_free(runq *q);
 
@@ -55,7 +56,7 @@ void runq_free(runq *q);
  * but not started until runq_ready. FAWN_EBUSY (a message for the user)
  * when owner has per_user_active_max runs admitted or queue_max runs wait;
  * FAWN_ENOMEM. *it is overwritten first, whatever the result. */
-int runq_add(runq *q, runq_item *it, int64_t owner_id);
+FAWN_MUST_CHECK int runq_add(runq *q, runq_item *it, int64_t owner_id);
 /* Makes an added run startable (RUNQ_WAITING), behind its owner's others. */
 void runq_ready(runq *q, runq_item *it);
 /* The waiting run a free worker starts next (now RUNQ_RUNNING), by the

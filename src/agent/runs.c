@@ -78,9 +78,43 @@ static void live_remove_locked(run_manager *m, run_entry *gone) {
 
 /* ---- one run, on a worker ---- */
 
+/* A worker writes a run's records and events whatever fails: each write
+ * below that fails is logged naming the run (a worker answers to no one
+ * who could do more), and the next one is tried. run_log_flush logs its
+ * own failures. */
+
+/* agent_params' emit: the run's events go to its log. */
 static void emit_to_log(void *ctx, const char *event, char *data) {
     run_entry *e = ctx;
-    run_log_append_text(e->log, event, data);
+    if (run_log_append_text(e->log, event, data) < 0)
+        log_warn("runs", "run %s: %s event not recorded: %s", e->run_id, event, fawn_errmsg());
+}
+
+/* Appends event (data taken) to e's log. */
+static void event_record(run_entry *e, const char *event, json_t *data) {
+    if (run_log_append(e->log, event, data) < 0)
+        log_warn("runs", "run %s: %s event not recorded: %s", e->run_id, event, fawn_errmsg());
+}
+
+/* Writes to the store what e's log has not written yet, before its thread
+ * is freed: a client that then reads the stored events sees them all. */
+static void events_store(run_entry *e) {
+    if (run_log_flush(e->log) < 0) /* logged by run_log_flush; run_log_end tries again */
+        log_debug("runs", "run %s: last events not stored yet", e->run_id);
+}
+
+/* Sets e's record to status (error: its message, or NULL). */
+static void status_record(run_manager *m, const run_entry *e, const char *status,
+                          const char *error) {
+    if (store_run_set_status(m->st, e->run_id, status, error) < 0)
+        log_warn("runs", "run %s: status %s not recorded: %s", e->run_id, status, fawn_errmsg());
+}
+
+/* Sets the status of e's thread. */
+static void thread_status_record(run_manager *m, const run_entry *e, const char *status) {
+    if (store_thread_set_status(m->st, e->owner_id, e->thread_id, status) < 0)
+        log_warn("runs", "run %s: thread %s not marked %s: %s", e->run_id, e->thread_id, status,
+                 fawn_errmsg());
 }
 
 /* The thread status after a run that ended with run_status. */
@@ -89,7 +123,7 @@ static const char *thread_status_after(const char *run_status) {
 }
 
 static void run_execute(run_manager *m, run_entry *e) {
-    store_run_set_status(m->st, e->run_id, "running", NULL);
+    status_record(m, e, "running", NULL);
     agent_params p = {
         .st = m->st, .sandboxes = m->sandboxes, .models = m->models, .policy = m->policy,
         .owner_id = e->owner_id, .user_dir = e->user_dir, .role = e->role,
@@ -107,18 +141,16 @@ static void run_execute(run_manager *m, run_entry *e) {
     }
     /* The record is final before the stream ends: a client that has seen
      * `end` reads the run's final status. */
-    store_run_set_status(m->st, e->run_id, out.status,
-                         strcmp(out.status, "success") == 0 ? NULL : out.error);
-    store_thread_set_status(m->st, e->owner_id, e->thread_id, thread_status_after(out.status));
+    status_record(m, e, out.status, strcmp(out.status, "success") == 0 ? NULL : out.error);
+    thread_status_record(m, e, thread_status_after(out.status));
     if (out.stop_reason[0])
-        run_log_append(e->log, "custom", json_pack("{s:s, s:s}", "type", "run_stopped",
-                                                   "stop_reason", out.stop_reason));
+        event_record(e, "custom", json_pack("{s:s, s:s}", "type", "run_stopped", "stop_reason",
+                                            out.stop_reason));
     if (strcmp(out.status, "error") == 0)
-        run_log_append(e->log, "error",
-                       json_pack("{s:s, s:s}", "error", "RunError", "message",
-                                 out.error ? out.error : "the run failed"));
-    run_log_append(e->log, "end", NULL);
-    run_log_flush(e->log);
+        event_record(e, "error", json_pack("{s:s, s:s}", "error", "RunError", "message",
+                                           out.error ? out.error : "the run failed"));
+    event_record(e, "end", NULL);
+    events_store(e);
     log_info("runs", "run %s on thread %s: %s%s%s", e->run_id, e->thread_id, out.status,
              out.stop_reason[0] ? " / " : "", out.stop_reason);
     agent_outcome_clear(&out);
@@ -258,10 +290,10 @@ static void kill_commands(run_manager *m, const run_entry *e) {
 static void entry_end_unstarted_locked(run_manager *m, run_entry *e, const char *why) {
     runq_remove(m->queue, &e->item);
     pthread_mutex_unlock(&m->lock);
-    store_run_set_status(m->st, e->run_id, "interrupted", why);
-    store_thread_set_status(m->st, e->owner_id, e->thread_id, "idle");
-    run_log_append(e->log, "end", NULL);
-    run_log_flush(e->log);
+    status_record(m, e, "interrupted", why);
+    thread_status_record(m, e, "idle");
+    event_record(e, "end", NULL);
+    events_store(e);
     pthread_mutex_lock(&m->lock);
     live_remove_locked(m, e);
     pthread_cond_broadcast(&m->ended);

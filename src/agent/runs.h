@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "agent/agent.h"
+#include "base/base.h"
 
 /* Events of one run kept for readers (in memory and in the store); a
  * reader that asks for an older one gets a gap. */
@@ -47,7 +48,7 @@ typedef struct runs_limits {
 /* Starts limits->workers workers. Everything passed is borrowed and must
  * outlive the manager, except limits (copied). FAWN_EINVAL for a limit of
  * 0. */
-int runs_new(run_manager **out, store *st, sbx_manager *sandboxes, const model_registry *models,
+FAWN_MUST_CHECK int runs_new(run_manager **out, store *st, sbx_manager *sandboxes, const model_registry *models,
              const authz_policy *policy, const runs_limits *limits);
 /* Cancels every run, waits for the workers and ends every log (waking
  * every reader); later runs_start calls are refused. The manager stays
@@ -76,14 +77,14 @@ typedef struct run_request {
  * worker. FAWN_EBUSY when the thread has an active run (reject), the user
  * has per_user_active_max runs already, the queue is full or the manager
  * is stopping; store errors otherwise. */
-int runs_start(char run_id[37], run_manager *m, const run_request *rq);
+FAWN_MUST_CHECK int runs_start(char run_id[37], run_manager *m, const run_request *rq);
 
 /* Asks a live run of the owner's thread to stop (it ends as interrupted:
  * a run still waiting for a worker at once, a model call aborts at once, a
  * running command is killed). With wait_ms,
  * waits up to that long for it to end: 0 when it has, FAWN_ETIMEDOUT when
  * not yet. FAWN_ENOENT when no such run is live. */
-int runs_cancel(run_manager *m, int64_t owner_id, const char *thread_id, const char *run_id,
+FAWN_MUST_CHECK int runs_cancel(run_manager *m, int64_t owner_id, const char *thread_id, const char *run_id,
                 int64_t wait_ms);
 
 /* Whether the owner's thread has an active run. */
@@ -99,7 +100,7 @@ void run_log_close(run_log *l);
  * most max, itself at most RUN_FETCH_MAX; free each data, then the array). *done says the log
  * has ended (after the events returned, there will be no more); *first is
  * the oldest seq still retained (a reader asking for less has a gap). */
-int run_log_fetch(store_event **out, size_t *n, bool *done, int64_t *first, run_log *l,
+FAWN_MUST_CHECK int run_log_fetch(store_event **out, size_t *n, bool *done, int64_t *first, run_log *l,
                   int64_t after, size_t max);
 
 /* The seq of the log's latest event and whether the log has ended. */

@@ -19,6 +19,7 @@
 #include "config/config.h"
 #include "sandbox/manager.h"
 #include "store/store.h"
+#include "base/base.h"
 
 typedef struct app app;
 
@@ -28,7 +29,7 @@ typedef struct app app;
  * manager (which adopts or removes the sandboxes a previous process left
  * running) and starts the run executor's workers. cfg and st are borrowed
  * and must outlive the app. Close it with app_close. */
-int app_open(app **out, const fawn_config *cfg, store *st);
+FAWN_MUST_CHECK int app_open(app **out, const fawn_config *cfg, store *st);
 
 /* Stops the run executor: live runs end as interrupted, their followers
  * get their last events, and later app_run_start calls are refused.
@@ -64,12 +65,12 @@ typedef struct app_run_spec {
  * when the role may not), the thread's files are made as its sandbox will
  * mount them, then the run is queued (runs_start: FAWN_EBUSY when the
  * thread is busy or a limit is reached). run_id gets the new run's id. */
-int app_run_start(char run_id[37], app *a, const store_user *user, const app_run_spec *spec);
+FAWN_MUST_CHECK int app_run_start(char run_id[37], app *a, const store_user *user, const app_run_spec *spec);
 
 /* Opens the user-data directory of the user's thread (caller closes
  * *fd_out); with create, makes it first as a sandbox start would
  * (FAWN_ENOENT without create when the thread has no files yet). */
-int app_thread_files_open(int *fd_out, const app *a, int64_t user_id, const char *thread_id,
+FAWN_MUST_CHECK int app_thread_files_open(int *fd_out, const app *a, int64_t user_id, const char *thread_id,
                           bool create);
 
 #endif

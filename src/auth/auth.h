@@ -26,17 +26,17 @@ bool auth_username_valid(const char *name);
 /* Whether password may be chosen: AUTH_PASSWORD_MIN to AUTH_PASSWORD_MAX
  * bytes, and not one of the passwords every guessing list starts with.
  * 0, or FAWN_EINVAL with a message saying why. */
-int auth_password_check(const char *password);
+FAWN_MUST_CHECK int auth_password_check(const char *password);
 
 /* Hashes password with argon2id (libsodium's interactive limits) into out.
  * FAWN_EINVAL for a password outside the accepted lengths, FAWN_ENOMEM when
  * the hashing memory cannot be had. */
-int auth_password_hash(char out[AUTH_HASH_MAX], const char *password);
+FAWN_MUST_CHECK int auth_password_hash(char out[AUTH_HASH_MAX], const char *password);
 
 /* 0 when password matches hash; FAWN_EPERM otherwise (a malformed hash
  * included). Takes the same time whether or not the user exists only if the
  * caller also verifies against a dummy hash for unknown users. */
-int auth_password_verify(const char *hash, const char *password);
+FAWN_MUST_CHECK int auth_password_verify(const char *hash, const char *password);
 
 /* Session tokens are HS256 JSON Web Tokens signed with a 32-byte secret. */
 #define AUTH_SECRET_BYTES 32
@@ -51,13 +51,13 @@ typedef struct auth_claims {
 } auth_claims;
 
 /* Signs claims into a new token (malloc'd, caller frees). */
-int auth_jwt_sign(char **out, const unsigned char secret[AUTH_SECRET_BYTES], const auth_claims *c);
+FAWN_MUST_CHECK int auth_jwt_sign(char **out, const unsigned char secret[AUTH_SECRET_BYTES], const auth_claims *c);
 
 /* Checks token: exactly the header fawn issues (HS256; nothing else is
  * negotiable), a valid signature (compared in constant time), then claims of
  * the right types. FAWN_EPERM for any invalid token, FAWN_ETIMEDOUT for a
  * valid one whose "exp" is at or before now (seconds). */
-int auth_jwt_verify(auth_claims *out, const unsigned char secret[AUTH_SECRET_BYTES],
+FAWN_MUST_CHECK int auth_jwt_verify(auth_claims *out, const unsigned char secret[AUTH_SECRET_BYTES],
                     const char *token, int64_t now);
 
 /* The environment variable that may hold the session secret: at least 32
@@ -71,6 +71,6 @@ int auth_jwt_verify(auth_claims *out, const unsigned char secret[AUTH_SECRET_BYT
  * secret) when missing. A secret file that is a symlink, not a regular
  * file, not exactly 32 bytes, or readable by group or others is refused
  * (FAWN_EPERM / FAWN_EINVAL): the secret signs every session. */
-int auth_secret_load(unsigned char out[AUTH_SECRET_BYTES], const char *home);
+FAWN_MUST_CHECK int auth_secret_load(unsigned char out[AUTH_SECRET_BYTES], const char *home);
 
 #endif

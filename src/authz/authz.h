@@ -26,6 +26,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include "base/base.h"
 
 typedef struct authz_policy authz_policy;
 
@@ -69,7 +70,7 @@ enum {
  * Errors: FAWN_ECONFIG with a message that starts with the full key path
  * ("authorization.roles.guest.tools.allow: ..."), FAWN_ENOMEM. *out is left
  * untouched on failure. */
-int authz_policy_load(authz_policy **out, const json_t *section);
+FAWN_MUST_CHECK int authz_policy_load(authz_policy **out, const json_t *section);
 
 /* Frees a policy from authz_policy_load; NULL is a no-op. */
 void authz_policy_free(authz_policy *p);
@@ -84,7 +85,7 @@ bool authz_enabled(const authz_policy *p);
  * it is denied when fail_closed (the message names the role) and allowed
  * otherwise, with one warning logged per call. FAWN_EINVAL when p or name
  * is NULL or res is not a resource (a programmer error, never an allow). */
-int authz_check(const authz_policy *p, const char *role, enum authz_resource res, const char *name);
+FAWN_MUST_CHECK int authz_check(const authz_policy *p, const char *role, enum authz_resource res, const char *name);
 
 /* The route permission bits `role` holds, to evaluate once per request.
  * Of the user permissions: all when the policy is disabled or the role has
@@ -105,6 +106,6 @@ const char *authz_permission_name(unsigned bit);
  * as authz_check. Returns 0, or FAWN_EPERM with the message exactly
  * "Sandbox execution is not permitted for your role" (also for a role that
  * is not configured under fail_closed). FAWN_EINVAL when p is NULL. */
-int authz_sandbox_execute(const authz_policy *p, const char *role);
+FAWN_MUST_CHECK int authz_sandbox_execute(const authz_policy *p, const char *role);
 
 #endif

@@ -36,6 +36,11 @@ enum {
     FAWN_ECANCELED = -14, /* the caller gave up on the operation */
 };
 
+/* Marks a function whose result is an error code (or a descriptor): the
+ * build fails where a caller drops it. Every such function in a header
+ * carries it; a caller that has nothing to do on failure says why. */
+#define FAWN_MUST_CHECK __attribute__((warn_unused_result))
+
 /* Records `fmt` as this thread's error message and returns `code`, so that
  * `return fawn_err(FAWN_EINVAL, "bad %s", x);` reads naturally. */
 int fawn_err(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -59,7 +64,7 @@ const char *fawn_strerror(int code);
 enum fawn_log_level { FAWN_LOG_DEBUG, FAWN_LOG_INFO, FAWN_LOG_WARN, FAWN_LOG_ERROR };
 void fawn_log_set_level(enum fawn_log_level level);
 /* Parses "debug|info|warn|error"; returns FAWN_EINVAL on anything else. */
-int fawn_log_parse_level(enum fawn_log_level *out, const char *name);
+FAWN_MUST_CHECK int fawn_log_parse_level(enum fawn_log_level *out, const char *name);
 void fawn_log(enum fawn_log_level level, const char *component, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 #define log_debug(comp, ...) fawn_log(FAWN_LOG_DEBUG, comp, __VA_ARGS__)
@@ -88,9 +93,9 @@ typedef struct fbuf {
 #define FBUF_DEFAULT_LIMIT ((size_t)64 << 20)
 
 /* Appends n bytes; FAWN_E2BIG (buffer unchanged) when len would pass limit. */
-int fbuf_append(fbuf *b, const void *data, size_t n);
+FAWN_MUST_CHECK int fbuf_append(fbuf *b, const void *data, size_t n);
 /* Appends a formatted string; FAWN_E2BIG when it would pass the limit. */
-int fbuf_printf(fbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+FAWN_MUST_CHECK int fbuf_printf(fbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Frees the storage and resets the buffer to empty (limit is kept). */
 void fbuf_free(fbuf *b);
 /* Hands the NUL-terminated storage to the caller (free() it); buffer becomes empty. */
@@ -104,9 +109,9 @@ int64_t fawn_wall_ms(void);
 
 /* Writes all n bytes to fd, retrying on EINTR and short writes. Errors as
  * fawn_err_write. */
-int fawn_write_all(int fd, const void *data, size_t n);
+FAWN_MUST_CHECK int fawn_write_all(int fd, const void *data, size_t n);
 /* Reads until EOF into *out (caller frees), failing with FAWN_E2BIG past limit bytes. */
-int fawn_read_all(char **out, size_t *out_len, int fd, size_t limit);
+FAWN_MUST_CHECK int fawn_read_all(char **out, size_t *out_len, int fd, size_t limit);
 
 /* True when s consists only of [A-Za-z0-9_-] and has length 1..64 (user and thread ids). */
 bool fawn_id_valid(const char *s);
@@ -121,7 +126,7 @@ void fawn_random_bytes(void *buf, size_t n);
 void fawn_random_hex(char *out, size_t n);
 
 /* The value of one hexadecimal digit (either case), or -1. */
-int fawn_hex_digit(char c);
+FAWN_MUST_CHECK int fawn_hex_digit(char c);
 
 /* A random (version 4) UUID in its 36-character text form into out. */
 void fawn_random_uuid(char out[37]);
@@ -129,6 +134,6 @@ void fawn_random_uuid(char out[37]);
 /* Replaces what /proc/self/cmdline shows with title (cut to fit the
  * original argument area), by overwriting that area. Only for a process that
  * no longer uses its argv (a freshly cloned child). Returns 0 or FAWN_EIO. */
-int fawn_set_cmdline(const char *title);
+FAWN_MUST_CHECK int fawn_set_cmdline(const char *title);
 
 #endif

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "base.h"
+#include "base/base.h"
 
 enum fsx_follow {
     FSX_NO_SYMLINKS = 0,    /* any symlink in the path fails with FAWN_EPERM */
@@ -29,36 +30,36 @@ enum fsx_follow {
  * a negative FAWN_E* code: FAWN_ENOENT, FAWN_EPERM (escape attempt or symlink
  * refused), FAWN_E2BIG (a disk quota or a full disk refused a creation),
  * FAWN_EIO. An empty rel or "." opens dirfd's directory itself. */
-int fsx_open_beneath(int dirfd, const char *rel, int flags, mode_t mode, enum fsx_follow follow);
+FAWN_MUST_CHECK int fsx_open_beneath(int dirfd, const char *rel, int flags, mode_t mode, enum fsx_follow follow);
 
 /* Creates every missing directory of `rel` beneath dirfd (mode 0755), never
  * following symlinks. Returns an O_DIRECTORY fd of the last one, or < 0
  * (codes as fsx_open_beneath). */
-int fsx_mkdirs_beneath(int dirfd, const char *rel);
+FAWN_MUST_CHECK int fsx_mkdirs_beneath(int dirfd, const char *rel);
 
 /* True when this kernel implements openat2 (probed once). */
 bool fsx_have_openat2(void);
 
 /* Creates a directory path on the host (like mkdir -p), mode for new parts. */
-int fsx_mkdir_p(const char *path, mode_t mode);
+FAWN_MUST_CHECK int fsx_mkdir_p(const char *path, mode_t mode);
 
 /* Makes path (like mkdir -p, new parts 0700) a directory fit for private
  * state: FAWN_EPERM when it is a symlink, not owned by this user, or
  * writable by its group or by others (anyone who can write there could
  * replace the files kept in it). Its mode is otherwise left as it is. */
-int fsx_private_dir(const char *path);
+FAWN_MUST_CHECK int fsx_private_dir(const char *path);
 
 /* Opens path (creating it when missing), a regular file of this user, never
  * through a symlink, and makes it mode 0600 whatever the umask or its mode
  * was. Returns the fd or a negative FAWN_E*. */
-int fsx_private_file(const char *path);
+FAWN_MUST_CHECK int fsx_private_file(const char *path);
 
 /* Removes name (a file, or a directory with everything beneath it) from
  * dirfd, never following a symlink: each directory is opened relative to
  * its parent's fd with O_NOFOLLOW. Any depth, without recursion and with a
  * bounded number of open directories. FAWN_ENOENT when name does not exist;
  * FAWN_EIO when something could not be removed (what could be, is). */
-int fsx_remove_tree(int dirfd, const char *name);
+FAWN_MUST_CHECK int fsx_remove_tree(int dirfd, const char *name);
 
 /* Bounds of one fsx_tree_usage walk. */
 typedef struct fsx_usage_bounds {
@@ -84,7 +85,7 @@ typedef struct fsx_usage_bounds {
  * than max_depth it stops with FAWN_E2BIG and *bytes holds what it counted
  * so far (a lower bound). FAWN_EIO when a directory cannot be read; entries
  * that vanish during the walk are skipped. dirfd is borrowed. */
-int fsx_tree_usage(uint64_t *bytes, int dirfd, const fsx_usage_bounds *b);
+FAWN_MUST_CHECK int fsx_tree_usage(uint64_t *bytes, int dirfd, const fsx_usage_bounds *b);
 
 /* ---- staging files: a file is written whole under a staging name, then put in place ----
  *
@@ -170,22 +171,22 @@ bool fsx_is_staging_name(const char *name);
  * replaced or written over, with shown naming it in messages: FAWN_EPERM
  * for a symlink or a file with several hard links (one planted to a file
  * elsewhere), FAWN_EINVAL for anything but a regular file. */
-int fsx_check_replaceable(const struct stat *st, const char *shown);
+FAWN_MUST_CHECK int fsx_check_replaceable(const struct stat *st, const char *shown);
 
 /* Creates a staging file of that kind in dirfd (borrowed; it must outlive
  * s) that will become a new file of the given mode, and opens it for
  * writing. *s is reset first; on failure nothing was created. Errors as
  * above; FAWN_EIO also when no free name was found after a few tries. */
-int fsx_staged_open(fsx_staged *s, int dirfd, enum fsx_staging_kind kind, mode_t mode);
+FAWN_MUST_CHECK int fsx_staged_open(fsx_staged *s, int dirfd, enum fsx_staging_kind kind, mode_t mode);
 
 /* Appends n bytes to the open staging file. FAWN_EINVAL when it is not
  * open; errors as above. */
-int fsx_staged_write(fsx_staged *s, const void *data, size_t n);
+FAWN_MUST_CHECK int fsx_staged_write(fsx_staged *s, const void *data, size_t n);
 
 /* Flushes the staging file to disk (fsync) and closes it, so that many can
  * wait for their commit without holding a descriptor each. 0 when it is
  * already closed; errors as above (a full disk may only show here). */
-int fsx_staged_flush(fsx_staged *s);
+FAWN_MUST_CHECK int fsx_staged_flush(fsx_staged *s);
 
 /* Flags of fsx_staged_commit. */
 enum {
@@ -201,7 +202,7 @@ enum {
  * and flushes the directory. Stores the placed file's stat in *st. On
  * failure name is unchanged and the staging file is left for
  * fsx_staged_abort. Errors as above. */
-int fsx_staged_commit(struct stat *st, fsx_staged *s, const char *name, unsigned flags,
+FAWN_MUST_CHECK int fsx_staged_commit(struct stat *st, fsx_staged *s, const char *name, unsigned flags,
                       const char *shown);
 
 /* Closes the staging file and removes it unless it was placed; resets *s.

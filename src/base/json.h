@@ -12,22 +12,23 @@
 #include <stdint.h>
 
 #include "base.h"
+#include "base/base.h"
 
 /* Parses at most len bytes as one JSON object. FAWN_EINVAL (message has the
  * parser's position) for anything else. Caller json_decref()s *out. */
-int fjson_parse_object(json_t **out, const char *data, size_t len);
+FAWN_MUST_CHECK int fjson_parse_object(json_t **out, const char *data, size_t len);
 
 /* Optional/required typed getters. When the key is absent and required is
  * false, *out keeps its previous value (the caller's default) and 0 is returned.
  * A present key of the wrong type, or out of [min, max], is FAWN_EINVAL. */
-int fjson_get_string(const char **out, const json_t *obj, const char *key, bool required);
-int fjson_get_int(int64_t *out, const json_t *obj, const char *key, bool required, int64_t min,
+FAWN_MUST_CHECK int fjson_get_string(const char **out, const json_t *obj, const char *key, bool required);
+FAWN_MUST_CHECK int fjson_get_int(int64_t *out, const json_t *obj, const char *key, bool required, int64_t min,
                   int64_t max);
-int fjson_get_bool(bool *out, const json_t *obj, const char *key, bool required);
+FAWN_MUST_CHECK int fjson_get_bool(bool *out, const json_t *obj, const char *key, bool required);
 
 /* Fails with FAWN_EINVAL naming the first key of obj that is not in `allowed`
  * (a NULL-terminated list). Unknown fields are refused, not ignored. */
-int fjson_check_keys(const json_t *obj, const char *const *allowed);
+FAWN_MUST_CHECK int fjson_check_keys(const json_t *obj, const char *const *allowed);
 
 /* Serializes v compactly into a malloc'd string (caller frees); NULL on OOM. */
 char *fjson_dump(const json_t *v);
@@ -42,6 +43,6 @@ size_t fawn_utf8_char_start(const char *s, size_t i);
 
 /* Appends s[0..n) to out with every invalid UTF-8 sequence replaced by
  * U+FFFD, so arbitrary bytes (command output) can go into JSON strings. */
-int fawn_utf8_sanitize(fbuf *out, const char *s, size_t n);
+FAWN_MUST_CHECK int fawn_utf8_sanitize(fbuf *out, const char *s, size_t n);
 
 #endif

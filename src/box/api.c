@@ -389,13 +389,16 @@ static void stop_idle_watch(box_state *b, pthread_t t) {
     close(b->idle_stop[1]);
 }
 
-static void report_ready(int status_fd, const char *generation) {
+/* Tells the launcher the box serves. A box that cannot tell it is given
+ * up by its launcher, so it does not serve either: the error is returned. */
+static int report_ready(int status_fd, const char *generation) {
     if (status_fd < 0)
-        return;
+        return 0;
     char line[64];
     int n = snprintf(line, sizeof line, "ready %s\n", generation);
-    fawn_write_all(status_fd, line, (size_t)n);
+    int r = fawn_write_all(status_fd, line, (size_t)n);
     close(status_fd);
+    return r;
 }
 
 /* One arena and a fixed mmap threshold: freed request memory goes back to the
@@ -436,7 +439,9 @@ int box_serve(const box_serve_opts *o) {
         user_data_unwatch(&b);
         return r;
     }
-    report_ready(o->status_fd, b.generation);
+    r = report_ready(o->status_fd, b.generation);
+    if (r < 0)
+        log_error("box", "cannot report ready: %s", fawn_errmsg());
     http_server_opts hopts = {
         .listen_fd = o->listen_fd,
         .bearer_token = o->token,
@@ -446,7 +451,8 @@ int box_serve(const box_serve_opts *o) {
         .handler = handle,
         .ud = &b,
     };
-    r = http_serve(&hopts);
+    if (r == 0)
+        r = http_serve(&hopts);
     stop_idle_watch(&b, watcher);
     box_exec_free(b.exec);
     user_data_unwatch(&b);

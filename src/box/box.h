@@ -16,6 +16,7 @@
 #include "box/exec.h"
 #include "box/files.h"
 #include "config/config.h"
+#include "base/base.h"
 
 /* What a launcher tells a box: limits, the command environment, and facts
  * about its isolation that the box reports as capabilities. */
@@ -39,7 +40,7 @@ typedef struct box_settings {
  * cgroup names the limits actually in force ("v2", "v1" or "none"); with
  * "none", RLIMIT_AS stands in for the memory limit. Free with
  * box_settings_free. */
-int box_settings_from_config(box_settings *out, const fawn_config *cfg, const char *cgroup);
+FAWN_MUST_CHECK int box_settings_from_config(box_settings *out, const fawn_config *cfg, const char *cgroup);
 
 void box_settings_free(box_settings *s);
 
@@ -53,8 +54,10 @@ typedef struct box_serve_opts {
 /* Runs the box until shutdown (API, SIGTERM), idle exit (no request for
  * settings->idle_exit_s), or the deletion of one of its user-data
  * directories on the host; every command still running is killed as it
- * stops. Returns 0 or a negative FAWN_E* code when it could not start. */
-int box_serve(const box_serve_opts *opts);
+ * stops. Returns 0 or a negative FAWN_E* code when it could not start
+ * (reporting ready on status_fd included: a launcher that was not told
+ * gives the box up). */
+FAWN_MUST_CHECK int box_serve(const box_serve_opts *opts);
 
 /* ---- isolation: building a sandbox's world ----
  * Called by a launcher in a child freshly cloned into new user, mount, pid,
@@ -81,7 +84,7 @@ typedef struct box_host_dirs {
 
 /* Opens the plan's directories (no symlink as last component). Returns 0, or
  * -1 with a message in err. */
-int box_isolate_open_dirs(box_host_dirs *out, const box_mount_plan *plan, char *err, size_t errsz);
+FAWN_MUST_CHECK int box_isolate_open_dirs(box_host_dirs *out, const box_mount_plan *plan, char *err, size_t errsz);
 
 /* Turns the calling process (PID 1 of new namespaces, with its uid/gid maps
  * already written) into the sandbox: private mounts, a read-only tmpfs root
@@ -90,7 +93,7 @@ int box_isolate_open_dirs(box_host_dirs *out, const box_mount_plan *plan, char *
  * /dev/shm, a fresh /proc, a minimal /dev, pivot_root, hostname "sandbox",
  * loopback up. On failure writes a message to err (size errsz) and returns
  * -1; the caller must then exit. */
-int box_isolate_enter(const box_mount_plan *plan, const box_host_dirs *dirs, char *err,
+FAWN_MUST_CHECK int box_isolate_enter(const box_mount_plan *plan, const box_host_dirs *dirs, char *err,
                       size_t errsz);
 
 /* Writes "0 outer 1" maps for pid. Called by a privileged parent mapping to
@@ -98,11 +101,11 @@ int box_isolate_enter(const box_mount_plan *plan, const box_host_dirs *dirs, cha
  * supplementary groups), or by an unprivileged child itself with pid 0
  * ("self"), which the kernel only allows with setgroups denied first.
  * Returns 0 or -errno. */
-int box_write_id_maps(pid_t pid, uid_t outer_uid, gid_t outer_gid, bool deny_setgroups);
+FAWN_MUST_CHECK int box_write_id_maps(pid_t pid, uid_t outer_uid, gid_t outer_gid, bool deny_setgroups);
 
 /* Brings up the loopback interface of the calling thread's network
  * namespace (nothing to do when it is up). Returns 0 or -1 with errno. */
-int box_isolate_loopback_up(void);
+FAWN_MUST_CHECK int box_isolate_loopback_up(void);
 
 /* ---- the sandbox's /etc ----
  * A directory the launcher prepares on the host once per set of sources,
@@ -122,6 +125,6 @@ extern const size_t box_etc_bound_dirs_count;
  * fingerprint of its sources, so it is rebuilt exactly when one changes;
  * concurrent launchers build it at most once each and never see it half
  * written. Returns 0 or a negative FAWN_E* code. */
-int box_etc_prepare(char out[PATH_MAX], const char *run_dir, bool network_none);
+FAWN_MUST_CHECK int box_etc_prepare(char out[PATH_MAX], const char *run_dir, bool network_none);
 
 #endif

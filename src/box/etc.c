@@ -40,28 +40,27 @@ static const struct {
     {"hosts", "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost\n"},
 };
 
-static void fingerprint_add(fbuf *fp, const char *name) {
+static int fingerprint_add(fbuf *fp, const char *name) {
     char path[PATH_MAX];
     struct stat st;
     snprintf(path, sizeof path, "/etc/%s", name);
     if (lstat(path, &st) < 0)
-        fbuf_printf(fp, "%s:-\n", name);
-    else
-        fbuf_printf(fp, "%s:%o:%lld:%lld.%ld:%llu:%llu\n", name, (unsigned)st.st_mode,
-                    (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
-                    (unsigned long long)st.st_ino, (unsigned long long)st.st_dev);
+        return fbuf_printf(fp, "%s:-\n", name);
+    return fbuf_printf(fp, "%s:%o:%lld:%lld.%ld:%llu:%llu\n", name, (unsigned)st.st_mode,
+                       (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+                       (unsigned long long)st.st_ino, (unsigned long long)st.st_dev);
 }
 
 static int fingerprint(char out[17], bool network_none) {
     fbuf fp = {0};
-    fbuf_printf(&fp, "%s:%d\n", ETC_FORMAT, network_none);
-    for (size_t i = 0; i < ARRAY_LEN(copied_files); i++)
-        fingerprint_add(&fp, copied_files[i]);
-    for (size_t i = 0; !network_none && i < ARRAY_LEN(network_files); i++)
-        fingerprint_add(&fp, network_files[i]);
-    if (!fp.data) {
+    int r = fbuf_printf(&fp, "%s:%d\n", ETC_FORMAT, network_none);
+    for (size_t i = 0; r == 0 && i < ARRAY_LEN(copied_files); i++)
+        r = fingerprint_add(&fp, copied_files[i]);
+    for (size_t i = 0; r == 0 && !network_none && i < ARRAY_LEN(network_files); i++)
+        r = fingerprint_add(&fp, network_files[i]);
+    if (r < 0) {
         fbuf_free(&fp);
-        return fawn_err(FAWN_ENOMEM, "out of memory");
+        return r;
     }
     char hex[65];
     fawn_sha256_hex(hex, fp.data, fp.len);

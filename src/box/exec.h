@@ -27,6 +27,7 @@
 #include <linux/filter.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include "base/base.h"
 
 /* Longest command string accepted. */
 #define BOX_COMMAND_MAX (64 * 1024)
@@ -58,12 +59,12 @@ typedef struct box_exec_ctx box_exec_ctx;
 
 /* Creates the execution context (compiles the seccomp filter). Caller frees
  * with box_exec_free, which kills every session. */
-int box_exec_new(box_exec_ctx **out, const box_exec_config *cfg);
+FAWN_MUST_CHECK int box_exec_new(box_exec_ctx **out, const box_exec_config *cfg);
 void box_exec_free(box_exec_ctx *ctx);
 
 /* Compiles the command seccomp filter if that has not happened yet (the
  * first execution does it otherwise). Thread-safe. Returns 0 or FAWN_E*. */
-int box_exec_prepare(box_exec_ctx *ctx);
+FAWN_MUST_CHECK int box_exec_prepare(box_exec_ctx *ctx);
 
 typedef struct box_exec_request {
     const char *command;
@@ -77,7 +78,7 @@ typedef struct box_exec_request {
 
 /* Validates a /v1/shell/exec body into *req (strings borrowed from body;
  * req->env is malloc'd, free it). FAWN_EINVAL names the bad field. */
-int box_exec_request_parse(box_exec_request *req, const json_t *body, const box_exec_ctx *ctx);
+FAWN_MUST_CHECK int box_exec_request_parse(box_exec_request *req, const json_t *body, const box_exec_ctx *ctx);
 
 /* Runs one command and stores the reply object in *out:
  * {status: completed|timeout|killed|error, exit_code, stdout, stderr,
@@ -85,18 +86,18 @@ int box_exec_request_parse(box_exec_request *req, const json_t *body, const box_
  * Returns FAWN_ENOENT (unknown session), FAWN_EBUSY (session already
  * running a command), FAWN_EINVAL, or FAWN_EIO when the command could not be
  * started. A started command always yields 0 and a reply. */
-int box_exec_run(json_t **out, box_exec_ctx *ctx, const box_exec_request *req);
+FAWN_MUST_CHECK int box_exec_run(json_t **out, box_exec_ctx *ctx, const box_exec_request *req);
 
 /* Creates a session with id (or a random id when id is NULL). An existing id
  * is not an error: *existed is set. Stores the session's description in *out.
  * FAWN_E2BIG when max_sessions are live. */
-int box_session_create(json_t **out, box_exec_ctx *ctx, const char *id);
+FAWN_MUST_CHECK int box_session_create(json_t **out, box_exec_ctx *ctx, const char *id);
 
 /* Kills every process of the session (its state is kept). FAWN_ENOENT if unknown. */
-int box_session_kill(box_exec_ctx *ctx, const char *id);
+FAWN_MUST_CHECK int box_session_kill(box_exec_ctx *ctx, const char *id);
 
 /* Kills the session's processes and forgets it. FAWN_ENOENT if unknown. */
-int box_session_delete(box_exec_ctx *ctx, const char *id);
+FAWN_MUST_CHECK int box_session_delete(box_exec_ctx *ctx, const char *id);
 
 /* {sessions: [{id, busy, cwd, running_init}]} */
 json_t *box_session_list(box_exec_ctx *ctx);

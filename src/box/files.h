@@ -16,6 +16,7 @@
 
 #include "box/http.h"
 #include "paths/paths.h"
+#include "base/base.h"
 
 typedef struct box_file_limits {
     size_t read_max_bytes;     /* bytes of content a read returns before cutting (default 1 MiB) */
@@ -40,11 +41,11 @@ typedef struct box_files {
  * Errors are negative FAWN_E* codes with fawn_err() messages:
  * FAWN_EINVAL 400, FAWN_EPERM 403, FAWN_ENOENT 404, FAWN_EEXIST 409,
  * FAWN_E2BIG 413, anything else 500. See docs/box-api.md for the schemas. */
-int box_file_read(json_t **out, const json_t *req, const box_files *f);
-int box_file_write(json_t **out, const json_t *req, const box_files *f);
-int box_file_list(json_t **out, const json_t *req, const box_files *f);
-int box_file_glob(json_t **out, const json_t *req, const box_files *f);
-int box_file_grep(json_t **out, const json_t *req, const box_files *f);
+FAWN_MUST_CHECK int box_file_read(json_t **out, const json_t *req, const box_files *f);
+FAWN_MUST_CHECK int box_file_write(json_t **out, const json_t *req, const box_files *f);
+FAWN_MUST_CHECK int box_file_list(json_t **out, const json_t *req, const box_files *f);
+FAWN_MUST_CHECK int box_file_glob(json_t **out, const json_t *req, const box_files *f);
+FAWN_MUST_CHECK int box_file_grep(json_t **out, const json_t *req, const box_files *f);
 
 /* Streamed operations; they answer on c themselves.
  * upload:   POST /v1/file/upload?path=P[&overwrite=true] with the raw bytes as body.

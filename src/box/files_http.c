@@ -72,10 +72,9 @@ void box_file_download(http_conn *c, const http_request *req, const box_files *f
     if (http_stream_begin(c, 200, "application/octet-stream", NULL) < 0)
         return;
     r = box_file_download_copy(fd, size, stream_write, c);
-    if (r < 0) {
-        /* Without the final chunk the client sees a truncated body, not a short file. */
+    /* Without the final chunk the client sees a truncated body, not a short file. */
+    if (r == 0)
+        r = http_stream_end(c);
+    if (r < 0)
         log_warn("files", "download of %s cut short: %s", path, fawn_errmsg());
-        return;
-    }
-    http_stream_end(c);
 }

@@ -600,8 +600,15 @@ static int respond_full(http_conn *c, int status, const char *content_type,
     return http_conn_send(c, iov, 4);
 }
 
-int http_respond(http_conn *c, int status, const char *content_type, const void *body, size_t len) {
-    return respond_full(c, status, content_type, NULL, body, len);
+/* The end of every answer: its failure stays on c (http.h). */
+static void answered(int status, int r) {
+    if (r < 0)
+        log_debug("http", "the %d answer was not sent: %s", status, fawn_errmsg());
+}
+
+void http_respond(http_conn *c, int status, const char *content_type, const void *body,
+                  size_t len) {
+    answered(status, respond_full(c, status, content_type, NULL, body, len));
 }
 
 static int respond_json_headers(http_conn *c, int status, const char *extra_headers,
@@ -614,29 +621,27 @@ static int respond_json_headers(http_conn *c, int status, const char *extra_head
     return r;
 }
 
-int http_respond_json(http_conn *c, int status, const json_t *v) {
-    return respond_json_headers(c, status, NULL, v);
+void http_respond_json(http_conn *c, int status, const json_t *v) {
+    answered(status, respond_json_headers(c, status, NULL, v));
 }
 
-int http_respond_error_headers(http_conn *c, int status, const char *extra_headers,
-                               const char *code, const char *detail) {
+void http_respond_error_headers(http_conn *c, int status, const char *extra_headers,
+                                const char *code, const char *detail) {
     if (!fawn_utf8_valid(detail, strlen(detail)))
         detail = "(detail is not valid UTF-8)";
     json_t *v = json_pack("{s:s, s:s}", "error", code, "detail", detail);
-    if (!v)
-        return fawn_err(FAWN_ENOMEM, "cannot build the error response");
-    int r = respond_json_headers(c, status, extra_headers, v);
+    answered(status, v ? respond_json_headers(c, status, extra_headers, v)
+                       : fawn_err(FAWN_ENOMEM, "cannot build the error response"));
     json_decref(v);
-    return r;
 }
 
-int http_respond_error(http_conn *c, int status, const char *code, const char *fmt, ...) {
+void http_respond_error(http_conn *c, int status, const char *code, const char *fmt, ...) {
     char detail[HTTP_ERROR_DETAIL_MAX];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
-    return http_respond_error_headers(c, status, NULL, code, detail);
+    http_respond_error_headers(c, status, NULL, code, detail);
 }
 
 int http_stream_begin(http_conn *c, int status, const char *content_type,
@@ -719,6 +724,6 @@ static int status_for_code(int code) {
     }
 }
 
-int http_respond_failure(http_conn *c, int code) {
-    return http_respond_error(c, status_for_code(code), fawn_strerror(code), "%s", fawn_errmsg());
+void http_respond_failure(http_conn *c, int code) {
+    http_respond_error(c, status_for_code(code), fawn_strerror(code), "%s", fawn_errmsg());
 }

@@ -49,7 +49,7 @@ typedef struct http_request {
  * still under HTTP_MAX_HEAD_BYTES). On a malformed head returns a negative
  * FAWN_E* code and sets *status to the HTTP status to answer with (400, 413,
  * 431, 501, 505). Never reads past buf[len-1]. */
-int http_parse_head(http_request *req, size_t *head_len, int *status, char *buf, size_t len);
+FAWN_MUST_CHECK int http_parse_head(http_request *req, size_t *head_len, int *status, char *buf, size_t len);
 
 /* Case-insensitive header lookup; NULL when absent. */
 const char *http_header_get(const http_request *req, const char *name);
@@ -59,7 +59,7 @@ const char *http_header_get(const http_request *req, const char *name);
  * malformed, FAWN_E2BIG when it does not fit. NUL bytes are refused.
  * The whole query must be well formed, and a parameter given twice is
  * FAWN_EINVAL (no guessing which one the client meant). */
-int http_query_get(char *out, size_t outsz, const http_request *req, const char *name);
+FAWN_MUST_CHECK int http_query_get(char *out, size_t outsz, const http_request *req, const char *name);
 
 typedef struct http_conn http_conn;
 
@@ -72,29 +72,35 @@ ssize_t http_body_read(http_conn *c, void *buf, size_t n);
 
 /* Reads the whole body into a malloc'd NUL-terminated buffer (caller frees).
  * FAWN_E2BIG when Content-Length exceeds limit (nothing is read then). */
-int http_body_read_all(char **out, size_t *out_len, http_conn *c, size_t limit);
+FAWN_MUST_CHECK int http_body_read_all(char **out, size_t *out_len, http_conn *c, size_t limit);
+
+/* The answers below return nothing: an answer's failure is the
+ * connection's. One that cannot be built (out of memory, a bad status or
+ * header) sends nothing, so http_responded stays false and the server
+ * answers 500 for the handler; one that cannot be sent marks the connection
+ * failed, and the server closes it. Either is logged at debug level. */
 
 /* Sends a complete response. Content-Length is set from len. */
-int http_respond(http_conn *c, int status, const char *content_type, const void *body, size_t len);
+void http_respond(http_conn *c, int status, const char *content_type, const void *body, size_t len);
 
 /* Sends v serialized as compact JSON (v is borrowed, not freed). */
-int http_respond_json(http_conn *c, int status, const json_t *v);
+void http_respond_json(http_conn *c, int status, const json_t *v);
 
 /* Sends {"error": code, "detail": message} with the given status. */
-int http_respond_error(http_conn *c, int status, const char *code, const char *fmt, ...)
+void http_respond_error(http_conn *c, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 /* Answers a failed operation: the negative FAWN_E* code picks the status
  * (EINVAL and EPROTO 400, EPERM 403, ENOENT 404, EEXIST and EBUSY 409,
  * E2BIG 413, EUNSUP 501, anything else 500) and fawn_errmsg() is the detail. */
-int http_respond_failure(http_conn *c, int code);
+void http_respond_failure(http_conn *c, int code);
 
 /* Starts a streamed response with the given status and headers (extra_headers
  * is NULL or complete "Name: value\r\n" lines). The body is then sent with
  * http_stream_write and ended with http_stream_end (chunked encoding). */
-int http_stream_begin(http_conn *c, int status, const char *content_type, const char *extra_headers);
-int http_stream_write(http_conn *c, const void *data, size_t n);
-int http_stream_end(http_conn *c);
+FAWN_MUST_CHECK int http_stream_begin(http_conn *c, int status, const char *content_type, const char *extra_headers);
+FAWN_MUST_CHECK int http_stream_write(http_conn *c, const void *data, size_t n);
+FAWN_MUST_CHECK int http_stream_end(http_conn *c);
 
 /* True once a response (or its first bytes) has been sent on this request. */
 bool http_responded(const http_conn *c);
@@ -123,7 +129,7 @@ typedef struct http_server_opts {
  * returning, it lets requests in progress finish and waits for every
  * connection thread to end (idle keep-alive connections close at once).
  * Returns 0 after a stop, or a negative FAWN_E* code. */
-int http_serve(const http_server_opts *opts);
+FAWN_MUST_CHECK int http_serve(const http_server_opts *opts);
 
 /* Asks a running http_serve to return (async-signal-safe). A stop requested
  * while no server runs makes the next http_serve return at once. */

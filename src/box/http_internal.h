@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 
 #include "box/http.h"
+#include "base/base.h"
 
 /* Unread request bodies up to 1 MiB are read and dropped to keep the
  * connection; beyond that closing is cheaper than draining. */
@@ -42,11 +43,11 @@ ssize_t http_conn_recv(http_conn *c, void *buf, size_t n, int64_t deadline_ms, b
 /* Sends every byte of iov (modified in place), waiting at most io_timeout_ms
  * for each write. On failure marks the connection failed and returns
  * FAWN_ETIMEDOUT or FAWN_EIO. */
-int http_conn_send(http_conn *c, struct iovec *iov, int iovcnt);
+FAWN_MUST_CHECK int http_conn_send(http_conn *c, struct iovec *iov, int iovcnt);
 
 /* Like http_respond_error with a preformatted detail and extra header lines
  * (NULL or complete "Name: value\r\n" lines). */
-int http_respond_error_headers(http_conn *c, int status, const char *extra_headers,
-                               const char *code, const char *detail);
+void http_respond_error_headers(http_conn *c, int status, const char *extra_headers,
+                                const char *code, const char *detail);
 
 #endif

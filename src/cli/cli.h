@@ -4,15 +4,16 @@
 #define FAWN_CLI_H
 
 #include "config/config.h"
+#include "base/base.h"
 
-int cli_sandbox(int argc, char **argv);
-int cli_box(int argc, char **argv);
-int cli_chat(int argc, char **argv);
-int cli_doctor(int argc, char **argv);
-int cli_serve(int argc, char **argv);
-int cli_user(int argc, char **argv);
+FAWN_MUST_CHECK int cli_sandbox(int argc, char **argv);
+FAWN_MUST_CHECK int cli_box(int argc, char **argv);
+FAWN_MUST_CHECK int cli_chat(int argc, char **argv);
+FAWN_MUST_CHECK int cli_doctor(int argc, char **argv);
+FAWN_MUST_CHECK int cli_serve(int argc, char **argv);
+FAWN_MUST_CHECK int cli_user(int argc, char **argv);
 
 /* `fawn sandbox ls` once its configuration is loaded (cmd_sandbox_ls.c). */
-int cli_sandbox_ls(const fawn_config *cfg);
+FAWN_MUST_CHECK int cli_sandbox_ls(const fawn_config *cfg);
 
 #endif

@@ -12,6 +12,7 @@
 
 #include "sandbox/local.h"
 #include "sandbox/quota.h"
+#include "base/base.h"
 
 enum doctor_feature {
     DOCTOR_USER_NS,
@@ -54,7 +55,7 @@ typedef struct doctor_report {
  * when everything the local provider needs is present (user, mount, pid, ipc
  * and uts namespaces, pivot_root, no_new_privs, seccomp), else FAWN_EUNSUP
  * with a message naming what is missing; *out is complete in both cases. */
-int doctor_probe(doctor_report *out, const char *home);
+FAWN_MUST_CHECK int doctor_probe(doctor_report *out, const char *home);
 
 /* Writes the report for people: one line per feature, the fallback line under
  * each missing one, and whether the local provider can run. */
@@ -67,6 +68,6 @@ void doctor_print(FILE *out, const doctor_report *r);
  *    "cgroup": {"mode": "none"|"v1"|"v2", "memory": bool, "pids": bool, "detail": str},
  *    "disk_quota": {"mechanism": "btrfs"|"project"|"measured", "detail": str}}
  * *out is new (caller json_decref()s it). FAWN_ENOMEM when jansson cannot allocate. */
-int doctor_to_json(json_t **out, const doctor_report *r);
+FAWN_MUST_CHECK int doctor_to_json(json_t **out, const doctor_report *r);
 
 #endif

@@ -115,20 +115,20 @@ typedef struct fawn_config {
 
 /* Fills *cfg with every default (home from $FAWN_HOME or "./.fawn").
  * Caller releases with config_free. */
-int config_defaults(fawn_config *cfg);
+FAWN_MUST_CHECK int config_defaults(fawn_config *cfg);
 
 /* Loads the YAML file at path over the defaults. A missing file is
  * FAWN_ENOENT; any invalid content is FAWN_ECONFIG with a message naming the
  * key (and line). On error *cfg is left freed and zeroed. */
-int config_load_file(fawn_config *cfg, const char *path);
+FAWN_MUST_CHECK int config_load_file(fawn_config *cfg, const char *path);
 
 /* Same as config_load_file, from a YAML text in memory (for tests). */
-int config_load_string(fawn_config *cfg, const char *yaml, size_t len);
+FAWN_MUST_CHECK int config_load_string(fawn_config *cfg, const char *yaml, size_t len);
 
 /* Resolves which file to load: explicit path, else $FAWN_CONFIG, else
  * ./config.yaml if it exists, else none (defaults only). What the commands
  * call: it also sets the process's log level to log_level. */
-int config_load(fawn_config *cfg, const char *explicit_path);
+FAWN_MUST_CHECK int config_load(fawn_config *cfg, const char *explicit_path);
 
 /* Releases everything config_* allocated and zeroes *cfg. */
 void config_free(fawn_config *cfg);

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "paths/paths.h"
+#include "base/base.h"
 
 /* Longest Content-Type value: the longest table entry (an Office type) with "; charset=utf-8". */
 #define ARTIFACT_CONTENT_TYPE_MAX 96
@@ -75,7 +76,7 @@ typedef struct artifact_response {
  *               anything under /mnt/skills, and /mnt/user-data entries other
  *               than its three directories;
  *   FAWN_EIO. */
-int artifact_get(artifact_response *out, const vpath_roots *roots, const char *encoded_tail,
+FAWN_MUST_CHECK int artifact_get(artifact_response *out, const vpath_roots *roots, const char *encoded_tail,
                  const char *range_header, bool download);
 
 /* Reads the body of a (filled by artifact_get) at pos, counted from the
@@ -84,7 +85,7 @@ int artifact_get(artifact_response *out, const vpath_roots *roots, const char *e
  * or FAWN_EIO (*n = 0) when the file ends before a->length bytes (it was
  * truncated while being sent) or cannot be read: the sender must then end
  * the response short, never wait for bytes that will not come. */
-int artifact_body_read(size_t *n, const artifact_response *a, uint64_t pos, char *buf,
+FAWN_MUST_CHECK int artifact_body_read(size_t *n, const artifact_response *a, uint64_t pos, char *buf,
                        size_t max);
 
 /* Parses one Range header value against a representation of size bytes.
@@ -97,7 +98,7 @@ int artifact_body_read(size_t *n, const artifact_response *a, uint64_t pos, char
  * B < A, anything but plain decimal digits, a number above UINT64_MAX, or a
  * value longer than a single range can be. *start and *len stay 0 unless it
  * returns 0. header may be NULL (FAWN_ENOENT). */
-int artifact_range_parse(uint64_t *start, uint64_t *len, const char *header, uint64_t size);
+FAWN_MUST_CHECK int artifact_range_parse(uint64_t *start, uint64_t *len, const char *header, uint64_t size);
 
 typedef struct artifact_put_result {
     char path[VPATH_SHOWN_MAX]; /* the normalized virtual path */
@@ -140,7 +141,7 @@ typedef struct artifact_put_result {
  *   FAWN_ESTALE "Artifact changed since it was opened" (file unchanged);
  *   FAWN_EBUSY  another save of the same file is in progress;
  *   FAWN_EIO. The request body is checked before the file system is touched. */
-int artifact_put(artifact_put_result *out, const vpath_roots *roots, const char *encoded_tail,
+FAWN_MUST_CHECK int artifact_put(artifact_put_result *out, const vpath_roots *roots, const char *encoded_tail,
                  const char *content, size_t content_len, const char *expected_sha256);
 
 #endif

@@ -144,8 +144,9 @@ static int route_register(gw_request *rq) {
 static int credentials_verify(store_user *u, gateway *g, const credentials *c) {
     int r = store_user_get_by_name(g->st, u, c->username);
     if (r == FAWN_ENOENT) {
-        auth_password_verify(g->dummy_hash, c->password);
-        return FAWN_EPERM;
+        /* Checked for its time alone: matching the dummy signs in no one. */
+        r = auth_password_verify(g->dummy_hash, c->password);
+        return r == 0 ? fawn_err(FAWN_EPERM, "wrong password") : r;
     }
     return r < 0 ? r : auth_password_verify(u->password_hash, c->password);
 }

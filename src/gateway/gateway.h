@@ -5,6 +5,7 @@
 #define FAWN_GATEWAY_H
 
 #include "app/app.h"
+#include "base/base.h"
 
 typedef struct gateway gateway;
 
@@ -13,7 +14,7 @@ typedef struct gateway gateway;
  * must outlive the gateway. Returns 0 or FAWN_EINVAL (bad address),
  * FAWN_EIO (cannot listen), FAWN_ECONFIG (bad server or auth settings).
  * Stop with gateway_quiesce, then gateway_stop. */
-int gateway_start(gateway **out, app *a);
+FAWN_MUST_CHECK int gateway_start(gateway **out, app *a);
 
 /* Stops accepting connections; requests in progress go on. Stopping the
  * app's runs next (app_stop) ends the streams that follow them. NULL is

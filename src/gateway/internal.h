@@ -20,6 +20,7 @@
 #include "model/model.h"
 #include "gateway/gateway.h"
 #include "store/store.h"
+#include "base/base.h"
 
 /* Path captures a route pattern may hold ("{}" and "{*}"). */
 #define GW_PARAMS_MAX 4
@@ -159,17 +160,17 @@ void gw_client_address(char out[64], const gw_request *rq);
 void gw_forwarded_client(char out[64], const char *peer, const char *forwarded_for,
                          char trusted[][64], size_t n);
 /* Validates server.trusted_proxies into g (FAWN_ECONFIG naming the entry). */
-int gw_trusted_proxies_load(gateway *g, const json_t *list);
+FAWN_MUST_CHECK int gw_trusted_proxies_load(gateway *g, const json_t *list);
 /* Whether addr (canonical text, as inet_ntop writes it) is a trusted proxy. */
 bool gw_proxy_trusted(const gateway *g, const char *addr);
 /* The value of field key in an application/x-www-form-urlencoded body,
  * decoded ('+' is a space, %XX escapes once) into out. FAWN_ENOENT when
  * absent; FAWN_EINVAL for a malformed escape, %00, or a value longer than
  * outsz - 1. */
-int gw_form_field(char *out, size_t outsz, const char *body, size_t len, const char *key);
+FAWN_MUST_CHECK int gw_form_field(char *out, size_t outsz, const char *body, size_t len, const char *key);
 /* The body as a JSON object (*out is new; caller decrefs); an empty body is
  * {}. FAWN_EINVAL for anything else than one JSON object. */
-int gw_body_json(json_t **out, const gw_request *rq);
+FAWN_MUST_CHECK int gw_body_json(json_t **out, const gw_request *rq);
 
 /* ---- responses (http.c) ---- */
 
@@ -184,14 +185,14 @@ struct MHD_Response *gw_json_response(json_t *body);
 struct MHD_Response *gw_json_text_response(char *text);
 /* Queues r with status (or keeps it pending, see gw_request.deferring) and
  * releases the caller's reference; FAWN_EIO if MHD refuses. */
-int gw_queue(gw_request *rq, unsigned status, struct MHD_Response *r);
+FAWN_MUST_CHECK int gw_queue(gw_request *rq, unsigned status, struct MHD_Response *r);
 /* Queues body (stolen) as JSON with status. */
-int gw_respond_json(gw_request *rq, unsigned status, json_t *body);
+FAWN_MUST_CHECK int gw_respond_json(gw_request *rq, unsigned status, json_t *body);
 /* Queues {"detail": detail} with status. */
-int gw_respond_detail(gw_request *rq, unsigned status, const char *detail);
+FAWN_MUST_CHECK int gw_respond_detail(gw_request *rq, unsigned status, const char *detail);
 /* Queues {"detail": {"code": code, "message": message}} with status: the
  * shape of authentication errors, whose code a client acts on. */
-int gw_respond_coded(gw_request *rq, unsigned status, const char *code, const char *message);
+FAWN_MUST_CHECK int gw_respond_coded(gw_request *rq, unsigned status, const char *code, const char *message);
 
 /* ---- sessions (session.c) ---- */
 
@@ -205,20 +206,22 @@ int gw_respond_coded(gw_request *rq, unsigned status, const char *code, const ch
 
 /* Establishes rq->who from an API token, the session cookie or the
  * disabled-auth mode. 0 when signed in; FAWN_EPERM when a 401 has been
- * queued; other codes (the store failed) are not answered yet. */
-int gw_authenticate(gw_request *rq);
+ * queued; other codes (the store failed, or the 401 could not be queued)
+ * are not answered yet. */
+FAWN_MUST_CHECK int gw_authenticate(gw_request *rq);
 /* For state-changing methods: a cookie session must echo its csrf_token
  * cookie in X-CSRF-Token (constant-time compare); API tokens are exempt;
  * requests without a session must come from no browser origin or our own.
- * 0, or a 403 has been queued and FAWN_EPERM is returned. */
-int gw_check_csrf(gw_request *rq);
+ * 0, or a 403 has been queued and FAWN_EPERM is returned (another code, not
+ * answered yet, when it could not be queued). */
+FAWN_MUST_CHECK int gw_check_csrf(gw_request *rq);
 /* The sign-in routes' defense: an Origin header, when present, must name
  * this server. 0, or FAWN_EPERM with a message. */
-int gw_check_origin(const gw_request *rq);
+FAWN_MUST_CHECK int gw_check_origin(const gw_request *rq);
 /* Adds fresh session cookies for user to r (a new csrf_token too). */
-int gw_session_cookies_set(struct MHD_Response *r, const gateway *g, const store_user *user);
+FAWN_MUST_CHECK int gw_session_cookies_set(struct MHD_Response *r, const gateway *g, const store_user *user);
 /* Adds cookies that clear the session to r. */
-int gw_session_cookies_clear(struct MHD_Response *r, const gateway *g);
+FAWN_MUST_CHECK int gw_session_cookies_clear(struct MHD_Response *r, const gateway *g);
 
 /* ---- sign-in throttling (throttle.c) ---- */
 
@@ -226,7 +229,7 @@ int gw_session_cookies_clear(struct MHD_Response *r, const gateway *g);
 #define GW_THROTTLE_FAILURES 5
 #define GW_THROTTLE_LOCKOUT_S 300
 
-int gw_throttle_new(gw_throttle **out);
+FAWN_MUST_CHECK int gw_throttle_new(gw_throttle **out);
 void gw_throttle_free(gw_throttle *t);
 /* Seconds addr must still wait before trying again (0: it may try). */
 int64_t gw_throttle_wait_s(gw_throttle *t, const char *addr, int64_t now_s);
@@ -243,7 +246,7 @@ void gw_throttle_succeed(gw_throttle *t, const char *addr);
  * rules). g must be prepared (cfg and trusted proxies loaded) and outlive
  * it. 0, or FAWN_ENOMEM / FAWN_EIO (no thread); free with gw_conns_free,
  * after the server has stopped. */
-int gw_conns_new(gw_conns **out, const gateway *g);
+FAWN_MUST_CHECK int gw_conns_new(gw_conns **out, const gateway *g);
 void gw_conns_free(gw_conns *t);
 /* For MHD_OPTION_ACCEPT_POLICY_CALLBACK (cls: the table): MHD_NO when the
  * peer's address already holds its most connections. */
@@ -269,10 +272,10 @@ void gw_conns_head_awaited(gw_conns *t, struct MHD_Connection *c);
  * user's threads (caller clears *out); FAWN_ENOENT "Thread not found".
  * Thread ids are per user. With create, a missing thread is created for the
  * user first (uploads may precede the thread's first run). */
-int gw_thread_resolve(store_thread *out, gw_request *rq, bool create);
+FAWN_MUST_CHECK int gw_thread_resolve(store_thread *out, gw_request *rq, bool create);
 /* Opens t's user-data directory (app_thread_files_open for the signed-in
  * user); caller closes. */
-int gw_thread_files_open(int *user_data_fd, gw_request *rq, const store_thread *t, bool create);
+FAWN_MUST_CHECK int gw_thread_files_open(int *user_data_fd, gw_request *rq, const store_thread *t, bool create);
 
 /* {"id","email","username","system_role","needs_setup"} for u (new ref). */
 json_t *gw_user_json(const store_user *u);
@@ -293,14 +296,14 @@ enum {
 /* The mode bits of a request's stream_mode (a name or a list; absent:
  * values). FAWN_EINVAL "unsupported_stream_mode: <name>" for anything but
  * values, messages-tuple (or messages), updates and custom. */
-int gw_stream_modes(unsigned *out, const json_t *stream_mode);
+FAWN_MUST_CHECK int gw_stream_modes(unsigned *out, const json_t *stream_mode);
 
 /* The event id a Last-Event-ID value names, the last one the client has:
  * 0 (from the first event) for NULL, "" and "-1" (LangGraph clients send it
  * to replay everything); else a decimal of digits only, 0 … INT64_MAX.
  * FAWN_EINVAL for anything else (a sign, spaces, other characters, a larger
  * number); *out is 0 then. */
-int gw_event_id_parse(int64_t *out, const char *text);
+FAWN_MUST_CHECK int gw_event_id_parse(int64_t *out, const char *text);
 
 typedef struct gw_follow_spec {
     const char *run_id;
@@ -314,6 +317,6 @@ typedef struct gw_follow_spec {
 } gw_follow_spec;
 
 /* Answers 200 with a response that follows the run (see run_stream.c). */
-int gw_respond_follow(gw_request *rq, const gw_follow_spec *spec);
+FAWN_MUST_CHECK int gw_respond_follow(gw_request *rq, const gw_follow_spec *spec);
 
 #endif

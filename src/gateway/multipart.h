@@ -31,6 +31,7 @@
 #define FAWN_GATEWAY_MULTIPART_H
 
 #include <stddef.h>
+#include "base/base.h"
 
 /* Longest boundary RFC 2046 allows. */
 #define MULTIPART_BOUNDARY_MAX 70
@@ -55,7 +56,7 @@
  * content_type is NULL); FAWN_EINVAL for malformed parameters, a missing,
  * repeated, empty or over-long boundary, or one with characters RFC 2046
  * does not allow. */
-int multipart_boundary(char out[MULTIPART_BOUNDARY_MAX + 1], const char *content_type);
+FAWN_MUST_CHECK int multipart_boundary(char out[MULTIPART_BOUNDARY_MAX + 1], const char *content_type);
 
 /* What part_begin learns about a part. The strings are NUL-terminated and
  * valid only during the call. */
@@ -86,7 +87,7 @@ typedef struct multipart_parser multipart_parser;
  * returns it; copied). cb is copied; ctx is borrowed and handed to every
  * callback. Free with multipart_free. FAWN_EINVAL for an invalid boundary,
  * FAWN_ENOMEM. */
-int multipart_new(multipart_parser **out, const char *boundary, const multipart_callbacks *cb,
+FAWN_MUST_CHECK int multipart_new(multipart_parser **out, const char *boundary, const multipart_callbacks *cb,
                   void *ctx);
 
 /* Frees p (NULL is fine). */
@@ -97,11 +98,11 @@ void multipart_free(multipart_parser *p);
  * FAWN_E2BIG (a limit above), or a callback's negative value. After any
  * failure the parser is stopped: every later call returns the same code and
  * restores its message. */
-int multipart_feed(multipart_parser *p, const char *data, size_t len);
+FAWN_MUST_CHECK int multipart_feed(multipart_parser *p, const char *data, size_t len);
 
 /* Call after the last chunk: 0 when the closing delimiter was seen,
  * otherwise FAWN_EINVAL (the body was cut short) or the code that stopped
  * the parser earlier. */
-int multipart_finish(multipart_parser *p);
+FAWN_MUST_CHECK int multipart_finish(multipart_parser *p);
 
 #endif

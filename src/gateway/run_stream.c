@@ -90,12 +90,22 @@ static bool wanted(const follower *f, const char *event) {
     return false;
 }
 
+/* Takes the result r of adding what to out. What does not fit (out of
+ * memory, or past the buffer's limit) ends the stream, logged: a client
+ * resumes from the last id it got rather than miss an event unaware. */
+static void out_added(follower *f, int r, const char *what) {
+    if (r < 0) {
+        log_warn("gateway", "run %s: %s not sent: %s", f->run_id, what, fawn_errmsg());
+        f->finished = true;
+    }
+}
+
 static void frame(follower *f, const char *event, const char *data, int64_t id) {
-    f->end_sent |= strcmp(event, "end") == 0;
-    if (id > 0)
-        fbuf_printf(&f->out, "event: %s\ndata: %s\nid: %" PRId64 "\n\n", event, data, id);
-    else
-        fbuf_printf(&f->out, "event: %s\ndata: %s\n\n", event, data);
+    int r = id > 0 ? fbuf_printf(&f->out, "event: %s\ndata: %s\nid: %" PRId64 "\n\n", event,
+                                 data, id)
+                   : fbuf_printf(&f->out, "event: %s\ndata: %s\n\n", event, data);
+    f->end_sent |= r == 0 && strcmp(event, "end") == 0;
+    out_added(f, r, event);
 }
 
 /* The gap frame: the reader asked for events no longer kept. */
@@ -126,13 +136,15 @@ static void final_state(follower *f) {
     } else {
         store_checkpoint cp;
         size_t omitted;
-        if (store_checkpoint_latest(f->g->st, &cp, f->spec.owner_id, f->thread_id) == 0)
+        if (store_checkpoint_latest(f->g->st, &cp, f->spec.owner_id, f->thread_id) == 0 &&
             store_state_read(f->g->st, &text, &omitted, f->spec.owner_id, f->thread_id, cp.state,
-                             GW_STATE_MESSAGES_MAX);
+                             GW_STATE_MESSAGES_MAX) < 0)
+            log_warn("gateway", "run %s: final state unreadable: %s", f->run_id, fawn_errmsg());
         store_checkpoint_clear(&cp);
     }
     store_run_clear(&run);
-    fbuf_append(&f->out, text ? text : "{}", text ? strlen(text) : 2);
+    out_added(f, fbuf_append(&f->out, text ? text : "{}", text ? strlen(text) : 2),
+              "final state");
     free(text);
     f->finished = true;
 }
@@ -247,7 +259,8 @@ static ssize_t follower_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (f->out.len > f->out_pos || f->finished)
             continue;
         if (fawn_now_ms() - f->last_sent_ms >= RUNS_HEARTBEAT_MS) {
-            fbuf_printf(&f->out, "%s", f->spec.sse ? ": heartbeat\n\n" : " ");
+            out_added(f, fbuf_printf(&f->out, "%s", f->spec.sse ? ": heartbeat\n\n" : " "),
+                      "heartbeat");
             continue;
         }
         if (f->log && run_log_wait(f->log, f->cursor, follower_wake, follower_suspend, f))

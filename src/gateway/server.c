@@ -127,17 +127,21 @@ static const gw_route *route_find(gw_request *rq, const char *url, bool *path_kn
 /* ---- request steps ---- */
 
 /* Answers a failed step or handler: its status and message, except that
- * server errors show no internals (they are logged). */
+ * server errors show no internals (they are logged). The last answer a
+ * request can get: when even it cannot be queued, that is logged too (the
+ * server then closes the connection). */
 static void respond_error(gw_request *rq, int code, const char *message) {
     if (rq->responded)
         return;
     unsigned status = gw_status_for(code);
+    const char *pattern = rq->route ? rq->route->pattern : "?";
     if (status >= 500) {
-        log_error("gateway", "%s %s: %s", rq->method, rq->route ? rq->route->pattern : "?",
-                  message);
+        log_error("gateway", "%s %s: %s", rq->method, pattern, message);
         message = "Internal server error";
     }
-    gw_respond_detail(rq, status, message);
+    if (gw_respond_detail(rq, status, message) < 0)
+        log_warn("gateway", "%s %s: the %u answer could not be queued: %s", rq->method, pattern,
+                 status, fawn_errmsg());
 }
 
 static int check_permissions(gw_request *rq) {
@@ -147,8 +151,8 @@ static int check_permissions(gw_request *rq) {
     char detail[64];
     snprintf(detail, sizeof detail, "Permission denied: %s",
              authz_permission_name(missing & -missing));
-    gw_respond_detail(rq, MHD_HTTP_FORBIDDEN, detail);
-    return FAWN_EPERM;
+    int r = gw_respond_detail(rq, MHD_HTTP_FORBIDDEN, detail);
+    return r < 0 ? r : FAWN_EPERM;
 }
 
 static int body_prepare(gw_request *rq) {
@@ -179,8 +183,10 @@ static void request_begin(gw_request *rq, const char *url) {
     if (!public && (rq->route || api))
         r = gw_authenticate(rq); /* an unknown /api path is 401 before it is 404 */
     if (r == 0 && !rq->route) {
-        gw_respond_detail(rq, path_known ? MHD_HTTP_METHOD_NOT_ALLOWED : MHD_HTTP_NOT_FOUND,
-                          path_known ? "Method Not Allowed" : "Not Found");
+        r = gw_respond_detail(rq, path_known ? MHD_HTTP_METHOD_NOT_ALLOWED : MHD_HTTP_NOT_FOUND,
+                              path_known ? "Method Not Allowed" : "Not Found");
+        if (r < 0)
+            respond_error(rq, r, fawn_errmsg());
         return;
     }
     if (r == 0 && !public)

@@ -24,35 +24,37 @@ static int local_admin(gw_request *rq) {
     return r < 0 ? r : signed_in(rq, &u, GW_VIA_DISABLED);
 }
 
+/* Answers 401 with code (the shape of authentication errors, whose code a
+ * client acts on): FAWN_EPERM, or the failure to queue the answer (which
+ * the server then answers). */
+static int unauthorized(gw_request *rq, const char *code, const char *message) {
+    int r = gw_respond_coded(rq, MHD_HTTP_UNAUTHORIZED, code, message);
+    return r < 0 ? r : FAWN_EPERM;
+}
+
 static int api_token(gw_request *rq, const char *token) {
     char hash[65];
     fawn_sha256_hex(hash, token, strlen(token));
     store_user u;
     int64_t token_id;
     int r = store_token_authenticate(rq->g->st, &u, &token_id, hash);
-    if (r == FAWN_ENOENT) {
-        gw_respond_coded(rq, MHD_HTTP_UNAUTHORIZED, "token_invalid", "Unknown or revoked API token");
-        return FAWN_EPERM;
-    }
+    if (r == FAWN_ENOENT)
+        return unauthorized(rq, "token_invalid", "Unknown or revoked API token");
     return r < 0 ? r : signed_in(rq, &u, GW_VIA_TOKEN);
 }
 
 static int session_token(gw_request *rq, const char *token, enum gw_via via) {
     auth_claims c;
     int r = auth_jwt_verify(&c, rq->g->secret, token, fawn_wall_ms() / 1000);
-    if (r == FAWN_ETIMEDOUT) {
-        gw_respond_coded(rq, MHD_HTTP_UNAUTHORIZED, "token_expired", "The session has expired");
-        return FAWN_EPERM;
-    }
+    if (r == FAWN_ETIMEDOUT)
+        return unauthorized(rq, "token_expired", "The session has expired");
     store_user u;
     if (r == 0)
         r = store_user_get(rq->g->st, &u, c.user_id);
     if (r == 0 && u.token_version != c.token_version)
         r = FAWN_EPERM; /* revoked: signed out everywhere or the password changed */
-    if (r == FAWN_EPERM || r == FAWN_ENOENT) {
-        gw_respond_coded(rq, MHD_HTTP_UNAUTHORIZED, "token_invalid", "The session is not valid");
-        return FAWN_EPERM;
-    }
+    if (r == FAWN_EPERM || r == FAWN_ENOENT)
+        return unauthorized(rq, "token_invalid", "The session is not valid");
     return r < 0 ? r : signed_in(rq, &u, via);
 }
 
@@ -69,8 +71,7 @@ int gw_authenticate(gw_request *rq) {
     const char *cookie = gw_cookie(rq, GW_ACCESS_COOKIE);
     if (cookie)
         return session_token(rq, cookie, GW_VIA_COOKIE);
-    gw_respond_coded(rq, MHD_HTTP_UNAUTHORIZED, "not_authenticated", "Sign in first");
-    return FAWN_EPERM;
+    return unauthorized(rq, "not_authenticated", "Sign in first");
 }
 
 static bool method_changes_state(const char *method) {
@@ -78,9 +79,10 @@ static bool method_changes_state(const char *method) {
            strcmp(method, "OPTIONS") != 0;
 }
 
+/* Answers 403 with detail: FAWN_EPERM, or the failure to queue it. */
 static int forbidden(gw_request *rq, const char *detail) {
-    gw_respond_detail(rq, MHD_HTTP_FORBIDDEN, detail);
-    return FAWN_EPERM;
+    int r = gw_respond_detail(rq, MHD_HTTP_FORBIDDEN, detail);
+    return r < 0 ? r : FAWN_EPERM;
 }
 
 static int csrf_double_submit(gw_request *rq) {

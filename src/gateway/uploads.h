@@ -28,6 +28,7 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "base/base.h"
 
 /* Per-request limits (from config uploads.*, and the thread's disk limit);
  * every field is required. */
@@ -56,7 +57,7 @@ typedef struct upload_batch upload_batch;
  * fails, the batch has already removed every staging file it made and every
  * later call (commit included) fails with the same code and message; the
  * caller still frees it with upload_batch_abort (or commit). */
-int upload_batch_begin(upload_batch **out, int uploads_dirfd, const upload_limits *lim);
+FAWN_MUST_CHECK int upload_batch_begin(upload_batch **out, int uploads_dirfd, const upload_limits *lim);
 
 /* Starts the next file, named by the client's file name (an empty name, a
  * part with no file chosen, is refused like any bad name). Creates its
@@ -66,7 +67,7 @@ int upload_batch_begin(upload_batch **out, int uploads_dirfd, const upload_limit
  * FAWN_EINVAL naming what is wrong with the name (without echoing it) or
  * when a file is already open; FAWN_EPERM when the kernel refuses the
  * staging file; FAWN_EIO. */
-int upload_file_begin(upload_batch *b, const char *client_filename);
+FAWN_MUST_CHECK int upload_file_begin(upload_batch *b, const char *client_filename);
 
 /* Appends len bytes to the open file. FAWN_E2BIG ("File too large: NAME
  * exceeds N bytes", "Total upload size too large: maximum is N bytes", "The
@@ -74,12 +75,12 @@ int upload_file_begin(upload_batch *b, const char *client_filename);
  * limit is written, and also when the kernel refuses a write for the
  * thread's disk quota or a full disk (EDQUOT, ENOSPC); FAWN_EINVAL when no
  * file is open; FAWN_EIO. */
-int upload_file_write(upload_batch *b, const void *data, size_t len);
+FAWN_MUST_CHECK int upload_file_write(upload_batch *b, const void *data, size_t len);
 
 /* Ends the open file: flushes its staging file to disk (fsync) and closes
  * it. FAWN_EINVAL when no file is open; FAWN_E2BIG for a quota or a full
  * disk as above; FAWN_EIO. */
-int upload_file_end(upload_batch *b);
+FAWN_MUST_CHECK int upload_file_end(upload_batch *b);
 
 /* Completes the request: checks each destination again right before
  * renaming its staging file over it, fsyncs the directory, and stores the
@@ -95,7 +96,7 @@ int upload_file_end(upload_batch *b);
  * before anything is renamed and with every staging file removed: the
  * batch's own earlier error; FAWN_EINVAL for "No files provided", a file not
  * ended, or a bad thread_id; FAWN_ENOMEM. */
-int upload_batch_commit(upload_batch *b, json_t **result, const char *thread_id);
+FAWN_MUST_CHECK int upload_batch_commit(upload_batch *b, json_t **result, const char *thread_id);
 
 /* Removes everything the batch staged and frees b. NULL is fine. */
 void upload_batch_abort(upload_batch *b);
@@ -109,18 +110,18 @@ void upload_batch_abort(upload_batch *b);
  * At most UPLOADS_SCAN_MAX_ENTRIES directory entries are examined; past
  * that the listing is cut and carries "truncated": true. FAWN_EINVAL for a
  * bad thread_id; FAWN_EIO; FAWN_ENOMEM. */
-int uploads_list(json_t **out, int uploads_dirfd, const char *thread_id);
+FAWN_MUST_CHECK int uploads_list(json_t **out, int uploads_dirfd, const char *thread_id);
 
 /* Deletes one uploaded file by name. A symlink is removed itself, never its
  * target. FAWN_EINVAL for a refused name (as above, and any '/') or a
  * directory or other non-file; FAWN_ENOENT "File not found: NAME"; FAWN_EIO. */
-int uploads_delete(int uploads_dirfd, const char *filename);
+FAWN_MUST_CHECK int uploads_delete(int uploads_dirfd, const char *filename);
 
 /* Removes the upload staging files (regular files named ".upload-*.part")
  * a crash left in the directory and stores how many in *removed. Call it
  * when no upload into the directory is in progress (at start). Examines at
  * most UPLOADS_SCAN_MAX_ENTRIES entries. FAWN_EIO when the directory cannot
  * be read. */
-int uploads_sweep_staging(int uploads_dirfd, size_t *removed);
+FAWN_MUST_CHECK int uploads_sweep_staging(int uploads_dirfd, size_t *removed);
 
 #endif

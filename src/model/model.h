@@ -65,7 +65,7 @@ void sse_init(sse_parser *p, sse_event_fn on_event, void *ctx);
  * Returns 0, the callback's nonzero value, FAWN_E2BIG when a line or an
  * event passes its limit, or FAWN_ENOMEM. After an error p is unusable except
  * for sse_free. */
-int sse_feed(sse_parser *p, const char *buf, size_t n);
+FAWN_MUST_CHECK int sse_feed(sse_parser *p, const char *buf, size_t n);
 
 /* Frees the buffers; an undispatched pending event is discarded (per the SSE
  * specification, an incomplete event at end of stream is not delivered). */
@@ -149,7 +149,7 @@ typedef void (*model_delta_fn)(void *ctx, const char *content_delta, size_t len)
  * FAWN_ETIMEDOUT (stall or total timeout), FAWN_EPERM (auth/quota),
  * FAWN_EBUSY (rate limited), FAWN_EPROTO (bad stream), FAWN_E2BIG (a reply
  * limit above), FAWN_EIO (transport/HTTP errors), FAWN_EINVAL (bad config). */
-int model_attempt(model_reply *out, enum model_failure *why, int64_t *retry_after_ms,
+FAWN_MUST_CHECK int model_attempt(model_reply *out, enum model_failure *why, int64_t *retry_after_ms,
                   const model_config *cfg, const json_t *messages, const json_t *tools,
                   model_delta_fn on_delta, void *ctx, const atomic_bool *cancel);
 
@@ -194,7 +194,7 @@ int model_attempt(model_reply *out, enum model_failure *why, int64_t *retry_afte
 /* ---- retries and circuit breaker (model_retry.c) ------------------------------ */
 
 /* Attempts allowed in total when failures are of this class (1 = no retry). */
-int model_attempt_budget(enum model_failure why);
+FAWN_MUST_CHECK int model_attempt_budget(enum model_failure why);
 
 /* Decorrelated jitter: uniform in [base, min(MODEL_BACKOFF_CAP_MS, max(base,
  * MODEL_BACKOFF_GROWTH * previous_ms))] where base is MODEL_BACKOFF_BURST_BASE_MS
@@ -222,7 +222,7 @@ void model_breaker_destroy(model_breaker *b);
  * state this caller is the single probe and must report with
  * model_breaker_record); FAWN_EBUSY while open or while another probe runs
  * (*wait_ms = ms until the breaker would let a probe through, 0 if unknown). */
-int model_breaker_admit(model_breaker *b, int64_t *wait_ms, int64_t now_ms);
+FAWN_MUST_CHECK int model_breaker_admit(model_breaker *b, int64_t *wait_ms, int64_t now_ms);
 
 /* Reports the final outcome of an admitted request: MODEL_OK closes the
  * breaker; an exhausted transient or stalled failure counts (and reopens a
@@ -262,7 +262,7 @@ typedef struct model_hooks {
  * filled (caller clears it). On failure returns the last attempt's code and
  * message (or FAWN_EBUSY when the breaker is open, FAWN_ECANCELED when
  * cancelled while waiting) and *why (may be NULL) has the final class. */
-int model_complete(model_reply *out, enum model_failure *why, const model_config *cfg,
+FAWN_MUST_CHECK int model_complete(model_reply *out, enum model_failure *why, const model_config *cfg,
                    const json_t *messages, const json_t *tools, model_breaker *breaker,
                    const model_hooks *hooks, const atomic_bool *cancel);
 
@@ -309,7 +309,7 @@ typedef struct model_registry model_registry;
  * the others. An empty or absent list holds the built-in demo model. FAWN_ECONFIG naming the key ("models[1].base_url: ...") for
  * anything else, unknown keys and duplicate names included. list may be
  * NULL: no models. Free with model_registry_free. */
-int model_registry_load(model_registry **out, const json_t *list);
+FAWN_MUST_CHECK int model_registry_load(model_registry **out, const json_t *list);
 void model_registry_free(model_registry *r);
 /* How many models, and the i-th in configuration order. */
 size_t model_registry_count(const model_registry *r);
@@ -327,7 +327,7 @@ const model_entry *model_registry_resolve(const model_registry *r, const char *n
  * tool calls (name and args) and name, with input markers removed and
  * UUIDs, ISO timestamps and dates replaced by placeholders, so a recorded
  * session replays exactly. out gets 64 hex digits. */
-int model_conversation_hash(char out[65], const json_t *conversation);
+FAWN_MUST_CHECK int model_conversation_hash(char out[65], const json_t *conversation);
 
 typedef struct model_request {
     const json_t *conversation; /* stored messages (replay and record key on them) */
@@ -340,21 +340,21 @@ typedef struct model_request {
  * (with e's breaker), the fixture for the others (record does both). The
  * contract of model_complete applies; fixture misses are FAWN_ENOENT with
  * MODEL_FAIL_FATAL. */
-int model_entry_complete(model_reply *out, enum model_failure *why, const model_entry *e,
+FAWN_MUST_CHECK int model_entry_complete(model_reply *out, enum model_failure *why, const model_entry *e,
                          const model_request *req, const model_hooks *hooks,
                          const atomic_bool *cancel);
 
 /* Fixtures (model_fixture.c): load a fixture file for provider (record: a
  * missing file is an empty fixture), free it. */
-int model_fixture_load(model_fixture **out, const char *path, enum model_provider provider);
+FAWN_MUST_CHECK int model_fixture_load(model_fixture **out, const char *path, enum model_provider provider);
 /* The built-in demo script. */
-int model_fixture_demo(model_fixture **out);
+FAWN_MUST_CHECK int model_fixture_demo(model_fixture **out);
 void model_fixture_free(model_fixture *f);
 /* The reply for req from a script or replay fixture, into out. */
-int model_fixture_answer(model_reply *out, model_fixture *f, const char *model_name,
+FAWN_MUST_CHECK int model_fixture_answer(model_reply *out, model_fixture *f, const char *model_name,
                          const model_request *req);
 /* Appends (hash of req's conversation, reply) to a record fixture and
  * rewrites its file atomically. */
-int model_fixture_record(model_fixture *f, const model_request *req, const model_reply *reply);
+FAWN_MUST_CHECK int model_fixture_record(model_fixture *f, const model_request *req, const model_reply *reply);
 
 #endif

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include "base/base.h"
 
 #define VPATH_USER_DATA "/mnt/user-data"
 #define VPATH_SKILLS "/mnt/skills"
@@ -44,11 +45,11 @@ typedef struct vpath {
  * /mnt/skills, a path outside both, NUL/control characters, backslashes,
  * components over VPATH_NAME_MAX and paths over VPATH_MAX are refused with
  * FAWN_EINVAL (FAWN_EPERM for paths outside the roots). No percent-decoding. */
-int vpath_parse(vpath *out, const char *virtual_path);
+FAWN_MUST_CHECK int vpath_parse(vpath *out, const char *virtual_path);
 
 /* Decodes %XX escapes exactly once into out (size outsz). Malformed escapes,
  * %00 and results that do not fit are FAWN_EINVAL. */
-int vpath_percent_decode(char *out, size_t outsz, const char *in);
+FAWN_MUST_CHECK int vpath_percent_decode(char *out, size_t outsz, const char *in);
 
 /* True when rel (a vpath rel under user-data) lies in the given top directory
  * ("workspace", "uploads", "outputs"), including the directory itself. */
@@ -75,12 +76,12 @@ bool vpath_is_staging_name(const char *name);
 
 /* The sandbox id of (user, thread) into out: the first 16 hex digits of
  * sha256("user:thread"). FAWN_EINVAL (out "") for invalid ids. */
-int paths_sandbox_id(char out[PATHS_SANDBOX_ID_LEN + 1], const char *user, const char *thread);
+FAWN_MUST_CHECK int paths_sandbox_id(char out[PATHS_SANDBOX_ID_LEN + 1], const char *user, const char *thread);
 
 /* The host directory of (user, thread)'s user-data under home into out:
  * home/users/user/threads/thread/user-data. FAWN_EINVAL (out "") for
  * invalid ids or a result longer than PATH_MAX. Touches no file. */
-int paths_user_data_dir(char out[PATH_MAX], const char *home, const char *user,
+FAWN_MUST_CHECK int paths_user_data_dir(char out[PATH_MAX], const char *home, const char *user,
                         const char *thread);
 
 /* ---- confinement: the one place a virtual path is opened ----
@@ -107,37 +108,37 @@ typedef struct vpath_target {
  * /mnt/skills and anything but paths inside workspace/, uploads/ or
  * outputs/ (not those directories themselves). FAWN_ENOENT for /mnt/skills
  * when there is no skills root; parse errors as vpath_parse. */
-int vpath_resolve(vpath_target *t, const vpath_roots *roots, const char *path, bool for_write);
+FAWN_MUST_CHECK int vpath_resolve(vpath_target *t, const vpath_roots *roots, const char *path, bool for_write);
 
 /* The last component of t ("" for a root). */
 const char *vpath_target_name(const vpath_target *t);
 
 /* Stats t without opening it (no side effects on devices or FIFOs); symlinks
  * are followed only while they stay beneath the root. */
-int vpath_stat(struct stat *st, const vpath_target *t);
+FAWN_MUST_CHECK int vpath_stat(struct stat *st, const vpath_target *t);
 
 /* Opens t's regular file for reading (symlinks only beneath the root). Other
  * file types are refused (FAWN_EINVAL) before they are opened and again
  * after, never blocking on a FIFO nor acquiring a controlling tty; staging
  * names are FAWN_ENOENT. Stores the fd (caller closes) and its stat. */
-int vpath_open_regular(int *fd_out, struct stat *st, const vpath_target *t);
+FAWN_MUST_CHECK int vpath_open_regular(int *fd_out, struct stat *st, const vpath_target *t);
 
 /* Opens t's directory for reading (symlinks only beneath the root);
  * FAWN_EINVAL when it is not a directory. Caller closes *fd_out. */
-int vpath_open_dir(int *fd_out, const vpath_target *t);
+FAWN_MUST_CHECK int vpath_open_dir(int *fd_out, const vpath_target *t);
 
 /* Creates t's missing parent directories without following any symlink and
  * opens the parent (caller closes). Staging names are refused (FAWN_EINVAL). */
-int vpath_open_parent(int *fd_out, const vpath_target *t);
+FAWN_MUST_CHECK int vpath_open_parent(int *fd_out, const vpath_target *t);
 
 /* Whether an existing file may be written over: FAWN_EPERM for a symlink or
  * a file with several hard links (one planted to a file elsewhere),
  * FAWN_EINVAL for anything but a regular file. */
-int vpath_check_writable(const struct stat *st, const char *shown);
+FAWN_MUST_CHECK int vpath_check_writable(const struct stat *st, const char *shown);
 
 /* Looks up name in dirfd without following it: *exists tells whether it is
  * there, *mode its type, and an existing one must pass vpath_check_writable. */
-int vpath_check_existing(bool *exists, mode_t *mode, int dirfd, const char *name,
+FAWN_MUST_CHECK int vpath_check_existing(bool *exists, mode_t *mode, int dirfd, const char *name,
                          const char *shown);
 
 /* ---- host layout ---- */

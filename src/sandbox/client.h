@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include "base/base.h"
 
 /* Largest reply accepted from a box: commands' output is capped by the box,
  * but a box is untrusted, so its replies are capped here too. */
@@ -33,7 +34,7 @@ void box_conn_close(box_conn *c);
  * and parses the JSON reply. A request is never re-sent: when the exchange
  * fails midway its outcome is unknown to the caller, and c is closed.
  * Results and errors as for box_call. */
-int box_conn_call(json_t **reply, int *status, box_conn *c, const char *method, const char *path,
+FAWN_MUST_CHECK int box_conn_call(json_t **reply, int *status, box_conn *c, const char *method, const char *path,
                   const json_t *body, int timeout_ms);
 
 /* Sends one request on fd, a connected stream to a box, and parses the JSON
@@ -43,12 +44,12 @@ int box_conn_call(json_t **reply, int *status, box_conn *c, const char *method, 
  * CR or LF. deadline_ms (fawn_now_ms clock) bounds the exchange. When
  * keep_alive is not NULL it tells whether fd may carry another request
  * (false after any error). Results and errors as for box_call. */
-int box_fd_call(json_t **reply, int *status, bool *keep_alive, int fd, const char *headers,
+FAWN_MUST_CHECK int box_fd_call(json_t **reply, int *status, bool *keep_alive, int fd, const char *headers,
                 const char *method, const char *path, const json_t *body, int64_t deadline_ms);
 
 /* The same with a body of size bytes read from file_fd (from its current
  * offset), sent as application/octet-stream: file uploads. */
-int box_fd_call_file(json_t **reply, int *status, int fd, const char *headers,
+FAWN_MUST_CHECK int box_fd_call_file(json_t **reply, int *status, int fd, const char *headers,
                      const char *method, const char *path, int file_fd, uint64_t size,
                      int64_t deadline_ms);
 
@@ -57,11 +58,11 @@ int box_fd_call_file(json_t **reply, int *status, int fd, const char *headers,
  * *reply (caller decrefs) the parsed object (for non-2xx too, when JSON).
  * timeout_ms bounds the whole exchange. FAWN_EPROTO for a malformed reply,
  * FAWN_ETIMEDOUT, FAWN_EIO when the box is unreachable. */
-int box_call(json_t **reply, int *status, const char *socket_path, const char *method,
+FAWN_MUST_CHECK int box_call(json_t **reply, int *status, const char *socket_path, const char *method,
              const char *path, const json_t *body, int timeout_ms);
 
 /* Connects to a unix socket path of any length. Returns fd or < 0. */
-int box_connect(const char *socket_path);
+FAWN_MUST_CHECK int box_connect(const char *socket_path);
 
 /* ---- over TCP (client_tcp.c) ---- */
 
@@ -82,12 +83,12 @@ bool box_tcp_token_valid(const char *token);
  * nothing listens there, so the request was certainly not delivered.
  * FAWN_EINVAL for a malformed host_port or a token that box_tcp_token_valid
  * refuses (nothing is sent). */
-int box_call_tcp(json_t **reply, int *status, const char *host_port, const char *token,
+FAWN_MUST_CHECK int box_call_tcp(json_t **reply, int *status, const char *host_port, const char *token,
                  const char *method, const char *path, const json_t *body, int timeout_ms);
 
 /* The same with a body of size bytes read from file_fd, sent as
  * application/octet-stream (file uploads). */
-int box_call_file_tcp(json_t **reply, int *status, const char *host_port, const char *token,
+FAWN_MUST_CHECK int box_call_file_tcp(json_t **reply, int *status, const char *host_port, const char *token,
                       const char *method, const char *path, int file_fd, uint64_t size,
                       int timeout_ms);
 

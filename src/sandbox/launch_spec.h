@@ -6,6 +6,7 @@
 #include <jansson.h>
 
 #include "sandbox/local.h"
+#include "base/base.h"
 
 /* The spec with the storage its pointers refer to. */
 typedef struct launch_spec_copy {
@@ -19,7 +20,7 @@ json_t *launch_spec_to_json(const local_launch_spec *s);
 
 /* Rebuilds a spec (descriptors left 0: the caller sets them). FAWN_EINVAL on
  * a malformed text. Free with launch_spec_free. */
-int launch_spec_from_json(launch_spec_copy *out, const char *json, size_t len);
+FAWN_MUST_CHECK int launch_spec_from_json(launch_spec_copy *out, const char *json, size_t len);
 
 void launch_spec_free(launch_spec_copy *s);
 

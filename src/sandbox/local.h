@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include "config/config.h"
+#include "base/base.h"
 
 /* Longest wait for a new box to report ready. */
 #define SANDBOX_START_TIMEOUT_MS 10000
@@ -37,13 +38,13 @@ typedef struct local_box {
 typedef struct netns_pool netns_pool;
 
 /* An empty pool that holds up to `size`. FAWN_EUNSUP when not root. */
-int netns_pool_new(netns_pool **out, size_t size);
+FAWN_MUST_CHECK int netns_pool_new(netns_pool **out, size_t size);
 /* Creates namespaces until the pool is full (this process's threads leave
  * the host's network namespace only for the instant of each creation, so
  * call it from a single-threaded launcher). */
-int netns_pool_fill(netns_pool *p);
+FAWN_MUST_CHECK int netns_pool_fill(netns_pool *p);
 /* A ready namespace's fd (the caller owns it), or -1 when the pool is empty. */
-int netns_pool_take(netns_pool *p);
+FAWN_MUST_CHECK int netns_pool_take(netns_pool *p);
 /* Closes the namespaces not handed out. */
 void netns_pool_free(netns_pool *p);
 
@@ -61,7 +62,7 @@ typedef struct local_spec {
  * directories (as sbx_user_data_open in manager.h), then launches `fawn box`
  * in fresh namespaces (see box/box.h) with cgroup limits, and waits for it
  * to be ready. Starts for one sandbox are serialized with a lock file. */
-int local_box_ensure(local_box *out, const local_spec *spec);
+FAWN_MUST_CHECK int local_box_ensure(local_box *out, const local_spec *spec);
 
 /* What local_launch needs: one sandbox's box, serving on listen_fd. */
 typedef struct local_launch_spec {
@@ -88,23 +89,23 @@ typedef struct local_launch_spec {
  * itself, which is fast; any other goes through a freshly exec'd launch
  * helper, so the box never inherits another thread's locks or a big
  * caller's memory. */
-int local_launch(pid_t *pid, char generation[33], const local_launch_spec *spec);
+FAWN_MUST_CHECK int local_launch(pid_t *pid, char generation[33], const local_launch_spec *spec);
 
 /* The launch helper (`fawn sandbox launch-helper`, run by local_launch from
  * multithreaded programs): reads a spec and descriptors at fixed numbers,
  * launches, reports. Returns the process exit status. */
-int local_launch_helper_main(bool have_netns);
+FAWN_MUST_CHECK int local_launch_helper_main(bool have_netns);
 
 /* Removes what a launched box leaves on the host after it exited (its cgroup). */
 void local_launch_cleanup(const fawn_config *cfg, const char *sandbox_id);
 
 /* Asks the thread's box to shut down and removes its socket and cgroup.
  * Returns 0 also when no box was running. */
-int local_box_stop(const fawn_config *cfg, const char *user, const char *thread);
+FAWN_MUST_CHECK int local_box_stop(const fawn_config *cfg, const char *user, const char *thread);
 /* The same, by sandbox id (16 hex digits). */
-int local_box_stop_id(const fawn_config *cfg, const char *sandbox_id);
+FAWN_MUST_CHECK int local_box_stop_id(const fawn_config *cfg, const char *sandbox_id);
 /* The host path of sandbox_id's box API socket into out. */
-int local_socket_path(char out[PATH_MAX], const fawn_config *cfg, const char *sandbox_id);
+FAWN_MUST_CHECK int local_socket_path(char out[PATH_MAX], const fawn_config *cfg, const char *sandbox_id);
 
 /* ---- resource limits: cgroups (v2, else v1 memory + pids) ----
  * When neither can be used, callers fall back to rlimits and cgroup_setup
@@ -137,7 +138,7 @@ typedef struct cgroup_handle {
  * filled, possibly mode CGROUP_NONE with a warning logged once per process
  * when cgroups cannot be used) or a negative FAWN_E* code when a group was
  * created but could not be configured. */
-int cgroup_setup(cgroup_handle *h, const char *name, pid_t pid, uint64_t memory_bytes,
+FAWN_MUST_CHECK int cgroup_setup(cgroup_handle *h, const char *name, pid_t pid, uint64_t memory_bytes,
                  uint64_t max_pids);
 
 /* Kills every process left in the group and removes it. Safe on CGROUP_NONE. */

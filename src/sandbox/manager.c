@@ -275,7 +275,9 @@ static void fences_retire(sbx_manager *m, const char *sandbox_id, const char *ge
 }
 
 /* Destroys (sandbox_id, generation) through the provider and, once it is
- * confirmed absent, forgets its record and retires its fences. */
+ * confirmed absent, forgets its record and retires its fences. A record
+ * that cannot be forgotten is logged, not returned: the box is gone, a
+ * record without its box is never adopted, and the next start replaces it. */
 static int box_destroy(sbx_manager *m, const char *sandbox_id, const char *generation) {
     int r = m->p->destroy(m->p->ctx, sandbox_id, generation);
     if (r < 0) {
@@ -283,7 +285,9 @@ static int box_destroy(sbx_manager *m, const char *sandbox_id, const char *gener
                  generation, fawn_errmsg());
         return r;
     }
-    store_sandbox_forget(m->st, sandbox_id, generation);
+    if (store_sandbox_forget(m->st, sandbox_id, generation) < 0)
+        log_warn("sandbox", "sandbox %s generation %.8s: record not forgotten: %s", sandbox_id,
+                 generation, fawn_errmsg());
     fences_retire(m, sandbox_id, generation);
     return 0;
 }
@@ -811,7 +815,9 @@ static int call_outcome(sbx_lease *l, int r) {
         return r;
     char message[256];
     snprintf(message, sizeof message, "%s", fawn_errmsg());
-    sbx_fence(l, false, "the box stopped answering during a request");
+    if (sbx_fence(l, false, "the box stopped answering during a request") < 0)
+        log_warn("sandbox", "sandbox %s generation %.8s: fence kept in memory only: %s",
+                 l->box.sandbox_id, l->box.generation, fawn_errmsg());
     return fawn_err(r, "%s", message);
 }
 

@@ -55,6 +55,7 @@
 #include "authz/authz.h"
 #include "config/config.h"
 #include "store/store.h"
+#include "base/base.h"
 
 /* A generation id: 32 hex digits. */
 #define SBX_GENERATION_LEN 32
@@ -138,13 +139,13 @@ typedef struct sbx_provider {
 /* The local provider: boxes in fresh namespaces on this host (local.c),
  * started through fawn_bin's launch helper when the caller is
  * multithreaded (NULL: this program). cfg must outlive it. */
-int local_provider_new(sbx_provider **out, const fawn_config *cfg, const char *fawn_bin);
+FAWN_MUST_CHECK int local_provider_new(sbx_provider **out, const fawn_config *cfg, const char *fawn_bin);
 void local_provider_free(sbx_provider *p);
 
 /* The provider config.yaml chooses (sandbox.provider: local, or remote with
  * the commands of sandbox.remote, see remote.h); FAWN_ECONFIG naming the
  * key for a bad sandbox.remote. Close it with sbx_provider_close. */
-int sbx_provider_open(sbx_provider **out, const fawn_config *cfg, const char *fawn_bin);
+FAWN_MUST_CHECK int sbx_provider_open(sbx_provider **out, const fawn_config *cfg, const char *fawn_bin);
 void sbx_provider_close(sbx_provider *p);
 
 /* ---- the manager ---- */
@@ -168,7 +169,7 @@ typedef struct sbx_manager sbx_manager;
  * generations the provider confirms absent retire. Failures to destroy
  * are logged and left for the next start (the fences stay). Starts the
  * reaper that tears down idle sandboxes. */
-int sbx_manager_new(sbx_manager **out, const sbx_manager_config *cfg, sbx_provider *provider,
+FAWN_MUST_CHECK int sbx_manager_new(sbx_manager **out, const sbx_manager_config *cfg, sbx_provider *provider,
                     store *st, const authz_policy *policy);
 /* Stops the reaper and the keepalive and frees the manager. Every lease
  * must have been released. Parked sandboxes are left running for the next
@@ -227,7 +228,7 @@ typedef struct sbx_lease {
  *   FAWN_EBUSY    a destroy of this sandbox is waiting for its holders;
  *   provider errors (a failed create; a fenced or dead generation that
  *                 could not be destroyed: the fence stays). */
-int sbx_acquire(sbx_lease **out, sbx_manager *m, const sbx_request *req);
+FAWN_MUST_CHECK int sbx_acquire(sbx_lease **out, sbx_manager *m, const sbx_request *req);
 
 /* Ends a hold (NULL is fine). The last holder of a scope ends its session;
  * the last holder of the sandbox parks it in the warm pool, or tears it
@@ -238,16 +239,16 @@ void sbx_release(sbx_lease *l);
  * during a command, a kill could not be confirmed): fences its generation
  * persistently. With scope_only, fences only l's scope (its session is
  * abandoned; the next acquisition of the scope gets a new one). */
-int sbx_fence(sbx_lease *l, bool scope_only, const char *reason);
+FAWN_MUST_CHECK int sbx_fence(sbx_lease *l, bool scope_only, const char *reason);
 
 /* One box API request on l's box. A failure mid-exchange (FAWN_EIO,
  * FAWN_ETIMEDOUT, FAWN_EPROTO: the outcome is unknown) fences the
  * generation before it is returned. */
-int sbx_call(json_t **reply, int *status, sbx_lease *l, const char *method, const char *path,
+FAWN_MUST_CHECK int sbx_call(json_t **reply, int *status, sbx_lease *l, const char *method, const char *path,
              const json_t *body, int timeout_ms);
 /* The same with size bytes of file_fd as the body (the box API's file
  * upload); FAWN_EUNSUP when the provider cannot send files. */
-int sbx_call_file(json_t **reply, int *status, sbx_lease *l, const char *method,
+FAWN_MUST_CHECK int sbx_call_file(json_t **reply, int *status, sbx_lease *l, const char *method,
                   const char *path, int file_fd, uint64_t size, int timeout_ms);
 
 /* Kills the commands of scope's shell session in the (user, thread)
@@ -259,7 +260,7 @@ int sbx_call_file(json_t **reply, int *status, sbx_lease *l, const char *method,
  * can be running). An outcome left
  * unknown (the exchange broke, the box could not confirm) fences the scope:
  * its session is abandoned, the next acquisition of it gets a new one. */
-int sbx_kill_scope(sbx_manager *m, const char *user, const char *thread, const char *scope,
+FAWN_MUST_CHECK int sbx_kill_scope(sbx_manager *m, const char *user, const char *thread, const char *scope,
                    int timeout_ms);
 
 enum sbx_destroy_outcome { SBX_DESTROYED, SBX_DESTROY_DEFERRED };
@@ -267,7 +268,7 @@ enum sbx_destroy_outcome { SBX_DESTROYED, SBX_DESTROY_DEFERRED };
 /* Tears down the (user, thread) sandbox now, or, while holders remain,
  * once the last one releases it (*outcome says which). Provider failures
  * are returned (and a later call retries). */
-int sbx_destroy(enum sbx_destroy_outcome *outcome, sbx_manager *m, const char *user,
+FAWN_MUST_CHECK int sbx_destroy(enum sbx_destroy_outcome *outcome, sbx_manager *m, const char *user,
                 const char *thread);
 
 /* The one reuse predicate: false when (sandbox_id, generation) is fenced
@@ -290,7 +291,7 @@ typedef struct sbx_info {
 } sbx_info;
 
 /* The sandboxes the manager knows (malloc'd array in *out, caller frees). */
-int sbx_list(sbx_info **out, size_t *n, sbx_manager *m);
+FAWN_MUST_CHECK int sbx_list(sbx_info **out, size_t *n, sbx_manager *m);
 /* "starting", "active", "idle", "stopping"; and "execution", "upload", "fork". */
 const char *sbx_state_name(enum sbx_state s);
 const char *sbx_holder_name(enum sbx_holder k);
@@ -304,7 +305,7 @@ const char *sbx_holder_name(enum sbx_holder k);
  * configured limit again), with workspace/, uploads/ and outputs/ owned by
  * the sandbox's host uid; without, FAWN_ENOENT when it does not exist.
  * FAWN_EINVAL for invalid ids. */
-int sbx_user_data_open(int *fd_out, const fawn_config *cfg, const char *user,
+FAWN_MUST_CHECK int sbx_user_data_open(int *fd_out, const fawn_config *cfg, const char *user,
                        const char *thread, bool create);
 
 #endif

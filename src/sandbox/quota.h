@@ -33,6 +33,7 @@
 #define FAWN_SANDBOX_QUOTA_H
 
 #include <stdint.h>
+#include "base/base.h"
 
 /* First project id fawn gives a user-data: far above the small ids
  * administrators number by hand in /etc/projid. */
@@ -75,7 +76,7 @@ void quota_probe_path(quota_fs *out, const char *path);
  * configuration may have changed). A symlink or non-directory in its place
  * is FAWN_EINVAL; FAWN_EIO when the kernel refuses a step (nothing is left
  * half made). parentfd is borrowed. */
-int quota_dir_ensure(enum quota_mechanism *applied, int parentfd, const char *name,
+FAWN_MUST_CHECK int quota_dir_ensure(enum quota_mechanism *applied, int parentfd, const char *name,
                      uint64_t limit_bytes);
 
 /* The mechanism that limits the existing directory dirfd (as
@@ -86,13 +87,13 @@ enum quota_mechanism quota_dir_mechanism(int dirfd);
  * base/fsx.h). Past them, or at a directory it cannot read, FAWN_E2BIG
  * "The thread's files cannot be measured (why)" with *used a lower bound:
  * files that cannot be measured count as over the limit. */
-int quota_measure(uint64_t *used, int dirfd);
+FAWN_MUST_CHECK int quota_measure(uint64_t *used, int dirfd);
 
 /* How many bytes fawn's own writes may still add to dirfd's tree under
  * limit_bytes (0 when it is full or over). UINT64_MAX under btrfs
  * qgroups, which hold every writer to the limit: a write past it fails
  * with EDQUOT. Project usage comes from the kernel's count; a measured
  * tree is walked (errors as quota_measure). */
-int quota_room(uint64_t *room, int dirfd, uint64_t limit_bytes);
+FAWN_MUST_CHECK int quota_room(uint64_t *room, int dirfd, uint64_t limit_bytes);
 
 #endif

@@ -50,6 +50,7 @@
 #include <stdint.h>
 
 #include "sandbox/manager.h"
+#include "base/base.h"
 
 /* A command's stdout: a few hundred bytes per sandbox in a listing; more is
  * a broken control plane. */
@@ -84,7 +85,7 @@ typedef struct remote_provider_config {
  *   FAWN_EIO, as for box_call).
  * Free it with remote_provider_free. FAWN_EINVAL for a missing or empty
  * argv or a zero timeout. */
-int remote_provider_new(sbx_provider **out, const remote_provider_config *cfg);
+FAWN_MUST_CHECK int remote_provider_new(sbx_provider **out, const remote_provider_config *cfg);
 
 /* Frees a provider from remote_provider_new (NULL is fine). Leaves its
  * boxes running. */

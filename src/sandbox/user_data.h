@@ -10,6 +10,7 @@
 
 #include "config/config.h"
 #include "sandbox/quota.h"
+#include "base/base.h"
 
 /* Host uids a root-run fawn maps sandboxes to: never host root, and
  * different threads get different uids (2^16 of them from this base). */
@@ -28,14 +29,14 @@ uid_t sbx_host_uid(const char *sandbox_id);
 
 /* Creates the directory path (mode for what it creates), and its parents
  * only when they are missing. 0 when it exists already. */
-int sbx_dir_ensure(const char *path, mode_t mode);
+FAWN_MUST_CHECK int sbx_dir_ensure(const char *path, mode_t mode);
 
 /* Makes user_data, any host directory, as a start would: limited to
  * sandbox.limits.disk_mb from the moment it appears (sandbox/quota.h; an
  * existing one gets the configured limit again), its parents created, and
  * in it workspace/, uploads/ and outputs/, owned by uid when fawn runs as
  * root and they are new. *mechanism tells what limits it. */
-int sbx_user_data_make(enum quota_mechanism *mechanism, const fawn_config *cfg,
+FAWN_MUST_CHECK int sbx_user_data_make(enum quota_mechanism *mechanism, const fawn_config *cfg,
                        const char *user_data, uid_t uid);
 
 #endif

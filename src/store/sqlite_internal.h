@@ -17,6 +17,7 @@
 #include <stdbool.h>
 
 #include "store/store.h"
+#include "base/base.h"
 
 /* Read-only connections: a request thread holds one for one query, so a
  * few keep every reader of a small gateway going while one search or
@@ -44,17 +45,17 @@ void sq_read_end(store *s, sqlite3 *db);
 /* A FAWN_E* code and message for SQLite result rc on db (NULL: no
  * connection): busy/locked → FAWN_EBUSY, constraint → FAWN_EEXIST, else
  * FAWN_EIO ("what: detail"). */
-int sq_err(sqlite3 *db, int rc, const char *what);
+FAWN_MUST_CHECK int sq_err(sqlite3 *db, int rc, const char *what);
 /* Runs sql (several statements allowed), no rows expected. */
-int sq_exec(sqlite3 *db, const char *sql, const char *what);
+FAWN_MUST_CHECK int sq_exec(sqlite3 *db, const char *sql, const char *what);
 /* Prepares one statement (the caller finalizes it). */
-int sq_prepare(sqlite3 *db, sqlite3_stmt **st, const char *sql);
+FAWN_MUST_CHECK int sq_prepare(sqlite3 *db, sqlite3_stmt **st, const char *sql);
 /* Runs and finalizes a statement that returns no rows; FAWN_ENOENT when
  * must_change and no row changed. */
-int sq_step_done(sqlite3 *db, sqlite3_stmt *st, bool must_change, const char *what);
+FAWN_MUST_CHECK int sq_step_done(sqlite3 *db, sqlite3_stmt *st, bool must_change, const char *what);
 /* Ends the transaction begun on db: COMMIT when r == 0, else ROLLBACK (and
  * r, the first error, is kept). Returns the result. */
-int sq_end_transaction(sqlite3 *db, int r);
+FAWN_MUST_CHECK int sq_end_transaction(sqlite3 *db, int r);
 /* v is non-empty and at most max bytes. */
 bool sq_text_ok(const char *v, size_t max);
 /* Copies a text column into dst (size bytes, always terminated; "" for NULL). */
@@ -66,22 +67,22 @@ char *sq_dup_col(sqlite3_stmt *st, int col);
 typedef void (*sq_row_reader)(void *row, sqlite3_stmt *st);
 /* Steps st (the caller finalizes it), appending each row, read by read into
  * a row_size struct, to rows. */
-int sq_rows_read(sqlite3 *db, fbuf *rows, sqlite3_stmt *st, size_t row_size, sq_row_reader read,
+FAWN_MUST_CHECK int sq_rows_read(sqlite3 *db, fbuf *rows, sqlite3_stmt *st, size_t row_size, sq_row_reader read,
                  const char *what);
 /* Hands rows to the caller as an array of *n (when r == 0) or frees them;
  * returns r. */
-int sq_rows_hand_out(void **out, size_t *n, fbuf *rows, size_t row_size, int r);
+FAWN_MUST_CHECK int sq_rows_hand_out(void **out, size_t *n, fbuf *rows, size_t row_size, int r);
 /* Binds texts[0..n) to ?1..?n (static: they must outlive the statement). */
 void sq_bind_texts(sqlite3_stmt *st, const char *const *texts, size_t n);
 /* Prepares sql, binds texts and runs it on the writer (the one helper that
  * takes a connection itself). */
-int sq_exec_texts(store *s, const char *sql, const char *const *texts, size_t n,
+FAWN_MUST_CHECK int sq_exec_texts(store *s, const char *sql, const char *const *texts, size_t n,
                   bool must_change, const char *what);
 
 /* Migration 6's step over the data (sqlite_state.c), on the writer inside
  * the migration's transaction: the messages of every checkpoint and every
  * stored values event become message rows of their thread, the checkpoint
  * lists them as spans and the event holds the state's reference. */
-int sq_state_migrate_messages(sqlite3 *db);
+FAWN_MUST_CHECK int sq_state_migrate_messages(sqlite3 *db);
 
 #endif

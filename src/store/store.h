@@ -27,11 +27,11 @@ typedef struct store store;
 /* Opens (creating it and its directory when missing) the database at path,
  * in WAL mode, and applies the migrations it lacks in one transaction each.
  * FAWN_EINVAL when the database is newer than this fawn. Caller closes. */
-int store_open(store **out, const char *path);
+FAWN_MUST_CHECK int store_open(store **out, const char *path);
 void store_close(store *s);
 
 /* The schema version the database is at. */
-int store_schema_version(store *s, int *out);
+FAWN_MUST_CHECK int store_schema_version(store *s, int *out);
 
 /* ---- users ---- */
 
@@ -51,18 +51,18 @@ typedef struct store_user {
 } store_user;
 
 /* Creates a user; FAWN_EEXIST when the username is taken. */
-int store_user_create(store *s, store_user *out, const char *username, const char *password_hash,
+FAWN_MUST_CHECK int store_user_create(store *s, store_user *out, const char *username, const char *password_hash,
                       const char *role);
-int store_user_get(store *s, store_user *out, int64_t id);
-int store_user_get_by_name(store *s, store_user *out, const char *username);
+FAWN_MUST_CHECK int store_user_get(store *s, store_user *out, int64_t id);
+FAWN_MUST_CHECK int store_user_get_by_name(store *s, store_user *out, const char *username);
 /* The first user (lowest id) with role; FAWN_ENOENT when there is none. */
-int store_user_get_by_role(store *s, store_user *out, const char *role);
+FAWN_MUST_CHECK int store_user_get_by_role(store *s, store_user *out, const char *role);
 /* Number of users with role (all users when role is NULL). */
-int store_user_count(store *s, int64_t *out, const char *role);
+FAWN_MUST_CHECK int store_user_count(store *s, int64_t *out, const char *role);
 /* Replaces the password hash and bumps token_version (revoking sessions). */
-int store_user_set_password(store *s, int64_t id, const char *password_hash);
+FAWN_MUST_CHECK int store_user_set_password(store *s, int64_t id, const char *password_hash);
 /* Bumps token_version alone (log out everywhere). */
-int store_user_revoke_sessions(store *s, int64_t id);
+FAWN_MUST_CHECK int store_user_revoke_sessions(store *s, int64_t id);
 
 /* ---- threads ---- */
 
@@ -83,14 +83,14 @@ void store_thread_clear(store_thread *t);
  * already exists for the same owner is not an error: *existed is set and out
  * holds the stored thread. Ids are per owner: another owner's thread of
  * the same id is a different thread. */
-int store_thread_create(store *s, store_thread *out, bool *existed, int64_t owner_id,
+FAWN_MUST_CHECK int store_thread_create(store *s, store_thread *out, bool *existed, int64_t owner_id,
                         const char *id, const char *metadata);
 /* The owner's thread (another owner's is FAWN_ENOENT). */
-int store_thread_get(store *s, store_thread *out, int64_t owner_id, const char *id);
+FAWN_MUST_CHECK int store_thread_get(store *s, store_thread *out, int64_t owner_id, const char *id);
 /* Replaces the metadata and bumps updated_at. */
-int store_thread_set_metadata(store *s, int64_t owner_id, const char *id, const char *metadata);
-int store_thread_set_status(store *s, int64_t owner_id, const char *id, const char *status);
-int store_thread_delete(store *s, int64_t owner_id, const char *id);
+FAWN_MUST_CHECK int store_thread_set_metadata(store *s, int64_t owner_id, const char *id, const char *metadata);
+FAWN_MUST_CHECK int store_thread_set_status(store *s, int64_t owner_id, const char *id, const char *status);
+FAWN_MUST_CHECK int store_thread_delete(store *s, int64_t owner_id, const char *id);
 
 /* A search's metadata match: at most this many keys and bytes (compact
  * JSON). Each key is a JSON lookup in every thread searched, so a search
@@ -104,7 +104,7 @@ int store_thread_delete(store *s, int64_t owner_id, const char *id);
  * NULL), newest first. *out is a malloc'd array of *n threads (free each
  * with store_thread_clear, then the array). limit is clamped to 1..1000.
  * FAWN_E2BIG for a match beyond STORE_MATCH_KEYS_MAX or STORE_MATCH_MAX. */
-int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_id,
+FAWN_MUST_CHECK int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_id,
                         const char *match, const char *status, size_t limit, size_t offset);
 
 /* ---- sandboxes and fences (the sandbox manager's durable records) ---- */
@@ -122,15 +122,15 @@ typedef struct store_sandbox {
 } store_sandbox;
 
 /* Records (or replaces) the box of sb->sandbox_id (created_at is now). */
-int store_sandbox_put(store *s, const store_sandbox *sb);
+FAWN_MUST_CHECK int store_sandbox_put(store *s, const store_sandbox *sb);
 /* The record of sandbox_id (FAWN_ENOENT when none). */
-int store_sandbox_get(store *s, store_sandbox *out, const char *sandbox_id);
+FAWN_MUST_CHECK int store_sandbox_get(store *s, store_sandbox *out, const char *sandbox_id);
 /* Every record, by sandbox id: *out is a malloc'd array of *n (caller
  * frees); at most STORE_SANDBOXES_MAX. */
 #define STORE_SANDBOXES_MAX 100000
-int store_sandbox_list(store *s, store_sandbox **out, size_t *n);
+FAWN_MUST_CHECK int store_sandbox_list(store *s, store_sandbox **out, size_t *n);
 /* Forgets sandbox_id's record if it names generation (any when ""). */
-int store_sandbox_forget(store *s, const char *sandbox_id, const char *generation);
+FAWN_MUST_CHECK int store_sandbox_forget(store *s, const char *sandbox_id, const char *generation);
 
 /* A fence: (scope, sandbox id, generation) may not be reused. scope "" fences
  * the whole generation; a run:agent scope fences only that scope's session. */
@@ -143,18 +143,18 @@ typedef struct store_fence {
 } store_fence;
 
 /* Adds a fence (an existing one is kept as it is). */
-int store_fence_add(store *s, const char *scope, const char *sandbox_id, const char *generation,
+FAWN_MUST_CHECK int store_fence_add(store *s, const char *scope, const char *sandbox_id, const char *generation,
                     const char *reason);
 /* Whether the fence exists. */
-int store_fence_exists(store *s, bool *out, const char *scope, const char *sandbox_id,
+FAWN_MUST_CHECK int store_fence_exists(store *s, bool *out, const char *scope, const char *sandbox_id,
                        const char *generation);
 /* Removes one fence (FAWN_ENOENT when it did not exist). */
-int store_fence_remove(store *s, const char *scope, const char *sandbox_id,
+FAWN_MUST_CHECK int store_fence_remove(store *s, const char *scope, const char *sandbox_id,
                        const char *generation);
 /* Every fence (of sandbox_id, or all when NULL), oldest first: *out is a
  * malloc'd array of *n (caller frees); at most STORE_FENCES_MAX. */
 #define STORE_FENCES_MAX 10000
-int store_fence_list(store *s, store_fence **out, size_t *n, const char *sandbox_id);
+FAWN_MUST_CHECK int store_fence_list(store *s, store_fence **out, size_t *n, const char *sandbox_id);
 
 /* ---- API tokens ----
  * A token is shown to its owner once; the store keeps only its SHA-256. */
@@ -174,19 +174,19 @@ typedef struct store_token {
 
 /* Records a token (token_hash: 64 hex digits) named name for user_id.
  * FAWN_E2BIG when the user already holds STORE_TOKENS_PER_USER_MAX. */
-int store_token_create(store *s, store_token *out, int64_t user_id, const char *name,
+FAWN_MUST_CHECK int store_token_create(store *s, store_token *out, int64_t user_id, const char *name,
                        const char *token_hash);
 /* The user's tokens, oldest first: *out is a malloc'd array of *n (caller frees). */
-int store_token_list(store *s, store_token **out, size_t *n, int64_t user_id);
+FAWN_MUST_CHECK int store_token_list(store *s, store_token **out, size_t *n, int64_t user_id);
 /* Revokes the user's token id (another user's is FAWN_ENOENT). */
-int store_token_delete(store *s, int64_t user_id, int64_t id);
+FAWN_MUST_CHECK int store_token_delete(store *s, int64_t user_id, int64_t id);
 /* A token's last use is recorded at most this often: a minute tells when a
  * token was last used well enough, and spares a write per request. */
 #define STORE_TOKEN_USE_RESOLUTION_MS 60000
 
 /* The user holding the token whose hash is token_hash (FAWN_ENOENT when
  * none), recording its use (see STORE_TOKEN_USE_RESOLUTION_MS). */
-int store_token_authenticate(store *s, store_user *user, int64_t *token_id,
+FAWN_MUST_CHECK int store_token_authenticate(store *s, store_user *user, int64_t *token_id,
                              const char *token_hash);
 
 /* ---- runs, their events, thread checkpoints and tool receipts ----
@@ -213,19 +213,19 @@ void store_run_clear(store_run *r);
 /* Records a new run (status pending unless run->status says otherwise;
  * kwargs and metadata default to {}). FAWN_EEXIST for a run id in use;
  * FAWN_ENOENT when the owner has no such thread. */
-int store_run_create(store *s, const store_run *run);
+FAWN_MUST_CHECK int store_run_create(store *s, const store_run *run);
 /* The owner's run of thread (another thread's run is FAWN_ENOENT). */
-int store_run_get(store *s, store_run *out, int64_t owner_id, const char *thread_id,
+FAWN_MUST_CHECK int store_run_get(store *s, store_run *out, int64_t owner_id, const char *thread_id,
                   const char *run_id);
 /* The thread's runs, newest first; *out is a malloc'd array of *n (clear each,
  * then free it). limit is clamped to 1..STORE_RUNS_LIST_MAX. */
-int store_run_list(store *s, store_run **out, size_t *n, int64_t owner_id,
+FAWN_MUST_CHECK int store_run_list(store *s, store_run **out, size_t *n, int64_t owner_id,
                    const char *thread_id, size_t limit, size_t offset);
 /* Sets a run's status and error (NULL clears it). */
-int store_run_set_status(store *s, const char *run_id, const char *status, const char *error);
+FAWN_MUST_CHECK int store_run_set_status(store *s, const char *run_id, const char *status, const char *error);
 /* Ends runs a previous process left pending or running: status error with
  * reason, their threads idle. *n (may be NULL) is how many. */
-int store_run_abandon_unfinished(store *s, size_t *n, const char *reason);
+FAWN_MUST_CHECK int store_run_abandon_unfinished(store *s, size_t *n, const char *reason);
 
 /* One event of a run's stream, as SSE sends it. */
 typedef struct store_event {
@@ -235,15 +235,15 @@ typedef struct store_event {
 } store_event;
 
 /* Appends events (seq increasing, above every stored one) in one transaction. */
-int store_event_append(store *s, const char *run_id, const store_event *events, size_t n);
+FAWN_MUST_CHECK int store_event_append(store *s, const char *run_id, const store_event *events, size_t n);
 /* Up to limit events with seq > after, in order; *out is a malloc'd array of
  * *n (free each data, then the array). */
-int store_event_read(store *s, store_event **out, size_t *n, const char *run_id, int64_t after,
+FAWN_MUST_CHECK int store_event_read(store *s, store_event **out, size_t *n, const char *run_id, int64_t after,
                      size_t limit);
 /* The lowest and highest stored seq (both 0 when none). */
-int store_event_bounds(store *s, int64_t *first, int64_t *last, const char *run_id);
+FAWN_MUST_CHECK int store_event_bounds(store *s, int64_t *first, int64_t *last, const char *run_id);
 /* Keeps only the newest keep events of the run. */
-int store_event_prune(store *s, const char *run_id, int64_t keep);
+FAWN_MUST_CHECK int store_event_prune(store *s, const char *run_id, int64_t keep);
 
 /* ---- thread state: checkpoints and the messages they hold ----
  * A thread's state is the JSON object LangGraph clients read (messages,
@@ -279,14 +279,14 @@ void store_checkpoint_clear(store_checkpoint *c);
  * "messages", when present, is a list. *state (may be NULL) gets the new
  * checkpoint's state reference (malloc'd). FAWN_ENOENT when no such thread,
  * FAWN_EINVAL for values of another shape. */
-int store_checkpoint_put(store *s, char **state, int64_t owner_id, const char *thread_id,
+FAWN_MUST_CHECK int store_checkpoint_put(store *s, char **state, int64_t owner_id, const char *thread_id,
                          const store_checkpoint *c, const json_t *values);
 /* The thread's newest checkpoint (FAWN_ENOENT when it has none). */
-int store_checkpoint_latest(store *s, store_checkpoint *out, int64_t owner_id,
+FAWN_MUST_CHECK int store_checkpoint_latest(store *s, store_checkpoint *out, int64_t owner_id,
                             const char *thread_id);
 /* Up to limit checkpoints, newest first, older than before_id when it is
  * non-NULL; *out is a malloc'd array of *n (clear each, then free it). */
-int store_checkpoint_list(store *s, store_checkpoint **out, size_t *n, int64_t owner_id,
+FAWN_MUST_CHECK int store_checkpoint_list(store *s, store_checkpoint **out, size_t *n, int64_t owner_id,
                           const char *thread_id, const char *before_id, size_t limit);
 
 /* The state that reference `state` names, of the owner's thread, as JSON
@@ -296,7 +296,7 @@ int store_checkpoint_list(store *s, store_checkpoint **out, size_t *n, int64_t o
  * state's "messages_omitted") says how many; a row deleted since the
  * reference was made (a message replaced, and no kept checkpoint lists it)
  * is left out silently. FAWN_EINVAL for a malformed reference. */
-int store_state_read(store *s, char **out, size_t *omitted, int64_t owner_id,
+FAWN_MUST_CHECK int store_state_read(store *s, char **out, size_t *omitted, int64_t owner_id,
                      const char *thread_id, const char *state, size_t max_bytes);
 
 /* Evidence of one tool call. */
@@ -312,8 +312,8 @@ typedef struct store_receipt {
 } store_receipt;
 
 /* Records a receipt (a tool call id already recorded for the run is FAWN_EEXIST). */
-int store_receipt_add(store *s, const store_receipt *rc);
+FAWN_MUST_CHECK int store_receipt_add(store *s, const store_receipt *rc);
 /* The run's receipts in the order they were written (malloc'd array). */
-int store_receipt_list(store *s, store_receipt **out, size_t *n, const char *run_id);
+FAWN_MUST_CHECK int store_receipt_list(store *s, store_receipt **out, size_t *n, const char *run_id);
 
 #endif

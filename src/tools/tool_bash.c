@@ -79,12 +79,13 @@ static int bash_outcome(tool_result *res, const json_t *reply) {
 
 static int bash_run(tool_result *res, tool_env *env, const json_t *args) {
     const char *command;
-    if (tool_arg_string(&command, res, args, "command", true) < 0)
-        return 0;
+    int r = tool_arg_string(&command, res, args, "command", true);
+    if (r != 0)
+        return r < 0 ? r : 0;
     if (!command[0])
         return tool_fail(res, TOOL_ERROR, "invalid_arguments", true, "Error: the command is empty");
     sbx_lease *lease;
-    int r = tool_env_lease(&lease, env);
+    r = tool_env_lease(&lease, env);
     if (r < 0)
         return tool_sandbox_failure(res, r);
     uint32_t timeout_s = env->command_timeout_s;

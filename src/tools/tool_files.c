@@ -34,10 +34,11 @@ static int file_call(json_t **reply, tool_result *res, tool_env *env, const char
 
 static int ls_run(tool_result *res, tool_env *env, const json_t *args) {
     const char *path;
-    if (tool_arg_string(&path, res, args, "path", true) < 0)
-        return 0;
+    int r = tool_arg_string(&path, res, args, "path", true);
+    if (r != 0)
+        return r < 0 ? r : 0;
     json_t *reply;
-    int r = file_call(&reply, res, env, "/v1/file/list",
+    r = file_call(&reply, res, env, "/v1/file/list",
                       json_pack("{s:s, s:i}", "path", path, "max_depth", 2));
     if (r < 0 || !reply)
         return r;
@@ -78,15 +79,16 @@ static size_t line_offset(const char *text, size_t len, int64_t line) {
 static int read_run(tool_result *res, tool_env *env, const json_t *args) {
     const char *path;
     int64_t start, end;
-    if (tool_arg_string(&path, res, args, "path", true) < 0 ||
-        tool_arg_int(&start, res, args, "start_line", 1, 1, INT32_MAX) < 0 ||
-        tool_arg_int(&end, res, args, "end_line", 0, 1, INT32_MAX) < 0)
-        return 0;
+    int r;
+    if ((r = tool_arg_string(&path, res, args, "path", true)) != 0 ||
+        (r = tool_arg_int(&start, res, args, "start_line", 1, 1, INT32_MAX)) != 0 ||
+        (r = tool_arg_int(&end, res, args, "end_line", 0, 1, INT32_MAX)) != 0)
+        return r < 0 ? r : 0;
     if (end && end < start)
         return tool_fail(res, TOOL_ERROR, "invalid_arguments", true,
                          "Error: end_line must not be before start_line");
     json_t *reply;
-    int r = file_call(&reply, res, env, "/v1/file/read", json_pack("{s:s}", "path", path));
+    r = file_call(&reply, res, env, "/v1/file/read", json_pack("{s:s}", "path", path));
     if (r < 0 || !reply)
         return r;
     const char *content = json_string_value(json_object_get(reply, "content"));
@@ -140,10 +142,11 @@ static int write_content(tool_result *res, tool_env *env, const char *path, cons
 static int write_run(tool_result *res, tool_env *env, const json_t *args) {
     const char *path, *content;
     bool append;
-    if (tool_arg_string(&path, res, args, "path", true) < 0 ||
-        tool_arg_string(&content, res, args, "content", true) < 0 ||
-        tool_arg_bool(&append, res, args, "append") < 0)
-        return 0;
+    int r;
+    if ((r = tool_arg_string(&path, res, args, "path", true)) != 0 ||
+        (r = tool_arg_string(&content, res, args, "content", true)) != 0 ||
+        (r = tool_arg_bool(&append, res, args, "append")) != 0)
+        return r < 0 ? r : 0;
     if (strlen(content) > TOOL_WRITE_MAX)
         return tool_fail(res, TOOL_ERROR, "too_large", true,
                          "Error: content is larger than %d bytes; write it in parts with "
@@ -183,15 +186,16 @@ static char *replace(const char *hay, const char *needle, const char *with, bool
 static int str_replace_run(tool_result *res, tool_env *env, const json_t *args) {
     const char *path, *old_str, *new_str;
     bool all;
-    if (tool_arg_string(&path, res, args, "path", true) < 0 ||
-        tool_arg_string(&old_str, res, args, "old_str", true) < 0 ||
-        tool_arg_string(&new_str, res, args, "new_str", true) < 0 ||
-        tool_arg_bool(&all, res, args, "replace_all") < 0)
-        return 0;
+    int r;
+    if ((r = tool_arg_string(&path, res, args, "path", true)) != 0 ||
+        (r = tool_arg_string(&old_str, res, args, "old_str", true)) != 0 ||
+        (r = tool_arg_string(&new_str, res, args, "new_str", true)) != 0 ||
+        (r = tool_arg_bool(&all, res, args, "replace_all")) != 0)
+        return r < 0 ? r : 0;
     if (!old_str[0])
         return tool_fail(res, TOOL_ERROR, "invalid_arguments", true, "Error: old_str is empty");
     json_t *reply;
-    int r = file_call(&reply, res, env, "/v1/file/read", json_pack("{s:s}", "path", path));
+    r = file_call(&reply, res, env, "/v1/file/read", json_pack("{s:s}", "path", path));
     if (r < 0 || !reply)
         return r;
     const char *content = json_string_value(json_object_get(reply, "content"));
@@ -253,13 +257,15 @@ static int glob_run(tool_result *res, tool_env *env, const json_t *args) {
     const char *pattern, *path;
     bool dirs;
     int64_t max;
-    if (tool_arg_string(&pattern, res, args, "pattern", true) < 0 ||
-        tool_arg_string(&path, res, args, "path", true) < 0 ||
-        tool_arg_bool(&dirs, res, args, "include_dirs") < 0 ||
-        tool_arg_int(&max, res, args, "max_results", TOOL_GLOB_DEFAULT, 1, TOOL_GLOB_MAX) < 0)
-        return 0;
+    int r;
+    if ((r = tool_arg_string(&pattern, res, args, "pattern", true)) != 0 ||
+        (r = tool_arg_string(&path, res, args, "path", true)) != 0 ||
+        (r = tool_arg_bool(&dirs, res, args, "include_dirs")) != 0 ||
+        (r = tool_arg_int(&max, res, args, "max_results", TOOL_GLOB_DEFAULT, 1,
+                          TOOL_GLOB_MAX)) != 0)
+        return r < 0 ? r : 0;
     json_t *reply;
-    int r = file_call(&reply, res, env, "/v1/file/find",
+    r = file_call(&reply, res, env, "/v1/file/find",
                       json_pack("{s:s, s:s, s:b, s:I}", "path", path, "pattern", pattern,
                                 "include_dirs", dirs, "max_results", (json_int_t)max));
     if (r < 0 || !reply)
@@ -273,20 +279,22 @@ static int grep_run(tool_result *res, tool_env *env, const json_t *args) {
     const char *pattern, *path, *glob;
     bool literal, case_sensitive;
     int64_t max;
-    if (tool_arg_string(&pattern, res, args, "pattern", true) < 0 ||
-        tool_arg_string(&path, res, args, "path", true) < 0 ||
-        tool_arg_string(&glob, res, args, "glob", false) < 0 ||
-        tool_arg_bool(&literal, res, args, "literal") < 0 ||
-        tool_arg_bool(&case_sensitive, res, args, "case_sensitive") < 0 ||
-        tool_arg_int(&max, res, args, "max_results", TOOL_GREP_DEFAULT, 1, TOOL_GREP_MAX) < 0)
-        return 0;
+    int r;
+    if ((r = tool_arg_string(&pattern, res, args, "pattern", true)) != 0 ||
+        (r = tool_arg_string(&path, res, args, "path", true)) != 0 ||
+        (r = tool_arg_string(&glob, res, args, "glob", false)) != 0 ||
+        (r = tool_arg_bool(&literal, res, args, "literal")) != 0 ||
+        (r = tool_arg_bool(&case_sensitive, res, args, "case_sensitive")) != 0 ||
+        (r = tool_arg_int(&max, res, args, "max_results", TOOL_GREP_DEFAULT, 1,
+                          TOOL_GREP_MAX)) != 0)
+        return r < 0 ? r : 0;
     json_t *body = json_pack("{s:s, s:s, s:b, s:b, s:I}", "path", path, "pattern", pattern,
                              "literal", literal, "case_sensitive", case_sensitive,
                              "max_results", (json_int_t)max);
     if (body && glob)
         json_object_set_new(body, "glob", json_string(glob));
     json_t *reply;
-    int r = file_call(&reply, res, env, "/v1/file/grep", body);
+    r = file_call(&reply, res, env, "/v1/file/grep", body);
     if (r < 0 || !reply)
         return r;
     r = matches_text(res, reply);

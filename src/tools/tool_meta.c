@@ -14,33 +14,35 @@
 
 /* Checks one presented path: under outputs (after collapsing dot segments)
  * and a regular file the box can read. Appends the normalized path to
- * presented. Returns 0, or fills res and returns 1. */
+ * presented. Returns 0, 1 after filling res (the tool's answer), or
+ * FAWN_ENOMEM. */
 static int present_one(tool_result *res, tool_env *env, json_t *presented, const char *path) {
     vpath vp;
+    int r;
     if (vpath_parse(&vp, path) < 0 || vp.root != VPATH_ROOT_USER_DATA ||
         !vpath_in_dir(&vp, "outputs") || strcmp(vp.rel, "outputs") == 0) {
-        tool_fail(res, TOOL_ERROR, "invalid_arguments", true,
-                  "Error: Only files under /mnt/user-data/outputs are allowed: %s", path);
-        return 1;
+        r = tool_fail(res, TOOL_ERROR, "invalid_arguments", true,
+                      "Error: Only files under /mnt/user-data/outputs are allowed: %s", path);
+        return r < 0 ? r : 1;
     }
     char shown[VPATH_MAX + 32];
     snprintf(shown, sizeof shown, "%s/%s", VPATH_USER_DATA, vp.rel);
     json_t *body = json_pack("{s:s, s:i}", "path", shown, "max_bytes", 1);
     json_t *reply = NULL;
     int status = 0;
-    int r = body ? tool_box_call(&reply, &status, env, "POST", "/v1/file/read", body,
-                                 TOOL_FILE_CALL_TIMEOUT_MS)
-                 : fawn_err(FAWN_ENOMEM, "out of memory");
+    r = body ? tool_box_call(&reply, &status, env, "POST", "/v1/file/read", body,
+                             TOOL_FILE_CALL_TIMEOUT_MS)
+             : fawn_err(FAWN_ENOMEM, "out of memory");
     json_decref(body);
-    if (r < 0) {
-        tool_sandbox_failure(res, r);
-    } else if (status != 200) {
-        tool_box_failure(res, status, reply);
-    } else if (json_array_append_new(presented, json_string(shown)) < 0) {
-        r = FAWN_ENOMEM;
-    }
+    bool refused = r < 0 || status != 200;
+    if (r < 0)
+        r = tool_sandbox_failure(res, r);
+    else if (status != 200)
+        r = tool_box_failure(res, status, reply);
+    else if (json_array_append_new(presented, json_string(shown)) < 0)
+        r = fawn_err(FAWN_ENOMEM, "out of memory");
     json_decref(reply);
-    return r == 0 && status == 200 ? 0 : 1;
+    return refused && r == 0 ? 1 : r;
 }
 
 static int present_run(tool_result *res, tool_env *env, const json_t *args) {
@@ -60,9 +62,10 @@ static int present_run(tool_result *res, tool_env *env, const json_t *args) {
             return tool_fail(res, TOOL_ERROR, "invalid_arguments", true,
                              "Error: filepaths must hold strings");
         }
-        if (present_one(res, env, presented, json_string_value(p))) {
+        int r = present_one(res, env, presented, json_string_value(p));
+        if (r != 0) {
             json_decref(presented);
-            return 0;
+            return r < 0 ? r : 0;
         }
     }
     res->facts = json_pack("{s:o}", "presented", presented);
@@ -75,11 +78,12 @@ static int present_run(tool_result *res, tool_env *env, const json_t *args) {
 
 static int clarify_run(tool_result *res, tool_env *env, const json_t *args) {
     const char *question, *context;
-    if (tool_arg_string(&question, res, args, "question", true) < 0 ||
-        tool_arg_string(&context, res, args, "context", false) < 0)
-        return 0;
+    int r;
+    if ((r = tool_arg_string(&question, res, args, "question", true)) != 0 ||
+        (r = tool_arg_string(&context, res, args, "context", false)) != 0)
+        return r < 0 ? r : 0;
     fbuf b = {0};
-    int r = context && context[0] ? fbuf_printf(&b, "%s\n\n", context) : 0;
+    r = context && context[0] ? fbuf_printf(&b, "%s\n\n", context) : 0;
     r = r ? r : fbuf_printf(&b, "%s", question);
     json_t *options = json_object_get(args, "options");
     size_t i;

@@ -159,6 +159,10 @@ char *tool_truncate_middle(const char *text, size_t max, bool *truncated) {
     return out;
 }
 
+/* What tool_arg_* returns once res holds its refusal: 1, or tool_fail's
+ * failure to fill it. */
+static int arg_refused(int filled) { return filled < 0 ? filled : 1; }
+
 int tool_arg_string(const char **out, tool_result *res, const json_t *args, const char *key,
                     bool required) {
     json_t *v = json_object_get(args, key);
@@ -166,14 +170,12 @@ int tool_arg_string(const char **out, tool_result *res, const json_t *args, cons
     if (!v || json_is_null(v)) {
         if (!required)
             return 0;
-        tool_fail(res, TOOL_ERROR, "invalid_arguments", true,
-                  "Error: missing required argument '%s'", key);
-        return -1;
+        return arg_refused(tool_fail(res, TOOL_ERROR, "invalid_arguments", true,
+                                     "Error: missing required argument '%s'", key));
     }
     if (!json_is_string(v)) {
-        tool_fail(res, TOOL_ERROR, "invalid_arguments", true,
-                  "Error: argument '%s' must be a string", key);
-        return -1;
+        return arg_refused(tool_fail(res, TOOL_ERROR, "invalid_arguments", true,
+                                     "Error: argument '%s' must be a string", key));
     }
     *out = json_string_value(v);
     return 0;
@@ -186,10 +188,9 @@ int tool_arg_int(int64_t *out, tool_result *res, const json_t *args, const char 
     if (!v || json_is_null(v))
         return 0;
     if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
-        tool_fail(res, TOOL_ERROR, "invalid_arguments", true,
-                  "Error: argument '%s' must be an integer from %lld to %lld", key,
-                  (long long)min, (long long)max);
-        return -1;
+        return arg_refused(tool_fail(res, TOOL_ERROR, "invalid_arguments", true,
+                                     "Error: argument '%s' must be an integer from %lld to %lld",
+                                     key, (long long)min, (long long)max));
     }
     *out = json_integer_value(v);
     return 0;
@@ -201,9 +202,8 @@ int tool_arg_bool(bool *out, tool_result *res, const json_t *args, const char *k
     if (!v || json_is_null(v))
         return 0;
     if (!json_is_boolean(v)) {
-        tool_fail(res, TOOL_ERROR, "invalid_arguments", true,
-                  "Error: argument '%s' must be true or false", key);
-        return -1;
+        return arg_refused(tool_fail(res, TOOL_ERROR, "invalid_arguments", true,
+                                     "Error: argument '%s' must be true or false", key));
     }
     *out = json_is_true(v);
     return 0;

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "sandbox/manager.h"
+#include "base/base.h"
 
 /* Output limits (characters of text returned to the model). */
 #define TOOL_BASH_OUTPUT_MAX 20000      /* middle-truncated */
@@ -71,7 +72,7 @@ json_t *tool_status_json(const tool_status *st);
 void tool_result_clear(tool_result *r);
 /* Sets r to a failed result with text printed from fmt (ownership of the
  * text goes to r). Returns 0 so tools can `return tool_fail(...)`. */
-int tool_fail(tool_result *r, enum tool_outcome o, const char *error_type, bool recoverable,
+FAWN_MUST_CHECK int tool_fail(tool_result *r, enum tool_outcome o, const char *error_type, bool recoverable,
               const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /* Where tools run: one per agent run. The lease is taken on first use and
@@ -90,13 +91,13 @@ typedef struct tool_env {
 
 /* The sandbox lease, taken now if needed. FAWN_EPERM when the role may not
  * use a sandbox; other codes when none could be had. */
-int tool_env_lease(sbx_lease **out, tool_env *env);
+FAWN_MUST_CHECK int tool_env_lease(sbx_lease **out, tool_env *env);
 /* Releases the lease, if any. */
 void tool_env_end(tool_env *env);
 
 /* A box API call on the run's sandbox: reply is the JSON answer (caller
  * decrefs), status its HTTP status. Lease failures are returned as is. */
-int tool_box_call(json_t **reply, int *status, tool_env *env, const char *method,
+FAWN_MUST_CHECK int tool_box_call(json_t **reply, int *status, tool_env *env, const char *method,
                   const char *path, const json_t *body, int timeout_ms);
 
 typedef struct tool_def {
@@ -119,7 +120,7 @@ json_t *tool_openai_schema(const tool_def *t);
 
 /* Runs tool name with args, timing it: unknown tools and arguments that
  * are not an object become recoverable errors. */
-int tool_run(tool_result *out, tool_env *env, const char *name, const json_t *args);
+FAWN_MUST_CHECK int tool_run(tool_result *out, tool_env *env, const char *name, const json_t *args);
 
 /* Middle truncation: keeps the first and last parts of text so the result
  * is at most max characters plus a marker naming what was left out.

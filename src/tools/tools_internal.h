@@ -3,6 +3,7 @@
 #define FAWN_TOOLS_INTERNAL_H
 
 #include "tools/tools.h"
+#include "base/base.h"
 
 extern const tool_def tool_bash, tool_ls, tool_read_file, tool_write_file, tool_str_replace,
     tool_glob, tool_grep, tool_present_files, tool_ask_clarification;
@@ -11,21 +12,23 @@ extern const tool_def tool_bash, tool_ls, tool_read_file, tool_write_file, tool_
 #define TOOL_FILE_CALL_TIMEOUT_MS 30000
 
 /* Sets r to success with text (taken; NULL means out of memory). */
-int tool_succeed(tool_result *r, char *text);
+FAWN_MUST_CHECK int tool_succeed(tool_result *r, char *text);
 /* r for a sandbox that could not be reached or used (code from the manager
  * or the lease): denied, cancelled, timeout or a sandbox error. */
-int tool_sandbox_failure(tool_result *r, int code);
+FAWN_MUST_CHECK int tool_sandbox_failure(tool_result *r, int code);
 /* r for a box API refusal (status 4xx/5xx, reply {"error","detail"}). */
-int tool_box_failure(tool_result *r, int http_status, const json_t *reply);
+FAWN_MUST_CHECK int tool_box_failure(tool_result *r, int http_status, const json_t *reply);
 /* Reads string argument key. Returns 0 (with *out NULL when absent and not
- * required) or -1 after filling res with a recoverable error. */
-int tool_arg_string(const char **out, tool_result *res, const json_t *args, const char *key,
+ * required), 1 after filling res with a recoverable error (the tool then
+ * returns 0: res is its answer), or FAWN_ENOMEM when even that failed. */
+FAWN_MUST_CHECK int tool_arg_string(const char **out, tool_result *res, const json_t *args, const char *key,
                     bool required);
-/* Optional integer argument key in [min, max] (dflt when absent); 0, or -1
- * after filling res with a recoverable error. */
-int tool_arg_int(int64_t *out, tool_result *res, const json_t *args, const char *key,
+/* Optional integer argument key in [min, max] (dflt when absent); 0, or 1
+ * or FAWN_ENOMEM as above. */
+FAWN_MUST_CHECK int tool_arg_int(int64_t *out, tool_result *res, const json_t *args, const char *key,
                  int64_t dflt, int64_t min, int64_t max);
-/* Optional boolean argument key (false when absent); 0, or -1 as above. */
-int tool_arg_bool(bool *out, tool_result *res, const json_t *args, const char *key);
+/* Optional boolean argument key (false when absent); 0, or 1 or FAWN_ENOMEM
+ * as above. */
+FAWN_MUST_CHECK int tool_arg_bool(bool *out, tool_result *res, const json_t *args, const char *key);
 
 #endif

@@ -555,12 +555,19 @@ static void wait_sandboxes_gone(escape_ctx *c, int *left_a, int *left_b) {
     }
 }
 
+/* Asks user's box to stop, as far as it can: the caller deals with what a
+ * failed stop leaves (said here). */
+static void stop_box(escape_ctx *c, const char *user, const char *thread) {
+    if (local_box_stop(&c->cfg, user, thread) < 0)
+        print_error("stopping sandbox %s/%s: %s\n", user, thread, fawn_errmsg());
+}
+
 /* Stops both sandboxes; whatever a failed stop left running is killed
  * through the boxes this process started (each is its pid namespace's
  * init, so its death ends everything inside). */
 static void stop_sandboxes(escape_ctx *c) {
-    local_box_stop(&c->cfg, "alice", "a1");
-    local_box_stop(&c->cfg, "bob", "b1");
+    stop_box(c, "alice", "a1");
+    stop_box(c, "bob", "b1");
     int left_a, left_b;
     wait_sandboxes_gone(c, &left_a, &left_b);
     if (left_a + left_b == 0)
@@ -571,8 +578,8 @@ static void stop_sandboxes(escape_ctx *c) {
             kill(pids[i], SIGKILL);
     wait_sandboxes_gone(c, &left_a, &left_b);
     /* The cgroups a failed stop could not remove. */
-    local_box_stop(&c->cfg, "alice", "a1");
-    local_box_stop(&c->cfg, "bob", "b1");
+    stop_box(c, "alice", "a1");
+    stop_box(c, "bob", "b1");
 }
 
 /* Stops the sandboxes and removes everything setup made (as far as it got). */
@@ -700,15 +707,15 @@ static void test_sibling_marker_via_dotdot(void **state) {
         "b1/user-data/workspace/marker.txt",
     };
     fbuf cmd = {0};
-    fbuf_printf(&cmd, "cd " WS " && cat");
+    assert_int_equal(fbuf_printf(&cmd, "cd " WS " && cat"), 0);
     for (int depth = 1; depth <= 10; depth++)
         for (size_t t = 0; t < ARRAY_LEN(tails); t++) {
-            fbuf_printf(&cmd, " ");
+            assert_int_equal(fbuf_printf(&cmd, " "), 0);
             for (int d = 0; d < depth; d++)
-                fbuf_printf(&cmd, "../");
-            fbuf_printf(&cmd, "%s", tails[t]);
+                assert_int_equal(fbuf_printf(&cmd, "../"), 0);
+            assert_int_equal(fbuf_printf(&cmd, "%s", tails[t]), 0);
         }
-    fbuf_printf(&cmd, " 2>/dev/null; echo done");
+    assert_int_equal(fbuf_printf(&cmd, " 2>/dev/null; echo done"), 0);
     run_in(&r, &c->a, NULL, QUICK_S, cmd.data);
     check_completed(&r, 0);
     check_lacks("B's marker via ../", r.out, c->b_marker);
@@ -747,11 +754,12 @@ static void test_write_outside_user_data(void **state) {
         "/dev/x", "/proc/x",
     };
     fbuf cmd = {0};
-    fbuf_printf(&cmd, "for f in");
+    assert_int_equal(fbuf_printf(&cmd, "for f in"), 0);
     for (size_t i = 0; i < ARRAY_LEN(targets); i++)
-        fbuf_printf(&cmd, " %s", targets[i]);
-    fbuf_printf(&cmd, "; do " PROBE " write_file $f || echo \"WROTE $f\"; "
-                      "mkdir $f.d 2>/dev/null && echo \"MKDIR $f.d\"; done; true");
+        assert_int_equal(fbuf_printf(&cmd, " %s", targets[i]), 0);
+    assert_int_equal(fbuf_printf(&cmd, "; do " PROBE " write_file $f || echo \"WROTE $f\"; "
+                                       "mkdir $f.d 2>/dev/null && echo \"MKDIR $f.d\"; done; true"),
+                     0);
     run r;
     run_in(&r, &c->a, NULL, QUICK_S, cmd.data);
     fbuf_free(&cmd);

@@ -124,10 +124,12 @@ static int setup_measured(quota_ctx *c) {
     return r;
 }
 
-/* Stops the box, waits for it, and removes the home (and its filesystem). */
+/* Stops the box, waits for it, and removes the home (and its filesystem).
+ * A box a failed stop leaves (said) is killed when the wait runs out. */
 static void release(quota_ctx *c) {
     if (c->cfg.home) {
-        local_box_stop(&c->cfg, "mallory", "q1");
+        if (local_box_stop(&c->cfg, "mallory", "q1") < 0)
+            print_error("stopping the sandbox: %s\n", fawn_errmsg());
         for (int64_t deadline = fawn_now_ms() + STOP_WAIT_MS;
              c->box.pid > 0 && waitpid(c->box.pid, NULL, WNOHANG) == 0;) {
             if (fawn_now_ms() > deadline) {

@@ -9,7 +9,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fawn_config cfg;
-    config_load_string(&cfg, (const char *)data, size);
-    config_free(&cfg);
+    if (config_load_string(&cfg, (const char *)data, size) == 0)
+        config_free(&cfg); /* a refusal leaves cfg freed already */
     return 0;
 }

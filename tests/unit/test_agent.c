@@ -196,7 +196,7 @@ static void recorded_turns_replay_exactly_and_misses_name_the_hash(void **state)
     json_t *other = json_loads("[{\"type\":\"human\",\"content\":\"bye\"}]", 0, NULL);
     model_request miss = {.conversation = other};
     char hash[65];
-    model_conversation_hash(hash, other);
+    assert_int_equal(model_conversation_hash(hash, other), 0);
     assert_int_equal(model_fixture_answer(&got, replay, "r", &miss), FAWN_ENOENT);
     assert_non_null(strstr(fawn_errmsg(), hash));
     model_fixture_free(replay);

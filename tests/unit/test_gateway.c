@@ -244,8 +244,8 @@ static void forwarded_client_from_trusted_proxies_only(void **state) {
     /* Anything but addresses: the peer. */
     static const char *const junk[] = {"", "evil", "1.1.1.1,,10.0.0.2", "unknown, 1.2.3.4x",
                                        "1.2.3.4; rm -rf", "2001:db8::1%eth0",
-                                       "11111111111111111111111111111111111111111111111111111111"
-                                       "11111111111"};
+                                       ("11111111111111111111111111111111111111111111111111111111"
+                                        "11111111111")};
     for (size_t i = 0; i < ARRAY_LEN(junk); i++) {
         gw_forwarded_client(out, "127.0.0.1", junk[i], trusted, 2);
         assert_string_equal(out, "127.0.0.1");

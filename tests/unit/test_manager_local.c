@@ -73,21 +73,29 @@ static int setup(void **state) {
     return 0;
 }
 
-/* Destroys every sandbox this test run may have started, then the rest. */
+/* Destroys thread's sandbox (if any); false, said, when it could not. */
+static bool destroyed(fx *x, const char *thread) {
+    enum sbx_destroy_outcome o;
+    if (sbx_destroy(&o, x->m, "u1", thread) == 0)
+        return true;
+    print_error("destroying the sandbox of %s: %s\n", thread, fawn_errmsg());
+    return false;
+}
+
+/* Destroys every sandbox this test run may have started, then the rest.
+ * A sandbox left behind fails the group. */
 static int teardown(void **state) {
     fx *x = *state;
+    bool clean = true;
     for (int i = 0; i < RACE_THREADS; i++) {
         char thread[16];
         snprintf(thread, sizeof thread, "race-%d", i);
-        enum sbx_destroy_outcome o;
-        sbx_destroy(&o, x->m, "u1", thread);
+        clean &= destroyed(x, thread);
     }
     static const char *const threads[] = {"t-exec", "t-fence", "t-defer", "t-kill", "t-keep",
                                           "t-orphan"};
-    for (size_t i = 0; i < ARRAY_LEN(threads); i++) {
-        enum sbx_destroy_outcome o;
-        sbx_destroy(&o, x->m, "u1", threads[i]);
-    }
+    for (size_t i = 0; i < ARRAY_LEN(threads); i++)
+        clean &= destroyed(x, threads[i]);
     manager_stop(x);
     authz_policy_free(x->policy);
     store_close(x->st);
@@ -96,7 +104,7 @@ static int teardown(void **state) {
     int r = system(cmd);
     free(cmd);
     free(x);
-    return r;
+    return clean ? r : -1;
 }
 
 static sbx_lease *acquire(fx *x, const char *thread, const char *scope) {
@@ -326,7 +334,8 @@ static void successor_adopts_and_cleans(void **state) {
     if (child == 0) {
         manager_start(x);
         sbx_lease *keep = acquire(x, "t-keep", NULL), *kill_me = acquire(x, "t-kill", NULL);
-        sbx_fence(kill_me, false, "test: uncertain before the crash");
+        if (sbx_fence(kill_me, false, "test: uncertain before the crash") < 0)
+            _exit(1); /* nothing written: the parent's read fails */
         char line[2 * (SBX_GENERATION_LEN + 1)];
         snprintf(line, sizeof line, "%s %s", keep->box.generation, kill_me->box.generation);
         sbx_release(keep);

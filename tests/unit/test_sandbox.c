@@ -467,7 +467,10 @@ static bool start_run_stop(sbx_ctx *t, const char *thread, char *why, size_t why
     if (!ok)
         snprintf(why, whysz, "exec after a good start: %s", r < 0 ? fawn_errmsg() : "bad reply");
     json_decref(reply);
-    local_box_stop(&t->cfg, USER_ID, thread);
+    if (local_box_stop(&t->cfg, USER_ID, thread) < 0) {
+        snprintf(why, whysz, "stop: %s", fawn_errmsg());
+        ok = false;
+    }
     if (box.pid > 0 && !reap(box.pid, SETTLE_MS)) {
         snprintf(why, whysz, "the box did not exit after stop");
         ok = false;

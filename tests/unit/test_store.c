@@ -292,10 +292,10 @@ static void search_matches_metadata_exactly(void **state) {
 static void search_matches_are_bounded(void **state) {
     fx *x = *state;
     fbuf match = {0};
-    fbuf_printf(&match, "{");
+    assert_int_equal(fbuf_printf(&match, "{"), 0);
     for (int i = 0; i <= STORE_MATCH_KEYS_MAX; i++)
-        fbuf_printf(&match, "%s\"k%d\":1", i ? "," : "", i);
-    fbuf_printf(&match, "}");
+        assert_int_equal(fbuf_printf(&match, "%s\"k%d\":1", i ? "," : "", i), 0);
+    assert_int_equal(fbuf_printf(&match, "}"), 0);
     store_thread *rows;
     size_t n;
     assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, match.data, NULL, 10, 0),
@@ -307,10 +307,10 @@ static void search_matches_are_bounded(void **state) {
     assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, big, NULL, 10, 0), FAWN_E2BIG);
     /* At the bounds, the search runs. */
     match.len = 0;
-    fbuf_printf(&match, "{");
+    assert_int_equal(fbuf_printf(&match, "{"), 0);
     for (int i = 0; i < STORE_MATCH_KEYS_MAX; i++)
-        fbuf_printf(&match, "%s\"k%d\":1", i ? "," : "", i);
-    fbuf_printf(&match, "}");
+        assert_int_equal(fbuf_printf(&match, "%s\"k%d\":1", i ? "," : "", i), 0);
+    assert_int_equal(fbuf_printf(&match, "}"), 0);
     assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, match.data, NULL, 10, 0), 0);
     assert_int_equal(n, 0);
     free(rows);
