@@ -48,6 +48,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "sandbox/manager.h"
 
@@ -95,6 +96,29 @@ void remote_provider_free(sbx_provider *p);
 /* True when token can go in an Authorization header: 1 to
  * BOX_TCP_TOKEN_MAX visible ASCII characters (no space, CR, LF or NUL). */
 bool box_tcp_token_valid(const char *token);
+
+/* The readers of what the commands print (each o is the JSON object a
+ * command printed), as the operations use them; exposed for tests. Each
+ * refuses anything but the fields above, with FAWN_EPROTO naming what is
+ * wrong:
+ * - create's into box's endpoint, token and generation ("" when left out;
+ *   all three "" first); its sandbox_id is left alone;
+ * - status's into *state and generation (SBX_UNKNOWN and "" first, and on
+ *   failure; "" when absent);
+ * - list's: every entry is checked before each is called for any, with
+ *   its sandbox id and generation ("" when unknown); each's non-zero
+ *   return stops the walk and is returned. */
+int remote_create_parse(sbx_box *box, const json_t *o);
+int remote_status_parse(enum sbx_presence *state, char generation[SBX_GENERATION_LEN + 1],
+                        const json_t *o);
+int remote_list_parse(const json_t *o, int (*each)(void *each_ctx, const char *sandbox_id,
+                                                   const char *generation),
+                      void *each_ctx);
+
+/* Parses a box endpoint's host_port ("IPv4:PORT" or "[IPv6]:PORT", numeric,
+ * port 1 to 65535) into addr and *len (zeroed first); FAWN_EINVAL for
+ * anything else. */
+int box_tcp_endpoint_parse(struct sockaddr_storage *addr, socklen_t *len, const char *host_port);
 
 /* Sends one box API request to the box at host_port ("IPv4:PORT" or
  * "[IPv6]:PORT", numeric: a name lookup could not be bounded by the
