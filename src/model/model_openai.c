@@ -158,8 +158,7 @@ static int attempt_choice(attempt *a, json_t *choice) {
 
 /* A token count the server sent: 0 … MODEL_USAGE_TOKENS_MAX, else -1 (not
  * believed, as if not sent). */
-static int64_t usage_count(const json_t *v) {
-    json_int_t n = json_is_integer(v) ? json_integer_value(v) : -1;
+static int64_t usage_count(json_int_t n) {
     return n >= 0 && n <= MODEL_USAGE_TOKENS_MAX ? (int64_t)n : -1;
 }
 
@@ -167,9 +166,9 @@ static void attempt_usage(attempt *a, json_t *usage) {
     json_t *prompt = json_object_get(usage, "prompt_tokens");
     json_t *completion = json_object_get(usage, "completion_tokens");
     if (json_is_integer(prompt))
-        a->prompt_tokens = usage_count(prompt);
+        a->prompt_tokens = usage_count(json_integer_value(prompt));
     if (json_is_integer(completion))
-        a->completion_tokens = usage_count(completion);
+        a->completion_tokens = usage_count(json_integer_value(completion));
 }
 
 /* Copies a server's message into out with control characters replaced, cut

@@ -118,8 +118,8 @@ static void request_base(char base[VPATH_SHOWN_MAX], const json_t *req) {
     base[0] = '\0';
     if (path && vpath_parse(&vp, path) == 0)
         snprintf(base, VPATH_SHOWN_MAX, "%s%s%s",
-                 vp.root == VPATH_ROOT_SKILLS ? VPATH_SKILLS : VPATH_USER_DATA, vp.rel[0] ? "/" : "",
-                 vp.rel);
+                 vp.root == VPATH_ROOT_SKILLS ? VPATH_SKILLS : VPATH_USER_DATA,
+                 vp.rel[0] ? "/" : "", vp.rel);
 }
 
 /* A path of an answer: a virtual path at or below base, not the host's. */

@@ -108,7 +108,8 @@ static void check_reply(const model_reply *reply, const fbuf *deltas) {
     check(json_string_length(content) == deltas->len);
     check(deltas->len == 0 || memcmp(json_string_value(content), deltas->data, deltas->len) == 0);
     const json_t *calls = json_object_get(m, "tool_calls");
-    check(!calls || (json_array_size(calls) >= 1 && json_array_size(calls) <= MODEL_TOOL_CALLS_MAX));
+    size_t n_calls = json_array_size(calls);
+    check(!calls || (n_calls >= 1 && n_calls <= MODEL_TOOL_CALLS_MAX));
     check(deltas->len > 0 || calls);
     for (size_t i = 0; i < json_array_size(calls); i++)
         check_tool_call(json_array_get(calls, i));
