@@ -6,7 +6,10 @@ cd "$(dirname "$0")/.."
 build=${1:-build-fuzz}
 seconds=${2:-60}
 
-targets="fuzz_http_head fuzz_box_request fuzz_vpath fuzz_config fuzz_jwt fuzz_multipart fuzz_range fuzz_form fuzz_sse fuzz_run_input fuzz_event_id fuzz_box_reply"
+targets="fuzz_http_head fuzz_box_request fuzz_vpath fuzz_config fuzz_jwt fuzz_multipart fuzz_range
+  fuzz_form fuzz_sse fuzz_run_input fuzz_box_reply fuzz_model_stream fuzz_remote_output
+  fuzz_thread_search fuzz_gateway_headers fuzz_upload_names
+  fuzz_tool_replies fuzz_box_files"
 if [ ! -f "$build/build.ninja" ]; then
   # The whole library gets coverage instrumentation, so the fuzzers see into
   # the parsers they drive, not only into their own entry points.
@@ -14,6 +17,9 @@ if [ ! -f "$build/build.ninja" ]; then
     -Db_sanitize=address,undefined -Dc_args=-fsanitize=fuzzer-no-link >/dev/null
 fi
 ninja -C "$build" $(for t in $targets; do echo "tests/fuzz/$t"; done)
+
+# Undefined behaviour is a crash, as memory errors are.
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

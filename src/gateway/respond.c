@@ -49,9 +49,10 @@ void gw_forwarded_client(char out[64], const char *peer, const char *forwarded_f
     snprintf(out, 64, "%s", peer);
     if (!forwarded_for || !address_trusted(peer, trusted, n))
         return;
-    /* Walk the entries from the right: each proxy appends the address it saw. */
+    /* Walk the entries from the right, the leftmost (even empty) included:
+     * each proxy appends the address it saw. */
     const char *end = forwarded_for + strlen(forwarded_for);
-    while (end > forwarded_for) {
+    for (;;) {
         const char *start = end;
         while (start > forwarded_for && start[-1] != ',')
             start--;
@@ -71,9 +72,9 @@ void gw_forwarded_client(char out[64], const char *peer, const char *forwarded_f
             return;
         }
         snprintf(out, 64, "%s", addr);
-        if (!address_trusted(addr, trusted, n))
+        if (!address_trusted(addr, trusted, n) || start == forwarded_for)
             return;
-        end = start > forwarded_for ? start - 1 : forwarded_for;
+        end = start - 1; /* the comma before this entry */
     }
 }
 

@@ -6,7 +6,8 @@
  *  - model_classify.c: failure classes, the classification of an error
  *    response (model_classify_http) and of Retry-After (model_parse_retry_after).
  *  - model_openai.c: model_attempt, one streamed HTTP attempt through libcurl,
- *    classified (calls sse.c and model_classify.c).
+ *    classified (calls sse.c and model_classify.c); model_response_read
+ *    (model_internal.h) reads a whole response the same way, for tests.
  *  - model_retry.c: model_complete, attempts with per-class budgets (the retry
  *    policy table below), Retry-After, jitter, a circuit breaker and llm_retry
  *    notifications (calls model_openai.c and model_classify.c).
@@ -83,6 +84,9 @@ void sse_free(sse_parser *p);
 #define MODEL_STREAM_MAX ((size_t)32 << 20)
 /* 64 KiB: body of an error response; only its error object is read. */
 #define MODEL_ERROR_BODY_MAX ((size_t)64 << 10)
+/* 2^40: a token count of a reply's usage past every context window; a larger
+ * (or negative) count is not believed, so sums of counts cannot overflow. */
+#define MODEL_USAGE_TOKENS_MAX ((int64_t)1 << 40)
 
 typedef struct model_config {
     const char *name;     /* configured name, used in messages (required) */
@@ -100,7 +104,7 @@ typedef struct model_reply {
      * "function":{"name","arguments"}}]} (tool_calls only when there are some). */
     json_t *message;
     char finish_reason[32]; /* "" when the stream did not say */
-    int64_t prompt_tokens, completion_tokens; /* -1 when no usage was sent */
+    int64_t prompt_tokens, completion_tokens; /* 0 … MODEL_USAGE_TOKENS_MAX; -1 when not sent */
 } model_reply;
 
 /* Releases reply->message and resets the reply. Safe on a zeroed reply. */

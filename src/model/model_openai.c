@@ -7,8 +7,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "model/model.h"
 #include "base/json.h"
+#include "model/model_internal.h"
 
 /* 50 ms: poll slice of the transfer loop; bounds how late cancellation is seen. */
 #define MODEL_POLL_MS 50
@@ -156,13 +156,19 @@ static int attempt_choice(attempt *a, json_t *choice) {
     return 0;
 }
 
+/* A token count the server sent: 0 … MODEL_USAGE_TOKENS_MAX, else -1 (not
+ * believed, as if not sent). */
+static int64_t usage_count(json_int_t n) {
+    return n >= 0 && n <= MODEL_USAGE_TOKENS_MAX ? (int64_t)n : -1;
+}
+
 static void attempt_usage(attempt *a, json_t *usage) {
     json_t *prompt = json_object_get(usage, "prompt_tokens");
     json_t *completion = json_object_get(usage, "completion_tokens");
     if (json_is_integer(prompt))
-        a->prompt_tokens = json_integer_value(prompt);
+        a->prompt_tokens = usage_count(json_integer_value(prompt));
     if (json_is_integer(completion))
-        a->completion_tokens = json_integer_value(completion);
+        a->completion_tokens = usage_count(json_integer_value(completion));
 }
 
 /* Copies a server's message into out with control characters replaced, cut
@@ -226,9 +232,9 @@ static long attempt_status(const attempt *a) {
     return status;
 }
 
-static size_t attempt_on_body(char *ptr, size_t size, size_t nmemb, void *ctx) {
-    attempt *a = ctx;
-    size_t n = size * nmemb;
+/* Takes n bytes of a response with this status: an error body is kept, a
+ * stream is parsed. Returns n, or 0 once the attempt has failed. */
+static size_t attempt_body(attempt *a, long status, const char *ptr, size_t n) {
     a->last_byte_ms = fawn_now_ms();
     a->received += n;
     if (a->received > MODEL_STREAM_MAX) {
@@ -237,7 +243,6 @@ static size_t attempt_on_body(char *ptr, size_t size, size_t nmemb, void *ctx) {
                               (size_t)MODEL_STREAM_MAX));
         return 0;
     }
-    long status = attempt_status(a);
     if (status < 200 || status > 299) {
         size_t room = MODEL_ERROR_BODY_MAX - a->error_body.len;
         if (fbuf_append(&a->error_body, ptr, n < room ? n : room) < 0) {
@@ -253,6 +258,11 @@ static size_t attempt_on_body(char *ptr, size_t size, size_t nmemb, void *ctx) {
         attempt_fail(a, MODEL_FAIL_FATAL, fawn_err(r, "model %s: %s", model_label(a), reason));
     }
     return r == 0 ? n : 0;
+}
+
+static size_t attempt_on_body(char *ptr, size_t size, size_t nmemb, void *ctx) {
+    attempt *a = ctx;
+    return attempt_body(a, attempt_status(a), ptr, size * nmemb);
 }
 
 /* The value of header `name` in line (trimmed, into out), or false. */
@@ -507,18 +517,14 @@ static int attempt_message(json_t **out, attempt *a) {
     return 0;
 }
 
-static int attempt_outcome(model_reply *out, enum model_failure *why, attempt *a, CURLcode result,
-                           const char *errbuf) {
+/* What a response with this status, read whole, makes: the reply, or the
+ * failure a callback recorded, the HTTP error or a broken stream. */
+static int attempt_response_outcome(model_reply *out, enum model_failure *why, attempt *a,
+                                    long status) {
     if (a->fail_code) {
         *why = a->fail_why;
         return a->fail_code;
     }
-    if (result != CURLE_OK) {
-        *why = curl_code_transient(result) ? MODEL_FAIL_TRANSIENT : MODEL_FAIL_FATAL;
-        return fawn_err(result == CURLE_OPERATION_TIMEDOUT ? FAWN_ETIMEDOUT : FAWN_EIO,
-                        "model %s: %s", model_label(a), errbuf[0] ? errbuf : curl_easy_strerror(result));
-    }
-    long status = attempt_status(a);
     if (status < 200 || status > 299)
         return attempt_http_error(a, why, status);
     *why = MODEL_FAIL_TRANSIENT;
@@ -535,6 +541,16 @@ static int attempt_outcome(model_reply *out, enum model_failure *why, attempt *a
     out->completion_tokens = a->completion_tokens;
     *why = MODEL_OK;
     return 0;
+}
+
+static int attempt_outcome(model_reply *out, enum model_failure *why, attempt *a, CURLcode result,
+                           const char *errbuf) {
+    if (!a->fail_code && result != CURLE_OK) {
+        *why = curl_code_transient(result) ? MODEL_FAIL_TRANSIENT : MODEL_FAIL_FATAL;
+        return fawn_err(result == CURLE_OPERATION_TIMEDOUT ? FAWN_ETIMEDOUT : FAWN_EIO,
+                        "model %s: %s", model_label(a), errbuf[0] ? errbuf : curl_easy_strerror(result));
+    }
+    return attempt_response_outcome(out, why, a, attempt_status(a));
 }
 
 static void attempt_free(attempt *a) {
@@ -578,6 +594,36 @@ static int attempt_run(model_reply *out, enum model_failure *why, attempt *a, co
     return r;
 }
 
+/* A fresh attempt for cfg; NULL when out of memory. */
+static attempt *attempt_new(const model_config *cfg, model_delta_fn on_delta, void *ctx,
+                            const atomic_bool *cancel) {
+    attempt *a = calloc(1, sizeof *a);
+    if (!a)
+        return NULL;
+    a->cfg = cfg;
+    a->on_delta = on_delta;
+    a->ctx = ctx;
+    a->cancel = cancel;
+    a->content.limit = MODEL_CONTENT_MAX;
+    a->error_body.limit = MODEL_ERROR_BODY_MAX;
+    a->start_ms = a->last_byte_ms = fawn_now_ms();
+    a->retry_after_ms = a->retry_after_ms_header = -1;
+    a->prompt_tokens = a->completion_tokens = -1;
+    sse_init(&a->sse, attempt_on_event, a);
+    return a;
+}
+
+/* Ends an attempt that came to r: the wait the server asked for, the reply
+ * cleared on failure, the attempt freed. Returns r. */
+static int attempt_end(model_reply *out, int64_t *retry_after_ms, attempt *a, int r) {
+    *retry_after_ms = a->retry_after_ms_header >= 0 ? a->retry_after_ms_header : a->retry_after_ms;
+    if (r < 0)
+        model_reply_clear(out);
+    attempt_free(a);
+    free(a);
+    return r;
+}
+
 int model_attempt(model_reply *out, enum model_failure *why, int64_t *retry_after_ms,
                   const model_config *cfg, const json_t *messages, const json_t *tools,
                   model_delta_fn on_delta, void *ctx, const atomic_bool *cancel) {
@@ -590,29 +636,34 @@ int model_attempt(model_reply *out, enum model_failure *why, int64_t *retry_afte
     pthread_once(&curl_once, curl_init_once);
     if (curl_init_result != CURLE_OK)
         return fawn_err(FAWN_EIO, "model %s: HTTP client initialization failed", cfg->name);
-    attempt *a = calloc(1, sizeof *a);
+    attempt *a = attempt_new(cfg, on_delta, ctx, cancel);
     if (!a)
         return fawn_err(FAWN_ENOMEM, "out of memory");
-    a->cfg = cfg;
-    a->on_delta = on_delta;
-    a->ctx = ctx;
-    a->cancel = cancel;
-    a->content.limit = MODEL_CONTENT_MAX;
-    a->error_body.limit = MODEL_ERROR_BODY_MAX;
-    a->start_ms = a->last_byte_ms = fawn_now_ms();
-    a->retry_after_ms = a->retry_after_ms_header = -1;
-    a->prompt_tokens = a->completion_tokens = -1;
-    sse_init(&a->sse, attempt_on_event, a);
     if (cancel && atomic_load(cancel)) {
         *why = MODEL_FAIL_CANCELLED;
         r = fawn_err(FAWN_ECANCELED, "model %s: request cancelled", model_label(a));
     } else {
         r = attempt_run(out, why, a, messages, tools);
     }
-    *retry_after_ms = a->retry_after_ms_header >= 0 ? a->retry_after_ms_header : a->retry_after_ms;
-    if (r < 0)
-        model_reply_clear(out);
-    attempt_free(a);
-    free(a);
-    return r;
+    return attempt_end(out, retry_after_ms, a, r);
+}
+
+int model_response_read(model_reply *out, enum model_failure *why, int64_t *retry_after_ms,
+                        const model_config *cfg, const model_response *resp,
+                        model_delta_fn on_delta, void *ctx) {
+    *out = (model_reply){.prompt_tokens = -1, .completion_tokens = -1};
+    *why = MODEL_FAIL_FATAL;
+    *retry_after_ms = -1;
+    attempt *a = attempt_new(cfg, on_delta, ctx, NULL);
+    if (!a)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    for (size_t off = 0, n; off < resp->head_len; off += n) {
+        const char *nl = memchr(resp->head + off, '\n', resp->head_len - off);
+        n = nl ? (size_t)(nl - resp->head) + 1 - off : resp->head_len - off;
+        attempt_on_header((char *)resp->head + off, 1, n, a);
+    }
+    if (resp->body_len > 0)
+        attempt_body(a, resp->status, resp->body, resp->body_len);
+    return attempt_end(out, retry_after_ms, a,
+                       attempt_response_outcome(out, why, a, resp->status));
 }

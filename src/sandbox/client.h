@@ -10,6 +10,7 @@
 #define FAWN_SANDBOX_CLIENT_H
 
 #include <jansson.h>
+#include <sys/socket.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -72,6 +73,12 @@ FAWN_MUST_CHECK int box_connect(const char *socket_path);
 /* True when token can go in an Authorization header: 1 to
  * BOX_TCP_TOKEN_MAX visible ASCII characters (no space, CR, LF or NUL). */
 bool box_tcp_token_valid(const char *token);
+
+/* Parses a box endpoint's host_port ("IPv4:PORT" or "[IPv6]:PORT", numeric,
+ * port 1 to 65535) into addr and *len (zeroed first); FAWN_EINVAL for
+ * anything else. */
+FAWN_MUST_CHECK int box_tcp_endpoint_parse(struct sockaddr_storage *addr, socklen_t *len,
+                                           const char *host_port);
 
 /* Sends one box API request to the box at host_port ("IPv4:PORT" or
  * "[IPv6]:PORT", numeric: a name lookup could not be bounded by the

@@ -15,8 +15,9 @@
 /* "[" + an IPv6 address (INET6_ADDRSTRLEN) + "]:" + 5 digits, with room. */
 #define TCP_HOST_PORT_MAX 64
 
-/* Parses "a.b.c.d:port" or "[v6]:port" (numeric only) into addr. */
-static int tcp_parse(struct sockaddr_storage *addr, socklen_t *len, const char *host_port) {
+int box_tcp_endpoint_parse(struct sockaddr_storage *addr, socklen_t *len, const char *host_port) {
+    memset(addr, 0, sizeof *addr);
+    *len = 0;
     char host[TCP_HOST_PORT_MAX];
     size_t n = strlen(host_port);
     const char *colon = strrchr(host_port, ':');
@@ -35,7 +36,6 @@ static int tcp_parse(struct sockaddr_storage *addr, socklen_t *len, const char *
         return fawn_err(FAWN_EINVAL, "a box endpoint needs a port from 1 to 65535");
     struct sockaddr_in *a4 = (struct sockaddr_in *)addr;
     struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)addr;
-    memset(addr, 0, sizeof *addr);
     if (!v6 && inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
         a4->sin_family = AF_INET;
         a4->sin_port = htons((uint16_t)port);
@@ -56,7 +56,7 @@ static int tcp_parse(struct sockaddr_storage *addr, socklen_t *len, const char *
 static int tcp_connect(const char *host_port, int64_t deadline) {
     struct sockaddr_storage addr;
     socklen_t len = 0;
-    int r = tcp_parse(&addr, &len, host_port);
+    int r = box_tcp_endpoint_parse(&addr, &len, host_port);
     if (r < 0)
         return r;
     _cleanup_close_ int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);

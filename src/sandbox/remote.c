@@ -385,10 +385,10 @@ static int get_generation(char generation[SBX_GENERATION_LEN + 1], const json_t 
     return 0;
 }
 
-/* create's {"endpoint", "token", "generation"?} into box. */
-static int create_parse(sbx_box *box, const json_t *o) {
+int remote_create_parse(sbx_box *box, const json_t *o) {
     static const char *const keys[] = {"endpoint", "token", "generation", NULL};
     const char *endpoint, *token;
+    box->endpoint[0] = box->token[0] = box->generation[0] = '\0';
     if (fjson_check_keys(o, keys) < 0 || fjson_get_string(&endpoint, o, "endpoint", true) < 0 ||
         fjson_get_string(&token, o, "token", true) < 0)
         return output_err(OP_CREATE);
@@ -405,11 +405,12 @@ static int create_parse(sbx_box *box, const json_t *o) {
     return get_generation(box->generation, o, OP_CREATE);
 }
 
-/* status's {"state", "generation"?, "endpoint"?, "token"?}. */
-static int status_parse(enum sbx_presence *state, char generation[SBX_GENERATION_LEN + 1],
+int remote_status_parse(enum sbx_presence *state, char generation[SBX_GENERATION_LEN + 1],
                         const json_t *o) {
     static const char *const keys[] = {"state", "generation", "endpoint", "token", NULL};
     const char *name, *ignored;
+    *state = SBX_UNKNOWN;
+    generation[0] = '\0';
     if (fjson_check_keys(o, keys) < 0 || fjson_get_string(&name, o, "state", true) < 0 ||
         fjson_get_string(&ignored, o, "endpoint", false) < 0 ||
         fjson_get_string(&ignored, o, "token", false) < 0)
@@ -428,6 +429,7 @@ static int status_parse(enum sbx_presence *state, char generation[SBX_GENERATION
         *state = (enum sbx_presence)i;
         return 0;
     }
+    generation[0] = '\0';
     return fawn_err(FAWN_EPROTO, "the control plane's status command printed an unknown state");
 }
 
@@ -439,7 +441,7 @@ static int status_run(const remote_provider *rp, enum sbx_presence *state,
     command_env ce = {.sandbox_id = sandbox_id};
     int r = command_run(&o, rp, OP_STATUS, &ce, NULL);
     if (r == 0)
-        r = status_parse(state, generation, o);
+        r = remote_status_parse(state, generation, o);
     json_decref(o);
     if (r < 0) {
         *state = SBX_UNKNOWN;
@@ -594,7 +596,7 @@ static int remote_create(void *ctx, sbx_box *out, const char *user, const char *
     json_t *o = NULL;
     r = command_run(&o, rp, OP_CREATE, &ce, cancel);
     if (r == 0)
-        r = create_parse(&box, o);
+        r = remote_create_parse(&box, o);
     json_decref(o);
     if (r == 0)
         r = box_await(&box, rp, cancel);
@@ -643,15 +645,13 @@ static int list_entry(const char **id, const char **gen, const json_t *e) {
     return 0;
 }
 
-static int remote_list(void *ctx, int (*each)(void *each_ctx, const char *sandbox_id,
-                                              const char *generation),
-                       void *each_ctx) {
+int remote_list_parse(const json_t *o, int (*each)(void *each_ctx, const char *sandbox_id,
+                                                   const char *generation),
+                      void *each_ctx) {
     static const char *const keys[] = {"sandboxes", NULL};
-    command_env ce = {0};
-    json_t *o = NULL;
-    int r = command_run(&o, ctx, OP_LIST, &ce, NULL);
     json_t *boxes = json_object_get(o, "sandboxes");
-    if (r == 0 && (fjson_check_keys(o, keys) < 0 || !json_is_array(boxes)))
+    int r = 0;
+    if (fjson_check_keys(o, keys) < 0 || !json_is_array(boxes))
         r = fawn_err(FAWN_EPROTO, "the control plane's list command printed no sandboxes array");
     const char *id, *gen;
     /* Every entry is checked before any is reported. */
@@ -660,6 +660,17 @@ static int remote_list(void *ctx, int (*each)(void *each_ctx, const char *sandbo
     for (size_t i = 0; r == 0 && i < json_array_size(boxes); i++)
         if (list_entry(&id, &gen, json_array_get(boxes, i)) == 0)
             r = each(each_ctx, id, gen);
+    return r;
+}
+
+static int remote_list(void *ctx, int (*each)(void *each_ctx, const char *sandbox_id,
+                                              const char *generation),
+                       void *each_ctx) {
+    command_env ce = {0};
+    json_t *o = NULL;
+    int r = command_run(&o, ctx, OP_LIST, &ce, NULL);
+    if (r == 0)
+        r = remote_list_parse(o, each, each_ctx);
     json_decref(o);
     return r;
 }

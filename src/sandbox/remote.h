@@ -91,4 +91,23 @@ FAWN_MUST_CHECK int remote_provider_new(sbx_provider **out, const remote_provide
  * boxes running. */
 void remote_provider_free(sbx_provider *p);
 
+/* The readers of what the commands print (each o is the JSON object a
+ * command printed), as the operations use them; exposed for tests. Each
+ * refuses anything but the fields above, with FAWN_EPROTO naming what is
+ * wrong:
+ * - create's into box's endpoint, token and generation ("" when left out;
+ *   all three "" first); its sandbox_id is left alone;
+ * - status's into *state and generation (SBX_UNKNOWN and "" first, and on
+ *   failure; "" when absent);
+ * - list's: every entry is checked before each is called for any, with
+ *   its sandbox id and generation ("" when unknown); each's non-zero
+ *   return stops the walk and is returned. */
+FAWN_MUST_CHECK int remote_create_parse(sbx_box *box, const json_t *o);
+FAWN_MUST_CHECK int remote_status_parse(enum sbx_presence *state,
+                                        char generation[SBX_GENERATION_LEN + 1], const json_t *o);
+FAWN_MUST_CHECK int remote_list_parse(const json_t *o,
+                                      int (*each)(void *each_ctx, const char *sandbox_id,
+                                                  const char *generation),
+                                      void *each_ctx);
+
 #endif

@@ -511,7 +511,28 @@ static int read_thread(store_thread *t, sqlite3_stmt *st) {
     return t->metadata ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
 }
 
-/* A metadata text must be a JSON object within STORE_METADATA_MAX. */
+/* Whether v nests at most levels objects and arrays deep (a scalar: 0). */
+static bool json_nests_within(const json_t *v, int levels) {
+    if (!json_is_object(v) && !json_is_array(v))
+        return true;
+    if (levels == 0)
+        return false;
+    const char *key;
+    json_t *child;
+    size_t i;
+    json_object_foreach((json_t *)v, key, child) {
+        if (!json_nests_within(child, levels - 1))
+            return false;
+    }
+    json_array_foreach(v, i, child) {
+        if (!json_nests_within(child, levels - 1))
+            return false;
+    }
+    return true;
+}
+
+/* A metadata text must be a JSON object within STORE_METADATA_MAX and
+ * STORE_JSON_DEPTH_MAX. */
 static int check_metadata(const char *metadata) {
     if (!metadata)
         return 0;
@@ -520,8 +541,12 @@ static int check_metadata(const char *metadata) {
         return fawn_err(FAWN_E2BIG, "metadata is larger than %d bytes", STORE_METADATA_MAX);
     json_t *o = NULL;
     int r = fjson_parse_object(&o, metadata, n);
+    bool shallow = json_nests_within(o, STORE_JSON_DEPTH_MAX);
     json_decref(o);
-    return r < 0 ? fawn_err(FAWN_EINVAL, "metadata must be a JSON object") : 0;
+    if (r < 0)
+        return fawn_err(FAWN_EINVAL, "metadata must be a JSON object");
+    return shallow ? 0 : fawn_err(FAWN_E2BIG, "metadata nests deeper than %d levels",
+                                  STORE_JSON_DEPTH_MAX);
 }
 
 static int check_thread_args(const char *id, const char *metadata) {
@@ -649,6 +674,9 @@ static int check_match(const char *match) {
     if (r == 0 && json_object_size(o) > STORE_MATCH_KEYS_MAX)
         r = fawn_err(FAWN_E2BIG, "the metadata to match names more than %d keys",
                      STORE_MATCH_KEYS_MAX);
+    if (r == 0 && !json_nests_within(o, STORE_JSON_DEPTH_MAX))
+        r = fawn_err(FAWN_E2BIG, "the metadata to match nests deeper than %d levels",
+                     STORE_JSON_DEPTH_MAX);
     const char *key;
     json_t *v;
     json_object_foreach(o, key, v) {

@@ -68,6 +68,10 @@ FAWN_MUST_CHECK int store_user_revoke_sessions(store *s, int64_t id);
 
 /* A thread's metadata is a JSON object of at most this many bytes. */
 #define STORE_METADATA_MAX (64 * 1024)
+/* Levels of objects and arrays a metadata object (itself one) or a search's
+ * match nests at most: SQLite's JSON functions refuse documents nested past
+ * 2000 levels, which jansson accepts; real metadata nests a few. */
+#define STORE_JSON_DEPTH_MAX 64
 
 typedef struct store_thread {
     char id[65];
@@ -103,7 +107,8 @@ FAWN_MUST_CHECK int store_thread_delete(store *s, int64_t owner_id, const char *
  * JSON object text, or NULL) and whose status is `status` (or any when
  * NULL), newest first. *out is a malloc'd array of *n threads (free each
  * with store_thread_clear, then the array). limit is clamped to 1..1000.
- * FAWN_E2BIG for a match beyond STORE_MATCH_KEYS_MAX or STORE_MATCH_MAX. */
+ * FAWN_E2BIG for a match beyond STORE_MATCH_KEYS_MAX, STORE_MATCH_MAX or
+ * STORE_JSON_DEPTH_MAX. */
 FAWN_MUST_CHECK int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_id,
                         const char *match, const char *status, size_t limit, size_t offset);
 

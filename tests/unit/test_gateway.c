@@ -242,7 +242,8 @@ static void forwarded_client_from_trusted_proxies_only(void **state) {
     gw_forwarded_client(out, "127.0.0.1", "2001:db8::0001", trusted, 2);
     assert_string_equal(out, "2001:db8::1"); /* canonical form: one throttle entry per client */
     /* Anything but addresses: the peer. */
-    static const char *const junk[] = {"", "evil", "1.1.1.1,,10.0.0.2", "unknown, 1.2.3.4x",
+    static const char *const junk[] = {"", "evil", "1.1.1.1,,10.0.0.2", ",10.0.0.2",
+                                       "unknown, 1.2.3.4x",
                                        "1.2.3.4; rm -rf", "2001:db8::1%eth0",
                                        ("11111111111111111111111111111111111111111111111111111111"
                                         "11111111111")};

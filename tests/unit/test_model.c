@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "support.h"
-#include "model/model.h"
+#include "model/model_internal.h"
 #include "base/json.h"
 
 /* ---- SSE ------------------------------------------------------------------ */
@@ -357,6 +357,54 @@ static void test_attempt_streams_tool_calls(void **state) {
         assert_int_equal(c->why, MODEL_OK);
         check_tool_reply(c);
         call_free(c);
+    }
+}
+
+/* A response read whole (model_response_read) gives the reply a transfer
+ * of the same bytes gives. */
+static void test_response_read_matches_attempt(void **state) {
+    call c = {.cfg = {.name = "my-model"}};
+    static const char head[] = SSE_HEAD "\r\n\r\n";
+    model_response resp = {.status = 200, .head = head, .head_len = strlen(head),
+                           .body = tool_stream, .body_len = strlen(tool_stream)};
+    assert_int_equal(model_response_read(&c.reply, &c.why, &c.retry_after_ms, &c.cfg, &resp,
+                                         on_delta, &c),
+                     0);
+    assert_int_equal(c.why, MODEL_OK);
+    assert_int_equal(c.retry_after_ms, -1);
+    check_tool_reply(&c);
+    model_reply_clear(&c.reply);
+    fbuf_free(&c.streamed);
+}
+
+/* Usage counts are believed within 0 … MODEL_USAGE_TOKENS_MAX only: a
+ * server's INT64_MAX must not overflow a sum of counts downstream. */
+static void test_usage_counts_out_of_range_not_believed(void **state) {
+    static const struct {
+        const char *prompt, *completion;
+        int64_t want_prompt, want_completion;
+    } cases[] = {
+        {"9223372036854775807", "1", -1, 1},
+        {"1099511627776", "1099511627777", MODEL_USAGE_TOKENS_MAX, -1},
+        {"-5", "0", -1, 0},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        char body[512];
+        snprintf(body, sizeof body,
+                 "data: {\"choices\":[{\"delta\":{\"content\":\"x\"},\"finish_reason\":\"stop\"}],"
+                 "\"usage\":{\"prompt_tokens\":%s,\"completion_tokens\":%s}}\n\n",
+                 cases[i].prompt, cases[i].completion);
+        model_response resp = {.status = 200, .body = body, .body_len = strlen(body)};
+        model_config cfg = {.name = "my-model"};
+        model_reply reply;
+        enum model_failure why;
+        int64_t retry_after_ms;
+        assert_int_equal(model_response_read(&reply, &why, &retry_after_ms, &cfg, &resp, NULL,
+                                             NULL),
+                         0);
+        assert_int_equal(reply.prompt_tokens, cases[i].want_prompt);
+        assert_int_equal(reply.completion_tokens, cases[i].want_completion);
+        model_reply_clear(&reply);
     }
 }
 
@@ -1006,6 +1054,8 @@ int main(void) {
         cmocka_unit_test(test_sse_nul_bytes_and_stop),
         cmocka_unit_test(test_sse_limits),
         cmocka_unit_test(test_attempt_streams_tool_calls),
+        cmocka_unit_test(test_response_read_matches_attempt),
+        cmocka_unit_test(test_usage_counts_out_of_range_not_believed),
         cmocka_unit_test(test_attempt_request_shape),
         cmocka_unit_test(test_attempt_http_errors),
         cmocka_unit_test(test_attempt_stream_failures),

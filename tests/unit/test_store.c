@@ -317,6 +317,48 @@ static void search_matches_are_bounded(void **state) {
     fbuf_free(&match);
 }
 
+/* {"d":[[...]]}: an object whose value nests arrays `levels` - 1 deep. */
+static char *nested(int levels) {
+    fbuf b = {0};
+    assert_int_equal(fbuf_printf(&b, "{\"d\":"), 0);
+    for (int i = 1; i < levels; i++)
+        assert_int_equal(fbuf_printf(&b, "["), 0);
+    assert_int_equal(fbuf_printf(&b, "1"), 0);
+    for (int i = 1; i < levels; i++)
+        assert_int_equal(fbuf_printf(&b, "]"), 0);
+    assert_int_equal(fbuf_printf(&b, "}"), 0);
+    return fbuf_steal(&b);
+}
+
+/* Metadata and matches nest at most STORE_JSON_DEPTH_MAX levels: SQLite's
+ * JSON functions refuse documents nested past 2000 levels, which jansson
+ * accepts, so both are refused as too large before SQLite sees them. */
+static void metadata_and_matches_nest_within_bounds(void **state) {
+    fx *x = *state;
+    store_thread t;
+    bool existed;
+    store_thread *rows;
+    size_t n;
+    char *too_deep = nested(2001), *deepest = nested(STORE_JSON_DEPTH_MAX);
+    char *over = nested(STORE_JSON_DEPTH_MAX + 1);
+    assert_int_equal(store_thread_create(x->s, &t, &existed, x->bob, "deep", too_deep), FAWN_E2BIG);
+    assert_int_equal(store_thread_create(x->s, &t, &existed, x->bob, "deep", over), FAWN_E2BIG);
+    assert_int_equal(store_thread_create(x->s, &t, &existed, x->bob, "deep", deepest), 0);
+    store_thread_clear(&t);
+    assert_int_equal(store_thread_set_metadata(x->s, x->bob, "deep", over), FAWN_E2BIG);
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, too_deep, NULL, 10, 0),
+                     FAWN_E2BIG);
+    assert_null(rows);
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, over, NULL, 10, 0), FAWN_E2BIG);
+    char ids[64];
+    assert_int_equal(search(x, x->bob, deepest, NULL, ids, sizeof ids), 1);
+    assert_string_equal(ids, "deep ");
+    assert_int_equal(search(x, x->bob, "{\"k\":1}", NULL, ids, sizeof ids), 0);
+    free(too_deep);
+    free(deepest);
+    free(over);
+}
+
 /* A reader stopped inside a statement step, on demand: the first step of
  * any reader after `armed` is set waits there until `release`. */
 typedef struct read_gate {
@@ -990,6 +1032,7 @@ int main(void) {
         cmocka_unit_test(threads_are_owner_scoped_and_idempotent),
         cmocka_unit_test(search_matches_metadata_exactly),
         cmocka_unit_test(search_matches_are_bounded),
+        cmocka_unit_test(metadata_and_matches_nest_within_bounds),
         cmocka_unit_test(a_held_read_stalls_no_other_caller),
         cmocka_unit_test(concurrent_writers_lose_nothing),
         cmocka_unit_test(killed_writer_restarts_cleanly),
