@@ -117,6 +117,7 @@ static void exec_box(uint16_t port, void *ctx) {
     const box_cmd *b = ctx;
     char listen[32];
     snprintf(listen, sizeof listen, "127.0.0.1:%u", port);
+    setenv("FAWN_HOME", home, 1); /* the test's own, not ./.fawn */
     execl(getenv("FAWN_BIN"), "fawn", "box", "--listen", listen, "--token-file", b->token_path,
           "--user-data", b->user_data, b->idle_exit ? "--idle-exit" : (char *)NULL, b->idle_exit,
           (char *)NULL);

@@ -41,6 +41,9 @@ static int setup(void **state) {
     snprintf(x->home, sizeof x->home, "/tmp/fawn-gateway-XXXXXX");
     if (!mkdtemp(x->home) || config_defaults(&x->cfg) < 0)
         return -1;
+    free(x->cfg.home); /* the test's own home, not ./.fawn */
+    if (!(x->cfg.home = strdup(x->home)))
+        return -1;
     char path[128];
     snprintf(path, sizeof path, "%s/fawn.db", x->home);
     if (store_open(&x->st, path) < 0)
