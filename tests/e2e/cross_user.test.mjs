@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { after, before, describe, it } from './lib/test.mjs';
 
 import {
   FawnServer,
@@ -19,6 +19,7 @@ import {
   setupUser,
   sha256,
   sleep,
+  waitFor,
 } from './lib/server.mjs';
 import { FakeOpenAI, call, reply, slow } from './lib/fake_openai.mjs';
 
@@ -95,16 +96,6 @@ function routes(outputsSha) {
 }
 
 const withIds = (p, thread, run) => p.replace('/T', `/${thread}`).replace('/R', `/${run}`);
-
-async function waitFor(predicate, ms = WAIT_MS) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await predicate();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error('timed out waiting');
-    await sleep(100);
-  }
-}
 
 describe('cross-user matrix of thread and run ids', () => {
   let srv;

@@ -1,7 +1,7 @@
 // CSRF double-submit on cookie sessions, the Origin check of the sign-in
 // routes, and API tokens (create, list, use, revoke, owner scoping).
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, before, describe, it } from './lib/test.mjs';
 
 import {
   ADMIN_NAME,

@@ -10,7 +10,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { after, before, describe, it } from './lib/test.mjs';
 
 import { FawnServer, eventually, listDir, multipart, request, runFawn, setupAdmin, stagingFiles } from './lib/server.mjs';
 

@@ -1,7 +1,7 @@
 // GET /api/models: the configured models, filtered by the caller's role
 // (authorization roles.<role>.models), and a configuration serve refuses.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, before, describe, it } from './lib/test.mjs';
 
 import { FawnServer, request, runFawn, makeHome, setupAdmin, setupUser, toYaml } from './lib/server.mjs';
 import fs from 'node:fs';

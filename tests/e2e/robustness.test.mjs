@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { after, before, describe, it } from './lib/test.mjs';
 
 import {
   FawnServer,
@@ -296,7 +296,7 @@ describe('SIGTERM while an upload is in flight', () => {
       });
       await req.send(mp.body.subarray(0, half));
       const dir = path.join(srv.userData(admin.id, 'slow'), 'uploads');
-      await eventually(() => assert.equal(stagingFiles(dir).length, 1, 'the upload is being staged'), 10000);
+      await eventually(() => assert.equal(stagingFiles(dir).length, 1, 'the upload is being staged'));
       srv.proc.kill('SIGTERM');
       await sleep(500);
       assert.equal(srv.proc.exitCode, null, 'serve waits for the request in progress');
@@ -334,7 +334,7 @@ describe('kill -9 in the middle of an upload', () => {
       });
       await req.send(mp.body.subarray(0, mp.body.length / 2));
       const dir = path.join(srv.userData(admin.id, 'kept-1'), 'uploads');
-      await eventually(() => assert.equal(stagingFiles(dir).length, 1), 10000);
+      await eventually(() => assert.equal(stagingFiles(dir).length, 1));
       await srv.kill9();
       await req.response.then(
         () => assert.fail('no answer is expected from a killed server'),

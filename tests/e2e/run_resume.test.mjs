@@ -5,7 +5,7 @@
 // integers.
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import { after, before, describe, it } from 'node:test';
+import { after, before, describe, it } from './lib/test.mjs';
 
 import { FawnServer, eventually, request, sanitizerReport, setupAdmin } from './lib/server.mjs';
 import { FakeOpenAI, held, reply } from './lib/fake_openai.mjs';

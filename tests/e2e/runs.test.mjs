@@ -7,10 +7,10 @@ import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { after, before, describe, it } from './lib/test.mjs';
 import { Client } from '@langchain/langgraph-sdk';
 
-import { FawnServer, multipart, request, setupAdmin, setupUser } from './lib/server.mjs';
+import { FawnServer, hostProcs, multipart, request, setupAdmin, setupUser, uniqueSleep, waitFor } from './lib/server.mjs';
 import { FakeOpenAI, call, drop, fail, held, reply, slow, stall } from './lib/fake_openai.mjs';
 
 function sdk(srv, token) {
@@ -33,16 +33,6 @@ async function streamRun(client, threadId, payload) {
 const toolMessages = (values) => values.messages.filter((m) => m.type === 'tool');
 const lastValues = (events) => events.filter((e) => e.event === 'values').at(-1).data;
 const customs = (events, type) => events.filter((e) => e.event === 'custom' && e.data.type === type);
-
-async function waitFor(predicate, ms = 20000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await predicate();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error('timed out waiting');
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 describe('runs with the built-in demo model', () => {
   let srv;
@@ -367,7 +357,8 @@ describe('runs against a scripted OpenAI-compatible model', () => {
   });
 
   it('refuses a second run on a busy thread, interrupts with multitask_strategy interrupt, and cancels', async () => {
-    fake.queue(reply('', [call('bash', { description: 'x', command: 'touch /mnt/user-data/workspace/started; sleep 60' })]), reply('late'));
+    const sleeper = uniqueSleep();
+    fake.queue(reply('', [call('bash', { description: 'x', command: `touch /mnt/user-data/workspace/started; ${sleeper}` })]), reply('late'));
     const thread = await client.threads.create();
     const first = await client.runs.create(thread.thread_id, 'lead_agent', { input: human('sleep') });
     // Cancel while the command runs: it has started once its file exists.
@@ -379,9 +370,8 @@ describe('runs against a scripted OpenAI-compatible model', () => {
       bearer: admin.token, body: { assistant_id: 'lead_agent', input: human('second') },
     });
     assert.equal(busy.status, 409, busy.text);
-    const started = Date.now();
     await client.runs.cancel(thread.thread_id, first.run_id, true);
-    assert.ok(Date.now() - started < 20000, 'the sleeping command was killed');
+    await waitFor(() => hostProcs(sleeper) === 0, undefined, 'the sleeping command to be killed');
     assert.equal((await client.runs.get(thread.thread_id, first.run_id)).status, 'interrupted');
     const killed = toolMessages((await client.threads.getState(thread.thread_id)).values)[0];
     assert.equal(killed.additional_kwargs.tool_status.error_type, 'killed');
@@ -419,7 +409,7 @@ describe('runs against a scripted OpenAI-compatible model', () => {
     assert.deepEqual(retries.map((e) => e.data.reason), ['transient', 'transient']);
     assert.equal(r.values.messages.at(-1).content, 'after faults');
 
-    fake.queue(stall(5000), reply('after a stall'));
+    fake.queue(stall(), reply('after a stall'));
     r = await run('c');
     assert.equal(r.run.status, 'success');
     assert.deepEqual(customs(r.events, 'llm_retry').map((e) => e.data.reason), ['stalled']);
@@ -462,7 +452,7 @@ describe('runs against a scripted OpenAI-compatible model', () => {
     // A waiting stream notices its client within two heartbeats (30 s).
     await waitFor(async () => (await client.runs.get(gone.thread.thread_id, gone.runId)).status === 'interrupted', 45000);
     const kept = await started('continue', 'sleep 3');
-    await waitFor(async () => (await client.runs.get(kept.thread.thread_id, kept.runId)).status === 'success', 20000);
+    await waitFor(async () => (await client.runs.get(kept.thread.thread_id, kept.runId)).status === 'success');
   });
 
   it('caps the runs one user may have in progress, not another user\'s', async () => {
@@ -493,8 +483,8 @@ describe('runs against a scripted OpenAI-compatible model', () => {
 
   it('ends a run cut short by kill -9 or SIGTERM at the restart, its events and steps kept', async () => {
     fake.steps.length = 0;
-    const longRun = async () => {
-      fake.queue(reply('', [call('bash', { description: 'x', command: 'sleep 120' })]));
+    const longRun = async (command = 'sleep 120') => {
+      fake.queue(reply('', [call('bash', { description: 'x', command })]));
       const thread = await client.threads.create();
       const run = await client.runs.create(thread.thread_id, 'lead_agent', { input: human('long') });
       await waitFor(async () => (await request(srv, 'GET', '/api/sandboxes', { bearer: admin.token }))
@@ -516,10 +506,10 @@ describe('runs against a scripted OpenAI-compatible model', () => {
     assert.equal(state.values.messages.at(-1).tool_calls[0].name, 'bash', 'the step before the kill is kept');
 
     // SIGTERM: the running command is killed, the run ends as interrupted, serve exits 0.
-    const stopped = await longRun();
-    const t0 = Date.now();
-    await srv.stop({ keepHome: true });
-    assert.ok(Date.now() - t0 < 20000, 'SIGTERM does not wait for the command');
+    const sleeper = uniqueSleep(); // only a kill ends it
+    const stopped = await longRun(sleeper);
+    await srv.stop({ keepHome: true }); // fails unless serve exits: SIGTERM does not wait for the command
+    await waitFor(() => hostProcs(sleeper) === 0, undefined, 'the command SIGTERM cut short to be killed');
     await srv.restart();
     client = sdk(srv, admin.token);
     assert.equal((await client.runs.get(stopped.thread.thread_id, stopped.run.run_id)).status, 'interrupted');

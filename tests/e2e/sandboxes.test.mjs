@@ -5,10 +5,10 @@
 // deleted.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import { after, before, describe, it } from 'node:test';
+import { after, before, describe, it } from './lib/test.mjs';
 
 import { FakeOpenAI, call, reply } from './lib/fake_openai.mjs';
-import { FawnServer, request, runFawn, setupAdmin, setupUser, sleep } from './lib/server.mjs';
+import { FawnServer, hostProcs, request, runFawn, setupAdmin, setupUser, sleep, uniqueSleep, waitFor } from './lib/server.mjs';
 
 describe('sandbox observability', () => {
   let srv;
@@ -47,31 +47,6 @@ describe('sandbox observability', () => {
 });
 
 // ---- a box's life without its gateway ----
-
-/** Host processes (a sandbox's included) whose command line contains marker. */
-function hostProcs(marker) {
-  let n = 0;
-  for (const pid of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(pid)) continue;
-    try {
-      if (fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').includes(marker)) n++;
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return n;
-}
-
-async function waitFor(predicate, ms, what) {
-  const deadline = Date.now() + ms;
-  while (!(await predicate())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting: ${what}`);
-    await sleep(100);
-  }
-}
-
-/** A `sleep` command line no other process on the host runs. */
-const uniqueSleep = () => `sleep ${300000 + Math.floor(Math.random() * 600000)}`;
 
 describe('a box without its gateway', () => {
   let fake;

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import net from 'node:net';
-import { after, before, describe, it } from 'node:test';
+import { after, before, describe, it } from './lib/test.mjs';
 
 import { FawnServer, eventually, request, setupAdmin } from './lib/server.mjs';
 import { FakeOpenAI, held as heldReply } from './lib/fake_openai.mjs';

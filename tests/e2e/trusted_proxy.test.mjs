@@ -2,7 +2,7 @@
 // the address the proxy forwards is what gets locked out, not the proxy;
 // without it, X-Forwarded-For is never believed.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, before, describe, it } from './lib/test.mjs';
 
 import { ADMIN_NAME, ADMIN_PASSWORD, FawnServer, initAdmin, login } from './lib/server.mjs';
 

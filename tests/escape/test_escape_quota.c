@@ -44,9 +44,10 @@
 #define TMP_MB 16
 /* Commands here end at once or at the limit; this only catches a hang. */
 #define COMMAND_S 60
-#define CALL_SLACK_MS 5000
-/* How long a stopped box may take to exit before it is killed. */
-#define STOP_WAIT_MS 10000
+#define CALL_SLACK_MS 30000
+/* How long a stopped box may take to exit before it is killed: only a
+ * hang reaches it. */
+#define STOP_WAIT_MS 30000
 /* Content of one file API write: more than the room a full thread has left. */
 #define API_WRITE_BYTES (4 * MiB)
 

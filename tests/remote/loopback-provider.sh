@@ -23,6 +23,11 @@ set -euo pipefail
 
 # Start attempts when the port picked was taken meanwhile.
 PORT_ATTEMPTS=5
+# Longest waits for a box to listen after its start and to exit after
+# destroy's signal: ceilings only a hang reaches (a loaded host, a
+# sanitized build), never a time a test measures.
+LISTEN_WAIT_S=15
+EXIT_WAIT_S=15
 
 die() {
     echo "loopback-provider: $*" >&2
@@ -115,15 +120,22 @@ port_in_use() {
     grep -q "$hex" /proc/net/tcp /proc/net/tcp6 2>/dev/null
 }
 
+# Whether process $2 holds the socket listening on 127.0.0.1:$1 (another
+# process may have taken the port before the box could bind it).
 listening() {
-    local hex
-    hex=$(printf '0100007F:%04X 00000000:0000 0A' "$1")
-    grep -q "$hex" /proc/net/tcp
+    local inode fd
+    inode=$(awk -v local="$(printf '0100007F:%04X' "$1")" \
+        '$2 == local && $4 == "0A" { print $10; exit }' /proc/net/tcp)
+    [ -n "$inode" ] || return 1
+    for fd in /proc/"$2"/fd/*; do
+        [ "$(readlink "$fd" 2>/dev/null)" = "socket:[$inode]" ] && return 0
+    done
+    return 1
 }
 
 # Starts the box on a free port; waits until it listens (or died).
 start_box() {
-    local dir=$1 port pid i
+    local dir=$1 port pid until
     for ((attempt = 0; attempt < PORT_ATTEMPTS; attempt++)); do
         port=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
         port_in_use "$port" && continue
@@ -132,8 +144,9 @@ start_box() {
             --user-data "$dir/user-data" </dev/null >>"$dir/log" 2>&1 &
         pid=$!
         proc_id "$pid" >"$dir/pid" || continue
-        for ((i = 0; i < 200; i++)); do
-            listening "$port" && return 0
+        until=$((SECONDS + LISTEN_WAIT_S))
+        while ((SECONDS < until)); do
+            listening "$port" "$pid" && return 0
             recorded_alive "$dir/pid" || break
             sleep 0.02
         done
@@ -171,7 +184,7 @@ cmd_status() {
 }
 
 cmd_destroy() {
-    local dir known outer box i
+    local dir known outer box until
     dir=$(sandbox_dir)
     if [ -d "$dir" ]; then
         known=$(logged_generation "$dir")
@@ -188,8 +201,8 @@ cmd_destroy() {
             read -r box _ <"$dir/box.pid"
             kill -KILL "$box" 2>/dev/null || true
         fi
-        for ((i = 0; i < 50; i++)); do
-            alive "$dir" || break
+        until=$((SECONDS + EXIT_WAIT_S))
+        while ((SECONDS < until)) && alive "$dir"; do
             sleep 0.02
         done
         alive "$dir" || rm -rf "$dir"

@@ -1,6 +1,7 @@
 /* The fault-injecting sandbox provider (see fake_provider.h). */
 #include "fake_provider.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,7 @@ typedef struct inflight {
 struct fake_provider {
     sbx_provider iface;
     pthread_mutex_t mu;
+    pthread_cond_t changed; /* creates were held or released */
     fake_box boxes[FAKE_BOXES_MAX];
 
     int create_error;
@@ -76,6 +78,8 @@ struct fake_provider {
     call_fault faults[FAKE_CALL_FAULTS_MAX];
     int nfaults;
     bool exec_waits;
+    bool hold;       /* creates stop in create_wait until released */
+    int held;        /* creates stopped there now */
 
     fake_counts counts;
     call_record log[FAKE_CALL_LOG_MAX];
@@ -180,11 +184,42 @@ static void box_fill(sbx_box *out, const fake_box *b) {
     snprintf(out->endpoint, sizeof out->endpoint, "unix:/nonexistent/fake-%s.sock", b->sandbox_id);
 }
 
-/* Waits the create delay without the lock (it is held on entry and on
- * return). False when the wait was cancelled and honored. */
+static void deadline_in(struct timespec *ts, int ms) {
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+/* While creates are held (fake_hold_creates): counts this one as held and
+ * waits, lock held, until they are released or (when honored) cancel is
+ * set. False when the cancel ended the wait. */
+static bool create_hold(fake_provider *f, const sbx_cancel *cancel, bool honor) {
+    if (!f->hold)
+        return true;
+    f->held++;
+    pthread_cond_broadcast(&f->changed);
+    int64_t deadline = fawn_now_ms() + FAKE_HOLD_MAX_MS;
+    while (f->hold && !(honor && cancelled(cancel)) && fawn_now_ms() < deadline) {
+        struct timespec until;
+        deadline_in(&until, FAKE_CANCEL_POLL_MS);
+        pthread_cond_timedwait(&f->changed, &f->mu, &until);
+    }
+    f->held--;
+    return !(honor && cancelled(cancel));
+}
+
+/* Waits while creates are held, then the create delay without the lock (it
+ * is held on entry and on return). False when the wait was cancelled and
+ * honored. */
 static bool create_wait(fake_provider *f, const sbx_cancel *cancel) {
     int delay = f->create_delay_ms;
     bool honor = f->honor_cancel;
+    if (!create_hold(f, cancel, honor))
+        return false;
     pthread_mutex_unlock(&f->mu);
     bool completed = true;
     for (int waited = 0; waited < delay; waited += FAKE_CANCEL_POLL_MS) {
@@ -513,6 +548,11 @@ fake_provider *fake_provider_new(void) {
     if (!f)
         return NULL;
     pthread_mutex_init(&f->mu, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&f->changed, &attr);
+    pthread_condattr_destroy(&attr);
     f->honor_cancel = true;
     f->iface = (sbx_provider){.name = "fake",
                               .ctx = f,
@@ -528,6 +568,7 @@ fake_provider *fake_provider_new(void) {
 void fake_provider_free(fake_provider *f) {
     if (!f)
         return;
+    pthread_cond_destroy(&f->changed);
     pthread_mutex_destroy(&f->mu);
     free(f);
 }
@@ -555,6 +596,31 @@ void fake_set_create_delay(fake_provider *f, int ms, bool honor_cancel) {
     f->create_delay_ms = ms;
     f->honor_cancel = honor_cancel;
     pthread_mutex_unlock(&f->mu);
+}
+
+void fake_hold_creates(fake_provider *f) {
+    pthread_mutex_lock(&f->mu);
+    f->hold = true;
+    pthread_mutex_unlock(&f->mu);
+}
+
+void fake_release_creates(fake_provider *f) {
+    pthread_mutex_lock(&f->mu);
+    f->hold = false;
+    pthread_cond_broadcast(&f->changed);
+    pthread_mutex_unlock(&f->mu);
+}
+
+bool fake_wait_held_creates(fake_provider *f, int n, int ms) {
+    struct timespec until;
+    deadline_in(&until, ms);
+    pthread_mutex_lock(&f->mu);
+    int r = 0;
+    while (f->held < n && r != ETIMEDOUT)
+        r = pthread_cond_timedwait(&f->changed, &f->mu, &until);
+    bool reached = f->held >= n;
+    pthread_mutex_unlock(&f->mu);
+    return reached;
 }
 
 void fake_set_next_generation(fake_provider *f, const char *generation) {

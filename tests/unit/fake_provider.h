@@ -30,6 +30,9 @@
 /* Longest a waiting exec (fake_set_exec_waits) waits: past any test's own
  * ceiling, so a test never hangs on it. */
 #define FAKE_EXEC_WAIT_MAX_MS 60000
+/* Longest a held create (fake_hold_creates) waits to be released: past any
+ * test's own ceiling. */
+#define FAKE_HOLD_MAX_MS 60000
 
 typedef struct fake_provider fake_provider;
 
@@ -54,6 +57,17 @@ void fake_set_create_error(fake_provider *f, int code);
  * what it began and returns FAWN_ECANCELED; without, it finishes the box
  * regardless (a provider that cannot be interrupted). */
 void fake_set_create_delay(fake_provider *f, int ms, bool honor_cancel);
+/* While held, every create that does not hand back a running box stops
+ * where it would wait its delay and stays there until the creates are
+ * released (with honor_cancel, or until its cancel flag is set; after
+ * FAKE_HOLD_MAX_MS at most, so a test never hangs on it). A test puts an
+ * event (a cancel, another acquisition, a destroy) inside a create this
+ * way, at that exact step, however slow the host. */
+void fake_hold_creates(fake_provider *f);
+/* Every held create goes on; later creates are not held. */
+void fake_release_creates(fake_provider *f);
+/* Waits up to ms for n creates to be held at once; false when they were not. */
+bool fake_wait_held_creates(fake_provider *f, int n, int ms);
 /* The next create (only that one) starts its box with this generation. */
 void fake_set_next_generation(fake_provider *f, const char *generation);
 /* What health says about `generation` from now on: 0 = the truth (alive

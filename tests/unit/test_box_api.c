@@ -1522,7 +1522,7 @@ static void test_box_exits_when_nobody_talks_to_it(void **state) {
     api_ctx *t = *state;
     kept_box keep;
     lone_box_begin(t, &keep, "idle-thread", 5);
-    char *job = session_job(t, "s-idle", 200000 + (int)(getpid() % 100000));
+    char *job = session_job(t, "s-idle", (int)unique_number());
     char *out = run_stdout(t, NULL, "sleep 7; echo done");
     assert_string_equal(out, "done\n");
     free(out);
@@ -1545,7 +1545,7 @@ static void test_box_exits_when_its_user_data_is_deleted(void **state) {
     api_ctx *t = *state;
     kept_box keep;
     lone_box_begin(t, &keep, "gone-thread", 0);
-    char *job = session_job(t, "s-gone", 300000 + (int)(getpid() % 100000));
+    char *job = session_job(t, "s-gone", (int)unique_number());
     char *thread_dir = strf("%s/users/%s/threads/gone-thread", t->home, USER_ID);
     assert_int_equal(rm_tree(thread_dir), 0);
     if (!box_exited(t->box.pid, 30000))

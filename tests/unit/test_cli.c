@@ -107,23 +107,32 @@ static void doctor_reports_ready_host(void **state) {
 
 /* ---- fawn box --listen ---- */
 
+/* What loopback_spawn runs: `fawn box --listen 127.0.0.1:PORT` with these. */
+typedef struct box_cmd {
+    const char *token_path, *user_data;
+    const char *idle_exit; /* --idle-exit's value, or NULL */
+} box_cmd;
+
+static void exec_box(uint16_t port, void *ctx) {
+    const box_cmd *b = ctx;
+    char listen[32];
+    snprintf(listen, sizeof listen, "127.0.0.1:%u", port);
+    setenv("FAWN_HOME", home, 1); /* the test's own, not ./.fawn */
+    execl(getenv("FAWN_BIN"), "fawn", "box", "--listen", listen, "--token-file", b->token_path,
+          "--user-data", b->user_data, b->idle_exit ? "--idle-exit" : (char *)NULL, b->idle_exit,
+          (char *)NULL);
+}
+
 static void box_over_tcp_requires_the_bearer_token(void **state) {
-    char token_path[128], listen[64], cmd[512], user_data[128];
+    char token_path[128], user_data[128];
     snprintf(user_data, sizeof user_data, "%s/remote-user-data", home);
     snprintf(token_path, sizeof token_path, "%s/token", home);
     const char *token = "0123456789abcdef0123456789abcdef-test";
     FILE *f = fopen(token_path, "w");
     fputs(token, f);
     fclose(f);
-    int port = loopback_free_port();
-    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
-    pid_t pid = fork();
-    if (pid == 0) {
-        snprintf(cmd, sizeof cmd, "%s", getenv("FAWN_BIN"));
-        execl(cmd, "fawn", "box", "--listen", listen, "--token-file", token_path, "--user-data",
-              user_data, (char *)NULL);
-        _exit(127);
-    }
+    uint16_t port;
+    pid_t pid = loopback_spawn(&port, exec_box, &(box_cmd){token_path, user_data, NULL});
     char req[1024], body[4096];
     const char *exec_body =
         "{\"command\":\"echo over-tcp > /mnt/user-data/outputs/o; cat /mnt/user-data/outputs/o\"}";
@@ -153,7 +162,8 @@ static void box_over_tcp_requires_the_bearer_token(void **state) {
     free(content);
     kill(pid, SIGTERM);
     int st;
-    waitpid(pid, &st, 0);
+    if (!reap_within(&st, pid, SETTLE_MS))
+        fail_msg("fawn box still ran %d ms after SIGTERM (killed)", SETTLE_MS);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
 }
@@ -161,20 +171,14 @@ static void box_over_tcp_requires_the_bearer_token(void **state) {
 /* The sandbox a `fawn box --listen` runs dies with it, even by SIGKILL:
  * nothing is left serving without its launcher. */
 static void box_dies_with_its_launcher(void **state) {
-    char token_path[128], listen[64], user_data[128];
+    char token_path[128], user_data[128];
     snprintf(user_data, sizeof user_data, "%s/orphan-user-data", home);
     snprintf(token_path, sizeof token_path, "%s/orphan-token", home);
     FILE *f = fopen(token_path, "w");
     fputs("0123456789abcdef0123456789abcdef-orphan", f);
     fclose(f);
-    int port = loopback_free_port();
-    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl(getenv("FAWN_BIN"), "fawn", "box", "--listen", listen, "--token-file", token_path,
-              "--user-data", user_data, (char *)NULL);
-        _exit(127);
-    }
+    uint16_t port;
+    pid_t pid = loopback_spawn(&port, exec_box, &(box_cmd){token_path, user_data, NULL});
     char req[256], body[256];
     snprintf(req, sizeof req, "GET /v1/sandbox HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     int status = 0;
@@ -217,14 +221,9 @@ static void box_over_tcp_exits_when_nobody_talks_to_it(void **state) {
     FILE *f = fopen(token_path, "w");
     fputs(token, f);
     fclose(f);
-    int port = loopback_free_port();
-    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl(getenv("FAWN_BIN"), "fawn", "box", "--listen", listen, "--token-file", token_path,
-              "--user-data", user_data, "--idle-exit", "3", (char *)NULL);
-        _exit(127);
-    }
+    uint16_t port;
+    pid_t pid = loopback_spawn(&port, exec_box, &(box_cmd){token_path, user_data, "3"});
+    snprintf(listen, sizeof listen, "127.0.0.1:%u", port);
     char req[512], body[1024];
     snprintf(req, sizeof req, "GET /v1/sandbox HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                               "Authorization: Bearer %s\r\n\r\n", token);

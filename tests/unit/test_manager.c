@@ -9,10 +9,13 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -175,6 +178,68 @@ static void park(fx *x, char generation[SBX_GENERATION_LEN + 1], const char *thr
 }
 
 static void sid(char out[17], const char *thread) { fake_sandbox_id(out, "alice", thread); }
+
+/* An acquisition of alice's thread (role user) on a thread of its own, so
+ * that a test can act while it is under way: cancel it, wait until it
+ * sleeps, bound the wait for it. */
+typedef struct acquisition {
+    fx *x;
+    const char *thread;
+    enum sbx_holder kind;
+    sbx_cancel cancel;
+    atomic_int tid;    /* the thread's kernel id, once it runs */
+    atomic_bool done;
+    int rc;
+    sbx_lease *lease;
+    pthread_t t;
+} acquisition;
+
+static void *acquisition_main(void *arg) {
+    acquisition *a = arg;
+    atomic_store(&a->tid, (int)syscall(SYS_gettid));
+    sbx_request req = {.who = {.user = "alice", .role = "user"}, .thread = a->thread,
+                       .kind = a->kind, .cancel = &a->cancel};
+    a->rc = sbx_acquire(&a->lease, a->x->m, &req);
+    atomic_store(&a->done, true);
+    return NULL;
+}
+
+static void acquisition_start(acquisition *a, fx *x, const char *thread, enum sbx_holder kind) {
+    *a = (acquisition){.x = x, .thread = thread, .kind = kind, .rc = 1};
+    assert_int_equal(pthread_create(&a->t, NULL, acquisition_main, a), 0);
+}
+
+/* Waits for it to end; its result (a lease it got is the fixture's to give back). */
+static int acquisition_join(acquisition *a) {
+    pthread_join(a->t, NULL);
+    if (a->rc == 0)
+        hold(a->x, a->lease);
+    return a->rc;
+}
+
+/* Whether thread tid of this process sleeps: waits on a lock or a condition. */
+static bool thread_sleeps(int tid) {
+    char path[64], stat[512];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, stat, sizeof stat - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return false;
+    stat[n] = '\0';
+    const char *paren = strrchr(stat, ')'); /* the state follows the command name */
+    return paren && paren[1] == ' ' && paren[2] == 'S';
+}
+
+/* Waits up to ms until the acquisition sleeps inside sbx_acquire (it takes
+ * no lock and waits for nothing but the manager on its way there), or has
+ * ended; false when neither happened. */
+static bool acquisition_waits(acquisition *a, int ms) {
+    return WAIT_FOR(atomic_load(&a->done) ||
+                        (atomic_load(&a->tid) && thread_sleeps(atomic_load(&a->tid))),
+                    ms);
+}
 
 /* What sbx_list says about user's thread; false when it is not listed. */
 static bool info_of(fx *x, sbx_info *out, const char *user, const char *thread) {
@@ -522,7 +587,7 @@ static void *acquirer_run(void *arg) {
 
 static void acquisitions_serialize_per_thread_and_run_in_parallel_across(void **state) {
     fx *x = *state;
-    fake_set_create_delay(x->fp, 20, true);
+    fake_hold_creates(x->fp);
     acquirer a[CONCURRENT_ACQUIRERS];
     pthread_t tid[CONCURRENT_ACQUIRERS];
     pthread_barrier_t start;
@@ -531,9 +596,17 @@ static void acquisitions_serialize_per_thread_and_run_in_parallel_across(void **
         a[i] = (acquirer){.x = x, .start = &start, .index = i, .rc = 1};
         assert_int_equal(pthread_create(&tid[i], NULL, acquirer_run, &a[i]), 0);
     }
+    /* Every thread's create is under way at once: none waits for another
+     * thread's (they are held until all have begun). */
+    bool all_at_once = fake_wait_held_creates(x->fp, CONCURRENT_THREADS, SETTLE_MS);
+    fake_release_creates(x->fp);
     for (int i = 0; i < CONCURRENT_ACQUIRERS; i++)
         pthread_join(tid[i], NULL);
     pthread_barrier_destroy(&start);
+    if (!all_at_once)
+        fail_msg("the creates of %d threads were never under way at once: acquisitions are "
+                 "serialized across threads",
+                 CONCURRENT_THREADS);
     for (int i = 0; i < CONCURRENT_ACQUIRERS; i++) {
         if (a[i].rc != 0)
             fail_msg("acquirer %d: %d", i, a[i].rc);
@@ -664,9 +737,9 @@ static void destroy_while_held_is_deferred_until_the_last_release(void **state) 
     give_back(x, a);
     assert_true(fake_generation_running(x->fp, generation));
     give_back(x, b);
-    if (!WAIT_FOR(!fake_generation_present(x->fp, generation), 2000))
+    if (!WAIT_FOR(!fake_generation_present(x->fp, generation), SETTLE_MS))
         fail_msg("the deferred destroy did not happen after the last release");
-    assert_true(WAIT_FOR(!listed(x, "t1"), 2000));
+    assert_true(WAIT_FOR(!listed(x, "t1"), SETTLE_MS));
 
     /* The next acquisition starts a fresh generation. */
     sbx_lease *c = take(x, "t1", NULL);
@@ -744,31 +817,23 @@ static void failed_deferred_destroy_is_retried_and_blocks_nothing(void **state) 
 
 /* ---- cancellation ---- */
 
-typedef struct canceller {
-    sbx_cancel *cancel;
-    int after_ms;
-} canceller;
-
-static void *cancel_later(void *arg) {
-    canceller *c = arg;
-    sleep_ms(c->after_ms);
-    atomic_store(&c->cancel->cancelled, true);
-    return NULL;
-}
-
 static void cancelled_create_starts_nothing(void **state) {
     fx *x = *state;
     /* Only the cancel, reaching the provider, can end this create early. */
-    fake_set_create_delay(x->fp, SLOW_CREATE_MS, true);
-    sbx_cancel cancel = {false};
-    canceller c = {&cancel, 50};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, cancel_later, &c), 0);
-    sbx_lease *l = NULL;
-    int r = acquire_as(x, &l, "alice", "user", "t1", NULL, SBX_HOLD_EXECUTION, NULL, &cancel);
-    pthread_join(t, NULL);
+    fake_hold_creates(x->fp);
+    acquisition a;
+    acquisition_start(&a, x, "t1", SBX_HOLD_EXECUTION);
+    bool started = fake_wait_held_creates(x->fp, 1, SETTLE_MS);
+    atomic_store(&a.cancel.cancelled, true);
+    bool ended = WAIT_FOR(atomic_load(&a.done), SETTLE_MS);
+    fake_release_creates(x->fp);
+    int r = acquisition_join(&a);
+    if (!started)
+        fail_msg("the acquisition's create never began");
+    if (!ended)
+        fail_msg("the cancel flag did not reach the provider: its create went on");
     assert_int_equal(r, FAWN_ECANCELED);
-    assert_null(l);
+    assert_null(a.lease);
     fake_counts n = fake_get_counts(x->fp);
     assert_int_equal(n.creates, 1);
     if (n.creates_done != 0)
@@ -776,23 +841,25 @@ static void cancelled_create_starts_nothing(void **state) {
     assert_int_equal(fake_running_count(x->fp), 0);
     expect_not_held(x, "t1");
 
-    fake_set_create_delay(x->fp, 0, true);
     sbx_lease *next = take(x, "t1", NULL);
     assert_true(fake_generation_running(x->fp, next->box.generation));
 }
 
 static void cancelled_acquisition_parks_what_it_started(void **state) {
     fx *x = *state;
-    fake_set_create_delay(x->fp, 300, false); /* the provider finishes regardless */
-    sbx_cancel cancel = {false};
-    canceller c = {&cancel, 50};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, cancel_later, &c), 0);
-    sbx_lease *l = NULL;
-    int r = acquire_as(x, &l, "alice", "user", "t1", NULL, SBX_HOLD_EXECUTION, NULL, &cancel);
-    pthread_join(t, NULL);
+    fake_set_create_delay(x->fp, 0, false); /* the provider finishes regardless */
+    fake_hold_creates(x->fp);
+    acquisition a;
+    acquisition_start(&a, x, "t1", SBX_HOLD_EXECUTION);
+    bool started = fake_wait_held_creates(x->fp, 1, SETTLE_MS);
+    /* The cancel lands while the provider starts the box. */
+    atomic_store(&a.cancel.cancelled, true);
+    fake_release_creates(x->fp);
+    int r = acquisition_join(&a);
+    if (!started)
+        fail_msg("the acquisition's create never began");
     assert_int_equal(r, FAWN_ECANCELED);
-    assert_null(l);
+    assert_null(a.lease);
     /* The box the provider finished is the manager's, parked, not bound. */
     assert_int_equal(fake_running_count(x->fp), 1);
     sbx_info i;
@@ -808,42 +875,28 @@ static void cancelled_acquisition_parks_what_it_started(void **state) {
     assert_int_equal(fake_get_counts(x->fp).creates, 1);
 }
 
-typedef struct waiter {
-    fx *x;
-    int delay_ms;
-    int rc;
-    sbx_lease *lease;
-} waiter;
-
-static void *wait_then_acquire(void *arg) {
-    waiter *w = arg;
-    sleep_ms(w->delay_ms);
-    sbx_request req = {.who = {.user = "alice", .role = "user"},
-                       .thread = "t1",
-                       .kind = SBX_HOLD_EXECUTION};
-    w->rc = sbx_acquire(&w->lease, w->x->m, &req);
-    return NULL;
-}
-
 static void cancelled_acquisition_hands_its_sandbox_to_a_waiting_one(void **state) {
     fx *x = *state;
-    fake_set_create_delay(x->fp, 300, false);
-    sbx_cancel cancel = {false};
-    canceller c = {&cancel, 60};
-    waiter w = {.x = x, .delay_ms = 20, .rc = 1};
-    pthread_t tc, tw;
-    assert_int_equal(pthread_create(&tw, NULL, wait_then_acquire, &w), 0);
-    assert_int_equal(pthread_create(&tc, NULL, cancel_later, &c), 0);
-    sbx_lease *l = NULL;
-    int r = acquire_as(x, &l, "alice", "user", "t1", NULL, SBX_HOLD_EXECUTION, NULL, &cancel);
-    pthread_join(tc, NULL);
-    pthread_join(tw, NULL);
-    if (w.rc == 0)
-        hold(x, w.lease);
+    fake_set_create_delay(x->fp, 0, false); /* the provider finishes regardless */
+    fake_hold_creates(x->fp);
+    acquisition a, w;
+    acquisition_start(&a, x, "t1", SBX_HOLD_EXECUTION);
+    bool started = fake_wait_held_creates(x->fp, 1, SETTLE_MS);
+    /* Another acquisition of the thread comes while the box starts, and waits. */
+    acquisition_start(&w, x, "t1", SBX_HOLD_EXECUTION);
+    bool waiting = acquisition_waits(&w, SETTLE_MS);
+    /* Then the first one is cancelled, before its box answers. */
+    atomic_store(&a.cancel.cancelled, true);
+    fake_release_creates(x->fp);
+    int r = acquisition_join(&a);
+    int rw = acquisition_join(&w);
+    if (!started || !waiting)
+        fail_msg("the create never began (%d) or the second acquisition never waited (%d)",
+                 started, waiting);
     assert_int_equal(r, FAWN_ECANCELED);
-    assert_null(l);
-    if (w.rc != 0)
-        fail_msg("the waiting acquisition failed: %d", w.rc);
+    assert_null(a.lease);
+    if (rw != 0)
+        fail_msg("the waiting acquisition failed: %d", rw);
     assert_int_equal(fake_get_counts(x->fp).creates, 1);
     assert_true(fake_generation_running(x->fp, w.lease->box.generation));
     sbx_info i;
@@ -921,40 +974,19 @@ static void idle_timeout_zero_keeps_parked_sandboxes(void **state) {
     assert_int_equal(fake_get_counts(x->fp).destroys, 0);
 }
 
-/* An acquisition of alice's thread on a thread of its own, so that a test
- * can bound its wait: past `ms` it is cancelled (and *out stays NULL). */
-typedef struct bounded {
-    fx *x;
-    const char *thread;
-    sbx_cancel cancel;
-    atomic_bool done;
-    int rc;
-    sbx_lease *lease;
-} bounded;
-
-static void *bounded_acquire(void *arg) {
-    bounded *b = arg;
-    sbx_request req = {.who = {.user = "alice", .role = "user"}, .thread = b->thread,
-                       .kind = SBX_HOLD_EXECUTION, .cancel = &b->cancel};
-    b->rc = sbx_acquire(&b->lease, b->x->m, &req);
-    atomic_store(&b->done, true);
-    return NULL;
-}
-
+/* alice's acquisition of thread, bounded: past `ms` it is cancelled (and
+ * *out stays NULL). */
 static int acquire_within(fx *x, sbx_lease **out, const char *thread, int ms) {
-    bounded b = {.x = x, .thread = thread, .rc = 1};
-    pthread_t t;
+    acquisition a;
     *out = NULL;
-    assert_int_equal(pthread_create(&t, NULL, bounded_acquire, &b), 0);
-    bool done = WAIT_FOR(atomic_load(&b.done), ms);
-    atomic_store(&b.cancel.cancelled, true);
-    pthread_join(t, NULL);
-    if (b.rc == 0)
-        hold(x, b.lease);
-    if (!done && b.rc != 0)
+    acquisition_start(&a, x, thread, SBX_HOLD_EXECUTION);
+    bool done = WAIT_FOR(atomic_load(&a.done), ms);
+    atomic_store(&a.cancel.cancelled, true);
+    int r = acquisition_join(&a);
+    if (!done && r != 0)
         fail_msg("acquiring %s did not complete within %d ms", thread, ms);
-    *out = b.lease;
-    return b.rc;
+    *out = a.lease;
+    return r;
 }
 
 /* A parked box is torn down only once it has been parked for the idle
@@ -1037,7 +1069,7 @@ static void replicas_cap_evicts_the_oldest_idle_never_an_active_one(void **state
     park(x, g2, "t2");
     sleep_ms(10);
     sbx_lease *t3 = take(x, "t3", NULL);
-    if (!WAIT_FOR(!fake_generation_present(x->fp, g1), 1000))
+    if (!WAIT_FOR(!fake_generation_present(x->fp, g1), SETTLE_MS))
         fail_msg("past the cap, the oldest idle sandbox was not torn down");
     assert_true(fake_generation_running(x->fp, g2));
     assert_true(fake_generation_running(x->fp, t3->box.generation));
@@ -1061,7 +1093,7 @@ static void replicas_cap_evicts_the_oldest_idle_never_an_active_one(void **state
     char g3[SBX_GENERATION_LEN + 1];
     snprintf(g3, sizeof g3, "%s", t3->box.generation);
     give_back(x, t3);
-    if (!WAIT_FOR(!fake_generation_present(x->fp, g3), 1000))
+    if (!WAIT_FOR(!fake_generation_present(x->fp, g3), SETTLE_MS))
         fail_msg("a sandbox parked past the cap was kept");
     assert_true(fake_generation_running(x->fp, g2));
     assert_true(fake_generation_running(x->fp, t4->box.generation));
@@ -1307,9 +1339,9 @@ static void fenced_generation_is_never_handed_out_again(void **state) {
     assert_true(i.fenced);
     /* Its last release tears it down (the provider confirms it gone): the fence retires. */
     give_back(x, l);
-    if (!WAIT_FOR(!fake_generation_present(x->fp, g1), 2000))
+    if (!WAIT_FOR(!fake_generation_present(x->fp, g1), SETTLE_MS))
         fail_msg("the last release of a fenced sandbox did not tear it down");
-    assert_true(WAIT_FOR(!fence_in_store(x, "", id, g1), 2000));
+    assert_true(WAIT_FOR(!fence_in_store(x, "", id, g1), SETTLE_MS));
     assert_false(listed(x, "t1"));
 
     l = take(x, "t1", NULL);
@@ -1711,23 +1743,26 @@ static void session_refused_by_the_box_fences_nothing(void **state) {
 
 static void cancelled_waiter_gets_nothing(void **state) {
     fx *x = *state;
-    fake_set_create_delay(x->fp, 300, true);
-    waiter first = {.x = x, .delay_ms = 0, .rc = 1};
-    pthread_t tf, tc;
-    assert_int_equal(pthread_create(&tf, NULL, wait_then_acquire, &first), 0);
-    sleep_ms(30);
-    sbx_cancel cancel = {false};
-    canceller c = {&cancel, 50};
-    assert_int_equal(pthread_create(&tc, NULL, cancel_later, &c), 0);
-    sbx_lease *l = NULL;
-    int r = acquire_as(x, &l, "alice", "user", "t1", NULL, SBX_HOLD_UPLOAD, NULL, &cancel);
-    pthread_join(tc, NULL);
-    pthread_join(tf, NULL);
-    if (first.rc == 0)
-        hold(x, first.lease);
-    assert_int_equal(first.rc, 0);
+    fake_hold_creates(x->fp);
+    acquisition first, waiter;
+    acquisition_start(&first, x, "t1", SBX_HOLD_EXECUTION);
+    bool started = fake_wait_held_creates(x->fp, 1, SETTLE_MS);
+    /* A second acquisition waits for the first one's create, and is cancelled. */
+    acquisition_start(&waiter, x, "t1", SBX_HOLD_UPLOAD);
+    bool waiting = acquisition_waits(&waiter, SETTLE_MS);
+    atomic_store(&waiter.cancel.cancelled, true);
+    bool ended = WAIT_FOR(atomic_load(&waiter.done), SETTLE_MS); /* the create is still held */
+    fake_release_creates(x->fp);
+    int r = acquisition_join(&waiter);
+    int rf = acquisition_join(&first);
+    if (!started || !waiting)
+        fail_msg("the create never began (%d) or the second acquisition never waited (%d)",
+                 started, waiting);
+    if (!ended)
+        fail_msg("the cancelled acquisition went on waiting for the sandbox");
+    assert_int_equal(rf, 0);
     assert_int_equal(r, FAWN_ECANCELED);
-    assert_null(l);
+    assert_null(waiter.lease);
     sbx_info i;
     assert_true(info_of(x, &i, "alice", "t1"));
     assert_int_equal(i.holders[SBX_HOLD_EXECUTION], 1);
@@ -1735,18 +1770,45 @@ static void cancelled_waiter_gets_nothing(void **state) {
     assert_int_equal(fake_get_counts(x->fp).creates, 1);
 }
 
+/* sbx_destroy of alice's thread on a thread of its own. */
+typedef struct destroyer {
+    fx *x;
+    const char *thread;
+    atomic_int tid;
+    atomic_bool done;
+    int rc;
+    enum sbx_destroy_outcome outcome;
+} destroyer;
+
+static void *destroyer_main(void *arg) {
+    destroyer *d = arg;
+    atomic_store(&d->tid, (int)syscall(SYS_gettid));
+    d->rc = sbx_destroy(&d->outcome, d->x->m, "alice", d->thread);
+    atomic_store(&d->done, true);
+    return NULL;
+}
+
 static void destroy_racing_a_slow_create_leaves_nothing_unowned(void **state) {
     fx *x = *state;
-    fake_set_create_delay(x->fp, 200, true);
-    waiter w = {.x = x, .delay_ms = 0, .rc = 1};
+    fake_hold_creates(x->fp);
+    acquisition w;
+    acquisition_start(&w, x, "t1", SBX_HOLD_EXECUTION);
+    bool started = fake_wait_held_creates(x->fp, 1, SETTLE_MS);
+    /* The destroy comes while the box starts: it waits for the start. */
+    destroyer d = {.x = x, .thread = "t1", .rc = 1, .outcome = SBX_DESTROYED};
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, wait_then_acquire, &w), 0);
-    sleep_ms(50);
-    enum sbx_destroy_outcome out = SBX_DESTROYED;
-    int r = sbx_destroy(&out, x->m, "alice", "t1");
+    assert_int_equal(pthread_create(&t, NULL, destroyer_main, &d), 0);
+    bool waiting = WAIT_FOR(atomic_load(&d.done) ||
+                                (atomic_load(&d.tid) && thread_sleeps(atomic_load(&d.tid))),
+                            SETTLE_MS);
+    fake_release_creates(x->fp);
     pthread_join(t, NULL);
-    if (w.rc == 0)
-        hold(x, w.lease);
+    acquisition_join(&w);
+    if (!started || !waiting)
+        fail_msg("the create never began (%d) or the destroy never waited (%d)", started,
+                 waiting);
+    int r = d.rc;
+    enum sbx_destroy_outcome out = d.outcome;
     if (r != 0)
         fail_msg("destroy during a start: %d %s", r, fawn_errmsg());
     if (w.rc == 0 && out == SBX_DESTROYED)
@@ -1756,7 +1818,7 @@ static void destroy_racing_a_slow_create_leaves_nothing_unowned(void **state) {
         char g[SBX_GENERATION_LEN + 1];
         snprintf(g, sizeof g, "%s", w.lease->box.generation);
         give_back(x, w.lease);
-        assert_true(WAIT_FOR(!fake_generation_present(x->fp, g), 2000));
+        assert_true(WAIT_FOR(!fake_generation_present(x->fp, g), SETTLE_MS));
     }
     assert_int_equal(fake_running_count(x->fp), 0);
     expect_not_held(x, "t1");
@@ -1808,8 +1870,8 @@ static void restart_adopts_recorded_boxes_and_cleans_the_rest(void **state) {
                  fake_generation_present(x->fp, g2), fake_generation_present(x->fp, g4),
                  fake_generation_present(x->fp, g6), fake_generation_present(x->fp, g7));
     assert_true(fake_generation_running(x->fp, g1));
-    assert_true(WAIT_FOR(!fence_in_store(x, "", s2, g2), 2000));
-    assert_true(WAIT_FOR(!fence_in_store(x, "", s5, absent), 2000));
+    assert_true(WAIT_FOR(!fence_in_store(x, "", s2, g2), SETTLE_MS));
+    assert_true(WAIT_FOR(!fence_in_store(x, "", s5, absent), SETTLE_MS));
 
     /* The recorded healthy box is in the warm pool: no create to reuse it. */
     sbx_info i;
@@ -1928,9 +1990,9 @@ static void restart_keeps_fences_it_cannot_retire(void **state) {
     fake_set_probe_unknown(x->fp, false);
     fake_set_destroy_failures(x->fp, 0, 0, false);
     manager_start(x);
-    assert_true(WAIT_FOR(!fake_generation_present(x->fp, g2), 2000));
-    assert_true(WAIT_FOR(!fence_in_store(x, "", s2, g2), 2000));
-    assert_true(WAIT_FOR(!fence_in_store(x, "", s5, absent), 2000));
+    assert_true(WAIT_FOR(!fake_generation_present(x->fp, g2), SETTLE_MS));
+    assert_true(WAIT_FOR(!fence_in_store(x, "", s2, g2), SETTLE_MS));
+    assert_true(WAIT_FOR(!fence_in_store(x, "", s5, absent), SETTLE_MS));
     assert_int_equal(fake_running_count(x->fp), 0);
 }
 

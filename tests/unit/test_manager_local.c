@@ -184,9 +184,12 @@ static void commands_run_and_sandboxes_are_reused(void **state) {
     char sandbox_id[17];
     strcpy(sandbox_id, l->box.sandbox_id);
     sbx_release(l);
-    /* With no gateway answering, `fawn sandbox ls` shows this host's record. */
+    /* With no gateway answering (its port held, not listening), `fawn
+     * sandbox ls` shows this host's record. */
+    int reserved;
+    uint16_t port = loopback_reserved_port(&reserved);
     char *config = strf("%s/ls.yaml", x->home);
-    char *yaml = strf("home: %s\nserver:\n  port: %u\n", x->home, loopback_free_port());
+    char *yaml = strf("home: %s\nserver:\n  port: %u\n", x->home, port);
     FILE *f = fopen(config, "w");
     fputs(yaml, f);
     fclose(f);
@@ -196,6 +199,7 @@ static void commands_run_and_sandboxes_are_reused(void **state) {
     size_t n = fread(listing, 1, sizeof listing - 1, p);
     listing[n] = '\0';
     assert_int_equal(pclose(p), 0);
+    close(reserved);
     check_contains("fawn sandbox ls", listing, "t-exec");
     char *row = strstr(listing, sandbox_id);
     assert_non_null(row);
@@ -383,7 +387,7 @@ static bool procs_gone(const char *marker, int ms) {
  * box and ends that session: the job dies with it. */
 static void successor_ends_the_sessions_of_dead_runs(void **state) {
     fx *x = *state;
-    char *seconds = strf("%d", 100000 + (int)getpid()); /* names this test's job */
+    char *seconds = strf("%u", unique_number()); /* names this test's job */
     char *job = strf("sleep %s", seconds);
     manager_stop(x);
     int pipefd[2];

@@ -34,8 +34,9 @@
 #define USER_ID "remote-user"
 /* A box API call whose command ends at once. */
 #define CALL_MS 15000
-/* Longest wait for a process to go or a state to show. */
-#define SETTLE_MS 8000
+/* Longest wait for a process to go or a state to show: only a hang
+ * reaches it, on a loaded host under ASan. */
+#define SETTLE_MS 30000
 /* Health checks in these tests wait this long for a box. */
 #define HEALTH_MS 1000
 /* A timeout only a hang reaches: an operation given it and ending with
@@ -648,7 +649,7 @@ static void unreachable_control_plane_is_unknown(void **state) {
 }
 
 static void a_command_past_its_deadline_goes_with_its_children(void **state) {
-    char *marker = strf("sleep 97.%d", (int)getpid());
+    char *marker = strf("sleep 97.%u", unique_number());
     char *text = strf("%s & %s & wait", marker, marker);
     char *argv[] = SH(text);
     sbx_provider *p = broken_provider(argv);
@@ -665,7 +666,7 @@ static void a_command_past_its_deadline_goes_with_its_children(void **state) {
 static void background_children_do_not_hold_a_command(void **state) {
     /* The box a create starts lives on with the command's stdout. The child
      * outlasts the command's deadline: waiting for it would end in "unknown". */
-    char *marker = strf("sleep 98.%d", (int)getpid());
+    char *marker = strf("sleep 98.%u", unique_number());
     char *text = strf("echo '{\"state\": \"absent\"}'; %s & exit 0", marker);
     char *argv[] = SH(text);
     remote_provider_config cfg = {.create_argv = argv, .status_argv = argv,

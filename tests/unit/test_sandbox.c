@@ -35,15 +35,20 @@
 #include "sandbox/user_data.h"
 
 #define WS "/mnt/user-data/workspace"
-#define USER_ID "sbx-user"
+/* The user of every sandbox here: unique per run (group_setup), so that
+ * the host uid a sandbox gets (from its id) is not a sandbox's of another
+ * run on this host: the stop test counts that uid's processes. */
+static char user_id[32] = "sbx-user-";
+#define USER_ID ((const char *)user_id)
 /* Budget of one API call whose command should end at once. */
 #define CALL_MS 15000
 /* Ceiling of a call whose command fills the sandbox's memory until it is
  * killed: seconds on an idle host, minutes on a busy one; only a hang
  * should reach it. */
 #define GREEDY_CALL_MS 300000
-/* Longest wait for processes to disappear or a box to exit. */
-#define SETTLE_MS 5000
+/* Longest wait for processes to disappear or a box to exit: only a hang
+ * reaches it, on a loaded host under ASan. */
+#define SETTLE_MS 30000
 /* Largest host file or /proc entry read here. */
 #define READ_MAX ((size_t)1 << 20)
 /* Threads racing to start one sandbox. */
@@ -54,7 +59,7 @@
  * start sandboxes from a busy launcher. */
 #define CHURN_THREADS 4
 #define CHURN_CYCLES 20
-#define CHURN_CALL_MS 3000
+#define CHURN_CALL_MS 30000 /* a ceiling: a box deadlocked at its start never answers */
 /* Past every allocator's mmap threshold: exercises its large-block locks too. */
 #define CHURN_LARGE_BYTES ((size_t)256 << 10)
 /* A sandbox limit above what this (sanitized) launcher holds resident, a
@@ -281,6 +286,7 @@ static int group_setup(void **state) {
     sbx_ctx *t = calloc(1, sizeof *t);
     if (!t || config_defaults(&t->cfg) < 0)
         return -1;
+    fawn_random_hex(user_id + strlen("sbx-user-"), 6);
     snprintf(t->home, sizeof t->home, "/tmp/fawn-sandbox-XXXXXX");
     if (!mkdtemp(t->home))
         return -1;

@@ -35,8 +35,11 @@ export function held(content = 'released') {
   const gate = new Promise((resolve) => (release = resolve));
   return { step: { kind: 'held', gate, content, toolCalls: [] }, release };
 }
-/** A stream whose headers are sent, then nothing for ms. */
-export function stall(ms = 60000) {
+// The stall timeout of model(): far beyond any pause a busy host makes.
+export const STALL_TIMEOUT_S = 20;
+
+/** A stream whose headers are sent, then nothing for ms (past model()'s stall timeout by default). */
+export function stall(ms = 3 * STALL_TIMEOUT_S * 1000) {
   return { kind: 'stall', ms };
 }
 
@@ -65,9 +68,14 @@ export class FakeOpenAI {
     this.steps.push(...steps);
   }
 
-  /** The model entry of config.yaml for this server. */
+  /**
+   * The model entry of config.yaml for this server. Its stall timeout is
+   * one only a stall() step reaches: a loaded host may leave seconds between
+   * the chunks of a reply, and a stall detected there would retry the call
+   * and take the next queued step.
+   */
   model(name = 'fake', extra = {}) {
-    return { name, model: 'fake-model', base_url: this.baseUrl, api_key: 'sk-test', stall_timeout_s: 1, ...extra };
+    return { name, model: 'fake-model', base_url: this.baseUrl, api_key: 'sk-test', stall_timeout_s: STALL_TIMEOUT_S, ...extra };
   }
 
   async stop() {

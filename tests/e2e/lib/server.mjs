@@ -24,9 +24,16 @@ const SANITIZER_ENV = {
   UBSAN_OPTIONS: process.env.UBSAN_OPTIONS || 'print_stacktrace=1',
 };
 
-// How long a server may take to answer /health, and to exit after SIGTERM.
-const START_TIMEOUT_MS = 20000;
+// How long a server may take to answer /health, and to exit after SIGTERM:
+// ceilings that only a hang reaches, on a loaded 2-core host under ASan.
+const START_TIMEOUT_MS = 60000;
 const STOP_TIMEOUT_MS = 40000;
+// Attempts at a port when the one picked was taken before serve bound it.
+const PORT_ATTEMPTS = 5;
+// Default ceiling of waitFor and eventually: only a hang reaches it.
+export const WAIT_CEILING_MS = 60000;
+// The end of a process's stderr that a failure message shows.
+const LOG_TAIL_CHARS = 6000;
 
 export const ADMIN_NAME = 'admin@example.com';
 export const ADMIN_PASSWORD = 'correct horse battery staple';
@@ -37,6 +44,31 @@ const SANITIZER_MARKS = ['ERROR: AddressSanitizer', 'ERROR: LeakSanitizer', 'run
 export function sanitizerReport(text) {
   return SANITIZER_MARKS.some((m) => text.includes(m));
 }
+
+// ---- the processes this test file started ----
+
+// Every fawn process started here that has not exited: {describe(), kill()}.
+const live = new Set();
+
+function tail(text) {
+  return text.length > LOG_TAIL_CHARS ? `[...]${text.slice(-LOG_TAIL_CHARS)}` : text;
+}
+
+/** What each fawn process still running shows: its command and the end of its stderr. */
+export function liveLogs() {
+  const parts = [...live].map((p) => p.describe());
+  return parts.length ? `\n---- fawn processes still running ----\n${parts.join('\n')}` : '';
+}
+
+// None outlives the test file: when it ends, or the runner ends it (SIGTERM,
+// its timeout), each is killed, after its log is shown.
+process.on('exit', () => {
+  for (const p of live) p.kill();
+});
+process.once('SIGTERM', () => {
+  process.stderr.write(`test file ended by SIGTERM${liveLogs()}\n`);
+  process.exit(1);
+});
 
 /** A TCP port that was free a moment ago (listen on 0, read it, close). */
 export function freePort() {
@@ -100,21 +132,66 @@ export function makeHome() {
   return fs.mkdtempSync(path.join(os.tmpdir(), 'fawn-e2e-'));
 }
 
-/** Runs `fawn ARGS` to completion: {code, signal, stdout, stderr}. */
-export function runFawn(args, { home, input, env = {}, timeoutMs = 30000 } = {}) {
+/**
+ * Runs `fawn ARGS` to completion: {code, signal, stdout, stderr}. Past
+ * timeoutMs it is killed (SIGKILL), and its stderr ends saying so.
+ */
+export function runFawn(args, { home, input, env = {}, timeoutMs = 60000 } = {}) {
   return new Promise((resolve, reject) => {
     const child = spawn(FAWN_BIN, args, { env: fawnEnv(home, env), stdio: ['pipe', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
+    const entry = {
+      describe: () => `fawn ${args.join(' ')} (pid ${child.pid}):\n${tail(stderr)}`,
+      kill: () => child.kill('SIGKILL'),
+    };
+    live.add(entry);
     child.stdout.on('data', (d) => (stdout += d));
     child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('error', reject);
+    const timer = setTimeout(() => {
+      stderr += `\n[fawn ${args[0]} killed: it did not exit within ${timeoutMs} ms]\n`;
+      child.kill('SIGKILL');
+    }, timeoutMs);
+    child.on('error', (e) => {
+      live.delete(entry);
+      clearTimeout(timer);
+      reject(e);
+    });
     child.on('close', (code, signal) => {
+      live.delete(entry);
       clearTimeout(timer);
       resolve({ code, signal, stdout, stderr });
     });
     child.stdin.end(input ?? '');
+  });
+}
+
+// The kernel's table of TCP sockets on loopback that listen: "0100007F:PORT" → inode.
+function listeningInode(port) {
+  const local = `0100007F:${port.toString(16).toUpperCase().padStart(4, '0')}`;
+  for (const line of fs.readFileSync('/proc/net/tcp', 'utf8').split('\n').slice(1)) {
+    const f = line.trim().split(/\s+/);
+    if (f[1] === local && f[3] === '0A') return f[9];
+  }
+  return null;
+}
+
+/** Whether process pid holds the socket listening on 127.0.0.1:port (not another process). */
+export function holdsListener(pid, port) {
+  const inode = listeningInode(port);
+  if (!inode) return false;
+  let fds;
+  try {
+    fds = fs.readdirSync(`/proc/${pid}/fd`);
+  } catch {
+    return false; // gone
+  }
+  return fds.some((fd) => {
+    try {
+      return fs.readlinkSync(`/proc/${pid}/fd/${fd}`) === `socket:[${inode}]`;
+    } catch {
+      return false;
+    }
   });
 }
 
@@ -133,21 +210,31 @@ export class FawnServer {
     s.config = deepMerge({ server: { host: '127.0.0.1', threads: 4 } }, overrides);
     s.configPath = path.join(s.home, 'config.yaml');
     try {
-      // The free port may be taken by someone else before serve binds it: retry then.
-      for (let attempt = 1; ; attempt++) {
-        s.port = opts.port || (await freePort());
-        s.config.server.port = s.port;
-        fs.writeFileSync(s.configPath, toYaml(s.config));
-        try {
-          await s.#spawn();
-          return s;
-        } catch (e) {
-          if (attempt >= 3 || opts.port || !/cannot listen/.test(s.stderr)) throw e;
-        }
-      }
+      await s.#listen(opts.port);
+      return s;
     } catch (e) {
       if (!opts.home) s.removeHome();
       throw e;
+    }
+  }
+
+  /**
+   * Starts serve on port (a free one when not given). The free port may be
+   * taken by another process before serve binds it: then serve cannot
+   * listen, or (another server answering there) does not hold the port;
+   * another port is tried.
+   */
+  async #listen(port) {
+    for (let attempt = 1; ; attempt++) {
+      this.port = port || (await freePort());
+      this.config.server.port = this.port;
+      fs.writeFileSync(this.configPath, toYaml(this.config));
+      try {
+        await this.#spawn();
+        return;
+      } catch (e) {
+        if (attempt >= PORT_ATTEMPTS || port || !e.portTaken) throw e;
+      }
     }
   }
 
@@ -155,35 +242,63 @@ export class FawnServer {
     return `http://127.0.0.1:${this.port}`;
   }
 
+  /** What a failure message shows of this server: its state and the end of its log. */
+  describe() {
+    const state = this.gone ? `exited ${JSON.stringify(this.gone)}` : 'running';
+    return `fawn serve (port ${this.port}, pid ${this.proc?.pid}, ${state}), ${this.home}:\n${tail(this.stderr)}`;
+  }
+
   async #spawn() {
     this.stderr = '';
     this.stdout = '';
+    this.gone = null;
     this.proc = spawn(FAWN_BIN, ['serve', '--config', this.configPath], {
       env: fawnEnv(this.home, this.env),
       stdio: ['ignore', 'pipe', 'pipe'],
     });
+    const entry = { describe: () => this.describe(), kill: () => this.proc.kill('SIGKILL') };
+    live.add(entry);
     this.proc.stdout.on('data', (d) => (this.stdout += d));
     this.proc.stderr.on('data', (d) => (this.stderr += d));
     // 'close': the process has exited and all of its output has been read.
     this.exited = new Promise((resolve) => {
-      this.proc.on('close', (code, signal) => resolve({ code, signal }));
+      this.proc.on('close', (code, signal) => {
+        live.delete(entry);
+        this.gone = { code, signal };
+        resolve(this.gone);
+      });
     });
-    let gone = null;
-    this.exited.then((e) => (gone = e));
+    await this.#awaitReady();
+  }
+
+  /** Waits until this process answers /health on its port, holding that port. */
+  async #awaitReady() {
     const deadline = Date.now() + START_TIMEOUT_MS;
     for (;;) {
-      if (gone) {
-        throw new Error(`fawn serve exited early (${JSON.stringify(gone)}):\n${this.stderr}`);
+      if (this.gone) {
+        const e = new Error(`fawn serve exited early (${JSON.stringify(this.gone)}):\n${this.stderr}`);
+        e.portTaken = /cannot listen/.test(this.stderr);
+        throw e;
       }
+      let res = null;
       try {
-        const res = await request(this, 'GET', '/health', { timeoutMs: 1000 });
-        if (res.status === 200) return;
+        res = await request(this, 'GET', '/health', { timeoutMs: 1000 });
       } catch {
         // not listening yet
       }
+      if (res?.status === 200) {
+        if (holdsListener(this.proc.pid, this.port)) return;
+        // Another server answers on the port this one could not bind.
+        this.proc.kill('SIGKILL');
+        await this.exited;
+        const e = new Error(`another process answers on port ${this.port}:\n${this.stderr}`);
+        e.portTaken = true;
+        throw e;
+      }
       if (Date.now() > deadline) {
         this.proc.kill('SIGKILL');
-        throw new Error(`fawn serve did not answer /health within ${START_TIMEOUT_MS} ms:\n${this.stderr}`);
+        await this.exited;
+        throw new Error(`fawn serve did not answer /health within ${START_TIMEOUT_MS} ms (killed):\n${this.stderr}`);
       }
       await sleep(50);
     }
@@ -231,10 +346,7 @@ export class FawnServer {
 
   /** Starts serve again on the same home and config (after kill9 or stop with keepHome). */
   async restart() {
-    this.port = await freePort();
-    this.config.server.port = this.port;
-    fs.writeFileSync(this.configPath, toYaml(this.config));
-    await this.#spawn();
+    await this.#listen();
   }
 
   removeHome() {
@@ -512,6 +624,23 @@ export function stagingFiles(dir) {
   return listDir(dir).filter((n) => /^\.upload-.*\.part$/.test(n) || n.startsWith('.fawn-tmp-'));
 }
 
+/** Host processes (a sandbox's included) whose command line contains marker. */
+export function hostProcs(marker) {
+  let n = 0;
+  for (const pid of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    try {
+      if (fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').includes(marker)) n++;
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return n;
+}
+
+/** A `sleep` command line no other process on the host runs, long enough that only a kill ends it. */
+export const uniqueSleep = () => `sleep ${300000 + Math.floor(Math.random() * 600000)}`;
+
 export const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 /**
@@ -520,14 +649,32 @@ export const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f
  * that may follow a response by a moment, such as the removal of a failed
  * request's staging files when its connection completes.
  */
-export async function eventually(check, timeoutMs = 3000) {
+export async function eventually(check, timeoutMs = WAIT_CEILING_MS) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     try {
       return await check();
     } catch (e) {
-      if (Date.now() > deadline) throw e;
+      if (Date.now() > deadline) {
+        if (e instanceof Error) e.message += `\n(still failing after ${timeoutMs} ms)${liveLogs()}`;
+        throw e;
+      }
       await sleep(20);
     }
+  }
+}
+
+/**
+ * Polls predicate (sync or async) every 100 ms until it returns something
+ * truthy, which it returns. Past timeoutMs it fails saying what it waited
+ * for, with the logs of the fawn processes still running.
+ */
+export async function waitFor(predicate, timeoutMs = WAIT_CEILING_MS, what = 'a condition') {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await predicate();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${liveLogs()}`);
+    await sleep(100);
   }
 }
