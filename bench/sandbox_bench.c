@@ -46,10 +46,11 @@ static int spawn_wait(char *const argv[]) {
 }
 
 static double bwrap_cold_us(void) {
-    char *argv[] = {"/usr/bin/bwrap", "--unshare-all", "--ro-bind", "/usr", "/usr",
-                    "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-                    "--symlink", "usr/bin", "/bin", "--proc", "/proc", "--dev", "/dev",
-                    "--tmpfs", "/tmp", "/bin/true", NULL};
+    char *argv[] = {
+        "/usr/bin/bwrap", "--unshare-all", "--ro-bind", "/usr",      "/usr",   "--symlink",
+        "usr/lib",        "/lib",          "--symlink", "usr/lib64", "/lib64", "--symlink",
+        "usr/bin",        "/bin",          "--proc",    "/proc",     "--dev",  "/dev",
+        "--tmpfs",        "/tmp",          "/bin/true", NULL};
     int64_t t = fawn_now_us();
     if (spawn_wait(argv) != 0) {
         fprintf(stderr, "bwrap failed\n");
@@ -72,7 +73,11 @@ static void die(const char *what) {
 
 static double fawn_cold_us(const fawn_config *cfg, const char *thread, local_box *b,
                            netns_pool *pool) {
-    local_spec spec = {.cfg = cfg, .user = "bench", .thread = thread, .netns = pool, .fawn_bin = getenv("FAWN_BIN")};
+    local_spec spec = {.cfg = cfg,
+                       .user = "bench",
+                       .thread = thread,
+                       .netns = pool,
+                       .fawn_bin = getenv("FAWN_BIN")};
     int64_t t = fawn_now_us();
     if (local_box_ensure(b, &spec) < 0 || !b->started)
         die("starting a sandbox");
@@ -184,14 +189,14 @@ static const char *sandbox_id_of(const char *user, const char *thread) {
 
 /* One acquire + exec + release of /bin/true through the manager. */
 static double managed_exec_us(sbx_manager *m, const json_t *body) {
-    sbx_request req = {.who = {.user = "bench", .role = "user"}, .thread = "managed",
-                       .kind = SBX_HOLD_EXECUTION};
+    sbx_request req = {
+        .who = {.user = "bench", .role = "user"}, .thread = "managed", .kind = SBX_HOLD_EXECUTION};
     int64_t t = fawn_now_us();
     sbx_lease *l = NULL;
     json_t *reply = NULL;
     int status = 0;
-    if (sbx_acquire(&l, m, &req) < 0 || sbx_call(&reply, &status, l, "POST", "/v1/shell/exec",
-                                                 body, 10000) < 0 || status != 200)
+    if (sbx_acquire(&l, m, &req) < 0 ||
+        sbx_call(&reply, &status, l, "POST", "/v1/shell/exec", body, 10000) < 0 || status != 200)
         die("managed exec");
     sbx_release(l);
     double us = (double)(fawn_now_us() - t);
@@ -253,7 +258,8 @@ static void bench_warm(const fawn_config *cfg, int rounds) {
     json_t *body = json_pack("{s:s}", "command", "/bin/true");
     box_conn conn;
     box_conn_init(&conn, b.socket_path);
-    double *ours = calloc((size_t)rounds, sizeof *ours), *spawn = calloc((size_t)rounds, sizeof *spawn);
+    double *ours = calloc((size_t)rounds, sizeof *ours),
+           *spawn = calloc((size_t)rounds, sizeof *spawn);
     for (int i = 0; i < 50; i++) /* warm up both */
         fawn_exec_us(&conn, body), spawn_true_us();
     /* Separate phases, so neither run's background work lands on the other. */
@@ -263,7 +269,8 @@ static void bench_warm(const fawn_config *cfg, int rounds) {
         spawn[i] = spawn_true_us();
     box_conn_close(&conn);
     double a = median(ours, (size_t)rounds), s = median(spawn, (size_t)rounds);
-    printf("warm_exec_us: %.0f\nposix_spawn_us: %.0f\nwarm_exec_ratio_vs_posix_spawn: %.2f (target <= 1.3)\n",
+    printf("warm_exec_us: %.0f\nposix_spawn_us: %.0f\nwarm_exec_ratio_vs_posix_spawn: %.2f (target "
+           "<= 1.3)\n",
            a, s, a / s);
     json_decref(body);
     free(ours);
@@ -295,7 +302,8 @@ static void bench_idle(const fawn_config *cfg, int n) {
            "idle_rss_kib_per_sandbox: %.0f (counts shared library pages in every box)\n"
            "idle_total_pss_mib: %.1f\nsystem_memory_delta_kib_per_sandbox: %.0f (includes kernel "
            "namespaces, mounts, sockets)\n",
-           (double)pss / n, (double)priv / n, (double)rss / n, (double)pss / 1024, (double)delta / n);
+           (double)pss / n, (double)priv / n, (double)rss / n, (double)pss / 1024,
+           (double)delta / n);
     stop_all(cfg, n);
     free(pids);
 }

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Builds fawn with AddressSanitizer and UndefinedBehaviorSanitizer and runs
-# every test: a short run of each fuzzer, then the unit, box API, sandbox
-# and escape suites. The last line counts every test case.
+# every test: the format check, a short run of each fuzzer, then the unit,
+# integration and escape suites and the end-to-end tests. The last line
+# counts every test case.
 # Usage: scripts/run-tests.sh [BUILD_DIR] [FUZZ_BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-asan}
 fuzz_build=${2:-build-fuzz}
+
+# Every C file as .clang-format says (make format rewrites them).
+bash scripts/check-format.sh
 
 if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" -Db_sanitize=address,undefined -Db_lundef=false >/dev/null

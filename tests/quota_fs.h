@@ -25,9 +25,9 @@ enum test_fs_kind {
 };
 
 typedef struct test_fs {
-    char dir[64];  /* the test's own directory: the image and the mount point */
+    char dir[64]; /* the test's own directory: the image and the mount point */
     char image[96];
-    char mnt[96];  /* where the filesystem is mounted */
+    char mnt[96]; /* where the filesystem is mounted */
     bool mounted;
 } test_fs;
 
@@ -95,12 +95,14 @@ static inline bool test_fs_make(test_fs *fs, enum test_fs_kind kind, char *why, 
     }
     snprintf(fs->image, sizeof fs->image, "%s/image", fs->dir);
     snprintf(fs->mnt, sizeof fs->mnt, "%s/mnt", fs->dir);
-    const char *failed = mkdir(fs->mnt, 0755) < 0 ? "mkdir"
-        : test_fs_sh("truncate -s %s %s", r->size, fs->image) != 0 ? "truncate"
-        : test_fs_sh("%s %s %s >/dev/null 2>&1", r->tool, r->mkfs, fs->image) != 0 ? r->tool
-        : test_fs_sh("mount -o loop%s %s %s 2>/dev/null", r->mount, fs->image, fs->mnt) != 0
-            ? "mount (this kernel may lack it)"
-            : NULL;
+    const char *failed = mkdir(fs->mnt, 0755) < 0                                   ? "mkdir"
+                         : test_fs_sh("truncate -s %s %s", r->size, fs->image) != 0 ? "truncate"
+                         : test_fs_sh("%s %s %s >/dev/null 2>&1", r->tool, r->mkfs, fs->image) != 0
+                             ? r->tool
+                         : test_fs_sh("mount -o loop%s %s %s 2>/dev/null", r->mount, fs->image,
+                                      fs->mnt) != 0
+                             ? "mount (this kernel may lack it)"
+                             : NULL;
     fs->mounted = !failed;
     if (!failed && kind == TEST_FS_BTRFS_QUOTA &&
         test_fs_sh("btrfs quota enable %s >/dev/null 2>&1", fs->mnt) != 0)

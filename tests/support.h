@@ -236,8 +236,8 @@ static inline void loopback_check_io(ssize_t n, uint16_t port) {
  * to body (size bodysz) when not NULL. */
 static inline int loopback_http(uint16_t port, const char *raw, char *body, size_t bodysz,
                                 int connect_ms) {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     int64_t deadline = fawn_now_ms() + connect_ms;
     int fd;
     for (;;) {

@@ -44,15 +44,15 @@ typedef struct agent_params {
     const model_registry *models;
     const authz_policy *policy;
     int64_t owner_id;
-    const char *user_dir;   /* the owner's directory name (sandbox principal) */
-    const char *role;       /* RBAC role read when the run was accepted */
+    const char *user_dir; /* the owner's directory name (sandbox principal) */
+    const char *role;     /* RBAC role read when the run was accepted */
     const char *thread_id;
     const char *run_id;
-    const char *model_name; /* requested model, or NULL for the first */
-    int recursion_limit;    /* 1..AGENT_RECURSION_MAX */
+    const char *model_name;     /* requested model, or NULL for the first */
+    int recursion_limit;        /* 1..AGENT_RECURSION_MAX */
     uint32_t command_timeout_s; /* a bash command's timeout (> 0) */
-    const json_t *input;    /* messages to add first (array), or NULL */
-    const sbx_cancel *cancel; /* set to stop the run (it ends as interrupted) */
+    const json_t *input;        /* messages to add first (array), or NULL */
+    const sbx_cancel *cancel;   /* set to stop the run (it ends as interrupted) */
     agent_emit_fn emit;
     void *emit_ctx;
 } agent_params;
@@ -89,17 +89,18 @@ void agent_message_id(char out[40]);
  * checkpoint yet, then checkpoint_id is ""); checkpoint_id gets its
  * checkpoint's id. FAWN_EIO when the stored state is not an object;
  * store errors. */
-FAWN_MUST_CHECK int agent_state_load(json_t **values, char checkpoint_id[STORE_RUN_ID_MAX + 1], store *st,
-                     int64_t owner_id, const char *thread_id);
+FAWN_MUST_CHECK int agent_state_load(json_t **values, char checkpoint_id[STORE_RUN_ID_MAX + 1],
+                                     store *st, int64_t owner_id, const char *thread_id);
 /* Writes values as the thread's next checkpoint, after parent_id ("" or
  * NULL for none), by run_id (or NULL), with metadata (JSON object text);
  * checkpoint_id gets the new id (it may be parent_id's own buffer) and
  * *state (may be NULL) its state reference (malloc'd: what a values event
- * holds, store.h); on failure checkpoint_id is left as it was. NULL metadata is taken for an allocation that failed
- * (FAWN_ENOMEM). */
-FAWN_MUST_CHECK int agent_state_save(char checkpoint_id[STORE_RUN_ID_MAX + 1], char **state, store *st,
-                     int64_t owner_id, const char *thread_id, const char *parent_id,
-                     const char *run_id, const json_t *values, const char *metadata);
+ * holds, store.h); on failure checkpoint_id is left as it was. NULL metadata is taken for an
+ * allocation that failed (FAWN_ENOMEM). */
+FAWN_MUST_CHECK int agent_state_save(char checkpoint_id[STORE_RUN_ID_MAX + 1], char **state,
+                                     store *st, int64_t owner_id, const char *thread_id,
+                                     const char *parent_id, const char *run_id,
+                                     const json_t *values, const char *metadata);
 /* The sandbox scope of a run's lead agent (its own shell session). */
 void agent_scope(char out[SBX_SCOPE_MAX + 1], const char *run_id);
 

@@ -20,11 +20,11 @@ typedef struct agent_model_call {
     json_t *tools;     /* tool schemas offered */
     model_reply reply; /* filled by the call */
     enum model_failure why;
-    int code;          /* 0, or the failure's FAWN_E* (its message in error) */
+    int code; /* 0, or the failure's FAWN_E* (its message in error) */
     char *error;
     struct agent_loop *run;
-    char ai_id[40];    /* the id the reply's message gets (and its streamed chunks) */
-    bool streamed;     /* text of the reply went out as chunks */
+    char ai_id[40]; /* the id the reply's message gets (and its streamed chunks) */
+    bool streamed;  /* text of the reply went out as chunks */
 } agent_model_call;
 
 /* One tool call as hooks see it. */
@@ -33,7 +33,7 @@ typedef struct agent_tool_call {
     const char *name;
     const json_t *args;
     tool_result result;
-    int code;          /* the tool, or a hook answering for it, failed outright: FAWN_E* */
+    int code; /* the tool, or a hook answering for it, failed outright: FAWN_E* */
 } agent_tool_call;
 
 /* A hook: any member may be NULL. before_* and sandbox_acquired run first
@@ -57,19 +57,19 @@ typedef struct agent_loop {
     const agent_hook *const *hooks; /* the chain the run walks: agent_hooks */
     size_t hooks_count;
     const model_entry *model;
-    json_t *values;     /* the thread state: {messages, title?, artifacts} */
-    json_t *messages;   /* values.messages (borrowed) */
-    json_t *tools;      /* schemas of the tools the role may use */
-    json_t *request;    /* the system prompt and messages[0..request_upto) in request form */
+    json_t *values;   /* the thread state: {messages, title?, artifacts} */
+    json_t *messages; /* values.messages (borrowed) */
+    json_t *tools;    /* schemas of the tools the role may use */
+    json_t *request;  /* the system prompt and messages[0..request_upto) in request form */
     size_t request_upto;
     tool_env env;
     sbx_decision decision;
     char scope[SBX_SCOPE_MAX + 1];
     unsigned model_calls;
     char checkpoint_id[STORE_RUN_ID_MAX + 1]; /* the last one written */
-    bool stop;              /* a hook ended the run after this step */
+    bool stop;                                /* a hook ended the run after this step */
     char stop_reason[32];
-    char *error;            /* set by a hook: the run ends with status error */
+    char *error; /* set by a hook: the run ends with status error */
     /* hook state */
     json_t *reads;          /* read-before-write: path → sha256 of the file as read */
     json_t *presented;      /* paths presented with present_files */
@@ -84,10 +84,10 @@ extern const size_t agent_hooks_count;
 
 /* The hooks, by the file that defines them. */
 extern const agent_hook hook_input_sanitization, hook_dangling_tool_calls, hook_model_errors,
-    hook_empty_final_retry, hook_finish_reasons, hook_title;                /* hooks.c */
-extern const agent_hook hook_tool_output_budget, hook_tool_authorization,
-    hook_read_before_write, hook_delivery_check, hook_loop_detection, hook_clarification,
-    hook_tool_errors;                                                       /* hooks_tools.c */
+    hook_empty_final_retry, hook_finish_reasons, hook_title; /* hooks.c */
+extern const agent_hook hook_tool_output_budget, hook_tool_authorization, hook_read_before_write,
+    hook_delivery_check, hook_loop_detection, hook_clarification,
+    hook_tool_errors; /* hooks_tools.c */
 
 /* ---- run_context.c: what a hook may ask of its run ---- */
 

@@ -27,10 +27,12 @@
  * every outer hook a result to read; a denied call is never checked for
  * read-before-write; the budget saves the text every inner hook wrote. */
 const agent_hook *const agent_hooks[] = {
-    &hook_input_sanitization, &hook_tool_output_budget, &hook_dangling_tool_calls,
-    &hook_model_errors,       &hook_tool_authorization, &hook_read_before_write,
-    &hook_delivery_check,     &hook_title,              &hook_loop_detection,
-    &hook_empty_final_retry,  &hook_finish_reasons,     &hook_clarification,
+    &hook_input_sanitization,  &hook_tool_output_budget,
+    &hook_dangling_tool_calls, &hook_model_errors,
+    &hook_tool_authorization,  &hook_read_before_write,
+    &hook_delivery_check,      &hook_title,
+    &hook_loop_detection,      &hook_empty_final_retry,
+    &hook_finish_reasons,      &hook_clarification,
     &hook_tool_errors,
 };
 const size_t agent_hooks_count = ARRAY_LEN(agent_hooks);
@@ -134,12 +136,12 @@ static void model_errors_wrap(agent_loop *run, agent_model_call *call, size_t ne
         return;
     }
     const char *why = call->error ? call->error : "unknown error";
-    agent_stop(run, "", "Model %s failed (%s): %s", run->model->name,
-               model_failure_name(call->why), why);
+    agent_stop(run, "", "Model %s failed (%s): %s", run->model->name, model_failure_name(call->why),
+               why);
     model_reply_clear(&call->reply);
     char *text;
-    if (asprintf(&text, "Error: the model could not answer (%s): %s",
-                 model_failure_name(call->why), why) < 0)
+    if (asprintf(&text, "Error: the model could not answer (%s): %s", model_failure_name(call->why),
+                 why) < 0)
         return;
     call->reply.message = json_pack("{s:s, s:s}", "role", "assistant", "content", text);
     call->reply.prompt_tokens = call->reply.completion_tokens = -1;

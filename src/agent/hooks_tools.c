@@ -32,7 +32,8 @@ static void budget_wrap(agent_loop *run, agent_tool_call *call, size_t next) {
         log_warn("agent", "run %s: tool output not saved: %s", run->p->run_id, fawn_errmsg());
         return;
     }
-    size_t head = fawn_utf8_char_start(text, BUDGET_HEAD), tail = fawn_utf8_char_start(text, n - BUDGET_TAIL);
+    size_t head = fawn_utf8_char_start(text, BUDGET_HEAD),
+           tail = fawn_utf8_char_start(text, n - BUDGET_TAIL);
     char *synopsis;
     if (asprintf(&synopsis,
                  "%.*s\n\n... [%zu characters omitted. The whole output (%zu characters) is saved "
@@ -66,8 +67,8 @@ static bool normalized(char out[VPATH_MAX + 32], const char *path) {
     vpath vp;
     if (!path || vpath_parse(&vp, path) < 0)
         return false;
-    snprintf(out, VPATH_MAX + 32, "%s/%s", vp.root == VPATH_ROOT_SKILLS ? VPATH_SKILLS
-                                                                        : VPATH_USER_DATA, vp.rel);
+    snprintf(out, VPATH_MAX + 32, "%s/%s",
+             vp.root == VPATH_ROOT_SKILLS ? VPATH_SKILLS : VPATH_USER_DATA, vp.rel);
     return true;
 }
 
@@ -117,7 +118,8 @@ static void rbw_wrap(agent_loop *run, agent_tool_call *call, size_t next) {
         if (r != FAWN_ENOENT && (r < 0 || !seen || strcmp(seen, sha) != 0)) {
             call->code = tool_fail(&call->result, TOOL_ERROR, "blocked", true,
                                    "Error: %s exists and %s; read it with read_file before "
-                                   "changing it", key,
+                                   "changing it",
+                                   key,
                                    seen ? "has changed since you read it" : "you have not read it");
             return;
         }
@@ -132,7 +134,7 @@ const agent_hook hook_read_before_write = {.name = "read_before_write", .wrap_to
 /* ---- delivery check: what is written to outputs must be presented ---- */
 
 #define OUTPUTS_LISTING                                                                            \
-    "cd /mnt/user-data/outputs 2>/dev/null || exit 0; find . -path ./.tool-results -prune -o "   \
+    "cd /mnt/user-data/outputs 2>/dev/null || exit 0; find . -path ./.tool-results -prune -o "     \
     "-type f -printf '%P\\t%s %T@\\n'"
 
 /* {path: "size mtime"} of the files under outputs, or NULL. */
@@ -171,9 +173,7 @@ static void delivery_wrap(agent_loop *run, agent_tool_call *call, size_t next) {
         bool known = false;
         size_t k;
         json_t *a;
-        json_array_foreach(artifacts, k, a) {
-            known |= json_equal(a, p);
-        }
+        json_array_foreach(artifacts, k, a) { known |= json_equal(a, p); }
         if (!known)
             json_array_append(artifacts, p);
     }
@@ -205,8 +205,10 @@ static void delivery_after_agent(agent_loop *run) {
             r = fbuf_printf(&missing, "%s%s", missing.len ? ", " : "", path);
     }
     if (missing.len || r < 0) /* a list that could not be made still names a miss */
-        agent_stop(run, "", "Artifact delivery incomplete: %s written to outputs but never "
-                            "presented", r < 0 ? "files" : missing.data);
+        agent_stop(run, "",
+                   "Artifact delivery incomplete: %s written to outputs but never "
+                   "presented",
+                   r < 0 ? "files" : missing.data);
     fbuf_free(&missing);
     json_decref(after);
 }
@@ -235,9 +237,7 @@ static void call_hash(char out[65], const json_t *call) {
 static size_t times_seen(const agent_loop *run, const char *hash) {
     size_t n = 0, i;
     json_t *h;
-    json_array_foreach(run->recent_calls, i, h) {
-        n += strcmp(json_string_value(h), hash) == 0;
-    }
+    json_array_foreach(run->recent_calls, i, h) { n += strcmp(json_string_value(h), hash) == 0; }
     return n;
 }
 
@@ -269,24 +269,23 @@ static void loop_wrap(agent_loop *run, agent_tool_call *call, size_t next) {
     size_t n = times_seen(run, hash);
     char *text;
     if (n < LOOP_WARN || !call->result.text ||
-        asprintf(&text, "%s\n\n[Warning: you have made this exact call %zu times. Change your "
-                        "approach; at %d the run stops.]",
+        asprintf(&text,
+                 "%s\n\n[Warning: you have made this exact call %zu times. Change your "
+                 "approach; at %d the run stops.]",
                  call->result.text, n, LOOP_STOP) < 0)
         return;
     free(call->result.text);
     call->result.text = text;
 }
 
-const agent_hook hook_loop_detection = {.name = "loop_detection",
-                                        .after_model = loop_after_model,
-                                        .wrap_tool = loop_wrap};
+const agent_hook hook_loop_detection = {
+    .name = "loop_detection", .after_model = loop_after_model, .wrap_tool = loop_wrap};
 
 /* ---- clarification: the run stops for the user's answer ---- */
 
 static void clarification_wrap(agent_loop *run, agent_tool_call *call, size_t next) {
     agent_next_tool(run, call, next);
-    if (strcmp(call->name, "ask_clarification") == 0 &&
-        call->result.status.outcome == TOOL_SUCCESS)
+    if (strcmp(call->name, "ask_clarification") == 0 && call->result.status.outcome == TOOL_SUCCESS)
         agent_stop(run, "clarification", NULL);
 }
 
@@ -302,8 +301,8 @@ static void tool_errors_wrap(agent_loop *run, agent_tool_call *call, size_t next
         return;
     int code = call->code ? call->code : FAWN_ENOMEM;
     call->code = tool_fail(&call->result, TOOL_ERROR, "internal", false,
-                           "Error: Tool '%s' failed with %s: %.*s", call->name,
-                           fawn_strerror(code), TOOL_ERROR_DETAIL_MAX, fawn_errmsg());
+                           "Error: Tool '%s' failed with %s: %.*s", call->name, fawn_strerror(code),
+                           TOOL_ERROR_DETAIL_MAX, fawn_errmsg());
 }
 
 const agent_hook hook_tool_errors = {.name = "tool_errors", .wrap_tool = tool_errors_wrap};

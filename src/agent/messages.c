@@ -102,12 +102,11 @@ json_t *agent_ai_message(const model_reply *reply, const char *model_name, const
                             "additional_kwargs", "response_metadata", "finish_reason",
                             reply->finish_reason, "model_name", model_name);
     if (out && reply->prompt_tokens >= 0)
-        json_object_set_new(out, "usage_metadata",
-                            json_pack("{s:I, s:I, s:I}", "input_tokens",
-                                      (json_int_t)reply->prompt_tokens, "output_tokens",
-                                      (json_int_t)reply->completion_tokens, "total_tokens",
-                                      (json_int_t)(reply->prompt_tokens +
-                                                   reply->completion_tokens)));
+        json_object_set_new(
+            out, "usage_metadata",
+            json_pack("{s:I, s:I, s:I}", "input_tokens", (json_int_t)reply->prompt_tokens,
+                      "output_tokens", (json_int_t)reply->completion_tokens, "total_tokens",
+                      (json_int_t)(reply->prompt_tokens + reply->completion_tokens)));
     return out;
 }
 
@@ -116,8 +115,8 @@ json_t *agent_tool_message(const agent_tool_call *call) {
     agent_message_id(id);
     const tool_status *st = &call->result.status;
     return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:{s:o}, s:{}}", "type", "tool", "content",
-                     call->result.text ? call->result.text : "", "tool_call_id", call->id,
-                     "name", call->name, "id", id, "status",
+                     call->result.text ? call->result.text : "", "tool_call_id", call->id, "name",
+                     call->name, "id", id, "status",
                      st->outcome == TOOL_SUCCESS ? "success" : "error", "additional_kwargs",
                      "tool_status", tool_status_json(st), "response_metadata");
 }

@@ -193,8 +193,11 @@ static void run_setup(agent_loop *run, const agent_params *p) {
     agent_scope(run->scope, p->run_id);
     run->env = (tool_env){
         .sandboxes = p->sandboxes,
-        .req = {.who = {.user = p->user_dir, .role = p->role}, .thread = p->thread_id,
-                .kind = SBX_HOLD_EXECUTION, .scope = run->scope, .decision = &run->decision,
+        .req = {.who = {.user = p->user_dir, .role = p->role},
+                .thread = p->thread_id,
+                .kind = SBX_HOLD_EXECUTION,
+                .scope = run->scope,
+                .decision = &run->decision,
                 .cancel = p->cancel},
         .cancel = p->cancel ? &p->cancel->cancelled : NULL,
         .command_timeout_s = p->command_timeout_s,

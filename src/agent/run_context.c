@@ -60,7 +60,8 @@ int agent_box_exec(char **out, agent_loop *run, const char *command) {
     sbx_lease *lease;
     int r = tool_env_lease(&lease, &run->env);
     json_t *body = r == 0 ? json_pack("{s:s, s:i}", "command", command, "timeout_s",
-                                       AGENT_BOX_COMMAND_TIMEOUT_S) : NULL;
+                                      AGENT_BOX_COMMAND_TIMEOUT_S)
+                          : NULL;
     json_t *reply = NULL;
     int status = 0;
     if (r == 0)
@@ -69,8 +70,8 @@ int agent_box_exec(char **out, agent_loop *run, const char *command) {
                  : fawn_err(FAWN_ENOMEM, "out of memory");
     json_decref(body);
     const char *text = json_string_value(json_object_get(reply, "stdout"));
-    if (r == 0 && (status != 200 || !text ||
-                   json_integer_value(json_object_get(reply, "exit_code")) != 0))
+    if (r == 0 &&
+        (status != 200 || !text || json_integer_value(json_object_get(reply, "exit_code")) != 0))
         r = fawn_err(FAWN_EIO, "sandbox command failed (%d)", status);
     if (r == 0 && !(*out = strdup(text)))
         r = fawn_err(FAWN_ENOMEM, "out of memory");
@@ -118,10 +119,11 @@ static void call_model(agent_loop *run, agent_model_call *call) {
     model_reply_clear(&call->reply);
     free(call->error);
     call->error = NULL;
-    model_request req = {.conversation = run->messages, .messages = call->request,
-                         .tools = call->tools, .call_index = run->model_calls++};
-    model_hooks hooks = {.on_retry = model_retry_event, .on_delta = model_delta_event,
-                         .ctx = call};
+    model_request req = {.conversation = run->messages,
+                         .messages = call->request,
+                         .tools = call->tools,
+                         .call_index = run->model_calls++};
+    model_hooks hooks = {.on_retry = model_retry_event, .on_delta = model_delta_event, .ctx = call};
     call->code = model_entry_complete(&call->reply, &call->why, run->model, &req, &hooks,
                                       run->p->cancel ? &run->p->cancel->cancelled : NULL);
     if (call->code < 0)

@@ -11,7 +11,7 @@
 typedef struct runq_user {
     struct runq_user *next; /* turn order */
     int64_t owner_id;
-    uint32_t active;        /* admitted runs: added, waiting or running */
+    uint32_t active; /* admitted runs: added, waiting or running */
     uint32_t running;
     runq_item *head, *tail; /* waiting runs, oldest first */
 } runq_user;

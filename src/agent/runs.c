@@ -125,11 +125,22 @@ static const char *thread_status_after(const char *run_status) {
 static void run_execute(run_manager *m, run_entry *e) {
     status_record(m, e, "running", NULL);
     agent_params p = {
-        .st = m->st, .sandboxes = m->sandboxes, .models = m->models, .policy = m->policy,
-        .owner_id = e->owner_id, .user_dir = e->user_dir, .role = e->role,
-        .thread_id = e->thread_id, .run_id = e->run_id,
-        .model_name = e->has_model ? e->model : NULL, .recursion_limit = e->recursion_limit,
-        .command_timeout_s = m->limits.command_timeout_s, .input = e->input, .cancel = &e->cancel, .emit = emit_to_log, .emit_ctx = e,
+        .st = m->st,
+        .sandboxes = m->sandboxes,
+        .models = m->models,
+        .policy = m->policy,
+        .owner_id = e->owner_id,
+        .user_dir = e->user_dir,
+        .role = e->role,
+        .thread_id = e->thread_id,
+        .run_id = e->run_id,
+        .model_name = e->has_model ? e->model : NULL,
+        .recursion_limit = e->recursion_limit,
+        .command_timeout_s = m->limits.command_timeout_s,
+        .input = e->input,
+        .cancel = &e->cancel,
+        .emit = emit_to_log,
+        .emit_ctx = e,
     };
     agent_outcome out;
     int r = atomic_load(&e->cancel.cancelled) ? FAWN_ECANCELED : agent_run(&out, &p);
@@ -144,11 +155,13 @@ static void run_execute(run_manager *m, run_entry *e) {
     status_record(m, e, out.status, strcmp(out.status, "success") == 0 ? NULL : out.error);
     thread_status_record(m, e, thread_status_after(out.status));
     if (out.stop_reason[0])
-        event_record(e, "custom", json_pack("{s:s, s:s}", "type", "run_stopped", "stop_reason",
-                                            out.stop_reason));
+        event_record(
+            e, "custom",
+            json_pack("{s:s, s:s}", "type", "run_stopped", "stop_reason", out.stop_reason));
     if (strcmp(out.status, "error") == 0)
-        event_record(e, "error", json_pack("{s:s, s:s}", "error", "RunError", "message",
-                                           out.error ? out.error : "the run failed"));
+        event_record(e, "error",
+                     json_pack("{s:s, s:s}", "error", "RunError", "message",
+                               out.error ? out.error : "the run failed"));
     event_record(e, "end", NULL);
     events_store(e);
     log_info("runs", "run %s on thread %s: %s%s%s", e->run_id, e->thread_id, out.status,
@@ -248,8 +261,8 @@ int runs_new(run_manager **out, store *st, sbx_manager *sandboxes, const model_r
     run_manager *m = calloc(1, sizeof *m);
     if (!m)
         return fawn_err(FAWN_ENOMEM, "out of memory");
-    *m = (run_manager){.st = st, .sandboxes = sandboxes, .models = models, .policy = policy,
-                       .limits = *limits};
+    *m = (run_manager){
+        .st = st, .sandboxes = sandboxes, .models = models, .policy = policy, .limits = *limits};
     pthread_mutex_init(&m->lock, NULL);
     pthread_cond_init(&m->work, NULL);
     pthread_cond_init(&m->ended, NULL);
@@ -279,8 +292,7 @@ static void kill_commands(run_manager *m, const run_entry *e) {
     agent_scope(scope, e->run_id);
     int r = sbx_kill_scope(m->sandboxes, e->user_dir, e->thread_id, scope, RUNS_KILL_TIMEOUT_MS);
     if (r < 0 && r != FAWN_ENOENT)
-        log_warn("runs", "run %s: its command could not be killed: %s", e->run_id,
-                 fawn_errmsg());
+        log_warn("runs", "run %s: its command could not be killed: %s", e->run_id, fawn_errmsg());
 }
 
 /* Ends e, a run no worker took, as interrupted with why (lock held; it is
@@ -320,8 +332,8 @@ static void cancel_entry(run_manager *m, run_entry *e) {
 
 /* Waits (lock held) until no run named run_id (any of the thread's when
  * NULL) is live, up to wait_ms. */
-static int wait_ended_locked(run_manager *m, int64_t owner, const char *thread,
-                             const char *run_id, int64_t wait_ms) {
+static int wait_ended_locked(run_manager *m, int64_t owner, const char *thread, const char *run_id,
+                             int64_t wait_ms) {
     int64_t deadline = fawn_now_ms() + wait_ms;
     while (live_find_locked(m, owner, thread, run_id)) {
         int64_t left = deadline - fawn_now_ms();
@@ -419,8 +431,7 @@ static int entry_new(run_entry **out, run_manager *m, const run_request *rq) {
 static int claim_thread_locked(run_manager *m, run_entry *e, bool interrupt) {
     run_entry *active = live_find_locked(m, e->owner_id, e->thread_id, NULL);
     if (active && !interrupt)
-        return fawn_err(FAWN_EBUSY, "Thread %s is busy with run %s", e->thread_id,
-                        active->run_id);
+        return fawn_err(FAWN_EBUSY, "Thread %s is busy with run %s", e->thread_id, active->run_id);
     if (active) {
         cancel_entry(m, active);
         int r = wait_ended_locked(m, e->owner_id, e->thread_id, NULL, RUNS_INTERRUPT_WAIT_MS);
@@ -440,8 +451,8 @@ static int claim_thread_locked(run_manager *m, run_entry *e, bool interrupt) {
 
 /* The store's record of e, the thread marked busy, the metadata event. */
 static int record_run(run_manager *m, run_entry *e, const run_request *rq) {
-    store_run row = {.owner_id = e->owner_id, .kwargs = (char *)rq->kwargs,
-                     .metadata = (char *)rq->metadata};
+    store_run row = {
+        .owner_id = e->owner_id, .kwargs = (char *)rq->kwargs, .metadata = (char *)rq->metadata};
     snprintf(row.run_id, sizeof row.run_id, "%s", e->run_id);
     snprintf(row.thread_id, sizeof row.thread_id, "%s", e->thread_id);
     snprintf(row.assistant_id, sizeof row.assistant_id, "%s", AGENT_ASSISTANT_ID);
@@ -450,8 +461,7 @@ static int record_run(run_manager *m, run_entry *e, const run_request *rq) {
         r = store_thread_set_status(m->st, e->owner_id, e->thread_id, "busy");
     if (r == 0)
         r = run_log_append(e->log, "metadata",
-                           json_pack("{s:s, s:s}", "run_id", e->run_id, "thread_id",
-                                     e->thread_id));
+                           json_pack("{s:s, s:s}", "run_id", e->run_id, "thread_id", e->thread_id));
     return r;
 }
 

@@ -48,8 +48,9 @@ typedef struct runs_limits {
 /* Starts limits->workers workers. Everything passed is borrowed and must
  * outlive the manager, except limits (copied). FAWN_EINVAL for a limit of
  * 0. */
-FAWN_MUST_CHECK int runs_new(run_manager **out, store *st, sbx_manager *sandboxes, const model_registry *models,
-             const authz_policy *policy, const runs_limits *limits);
+FAWN_MUST_CHECK int runs_new(run_manager **out, store *st, sbx_manager *sandboxes,
+                             const model_registry *models, const authz_policy *policy,
+                             const runs_limits *limits);
 /* Cancels every run, waits for the workers and ends every log (waking
  * every reader); later runs_start calls are refused. The manager stays
  * valid for runs_free. Readers' log references stay valid until they close
@@ -60,15 +61,15 @@ void runs_free(run_manager *m);
 
 typedef struct run_request {
     int64_t owner_id;
-    const char *user_dir;     /* owner directory name */
+    const char *user_dir; /* owner directory name */
     const char *role;
     const char *thread_id;
-    const char *model_name;   /* NULL: the first model */
-    int recursion_limit;      /* 1..AGENT_RECURSION_MAX */
-    const json_t *input;      /* stored-form human messages to add (copied) */
-    const char *kwargs;       /* JSON object text stored with the run */
-    const char *metadata;     /* JSON object text, or NULL */
-    bool interrupt;           /* multitask_strategy interrupt: cancel the active run first */
+    const char *model_name; /* NULL: the first model */
+    int recursion_limit;    /* 1..AGENT_RECURSION_MAX */
+    const json_t *input;    /* stored-form human messages to add (copied) */
+    const char *kwargs;     /* JSON object text stored with the run */
+    const char *metadata;   /* JSON object text, or NULL */
+    bool interrupt;         /* multitask_strategy interrupt: cancel the active run first */
 } run_request;
 
 /* Records a pending run, marks the thread busy and queues the run; its
@@ -84,8 +85,8 @@ FAWN_MUST_CHECK int runs_start(char run_id[37], run_manager *m, const run_reques
  * running command is killed). With wait_ms,
  * waits up to that long for it to end: 0 when it has, FAWN_ETIMEDOUT when
  * not yet. FAWN_ENOENT when no such run is live. */
-FAWN_MUST_CHECK int runs_cancel(run_manager *m, int64_t owner_id, const char *thread_id, const char *run_id,
-                int64_t wait_ms);
+FAWN_MUST_CHECK int runs_cancel(run_manager *m, int64_t owner_id, const char *thread_id,
+                                const char *run_id, int64_t wait_ms);
 
 /* Whether the owner's thread has an active run. */
 bool runs_thread_busy(run_manager *m, int64_t owner_id, const char *thread_id);
@@ -100,8 +101,8 @@ void run_log_close(run_log *l);
  * most max, itself at most RUN_FETCH_MAX; free each data, then the array). *done says the log
  * has ended (after the events returned, there will be no more); *first is
  * the oldest seq still retained (a reader asking for less has a gap). */
-FAWN_MUST_CHECK int run_log_fetch(store_event **out, size_t *n, bool *done, int64_t *first, run_log *l,
-                  int64_t after, size_t max);
+FAWN_MUST_CHECK int run_log_fetch(store_event **out, size_t *n, bool *done, int64_t *first,
+                                  run_log *l, int64_t after, size_t max);
 
 /* The seq of the log's latest event and whether the log has ended. */
 void run_log_status(run_log *l, int64_t *last, bool *done);

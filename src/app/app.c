@@ -18,11 +18,11 @@
 struct app {
     const fawn_config *cfg;
     store *st;
-    authz_policy *policy;    /* every authorization decision */
-    model_registry *models;  /* the configured models */
-    sbx_provider *provider;  /* where sandboxes run */
-    sbx_manager *sandboxes;  /* the one way to a sandbox */
-    run_manager *runs;       /* agent runs and their event logs */
+    authz_policy *policy;   /* every authorization decision */
+    model_registry *models; /* the configured models */
+    sbx_provider *provider; /* where sandboxes run */
+    sbx_manager *sandboxes; /* the one way to a sandbox */
+    run_manager *runs;      /* agent runs and their event logs */
 };
 
 /* Says once how the threads' disk limit is held on this host
@@ -46,7 +46,8 @@ static void disk_quota_log(const fawn_config *cfg) {
  * the sandboxes a previous process left running. */
 static int sandboxes_start(app *a) {
     const fawn_sandbox_config *sc = &a->cfg->sandbox;
-    sbx_manager_config mc = {.idle_timeout_s = sc->idle_timeout_s, .replicas = sc->replicas,
+    sbx_manager_config mc = {.idle_timeout_s = sc->idle_timeout_s,
+                             .replicas = sc->replicas,
                              .call_timeout_ms = APP_SANDBOX_CALL_TIMEOUT_MS};
     int r = sbx_provider_open(&a->provider, a->cfg, NULL);
     return r < 0 ? r : sbx_manager_new(&a->sandboxes, &mc, a->provider, a->st, a->policy);
@@ -55,7 +56,8 @@ static int sandboxes_start(app *a) {
 /* The run executor, sized by the configuration's runs section. */
 static int executor_start(app *a) {
     const fawn_runs_config *rc = &a->cfg->runs;
-    runs_limits limits = {.workers = rc->workers, .queue_max = rc->queue_max,
+    runs_limits limits = {.workers = rc->workers,
+                          .queue_max = rc->queue_max,
                           .per_user_active_max = rc->per_user_active_max,
                           .per_user_running_max = rc->per_user_running_max,
                           .command_timeout_s = a->cfg->sandbox.exec_timeout_s};
@@ -137,10 +139,15 @@ int app_run_start(char run_id[37], app *a, const store_user *user, const app_run
         return r;
     char owner[24];
     paths_user_dir_name(owner, user->id);
-    run_request req = {.owner_id = user->id, .user_dir = owner, .role = user->role,
-                       .thread_id = spec->thread_id, .model_name = spec->model_name,
-                       .recursion_limit = spec->recursion_limit, .input = spec->input,
-                       .kwargs = spec->kwargs, .metadata = spec->metadata,
+    run_request req = {.owner_id = user->id,
+                       .user_dir = owner,
+                       .role = user->role,
+                       .thread_id = spec->thread_id,
+                       .model_name = spec->model_name,
+                       .recursion_limit = spec->recursion_limit,
+                       .input = spec->input,
+                       .kwargs = spec->kwargs,
+                       .metadata = spec->metadata,
                        .interrupt = spec->interrupt};
     return runs_start(run_id, a->runs, &req);
 }

@@ -51,13 +51,13 @@ run_manager *app_runs(const app *a);
 
 /* A run to start on behalf of a user, on one of the user's threads. */
 typedef struct app_run_spec {
-    const char *thread_id;   /* an existing thread of the user */
-    const char *model_name;  /* NULL: the first model */
-    int recursion_limit;     /* 1..AGENT_RECURSION_MAX */
-    const json_t *input;     /* stored-form human messages to add (copied) */
-    const char *kwargs;      /* JSON object text stored with the run */
-    const char *metadata;    /* JSON object text, or NULL */
-    bool interrupt;          /* cancel the thread's active run first, instead of refusing */
+    const char *thread_id;  /* an existing thread of the user */
+    const char *model_name; /* NULL: the first model */
+    int recursion_limit;    /* 1..AGENT_RECURSION_MAX */
+    const json_t *input;    /* stored-form human messages to add (copied) */
+    const char *kwargs;     /* JSON object text stored with the run */
+    const char *metadata;   /* JSON object text, or NULL */
+    bool interrupt;         /* cancel the thread's active run first, instead of refusing */
 } app_run_spec;
 
 /* Starts a run on behalf of user: the model must be one the user's role
@@ -65,12 +65,13 @@ typedef struct app_run_spec {
  * when the role may not), the thread's files are made as its sandbox will
  * mount them, then the run is queued (runs_start: FAWN_EBUSY when the
  * thread is busy or a limit is reached). run_id gets the new run's id. */
-FAWN_MUST_CHECK int app_run_start(char run_id[37], app *a, const store_user *user, const app_run_spec *spec);
+FAWN_MUST_CHECK int app_run_start(char run_id[37], app *a, const store_user *user,
+                                  const app_run_spec *spec);
 
 /* Opens the user-data directory of the user's thread (caller closes
  * *fd_out); with create, makes it first as a sandbox start would
  * (FAWN_ENOENT without create when the thread has no files yet). */
-FAWN_MUST_CHECK int app_thread_files_open(int *fd_out, const app *a, int64_t user_id, const char *thread_id,
-                          bool create);
+FAWN_MUST_CHECK int app_thread_files_open(int *fd_out, const app *a, int64_t user_id,
+                                          const char *thread_id, bool create);
 
 #endif

@@ -26,10 +26,10 @@ bool auth_username_valid(const char *name) {
 
 /* Passwords that guessing starts with (compared ignoring case). */
 static const char *const common_passwords[] = {
-    "password", "password1", "password123", "12345678", "123456789", "1234567890",
-    "qwertyuiop", "qwerty123", "iloveyou", "11111111", "00000000", "abc12345",
-    "letmein1", "welcome1", "admin123", "changeme", "sunshine", "football",
-    "baseball", "princess", "1q2w3e4r", "passw0rd", "trustno1", "superman",
+    "password",   "password1", "password123", "12345678", "123456789", "1234567890",
+    "qwertyuiop", "qwerty123", "iloveyou",    "11111111", "00000000",  "abc12345",
+    "letmein1",   "welcome1",  "admin123",    "changeme", "sunshine",  "football",
+    "baseball",   "princess",  "1q2w3e4r",    "passw0rd", "trustno1",  "superman",
 };
 
 int auth_password_check(const char *password) {
@@ -53,7 +53,8 @@ int auth_password_hash(char out[AUTH_HASH_MAX], const char *password) {
     if (sodium_init() < 0)
         return fawn_err(FAWN_EIO, "libsodium could not be initialized");
     if (crypto_pwhash_str_alg(hash, password, n, crypto_pwhash_OPSLIMIT_INTERACTIVE,
-                              crypto_pwhash_MEMLIMIT_INTERACTIVE, crypto_pwhash_ALG_ARGON2ID13) != 0)
+                              crypto_pwhash_MEMLIMIT_INTERACTIVE,
+                              crypto_pwhash_ALG_ARGON2ID13) != 0)
         return fawn_err(FAWN_ENOMEM, "not enough memory to hash a password");
     if (strlen(hash) >= AUTH_HASH_MAX)
         return fawn_err(FAWN_EIO, "password hash longer than expected");
@@ -209,7 +210,7 @@ static int secret_create(const char *home, const char *path) {
     unsigned char secret[AUTH_SECRET_BYTES];
     randombytes_buf(secret, sizeof secret);
     int r = fchmod(fd, 0600) == 0 ? fawn_write_all(fd, secret, sizeof secret)
-                                   : fawn_err_sys(FAWN_EIO, errno, "chmod %s", tmp);
+                                  : fawn_err_sys(FAWN_EIO, errno, "chmod %s", tmp);
     sodium_memzero(secret, sizeof secret);
     if (r == 0 && fsync(fd) < 0)
         r = fawn_err_sys(FAWN_EIO, errno, "fsync %s", tmp);

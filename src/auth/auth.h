@@ -51,14 +51,15 @@ typedef struct auth_claims {
 } auth_claims;
 
 /* Signs claims into a new token (malloc'd, caller frees). */
-FAWN_MUST_CHECK int auth_jwt_sign(char **out, const unsigned char secret[AUTH_SECRET_BYTES], const auth_claims *c);
+FAWN_MUST_CHECK int auth_jwt_sign(char **out, const unsigned char secret[AUTH_SECRET_BYTES],
+                                  const auth_claims *c);
 
 /* Checks token: exactly the header fawn issues (HS256; nothing else is
  * negotiable), a valid signature (compared in constant time), then claims of
  * the right types. FAWN_EPERM for any invalid token, FAWN_ETIMEDOUT for a
  * valid one whose "exp" is at or before now (seconds). */
 FAWN_MUST_CHECK int auth_jwt_verify(auth_claims *out, const unsigned char secret[AUTH_SECRET_BYTES],
-                    const char *token, int64_t now);
+                                    const char *token, int64_t now);
 
 /* The environment variable that may hold the session secret: at least 32
  * bytes, given as 64 or more hex digits. */

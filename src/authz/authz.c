@@ -28,8 +28,8 @@
 
 /* Route permission names; index i is the bit 1u << i. */
 static const char *const route_names[] = {
-    "threads:read", "threads:write", "threads:delete", "runs:create", "runs:read", "runs:cancel",
-    "sandboxes:read",
+    "threads:read", "threads:write", "threads:delete", "runs:create",
+    "runs:read",    "runs:cancel",   "sandboxes:read",
 };
 _Static_assert(ARRAY_LEN(route_names) == 7 && AUTHZ_ROUTES_ALL == (1u << 6) - 1 &&
                    AUTHZ_ROUTES_ADMIN == 1u << 6,
@@ -490,7 +490,8 @@ static unsigned user_route_permissions(const authz_policy *p, const char *role) 
         return unknown_role_allowed(p, role) ? AUTHZ_ROUTES_ALL : 0;
     unsigned bits = 0;
     for (size_t i = 0; i < ARRAY_LEN(route_names); i++)
-        if ((1u << i) & AUTHZ_ROUTES_ALL && rule_allows(&found->rules[AUTHZ_ROUTES], route_names[i]))
+        if ((1u << i) & AUTHZ_ROUTES_ALL &&
+            rule_allows(&found->rules[AUTHZ_ROUTES], route_names[i]))
             bits |= 1u << i;
     return bits;
 }

@@ -85,7 +85,8 @@ bool authz_enabled(const authz_policy *p);
  * it is denied when fail_closed (the message names the role) and allowed
  * otherwise, with one warning logged per call. FAWN_EINVAL when p or name
  * is NULL or res is not a resource (a programmer error, never an allow). */
-FAWN_MUST_CHECK int authz_check(const authz_policy *p, const char *role, enum authz_resource res, const char *name);
+FAWN_MUST_CHECK int authz_check(const authz_policy *p, const char *role, enum authz_resource res,
+                                const char *name);
 
 /* The route permission bits `role` holds, to evaluate once per request.
  * Of the user permissions: all when the policy is disabled or the role has

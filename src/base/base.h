@@ -20,19 +20,19 @@
 
 enum {
     FAWN_OK = 0,
-    FAWN_EINVAL = -1,    /* bad input from a caller or a client */
-    FAWN_ENOMEM = -2,    /* allocation failed */
-    FAWN_EIO = -3,       /* a system call failed */
-    FAWN_ENOENT = -4,    /* no such file, session or object */
-    FAWN_EEXIST = -5,    /* already exists */
-    FAWN_EPERM = -6,     /* refused by policy or by the kernel */
-    FAWN_E2BIG = -7,     /* a size limit was exceeded */
-    FAWN_ETIMEDOUT = -8, /* a deadline passed */
-    FAWN_EBUSY = -9,     /* the object is in use */
-    FAWN_EUNSUP = -10,   /* not supported on this host or in this mode */
-    FAWN_EPROTO = -11,   /* a peer broke the protocol */
-    FAWN_ECONFIG = -12,  /* configuration error */
-    FAWN_ESTALE = -13,   /* a precondition the caller stated no longer holds */
+    FAWN_EINVAL = -1,     /* bad input from a caller or a client */
+    FAWN_ENOMEM = -2,     /* allocation failed */
+    FAWN_EIO = -3,        /* a system call failed */
+    FAWN_ENOENT = -4,     /* no such file, session or object */
+    FAWN_EEXIST = -5,     /* already exists */
+    FAWN_EPERM = -6,      /* refused by policy or by the kernel */
+    FAWN_E2BIG = -7,      /* a size limit was exceeded */
+    FAWN_ETIMEDOUT = -8,  /* a deadline passed */
+    FAWN_EBUSY = -9,      /* the object is in use */
+    FAWN_EUNSUP = -10,    /* not supported on this host or in this mode */
+    FAWN_EPROTO = -11,    /* a peer broke the protocol */
+    FAWN_ECONFIG = -12,   /* configuration error */
+    FAWN_ESTALE = -13,    /* a precondition the caller stated no longer holds */
     FAWN_ECANCELED = -14, /* the caller gave up on the operation */
 };
 
@@ -74,11 +74,24 @@ void fawn_log(enum fawn_log_level level, const char *component, const char *fmt,
 
 /* Cleanup helpers for locals. */
 static inline void fawn_freep(void *p) { free(*(void **)p); }
-static inline void fawn_closep(int *fd) { if (*fd >= 0) close(*fd); }
+static inline void fawn_closep(int *fd) {
+    if (*fd >= 0)
+        close(*fd);
+}
 #define _cleanup_free_ __attribute__((cleanup(fawn_freep)))
 #define _cleanup_close_ __attribute__((cleanup(fawn_closep)))
-#define steal_ptr(p) ({ __typeof__(p) _s = (p); (p) = NULL; _s; })
-#define steal_fd(fd) ({ int _s = (fd); (fd) = -1; _s; })
+#define steal_ptr(p)                                                                               \
+    ({                                                                                             \
+        __typeof__(p) _s = (p);                                                                    \
+        (p) = NULL;                                                                                \
+        _s;                                                                                        \
+    })
+#define steal_fd(fd)                                                                               \
+    ({                                                                                             \
+        int _s = (fd);                                                                             \
+        (fd) = -1;                                                                                 \
+        _s;                                                                                        \
+    })
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* A growable byte buffer with a hard capacity limit. Always NUL-terminated
@@ -95,7 +108,8 @@ typedef struct fbuf {
 /* Appends n bytes; FAWN_E2BIG (buffer unchanged) when len would pass limit. */
 FAWN_MUST_CHECK int fbuf_append(fbuf *b, const void *data, size_t n);
 /* Appends a formatted string; FAWN_E2BIG when it would pass the limit. */
-FAWN_MUST_CHECK int fbuf_printf(fbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+FAWN_MUST_CHECK int fbuf_printf(fbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* Frees the storage and resets the buffer to empty (limit is kept). */
 void fbuf_free(fbuf *b);
 /* Hands the NUL-terminated storage to the caller (free() it); buffer becomes empty. */

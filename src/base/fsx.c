@@ -22,25 +22,19 @@
 static int map_errno(int e, const char *rel) {
     switch (e) {
     case ENOENT:
-    case ENOTDIR:
-        return fawn_err(FAWN_ENOENT, "no such file or directory: %s", rel);
+    case ENOTDIR: return fawn_err(FAWN_ENOENT, "no such file or directory: %s", rel);
     case EXDEV:
     case ELOOP:
     case EPERM:
     case EACCES:
         return fawn_err(FAWN_EPERM, "access refused (outside its root, or through a symlink): %s",
                         rel);
-    case EEXIST:
-        return fawn_err(FAWN_EEXIST, "already exists: %s", rel);
-    case EISDIR:
-        return fawn_err(FAWN_EINVAL, "is a directory: %s", rel);
-    case ENAMETOOLONG:
-        return fawn_err(FAWN_EINVAL, "path too long: %s", rel);
+    case EEXIST: return fawn_err(FAWN_EEXIST, "already exists: %s", rel);
+    case EISDIR: return fawn_err(FAWN_EINVAL, "is a directory: %s", rel);
+    case ENAMETOOLONG: return fawn_err(FAWN_EINVAL, "path too long: %s", rel);
     case EDQUOT:
-    case ENOSPC:
-        return fawn_err_sys(FAWN_E2BIG, e, "no room for %s", rel);
-    default:
-        return fawn_err_sys(FAWN_EIO, e, "open %s", rel);
+    case ENOSPC: return fawn_err_sys(FAWN_E2BIG, e, "no room for %s", rel);
+    default: return fawn_err_sys(FAWN_EIO, e, "open %s", rel);
     }
 }
 
@@ -78,7 +72,8 @@ static int walk_open(int dirfd, const char *rel, int flags, mode_t mode) {
             close(cur);
             return fawn_err(FAWN_EPERM, "'..' refused: %s", rel);
         }
-        int f = next ? (O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : (flags | O_NOFOLLOW | O_CLOEXEC);
+        int f = next ? (O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                     : (flags | O_NOFOLLOW | O_CLOEXEC);
         int fd = openat(cur, part, f, mode);
         int e = errno;
         close(cur);
@@ -178,8 +173,10 @@ int fsx_private_dir(const char *path) {
         return fawn_err(FAWN_EPERM, "%s must be a directory of this user (uid %u), not a symlink",
                         path, (unsigned)geteuid());
     if (st.st_mode & (S_IWGRP | S_IWOTH))
-        return fawn_err(FAWN_EPERM, "%s is writable by other users (mode %04o): make it 0700 "
-                                    "(chmod go-w)", path, (unsigned)(st.st_mode & 07777));
+        return fawn_err(FAWN_EPERM,
+                        "%s is writable by other users (mode %04o): make it 0700 "
+                        "(chmod go-w)",
+                        path, (unsigned)(st.st_mode & 07777));
     return 0;
 }
 
@@ -322,8 +319,10 @@ int fsx_remove_tree(int dirfd, const char *name) {
         if (r == 0)
             r = remove_one(&p, &descend, dirfd, name);
         if (r == 0 && descend && (p.removed == 0 || pass == FSX_REMOVE_PASSES_MAX))
-            r = fawn_err(FAWN_EIO, "%s could not be emptied (entries keep appearing or cannot "
-                                   "be removed)", name);
+            r = fawn_err(FAWN_EIO,
+                         "%s could not be emptied (entries keep appearing or cannot "
+                         "be removed)",
+                         name);
     }
     return r;
 }
@@ -332,10 +331,10 @@ int fsx_remove_tree(int dirfd, const char *name) {
 
 /* One walk: the open directories from the top down to the current one. */
 typedef struct usage_walk {
-    DIR **open;      /* max_depth + 1 slots */
-    unsigned depth;  /* how many are open */
-    size_t seen;     /* entries examined */
-    dev_t dev;       /* the top's filesystem */
+    DIR **open;     /* max_depth + 1 slots */
+    unsigned depth; /* how many are open */
+    size_t seen;    /* entries examined */
+    dev_t dev;      /* the top's filesystem */
     uint64_t bytes;
     const fsx_usage_bounds *b;
 } usage_walk;
@@ -399,8 +398,10 @@ int fsx_tree_usage(uint64_t *bytes, int dirfd, const fsx_usage_bounds *b) {
     struct stat st;
     if (fstat(dirfd, &st) < 0)
         return fawn_err_sys(FAWN_EIO, errno, "stat the directory to measure");
-    usage_walk w = {.open = calloc((size_t)b->max_depth + 1, sizeof(DIR *)), .dev = st.st_dev,
-                    .bytes = usage_share(&st), .b = b};
+    usage_walk w = {.open = calloc((size_t)b->max_depth + 1, sizeof(DIR *)),
+                    .dev = st.st_dev,
+                    .bytes = usage_share(&st),
+                    .b = b};
     if (!w.open)
         return fawn_err(FAWN_ENOMEM, "out of memory");
     int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -438,9 +439,9 @@ static const staging_form staging_forms[] = {
 };
 
 _Static_assert(sizeof STAGING_UPLOAD_PREFIX - 1 + 2 * STAGING_RANDOM_BYTES +
-                       sizeof STAGING_UPLOAD_SUFFIX <= FSX_STAGING_NAME_SIZE &&
-                   sizeof STAGING_WRITE_PREFIX + 2 * STAGING_RANDOM_BYTES <=
-                       FSX_STAGING_NAME_SIZE,
+                           sizeof STAGING_UPLOAD_SUFFIX <=
+                       FSX_STAGING_NAME_SIZE &&
+                   sizeof STAGING_WRITE_PREFIX + 2 * STAGING_RANDOM_BYTES <= FSX_STAGING_NAME_SIZE,
                "FSX_STAGING_NAME_SIZE holds every staging name");
 
 bool fsx_staging_name_is(const char *name, enum fsx_staging_kind kind) {
@@ -475,25 +476,16 @@ static int staging_err(int e, const char *what, const char *shown) {
     int code;
     switch (e) {
     case EDQUOT:
-    case ENOSPC:
-        code = FAWN_E2BIG;
-        break;
+    case ENOSPC: code = FAWN_E2BIG; break;
     case EACCES:
     case EPERM:
-    case EROFS:
-        code = FAWN_EPERM;
-        break;
-    case ENOENT:
-        code = FAWN_ENOENT;
-        break;
-    case EEXIST:
-        return fawn_err(FAWN_EEXIST, "already exists: %s", shown);
+    case EROFS: code = FAWN_EPERM; break;
+    case ENOENT: code = FAWN_ENOENT; break;
+    case EEXIST: return fawn_err(FAWN_EEXIST, "already exists: %s", shown);
     case EISDIR:
     case ENOTDIR:
-    case ENOTEMPTY:
-        return fawn_err(FAWN_EINVAL, "not a regular file: %s", shown);
-    default:
-        code = FAWN_EIO;
+    case ENOTEMPTY: return fawn_err(FAWN_EINVAL, "not a regular file: %s", shown);
+    default: code = FAWN_EIO;
     }
     return fawn_err_sys(code, e, "%s%s%s", what, shown[0] ? " " : "", shown);
 }
@@ -568,13 +560,15 @@ static int staged_reopen(int *fd, struct stat *st, const fsx_staged *s, const ch
     if (*fd >= 0)
         close(*fd);
     *fd = -1;
-    return fawn_err(FAWN_EBUSY, "the staging file of %s was removed or replaced while being "
-                                "written; try again", shown);
+    return fawn_err(FAWN_EBUSY,
+                    "the staging file of %s was removed or replaced while being "
+                    "written; try again",
+                    shown);
 }
 
 /* Looks at what name holds now: *old is set to it when it exists. */
-static int staged_check_final(bool *exists, struct stat *old, const fsx_staged *s,
-                              const char *name, unsigned flags, const char *shown) {
+static int staged_check_final(bool *exists, struct stat *old, const fsx_staged *s, const char *name,
+                              unsigned flags, const char *shown) {
     *exists = false;
     if (fstatat(s->dirfd, name, old, AT_SYMLINK_NOFOLLOW) < 0)
         return errno == ENOENT ? 0 : staging_err(errno, "stat", shown);
@@ -609,8 +603,7 @@ static int rename_noreplace(int dirfd, const char *from, const char *to) {
     return 0;
 }
 
-static int staged_rename(const fsx_staged *s, const char *name, unsigned flags,
-                         const char *shown) {
+static int staged_rename(const fsx_staged *s, const char *name, unsigned flags, const char *shown) {
     int rc = flags & FSX_COMMIT_REPLACE ? renameat(s->dirfd, s->name, s->dirfd, name)
                                         : rename_noreplace(s->dirfd, s->name, name);
     return rc < 0 ? staging_err(errno, "rename into", shown) : 0;

@@ -21,7 +21,7 @@
 #include "base/base.h"
 
 enum fsx_follow {
-    FSX_NO_SYMLINKS = 0,    /* any symlink in the path fails with FAWN_EPERM */
+    FSX_NO_SYMLINKS = 0,     /* any symlink in the path fails with FAWN_EPERM */
     FSX_SYMLINKS_BENEATH = 1 /* symlinks allowed if they stay beneath dirfd */
 };
 
@@ -30,7 +30,8 @@ enum fsx_follow {
  * a negative FAWN_E* code: FAWN_ENOENT, FAWN_EPERM (escape attempt or symlink
  * refused), FAWN_E2BIG (a disk quota or a full disk refused a creation),
  * FAWN_EIO. An empty rel or "." opens dirfd's directory itself. */
-FAWN_MUST_CHECK int fsx_open_beneath(int dirfd, const char *rel, int flags, mode_t mode, enum fsx_follow follow);
+FAWN_MUST_CHECK int fsx_open_beneath(int dirfd, const char *rel, int flags, mode_t mode,
+                                     enum fsx_follow follow);
 
 /* Creates every missing directory of `rel` beneath dirfd (mode 0755), never
  * following symlinks. Returns an O_DIRECTORY fd of the last one, or < 0
@@ -156,7 +157,7 @@ typedef struct fsx_staged {
     mode_t mode; /* the mode of a new file */
     dev_t dev;   /* identity of the file created */
     ino_t ino;
-    bool placed; /* renamed into place: nothing left to remove */
+    bool placed;                      /* renamed into place: nothing left to remove */
     char name[FSX_STAGING_NAME_SIZE]; /* "" when none was created */
 } fsx_staged;
 
@@ -177,7 +178,8 @@ FAWN_MUST_CHECK int fsx_check_replaceable(const struct stat *st, const char *sho
  * s) that will become a new file of the given mode, and opens it for
  * writing. *s is reset first; on failure nothing was created. Errors as
  * above; FAWN_EIO also when no free name was found after a few tries. */
-FAWN_MUST_CHECK int fsx_staged_open(fsx_staged *s, int dirfd, enum fsx_staging_kind kind, mode_t mode);
+FAWN_MUST_CHECK int fsx_staged_open(fsx_staged *s, int dirfd, enum fsx_staging_kind kind,
+                                    mode_t mode);
 
 /* Appends n bytes to the open staging file. FAWN_EINVAL when it is not
  * open; errors as above. */
@@ -202,8 +204,8 @@ enum {
  * and flushes the directory. Stores the placed file's stat in *st. On
  * failure name is unchanged and the staging file is left for
  * fsx_staged_abort. Errors as above. */
-FAWN_MUST_CHECK int fsx_staged_commit(struct stat *st, fsx_staged *s, const char *name, unsigned flags,
-                      const char *shown);
+FAWN_MUST_CHECK int fsx_staged_commit(struct stat *st, fsx_staged *s, const char *name,
+                                      unsigned flags, const char *shown);
 
 /* Closes the staging file and removes it unless it was placed; resets *s.
  * Safe on a zeroed fsx_staged and after a failed open or a commit. */

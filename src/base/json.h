@@ -21,9 +21,10 @@ FAWN_MUST_CHECK int fjson_parse_object(json_t **out, const char *data, size_t le
 /* Optional/required typed getters. When the key is absent and required is
  * false, *out keeps its previous value (the caller's default) and 0 is returned.
  * A present key of the wrong type, or out of [min, max], is FAWN_EINVAL. */
-FAWN_MUST_CHECK int fjson_get_string(const char **out, const json_t *obj, const char *key, bool required);
-FAWN_MUST_CHECK int fjson_get_int(int64_t *out, const json_t *obj, const char *key, bool required, int64_t min,
-                  int64_t max);
+FAWN_MUST_CHECK int fjson_get_string(const char **out, const json_t *obj, const char *key,
+                                     bool required);
+FAWN_MUST_CHECK int fjson_get_int(int64_t *out, const json_t *obj, const char *key, bool required,
+                                  int64_t min, int64_t max);
 FAWN_MUST_CHECK int fjson_get_bool(bool *out, const json_t *obj, const char *key, bool required);
 
 /* Fails with FAWN_EINVAL naming the first key of obj that is not in `allowed`

@@ -25,8 +25,7 @@
 /* The thread's directories, bound into the sandbox from the host: their
  * blocks count against its disk limit, and once the host deletes one (the
  * thread, or the whole home, is gone) the box has nothing left to serve. */
-static const char *const user_data_dirs[] = {"/mnt/user-data/workspace",
-                                             "/mnt/user-data/uploads",
+static const char *const user_data_dirs[] = {"/mnt/user-data/workspace", "/mnt/user-data/uploads",
                                              "/mnt/user-data/outputs"};
 #define USER_DATA_DIRS ARRAY_LEN(user_data_dirs)
 /* Connections served at once (503 beyond): a manager needs a few per box. */
@@ -152,7 +151,8 @@ static void handle_session_path(http_conn *c, const http_request *req, box_state
     else if (strcmp(req->method, "POST") == 0 && strcmp(tail, "/kill") == 0)
         r = box_session_kill(b->exec, id);
     else {
-        http_respond_error(c, 405, "method_not_allowed", "use DELETE .../{id} or POST .../{id}/kill");
+        http_respond_error(c, 405, "method_not_allowed",
+                           "use DELETE .../{id} or POST .../{id}/kill");
         return;
     }
     respond_owned(c, r, r == 0 ? json_pack("{s:b, s:s}", "ok", 1, "id", id) : NULL);
@@ -246,8 +246,8 @@ static void route(http_conn *c, const http_request *req, box_state *b) {
         known = true;
     }
     if (known)
-        http_respond_error(c, 405, "method_not_allowed", "%s is not allowed on %.200s",
-                           req->method, req->path);
+        http_respond_error(c, 405, "method_not_allowed", "%s is not allowed on %.200s", req->method,
+                           req->path);
     else if (strncmp(req->path, "/v1/shell/sessions/", 19) == 0)
         handle_session_path(c, req, b);
     else
@@ -420,8 +420,11 @@ int box_serve(const box_serve_opts *o) {
     sigaction(SIGTERM, &stop, NULL);
     sigaction(SIGINT, &stop, NULL);
 
-    box_state b = {.settings = o->settings, .started_ms = fawn_wall_ms(), .idle_stop = {-1, -1},
-                   .requests_mu = PTHREAD_MUTEX_INITIALIZER, .user_data = {-1, -1, -1}};
+    box_state b = {.settings = o->settings,
+                   .started_ms = fawn_wall_ms(),
+                   .idle_stop = {-1, -1},
+                   .requests_mu = PTHREAD_MUTEX_INITIALIZER,
+                   .user_data = {-1, -1, -1}};
     pthread_t watcher;
     fawn_random_hex(b.generation, 16);
     atomic_store(&b.last_activity_ms, fawn_now_ms());

@@ -21,17 +21,17 @@
 /* What a launcher tells a box: limits, the command environment, and facts
  * about its isolation that the box reports as capabilities. */
 typedef struct box_settings {
-    box_exec_config exec;   /* exec.base_env points at env below */
+    box_exec_config exec; /* exec.base_env points at env below */
     box_file_limits files;
-    char **env;             /* NAME=VALUE, NULL-terminated, malloc'd */
-    char network[8];        /* "none" | "host" (reported) */
-    uint64_t memory_bytes;  /* cgroup memory limit in force, 0 = none (reported) */
-    uint64_t pids_max;      /* cgroup pids limit in force, 0 = none (reported) */
-    char cgroup[8];         /* "v2" | "v1" | "none" (reported) */
-    uint32_t idle_exit_s;   /* exit after this long without a request, whatever runs; 0 = never */
+    char **env;            /* NAME=VALUE, NULL-terminated, malloc'd */
+    char network[8];       /* "none" | "host" (reported) */
+    uint64_t memory_bytes; /* cgroup memory limit in force, 0 = none (reported) */
+    uint64_t pids_max;     /* cgroup pids limit in force, 0 = none (reported) */
+    char cgroup[8];        /* "v2" | "v1" | "none" (reported) */
+    uint32_t idle_exit_s;  /* exit after this long without a request, whatever runs; 0 = never */
     uint64_t disk_limit_bytes; /* what /mnt/user-data may hold (sandbox.limits.disk_mb) */
-    bool disk_measured;     /* no kernel quota holds it there: the box measures it after each
-                               command and reports it when over (set by the launcher) */
+    bool disk_measured;        /* no kernel quota holds it there: the box measures it after each
+                                  command and reports it when over (set by the launcher) */
 } box_settings;
 
 /* Settings from configuration: limits, and the command environment (fixed
@@ -40,14 +40,15 @@ typedef struct box_settings {
  * cgroup names the limits actually in force ("v2", "v1" or "none"); with
  * "none", RLIMIT_AS stands in for the memory limit. Free with
  * box_settings_free. */
-FAWN_MUST_CHECK int box_settings_from_config(box_settings *out, const fawn_config *cfg, const char *cgroup);
+FAWN_MUST_CHECK int box_settings_from_config(box_settings *out, const fawn_config *cfg,
+                                             const char *cgroup);
 
 void box_settings_free(box_settings *s);
 
 typedef struct box_serve_opts {
-    int listen_fd;          /* listening socket */
-    const char *token;      /* bearer token required on every request, or NULL */
-    int status_fd;          /* receives "ready <generation>\n" once serving, or -1 */
+    int listen_fd;     /* listening socket */
+    const char *token; /* bearer token required on every request, or NULL */
+    int status_fd;     /* receives "ready <generation>\n" once serving, or -1 */
     const box_settings *settings;
 } box_serve_opts;
 
@@ -65,11 +66,11 @@ FAWN_MUST_CHECK int box_serve(const box_serve_opts *opts);
  * box. Only system calls run there, so it is safe right after clone(). */
 
 typedef struct box_mount_plan {
-    const char *workspace;  /* host directories, opened in the child's mount namespace */
+    const char *workspace; /* host directories, opened in the child's mount namespace */
     const char *uploads;
     const char *outputs;
-    const char *skills;     /* missing: /mnt/skills stays an empty read-only dir */
-    const char *etc;        /* the prepared /etc (box_etc_prepare) */
+    const char *skills; /* missing: /mnt/skills stays an empty read-only dir */
+    const char *etc;    /* the prepared /etc (box_etc_prepare) */
     bool network_none;  /* bring up loopback in the new net namespace; keep host resolv.conf out */
     uint64_t tmp_size_mb;
 } box_mount_plan;
@@ -84,7 +85,8 @@ typedef struct box_host_dirs {
 
 /* Opens the plan's directories (no symlink as last component). Returns 0, or
  * -1 with a message in err. */
-FAWN_MUST_CHECK int box_isolate_open_dirs(box_host_dirs *out, const box_mount_plan *plan, char *err, size_t errsz);
+FAWN_MUST_CHECK int box_isolate_open_dirs(box_host_dirs *out, const box_mount_plan *plan, char *err,
+                                          size_t errsz);
 
 /* Turns the calling process (PID 1 of new namespaces, with its uid/gid maps
  * already written) into the sandbox: private mounts, a read-only tmpfs root
@@ -93,15 +95,16 @@ FAWN_MUST_CHECK int box_isolate_open_dirs(box_host_dirs *out, const box_mount_pl
  * /dev/shm, a fresh /proc, a minimal /dev, pivot_root, hostname "sandbox",
  * loopback up. On failure writes a message to err (size errsz) and returns
  * -1; the caller must then exit. */
-FAWN_MUST_CHECK int box_isolate_enter(const box_mount_plan *plan, const box_host_dirs *dirs, char *err,
-                      size_t errsz);
+FAWN_MUST_CHECK int box_isolate_enter(const box_mount_plan *plan, const box_host_dirs *dirs,
+                                      char *err, size_t errsz);
 
 /* Writes "0 outer 1" maps for pid. Called by a privileged parent mapping to
  * another uid (setgroups stays allowed so the child can drop the parent's
  * supplementary groups), or by an unprivileged child itself with pid 0
  * ("self"), which the kernel only allows with setgroups denied first.
  * Returns 0 or -errno. */
-FAWN_MUST_CHECK int box_write_id_maps(pid_t pid, uid_t outer_uid, gid_t outer_gid, bool deny_setgroups);
+FAWN_MUST_CHECK int box_write_id_maps(pid_t pid, uid_t outer_uid, gid_t outer_gid,
+                                      bool deny_setgroups);
 
 /* Brings up the loopback interface of the calling thread's network
  * namespace (nothing to do when it is up). Returns 0 or -1 with errno. */

@@ -15,17 +15,20 @@
 /* Host files larger than this are not copied (ld.so.cache is ~50 KiB). */
 #define ETC_FILE_MAX (4 << 20)
 
-const char *const box_etc_bound_dirs[] = {"ld.so.conf.d", "alternatives", "ssl",
-                                          "ca-certificates", "python3"};
+const char *const box_etc_bound_dirs[] = {"ld.so.conf.d", "alternatives", "ssl", "ca-certificates",
+                                          "python3"};
 const size_t box_etc_bound_dirs_count = ARRAY_LEN(box_etc_bound_dirs);
 
 /* Host files copied: what the dynamic loader, TLS, time zones and common
  * tools read. */
 static const char *const copied_files[] = {
-    "ld.so.cache", "ld.so.conf", "ca-certificates.conf", "localtime", "timezone",
-    "mime.types", "nsswitch.conf", "protocols", "services", "host.conf", "gai.conf",
-    "bash.bashrc", "profile", "inputrc", "magic", "magic.mime", "debian_version",
-    "os-release", "lsb-release", "gitconfig",
+    "ld.so.cache",   "ld.so.conf",     "ca-certificates.conf",
+    "localtime",     "timezone",       "mime.types",
+    "nsswitch.conf", "protocols",      "services",
+    "host.conf",     "gai.conf",       "bash.bashrc",
+    "profile",       "inputrc",        "magic",
+    "magic.mime",    "debian_version", "os-release",
+    "lsb-release",   "gitconfig",
 };
 /* Copied too when the sandbox shares the host's network. */
 static const char *const network_files[] = {"resolv.conf"};
@@ -90,8 +93,9 @@ static int copy_entry(int dirfd, const char *name) {
         if (n < 0)
             return fawn_err_sys(FAWN_EIO, errno, "readlink %s", path);
         target[n] = '\0';
-        return symlinkat(target, dirfd, name) < 0 ? fawn_err_sys(FAWN_EIO, errno, "symlink %s", name)
-                                                  : 0;
+        return symlinkat(target, dirfd, name) < 0
+                   ? fawn_err_sys(FAWN_EIO, errno, "symlink %s", name)
+                   : 0;
     }
     if (!S_ISREG(st.st_mode) || !(st.st_mode & S_IROTH) || st.st_size > ETC_FILE_MAX)
         return 0;
@@ -141,7 +145,8 @@ static int build(const char *final, const char *run_dir, bool network_none) {
     if (!mkdtemp(tmp))
         return fawn_err_sys(FAWN_EIO, errno, "mkdtemp %s", tmp);
     _cleanup_close_ int dirfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int r = dirfd < 0 ? fawn_err_sys(FAWN_EIO, errno, "open %s", tmp) : populate(dirfd, network_none);
+    int r = dirfd < 0 ? fawn_err_sys(FAWN_EIO, errno, "open %s", tmp)
+                      : populate(dirfd, network_none);
     if (r == 0 && fchmod(dirfd, 0755) < 0)
         r = fawn_err_sys(FAWN_EIO, errno, "chmod %s", tmp);
     /* Another launcher may have built the same one meanwhile: theirs stays. */

@@ -39,14 +39,14 @@ typedef struct lingering {
 
 typedef struct session {
     char id[BOX_SESSION_ID_MAX + 1];
-    bool busy;      /* an exec owns the init fields */
-    bool deleted;   /* delete requested while busy: the exec frees it */
+    bool busy;    /* an exec owns the init fields */
+    bool deleted; /* delete requested while busy: the exec frees it */
     bool persistent;
     pid_t init_pid; /* 0 when no init runs */
     int init_pidfd;
     int ctl_fd;
-    char *cwd;      /* malloc'd; NULL = default */
-    char **env;     /* malloc'd NAME=VALUE list; NULL = base environment */
+    char *cwd;  /* malloc'd; NULL = default */
+    char **env; /* malloc'd NAME=VALUE list; NULL = base environment */
     struct session *next;
 } session;
 
@@ -61,7 +61,7 @@ struct box_exec_ctx {
     session *spare;    /* a one-shot whose init is idle and its namespace empty */
     lingering *lingering;
     size_t n_sessions;
-    bool stopping;     /* box_exec_stop: every init is killed, no command starts */
+    bool stopping; /* box_exec_stop: every init is killed, no command starts */
 };
 
 /* ---- output capture: the first and last halves of a stream, never more ---- */
@@ -397,8 +397,8 @@ static int parse_strings(box_exec_request *req, const json_t *body) {
 }
 
 int box_exec_request_parse(box_exec_request *req, const json_t *body, const box_exec_ctx *ctx) {
-    static const char *const keys[] = {"command", "session_id", "env", "cwd", "timeout_s",
-                                       "max_output_bytes", NULL};
+    static const char *const keys[] = {"command",   "session_id",       "env", "cwd",
+                                       "timeout_s", "max_output_bytes", NULL};
     memset(req, 0, sizeof *req);
     int64_t timeout = 0, max_out = 0;
     int r = fjson_check_keys(body, keys);
@@ -420,14 +420,16 @@ int box_exec_request_parse(box_exec_request *req, const json_t *body, const box_
 
 /* Bash builtins and keywords: a command starting with one needs the shell. */
 static const char *const shell_words[] = {
-    "!", ".", ":", "[", "[[", "alias", "bg", "bind", "break", "builtin", "caller", "case", "cd",
-    "command", "compgen", "complete", "compopt", "continue", "coproc", "declare", "dirs",
-    "disown", "do", "done", "echo", "elif", "else", "enable", "esac", "eval", "exec", "exit",
-    "export", "false", "fc", "fg", "fi", "for", "function", "getopts", "hash", "help",
-    "history", "if", "in", "jobs", "kill", "let", "local", "logout", "mapfile", "popd",
-    "printf", "pushd", "pwd", "read", "readarray", "readonly", "return", "select", "set",
-    "shift", "shopt", "source", "suspend", "test", "then", "time", "times", "trap", "true",
-    "type", "typeset", "ulimit", "umask", "unalias", "unset", "until", "wait", "while",
+    "!",         ".",        ":",       "[",       "[[",     "alias",   "bg",       "bind",
+    "break",     "builtin",  "caller",  "case",    "cd",     "command", "compgen",  "complete",
+    "compopt",   "continue", "coproc",  "declare", "dirs",   "disown",  "do",       "done",
+    "echo",      "elif",     "else",    "enable",  "esac",   "eval",    "exec",     "exit",
+    "export",    "false",    "fc",      "fg",      "fi",     "for",     "function", "getopts",
+    "hash",      "help",     "history", "if",      "in",     "jobs",    "kill",     "let",
+    "local",     "logout",   "mapfile", "popd",    "printf", "pushd",   "pwd",      "read",
+    "readarray", "readonly", "return",  "select",  "set",    "shift",   "shopt",    "source",
+    "suspend",   "test",     "then",    "time",    "times",  "trap",    "true",     "type",
+    "typeset",   "ulimit",   "umask",   "unalias", "unset",  "until",   "wait",     "while",
 };
 
 static bool plain_char(char c) {
@@ -562,14 +564,20 @@ static int send_job(session *s, uint32_t mode, const fbuf *payload, const pipes 
         fds[n++] = p->state[1];
     if (!inline_payload)
         fds[n++] = memfd;
-    init_exec_msg m = {.magic = INIT_MSG_MAGIC, .mode = mode, .n_fds = n,
-                       .payload_len = (uint32_t)payload->len, .inline_payload = inline_payload,
+    init_exec_msg m = {.magic = INIT_MSG_MAGIC,
+                       .mode = mode,
+                       .n_fds = n,
+                       .payload_len = (uint32_t)payload->len,
+                       .inline_payload = inline_payload,
                        .has_state = s->persistent};
     char cbuf[CMSG_SPACE(sizeof fds)];
     memset(cbuf, 0, sizeof cbuf);
-    struct iovec iov[2] = {{.iov_base = &m, .iov_len = sizeof m},
-                           {.iov_base = payload->data, .iov_len = inline_payload ? payload->len : 0}};
-    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2, .msg_control = cbuf,
+    struct iovec iov[2] = {
+        {.iov_base = &m, .iov_len = sizeof m},
+        {.iov_base = payload->data, .iov_len = inline_payload ? payload->len : 0}};
+    struct msghdr mh = {.msg_iov = iov,
+                        .msg_iovlen = 2,
+                        .msg_control = cbuf,
                         .msg_controllen = CMSG_SPACE(n * sizeof(int))};
     struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
     c->cmsg_level = SOL_SOCKET;
@@ -588,7 +596,7 @@ typedef struct run_state {
     capture out, err;
     fbuf state;
     bool state_overflow;
-    int64_t deadline_ms; /* the command's deadline */
+    int64_t deadline_ms;          /* the command's deadline */
     int fd_out, fd_err, fd_state; /* read ends, -1 when closed */
     bool have_status;
     init_status_msg status;
@@ -646,8 +654,8 @@ enum wait_outcome { WAIT_DONE, WAIT_TIMEOUT, WAIT_INIT_DIED };
 static enum wait_outcome wait_command(run_state *st, const session *s, int64_t deadline_ms) {
     while (!st->have_status) {
         struct pollfd p[5] = {
-            {.fd = st->fd_out, .events = POLLIN}, {.fd = st->fd_err, .events = POLLIN},
-            {.fd = st->fd_state, .events = POLLIN}, {.fd = s->ctl_fd, .events = POLLIN},
+            {.fd = st->fd_out, .events = POLLIN},    {.fd = st->fd_err, .events = POLLIN},
+            {.fd = st->fd_state, .events = POLLIN},  {.fd = s->ctl_fd, .events = POLLIN},
             {.fd = s->init_pidfd, .events = POLLIN},
         };
         int64_t left = deadline_ms - fawn_now_ms();
@@ -801,7 +809,6 @@ void box_exec_trim(box_exec_ctx *ctx) {
     pthread_mutex_unlock(&ctx->mu);
     session_free(spare);
 }
-
 
 static void pipes_close(pipes *p) {
     int *all[] = {p->out, p->err, p->state};
@@ -963,7 +970,8 @@ int box_exec_run(json_t **out, box_exec_ctx *ctx, const box_exec_request *req) {
         return r;
     int64_t start = fawn_now_ms();
     uint64_t limit = req->max_output_bytes ? req->max_output_bytes : ctx->cfg.max_output_bytes;
-    run_state st = {.state = {.limit = STATE_MAX_BYTES}, .fd_out = -1, .fd_err = -1, .fd_state = -1};
+    run_state st = {
+        .state = {.limit = STATE_MAX_BYTES}, .fd_out = -1, .fd_err = -1, .fd_state = -1};
     pipes p;
     r = pipes_open(&p, s->persistent);
     capture_init(&st.out, limit);

@@ -49,10 +49,10 @@ typedef struct box_exec_config {
     uint64_t max_output_bytes; /* per stream, head + tail kept */
     uint32_t max_sessions;
     uint64_t rlimit_nofile;
-    uint64_t rlimit_fsize;  /* bytes */
+    uint64_t rlimit_fsize; /* bytes */
     uint64_t rlimit_nproc;
-    uint64_t rlimit_as;     /* bytes; 0 = unlimited (a memory cgroup is in force) */
-    char **base_env;        /* NAME=VALUE, NULL-terminated; borrowed for the ctx lifetime */
+    uint64_t rlimit_as; /* bytes; 0 = unlimited (a memory cgroup is in force) */
+    char **base_env;    /* NAME=VALUE, NULL-terminated; borrowed for the ctx lifetime */
 } box_exec_config;
 
 typedef struct box_exec_ctx box_exec_ctx;
@@ -71,14 +71,15 @@ typedef struct box_exec_request {
     const char *session_id; /* NULL for a one-shot execution */
     char **env;             /* NAME=VALUE extra variables, n_env of them */
     size_t n_env;
-    const char *cwd;        /* NULL: the session's cwd, or /mnt/user-data/workspace */
-    uint32_t timeout_s;     /* 0: default */
+    const char *cwd;           /* NULL: the session's cwd, or /mnt/user-data/workspace */
+    uint32_t timeout_s;        /* 0: default */
     uint64_t max_output_bytes; /* 0: configured maximum */
 } box_exec_request;
 
 /* Validates a /v1/shell/exec body into *req (strings borrowed from body;
  * req->env is malloc'd, free it). FAWN_EINVAL names the bad field. */
-FAWN_MUST_CHECK int box_exec_request_parse(box_exec_request *req, const json_t *body, const box_exec_ctx *ctx);
+FAWN_MUST_CHECK int box_exec_request_parse(box_exec_request *req, const json_t *body,
+                                           const box_exec_ctx *ctx);
 
 /* Runs one command and stores the reply object in *out:
  * {status: completed|timeout|killed|error, exit_code, stdout, stderr,

@@ -326,8 +326,8 @@ static int write_open_err(int e, const vpath_target *t) {
 static int write_append(struct stat *st, int dirfd, const vpath_target *t, const char *data,
                         size_t len) {
     const char *name = vpath_target_name(t);
-    _cleanup_close_ int fd =
-        openat(dirfd, name, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    _cleanup_close_ int fd = openat(
+        dirfd, name, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT)
         fd = openat(dirfd, name, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                     FSX_USER_FILE_MODE);
@@ -369,11 +369,10 @@ int box_file_write(json_t **out, const json_t *req, const box_files *f) {
     if (r < 0)
         return r;
     return files_reply_set(out, json_pack("{s:s, s:I, s:I}", "path", t.shown, "bytes_written",
-                                    (json_int_t)len, "size", (json_int_t)st.st_size));
+                                          (json_int_t)len, "size", (json_int_t)st.st_size));
 }
 
 /* ---- directory reading shared by list, glob and grep ---- */
-
 
 void files_names_free(names *nm) {
     for (size_t i = 0; i < nm->n; i++)
@@ -500,8 +499,8 @@ static int list_push(list_state *ls, const char *rel, const struct stat *st) {
     char *copy = strdup(rel);
     if (!copy)
         return fawn_err(FAWN_ENOMEM, "out of memory listing a directory");
-    ls->v[ls->n++] =
-        (list_entry){copy, list_type(st->st_mode), S_ISREG(st->st_mode) ? st->st_size : 0};
+    ls->v[ls->n++] = (list_entry){copy, list_type(st->st_mode),
+                                  S_ISREG(st->st_mode) ? st->st_size : 0};
     return 0;
 }
 
@@ -563,7 +562,7 @@ static int list_reply(json_t **out, list_state *ls, const vpath_target *t, size_
     }
     bool truncated = ls->cut || ls->n > max_entries;
     return files_reply_set(out, json_pack("{s:s, s:o, s:b}", "path", t->shown, "entries", entries,
-                                    "truncated", truncated));
+                                          "truncated", truncated));
 }
 
 int box_file_list(json_t **out, const json_t *req, const box_files *f) {
@@ -577,8 +576,7 @@ int box_file_list(json_t **out, const json_t *req, const box_files *f) {
         return r;
     vpath_target t;
     _cleanup_close_ int dirfd = -1;
-    if ((r = vpath_resolve(&t, &f->roots, path, false)) < 0 ||
-        (r = vpath_open_dir(&dirfd, &t)) < 0)
+    if ((r = vpath_resolve(&t, &f->roots, path, false)) < 0 || (r = vpath_open_dir(&dirfd, &t)) < 0)
         return r;
     list_state ls = {.budget = WALK_MAX_VISITS, .room = files_rel_room(t.shown)};
     r = list_dir(&ls, dirfd, "", 1, (int)max_depth);
@@ -646,13 +644,13 @@ int box_file_upload_stream(json_t **out, const box_files *f, const char *path, b
     if (r == 0)
         r = upload_copy(sha, &s, (uint64_t)content_length, read_body, ctx);
     if (r == 0)
-        r = fsx_staged_commit(&st, &s, vpath_target_name(&t),
-                              overwrite ? FSX_COMMIT_REPLACE : 0, t.shown);
+        r = fsx_staged_commit(&st, &s, vpath_target_name(&t), overwrite ? FSX_COMMIT_REPLACE : 0,
+                              t.shown);
     fsx_staged_abort(&s);
     if (r < 0)
         return r;
     return files_reply_set(out, json_pack("{s:s, s:I, s:s}", "path", t.shown, "size",
-                                    (json_int_t)st.st_size, "sha256", sha));
+                                          (json_int_t)st.st_size, "sha256", sha));
 }
 
 int box_file_download_open(int *fd_out, uint64_t *size_out, const box_files *f, const char *path) {

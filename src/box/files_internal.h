@@ -19,7 +19,6 @@
 /* A NUL byte in this many leading bytes marks a file as binary (git's and grep's heuristic). */
 #define FILES_SNIFF_BYTES 8192
 
-
 typedef bool (*name_filter)(const char *name);
 
 typedef struct names {
@@ -39,7 +38,8 @@ void files_names_free(names *nm);
 bool files_name_addressable(const char *name);
 /* Reads the names in dirfd that keep() accepts, sorted. Every name read is
  * charged to *budget; when it runs out *cut is set and reading stops. */
-FAWN_MUST_CHECK int files_names_read(names *out, int dirfd, size_t *budget, bool *cut, name_filter keep);
+FAWN_MUST_CHECK int files_names_read(names *out, int dirfd, size_t *budget, bool *cut,
+                                     name_filter keep);
 /* Room for a path below a directory shown as `shown` so that the full
  * virtual path still parses (shorter than VPATH_MAX). */
 size_t files_rel_room(const char *shown);
@@ -67,19 +67,22 @@ typedef int (*box_chunk_write_fn)(void *ctx, const void *data, size_t n);
  * over limits.upload_max_bytes, checked before anything is read; or a full
  * disk or quota), FAWN_EBUSY (the staging file was replaced meanwhile),
  * FAWN_EPROTO, FAWN_EIO, or the reader's own code. */
-FAWN_MUST_CHECK int box_file_upload_stream(json_t **out, const box_files *f, const char *path, bool overwrite,
-                           int64_t content_length, box_body_read_fn read_body, void *ctx);
+FAWN_MUST_CHECK int box_file_upload_stream(json_t **out, const box_files *f, const char *path,
+                                           bool overwrite, int64_t content_length,
+                                           box_body_read_fn read_body, void *ctx);
 
 /* Opens the regular file at virtual path `path` for a download (symlinks
  * followed only beneath their root, never blocking on a FIFO). Stores the fd
  * (caller closes) and the size to send. Errors: FAWN_EINVAL (not a regular
  * file, bad path), FAWN_EPERM, FAWN_ENOENT, FAWN_E2BIG (larger than
  * limits.download_max_bytes), FAWN_EIO. */
-FAWN_MUST_CHECK int box_file_download_open(int *fd_out, uint64_t *size_out, const box_files *f, const char *path);
+FAWN_MUST_CHECK int box_file_download_open(int *fd_out, uint64_t *size_out, const box_files *f,
+                                           const char *path);
 
 /* Sends exactly `size` bytes of fd through write_chunk with a fixed buffer.
  * FAWN_EIO when the file ends early (it shrank while being sent), or the
  * writer's code. Never sends more than size bytes, even if the file grew. */
-FAWN_MUST_CHECK int box_file_download_copy(int fd, uint64_t size, box_chunk_write_fn write_chunk, void *ctx);
+FAWN_MUST_CHECK int box_file_download_copy(int fd, uint64_t size, box_chunk_write_fn write_chunk,
+                                           void *ctx);
 
 #endif

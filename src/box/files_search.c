@@ -142,8 +142,8 @@ static int walk_descend(walker *w, int dirfd, const char *name, uint64_t states,
         w->cut = true;
         return 0;
     }
-    _cleanup_close_ int fd =
-        openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    _cleanup_close_ int fd = openat(dirfd, name,
+                                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     return fd < 0 ? 0 : walk_dir(w, fd, states, depth);
 }
 
@@ -235,11 +235,11 @@ int box_file_glob(json_t **out, const json_t *req, const box_files *f) {
     if ((r = glob_pat_parse(&pat, pattern, "pattern")) < 0 ||
         (r = vpath_resolve(&t, &f->roots, path, false)) < 0 || (r = vpath_open_dir(&dirfd, &t)) < 0)
         return r;
-    glob_run g = {.matches = json_array(),
-                  .include_dirs = include_dirs,
-                  .base = t.shown,
-                  .max =
-                      results_max(max_results, GLOB_DEFAULT_RESULTS, f->limits.glob_max_results)};
+    glob_run g = {
+        .matches = json_array(),
+        .include_dirs = include_dirs,
+        .base = t.shown,
+        .max = results_max(max_results, GLOB_DEFAULT_RESULTS, f->limits.glob_max_results)};
     if (!g.matches)
         return fawn_err(FAWN_ENOMEM, "out of memory");
     walker w;
@@ -415,8 +415,8 @@ static int grep_visit(walker *w, int dirfd, const char *name, const struct stat 
     grep_run *g = w->ud;
     if (!S_ISREG(st->st_mode) || (uint64_t)st->st_size > GREP_MAX_FILE_BYTES)
         return 0;
-    _cleanup_close_ int fd =
-        openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    _cleanup_close_ int fd = openat(dirfd, name,
+                                    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0)
         return 0;
     char path[VPATH_SHOWN_MAX];

@@ -539,8 +539,8 @@ static int response_check(const http_conn *c, int status, const char *content_ty
         return fawn_err(FAWN_EINVAL, "a response was already sent for this request");
     if (status < 200 || status > 599)
         return fawn_err(FAWN_EINVAL, "status %d is not a final HTTP status", status);
-    if (content_type && (strlen(content_type) > HTTP_MAX_CONTENT_TYPE ||
-                         strpbrk(content_type, "\r\n") != NULL))
+    if (content_type &&
+        (strlen(content_type) > HTTP_MAX_CONTENT_TYPE || strpbrk(content_type, "\r\n") != NULL))
         return fawn_err(FAWN_EINVAL, "content type too long or with line breaks");
     if (extra_headers && !extra_headers_valid(extra_headers))
         return fawn_err(FAWN_EINVAL, "extra headers must be complete \"Name: value\\r\\n\" lines");
@@ -706,21 +706,14 @@ bool http_client_waiting(const http_conn *c) {
 static int status_for_code(int code) {
     switch (code) {
     case FAWN_EINVAL:
-    case FAWN_EPROTO:
-        return 400;
-    case FAWN_EPERM:
-        return 403;
-    case FAWN_ENOENT:
-        return 404;
+    case FAWN_EPROTO: return 400;
+    case FAWN_EPERM: return 403;
+    case FAWN_ENOENT: return 404;
     case FAWN_EEXIST:
-    case FAWN_EBUSY:
-        return 409;
-    case FAWN_E2BIG:
-        return 413;
-    case FAWN_EUNSUP:
-        return 501;
-    default:
-        return 500;
+    case FAWN_EBUSY: return 409;
+    case FAWN_E2BIG: return 413;
+    case FAWN_EUNSUP: return 501;
+    default: return 500;
     }
 }
 

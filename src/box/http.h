@@ -49,7 +49,8 @@ typedef struct http_request {
  * still under HTTP_MAX_HEAD_BYTES). On a malformed head returns a negative
  * FAWN_E* code and sets *status to the HTTP status to answer with (400, 413,
  * 431, 501, 505). Never reads past buf[len-1]. */
-FAWN_MUST_CHECK int http_parse_head(http_request *req, size_t *head_len, int *status, char *buf, size_t len);
+FAWN_MUST_CHECK int http_parse_head(http_request *req, size_t *head_len, int *status, char *buf,
+                                    size_t len);
 
 /* Case-insensitive header lookup; NULL when absent. */
 const char *http_header_get(const http_request *req, const char *name);
@@ -59,7 +60,8 @@ const char *http_header_get(const http_request *req, const char *name);
  * malformed, FAWN_E2BIG when it does not fit. NUL bytes are refused.
  * The whole query must be well formed, and a parameter given twice is
  * FAWN_EINVAL (no guessing which one the client meant). */
-FAWN_MUST_CHECK int http_query_get(char *out, size_t outsz, const http_request *req, const char *name);
+FAWN_MUST_CHECK int http_query_get(char *out, size_t outsz, const http_request *req,
+                                   const char *name);
 
 typedef struct http_conn http_conn;
 
@@ -98,7 +100,8 @@ void http_respond_failure(http_conn *c, int code);
 /* Starts a streamed response with the given status and headers (extra_headers
  * is NULL or complete "Name: value\r\n" lines). The body is then sent with
  * http_stream_write and ended with http_stream_end (chunked encoding). */
-FAWN_MUST_CHECK int http_stream_begin(http_conn *c, int status, const char *content_type, const char *extra_headers);
+FAWN_MUST_CHECK int http_stream_begin(http_conn *c, int status, const char *content_type,
+                                      const char *extra_headers);
 FAWN_MUST_CHECK int http_stream_write(http_conn *c, const void *data, size_t n);
 FAWN_MUST_CHECK int http_stream_end(http_conn *c);
 

@@ -31,7 +31,7 @@ struct http_conn {
     bool streaming; /* a streamed response has begun */
     bool chunked;   /* the stream uses chunked encoding (else ends with the connection) */
     bool stream_ended;
-    bool failed; /* an I/O error happened; the connection must close */
+    bool failed;         /* an I/O error happened; the connection must close */
     bool single_request; /* serve one request, then close (no keep-alive) */
 };
 

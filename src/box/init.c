@@ -51,7 +51,7 @@ typedef struct exec_job {
     char *mapped;   /* the payload memfd's mapping, or NULL */
     bool has_state; /* fds[2] is the session state pipe */
     size_t payload_len;
-    char *script;  /* mmap'd: prelude + command for sessions */
+    char *script; /* mmap'd: prelude + command for sessions */
     size_t script_len;
 } exec_job;
 
@@ -170,8 +170,8 @@ static int recv_job(exec_job *j, int ctl, char *inline_buf) {
     char cbuf[CMSG_SPACE(4 * sizeof(int))];
     struct iovec iov[2] = {{.iov_base = &m, .iov_len = sizeof m},
                            {.iov_base = inline_buf, .iov_len = INIT_INLINE_MAX}};
-    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2, .msg_control = cbuf,
-                        .msg_controllen = sizeof cbuf};
+    struct msghdr mh = {
+        .msg_iov = iov, .msg_iovlen = 2, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
     ssize_t n = recvmsg(ctl, &mh, MSG_CMSG_CLOEXEC);
     if (n <= 0)
         return 0; /* the box closed the channel */
@@ -214,7 +214,8 @@ static void release_job(exec_job *j) {
 static int build_session_script(exec_job *j) {
     size_t plen = sizeof session_prelude - 1, clen = strlen(j->command);
     j->script_len = plen + clen + 2;
-    j->script = mmap(NULL, j->script_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    j->script = mmap(NULL, j->script_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                     0);
     if (j->script == MAP_FAILED) {
         j->script = NULL;
         return -1;
@@ -226,7 +227,9 @@ static int build_session_script(exec_job *j) {
     return 0;
 }
 
-static const char *shell_path(void) { return access("/bin/bash", X_OK) == 0 ? "/bin/bash" : "/bin/sh"; }
+static const char *shell_path(void) {
+    return access("/bin/bash", X_OK) == 0 ? "/bin/bash" : "/bin/sh";
+}
 
 /* The command's PATH (not this process's), or the shell's default. */
 static const char *path_of(char *const *envp) {
@@ -248,7 +251,7 @@ static void exec_in_path(char *const *argv, char *const *envp) {
     bool denied = false;
     char candidate[PATH_MAX];
     size_t name_len = strlen(argv[0]);
-    for (const char *dir = path_of(envp); ; dir++) {
+    for (const char *dir = path_of(envp);; dir++) {
         size_t len = strcspn(dir, ":");
         const char *d = len ? dir : "."; /* an empty entry means the cwd */
         size_t dlen = len ? len : 1;
@@ -311,8 +314,10 @@ static pid_t start_job(exec_job *j) {
 }
 
 static void send_status(int ctl, int wait_status, int spawn_errno, bool namespace_empty) {
-    init_status_msg m = {.magic = INIT_MSG_MAGIC, .wait_status = wait_status,
-                         .spawn_errno = spawn_errno, .namespace_empty = namespace_empty};
+    init_status_msg m = {.magic = INIT_MSG_MAGIC,
+                         .wait_status = wait_status,
+                         .spawn_errno = spawn_errno,
+                         .namespace_empty = namespace_empty};
     (void)!send(ctl, &m, sizeof m, MSG_NOSIGNAL);
 }
 

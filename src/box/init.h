@@ -26,7 +26,7 @@ enum init_mode {
 typedef struct init_exec_msg {
     uint32_t magic;
     uint32_t mode;
-    uint32_t n_fds;  /* 2 to 4 */
+    uint32_t n_fds; /* 2 to 4 */
     uint32_t payload_len;
     uint32_t inline_payload; /* 1: the payload follows; 0: it is in the last fd */
     uint32_t has_state;      /* 1: the third fd receives the session's state */
@@ -37,14 +37,14 @@ typedef struct init_exec_msg {
 /* init -> box when the command's first process exits. */
 typedef struct init_status_msg {
     uint32_t magic;
-    int32_t wait_status;  /* as from waitpid */
-    int32_t spawn_errno;  /* non-zero when the command could not be started */
+    int32_t wait_status;     /* as from waitpid */
+    int32_t spawn_errno;     /* non-zero when the command could not be started */
     int32_t namespace_empty; /* 1: no process but the init is left in its namespace */
 } init_status_msg;
 
 typedef struct box_init_setup {
     const struct sock_fprog *seccomp;
-    int cap_last;            /* highest capability number on this kernel */
+    int cap_last; /* highest capability number on this kernel */
     uint64_t rlimit_nofile, rlimit_fsize, rlimit_nproc, rlimit_as; /* 0 = leave as is */
 } box_init_setup;
 

@@ -21,8 +21,8 @@
 
 /* System directories bound read-only when they are real directories on the
  * host, or recreated as the same symlink (merged /usr). */
-static const char *const system_dirs[] = {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32",
-                                          "/libx32"};
+static const char *const system_dirs[] = {"/usr",   "/bin",   "/sbin",  "/lib",
+                                          "/lib64", "/lib32", "/libx32"};
 
 static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
 
@@ -112,10 +112,21 @@ static int mirror(iso *s, const char *host_path, const char *dst) {
 
 static int make_dirs(iso *s) {
     static const char *const dirs[] = {
-        NEWROOT "/etc", NEWROOT "/dev", NEWROOT "/proc", NEWROOT "/tmp", NEWROOT "/mnt",
-        NEWROOT "/mnt/user-data", NEWROOT "/mnt/user-data/workspace",
-        NEWROOT "/mnt/user-data/uploads", NEWROOT "/mnt/user-data/outputs", NEWROOT "/mnt/skills",
-        NEWROOT "/run", NEWROOT "/var", NEWROOT "/home", NEWROOT "/root", NEWROOT "/opt",
+        NEWROOT "/etc",
+        NEWROOT "/dev",
+        NEWROOT "/proc",
+        NEWROOT "/tmp",
+        NEWROOT "/mnt",
+        NEWROOT "/mnt/user-data",
+        NEWROOT "/mnt/user-data/workspace",
+        NEWROOT "/mnt/user-data/uploads",
+        NEWROOT "/mnt/user-data/outputs",
+        NEWROOT "/mnt/skills",
+        NEWROOT "/run",
+        NEWROOT "/var",
+        NEWROOT "/home",
+        NEWROOT "/root",
+        NEWROOT "/opt",
     };
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++)
         if (mkdir(dirs[i], 0755) < 0)
@@ -170,8 +181,10 @@ static int make_dev(iso *s, uint64_t tmp_size_mb) {
             return -1;
     }
     static const char *const links[][2] = {
-        {"/proc/self/fd", NEWROOT "/dev/fd"},   {"/proc/self/fd/0", NEWROOT "/dev/stdin"},
-        {"/proc/self/fd/1", NEWROOT "/dev/stdout"}, {"/proc/self/fd/2", NEWROOT "/dev/stderr"},
+        {"/proc/self/fd", NEWROOT "/dev/fd"},
+        {"/proc/self/fd/0", NEWROOT "/dev/stdin"},
+        {"/proc/self/fd/1", NEWROOT "/dev/stdout"},
+        {"/proc/self/fd/2", NEWROOT "/dev/stderr"},
     };
     for (size_t i = 0; i < sizeof links / sizeof links[0]; i++)
         if (symlink(links[i][0], links[i][1]) < 0)
@@ -185,7 +198,6 @@ static int make_dev(iso *s, uint64_t tmp_size_mb) {
         return fail(s, "mount_setattr", "/dev");
     return 0;
 }
-
 
 int box_isolate_open_dirs(box_host_dirs *d, const box_mount_plan *p, char *err, size_t errsz) {
     iso s = {.err = err, .errsz = errsz};

@@ -21,22 +21,69 @@
 
 /* Calls that have no business in an agent's command. */
 static const char *const denied_calls[] = {
-    "mount", "umount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
-    "fsconfig", "fsmount", "fspick", "mount_setattr", "ptrace", "process_vm_readv",
-    "process_vm_writev", "kexec_load", "kexec_file_load", "init_module", "finit_module",
-    "delete_module", "bpf", "perf_event_open", "keyctl", "add_key", "request_key", "userfaultfd",
-    "io_uring_setup", "io_uring_enter", "io_uring_register", "unshare", "setns",
-    "open_by_handle_at", "name_to_handle_at", "acct", "swapon", "swapoff", "reboot",
-    "syslog", "quotactl", "quotactl_fd", "lookup_dcookie", "iopl", "ioperm", "vhangup", "uselib",
+    "mount",
+    "umount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "bpf",
+    "perf_event_open",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "unshare",
+    "setns",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "acct",
+    "swapon",
+    "swapoff",
+    "reboot",
+    "syslog",
+    "quotactl",
+    "quotactl_fd",
+    "lookup_dcookie",
+    "iopl",
+    "ioperm",
+    "vhangup",
+    "uselib",
     "nfsservctl",
-    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "pidfd_getfd", "kcmp",
-    "fanotify_init", "migrate_pages", "move_pages", "mbind", "set_mempolicy",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "pidfd_getfd",
+    "kcmp",
+    "fanotify_init",
+    "migrate_pages",
+    "move_pages",
+    "mbind",
+    "set_mempolicy",
 };
 
 /* clone flags that would create a namespace. */
 static const unsigned long namespace_flags[] = {
-    CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET,
-    CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWCGROUP, CLONE_NEWTIME,
+    CLONE_NEWUSER, CLONE_NEWNS,  CLONE_NEWPID,    CLONE_NEWNET,
+    CLONE_NEWIPC,  CLONE_NEWUTS, CLONE_NEWCGROUP, CLONE_NEWTIME,
 };
 
 /* Terminal ioctls that inject input or reach the console; and the btrfs
@@ -58,8 +105,8 @@ static const unsigned long denied_ioctls[] = {
  * executable data, legacy layouts). Setting any of them is refused; this
  * also refuses the all-bits "query" call, which nothing common needs. */
 static const unsigned long denied_persona_flags[] = {
-    ADDR_NO_RANDOMIZE, MMAP_PAGE_ZERO, ADDR_COMPAT_LAYOUT, READ_IMPLIES_EXEC,
-    ADDR_LIMIT_32BIT,  ADDR_LIMIT_3GB, SHORT_INODE,        WHOLE_SECONDS, STICKY_TIMEOUTS,
+    ADDR_NO_RANDOMIZE, MMAP_PAGE_ZERO, ADDR_COMPAT_LAYOUT, READ_IMPLIES_EXEC, ADDR_LIMIT_32BIT,
+    ADDR_LIMIT_3GB,    SHORT_INODE,    WHOLE_SECONDS,      STICKY_TIMEOUTS,
 };
 
 static int deny_names(scmp_filter_ctx ctx) {

@@ -185,7 +185,8 @@ static int conn_discard_body(http_conn *c) {
     int64_t deadline = fawn_now_ms() + c->io_timeout_ms;
     char scratch[HTTP_DRAIN_CHUNK];
     while (c->body_left > 0) {
-        size_t want = c->body_left < (int64_t)sizeof scratch ? (size_t)c->body_left : sizeof scratch;
+        size_t want = c->body_left < (int64_t)sizeof scratch ? (size_t)c->body_left
+                                                             : sizeof scratch;
         ssize_t n = http_conn_recv(c, scratch, want, deadline, false);
         if (n <= 0)
             return n < 0 ? (int)n : FAWN_EPROTO;

@@ -34,7 +34,8 @@ int box_settings_from_config(box_settings *out, const fawn_config *cfg, const ch
     out->memory_bytes = limited ? sc->limits.memory_mb << 20 : 0;
     out->pids_max = limited ? sc->limits.pids : 0;
     out->disk_limit_bytes = sc->limits.disk_mb << 20;
-    snprintf(out->network, sizeof out->network, "%s", sc->network == FAWN_NET_NONE ? "none" : "host");
+    snprintf(out->network, sizeof out->network, "%s",
+             sc->network == FAWN_NET_NONE ? "none" : "host");
     snprintf(out->cgroup, sizeof out->cgroup, "%s", cgroup);
     char **inject = configured_env(sc);
     out->env = inject ? box_env_build(inject, sc->n_env) : NULL;

@@ -101,9 +101,12 @@ static int parse_idle_exit(uint32_t *out, const char *text) {
 
 static int parse_args(box_args *a, int argc, char **argv) {
     static const struct option opts[] = {
-        {"listen", required_argument, 0, 'l'}, {"token-file", required_argument, 0, 't'},
-        {"config", required_argument, 0, 'c'}, {"user-data", required_argument, 0, 'u'},
-        {"idle-exit", required_argument, 0, 'i'}, {"help", no_argument, 0, 'h'},
+        {"listen", required_argument, 0, 'l'},
+        {"token-file", required_argument, 0, 't'},
+        {"config", required_argument, 0, 'c'},
+        {"user-data", required_argument, 0, 'u'},
+        {"idle-exit", required_argument, 0, 'i'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     *a = (box_args){.user_data = "/mnt/user-data"};
@@ -153,9 +156,14 @@ static int serve_tcp(const box_args *a, const fawn_config *cfg, const char *toke
     _cleanup_close_ int fd = listen_tcp(a->listen);
     if (fd < 0)
         return fd;
-    local_launch_spec spec = {.cfg = cfg, .sandbox_id = sandbox_id, .user_data = a->user_data,
-                              .listen_fd = fd, .log_fd = STDERR_FILENO, .token = token,
-                              .idle_exit_s = a->idle_exit_s, .die_with_launcher = true};
+    local_launch_spec spec = {.cfg = cfg,
+                              .sandbox_id = sandbox_id,
+                              .user_data = a->user_data,
+                              .listen_fd = fd,
+                              .log_fd = STDERR_FILENO,
+                              .token = token,
+                              .idle_exit_s = a->idle_exit_s,
+                              .die_with_launcher = true};
     pid_t pid;
     char generation[33];
     int r = local_launch(&pid, generation, &spec);

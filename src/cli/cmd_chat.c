@@ -35,11 +35,13 @@ typedef struct chat_args {
 } chat_args;
 
 static int parse_args(chat_args *a, int argc, char **argv) {
-    static const struct option opts[] = {
-        {"thread", required_argument, 0, 't'}, {"model", required_argument, 0, 'm'},
-        {"url", required_argument, 0, 'u'},    {"token", required_argument, 0, 'k'},
-        {"config", required_argument, 0, 'c'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"thread", required_argument, 0, 't'},
+                                         {"model", required_argument, 0, 'm'},
+                                         {"url", required_argument, 0, 'u'},
+                                         {"token", required_argument, 0, 'k'},
+                                         {"config", required_argument, 0, 'c'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     *a = (chat_args){.token = getenv("FAWN_API_TOKEN")};
     int c;
     optind = 1;
@@ -68,9 +70,9 @@ static int parse_args(chat_args *a, int argc, char **argv) {
 
 typedef struct chat_view {
     sse_parser sse;
-    bool failed;        /* an error event came */
-    bool ended;         /* the end event came */
-    char streamed[64];  /* id of the reply whose text was printed as it streamed */
+    bool failed;       /* an error event came */
+    bool ended;        /* the end event came */
+    char streamed[64]; /* id of the reply whose text was printed as it streamed */
 } chat_view;
 
 /* The first CHAT_OUTPUT_LINES lines of text, indented. */
@@ -91,7 +93,9 @@ static void print_tool_call(const json_t *c) {
     const char *command = json_string_value(json_object_get(args, "command"));
     char *text = command ? NULL : json_dumps(args, JSON_COMPACT);
     printf("  -> %s %s\n", json_string_value(json_object_get(c, "name")) ?: "?",
-           command ? command : text ? text : "");
+           command ? command
+           : text  ? text
+                   : "");
     free(text);
 }
 
@@ -119,9 +123,7 @@ static void print_message(chat_view *v, const json_t *m) {
             printf("agent: %s\n", content);
         size_t i;
         json_t *c;
-        json_array_foreach(json_object_get(m, "tool_calls"), i, c) {
-            print_tool_call(c);
-        }
+        json_array_foreach(json_object_get(m, "tool_calls"), i, c) { print_tool_call(c); }
     } else if (type && strcmp(type, "tool") == 0) {
         const json_t *st = json_object_get(json_object_get(m, "additional_kwargs"), "tool_status");
         const json_t *code = json_object_get(st, "exit_code");
@@ -167,7 +169,8 @@ static int on_event(void *ctx, const char *event, const char *data, size_t len) 
                    json_string_value(json_object_get(d, "reason")) ?: "?",
                    (long long)json_integer_value(json_object_get(d, "wait_ms")));
         else if (type && strcmp(type, "run_stopped") == 0)
-            printf("  (stopped: %s)\n", json_string_value(json_object_get(d, "stop_reason")) ?: "?");
+            printf("  (stopped: %s)\n",
+                   json_string_value(json_object_get(d, "stop_reason")) ?: "?");
     } else if (strcmp(event, "error") == 0) {
         fprintf(stderr, "error: %s\n", json_string_value(json_object_get(d, "message")) ?: data);
         v->failed = true;
@@ -247,10 +250,10 @@ static int chat(const chat_args *a, const char *base) {
     if (r < 0)
         return r;
     printf("thread %s (go on with: fawn chat --thread %s ...)\n", thread, thread);
-    json_t *body = json_pack("{s:s, s:{s:[{s:s, s:s}]}, s:[s, s, s], s:{s:s?}}",
-                             "assistant_id", "lead_agent", "input", "messages", "type", "human",
-                             "content", a->message, "stream_mode", "updates", "custom",
-                             "messages-tuple", "context", "model_name", a->model);
+    json_t *body = json_pack("{s:s, s:{s:[{s:s, s:s}]}, s:[s, s, s], s:{s:s?}}", "assistant_id",
+                             "lead_agent", "input", "messages", "type", "human", "content",
+                             a->message, "stream_mode", "updates", "custom", "messages-tuple",
+                             "context", "model_name", a->model);
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     char path[128];

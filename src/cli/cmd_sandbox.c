@@ -17,20 +17,19 @@
 #define CALL_SLACK_MS 15000
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: fawn sandbox exec --user U --thread T [--session S] [--timeout N]\n"
-            "                         [--config FILE] -- COMMAND...\n"
-            "       fawn sandbox stop --user U --thread T [--config FILE]\n"
-            "       fawn sandbox ls [--config FILE]\n\n"
-            "exec runs COMMAND (joined with spaces, run by bash) in the sandbox of thread T\n"
-            "of user U, starting the sandbox if needed, prints its output and exits with\n"
-            "its exit code (124 on timeout). With --session, cwd and exported variables\n"
-            "persist between invocations that name the same session. The thread's files\n"
-            "live under $FAWN_HOME/users/U/threads/T/user-data and persist.\n"
-            "stop shuts the thread's sandbox down (its files stay).\n"
-            "ls lists the sandboxes the running gateway holds (owner, thread, generation,\n"
-            "state, holders, idle time, fenced); with no gateway answering, the sandboxes\n"
-            "recorded on this host.\n");
+    fprintf(out, "usage: fawn sandbox exec --user U --thread T [--session S] [--timeout N]\n"
+                 "                         [--config FILE] -- COMMAND...\n"
+                 "       fawn sandbox stop --user U --thread T [--config FILE]\n"
+                 "       fawn sandbox ls [--config FILE]\n\n"
+                 "exec runs COMMAND (joined with spaces, run by bash) in the sandbox of thread T\n"
+                 "of user U, starting the sandbox if needed, prints its output and exits with\n"
+                 "its exit code (124 on timeout). With --session, cwd and exported variables\n"
+                 "persist between invocations that name the same session. The thread's files\n"
+                 "live under $FAWN_HOME/users/U/threads/T/user-data and persist.\n"
+                 "stop shuts the thread's sandbox down (its files stay).\n"
+                 "ls lists the sandboxes the running gateway holds (owner, thread, generation,\n"
+                 "state, holders, idle time, fenced); with no gateway answering, the sandboxes\n"
+                 "recorded on this host.\n");
 }
 
 typedef struct sandbox_args {
@@ -50,9 +49,12 @@ static int join_command(sandbox_args *a, int argc, char **argv) {
 
 static int parse_args(sandbox_args *a, int argc, char **argv, bool want_command) {
     static const struct option opts[] = {
-        {"user", required_argument, 0, 'u'},    {"thread", required_argument, 0, 't'},
-        {"session", required_argument, 0, 's'}, {"timeout", required_argument, 0, 'T'},
-        {"config", required_argument, 0, 'c'},  {"help", no_argument, 0, 'h'},
+        {"user", required_argument, 0, 'u'},
+        {"thread", required_argument, 0, 't'},
+        {"session", required_argument, 0, 's'},
+        {"timeout", required_argument, 0, 'T'},
+        {"config", required_argument, 0, 'c'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     *a = (sandbox_args){0};
@@ -115,16 +117,18 @@ static int print_result(const json_t *reply, long timeout) {
                 (long long)(json_integer_value(json_object_get(disk, "used_bytes")) >> 20),
                 (long long)(json_integer_value(json_object_get(disk, "limit_bytes")) >> 20));
     if (strcmp(status, "timeout") == 0)
-        fprintf(stderr, "fawn: command timed out after %ld second(s) and was terminated\n", timeout);
+        fprintf(stderr, "fawn: command timed out after %ld second(s) and was terminated\n",
+                timeout);
     else if (strcmp(status, "error") == 0)
-        fprintf(stderr, "fawn: %s\n", json_string_value(json_object_get(reply, "error")) ?: "error");
+        fprintf(stderr, "fawn: %s\n",
+                json_string_value(json_object_get(reply, "error")) ?: "error");
     return (int)json_integer_value(code);
 }
 
 static int run_exec(const sandbox_args *a, const fawn_config *cfg) {
     local_box b;
-    local_spec spec = {.cfg = cfg, .user = a->user, .thread = a->thread,
-                       .idle_exit_s = CLI_IDLE_EXIT_S};
+    local_spec spec = {
+        .cfg = cfg, .user = a->user, .thread = a->thread, .idle_exit_s = CLI_IDLE_EXIT_S};
     int r = local_box_ensure(&b, &spec);
     if (r == 0 && a->session)
         r = create_session(&b, a->session);
@@ -140,7 +144,8 @@ static int run_exec(const sandbox_args *a, const fawn_config *cfg) {
                  (int)(timeout * 1000 + CALL_SLACK_MS));
     json_decref(body);
     if (r == 0 && status != 200)
-        r = fawn_err(FAWN_EINVAL, "%s", json_string_value(json_object_get(reply, "detail")) ?: "failed");
+        r = fawn_err(FAWN_EINVAL, "%s",
+                     json_string_value(json_object_get(reply, "detail")) ?: "failed");
     if (r == 0)
         r = print_result(reply, timeout);
     json_decref(reply);

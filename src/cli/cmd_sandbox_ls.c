@@ -25,7 +25,9 @@
 /* How long the gateway gets to answer. */
 #define LS_TIMEOUT_S 10
 
-#define LS_HEADER "SANDBOX          USER             THREAD                           GENERATION STATE     EXEC UPLD FORK IDLE_S FENCED\n"
+#define LS_HEADER                                                                                  \
+    "SANDBOX          USER             THREAD                           GENERATION STATE     "     \
+    "EXEC UPLD FORK IDLE_S FENCED\n"
 
 static void row_print(const char *sandbox_id, const char *user, const char *thread,
                       const char *generation, const char *state, const int holders[3],
@@ -64,15 +66,18 @@ static int admin_token(char **out, const fawn_config *cfg, store *st) {
     if (r < 0)
         return r;
     int64_t now = fawn_wall_ms() / 1000;
-    auth_claims c = {.user_id = admin.id, .token_version = admin.token_version,
-                     .issued_at = now, .expires_at = now + LS_TOKEN_TTL_S};
+    auth_claims c = {.user_id = admin.id,
+                     .token_version = admin.token_version,
+                     .issued_at = now,
+                     .expires_at = now + LS_TOKEN_TTL_S};
     r = auth_jwt_sign(out, secret, &c);
     memset(secret, 0, sizeof secret);
     return r;
 }
 
 static int connect_gateway(int *out, const fawn_config *cfg) {
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->server.port)};
+    struct sockaddr_in addr = {.sin_family = AF_INET,
+                               .sin_port = htons((uint16_t)cfg->server.port)};
     if (inet_pton(AF_INET, cfg->server.host, &addr.sin_addr) != 1)
         return fawn_err(FAWN_EINVAL, "server.host must be an IPv4 address");
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -139,8 +144,8 @@ static int rows_from_host(const fawn_config *cfg, store *st) {
             fenced |= strcmp(fences[f].sandbox_id, sb->sandbox_id) == 0 &&
                       strcmp(fences[f].generation, sb->generation) == 0 && !fences[f].scope[0];
         bool same = state == SBX_RUNNING && strcmp(running, sb->generation) == 0;
-        row_print(sb->sandbox_id, sb->user, sb->thread, sb->generation,
-                  same ? "running" : "absent", (const int[3]){0, 0, 0}, 0, fenced);
+        row_print(sb->sandbox_id, sb->user, sb->thread, sb->generation, same ? "running" : "absent",
+                  (const int[3]){0, 0, 0}, 0, fenced);
     }
     local_provider_free(local);
     free(records);
@@ -160,8 +165,10 @@ int cli_sandbox_ls(const fawn_config *cfg) {
         rows_from_gateway(answer);
         json_decref(answer);
     } else if (r == 0) {
-        fprintf(stderr, "fawn sandbox ls: no gateway answered (%s); sandboxes recorded on this "
-                        "host:\n", fawn_errmsg());
+        fprintf(stderr,
+                "fawn sandbox ls: no gateway answered (%s); sandboxes recorded on this "
+                "host:\n",
+                fawn_errmsg());
         r = rows_from_host(cfg, st);
     }
     store_close(st);

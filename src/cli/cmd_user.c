@@ -23,10 +23,11 @@ typedef struct user_args {
 } user_args;
 
 static int parse_args(user_args *a, int argc, char **argv) {
-    static const struct option opts[] = {
-        {"username", required_argument, 0, 'u'}, {"admin", no_argument, 0, 'a'},
-        {"config", required_argument, 0, 'c'},   {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"username", required_argument, 0, 'u'},
+                                         {"admin", no_argument, 0, 'a'},
+                                         {"config", required_argument, 0, 'c'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     *a = (user_args){0};
     if (argc < 2 || strcmp(argv[1], "add") != 0)
         return fawn_err(FAWN_EINVAL, "expected 'add'");

@@ -81,9 +81,7 @@ static bool probe_unshare(probe_answer *a, int flag, const char *what) {
     return probe_enter_userns(a) && probe_call(a, unshare(flag), what);
 }
 
-static void probe_user_ns(probe_answer *a, const char *home) {
-    a->ok = probe_enter_userns(a);
-}
+static void probe_user_ns(probe_answer *a, const char *home) { a->ok = probe_enter_userns(a); }
 
 static void probe_mount_ns(probe_answer *a, const char *home) {
     a->ok = probe_unshare(a, CLONE_NEWNS, "unshare(CLONE_NEWNS)") &&
@@ -440,9 +438,9 @@ int doctor_to_json(json_t **out, const doctor_report *r) {
     json_t *features_obj = json_object();
     for (size_t i = 0; features_obj && i < DOCTOR_N_FEATURES; i++) {
         const doctor_check *c = &r->checks[i];
-        json_t *f =
-            json_pack("{s:s, s:b, s:o, s:s}", "status", c->ok ? "ok" : "missing", "required",
-                      c->required, "detail", doctor_json_text(c->detail), "without", c->without);
+        json_t *f = json_pack("{s:s, s:b, s:o, s:s}", "status", c->ok ? "ok" : "missing",
+                              "required", c->required, "detail", doctor_json_text(c->detail),
+                              "without", c->without);
         if (!f || json_object_set_new(features_obj, c->name, f) < 0) {
             json_decref(features_obj);
             features_obj = NULL;

@@ -12,9 +12,11 @@
 
 /* Largest config file accepted: real ones are a few KiB; this bounds parser memory and work. */
 #define CONFIG_FILE_MAX ((size_t)1 << 20)
-/* Most YAML events read from one document: a full config has a few hundred; bounds hostile input. */
+/* Most YAML events read from one document: a full config has a few hundred; bounds hostile input.
+ */
 #define CONFIG_MAX_EVENTS 16384
-/* Deepest collection nesting accepted: the schema is three levels deep, so 16 leaves room to grow. */
+/* Deepest collection nesting accepted: the schema is three levels deep, so 16 leaves room to grow.
+ */
 #define CONFIG_MAX_DEPTH 16
 /* Longest dotted key path kept for messages: schema paths are far shorter; user names are cut. */
 #define CONFIG_PATH_MAX 256
@@ -84,9 +86,8 @@ struct config_key {
 
 /* ---- messages ---- */
 
-__attribute__((format(printf, 4, 0))) static int config_vfail(const char *source, size_t line,
-                                                              const char *path, const char *fmt,
-                                                              va_list ap) {
+__attribute__((format(printf, 4, 0))) static int
+config_vfail(const char *source, size_t line, const char *path, const char *fmt, va_list ap) {
     char msg[CONFIG_MSG_MAX];
     vsnprintf(msg, sizeof msg, fmt, ap);
     char where[32] = "";
@@ -98,9 +99,8 @@ __attribute__((format(printf, 4, 0))) static int config_vfail(const char *source
 }
 
 /* FAWN_ECONFIG with "source:line: path: message" (line and path left out when 0/NULL). */
-__attribute__((format(printf, 4, 5))) static int config_fail(const char *source, size_t line,
-                                                             const char *path, const char *fmt,
-                                                             ...) {
+__attribute__((format(printf, 4, 5))) static int
+config_fail(const char *source, size_t line, const char *path, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     int r = config_vfail(source, line, path, fmt, ap);
@@ -167,8 +167,7 @@ static int integer_read(uint64_t *out, const config_key *key, uint64_t max,
                         const config_scalar *v) {
     uint64_t n = 0;
     if (!decimal_parse(&n, v->text) || n < key->min || n > max)
-        return scalar_fail(v, "must be an integer between %" PRIu64 " and %" PRIu64, key->min,
-                           max);
+        return scalar_fail(v, "must be an integer between %" PRIu64 " and %" PRIu64, key->min, max);
     *out = n;
     return 0;
 }
@@ -238,16 +237,24 @@ static int set_network(void *field, const config_key *key, const config_scalar *
 
 static int parse_sandbox_environment(config_parser *p, const char *path);
 
-#define KEY_SCALAR(n, field, setter, d)                                                          \
-    {.name = (n), .kind = CONFIG_SCALAR, .offset = offsetof(fawn_config, field), .set = (setter), \
-     .def = (d)}
-#define KEY_INT(n, field, setter, d, lo, hi)                                                     \
-    {.name = (n), .kind = CONFIG_SCALAR, .offset = offsetof(fawn_config, field), .set = (setter), \
-     .def = (d), .min = (lo), .max = (hi)}
-#define KEY_SECTION(n, table) {.name = (n), .kind = CONFIG_SECTION, .children = (table)}
-#define KEY_MAPPING(n, parser) {.name = (n), .kind = CONFIG_MAPPING, .parse = (parser)}
-#define KEY_TREE(n, field) {.name = (n), .kind = CONFIG_TREE, .offset = offsetof(fawn_config, field)}
-#define KEY_LIST(n, field) {.name = (n), .kind = CONFIG_LIST, .offset = offsetof(fawn_config, field)}
+#define KEY_SCALAR(n, field, setter, d)                                                            \
+    {                                                                                              \
+        .name = (n), .kind = CONFIG_SCALAR, .offset = offsetof(fawn_config, field),                \
+        .set = (setter), .def = (d)                                                                \
+    }
+#define KEY_INT(n, field, setter, d, lo, hi)                                                       \
+    {                                                                                              \
+        .name = (n), .kind = CONFIG_SCALAR, .offset = offsetof(fawn_config, field),                \
+        .set = (setter), .def = (d), .min = (lo), .max = (hi)                                      \
+    }
+#define KEY_SECTION(n, table)                                                                      \
+    { .name = (n), .kind = CONFIG_SECTION, .children = (table) }
+#define KEY_MAPPING(n, parser)                                                                     \
+    { .name = (n), .kind = CONFIG_MAPPING, .parse = (parser) }
+#define KEY_TREE(n, field)                                                                         \
+    { .name = (n), .kind = CONFIG_TREE, .offset = offsetof(fawn_config, field) }
+#define KEY_LIST(n, field)                                                                         \
+    { .name = (n), .kind = CONFIG_LIST, .offset = offsetof(fawn_config, field) }
 
 static const config_key limits_keys[] = {
     /* 16 MiB runs a shell; 1 TiB is past any single host we target. */
@@ -279,7 +286,8 @@ static const config_key sandbox_keys[] = {
     /* One second up to one day. */
     KEY_INT("exec_timeout_s", sandbox.exec_timeout_s, set_u32, "600", 1, 86400),
     KEY_INT("exec_max_timeout_s", sandbox.exec_max_timeout_s, set_u32, "3600", 1, 86400),
-    /* 1 KiB shows an error message; 64 MiB is the largest buffer fawn holds (FBUF_DEFAULT_LIMIT). */
+    /* 1 KiB shows an error message; 64 MiB is the largest buffer fawn holds (FBUF_DEFAULT_LIMIT).
+     */
     KEY_INT("exec_max_output_bytes", sandbox.exec_max_output_bytes, set_u64, "1048576", 1024,
             67108864),
     /* At least one shell; 256 bounds the processes one box may keep alive. */
@@ -306,8 +314,8 @@ static const config_key server_keys[] = {
     /* A browser opens at most 6 connections to a host; 64 also lets one client
      * stream its 32 active runs at once, and leaves 15 of 16 slots of the
      * default to other addresses. */
-    KEY_INT("max_connections_per_address", server.max_connections_per_address, set_u32, "64",
-            1, 65535),
+    KEY_INT("max_connections_per_address", server.max_connections_per_address, set_u32, "64", 1,
+            65535),
     /* A head is a few KiB sent at once: any real client sends it within a second;
      * 30 s allows for a stalled mobile link and frees a held slot twice a minute;
      * 600 s is the longest a slot may be held without a request. */
@@ -385,8 +393,7 @@ static int check_upload_sizes(const fawn_config *cfg, const char *source) {
 static int check_remote_provider(const fawn_config *cfg, const char *source) {
     if (cfg->sandbox.provider != FAWN_PROVIDER_REMOTE || cfg->sandbox.remote)
         return 0;
-    return config_fail(source, 0, "sandbox.remote",
-                       "is required when sandbox.provider is remote");
+    return config_fail(source, 0, "sandbox.remote", "is required when sandbox.provider is remote");
 }
 
 /* A cap on one user's workers above the workers there are would say
@@ -480,8 +487,7 @@ static bool event_is_null(const yaml_event_t *ev) {
     if (ev->type != YAML_SCALAR_EVENT || ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
         return false;
     const char *s = (const char *)ev->data.scalar.value;
-    return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") ||
-           !strcmp(s, "NULL");
+    return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL");
 }
 
 /* The scalar's text; fails when it holds a NUL byte (it would be silently cut). */
@@ -673,7 +679,8 @@ static int env_passthrough_apply(fawn_config *cfg, const char *source) {
         if (!name || !name_valid(name))
             return config_fail(source, 0, "sandbox.env_passthrough",
                                "entry %zu is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*, "
-                               "at most %d)", i, CONFIG_NAME_MAX);
+                               "at most %d)",
+                               i, CONFIG_NAME_MAX);
         bool set = false;
         for (size_t j = 0; j < sb->n_env && !set; j++)
             set = strcmp(sb->env[j].name, name) == 0;
@@ -708,7 +715,8 @@ static int parse_sandbox_environment(config_parser *p, const char *path) {
 static int tree_parse(json_t **out, config_parser *p, const yaml_event_t *ev, const char *path);
 
 static int tree_add(json_t *container, const char *key, json_t *value) {
-    int r = key ? json_object_set_new(container, key, value) : json_array_append_new(container, value);
+    int r = key ? json_object_set_new(container, key, value)
+                : json_array_append_new(container, value);
     return r == 0 ? 0 : fawn_err(FAWN_ENOMEM, "out of memory reading the authorization section");
 }
 
@@ -750,7 +758,8 @@ static int tree_collection(json_t *container, config_parser *p, const char *path
             snprintf(child, sizeof child, "%s[%zu]", path, json_array_size(container));
         }
         json_t *value = NULL;
-        if ((r = tree_parse(&value, p, value_at, child)) < 0 || (r = tree_add(container, key, value)) < 0)
+        if ((r = tree_parse(&value, p, value_at, child)) < 0 ||
+            (r = tree_add(container, key, value)) < 0)
             return r;
     }
 }
@@ -834,8 +843,7 @@ static int parse_stream(config_parser *p) {
     if (r == 0)
         r = parser_next(p, &next, NULL);
     if (r == 0 && next.type != YAML_STREAM_END_EVENT)
-        return config_fail(p->source, event_line(&next), NULL,
-                           "only one YAML document is allowed");
+        return config_fail(p->source, event_line(&next), NULL, "only one YAML document is allowed");
     return r;
 }
 
@@ -859,9 +867,9 @@ static int defaults_apply(fawn_config *cfg, const config_key *table, const char 
         if (k->kind == CONFIG_SECTION)
             r = defaults_apply(cfg, k->children, path);
         else if (k->kind == CONFIG_SCALAR && k->def)
-            r = k->set(key_field(cfg, k), k,
-                       &(config_scalar){.text = k->def, .path = path,
-                                        .source = CONFIG_DEFAULTS_SOURCE});
+            r = k->set(
+                key_field(cfg, k), k,
+                &(config_scalar){.text = k->def, .path = path, .source = CONFIG_DEFAULTS_SOURCE});
         if (r < 0)
             return r;
     }

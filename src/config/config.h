@@ -28,42 +28,44 @@ typedef struct fawn_env_var {
 } fawn_env_var;
 
 typedef struct fawn_sandbox_limits {
-    uint64_t memory_mb;     /* cgroup memory limit per sandbox (default 1024) */
-    uint64_t pids;          /* cgroup pids limit per sandbox (default 512) */
-    uint64_t nproc;         /* RLIMIT_NPROC of every command (default 512) */
-    uint64_t open_files;    /* RLIMIT_NOFILE (default 1024) */
-    uint64_t file_size_mb;  /* RLIMIT_FSIZE: largest file a command can write (default 1024) */
+    uint64_t memory_mb;        /* cgroup memory limit per sandbox (default 1024) */
+    uint64_t pids;             /* cgroup pids limit per sandbox (default 512) */
+    uint64_t nproc;            /* RLIMIT_NPROC of every command (default 512) */
+    uint64_t open_files;       /* RLIMIT_NOFILE (default 1024) */
+    uint64_t file_size_mb;     /* RLIMIT_FSIZE: largest file a command can write (default 1024) */
     uint64_t address_space_mb; /* RLIMIT_AS when no memory cgroup can be used (default 4096) */
-    uint64_t tmp_size_mb;   /* size of the sandbox's private /tmp tmpfs (default 256) */
-    uint64_t disk_mb;       /* a thread's user-data: workspace, uploads and outputs together
-                               (default 10240; see src/sandbox/quota.h) */
+    uint64_t tmp_size_mb;      /* size of the sandbox's private /tmp tmpfs (default 256) */
+    uint64_t disk_mb;          /* a thread's user-data: workspace, uploads and outputs together
+                                  (default 10240; see src/sandbox/quota.h) */
 } fawn_sandbox_limits;
 
 typedef struct fawn_sandbox_config {
-    enum fawn_network_mode network;  /* sandbox.network: none | host (default none) */
-    char *skills_dir;                /* sandbox.skills_dir (default "$home/skills") */
-    fawn_env_var env[CONFIG_MAX_ENV];/* sandbox.environment (NAME: value), then the host's
-                                        values of sandbox.env_passthrough's names */
+    enum fawn_network_mode network;   /* sandbox.network: none | host (default none) */
+    char *skills_dir;                 /* sandbox.skills_dir (default "$home/skills") */
+    fawn_env_var env[CONFIG_MAX_ENV]; /* sandbox.environment (NAME: value), then the host's
+                                         values of sandbox.env_passthrough's names */
     size_t n_env;
-    json_t *env_passthrough;         /* sandbox.env_passthrough: host variable names (JSON
-                                        array), already folded into env */
-    fawn_sandbox_limits limits;      /* sandbox.limits.* */
-    uint32_t exec_timeout_s;         /* sandbox.exec_timeout_s: default command timeout (600) */
-    uint32_t exec_max_timeout_s;     /* sandbox.exec_max_timeout_s: cap on client timeouts (3600) */
-    uint64_t exec_max_output_bytes;  /* sandbox.exec_max_output_bytes: per stream (1048576) */
-    uint32_t max_sessions;           /* sandbox.max_sessions: shell sessions per box (16) */
-    uint32_t idle_timeout_s;         /* sandbox.idle_timeout_s: a parked sandbox stops after (600; 0 never) */
-    uint32_t replicas;               /* sandbox.replicas: running sandboxes kept by evicting idle ones (32; 0 no cap) */
-    enum fawn_provider provider;     /* sandbox.provider: local | remote (local) */
-    json_t *remote;                  /* sandbox.remote: the remote provider's commands (JSON
-                                        tree, see src/sandbox/remote.h), or NULL */
+    json_t *env_passthrough;        /* sandbox.env_passthrough: host variable names (JSON
+                                       array), already folded into env */
+    fawn_sandbox_limits limits;     /* sandbox.limits.* */
+    uint32_t exec_timeout_s;        /* sandbox.exec_timeout_s: default command timeout (600) */
+    uint32_t exec_max_timeout_s;    /* sandbox.exec_max_timeout_s: cap on client timeouts (3600) */
+    uint64_t exec_max_output_bytes; /* sandbox.exec_max_output_bytes: per stream (1048576) */
+    uint32_t max_sessions;          /* sandbox.max_sessions: shell sessions per box (16) */
+    uint32_t
+        idle_timeout_s; /* sandbox.idle_timeout_s: a parked sandbox stops after (600; 0 never) */
+    uint32_t replicas;  /* sandbox.replicas: running sandboxes kept by evicting idle ones (32; 0 no
+                           cap) */
+    enum fawn_provider provider; /* sandbox.provider: local | remote (local) */
+    json_t *remote;              /* sandbox.remote: the remote provider's commands (JSON
+                                    tree, see src/sandbox/remote.h), or NULL */
 } fawn_sandbox_config;
 
 typedef struct fawn_server_config {
-    char *host;       /* server.host: IPv4 address to listen on (default 127.0.0.1) */
-    uint32_t port;    /* server.port (default 8001) */
-    uint32_t threads; /* server.threads: request threads (default 4) */
-    uint32_t max_connections;             /* server.max_connections: open at once (1024) */
+    char *host;               /* server.host: IPv4 address to listen on (default 127.0.0.1) */
+    uint32_t port;            /* server.port (default 8001) */
+    uint32_t threads;         /* server.threads: request threads (default 4) */
+    uint32_t max_connections; /* server.max_connections: open at once (1024) */
     uint32_t max_connections_per_address; /* server.max_connections_per_address: of them,
                                              from one client address (64; trusted proxies
                                              are exempt) */
@@ -97,8 +99,8 @@ typedef struct fawn_runs_config {
 } fawn_runs_config;
 
 typedef struct fawn_config {
-    char *home;       /* home: state directory (default $FAWN_HOME or ./.fawn) */
-    char *log_level;  /* log_level: debug|info|warn|error (default info) */
+    char *home;      /* home: state directory (default $FAWN_HOME or ./.fawn) */
+    char *log_level; /* log_level: debug|info|warn|error (default info) */
     fawn_server_config server;
     fawn_sandbox_config sandbox;
     fawn_auth_config auth;

@@ -186,8 +186,8 @@ static void text_put(text_out *o, const char *s) {
 
 /* Characters RFC 5987 values keep as they are (those urllib's quote keeps). */
 static bool rfc5987_plain(unsigned char c) {
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '.' || c == '_' || c == '~';
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '.' || c == '_' || c == '~';
 }
 
 /* Characters the quoted ASCII fallback keeps; everything else becomes '_'. */
@@ -328,14 +328,10 @@ static int get_resolve(vpath_target *t, const vpath_roots *roots, const char *en
 /* Restates an open failure for the client. */
 static int get_open_err(int code, const vpath_target *t) {
     switch (code) {
-    case FAWN_ENOENT:
-        return artifact_not_found(t->shown);
-    case FAWN_EINVAL:
-        return not_a_file(t->shown);
-    case FAWN_EPERM:
-        return fawn_err(FAWN_EPERM, MSG_TRAVERSAL);
-    default:
-        return code;
+    case FAWN_ENOENT: return artifact_not_found(t->shown);
+    case FAWN_EINVAL: return not_a_file(t->shown);
+    case FAWN_EPERM: return fawn_err(FAWN_EPERM, MSG_TRAVERSAL);
+    default: return code;
     }
 }
 
@@ -384,8 +380,7 @@ int artifact_get(artifact_response *out, const vpath_roots *roots, const char *e
     return 0;
 }
 
-int artifact_body_read(size_t *n, const artifact_response *a, uint64_t pos, char *buf,
-                       size_t max) {
+int artifact_body_read(size_t *n, const artifact_response *a, uint64_t pos, char *buf, size_t max) {
     *n = 0;
     if (pos >= a->length)
         return 0;
@@ -398,8 +393,10 @@ int artifact_body_read(size_t *n, const artifact_response *a, uint64_t pos, char
         return fawn_err(FAWN_EIO, "artifact unreadable at byte %" PRIu64 ": %s", a->offset + pos,
                         strerror(errno));
     if (got == 0)
-        return fawn_err(FAWN_EIO, "artifact shrank while being sent: it ends before byte %" PRIu64
-                        " of %" PRIu64, a->offset + pos, a->size);
+        return fawn_err(FAWN_EIO,
+                        "artifact shrank while being sent: it ends before byte %" PRIu64
+                        " of %" PRIu64,
+                        a->offset + pos, a->size);
     *n = (size_t)got;
     return 0;
 }
@@ -508,8 +505,7 @@ static int put_open_file(int *fd_out, struct stat *st, int dirfd, const vpath_ta
 static int put_lock(int fd, const struct stat *st, int dirfd, const vpath_target *t) {
     if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
         if (errno == EWOULDBLOCK)
-            return fawn_err(FAWN_EBUSY, "Artifact is being saved by another request: %s",
-                            t->shown);
+            return fawn_err(FAWN_EBUSY, "Artifact is being saved by another request: %s", t->shown);
         return fawn_err_sys(FAWN_EIO, errno, "lock %s", t->shown);
     }
     struct stat now;

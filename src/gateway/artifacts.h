@@ -31,7 +31,7 @@
 #define ARTIFACT_CONTENT_TYPE_MAX 96
 /* "attachment" with both names of a VPATH_NAME_MAX-byte file: the ASCII
  * fallback takes one byte per name byte, the RFC 5987 form up to three. */
-#define ARTIFACT_DISPOSITION_MAX \
+#define ARTIFACT_DISPOSITION_MAX                                                                   \
     (sizeof "attachment; filename=\"\"; filename*=UTF-8''" + 4 * VPATH_NAME_MAX)
 /* "bytes A-B/N" with three 20-digit numbers fits with room to spare. */
 #define ARTIFACT_CONTENT_RANGE_MAX 96
@@ -39,11 +39,11 @@
 #define ARTIFACT_EDIT_MAX_BYTES ((size_t)2 << 20)
 
 typedef struct artifact_response {
-    int fd;                 /* open regular file, read-only; the caller closes it; -1 for 416 */
-    uint64_t size;          /* file size when it was opened */
-    uint64_t offset;        /* first byte to send */
-    uint64_t length;        /* bytes to send (0 for 416) */
-    unsigned status;        /* 200, 206 or 416 */
+    int fd;          /* open regular file, read-only; the caller closes it; -1 for 416 */
+    uint64_t size;   /* file size when it was opened */
+    uint64_t offset; /* first byte to send */
+    uint64_t length; /* bytes to send (0 for 416) */
+    unsigned status; /* 200, 206 or 416 */
     char content_type[ARTIFACT_CONTENT_TYPE_MAX];
     char content_disposition[ARTIFACT_DISPOSITION_MAX]; /* full header value */
     char content_range[ARTIFACT_CONTENT_RANGE_MAX];     /* "" for 200 */
@@ -76,8 +76,8 @@ typedef struct artifact_response {
  *               anything under /mnt/skills, and /mnt/user-data entries other
  *               than its three directories;
  *   FAWN_EIO. */
-FAWN_MUST_CHECK int artifact_get(artifact_response *out, const vpath_roots *roots, const char *encoded_tail,
-                 const char *range_header, bool download);
+FAWN_MUST_CHECK int artifact_get(artifact_response *out, const vpath_roots *roots,
+                                 const char *encoded_tail, const char *range_header, bool download);
 
 /* Reads the body of a (filled by artifact_get) at pos, counted from the
  * first byte to send (a->offset in the file): up to max bytes into buf, *n
@@ -85,8 +85,8 @@ FAWN_MUST_CHECK int artifact_get(artifact_response *out, const vpath_roots *root
  * or FAWN_EIO (*n = 0) when the file ends before a->length bytes (it was
  * truncated while being sent) or cannot be read: the sender must then end
  * the response short, never wait for bytes that will not come. */
-FAWN_MUST_CHECK int artifact_body_read(size_t *n, const artifact_response *a, uint64_t pos, char *buf,
-                       size_t max);
+FAWN_MUST_CHECK int artifact_body_read(size_t *n, const artifact_response *a, uint64_t pos,
+                                       char *buf, size_t max);
 
 /* Parses one Range header value against a representation of size bytes.
  * Returns 0 with *start and *len (> 0, start + len <= size) for a single
@@ -98,7 +98,8 @@ FAWN_MUST_CHECK int artifact_body_read(size_t *n, const artifact_response *a, ui
  * B < A, anything but plain decimal digits, a number above UINT64_MAX, or a
  * value longer than a single range can be. *start and *len stay 0 unless it
  * returns 0. header may be NULL (FAWN_ENOENT). */
-FAWN_MUST_CHECK int artifact_range_parse(uint64_t *start, uint64_t *len, const char *header, uint64_t size);
+FAWN_MUST_CHECK int artifact_range_parse(uint64_t *start, uint64_t *len, const char *header,
+                                         uint64_t size);
 
 typedef struct artifact_put_result {
     char path[VPATH_SHOWN_MAX]; /* the normalized virtual path */
@@ -141,7 +142,8 @@ typedef struct artifact_put_result {
  *   FAWN_ESTALE "Artifact changed since it was opened" (file unchanged);
  *   FAWN_EBUSY  another save of the same file is in progress;
  *   FAWN_EIO. The request body is checked before the file system is touched. */
-FAWN_MUST_CHECK int artifact_put(artifact_put_result *out, const vpath_roots *roots, const char *encoded_tail,
-                 const char *content, size_t content_len, const char *expected_sha256);
+FAWN_MUST_CHECK int artifact_put(artifact_put_result *out, const vpath_roots *roots,
+                                 const char *encoded_tail, const char *content, size_t content_len,
+                                 const char *expected_sha256);
 
 #endif

@@ -50,15 +50,13 @@ static int credentials_from_json(credentials *c, const gw_request *rq) {
 }
 
 static int credentials_from_form(credentials *c, const gw_request *rq) {
-    int r = gw_form_field(c->username, sizeof c->username, rq->body.data, rq->body.len,
-                          "username");
+    int r = gw_form_field(c->username, sizeof c->username, rq->body.data, rq->body.len, "username");
     if (r == FAWN_ENOENT)
         r = gw_form_field(c->username, sizeof c->username, rq->body.data, rq->body.len, "email");
     if (r == FAWN_ENOENT)
         return fawn_err(FAWN_EINVAL, "username is required");
     if (r == 0)
-        r = gw_form_field(c->password, sizeof c->password, rq->body.data, rq->body.len,
-                          "password");
+        r = gw_form_field(c->password, sizeof c->password, rq->body.data, rq->body.len, "password");
     return r == FAWN_ENOENT ? fawn_err(FAWN_EINVAL, "password is required") : r;
 }
 
@@ -156,8 +154,8 @@ static int throttle_check(gw_request *rq, const char *addr) {
     int64_t wait = gw_throttle_wait_s(rq->g->throttle, addr, fawn_wall_ms() / 1000);
     if (wait == 0)
         return 0;
-    struct MHD_Response *resp = gw_json_response(json_pack(
-        "{s:s}", "detail", "Too many failed sign-in attempts; try again later"));
+    struct MHD_Response *resp = gw_json_response(
+        json_pack("{s:s}", "detail", "Too many failed sign-in attempts; try again later"));
     char seconds[24];
     snprintf(seconds, sizeof seconds, "%lld", (long long)wait);
     if (resp)
@@ -350,8 +348,8 @@ static int route_token_delete(gw_request *rq) {
     return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, json_pack("{s:b}", "success", 1));
 }
 
-#define AUTH_ROUTE(m, p, fn, access, max)                                                     \
-    {m, "/api/v1/auth/" p, fn, access, (max) ? GW_BODY_BUFFER : GW_BODY_NONE, max, NULL}
+#define AUTH_ROUTE(m, p, fn, access, max)                                                          \
+    { m, "/api/v1/auth/" p, fn, access, (max) ? GW_BODY_BUFFER : GW_BODY_NONE, max, NULL }
 
 const gw_route gw_auth_routes[] = {
     AUTH_ROUTE("POST", "initialize", route_initialize, GW_PUBLIC, GW_AUTH_BODY_MAX),

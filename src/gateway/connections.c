@@ -54,9 +54,9 @@ struct gw_conns {
     uint32_t per_address_max;
     int64_t head_timeout_ms;
     pthread_mutex_t lock;
-    pthread_cond_t wake;  /* on CLOCK_MONOTONIC */
+    pthread_cond_t wake; /* on CLOCK_MONOTONIC */
     pthread_t watcher;
-    bool watching;        /* the watcher thread runs */
+    bool watching; /* the watcher thread runs */
     bool stopping;
     int64_t next_sweep_ms; /* when the watcher looks next; INT64_MAX: when woken */
     conn_record *open;     /* every open connection */
@@ -109,8 +109,10 @@ static bool address_take(gw_conns *t, const char *addr) {
         return true;
     }
     if (!c->refusal_logged)
-        log_warn("gateway", "%s holds %u connections, the most one address may: more are "
-                 "refused (server.max_connections_per_address)", addr, c->count);
+        log_warn("gateway",
+                 "%s holds %u connections, the most one address may: more are "
+                 "refused (server.max_connections_per_address)",
+                 addr, c->count);
     c->refusal_logged = true;
     return false;
 }
@@ -150,10 +152,10 @@ enum MHD_Result gw_conns_admit(void *cls, const struct sockaddr *addr, socklen_t
 /* Records a new connection; one over its address's cap (admitted by another
  * thread at the same moment) is shut down at once. */
 static void conn_started(gw_conns *t, struct MHD_Connection *c, void **socket_context) {
-    const union MHD_ConnectionInfo *fd =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    const union MHD_ConnectionInfo *peer =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c,
+                                                                 MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *peer = MHD_get_connection_info(
+        c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     conn_record *r = fd ? calloc(1, sizeof *r) : NULL;
     if (!r) { /* untracked, it would escape both limits: refused */
         if (fd)
@@ -203,8 +205,8 @@ void gw_conns_notify(void *cls, struct MHD_Connection *c, void **socket_context,
 }
 
 static conn_record *record_of(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *info =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(
+        c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return info ? info->socket_context : NULL;
 }
 
@@ -245,8 +247,8 @@ static int64_t deadlines_sweep(gw_conns *t, int64_t now) {
         }
     }
     if (closed)
-        log_debug("gateway", "closed %zu connection(s) that sent no request within %" PRId64
-                  " s", closed, t->head_timeout_ms / 1000);
+        log_debug("gateway", "closed %zu connection(s) that sent no request within %" PRId64 " s",
+                  closed, t->head_timeout_ms / 1000);
     return next;
 }
 

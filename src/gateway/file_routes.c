@@ -63,8 +63,8 @@ typedef struct upload_request {
     int dirfd;
     upload_batch *batch;
     multipart_parser *parser;
-    bool in_file;        /* the current part is a file being staged */
-    uint64_t received;   /* body bytes so far */
+    bool in_file;      /* the current part is a file being staged */
+    uint64_t received; /* body bytes so far */
     uint64_t body_max;
 } upload_request;
 
@@ -149,8 +149,7 @@ static int upload_copy(sbx_lease *l, const upload_request *u, const json_t *file
     if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
         return fawn_err(FAWN_EIO, "%s changed before it was copied into the sandbox", name);
     _cleanup_free_ char *path = NULL;
-    if (asprintf(&path, "/v1/file/upload?path=%s&overwrite=true",
-                 tail + strlen("/artifacts")) < 0)
+    if (asprintf(&path, "/v1/file/upload?path=%s&overwrite=true", tail + strlen("/artifacts")) < 0)
         return fawn_err(FAWN_ENOMEM, "out of memory");
     json_t *reply = NULL;
     int status = 0;
@@ -173,7 +172,8 @@ static int uploads_sync(gw_request *rq, const upload_request *u, const json_t *r
     char owner[24];
     paths_user_dir_name(owner, rq->who.user.id);
     sbx_request req = {.who = {.user = owner, .role = rq->who.user.role},
-                       .thread = u->thread.id, .kind = SBX_HOLD_UPLOAD};
+                       .thread = u->thread.id,
+                       .kind = SBX_HOLD_UPLOAD};
     sbx_lease *l = NULL;
     int r = sbx_acquire(&l, app_sandboxes(rq->g->app), &req);
     if (r == FAWN_EPERM) /* no command of this user runs in a sandbox to read them */
@@ -331,8 +331,9 @@ static int route_artifact_get(gw_request *rq) {
     const char *download = gw_query(rq, "download");
     bool attach = download && (strcmp(download, "true") == 0 || strcmp(download, "1") == 0);
     /* No validators are offered, so a conditional range gets the whole file. */
-    const char *range = gw_header(rq, MHD_HTTP_HEADER_IF_RANGE) ? NULL
-                                                                 : gw_header(rq, MHD_HTTP_HEADER_RANGE);
+    const char *range = gw_header(rq, MHD_HTTP_HEADER_IF_RANGE)
+                            ? NULL
+                            : gw_header(rq, MHD_HTTP_HEADER_RANGE);
     artifact_response a = {.fd = -1};
     if (r == 0)
         r = artifact_get(&a, &roots, rq->params[1], range, attach);
@@ -395,14 +396,14 @@ static int route_artifact_put(gw_request *rq) {
 const gw_route gw_file_routes[] = {
     {"POST", "/api/threads/{}/uploads", route_upload, AUTHZ_THREADS_WRITE, GW_BODY_STREAM, 0,
      &upload_stream},
-    {"GET", "/api/threads/{}/uploads/list", route_upload_list, AUTHZ_THREADS_READ, GW_BODY_NONE,
+    {"GET", "/api/threads/{}/uploads/list", route_upload_list, AUTHZ_THREADS_READ, GW_BODY_NONE, 0,
+     NULL},
+    {"GET", "/api/threads/{}/uploads/limits", route_upload_limits, AUTHZ_THREADS_READ, GW_BODY_NONE,
      0, NULL},
-    {"GET", "/api/threads/{}/uploads/limits", route_upload_limits, AUTHZ_THREADS_READ,
-     GW_BODY_NONE, 0, NULL},
     {"DELETE", "/api/threads/{}/uploads/{}", route_upload_delete, AUTHZ_THREADS_DELETE,
      GW_BODY_NONE, 0, NULL},
-    {"GET", "/api/threads/{}/artifacts/{*}", route_artifact_get, AUTHZ_THREADS_READ,
-     GW_BODY_NONE, 0, NULL},
+    {"GET", "/api/threads/{}/artifacts/{*}", route_artifact_get, AUTHZ_THREADS_READ, GW_BODY_NONE,
+     0, NULL},
     {"PUT", "/api/threads/{}/artifacts/{*}", route_artifact_put, AUTHZ_THREADS_WRITE,
      GW_BODY_BUFFER, ARTIFACT_PUT_BODY_MAX, NULL},
 };

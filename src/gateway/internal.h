@@ -61,8 +61,8 @@ struct gateway {
     gw_conns *conns;                         /* open connections: per-address cap, head deadline */
     char trusted_proxies[GW_TRUSTED_PROXIES_MAX][64]; /* canonical numeric addresses */
     size_t n_trusted_proxies;
-    atomic_int in_flight;                    /* requests begun and not completed */
-    pthread_mutex_t setup_lock;              /* makes "first admin" checks and creation one step */
+    atomic_int in_flight;       /* requests begun and not completed */
+    pthread_mutex_t setup_lock; /* makes "first admin" checks and creation one step */
 };
 
 /* How a request proved who it is. */
@@ -99,11 +99,11 @@ enum gw_body { GW_BODY_NONE, GW_BODY_BUFFER, GW_BODY_STREAM };
 
 typedef struct gw_route {
     const char *method;
-    const char *pattern;  /* "/api/threads/{}": "{}" is one segment, "{*}" the rest (raw) */
+    const char *pattern; /* "/api/threads/{}": "{}" is one segment, "{*}" the rest (raw) */
     gw_handler handle;
-    unsigned access;      /* GW_PUBLIC, GW_SIGNED_IN or permission bits */
+    unsigned access; /* GW_PUBLIC, GW_SIGNED_IN or permission bits */
     enum gw_body body;
-    size_t body_max;      /* GW_BODY_BUFFER: larger bodies are 413 */
+    size_t body_max; /* GW_BODY_BUFFER: larger bodies are 413 */
     const gw_stream_ops *stream;
 } gw_route;
 
@@ -114,10 +114,10 @@ struct gw_request {
     const char *method;
     char *params[GW_PARAMS_MAX]; /* raw captures of the route pattern, in order */
     gw_principal who;
-    fbuf body;                   /* GW_BODY_BUFFER */
-    void *stream_ctx;            /* GW_BODY_STREAM: the route's state */
-    uint64_t drained;            /* body bytes read and dropped */
-    bool responded;              /* an answer is queued or pending */
+    fbuf body;        /* GW_BODY_BUFFER */
+    void *stream_ctx; /* GW_BODY_STREAM: the route's state */
+    uint64_t drained; /* body bytes read and dropped */
+    bool responded;   /* an answer is queued or pending */
     /* An answer decided while the client is still sending its body waits
      * until the body has been read (dropped), so the client sees it rather
      * than a connection reset: gw_queue keeps it here while deferring. */
@@ -167,7 +167,8 @@ bool gw_proxy_trusted(const gateway *g, const char *addr);
  * decoded ('+' is a space, %XX escapes once) into out. FAWN_ENOENT when
  * absent; FAWN_EINVAL for a malformed escape, %00, or a value longer than
  * outsz - 1. */
-FAWN_MUST_CHECK int gw_form_field(char *out, size_t outsz, const char *body, size_t len, const char *key);
+FAWN_MUST_CHECK int gw_form_field(char *out, size_t outsz, const char *body, size_t len,
+                                  const char *key);
 /* The body as a JSON object (*out is new; caller decrefs); an empty body is
  * {}. FAWN_EINVAL for anything else than one JSON object. */
 FAWN_MUST_CHECK int gw_body_json(json_t **out, const gw_request *rq);
@@ -192,7 +193,8 @@ FAWN_MUST_CHECK int gw_respond_json(gw_request *rq, unsigned status, json_t *bod
 FAWN_MUST_CHECK int gw_respond_detail(gw_request *rq, unsigned status, const char *detail);
 /* Queues {"detail": {"code": code, "message": message}} with status: the
  * shape of authentication errors, whose code a client acts on. */
-FAWN_MUST_CHECK int gw_respond_coded(gw_request *rq, unsigned status, const char *code, const char *message);
+FAWN_MUST_CHECK int gw_respond_coded(gw_request *rq, unsigned status, const char *code,
+                                     const char *message);
 
 /* ---- sessions (session.c) ---- */
 
@@ -219,7 +221,8 @@ FAWN_MUST_CHECK int gw_check_csrf(gw_request *rq);
  * this server. 0, or FAWN_EPERM with a message. */
 FAWN_MUST_CHECK int gw_check_origin(const gw_request *rq);
 /* Adds fresh session cookies for user to r (a new csrf_token too). */
-FAWN_MUST_CHECK int gw_session_cookies_set(struct MHD_Response *r, const gateway *g, const store_user *user);
+FAWN_MUST_CHECK int gw_session_cookies_set(struct MHD_Response *r, const gateway *g,
+                                           const store_user *user);
 /* Adds cookies that clear the session to r. */
 FAWN_MUST_CHECK int gw_session_cookies_clear(struct MHD_Response *r, const gateway *g);
 
@@ -275,7 +278,8 @@ void gw_conns_head_awaited(gw_conns *t, struct MHD_Connection *c);
 FAWN_MUST_CHECK int gw_thread_resolve(store_thread *out, gw_request *rq, bool create);
 /* Opens t's user-data directory (app_thread_files_open for the signed-in
  * user); caller closes. */
-FAWN_MUST_CHECK int gw_thread_files_open(int *user_data_fd, gw_request *rq, const store_thread *t, bool create);
+FAWN_MUST_CHECK int gw_thread_files_open(int *user_data_fd, gw_request *rq, const store_thread *t,
+                                         bool create);
 
 /* {"id","email","username","system_role","needs_setup"} for u (new ref). */
 json_t *gw_user_json(const store_user *u);
@@ -309,11 +313,11 @@ typedef struct gw_follow_spec {
     const char *run_id;
     const char *thread_id;
     int64_t owner_id;
-    unsigned modes;                /* GW_MODE_* bits */
-    int64_t after;                 /* the last event id the client has (Last-Event-ID) */
-    bool sse;                      /* SSE frames; else /wait's final JSON */
-    bool cancel_on_disconnect;     /* on_disconnect: cancel */
-    const char *content_location;  /* header value, or NULL */
+    unsigned modes;               /* GW_MODE_* bits */
+    int64_t after;                /* the last event id the client has (Last-Event-ID) */
+    bool sse;                     /* SSE frames; else /wait's final JSON */
+    bool cancel_on_disconnect;    /* on_disconnect: cancel */
+    const char *content_location; /* header value, or NULL */
 } gw_follow_spec;
 
 /* Answers 200 with a response that follows the run (see run_stream.c). */

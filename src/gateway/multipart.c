@@ -568,16 +568,10 @@ static int epilogue_consume(multipart_parser *p, size_t len) {
 static int parser_step(multipart_parser *p, const char *data, size_t len, size_t *used) {
     switch (p->state) {
     case ST_PREAMBLE:
-    case ST_BODY:
-        return content_consume(p, data, len, used);
-    case ST_HEADERS:
-        return headers_consume(p, data, len, used);
-    case ST_EPILOGUE:
-        *used = len;
-        return epilogue_consume(p, len);
-    default:
-        *used = 1;
-        return delimiter_byte(p, data[0]);
+    case ST_BODY: return content_consume(p, data, len, used);
+    case ST_HEADERS: return headers_consume(p, data, len, used);
+    case ST_EPILOGUE: *used = len; return epilogue_consume(p, len);
+    default: *used = 1; return delimiter_byte(p, data[0]);
     }
 }
 

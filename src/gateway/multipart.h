@@ -56,7 +56,8 @@
  * content_type is NULL); FAWN_EINVAL for malformed parameters, a missing,
  * repeated, empty or over-long boundary, or one with characters RFC 2046
  * does not allow. */
-FAWN_MUST_CHECK int multipart_boundary(char out[MULTIPART_BOUNDARY_MAX + 1], const char *content_type);
+FAWN_MUST_CHECK int multipart_boundary(char out[MULTIPART_BOUNDARY_MAX + 1],
+                                       const char *content_type);
 
 /* What part_begin learns about a part. The strings are NUL-terminated and
  * valid only during the call. */
@@ -87,8 +88,8 @@ typedef struct multipart_parser multipart_parser;
  * returns it; copied). cb is copied; ctx is borrowed and handed to every
  * callback. Free with multipart_free. FAWN_EINVAL for an invalid boundary,
  * FAWN_ENOMEM. */
-FAWN_MUST_CHECK int multipart_new(multipart_parser **out, const char *boundary, const multipart_callbacks *cb,
-                  void *ctx);
+FAWN_MUST_CHECK int multipart_new(multipart_parser **out, const char *boundary,
+                                  const multipart_callbacks *cb, void *ctx);
 
 /* Frees p (NULL is fine). */
 void multipart_free(multipart_parser *p);

@@ -86,24 +86,26 @@ int gw_trusted_proxies_load(gateway *g, const json_t *list) {
     for (size_t i = 0; i < n; i++) {
         const char *text = json_string_value(json_array_get(list, i));
         if (!text || !address_canonical(g->trusted_proxies[i], text))
-            return fawn_err(FAWN_ECONFIG, "server.trusted_proxies[%zu]: must be a numeric IPv4 "
-                                          "or IPv6 address", i);
+            return fawn_err(FAWN_ECONFIG,
+                            "server.trusted_proxies[%zu]: must be a numeric IPv4 "
+                            "or IPv6 address",
+                            i);
     }
     g->n_trusted_proxies = n;
     return 0;
 }
 
 void gw_client_address(char out[64], const gw_request *rq) {
-    const union MHD_ConnectionInfo *info =
-        MHD_get_connection_info(rq->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(
+        rq->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     char peer[64] = "unknown";
     const struct sockaddr *sa = info ? info->client_addr : NULL;
     if (sa && sa->sa_family == AF_INET)
         inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, peer, sizeof peer);
     else if (sa && sa->sa_family == AF_INET6)
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, peer, sizeof peer);
-    gw_forwarded_client(out, peer, gw_header(rq, "X-Forwarded-For"),
-                        rq->g->trusted_proxies, rq->g->n_trusted_proxies);
+    gw_forwarded_client(out, peer, gw_header(rq, "X-Forwarded-For"), rq->g->trusted_proxies,
+                        rq->g->n_trusted_proxies);
 }
 
 /* Decodes one form component [s, end) into out; FAWN_EINVAL as above. */
@@ -114,7 +116,8 @@ static int form_decode(char *out, size_t outsz, const char *s, const char *end) 
         if (c == '+') {
             c = ' ';
         } else if (c == '%') {
-            int hi = end - s > 2 ? fawn_hex_digit(s[1]) : -1, lo = end - s > 2 ? fawn_hex_digit(s[2]) : -1;
+            int hi = end - s > 2 ? fawn_hex_digit(s[1]) : -1,
+                lo = end - s > 2 ? fawn_hex_digit(s[2]) : -1;
             if (hi < 0 || lo < 0 || (hi | lo) == 0)
                 return fawn_err(FAWN_EINVAL, "malformed form field");
             c = hi << 4 | lo;
@@ -129,8 +132,7 @@ static int form_decode(char *out, size_t outsz, const char *s, const char *end) 
 }
 
 /* gw_form_field's work; on failure out may hold part of the value. */
-static int form_field_find(char *out, size_t outsz, const char *body, size_t len,
-                           const char *key) {
+static int form_field_find(char *out, size_t outsz, const char *body, size_t len, const char *key) {
     if (!body)
         return fawn_err(FAWN_ENOENT, "%s is required", key);
     const char *end = body + len;
@@ -187,8 +189,8 @@ struct MHD_Response *gw_json_response(json_t *body) {
 struct MHD_Response *gw_json_text_response(char *text) {
     if (!text)
         return NULL;
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text,
+                                                             MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(text);
         return NULL;

@@ -16,15 +16,33 @@
 
 /* Options a client may send, and which ones must be null (or false) since
  * fawn does not do what they ask: refused by name, never ignored. */
-static const char *const run_keys[] = {
-    "assistant_id", "input", "command", "metadata", "config", "context", "checkpoint_id",
-    "checkpoint", "interrupt_before", "interrupt_after", "stream_mode", "stream_subgraphs",
-    "stream_resumable", "on_disconnect", "multitask_strategy", "webhook", "on_completion",
-    "after_seconds", "feedback_keys", "if_not_exists", "checkpoint_during", "durability", NULL};
+static const char *const run_keys[] = {"assistant_id",
+                                       "input",
+                                       "command",
+                                       "metadata",
+                                       "config",
+                                       "context",
+                                       "checkpoint_id",
+                                       "checkpoint",
+                                       "interrupt_before",
+                                       "interrupt_after",
+                                       "stream_mode",
+                                       "stream_subgraphs",
+                                       "stream_resumable",
+                                       "on_disconnect",
+                                       "multitask_strategy",
+                                       "webhook",
+                                       "on_completion",
+                                       "after_seconds",
+                                       "feedback_keys",
+                                       "if_not_exists",
+                                       "checkpoint_during",
+                                       "durability",
+                                       NULL};
 static const char *const unsupported_keys[] = {
-    "command", "checkpoint_id", "checkpoint", "interrupt_before", "interrupt_after",
-    "stream_subgraphs", "stream_resumable", "webhook", "on_completion", "after_seconds",
-    "feedback_keys", "checkpoint_during", "durability"};
+    "command",          "checkpoint_id",     "checkpoint", "interrupt_before", "interrupt_after",
+    "stream_subgraphs", "stream_resumable",  "webhook",    "on_completion",    "after_seconds",
+    "feedback_keys",    "checkpoint_during", "durability"};
 
 typedef struct run_args {
     json_t *body;
@@ -35,7 +53,7 @@ typedef struct run_args {
     unsigned modes;
     bool cancel_on_disconnect;
     bool interrupt;
-    bool create_thread;    /* if_not_exists: create */
+    bool create_thread; /* if_not_exists: create */
     char *kwargs, *metadata;
 } run_args;
 
@@ -49,7 +67,8 @@ static void run_args_clear(run_args *a) {
 /* A value that asks for nothing: absent, null, false, or empty. */
 static bool inert(const json_t *v) {
     return !v || json_is_null(v) || json_is_false(v) ||
-           (json_is_array(v) && json_array_size(v) == 0) || (json_is_object(v) && json_object_size(v) == 0);
+           (json_is_array(v) && json_array_size(v) == 0) ||
+           (json_is_object(v) && json_object_size(v) == 0);
 }
 
 static int unsupported(const char *key) {
@@ -91,7 +110,9 @@ static int choice(const char **out, const json_t *body, const char *key, const c
 static int recursion_limit(const json_t *config) {
     const json_t *v = json_object_get(config, "recursion_limit");
     json_int_t n = json_is_integer(v) ? json_integer_value(v) : 0;
-    return n <= 0 ? AGENT_RECURSION_DEFAULT : n > AGENT_RECURSION_MAX ? AGENT_RECURSION_MAX : (int)n;
+    return n <= 0                    ? AGENT_RECURSION_DEFAULT
+           : n > AGENT_RECURSION_MAX ? AGENT_RECURSION_MAX
+                                     : (int)n;
 }
 
 static int input_take(run_args *a) {
@@ -144,12 +165,11 @@ static int kwargs_take(run_args *a) {
     json_t *meta = json_object_get(a->body, "metadata");
     if (meta && !json_is_null(meta) && !json_is_object(meta))
         return fawn_err(FAWN_EINVAL, "metadata must be an object");
-    json_t *kw = json_pack("{s:O?, s:O?, s:O?, s:O?, s:i}", "stream_mode",
-                           json_object_get(a->body, "stream_mode"), "config",
-                           json_object_get(a->body, "config"), "context",
-                           json_object_get(a->body, "context"), "input",
-                           json_object_get(a->body, "input"), "recursion_limit",
-                           a->recursion_limit);
+    json_t *kw = json_pack(
+        "{s:O?, s:O?, s:O?, s:O?, s:i}", "stream_mode", json_object_get(a->body, "stream_mode"),
+        "config", json_object_get(a->body, "config"), "context",
+        json_object_get(a->body, "context"), "input", json_object_get(a->body, "input"),
+        "recursion_limit", a->recursion_limit);
     a->kwargs = kw ? json_dumps(kw, JSON_COMPACT) : NULL;
     json_decref(kw);
     a->metadata = json_is_object(meta) ? json_dumps(meta, JSON_COMPACT) : NULL;
@@ -190,12 +210,11 @@ static json_t *run_json(const store_run *run) {
     gw_iso_time(updated, run->updated_at_ms);
     json_t *kwargs = json_loads(run->kwargs, 0, NULL);
     json_t *meta = json_loads(run->metadata, 0, NULL);
-    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:s, s:s?}", "run_id",
-                     run->run_id, "thread_id", run->thread_id, "assistant_id", run->assistant_id,
-                     "created_at", created, "updated_at", updated, "status", run->status,
-                     "metadata", meta ? meta : json_object(), "kwargs",
-                     kwargs ? kwargs : json_object(), "multitask_strategy", "reject", "error",
-                     run->error);
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:s, s:s?}", "run_id", run->run_id,
+                     "thread_id", run->thread_id, "assistant_id", run->assistant_id, "created_at",
+                     created, "updated_at", updated, "status", run->status, "metadata",
+                     meta ? meta : json_object(), "kwargs", kwargs ? kwargs : json_object(),
+                     "multitask_strategy", "reject", "error", run->error);
 }
 
 /* The thread a run goes to: the route's, or for stateless runs the one the
@@ -209,7 +228,8 @@ static int run_thread(store_thread *t, gw_request *rq, const run_args *a, bool s
     }
     char id[65];
     if (a->thread_id && !fawn_id_valid(a->thread_id))
-        return fawn_err(FAWN_EINVAL, "config.configurable.thread_id must match [A-Za-z0-9_-]{1,64}");
+        return fawn_err(FAWN_EINVAL,
+                        "config.configurable.thread_id must match [A-Za-z0-9_-]{1,64}");
     if (a->thread_id)
         snprintf(id, sizeof id, "%s", a->thread_id);
     else
@@ -233,8 +253,10 @@ static int answer(gw_request *rq, enum run_answer how, const run_args *a, const 
     }
     char location[192];
     snprintf(location, sizeof location, "/api/threads/%s/runs/%s", thread_id, run_id);
-    gw_follow_spec spec = {.run_id = run_id, .thread_id = thread_id,
-                           .owner_id = rq->who.user.id, .modes = a->modes,
+    gw_follow_spec spec = {.run_id = run_id,
+                           .thread_id = thread_id,
+                           .owner_id = rq->who.user.id,
+                           .modes = a->modes,
                            .sse = how == ANSWER_STREAM,
                            .cancel_on_disconnect = a->cancel_on_disconnect,
                            .content_location = how == ANSWER_STREAM ? location : NULL};
@@ -252,9 +274,13 @@ static int run_create(gw_request *rq, enum run_answer how, bool stateless) {
     if (r == 0)
         r = run_thread(&t, rq, &a, stateless);
     char run_id[37] = "";
-    app_run_spec spec = {.thread_id = t.id, .model_name = a.model,
-                         .recursion_limit = a.recursion_limit, .input = a.input,
-                         .kwargs = a.kwargs, .metadata = a.metadata, .interrupt = a.interrupt};
+    app_run_spec spec = {.thread_id = t.id,
+                         .model_name = a.model,
+                         .recursion_limit = a.recursion_limit,
+                         .input = a.input,
+                         .kwargs = a.kwargs,
+                         .metadata = a.metadata,
+                         .interrupt = a.interrupt};
     if (r == 0)
         r = app_run_start(run_id, rq->g->app, &rq->who.user, &spec);
     if (r == 0)
@@ -309,8 +335,8 @@ static int route_run_list(gw_request *rq) {
     store_run *runs = NULL;
     size_t n = 0;
     if (r == 0)
-        r = store_run_list(rq->g->st, &runs, &n, rq->who.user.id, rq->params[0],
-                           (size_t)limit, (size_t)offset);
+        r = store_run_list(rq->g->st, &runs, &n, rq->who.user.id, rq->params[0], (size_t)limit,
+                           (size_t)offset);
     if (r < 0)
         return r;
     json_t *list = json_array();
@@ -349,9 +375,12 @@ static int follow_existing(gw_request *rq, bool sse) {
     if (r < 0)
         return r;
     r = gw_event_id_parse(&after, gw_header(rq, "Last-Event-ID"));
-    gw_follow_spec spec = {.run_id = run.run_id, .thread_id = run.thread_id,
-                           .owner_id = rq->who.user.id, .modes = run_modes(&run),
-                           .after = after, .sse = sse};
+    gw_follow_spec spec = {.run_id = run.run_id,
+                           .thread_id = run.thread_id,
+                           .owner_id = rq->who.user.id,
+                           .modes = run_modes(&run),
+                           .after = after,
+                           .sse = sse};
     if (r == 0)
         r = gw_respond_follow(rq, &spec);
     store_run_clear(&run);
@@ -409,12 +438,12 @@ static int route_run_receipts(gw_request *rq) {
     for (size_t i = 0; i < n; i++) {
         char created[40];
         gw_iso_time(created, rcs[i].created_at_ms);
-        json_array_append_new(
-            list, json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:s}", "tool_call_id",
-                            rcs[i].tool_call_id, "tool_name", rcs[i].tool_name, "status",
-                            rcs[i].status, "args_sha256", rcs[i].args_sha256, "output_sha256",
-                            rcs[i].output_sha256, "output_bytes", (json_int_t)rcs[i].output_bytes,
-                            "created_at", created));
+        json_array_append_new(list,
+                              json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:s}", "tool_call_id",
+                                        rcs[i].tool_call_id, "tool_name", rcs[i].tool_name,
+                                        "status", rcs[i].status, "args_sha256", rcs[i].args_sha256,
+                                        "output_sha256", rcs[i].output_sha256, "output_bytes",
+                                        (json_int_t)rcs[i].output_bytes, "created_at", created));
     }
     free(rcs);
     return gw_respond_json(rq, MHD_HTTP_OK, json_pack("{s:o}", "receipts", list));

@@ -34,12 +34,12 @@ typedef struct follower {
     gw_follow_spec spec;
     char run_id[37];
     char thread_id[65];
-    run_log *log;      /* the live log, or NULL: the events are in the store */
-    int64_t cursor;    /* the last event id passed over */
-    fbuf out;          /* bytes not handed to the server yet */
+    run_log *log;   /* the live log, or NULL: the events are in the store */
+    int64_t cursor; /* the last event id passed over */
+    fbuf out;       /* bytes not handed to the server yet */
     size_t out_pos;
-    bool finished;     /* nothing will follow what is in out */
-    bool end_sent;     /* an end frame is in out, or was handed out */
+    bool finished; /* nothing will follow what is in out */
+    bool end_sent; /* an end frame is in out, or was handed out */
     int64_t last_sent_ms;
 } follower;
 
@@ -47,8 +47,8 @@ static const struct {
     const char *event;
     unsigned mode;
 } event_modes[] = {
-    {"values", GW_MODE_VALUES},   {"messages", GW_MODE_MESSAGES}, {"updates", GW_MODE_UPDATES},
-    {"custom", GW_MODE_CUSTOM},   {"metadata", GW_MODE_ALWAYS},   {"error", GW_MODE_ALWAYS},
+    {"values", GW_MODE_VALUES}, {"messages", GW_MODE_MESSAGES}, {"updates", GW_MODE_UPDATES},
+    {"custom", GW_MODE_CUSTOM}, {"metadata", GW_MODE_ALWAYS},   {"error", GW_MODE_ALWAYS},
     {"end", GW_MODE_ALWAYS},
 };
 
@@ -56,8 +56,10 @@ int gw_stream_modes(unsigned *out, const json_t *stream_mode) {
     static const struct {
         const char *name;
         unsigned mode;
-    } names[] = {{"values", GW_MODE_VALUES},          {"messages-tuple", GW_MODE_MESSAGES},
-                 {"messages", GW_MODE_MESSAGES},      {"updates", GW_MODE_UPDATES},
+    } names[] = {{"values", GW_MODE_VALUES},
+                 {"messages-tuple", GW_MODE_MESSAGES},
+                 {"messages", GW_MODE_MESSAGES},
+                 {"updates", GW_MODE_UPDATES},
                  {"custom", GW_MODE_CUSTOM}};
     *out = GW_MODE_ALWAYS;
     if (!stream_mode || json_is_null(stream_mode)) {
@@ -101,17 +103,17 @@ static void out_added(follower *f, int r, const char *what) {
 }
 
 static void frame(follower *f, const char *event, const char *data, int64_t id) {
-    int r = id > 0 ? fbuf_printf(&f->out, "event: %s\ndata: %s\nid: %" PRId64 "\n\n", event,
-                                 data, id)
-                   : fbuf_printf(&f->out, "event: %s\ndata: %s\n\n", event, data);
+    int r = id > 0
+                ? fbuf_printf(&f->out, "event: %s\ndata: %s\nid: %" PRId64 "\n\n", event, data, id)
+                : fbuf_printf(&f->out, "event: %s\ndata: %s\n\n", event, data);
     f->end_sent |= r == 0 && strcmp(event, "end") == 0;
     out_added(f, r, event);
 }
 
 /* The gap frame: the reader asked for events no longer kept. */
 static void gap(follower *f, int64_t first, int64_t last) {
-    json_t *g = json_pack("{s:s, s:s, s:I, s:I, s:I, s:s}", "code", "stream_replay_gap",
-                          "run_id", f->run_id, "requested_event_id", (json_int_t)f->cursor,
+    json_t *g = json_pack("{s:s, s:s, s:I, s:I, s:I, s:s}", "code", "stream_replay_gap", "run_id",
+                          f->run_id, "requested_event_id", (json_int_t)f->cursor,
                           "earliest_available_event_id", (json_int_t)first,
                           "latest_available_event_id", (json_int_t)last, "recovery",
                           "reload_durable_state");
@@ -143,8 +145,7 @@ static void final_state(follower *f) {
         store_checkpoint_clear(&cp);
     }
     store_run_clear(&run);
-    out_added(f, fbuf_append(&f->out, text ? text : "{}", text ? strlen(text) : 2),
-              "final state");
+    out_added(f, fbuf_append(&f->out, text ? text : "{}", text ? strlen(text) : 2), "final state");
     free(text);
     f->finished = true;
 }
@@ -160,8 +161,8 @@ static void values_frame(follower *f, const store_event *e) {
     if (r == 0 || r == FAWN_EINVAL) {
         frame(f, e->event, r == 0 ? state : e->data, e->seq);
     } else {
-        log_warn("gateway", "run %s: state of event %" PRId64 " unreadable: %s", f->run_id,
-                 e->seq, fawn_errmsg());
+        log_warn("gateway", "run %s: state of event %" PRId64 " unreadable: %s", f->run_id, e->seq,
+                 fawn_errmsg());
         f->finished = true;
     }
     free(state);
@@ -290,8 +291,9 @@ int gw_event_id_parse(int64_t *out, const char *text) {
     for (const char *p = text; *p; p++) {
         int digit = *p - '0';
         if (digit < 0 || digit > 9 || n > (INT64_MAX - digit) / 10)
-            return fawn_err(FAWN_EINVAL, "Last-Event-ID must be an event id: decimal digits, "
-                                         "at most %" PRId64 " (or -1 for the first event)",
+            return fawn_err(FAWN_EINVAL,
+                            "Last-Event-ID must be an event id: decimal digits, "
+                            "at most %" PRId64 " (or -1 for the first event)",
                             INT64_MAX);
         n = n * 10 + digit;
     }
@@ -303,7 +305,10 @@ int gw_respond_follow(gw_request *rq, const gw_follow_spec *spec) {
     follower *f = calloc(1, sizeof *f);
     if (!f)
         return fawn_err(FAWN_ENOMEM, "out of memory");
-    *f = (follower){.g = rq->g, .conn = rq->conn, .spec = *spec, .cursor = spec->after,
+    *f = (follower){.g = rq->g,
+                    .conn = rq->conn,
+                    .spec = *spec,
+                    .cursor = spec->after,
                     .last_sent_ms = fawn_now_ms()};
     snprintf(f->run_id, sizeof f->run_id, "%s", spec->run_id);
     snprintf(f->thread_id, sizeof f->thread_id, "%s", spec->thread_id);

@@ -8,10 +8,10 @@ static json_t *info_json(const sbx_info *s) {
     json_t *holders = json_object();
     for (int k = 0; holders && k < SBX_HOLD_KINDS; k++)
         json_object_set_new(holders, sbx_holder_name(k), json_integer(s->holders[k]));
-    return json_pack("{s:s,s:s,s:s,s:s,s:s,s:o?,s:I,s:b,s:b,s:I,s:I}", "sandbox_id",
-                     s->sandbox_id, "user_id", s->user, "thread_id", s->thread, "generation",
-                     s->generation, "state", sbx_state_name(s->state), "holders", holders,
-                     "idle_ms", (json_int_t)s->idle_ms, "fenced", s->fenced, "destroy_deferred",
+    return json_pack("{s:s,s:s,s:s,s:s,s:s,s:o?,s:I,s:b,s:b,s:I,s:I}", "sandbox_id", s->sandbox_id,
+                     "user_id", s->user, "thread_id", s->thread, "generation", s->generation,
+                     "state", sbx_state_name(s->state), "holders", holders, "idle_ms",
+                     (json_int_t)s->idle_ms, "fenced", s->fenced, "destroy_deferred",
                      s->destroy_deferred, "teardown_failures", (json_int_t)s->teardown_failures,
                      "teardown_backoff_ms", (json_int_t)s->teardown_backoff_ms);
 }

@@ -274,9 +274,8 @@ static bool head_answer_waits(const gw_request *rq) {
 /* libmicrohttpd calls this once when the head has arrived, then once per
  * body chunk, then once more at the end. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **req_cls) {
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls) {
     gw_request *rq = *req_cls;
     if (!rq) {
         rq = calloc(1, sizeof *rq);
@@ -427,7 +426,8 @@ static void files_limit_raise(const fawn_server_config *s) {
         return;
     rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
     if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur < want)
-        log_warn("gateway", "open files are limited to %llu: server.max_connections %u needs %llu; "
+        log_warn("gateway",
+                 "open files are limited to %llu: server.max_connections %u needs %llu; "
                  "raise the limit (ulimit -n, LimitNOFILE=) or lower server.max_connections",
                  (unsigned long long)rl.rlim_cur, s->max_connections, (unsigned long long)want);
 }
@@ -448,7 +448,8 @@ static struct MHD_Daemon *daemon_start(gateway *g, const struct sockaddr_in *add
 int gateway_start(gateway **out, app *a) {
     *out = NULL;
     const fawn_config *cfg = app_config(a);
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->server.port)};
+    struct sockaddr_in addr = {.sin_family = AF_INET,
+                               .sin_port = htons((uint16_t)cfg->server.port)};
     if (inet_pton(AF_INET, cfg->server.host, &addr.sin_addr) != 1)
         return fawn_err(FAWN_EINVAL, "server.host must be an IPv4 address, got '%s'",
                         cfg->server.host);

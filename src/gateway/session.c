@@ -117,8 +117,8 @@ int gw_check_origin(const gw_request *rq) {
     return same ? 0 : fawn_err(FAWN_EPERM, "Cross-origin request refused");
 }
 
-static int cookie_add(struct MHD_Response *r, const gateway *g, const char *name,
-                      const char *value, int64_t max_age, const char *attributes) {
+static int cookie_add(struct MHD_Response *r, const gateway *g, const char *name, const char *value,
+                      int64_t max_age, const char *attributes) {
     char *text = NULL;
     if (asprintf(&text, "%s=%s; Path=/; Max-Age=%lld; %s%s", name, value, (long long)max_age,
                  attributes, g->cfg->auth.cookie_secure ? "; Secure" : "") < 0)
@@ -130,8 +130,10 @@ static int cookie_add(struct MHD_Response *r, const gateway *g, const char *name
 
 int gw_session_cookies_set(struct MHD_Response *resp, const gateway *g, const store_user *user) {
     int64_t now = fawn_wall_ms() / 1000, ttl = g->cfg->auth.session_ttl_s;
-    auth_claims c = {.user_id = user->id, .token_version = user->token_version,
-                     .issued_at = now, .expires_at = now + ttl};
+    auth_claims c = {.user_id = user->id,
+                     .token_version = user->token_version,
+                     .issued_at = now,
+                     .expires_at = now + ttl};
     _cleanup_free_ char *token = NULL;
     int r = auth_jwt_sign(&token, g->secret, &c);
     if (r < 0)

@@ -32,8 +32,8 @@ static json_t *state_fields(const char *thread_id, const store_checkpoint *cp) {
     return json_pack("{s:[], s:[], s:o, s:s?, s:o, s:o, s:s?, s:s?, s:[]}", "next", "tasks",
                      "metadata", meta ? meta : json_object(), "created_at", cp ? created : NULL,
                      "checkpoint", checkpoint_ref(thread_id, id), "parent_checkpoint",
-                     checkpoint_ref(thread_id, parent), "checkpoint_id", id,
-                     "parent_checkpoint_id", parent, "interrupts");
+                     checkpoint_ref(thread_id, parent), "checkpoint_id", id, "parent_checkpoint_id",
+                     parent, "interrupts");
 }
 
 /* Appends the state object of cp to out, its values the state read
@@ -88,8 +88,8 @@ static const char *before_id(const json_t *body) {
     const json_t *before = json_object_get(body, "before");
     if (json_is_string(before))
         return json_string_value(before);
-    return json_string_value(json_object_get(json_object_get(before, "configurable"),
-                                             "checkpoint_id"));
+    return json_string_value(
+        json_object_get(json_object_get(before, "configurable"), "checkpoint_id"));
 }
 
 /* The states of list[0..n) as a JSON array into out, while their messages
@@ -246,11 +246,11 @@ static int route_state_update(gw_request *rq) {
 
 static json_t *assistant_json(void) {
     return json_pack("{s:s, s:s, s:s, s:s, s:{}, s:{}, s:{}, s:i, s:s, s:s}", "assistant_id",
-                     AGENT_ASSISTANT_ID, "graph_id", AGENT_ASSISTANT_ID, "name",
-                     AGENT_ASSISTANT_ID, "description",
+                     AGENT_ASSISTANT_ID, "graph_id", AGENT_ASSISTANT_ID, "name", AGENT_ASSISTANT_ID,
+                     "description",
                      "fawn's lead agent: works in the thread's sandbox with its tools", "config",
-                     "metadata", "context", "version", 1, "created_at",
-                     "1970-01-01T00:00:00Z", "updated_at", "1970-01-01T00:00:00Z");
+                     "metadata", "context", "version", 1, "created_at", "1970-01-01T00:00:00Z",
+                     "updated_at", "1970-01-01T00:00:00Z");
 }
 
 static int route_assistants_search(gw_request *rq) {

@@ -30,8 +30,8 @@ static json_t *thread_json(const store_thread *t) {
     json_t *metadata = json_loads(t->metadata, 0, NULL);
     return json_pack("{s:s,s:s,s:s,s:o,s:s,s:{},s:{},s:{}}", "thread_id", t->id, "created_at",
                      created, "updated_at", updated, "metadata",
-                     metadata ? metadata : json_object(), "status", t->status, "config",
-                     "values", "interrupts");
+                     metadata ? metadata : json_object(), "status", t->status, "config", "values",
+                     "interrupts");
 }
 
 static int respond_thread(gw_request *rq, unsigned status, store_thread *t) {
@@ -87,8 +87,8 @@ typedef struct create_args {
 } create_args;
 
 static int create_args_read(create_args *a, gw_request *rq) {
-    static const char *const keys[] = {"thread_id", "assistant_id", "graph_id", "metadata",
-                                       "if_exists", NULL};
+    static const char *const keys[] = {"thread_id", "assistant_id", "graph_id",
+                                       "metadata",  "if_exists",    NULL};
     json_t *body = NULL;
     const char *id = NULL, *if_exists = NULL;
     int r = gw_body_json(&body, rq);
@@ -167,8 +167,8 @@ static int search_order_check(const json_t *body) {
 }
 
 static int search_args_read(search_args *a, json_t *body) {
-    static const char *const keys[] = {"metadata", "limit", "offset", "status", "values",
-                                       "sort_by", "sort_order", NULL};
+    static const char *const keys[] = {"metadata", "limit",   "offset",     "status",
+                                       "values",   "sort_by", "sort_order", NULL};
     int r = fjson_check_keys(body, keys);
     if (r == 0)
         r = fjson_get_int(&a->limit, body, "limit", false, 1, SEARCH_MAX_LIMIT);
@@ -205,7 +205,7 @@ static int route_thread_search(gw_request *rq) {
         r = store_thread_search(rq->g->st, &rows, &n, rq->who.user.id, a.match, a.status,
                                 (size_t)a.limit, (size_t)a.offset);
     free(a.match);
-    json_decref(body); /* a.status pointed into it */
+    json_decref(body);                       /* a.status pointed into it */
     if (r == FAWN_EINVAL || r == FAWN_E2BIG) /* E2BIG: the match is beyond the store's bounds */
         return unprocessable(rq, fawn_errmsg());
     if (r < 0)
@@ -292,8 +292,10 @@ static int thread_files_delete(gw_request *rq, const char *id) {
     char why[512];
     snprintf(why, sizeof why, "%s", fawn_errmsg());
     if (renameat(threads, trash, threads, id) < 0)
-        log_error("gateway", "thread %s: what is left of its files stays in %s (removed at the "
-                  "next start): %s", id, trash, strerror(errno));
+        log_error("gateway",
+                  "thread %s: what is left of its files stays in %s (removed at the "
+                  "next start): %s",
+                  id, trash, strerror(errno));
     return fawn_err(FAWN_EIO, "Thread %s's files could not be removed: %s", id, why);
 }
 
@@ -333,7 +335,6 @@ const gw_route gw_thread_routes[] = {
     {"GET", "/api/threads/{}", route_thread_get, AUTHZ_THREADS_READ, GW_BODY_NONE, 0, NULL},
     {"PATCH", "/api/threads/{}", route_thread_patch, AUTHZ_THREADS_WRITE, GW_BODY_BUFFER,
      GW_JSON_BODY_MAX, NULL},
-    {"DELETE", "/api/threads/{}", route_thread_delete, AUTHZ_THREADS_DELETE, GW_BODY_NONE, 0,
-     NULL},
+    {"DELETE", "/api/threads/{}", route_thread_delete, AUTHZ_THREADS_DELETE, GW_BODY_NONE, 0, NULL},
 };
 const size_t gw_thread_routes_count = ARRAY_LEN(gw_thread_routes);

@@ -35,9 +35,9 @@ struct upload_batch {
     upload_limits lim;
     staged_file *files;
     size_t n, cap;
-    bool open;         /* the last file is being written */
-    uint64_t total;    /* bytes of every file so far */
-    int failed;        /* 0, or the code of the error that ended the batch */
+    bool open;                        /* the last file is being written */
+    uint64_t total;                   /* bytes of every file so far */
+    int failed;                       /* 0, or the code of the error that ended the batch */
     char failed_msg[FAILED_MSG_SIZE]; /* its message, repeated by every later call */
 };
 
@@ -104,8 +104,8 @@ static int batch_claim_name(upload_batch *b, staged_file *f) {
         int len = snprintf(cand, sizeof cand, "%.*s_%zu%s", (int)stem, f->original, k,
                            f->original + stem);
         if (len < 0 || (size_t)len >= sizeof cand || len > VPATH_NAME_MAX)
-            return fawn_err(FAWN_EINVAL,
-                            "Filename is too long to number as a duplicate: %s", f->original);
+            return fawn_err(FAWN_EINVAL, "Filename is too long to number as a duplicate: %s",
+                            f->original);
         if (batch_name_taken(b, cand))
             continue;
         int r = name_check(cand);
@@ -149,8 +149,8 @@ static json_t *file_entry_new(const char *name, uint64_t size, const char *threa
     char vpath_buf[VIRTUAL_PATH_SIZE], enc[ENCODED_NAME_SIZE], url[ARTIFACT_URL_SIZE];
     snprintf(vpath_buf, sizeof vpath_buf, "%s/uploads/%s", VPATH_USER_DATA, name);
     name_percent_encode(enc, name);
-    snprintf(url, sizeof url, "/api/threads/%s/artifacts%s/uploads/%s", thread_id,
-             VPATH_USER_DATA, enc);
+    snprintf(url, sizeof url, "/api/threads/%s/artifacts%s/uploads/%s", thread_id, VPATH_USER_DATA,
+             enc);
     return json_pack("{s:s, s:I, s:s, s:s, s:s}", "filename", name, "size", (json_int_t)size,
                      "path", vpath_buf, "virtual_path", vpath_buf, "artifact_url", url);
 }
@@ -367,8 +367,8 @@ static json_t *commit_result(const upload_batch *b, const char *thread_id) {
         json_decref(skipped);
         return NULL;
     }
-    return json_pack("{s:b, s:o, s:s, s:o}", "success", n_skipped == 0, "files", files,
-                     "message", message, "skipped_files", skipped);
+    return json_pack("{s:b, s:o, s:s, s:o}", "success", n_skipped == 0, "files", files, "message",
+                     message, "skipped_files", skipped);
 }
 
 static int commit_check(const upload_batch *b, const char *thread_id) {
@@ -484,8 +484,8 @@ static int listing_read(listing *l, int uploads_dirfd) {
             break;
         }
         struct stat st;
-        if (name_refusal(e->d_name) ||
-            fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+        if (name_refusal(e->d_name) || fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !S_ISREG(st.st_mode))
             continue;
         r = listing_push(l, e->d_name, &st);
     }

@@ -57,7 +57,8 @@ typedef struct upload_batch upload_batch;
  * fails, the batch has already removed every staging file it made and every
  * later call (commit included) fails with the same code and message; the
  * caller still frees it with upload_batch_abort (or commit). */
-FAWN_MUST_CHECK int upload_batch_begin(upload_batch **out, int uploads_dirfd, const upload_limits *lim);
+FAWN_MUST_CHECK int upload_batch_begin(upload_batch **out, int uploads_dirfd,
+                                       const upload_limits *lim);
 
 /* Starts the next file, named by the client's file name (an empty name, a
  * part with no file chosen, is refused like any bad name). Creates its

@@ -49,8 +49,8 @@ typedef int (*sse_event_fn)(void *ctx, const char *event, const char *data, size
 typedef struct sse_parser {
     sse_event_fn on_event;
     void *ctx;
-    fbuf line;       /* the current, unterminated line */
-    fbuf data;       /* data of the pending event */
+    fbuf line; /* the current, unterminated line */
+    fbuf data; /* data of the pending event */
     char event[SSE_EVENT_NAME_MAX];
     bool has_data;   /* a data field was seen for the pending event */
     bool after_cr;   /* the previous byte ended a line with CR (skip one LF) */
@@ -89,11 +89,11 @@ void sse_free(sse_parser *p);
 #define MODEL_USAGE_TOKENS_MAX ((int64_t)1 << 40)
 
 typedef struct model_config {
-    const char *name;     /* configured name, used in messages (required) */
-    const char *model;    /* provider model id sent as "model" */
-    const char *base_url; /* e.g. https://gateway.example/v1 (no trailing /chat/completions) */
-    const char *api_key;  /* NULL or "" sends no Authorization header */
-    uint32_t max_tokens;  /* 0 omits max_tokens */
+    const char *name;          /* configured name, used in messages (required) */
+    const char *model;         /* provider model id sent as "model" */
+    const char *base_url;      /* e.g. https://gateway.example/v1 (no trailing /chat/completions) */
+    const char *api_key;       /* NULL or "" sends no Authorization header */
+    uint32_t max_tokens;       /* 0 omits max_tokens */
     uint32_t stall_timeout_ms; /* no bytes for this long → stalled; 0 = 240 s */
     uint32_t total_timeout_ms; /* whole attempt; 0 = 15 min */
     const json_t *extra_body;  /* NULL or an object merged into the request body */
@@ -103,7 +103,7 @@ typedef struct model_reply {
     /* {"role":"assistant","content":"...","tool_calls":[{"id","type":"function",
      * "function":{"name","arguments"}}]} (tool_calls only when there are some). */
     json_t *message;
-    char finish_reason[32]; /* "" when the stream did not say */
+    char finish_reason[32];                   /* "" when the stream did not say */
     int64_t prompt_tokens, completion_tokens; /* 0 … MODEL_USAGE_TOKENS_MAX; -1 when not sent */
 } model_reply;
 
@@ -153,9 +153,10 @@ typedef void (*model_delta_fn)(void *ctx, const char *content_delta, size_t len)
  * FAWN_ETIMEDOUT (stall or total timeout), FAWN_EPERM (auth/quota),
  * FAWN_EBUSY (rate limited), FAWN_EPROTO (bad stream), FAWN_E2BIG (a reply
  * limit above), FAWN_EIO (transport/HTTP errors), FAWN_EINVAL (bad config). */
-FAWN_MUST_CHECK int model_attempt(model_reply *out, enum model_failure *why, int64_t *retry_after_ms,
-                  const model_config *cfg, const json_t *messages, const json_t *tools,
-                  model_delta_fn on_delta, void *ctx, const atomic_bool *cancel);
+FAWN_MUST_CHECK int model_attempt(model_reply *out, enum model_failure *why,
+                                  int64_t *retry_after_ms, const model_config *cfg,
+                                  const json_t *messages, const json_t *tools,
+                                  model_delta_fn on_delta, void *ctx, const atomic_bool *cancel);
 
 /* ---- retry policy: every budget and delay of model_complete ---------------
  *
@@ -212,7 +213,7 @@ enum model_breaker_state { MODEL_BREAKER_CLOSED, MODEL_BREAKER_OPEN, MODEL_BREAK
 typedef struct model_breaker {
     pthread_mutex_t lock;
     enum model_breaker_state state;
-    int failures;       /* consecutive exhausted retriable failures */
+    int failures; /* consecutive exhausted retriable failures */
     int64_t opened_at_ms;
     bool probe_in_flight;
 } model_breaker;
@@ -236,9 +237,9 @@ void model_breaker_record(model_breaker *b, enum model_failure outcome, int64_t 
 
 /* What each retry reports (the llm_retry custom event). */
 typedef struct model_retry_info {
-    int attempt;       /* the attempt that failed, from 1 */
-    int max_attempts;  /* budget of its failure class */
-    int64_t wait_ms;   /* delay before the next attempt */
+    int attempt;         /* the attempt that failed, from 1 */
+    int max_attempts;    /* budget of its failure class */
+    int64_t wait_ms;     /* delay before the next attempt */
     const char *reason;  /* model_failure_name of the failure */
     const char *message; /* the failure's error message */
 } model_retry_info;
@@ -251,10 +252,10 @@ typedef struct model_hooks {
     model_delta_fn on_delta; /* streamed text; text of a failed attempt may already have been sent:
                                 an on_retry call means "discard what was streamed" */
     model_retry_fn on_retry;
-    void *ctx;               /* passed to on_delta and on_retry */
+    void *ctx; /* passed to on_delta and on_retry */
     /* Sleeps ms or until *cancel; returns true when cancelled. */
     bool (*sleep_ms)(void *clock_ctx, int64_t ms, const atomic_bool *cancel);
-    int64_t (*now_ms)(void *clock_ctx);      /* monotonic */
+    int64_t (*now_ms)(void *clock_ctx); /* monotonic */
     uint64_t (*random)(void *clock_ctx);
     void *clock_ctx;
 } model_hooks;
@@ -266,9 +267,10 @@ typedef struct model_hooks {
  * filled (caller clears it). On failure returns the last attempt's code and
  * message (or FAWN_EBUSY when the breaker is open, FAWN_ECANCELED when
  * cancelled while waiting) and *why (may be NULL) has the final class. */
-FAWN_MUST_CHECK int model_complete(model_reply *out, enum model_failure *why, const model_config *cfg,
-                   const json_t *messages, const json_t *tools, model_breaker *breaker,
-                   const model_hooks *hooks, const atomic_bool *cancel);
+FAWN_MUST_CHECK int model_complete(model_reply *out, enum model_failure *why,
+                                   const model_config *cfg, const json_t *messages,
+                                   const json_t *tools, model_breaker *breaker,
+                                   const model_hooks *hooks, const atomic_bool *cancel);
 
 /* ---- configured models (config.yaml: models; models.c) ---- */
 
@@ -310,9 +312,9 @@ typedef struct model_registry model_registry;
  * stall_timeout_s, total_timeout_s, supports_thinking, supports_vision,
  * extra_body. name is required; model and base_url (http or https) for
  * openai and record; fixture (a JSON file, read now; record creates it) for
- * the others. An empty or absent list holds the built-in demo model. FAWN_ECONFIG naming the key ("models[1].base_url: ...") for
- * anything else, unknown keys and duplicate names included. list may be
- * NULL: no models. Free with model_registry_free. */
+ * the others. An empty or absent list holds the built-in demo model. FAWN_ECONFIG naming the key
+ * ("models[1].base_url: ...") for anything else, unknown keys and duplicate names included. list
+ * may be NULL: no models. Free with model_registry_free. */
 FAWN_MUST_CHECK int model_registry_load(model_registry **out, const json_t *list);
 void model_registry_free(model_registry *r);
 /* How many models, and the i-th in configuration order. */
@@ -344,21 +346,23 @@ typedef struct model_request {
  * (with e's breaker), the fixture for the others (record does both). The
  * contract of model_complete applies; fixture misses are FAWN_ENOENT with
  * MODEL_FAIL_FATAL. */
-FAWN_MUST_CHECK int model_entry_complete(model_reply *out, enum model_failure *why, const model_entry *e,
-                         const model_request *req, const model_hooks *hooks,
-                         const atomic_bool *cancel);
+FAWN_MUST_CHECK int model_entry_complete(model_reply *out, enum model_failure *why,
+                                         const model_entry *e, const model_request *req,
+                                         const model_hooks *hooks, const atomic_bool *cancel);
 
 /* Fixtures (model_fixture.c): load a fixture file for provider (record: a
  * missing file is an empty fixture), free it. */
-FAWN_MUST_CHECK int model_fixture_load(model_fixture **out, const char *path, enum model_provider provider);
+FAWN_MUST_CHECK int model_fixture_load(model_fixture **out, const char *path,
+                                       enum model_provider provider);
 /* The built-in demo script. */
 FAWN_MUST_CHECK int model_fixture_demo(model_fixture **out);
 void model_fixture_free(model_fixture *f);
 /* The reply for req from a script or replay fixture, into out. */
 FAWN_MUST_CHECK int model_fixture_answer(model_reply *out, model_fixture *f, const char *model_name,
-                         const model_request *req);
+                                         const model_request *req);
 /* Appends (hash of req's conversation, reply) to a record fixture and
  * rewrites its file atomically. */
-FAWN_MUST_CHECK int model_fixture_record(model_fixture *f, const model_request *req, const model_reply *reply);
+FAWN_MUST_CHECK int model_fixture_record(model_fixture *f, const model_request *req,
+                                         const model_reply *reply);
 
 #endif

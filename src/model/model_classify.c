@@ -90,7 +90,8 @@ int64_t model_parse_retry_after(const char *value, int64_t now_wall_ms) {
             p++;
         if (*p != '\0')
             return -1;
-        return (seconds < MODEL_RETRY_AFTER_SECONDS_MAX ? seconds : MODEL_RETRY_AFTER_SECONDS_MAX) * 1000;
+        return (seconds < MODEL_RETRY_AFTER_SECONDS_MAX ? seconds : MODEL_RETRY_AFTER_SECONDS_MAX) *
+               1000;
     }
     time_t when = curl_getdate(value, NULL);
     if (when == (time_t)-1)

@@ -24,7 +24,7 @@
 
 struct model_fixture {
     enum model_provider provider;
-    char *path;    /* NULL for the built-in demo */
+    char *path; /* NULL for the built-in demo */
     json_t *doc;
     pthread_mutex_t lock; /* record appends */
 };
@@ -32,12 +32,12 @@ struct model_fixture {
 /* The built-in demo: inspect the uploads, run a command, write a report to
  * outputs with it, present the report. */
 #define DEMO_MEASURE                                                                               \
-    "cd /mnt/user-data/uploads && for f in *; do [ -f \"$f\" ] && printf '%s: %s lines, %s "     \
+    "cd /mnt/user-data/uploads && for f in *; do [ -f \"$f\" ] && printf '%s: %s lines, %s "       \
     "bytes\\n' \"$f\" \"$(wc -l < \"$f\")\" \"$(wc -c < \"$f\")\"; done; uname -sr; id -u"
 #define DEMO_REPORT                                                                                \
-    "{ echo '# Upload report'; echo; cd /mnt/user-data/uploads && for f in *; do [ -f \"$f\" ] " \
-    "&& echo \"- $f: $(wc -l < \"$f\") lines, $(wc -c < \"$f\") bytes\"; done; echo; "          \
-    "echo \"Made in a sandbox running $(uname -sr).\"; } > /mnt/user-data/outputs/report.md "   \
+    "{ echo '# Upload report'; echo; cd /mnt/user-data/uploads && for f in *; do [ -f \"$f\" ] "   \
+    "&& echo \"- $f: $(wc -l < \"$f\") lines, $(wc -c < \"$f\") bytes\"; done; echo; "             \
+    "echo \"Made in a sandbox running $(uname -sr).\"; } > /mnt/user-data/outputs/report.md "      \
     "&& cat /mnt/user-data/outputs/report.md"
 #define DEMO_REPORT_PATH "/mnt/user-data/outputs/report.md"
 
@@ -57,9 +57,9 @@ static json_t *demo_doc(void) {
         demo_reply("Now I will measure them inside the sandbox.", "bash",
                    json_pack("{s:s, s:s}", "description", "count lines and bytes", "command",
                              DEMO_MEASURE)),
-        demo_reply("I will save a report in outputs.", "bash",
-                   json_pack("{s:s, s:s}", "description", "write the report", "command",
-                             DEMO_REPORT)),
+        demo_reply(
+            "I will save a report in outputs.", "bash",
+            json_pack("{s:s, s:s}", "description", "write the report", "command", DEMO_REPORT)),
         demo_reply("Here is the report.", "present_files",
                    json_pack("{s:[s]}", "filepaths", DEMO_REPORT_PATH)),
         demo_reply("Done: I listed your uploads, measured each one in the sandbox and saved "
@@ -79,8 +79,10 @@ static int reply_check(const json_t *reply, const char *where, size_t i) {
              json_is_object(json_object_get(c, "args"));
     }
     return ok ? 0
-              : fawn_err(FAWN_ECONFIG, "fixture %s[%zu]: a reply is {content, tool_calls: "
-                         "[{name, args}]}", where, i);
+              : fawn_err(FAWN_ECONFIG,
+                         "fixture %s[%zu]: a reply is {content, tool_calls: "
+                         "[{name, args}]}",
+                         where, i);
 }
 
 static int fixture_check(const json_t *doc, enum model_provider provider) {
@@ -236,8 +238,9 @@ static json_t *hashed_message(const json_t *m) {
         return NULL;
     const json_t *content = json_object_get(m, "content");
     json_t *o = json_pack("{s:s, s:o}", "type", type, "content",
-                          json_is_string(content) ? normalized_text(json_string_value(content))
-                                                  : json_deep_copy(content ? content : json_null()));
+                          json_is_string(content)
+                              ? normalized_text(json_string_value(content))
+                              : json_deep_copy(content ? content : json_null()));
     const char *name = json_string_value(json_object_get(m, "name"));
     if (o && name)
         json_object_set_new(o, "name", json_string(name));
@@ -247,9 +250,9 @@ static json_t *hashed_message(const json_t *m) {
         size_t i;
         json_t *c;
         json_array_foreach(calls, i, c) {
-            json_array_append_new(list, json_pack("{s:O?, s:O?}", "name",
-                                                  json_object_get(c, "name"), "args",
-                                                  json_object_get(c, "args")));
+            json_array_append_new(list,
+                                  json_pack("{s:O?, s:O?}", "name", json_object_get(c, "name"),
+                                            "args", json_object_get(c, "args")));
         }
         json_object_set_new(o, "tool_calls", list);
     }
@@ -292,17 +295,18 @@ static int reply_from(model_reply *out, const json_t *reply) {
         char id[32] = "call_";
         fawn_random_hex(id + 5, 12); /* 24 hex digits */
         char *args = json_dumps(json_object_get(c, "args"), JSON_COMPACT);
-        json_array_append_new(list, json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", id, "type",
-                                              "function", "function", "name",
-                                              json_object_get(c, "name"), "arguments",
-                                              args ? args : "{}"));
+        json_array_append_new(
+            list, json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", id, "type", "function", "function",
+                            "name", json_object_get(c, "name"), "arguments", args ? args : "{}"));
         free(args);
     }
     if (msg && list)
         json_object_set_new(msg, "tool_calls", list);
     const char *finish = json_string_value(json_object_get(reply, "finish_reason"));
     snprintf(out->finish_reason, sizeof out->finish_reason, "%s",
-             finish ? finish : list ? "tool_calls" : "stop");
+             finish ? finish
+             : list ? "tool_calls"
+                    : "stop");
     out->message = msg;
     return msg ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
 }
@@ -331,8 +335,8 @@ int model_fixture_answer(model_reply *out, model_fixture *f, const char *model_n
             found = json_object_get(t, "output");
     }
     r = found ? reply_from(out, found)
-              : fawn_err(FAWN_ENOENT, "model %s: no recorded reply for conversation %s",
-                         model_name, hash);
+              : fawn_err(FAWN_ENOENT, "model %s: no recorded reply for conversation %s", model_name,
+                         hash);
     pthread_mutex_unlock(&f->lock);
     return r;
 }

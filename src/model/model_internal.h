@@ -22,8 +22,9 @@ typedef struct model_response {
  * and the outcome is decided the same way. The contract of model_attempt
  * applies to out, why and retry_after_ms; on_delta (may be NULL) gets the
  * streamed text. cfg needs only its name. */
-FAWN_MUST_CHECK int model_response_read(model_reply *out, enum model_failure *why, int64_t *retry_after_ms,
-                        const model_config *cfg, const model_response *resp,
-                        model_delta_fn on_delta, void *ctx);
+FAWN_MUST_CHECK int model_response_read(model_reply *out, enum model_failure *why,
+                                        int64_t *retry_after_ms, const model_config *cfg,
+                                        const model_response *resp, model_delta_fn on_delta,
+                                        void *ctx);
 
 #endif

@@ -88,8 +88,8 @@ static int acc_append(attempt *a, fbuf *b, json_t *piece, const char *what) {
     int r = fbuf_append(b, json_string_value(piece), json_string_length(piece));
     if (r == FAWN_E2BIG)
         return attempt_fail(a, MODEL_FAIL_FATAL,
-                            fawn_err(FAWN_E2BIG, "model %s: %s longer than %zu bytes", model_label(a),
-                                     what, b->limit));
+                            fawn_err(FAWN_E2BIG, "model %s: %s longer than %zu bytes",
+                                     model_label(a), what, b->limit));
     return r < 0 ? attempt_fail(a, MODEL_FAIL_FATAL, r) : 0;
 }
 
@@ -187,9 +187,11 @@ static int attempt_stream_error(attempt *a, json_t *error) {
     json_t *doc = json_pack("{s:O}", "error", error);
     _cleanup_free_ char *body = doc ? fjson_dump(doc) : NULL;
     json_decref(doc);
-    enum model_failure why = body ? model_classify_http(0, body, strlen(body)) : MODEL_FAIL_TRANSIENT;
-    return attempt_fail(a, why, fawn_err(failure_code(why), "model %s: error in stream: %s",
-                                         model_label(a), quoted));
+    enum model_failure why = body ? model_classify_http(0, body, strlen(body))
+                                  : MODEL_FAIL_TRANSIENT;
+    return attempt_fail(
+        a, why,
+        fawn_err(failure_code(why), "model %s: error in stream: %s", model_label(a), quoted));
 }
 
 static int attempt_chunk(attempt *a, json_t *chunk) {
@@ -215,9 +217,9 @@ static int attempt_on_event(void *ctx, const char *event, const char *data, size
     json_t *chunk = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!json_is_object(chunk)) {
         json_decref(chunk);
-        return attempt_fail(a, MODEL_FAIL_TRANSIENT,
-                            fawn_err(FAWN_EPROTO, "model %s: stream chunk is not a JSON object",
-                                     model_label(a)));
+        return attempt_fail(
+            a, MODEL_FAIL_TRANSIENT,
+            fawn_err(FAWN_EPROTO, "model %s: stream chunk is not a JSON object", model_label(a)));
     }
     int r = attempt_chunk(a, chunk);
     json_decref(chunk);
@@ -239,8 +241,8 @@ static size_t attempt_body(attempt *a, long status, const char *ptr, size_t n) {
     a->received += n;
     if (a->received > MODEL_STREAM_MAX) {
         attempt_fail(a, MODEL_FAIL_FATAL,
-                     fawn_err(FAWN_E2BIG, "model %s: response larger than %zu bytes", model_label(a),
-                              (size_t)MODEL_STREAM_MAX));
+                     fawn_err(FAWN_E2BIG, "model %s: response larger than %zu bytes",
+                              model_label(a), (size_t)MODEL_STREAM_MAX));
         return 0;
     }
     if (status < 200 || status > 299) {
@@ -314,8 +316,10 @@ static int attempt_on_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, 
 
 /* ---- request ------------------------------------------------------------------ */
 
-static int build_body(char **out, const model_config *cfg, const json_t *messages, const json_t *tools) {
-    json_t *body = json_is_object(cfg->extra_body) ? json_deep_copy(cfg->extra_body) : json_object();
+static int build_body(char **out, const model_config *cfg, const json_t *messages,
+                      const json_t *tools) {
+    json_t *body = json_is_object(cfg->extra_body) ? json_deep_copy(cfg->extra_body)
+                                                   : json_object();
     if (!body)
         return fawn_err(FAWN_ENOMEM, "out of memory");
     int r = json_object_set_new(body, "model", json_string(cfg->model));
@@ -338,7 +342,8 @@ static int check_config(const model_config *cfg, const json_t *messages) {
     if (!cfg->model || !*cfg->model || !cfg->base_url)
         return fawn_err(FAWN_EINVAL, "model %s: model and base_url are required", label);
     if (strlen(cfg->base_url) > MODEL_URL_MAX)
-        return fawn_err(FAWN_EINVAL, "model %s: base_url longer than %d bytes", label, MODEL_URL_MAX);
+        return fawn_err(FAWN_EINVAL, "model %s: base_url longer than %d bytes", label,
+                        MODEL_URL_MAX);
     if (cfg->api_key && strpbrk(cfg->api_key, "\r\n"))
         return fawn_err(FAWN_EINVAL, "model %s: api_key contains a line break", label);
     if (!json_is_array(messages))
@@ -348,7 +353,8 @@ static int check_config(const model_config *cfg, const json_t *messages) {
 
 static struct curl_slist *build_headers(const model_config *cfg) {
     struct curl_slist *list = NULL, *next;
-    const char *fixed[] = {"Content-Type: application/json", "Accept: text/event-stream", "Expect:"};
+    const char *fixed[] = {"Content-Type: application/json", "Accept: text/event-stream",
+                           "Expect:"};
     for (size_t i = 0; i < ARRAY_LEN(fixed); i++) {
         if (!(next = curl_slist_append(list, fixed[i])))
             goto fail;
@@ -406,10 +412,8 @@ static bool curl_code_transient(CURLcode c) {
     case CURLE_PARTIAL_FILE:
     case CURLE_HTTP2:
     case CURLE_HTTP2_STREAM:
-    case CURLE_HTTP3:
-        return true;
-    default:
-        return false;
+    case CURLE_HTTP3: return true;
+    default: return false;
     }
 }
 
@@ -469,8 +473,8 @@ static int attempt_http_error(attempt *a, enum model_failure *why, long status) 
     char quoted[MODEL_QUOTE_MAX + 1];
     quote_message(quoted, sizeof quoted, text ? text : "");
     json_decref(doc);
-    return fawn_err(failure_code(*why), "model %s: HTTP %ld%s%s", model_label(a), status, quoted[0] ? ": " : "",
-                    quoted);
+    return fawn_err(failure_code(*why), "model %s: HTTP %ld%s%s", model_label(a), status,
+                    quoted[0] ? ": " : "", quoted);
 }
 
 static int attempt_tool_json(json_t **out, attempt *a, tool_acc *t) {
@@ -489,7 +493,8 @@ static int attempt_tool_json(json_t **out, attempt *a, tool_acc *t) {
     *out = json_pack("{s:s, s:s, s:{s:s%, s:s%}}", "id", id, "type", "function", "function", "name",
                      t->name.data, t->name.len, "arguments", t->args.data ? t->args.data : "",
                      t->args.len);
-    return *out ? 0 : fawn_err(FAWN_EPROTO, "model %s: tool call is not valid UTF-8", model_label(a));
+    return *out ? 0
+                : fawn_err(FAWN_EPROTO, "model %s: tool call is not valid UTF-8", model_label(a));
 }
 
 static int attempt_message(json_t **out, attempt *a) {
@@ -548,7 +553,8 @@ static int attempt_outcome(model_reply *out, enum model_failure *why, attempt *a
     if (!a->fail_code && result != CURLE_OK) {
         *why = curl_code_transient(result) ? MODEL_FAIL_TRANSIENT : MODEL_FAIL_FATAL;
         return fawn_err(result == CURLE_OPERATION_TIMEDOUT ? FAWN_ETIMEDOUT : FAWN_EIO,
-                        "model %s: %s", model_label(a), errbuf[0] ? errbuf : curl_easy_strerror(result));
+                        "model %s: %s", model_label(a),
+                        errbuf[0] ? errbuf : curl_easy_strerror(result));
     }
     return attempt_response_outcome(out, why, a, attempt_status(a));
 }
@@ -566,8 +572,8 @@ static void attempt_free(attempt *a) {
         curl_easy_cleanup(a->curl);
 }
 
-static int attempt_run(model_reply *out, enum model_failure *why, attempt *a, const json_t *messages,
-                       const json_t *tools) {
+static int attempt_run(model_reply *out, enum model_failure *why, attempt *a,
+                       const json_t *messages, const json_t *tools) {
     const model_config *cfg = a->cfg;
     _cleanup_free_ char *body = NULL, *url = NULL;
     int r = build_body(&body, cfg, messages, tools);
@@ -664,6 +670,5 @@ int model_response_read(model_reply *out, enum model_failure *why, int64_t *retr
     }
     if (resp->body_len > 0)
         attempt_body(a, resp->status, resp->body, resp->body_len);
-    return attempt_end(out, retry_after_ms, a,
-                       attempt_response_outcome(out, why, a, resp->status));
+    return attempt_end(out, retry_after_ms, a, attempt_response_outcome(out, why, a, resp->status));
 }

@@ -114,11 +114,13 @@ static model_hooks hooks_with_defaults(const model_hooks *given) {
 /* Decides the wait before the next attempt. When the server asks for too
  * long a wait, returns the failure's code with its message extended. */
 static int retry_wait(int64_t *wait_ms, int64_t *previous_ms, const model_hooks *h,
-                      enum model_failure why, int64_t retry_after_ms, int code, const char *failure) {
+                      enum model_failure why, int64_t retry_after_ms, int code,
+                      const char *failure) {
     if (retry_after_ms > MODEL_RETRY_AFTER_MAX_MS)
         return fawn_err(code, "%s (the server asked to wait %lld s)", failure,
                         (long long)(retry_after_ms / 1000));
-    *wait_ms = retry_after_ms >= 0 ? retry_after_ms : model_backoff_ms(why, *previous_ms, h->random(h->clock_ctx));
+    *wait_ms = retry_after_ms >= 0 ? retry_after_ms
+                                   : model_backoff_ms(why, *previous_ms, h->random(h->clock_ctx));
     *previous_ms = *wait_ms;
     return 0;
 }
@@ -143,7 +145,8 @@ static int complete_attempts(model_reply *out, enum model_failure *why, const mo
             h->on_retry(h->ctx, &info);
         if (h->sleep_ms(h->clock_ctx, wait_ms, cancel)) {
             *why = MODEL_FAIL_CANCELLED;
-            return fawn_err(FAWN_ECANCELED, "model %s: cancelled while waiting to retry", cfg->name);
+            return fawn_err(FAWN_ECANCELED, "model %s: cancelled while waiting to retry",
+                            cfg->name);
         }
     }
 }
@@ -159,9 +162,10 @@ int model_complete(model_reply *out, enum model_failure *why, const model_config
     int64_t wait_ms;
     if (breaker && model_breaker_admit(breaker, &wait_ms, h.now_ms(h.clock_ctx)) < 0) {
         *why = MODEL_FAIL_TRANSIENT;
-        return fawn_err(FAWN_EBUSY,
-                        "model %s: temporarily unavailable after repeated failures (retry in %lld s)",
-                        cfg->name, (long long)((wait_ms + 999) / 1000));
+        return fawn_err(
+            FAWN_EBUSY,
+            "model %s: temporarily unavailable after repeated failures (retry in %lld s)",
+            cfg->name, (long long)((wait_ms + 999) / 1000));
     }
     int r = complete_attempts(out, why, cfg, messages, tools, &h, cancel);
     if (breaker)

@@ -15,11 +15,20 @@ struct model_registry {
     size_t n;
 };
 
-static const char *const entry_keys[] = {
-    "name",          "display_name",    "provider",        "fixture",
-    "model",         "base_url",
-    "api_key",       "max_tokens",      "stall_timeout_s", "total_timeout_s",
-    "supports_thinking", "supports_vision", "extra_body",   NULL};
+static const char *const entry_keys[] = {"name",
+                                         "display_name",
+                                         "provider",
+                                         "fixture",
+                                         "model",
+                                         "base_url",
+                                         "api_key",
+                                         "max_tokens",
+                                         "stall_timeout_s",
+                                         "total_timeout_s",
+                                         "supports_thinking",
+                                         "supports_vision",
+                                         "extra_body",
+                                         NULL};
 
 static bool name_valid(const char *s) {
     size_t n = strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-");
@@ -57,8 +66,8 @@ static int number_take(uint32_t *out, const json_t *o, const char *key, uint32_t
     char *end = NULL;
     unsigned long n = text && *text >= '1' && *text <= '9' ? strtoul(text, &end, 10) : 0;
     if (!n || *end || n > max)
-        return fawn_err(FAWN_ECONFIG, "models[%zu].%s: must be an integer between 1 and %u", i,
-                        key, max);
+        return fawn_err(FAWN_ECONFIG, "models[%zu].%s: must be an integer between 1 and %u", i, key,
+                        max);
     *out = (uint32_t)n * scale;
     return 0;
 }
@@ -102,20 +111,29 @@ static int endpoint_load(model_entry *e, const json_t *o, size_t i) {
     bool needed = e->provider == MODEL_OPENAI || e->provider == MODEL_RECORD;
     char *model = NULL, *base_url = NULL, *api_key = NULL;
     int r = string_take(&model, o, "model", needed, i);
-    if (r == 0) r = string_take(&base_url, o, "base_url", needed, i);
-    if (r == 0 && base_url) r = url_check(base_url, i);
-    if (r == 0) r = string_take(&api_key, o, "api_key", false, i);
-    if (r == 0) r = number_take(&e->cfg.max_tokens, o, "max_tokens", 1, MODEL_MAX_TOKENS_MAX, i);
     if (r == 0)
-        r = number_take(&e->cfg.stall_timeout_ms, o, "stall_timeout_s", 1000, MODEL_TIMEOUT_MAX_S, i);
+        r = string_take(&base_url, o, "base_url", needed, i);
+    if (r == 0 && base_url)
+        r = url_check(base_url, i);
     if (r == 0)
-        r = number_take(&e->cfg.total_timeout_ms, o, "total_timeout_s", 1000, MODEL_TIMEOUT_MAX_S, i);
+        r = string_take(&api_key, o, "api_key", false, i);
+    if (r == 0)
+        r = number_take(&e->cfg.max_tokens, o, "max_tokens", 1, MODEL_MAX_TOKENS_MAX, i);
+    if (r == 0)
+        r = number_take(&e->cfg.stall_timeout_ms, o, "stall_timeout_s", 1000, MODEL_TIMEOUT_MAX_S,
+                        i);
+    if (r == 0)
+        r = number_take(&e->cfg.total_timeout_ms, o, "total_timeout_s", 1000, MODEL_TIMEOUT_MAX_S,
+                        i);
     const json_t *extra = json_object_get(o, "extra_body");
     if (r == 0 && extra && !json_is_object(extra))
         r = fawn_err(FAWN_ECONFIG, "models[%zu].extra_body: must be a mapping", i);
     e->extra_body = extra ? json_deep_copy(extra) : NULL;
-    e->cfg = (model_config){.name = e->name, .model = model, .base_url = base_url,
-                            .api_key = api_key, .max_tokens = e->cfg.max_tokens,
+    e->cfg = (model_config){.name = e->name,
+                            .model = model,
+                            .base_url = base_url,
+                            .api_key = api_key,
+                            .max_tokens = e->cfg.max_tokens,
                             .stall_timeout_ms = e->cfg.stall_timeout_ms,
                             .total_timeout_ms = e->cfg.total_timeout_ms,
                             .extra_body = e->extra_body};
@@ -141,16 +159,23 @@ static int entry_load(model_entry *e, const json_t *o, size_t i) {
     if (!json_is_object(o))
         return fawn_err(FAWN_ECONFIG, "models[%zu]: must be a mapping", i);
     int r = unknown_key_check(o, i);
-    if (r == 0) r = string_take(&e->name, o, "name", true, i);
+    if (r == 0)
+        r = string_take(&e->name, o, "name", true, i);
     if (r == 0 && !name_valid(e->name))
         r = fawn_err(FAWN_ECONFIG, "models[%zu].name: 1 to %d letters, digits or . _ -", i,
                      MODEL_NAME_MAX);
-    if (r == 0) r = string_take(&e->display_name, o, "display_name", false, i);
-    if (r == 0) r = provider_take(&e->provider, o, i);
-    if (r == 0) r = endpoint_load(e, o, i);
-    if (r == 0) r = bool_take(&e->supports_thinking, o, "supports_thinking", i);
-    if (r == 0) r = bool_take(&e->supports_vision, o, "supports_vision", i);
-    if (r == 0) r = fixture_take(e, o, i);
+    if (r == 0)
+        r = string_take(&e->display_name, o, "display_name", false, i);
+    if (r == 0)
+        r = provider_take(&e->provider, o, i);
+    if (r == 0)
+        r = endpoint_load(e, o, i);
+    if (r == 0)
+        r = bool_take(&e->supports_thinking, o, "supports_thinking", i);
+    if (r == 0)
+        r = bool_take(&e->supports_vision, o, "supports_vision", i);
+    if (r == 0)
+        r = fixture_take(e, o, i);
     return r;
 }
 

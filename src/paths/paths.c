@@ -9,7 +9,6 @@
 #include "base/base.h"
 #include "base/fsx.h"
 
-
 static bool char_refused(unsigned char c) { return c < 0x20 || c == 0x7f || c == '\\'; }
 
 static bool name_is_dots(const char *name, size_t n) {
@@ -207,8 +206,6 @@ int paths_user_data_dir(char out[PATH_MAX], const char *home, const char *user,
 
 /* ---- confinement: virtual paths opened beneath their root's directory fd ---- */
 
-
-
 /* The directories a write may land in. */
 static const char *const rw_dirs[] = {"workspace", "uploads", "outputs"};
 
@@ -260,8 +257,8 @@ static int open_err(int code, const vpath_target *t) {
 /* Stats t without opening it (O_PATH has no side effects on devices or FIFOs). */
 int vpath_stat(struct stat *st, const vpath_target *t) {
     *st = (struct stat){0};
-    _cleanup_close_ int fd =
-        fsx_open_beneath(t->rootfd, t->vp.rel, O_PATH, 0, FSX_SYMLINKS_BENEATH);
+    _cleanup_close_ int fd = fsx_open_beneath(t->rootfd, t->vp.rel, O_PATH, 0,
+                                              FSX_SYMLINKS_BENEATH);
     if (fd < 0)
         return open_err(fd, t);
     if (fstat(fd, st) < 0)
@@ -297,8 +294,8 @@ int vpath_open_regular(int *fd_out, struct stat *st, const vpath_target *t) {
 
 int vpath_open_dir(int *fd_out, const vpath_target *t) {
     *fd_out = -1;
-    _cleanup_close_ int pfd =
-        fsx_open_beneath(t->rootfd, t->vp.rel, O_PATH, 0, FSX_SYMLINKS_BENEATH);
+    _cleanup_close_ int pfd = fsx_open_beneath(t->rootfd, t->vp.rel, O_PATH, 0,
+                                               FSX_SYMLINKS_BENEATH);
     if (pfd < 0)
         return open_err(pfd, t);
     struct stat st;
@@ -337,7 +334,7 @@ int vpath_check_writable(const struct stat *st, const char *shown) {
 }
 
 int vpath_check_existing(bool *exists, mode_t *mode, int dirfd, const char *name,
-                          const char *shown) {
+                         const char *shown) {
     *exists = false;
     *mode = 0;
     struct stat st;

@@ -76,13 +76,14 @@ bool vpath_is_staging_name(const char *name);
 
 /* The sandbox id of (user, thread) into out: the first 16 hex digits of
  * sha256("user:thread"). FAWN_EINVAL (out "") for invalid ids. */
-FAWN_MUST_CHECK int paths_sandbox_id(char out[PATHS_SANDBOX_ID_LEN + 1], const char *user, const char *thread);
+FAWN_MUST_CHECK int paths_sandbox_id(char out[PATHS_SANDBOX_ID_LEN + 1], const char *user,
+                                     const char *thread);
 
 /* The host directory of (user, thread)'s user-data under home into out:
  * home/users/user/threads/thread/user-data. FAWN_EINVAL (out "") for
  * invalid ids or a result longer than PATH_MAX. Touches no file. */
 FAWN_MUST_CHECK int paths_user_data_dir(char out[PATH_MAX], const char *home, const char *user,
-                        const char *thread);
+                                        const char *thread);
 
 /* ---- confinement: the one place a virtual path is opened ----
  * A virtual path is resolved against the directory fds of its roots (inside
@@ -100,15 +101,16 @@ typedef struct vpath_roots {
 
 typedef struct vpath_target {
     vpath vp;
-    int rootfd;                   /* the root's fd (borrowed from vpath_roots) */
-    char shown[VPATH_SHOWN_MAX];  /* the normalized virtual path, for messages */
+    int rootfd;                  /* the root's fd (borrowed from vpath_roots) */
+    char shown[VPATH_SHOWN_MAX]; /* the normalized virtual path, for messages */
 } vpath_target;
 
 /* Parses path and picks its root. With for_write, refuses (FAWN_EPERM)
  * /mnt/skills and anything but paths inside workspace/, uploads/ or
  * outputs/ (not those directories themselves). FAWN_ENOENT for /mnt/skills
  * when there is no skills root; parse errors as vpath_parse. */
-FAWN_MUST_CHECK int vpath_resolve(vpath_target *t, const vpath_roots *roots, const char *path, bool for_write);
+FAWN_MUST_CHECK int vpath_resolve(vpath_target *t, const vpath_roots *roots, const char *path,
+                                  bool for_write);
 
 /* The last component of t ("" for a root). */
 const char *vpath_target_name(const vpath_target *t);
@@ -139,7 +141,7 @@ FAWN_MUST_CHECK int vpath_check_writable(const struct stat *st, const char *show
 /* Looks up name in dirfd without following it: *exists tells whether it is
  * there, *mode its type, and an existing one must pass vpath_check_writable. */
 FAWN_MUST_CHECK int vpath_check_existing(bool *exists, mode_t *mode, int dirfd, const char *name,
-                         const char *shown);
+                                         const char *shown);
 
 /* ---- host layout ---- */
 

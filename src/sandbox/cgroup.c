@@ -612,9 +612,9 @@ static int cg_v1_create_one(char *leaf, size_t cap, const cg_mount *m, const cha
 static int cg_v1_create(cgroup_handle *h, const cg_host *host, const cg_want *want, bool *memory_ok,
                         bool *pids_ok, char *why, size_t wn) {
     char mem_why[CG_WHY_MAX] = "", pids_why[CG_WHY_MAX] = "";
-    int rm =
-        cg_v1_create_one(h->v1_memory, sizeof h->v1_memory, &host->mounts.memory, host->self.memory,
-                         "memory", "memory.limit_in_bytes", want, mem_why, sizeof mem_why);
+    int rm = cg_v1_create_one(h->v1_memory, sizeof h->v1_memory, &host->mounts.memory,
+                              host->self.memory, "memory", "memory.limit_in_bytes", want, mem_why,
+                              sizeof mem_why);
     int rp = 0;
     bool shared = rm == 0 && strcmp(host->self.memory, host->self.pids) == 0 &&
                   strcmp(host->mounts.memory.point, host->mounts.pids.point) == 0;

@@ -86,8 +86,8 @@ static int request_format(fbuf *req, const char *method, const char *path, const
 static int send_request(int fd, const char *method, const char *path, const char *headers,
                         const char *body, int64_t deadline) {
     fbuf req = {0};
-    int r = request_format(&req, method, path, headers, "application/json",
-                           body ? strlen(body) : 0, body);
+    int r = request_format(&req, method, path, headers, "application/json", body ? strlen(body) : 0,
+                           body);
     if (r == 0)
         r = send_all(fd, req.data, req.len, deadline);
     fbuf_free(&req);
@@ -145,7 +145,7 @@ static int read_more(fbuf *in, int fd, int64_t deadline) {
 
 typedef struct reply_head {
     int status;
-    size_t head_len;       /* including the blank line */
+    size_t head_len; /* including the blank line */
     bool chunked;
     long long content_length; /* -1 when absent */
     bool close;
@@ -314,9 +314,8 @@ int box_fd_call(json_t **reply, int *status, bool *keep_alive, int fd, const cha
     return r < 0 ? r : reply_read(reply, status, keep_alive, fd, deadline_ms);
 }
 
-int box_fd_call_file(json_t **reply, int *status, int fd, const char *headers,
-                     const char *method, const char *path, int file_fd, uint64_t size,
-                     int64_t deadline_ms) {
+int box_fd_call_file(json_t **reply, int *status, int fd, const char *headers, const char *method,
+                     const char *path, int file_fd, uint64_t size, int64_t deadline_ms) {
     *reply = NULL;
     *status = 0;
     int r = send_file_request(fd, method, path, headers, file_fd, size, deadline_ms);

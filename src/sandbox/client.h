@@ -35,8 +35,8 @@ void box_conn_close(box_conn *c);
  * and parses the JSON reply. A request is never re-sent: when the exchange
  * fails midway its outcome is unknown to the caller, and c is closed.
  * Results and errors as for box_call. */
-FAWN_MUST_CHECK int box_conn_call(json_t **reply, int *status, box_conn *c, const char *method, const char *path,
-                  const json_t *body, int timeout_ms);
+FAWN_MUST_CHECK int box_conn_call(json_t **reply, int *status, box_conn *c, const char *method,
+                                  const char *path, const json_t *body, int timeout_ms);
 
 /* Sends one request on fd, a connected stream to a box, and parses the JSON
  * reply: the exchange box_conn_call and box_call make, for callers that
@@ -45,22 +45,24 @@ FAWN_MUST_CHECK int box_conn_call(json_t **reply, int *status, box_conn *c, cons
  * CR or LF. deadline_ms (fawn_now_ms clock) bounds the exchange. When
  * keep_alive is not NULL it tells whether fd may carry another request
  * (false after any error). Results and errors as for box_call. */
-FAWN_MUST_CHECK int box_fd_call(json_t **reply, int *status, bool *keep_alive, int fd, const char *headers,
-                const char *method, const char *path, const json_t *body, int64_t deadline_ms);
+FAWN_MUST_CHECK int box_fd_call(json_t **reply, int *status, bool *keep_alive, int fd,
+                                const char *headers, const char *method, const char *path,
+                                const json_t *body, int64_t deadline_ms);
 
 /* The same with a body of size bytes read from file_fd (from its current
  * offset), sent as application/octet-stream: file uploads. */
 FAWN_MUST_CHECK int box_fd_call_file(json_t **reply, int *status, int fd, const char *headers,
-                     const char *method, const char *path, int file_fd, uint64_t size,
-                     int64_t deadline_ms);
+                                     const char *method, const char *path, int file_fd,
+                                     uint64_t size, int64_t deadline_ms);
 
 /* Sends one request on a new connection to the box at socket_path and
  * parses the JSON reply. body may be NULL. *status gets the HTTP status;
  * *reply (caller decrefs) the parsed object (for non-2xx too, when JSON).
  * timeout_ms bounds the whole exchange. FAWN_EPROTO for a malformed reply,
  * FAWN_ETIMEDOUT, FAWN_EIO when the box is unreachable. */
-FAWN_MUST_CHECK int box_call(json_t **reply, int *status, const char *socket_path, const char *method,
-             const char *path, const json_t *body, int timeout_ms);
+FAWN_MUST_CHECK int box_call(json_t **reply, int *status, const char *socket_path,
+                             const char *method, const char *path, const json_t *body,
+                             int timeout_ms);
 
 /* Connects to a unix socket path of any length. Returns fd or < 0. */
 FAWN_MUST_CHECK int box_connect(const char *socket_path);
@@ -90,13 +92,14 @@ FAWN_MUST_CHECK int box_tcp_endpoint_parse(struct sockaddr_storage *addr, sockle
  * nothing listens there, so the request was certainly not delivered.
  * FAWN_EINVAL for a malformed host_port or a token that box_tcp_token_valid
  * refuses (nothing is sent). */
-FAWN_MUST_CHECK int box_call_tcp(json_t **reply, int *status, const char *host_port, const char *token,
-                 const char *method, const char *path, const json_t *body, int timeout_ms);
+FAWN_MUST_CHECK int box_call_tcp(json_t **reply, int *status, const char *host_port,
+                                 const char *token, const char *method, const char *path,
+                                 const json_t *body, int timeout_ms);
 
 /* The same with a body of size bytes read from file_fd, sent as
  * application/octet-stream (file uploads). */
-FAWN_MUST_CHECK int box_call_file_tcp(json_t **reply, int *status, const char *host_port, const char *token,
-                      const char *method, const char *path, int file_fd, uint64_t size,
-                      int timeout_ms);
+FAWN_MUST_CHECK int box_call_file_tcp(json_t **reply, int *status, const char *host_port,
+                                      const char *token, const char *method, const char *path,
+                                      int file_fd, uint64_t size, int timeout_ms);
 
 #endif

@@ -129,7 +129,7 @@ int box_call_file_tcp(json_t **reply, int *status, const char *host_port, const 
     int64_t deadline = fawn_now_ms() + timeout_ms;
     char header[AUTH_HEADER_SIZE];
     _cleanup_close_ int fd = tcp_open(header, host_port, token, deadline);
-    return fd < 0 ? fd
-                  : box_fd_call_file(reply, status, fd, header, method, path, file_fd, size,
-                                     deadline);
+    return fd < 0
+               ? fd
+               : box_fd_call_file(reply, status, fd, header, method, path, file_fd, size, deadline);
 }

@@ -66,19 +66,32 @@ static int parse_numbers(fawn_sandbox_config *sc, uint32_t *idle, const json_t *
     uint64_t v[5] = {0};
     fawn_sandbox_limits *l = &sc->limits;
     int r = json_is_object(lim) ? 0 : fawn_err(FAWN_EINVAL, "'limits' must be an object");
-    if (r == 0) r = get_u64(&l->memory_mb, lim, "memory_mb");
-    if (r == 0) r = get_u64(&l->pids, lim, "pids");
-    if (r == 0) r = get_u64(&l->nproc, lim, "nproc");
-    if (r == 0) r = get_u64(&l->open_files, lim, "open_files");
-    if (r == 0) r = get_u64(&l->file_size_mb, lim, "file_size_mb");
-    if (r == 0) r = get_u64(&l->address_space_mb, lim, "address_space_mb");
-    if (r == 0) r = get_u64(&l->tmp_size_mb, lim, "tmp_size_mb");
-    if (r == 0) r = get_u64(&l->disk_mb, lim, "disk_mb");
-    if (r == 0) r = get_u64(&v[0], o, "exec_timeout_s");
-    if (r == 0) r = get_u64(&v[1], o, "exec_max_timeout_s");
-    if (r == 0) r = get_u64(&sc->exec_max_output_bytes, o, "exec_max_output_bytes");
-    if (r == 0) r = get_u64(&v[2], o, "max_sessions");
-    if (r == 0) r = get_u64(&v[3], o, "idle_exit_s");
+    if (r == 0)
+        r = get_u64(&l->memory_mb, lim, "memory_mb");
+    if (r == 0)
+        r = get_u64(&l->pids, lim, "pids");
+    if (r == 0)
+        r = get_u64(&l->nproc, lim, "nproc");
+    if (r == 0)
+        r = get_u64(&l->open_files, lim, "open_files");
+    if (r == 0)
+        r = get_u64(&l->file_size_mb, lim, "file_size_mb");
+    if (r == 0)
+        r = get_u64(&l->address_space_mb, lim, "address_space_mb");
+    if (r == 0)
+        r = get_u64(&l->tmp_size_mb, lim, "tmp_size_mb");
+    if (r == 0)
+        r = get_u64(&l->disk_mb, lim, "disk_mb");
+    if (r == 0)
+        r = get_u64(&v[0], o, "exec_timeout_s");
+    if (r == 0)
+        r = get_u64(&v[1], o, "exec_max_timeout_s");
+    if (r == 0)
+        r = get_u64(&sc->exec_max_output_bytes, o, "exec_max_output_bytes");
+    if (r == 0)
+        r = get_u64(&v[2], o, "max_sessions");
+    if (r == 0)
+        r = get_u64(&v[3], o, "idle_exit_s");
     sc->exec_timeout_s = (uint32_t)v[0];
     sc->exec_max_timeout_s = (uint32_t)v[1];
     sc->max_sessions = (uint32_t)v[2];
@@ -92,23 +105,32 @@ int launch_spec_from_json(launch_spec_copy *out, const char *json, size_t len) {
     const char *network = NULL;
     fawn_config *cfg = &out->cfg;
     int r = fjson_parse_object(&o, json, len);
-    if (r == 0) r = config_defaults(cfg);
+    if (r == 0)
+        r = config_defaults(cfg);
     if (r == 0) {
         free(cfg->home);
         free(cfg->sandbox.skills_dir);
         cfg->home = cfg->sandbox.skills_dir = NULL;
         r = take_string(&cfg->home, o, "home");
     }
-    if (r == 0) r = take_string(&cfg->sandbox.skills_dir, o, "skills_dir");
-    if (r == 0) r = take_string(&out->sandbox_id, o, "sandbox_id");
-    if (r == 0) r = take_string(&out->user_data, o, "user_data");
+    if (r == 0)
+        r = take_string(&cfg->sandbox.skills_dir, o, "skills_dir");
+    if (r == 0)
+        r = take_string(&out->sandbox_id, o, "sandbox_id");
+    if (r == 0)
+        r = take_string(&out->user_data, o, "user_data");
     if (r == 0 && json_is_string(json_object_get(o, "token")))
         r = take_string(&out->token, o, "token");
-    if (r == 0) r = fjson_get_string(&network, o, "network", true);
-    if (r == 0) cfg->sandbox.network = strcmp(network, "none") == 0 ? FAWN_NET_NONE : FAWN_NET_HOST;
-    if (r == 0) r = parse_env(&cfg->sandbox, json_object_get(o, "env"));
-    if (r == 0) r = parse_numbers(&cfg->sandbox, &out->spec.idle_exit_s, o);
-    if (r == 0) r = fjson_get_bool(&out->spec.die_with_launcher, o, "die_with_launcher", true);
+    if (r == 0)
+        r = fjson_get_string(&network, o, "network", true);
+    if (r == 0)
+        cfg->sandbox.network = strcmp(network, "none") == 0 ? FAWN_NET_NONE : FAWN_NET_HOST;
+    if (r == 0)
+        r = parse_env(&cfg->sandbox, json_object_get(o, "env"));
+    if (r == 0)
+        r = parse_numbers(&cfg->sandbox, &out->spec.idle_exit_s, o);
+    if (r == 0)
+        r = fjson_get_bool(&out->spec.die_with_launcher, o, "die_with_launcher", true);
     json_decref(o);
     out->spec.cfg = cfg;
     out->spec.sandbox_id = out->sandbox_id;

@@ -61,12 +61,12 @@ static int cgroup_name(char out[40], const fawn_config *cfg, const char *sandbox
 typedef struct launch {
     const local_launch_spec *p;
     char dirs[SBX_USER_DATA_PARTS][PATH_MAX]; /* workspace, uploads, outputs */
-    char etc[PATH_MAX];     /* the prepared /etc */
-    int pooled_netns;       /* a ready network namespace, or -1 */
-    bool via_helper;        /* spawned by a helper process (see spawn_via_helper) */
+    char etc[PATH_MAX];                       /* the prepared /etc */
+    int pooled_netns;                         /* a ready network namespace, or -1 */
+    bool via_helper; /* spawned by a helper process (see spawn_via_helper) */
     uid_t uid;
-    bool parent_maps_ids;   /* root: the parent maps the sandbox to an unprivileged uid */
-    bool disk_measured;     /* no kernel quota limits the user-data: the box measures it */
+    bool parent_maps_ids; /* root: the parent maps the sandbox to an unprivileged uid */
+    bool disk_measured;   /* no kernel quota limits the user-data: the box measures it */
     box_mount_plan plan;
     int go[2], status[2];
     cgroup_handle cg;
@@ -212,7 +212,8 @@ static _Noreturn void child_main(launch *l) {
      * launcher's command line as PID 1's. */
     if (fawn_set_cmdline("fawn box") < 0)
         child_fail(l, "hiding the launcher's command line", fawn_errmsg());
-    box_serve_opts o = {.listen_fd = 3, .status_fd = 4, .token = l->p->token, .settings = &settings};
+    box_serve_opts o = {
+        .listen_fd = 3, .status_fd = 4, .token = l->p->token, .settings = &settings};
     _exit(box_serve(&o) < 0 ? 1 : 0);
 }
 
@@ -250,7 +251,9 @@ static pid_t clone_child(const launch *l) {
     if (l->via_helper)
         flags |= CLONE_PARENT; /* the box is the launcher's child, not the helper's */
     bool none = l->p->cfg->sandbox.network == FAWN_NET_NONE;
-    _cleanup_close_ int home = l->pooled_netns >= 0 ? open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC) : -1;
+    _cleanup_close_ int home = l->pooled_netns >= 0
+                                   ? open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)
+                                   : -1;
     if (home < 0 || setns(l->pooled_netns, CLONE_NEWNET) < 0)
         return (pid_t)syscall(SYS_clone, flags | (none ? CLONE_NEWNET : 0), NULL, NULL, NULL, 0);
     pid_t pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, 0);
@@ -295,7 +298,9 @@ static int spawn(launch *l, pid_t *pid_out, char generation[33]) {
     }
     go_msg go = {0};
     snprintf(go.cgroup, sizeof go.cgroup, "%s",
-             l->cg.mode == CGROUP_V2 ? "v2" : l->cg.mode == CGROUP_V1 ? "v1" : "none");
+             l->cg.mode == CGROUP_V2   ? "v2"
+             : l->cg.mode == CGROUP_V1 ? "v1"
+                                       : "none");
     if (r == 0 && write(l->go[1], &go, sizeof go) != (ssize_t)sizeof go)
         r = fawn_err_sys(FAWN_EIO, errno, "starting the sandbox");
     if (r == 0)
@@ -424,8 +429,11 @@ int local_launch_helper_main(bool have_netns) {
     if (hr.code == 0) {
         copy.spec.listen_fd = HELPER_LISTEN_FD;
         copy.spec.log_fd = HELPER_LOG_FD;
-        launch l = {.p = &copy.spec, .parent_maps_ids = geteuid() == 0, .go = {-1, -1},
-                    .status = {-1, -1}, .via_helper = true,
+        launch l = {.p = &copy.spec,
+                    .parent_maps_ids = geteuid() == 0,
+                    .go = {-1, -1},
+                    .status = {-1, -1},
+                    .via_helper = true,
                     .pooled_netns = have_netns ? HELPER_NETNS_FD : -1};
         l.uid = sbx_host_uid(copy.spec.sandbox_id);
         hr.code = open_plan(&l);
@@ -444,9 +452,10 @@ static void log_unlimited_user_data(const local_launch_spec *spec) {
     quota_fs fs;
     quota_probe_path(&fs, spec->user_data);
     if (fs.mechanism != QUOTA_MEASURED)
-        log_warn("sandbox", "sandbox %s: its files predate disk quotas here (%s), so they are "
-                 "measured, not limited by the kernel", spec->sandbox_id,
-                 quota_mechanism_name(fs.mechanism));
+        log_warn("sandbox",
+                 "sandbox %s: its files predate disk quotas here (%s), so they are "
+                 "measured, not limited by the kernel",
+                 spec->sandbox_id, quota_mechanism_name(fs.mechanism));
 }
 
 int local_launch(pid_t *pid, char generation[33], const local_launch_spec *spec) {
@@ -454,7 +463,10 @@ int local_launch(pid_t *pid, char generation[33], const local_launch_spec *spec)
     generation[0] = '\0';
     if (!fawn_id_valid(spec->sandbox_id))
         return fawn_err(FAWN_EINVAL, "bad sandbox id");
-    launch l = {.p = spec, .parent_maps_ids = geteuid() == 0, .go = {-1, -1}, .status = {-1, -1},
+    launch l = {.p = spec,
+                .parent_maps_ids = geteuid() == 0,
+                .go = {-1, -1},
+                .status = {-1, -1},
                 .pooled_netns = -1};
     l.uid = sbx_host_uid(spec->sandbox_id);
     enum quota_mechanism mechanism;
@@ -497,9 +509,13 @@ static int start_box(local_box *out, const local_spec *spec, const char *user_da
         unlink(out->socket_path);
         r = listen_unix(&listen_fd, out->socket_path);
     }
-    local_launch_spec ls = {.cfg = spec->cfg, .sandbox_id = out->sandbox_id,
-                            .user_data = user_data, .listen_fd = listen_fd, .log_fd = log_fd,
-                            .idle_exit_s = spec->idle_exit_s, .netns = spec->netns,
+    local_launch_spec ls = {.cfg = spec->cfg,
+                            .sandbox_id = out->sandbox_id,
+                            .user_data = user_data,
+                            .listen_fd = listen_fd,
+                            .log_fd = log_fd,
+                            .idle_exit_s = spec->idle_exit_s,
+                            .netns = spec->netns,
                             .fawn_bin = spec->fawn_bin};
     if (r == 0)
         r = local_launch(&out->pid, out->generation, &ls);

@@ -105,7 +105,8 @@ FAWN_MUST_CHECK int local_box_stop(const fawn_config *cfg, const char *user, con
 /* The same, by sandbox id (16 hex digits). */
 FAWN_MUST_CHECK int local_box_stop_id(const fawn_config *cfg, const char *sandbox_id);
 /* The host path of sandbox_id's box API socket into out. */
-FAWN_MUST_CHECK int local_socket_path(char out[PATH_MAX], const fawn_config *cfg, const char *sandbox_id);
+FAWN_MUST_CHECK int local_socket_path(char out[PATH_MAX], const fawn_config *cfg,
+                                      const char *sandbox_id);
 
 /* ---- resource limits: cgroups (v2, else v1 memory + pids) ----
  * When neither can be used, callers fall back to rlimits and cgroup_setup
@@ -115,8 +116,8 @@ enum cgroup_mode { CGROUP_NONE, CGROUP_V1, CGROUP_V2 };
 
 typedef struct cgroup_caps {
     enum cgroup_mode mode;
-    bool memory; /* a usable memory controller */
-    bool pids;   /* a usable pids controller */
+    bool memory;      /* a usable memory controller */
+    bool pids;        /* a usable pids controller */
     char detail[256]; /* why a controller is missing, for doctor and logs */
 } cgroup_caps;
 
@@ -125,9 +126,9 @@ void cgroup_probe(cgroup_caps *out);
 
 typedef struct cgroup_handle {
     enum cgroup_mode mode;
-    char v2_path[512];     /* the sandbox's v2 group, or "" */
-    char v1_memory[512];   /* the sandbox's v1 memory group, or "" */
-    char v1_pids[512];     /* the sandbox's v1 pids group, or "" */
+    char v2_path[512];   /* the sandbox's v2 group, or "" */
+    char v1_memory[512]; /* the sandbox's v1 memory group, or "" */
+    char v1_pids[512];   /* the sandbox's v1 pids group, or "" */
 } cgroup_handle;
 
 /* Creates the group "fawn/<name>" with the given limits (0 = no limit) and
@@ -138,8 +139,8 @@ typedef struct cgroup_handle {
  * filled, possibly mode CGROUP_NONE with a warning logged once per process
  * when cgroups cannot be used) or a negative FAWN_E* code when a group was
  * created but could not be configured. */
-FAWN_MUST_CHECK int cgroup_setup(cgroup_handle *h, const char *name, pid_t pid, uint64_t memory_bytes,
-                 uint64_t max_pids);
+FAWN_MUST_CHECK int cgroup_setup(cgroup_handle *h, const char *name, pid_t pid,
+                                 uint64_t memory_bytes, uint64_t max_pids);
 
 /* Kills every process left in the group and removes it. Safe on CGROUP_NONE. */
 void cgroup_destroy(cgroup_handle *h);

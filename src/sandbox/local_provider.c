@@ -193,7 +193,10 @@ static int local_create(void *ctx, sbx_box *out, const char *user, const char *t
     /* The manager keeps the boxes it holds alive with requests (and stops
      * idle ones itself); a box no manager talks to for the idle timeout
      * (the gateway stopped, crashed, or its home is gone) exits. */
-    local_spec spec = {.cfg = lp->cfg, .user = user, .thread = thread, .fawn_bin = lp->fawn_bin,
+    local_spec spec = {.cfg = lp->cfg,
+                       .user = user,
+                       .thread = thread,
+                       .fawn_bin = lp->fawn_bin,
                        .idle_exit_s = lp->cfg->sandbox.idle_timeout_s};
     local_box lb;
     int r = local_box_ensure(&lb, &spec);
@@ -203,14 +206,14 @@ static int local_create(void *ctx, sbx_box *out, const char *user, const char *t
         return r;
     memcpy(out->sandbox_id, lb.sandbox_id, sizeof out->sandbox_id);
     memcpy(out->generation, lb.generation, sizeof out->generation);
-    if (snprintf(out->endpoint, sizeof out->endpoint, LOCAL_ENDPOINT_PREFIX "%s",
-                 lb.socket_path) >= (int)sizeof out->endpoint)
+    if (snprintf(out->endpoint, sizeof out->endpoint, LOCAL_ENDPOINT_PREFIX "%s", lb.socket_path) >=
+        (int)sizeof out->endpoint)
         return fawn_err(FAWN_EINVAL, "socket path too long");
     return 0;
 }
 
-static int local_probe(void *ctx, enum sbx_presence *state,
-                       char generation[SBX_GENERATION_LEN + 1], const char *sandbox_id) {
+static int local_probe(void *ctx, enum sbx_presence *state, char generation[SBX_GENERATION_LEN + 1],
+                       const char *sandbox_id) {
     local_provider *lp = ctx;
     char path[PATH_MAX];
     struct stat st;
@@ -261,9 +264,9 @@ static int local_destroy(void *ctx, const char *sandbox_id, const char *generati
     if (r < 0)
         return r;
     local_probe(ctx, &state, running, sandbox_id);
-    return state == SBX_ABSENT ? 0
-                               : fawn_err(FAWN_EIO, "sandbox %s is still there after a stop",
-                                          sandbox_id);
+    return state == SBX_ABSENT
+               ? 0
+               : fawn_err(FAWN_EIO, "sandbox %s is still there after a stop", sandbox_id);
 }
 
 static bool sandbox_socket_name(char sandbox_id[17], const char *name) {
@@ -339,10 +342,16 @@ int local_provider_new(sbx_provider **out, const fawn_config *cfg, const char *f
     pthread_mutex_init(&lp->mu, NULL);
     for (size_t i = 0; i < LOCAL_CONNS_MAX; i++)
         lp->conns[i].conn.fd = -1;
-    lp->base = (sbx_provider){.name = "local", .ctx = lp, .create = local_create,
-                              .probe = local_probe, .health = local_health,
-                              .destroy = local_destroy, .list = local_list, .call = local_call,
-                              .call_file = local_call_file, .shares_host_files = true};
+    lp->base = (sbx_provider){.name = "local",
+                              .ctx = lp,
+                              .create = local_create,
+                              .probe = local_probe,
+                              .health = local_health,
+                              .destroy = local_destroy,
+                              .list = local_list,
+                              .call = local_call,
+                              .call_file = local_call_file,
+                              .shares_host_files = true};
     *out = &lp->base;
     return 0;
 }

@@ -43,18 +43,18 @@ typedef struct scope_session {
 
 struct sbx_entry {
     char user[65], thread[65];
-    sbx_box box;           /* box.generation is "" when no box runs */
+    sbx_box box; /* box.generation is "" when no box runs */
     enum sbx_state state;
     unsigned holders[SBX_HOLD_KINDS];
     unsigned holders_total;
-    bool busy;             /* claimed: a provider call for it is in progress */
+    bool busy; /* claimed: a provider call for it is in progress */
     bool destroy_deferred;
-    bool fenced;           /* its generation is fenced (also recorded in the store) */
+    bool fenced; /* its generation is fenced (also recorded in the store) */
     int64_t idle_since_ms;
-    unsigned teardown_failures; /* idle teardowns failed in a row */
+    unsigned teardown_failures;  /* idle teardowns failed in a row */
     int64_t teardown_backoff_ms; /* the wait after the last of them (0: none) */
-    int64_t teardown_retry_ms;  /* no idle teardown is tried before this */
-    unsigned refs;         /* leases and claimants: the entry is not freed while > 0 */
+    int64_t teardown_retry_ms;   /* no idle teardown is tried before this */
+    unsigned refs;               /* leases and claimants: the entry is not freed while > 0 */
     scope_session scopes[SBX_SCOPES_MAX];
     size_t n_scopes;
     sbx_entry *next;
@@ -344,12 +344,14 @@ static sbx_entry *idle_oldest(sbx_manager *m, bool timed, int64_t parked_before_
 static void teardown_back_off(sbx_entry *e, int64_t now) {
     int64_t wait = e->teardown_backoff_ms ? 2 * e->teardown_backoff_ms
                                           : SBX_TEARDOWN_BACKOFF_MIN_MS;
-    e->teardown_backoff_ms = wait < SBX_TEARDOWN_BACKOFF_MAX_MS ? wait : SBX_TEARDOWN_BACKOFF_MAX_MS;
+    e->teardown_backoff_ms = wait < SBX_TEARDOWN_BACKOFF_MAX_MS ? wait
+                                                                : SBX_TEARDOWN_BACKOFF_MAX_MS;
     e->teardown_retry_ms = now + e->teardown_backoff_ms;
     e->teardown_failures++;
-    log_warn("sandbox", "sandbox %s (thread %s): teardown failed %u time(s) in a row; next try "
-             "in %" PRId64 " s", e->box.sandbox_id, e->thread, e->teardown_failures,
-             e->teardown_backoff_ms / 1000);
+    log_warn("sandbox",
+             "sandbox %s (thread %s): teardown failed %u time(s) in a row; next try "
+             "in %" PRId64 " s",
+             e->box.sandbox_id, e->thread, e->teardown_failures, e->teardown_backoff_ms / 1000);
 }
 
 /* Tears down one idle entry chosen under m->mu (claimed there). A failure
@@ -464,8 +466,9 @@ static void *keepalive_main(void *arg) {
 static int gate(sbx_manager *m, const sbx_request *req) {
     sbx_decision *d = req->decision;
     if (d && d->made)
-        return d->result == 0 ? 0
-                              : fawn_err(FAWN_EPERM, "Sandbox execution is not permitted for your role");
+        return d->result == 0
+                   ? 0
+                   : fawn_err(FAWN_EPERM, "Sandbox execution is not permitted for your role");
     int r = authz_sandbox_execute(m->policy, req->who.role);
     if (r < 0 && r != FAWN_EPERM)
         r = fawn_err(FAWN_EPERM, "Sandbox execution is not permitted for your role");
@@ -568,9 +571,7 @@ static scope_session *scope_find(sbx_entry *e, const char *scope) {
     return NULL;
 }
 
-static void scope_remove(sbx_entry *e, scope_session *s) {
-    *s = e->scopes[--e->n_scopes];
-}
+static void scope_remove(sbx_entry *e, scope_session *s) { *s = e->scopes[--e->n_scopes]; }
 
 static bool scope_usable(sbx_manager *m, const sbx_entry *e, const scope_session *s) {
     return !s->fenced && strcmp(s->generation, e->box.generation) == 0 &&
@@ -830,15 +831,15 @@ int sbx_call(json_t **reply, int *status, sbx_lease *l, const char *method, cons
         l, m->p->call(m->p->ctx, reply, status, &l->box, method, path, body, timeout_ms));
 }
 
-int sbx_call_file(json_t **reply, int *status, sbx_lease *l, const char *method,
-                  const char *path, int file_fd, uint64_t size, int timeout_ms) {
+int sbx_call_file(json_t **reply, int *status, sbx_lease *l, const char *method, const char *path,
+                  int file_fd, uint64_t size, int timeout_ms) {
     *reply = NULL;
     *status = 0;
     sbx_manager *m = l->m;
     if (!m->p->call_file)
         return fawn_err(FAWN_EUNSUP, "the %s provider cannot send files", m->p->name);
-    return call_outcome(l, m->p->call_file(m->p->ctx, reply, status, &l->box, method, path,
-                                           file_fd, size, timeout_ms));
+    return call_outcome(l, m->p->call_file(m->p->ctx, reply, status, &l->box, method, path, file_fd,
+                                           size, timeout_ms));
 }
 
 /* The box and session of scope in sandbox_id while a lease holds it. */
@@ -979,8 +980,8 @@ static int sessions_end_all(sbx_manager *m, const sbx_box *box) {
     int r = m->p->call(m->p->ctx, &reply, &status, box, "GET", "/v1/shell/sessions", NULL,
                        (int)m->cfg.call_timeout_ms);
     json_t *list = json_object_get(reply, "sessions");
-    if (r == 0 && (status != 200 || !json_is_array(list) ||
-                   json_array_size(list) > SBX_ADOPT_SESSIONS_MAX))
+    if (r == 0 &&
+        (status != 200 || !json_is_array(list) || json_array_size(list) > SBX_ADOPT_SESSIONS_MAX))
         r = fawn_err(FAWN_EPROTO, "the box did not list its shell sessions");
     for (size_t i = 0; r == 0 && i < json_array_size(list); i++) {
         const char *id = json_string_value(json_object_get(json_array_get(list, i), "id"));
@@ -1008,12 +1009,15 @@ static int reconcile_box(void *ctx, const char *sandbox_id, const char *generati
         memcpy(box.token, rec.token, sizeof box.token);
         int health = m->p->health(m->p->ctx, &box);
         adopt = health == 0;
-        if (health < 0 && health != FAWN_ENOENT) /* unknown: never trusted, even if it answers later */
+        if (health < 0 &&
+            health != FAWN_ENOENT) /* unknown: never trusted, even if it answers later */
             fence_add(m, SBX_WHOLE, sandbox_id, generation, "health unknown at start");
     }
     if (adopt && sessions_end_all(m, &box) < 0) {
-        log_warn("sandbox", "sandbox %s: the sessions of a previous run could not be ended (%s); "
-                 "not adopted", sandbox_id, fawn_errmsg());
+        log_warn("sandbox",
+                 "sandbox %s: the sessions of a previous run could not be ended (%s); "
+                 "not adopted",
+                 sandbox_id, fawn_errmsg());
         adopt = false;
     }
     sbx_entry *e = adopt ? entry_get(m, sandbox_id, rec.user, rec.thread) : NULL;

@@ -71,10 +71,10 @@
 
 /* Where a box is and which generation runs there. */
 typedef struct sbx_box {
-    char sandbox_id[17];                    /* paths_sandbox_id(user, thread) */
+    char sandbox_id[17]; /* paths_sandbox_id(user, thread) */
     char generation[SBX_GENERATION_LEN + 1];
-    char endpoint[PATH_MAX];                /* "unix:/path" or "tcp:host:port" */
-    char token[128];                        /* bearer token for tcp endpoints, else "" */
+    char endpoint[PATH_MAX]; /* "unix:/path" or "tcp:host:port" */
+    char token[128];         /* bearer token for tcp endpoints, else "" */
 } sbx_box;
 
 /* What a provider knows of a sandbox. UNKNOWN is never ABSENT: a provider
@@ -121,16 +121,15 @@ typedef struct sbx_provider {
     /* Calls each for every box the provider has (any state but ABSENT),
      * with its sandbox id and generation ("" when unknown); stops at the
      * first non-zero return and returns it. */
-    int (*list)(void *ctx, int (*each)(void *each_ctx, const char *sandbox_id,
-                                       const char *generation),
+    int (*list)(void *ctx,
+                int (*each)(void *each_ctx, const char *sandbox_id, const char *generation),
                 void *each_ctx);
     /* One box API request to box (see box_call for the contract). */
     int (*call)(void *ctx, json_t **reply, int *status, const sbx_box *box, const char *method,
                 const char *path, const json_t *body, int timeout_ms);
     /* The same with size bytes of file_fd as the body (file uploads). */
-    int (*call_file)(void *ctx, json_t **reply, int *status, const sbx_box *box,
-                     const char *method, const char *path, int file_fd, uint64_t size,
-                     int timeout_ms);
+    int (*call_file)(void *ctx, json_t **reply, int *status, const sbx_box *box, const char *method,
+                     const char *path, int file_fd, uint64_t size, int timeout_ms);
     /* True when boxes see the host's thread directories (local namespaces):
      * files written there need no copy into the box. */
     bool shares_host_files;
@@ -139,21 +138,23 @@ typedef struct sbx_provider {
 /* The local provider: boxes in fresh namespaces on this host (local.c),
  * started through fawn_bin's launch helper when the caller is
  * multithreaded (NULL: this program). cfg must outlive it. */
-FAWN_MUST_CHECK int local_provider_new(sbx_provider **out, const fawn_config *cfg, const char *fawn_bin);
+FAWN_MUST_CHECK int local_provider_new(sbx_provider **out, const fawn_config *cfg,
+                                       const char *fawn_bin);
 void local_provider_free(sbx_provider *p);
 
 /* The provider config.yaml chooses (sandbox.provider: local, or remote with
  * the commands of sandbox.remote, see remote.h); FAWN_ECONFIG naming the
  * key for a bad sandbox.remote. Close it with sbx_provider_close. */
-FAWN_MUST_CHECK int sbx_provider_open(sbx_provider **out, const fawn_config *cfg, const char *fawn_bin);
+FAWN_MUST_CHECK int sbx_provider_open(sbx_provider **out, const fawn_config *cfg,
+                                      const char *fawn_bin);
 void sbx_provider_close(sbx_provider *p);
 
 /* ---- the manager ---- */
 
 typedef struct sbx_manager_config {
-    uint32_t idle_timeout_s; /* a parked sandbox is torn down after this (600), and boxes hear
-                                from the manager 4 times as often; 0 = never, no keepalive */
-    uint32_t replicas;       /* running sandboxes kept at most by evicting idle ones; 0 = no cap */
+    uint32_t idle_timeout_s;  /* a parked sandbox is torn down after this (600), and boxes hear
+                                 from the manager 4 times as often; 0 = never, no keepalive */
+    uint32_t replicas;        /* running sandboxes kept at most by evicting idle ones; 0 = no cap */
     uint32_t call_timeout_ms; /* health checks and session requests (5000) */
 } sbx_manager_config;
 
@@ -169,8 +170,8 @@ typedef struct sbx_manager sbx_manager;
  * generations the provider confirms absent retire. Failures to destroy
  * are logged and left for the next start (the fences stay). Starts the
  * reaper that tears down idle sandboxes. */
-FAWN_MUST_CHECK int sbx_manager_new(sbx_manager **out, const sbx_manager_config *cfg, sbx_provider *provider,
-                    store *st, const authz_policy *policy);
+FAWN_MUST_CHECK int sbx_manager_new(sbx_manager **out, const sbx_manager_config *cfg,
+                                    sbx_provider *provider, store *st, const authz_policy *policy);
 /* Stops the reaper and the keepalive and frees the manager. Every lease
  * must have been released. Parked sandboxes are left running for the next
  * start to rediscover (their store records stay); with no manager talking
@@ -196,7 +197,7 @@ typedef struct sbx_decision {
 
 typedef struct sbx_request {
     sbx_principal who;
-    const char *thread;       /* [A-Za-z0-9_-]{1,64} */
+    const char *thread; /* [A-Za-z0-9_-]{1,64} */
     enum sbx_holder kind;
     const char *scope;        /* a shell session of its own, or NULL */
     sbx_decision *decision;   /* the run's, or NULL to decide for this acquisition alone */
@@ -244,12 +245,12 @@ FAWN_MUST_CHECK int sbx_fence(sbx_lease *l, bool scope_only, const char *reason)
 /* One box API request on l's box. A failure mid-exchange (FAWN_EIO,
  * FAWN_ETIMEDOUT, FAWN_EPROTO: the outcome is unknown) fences the
  * generation before it is returned. */
-FAWN_MUST_CHECK int sbx_call(json_t **reply, int *status, sbx_lease *l, const char *method, const char *path,
-             const json_t *body, int timeout_ms);
+FAWN_MUST_CHECK int sbx_call(json_t **reply, int *status, sbx_lease *l, const char *method,
+                             const char *path, const json_t *body, int timeout_ms);
 /* The same with size bytes of file_fd as the body (the box API's file
  * upload); FAWN_EUNSUP when the provider cannot send files. */
 FAWN_MUST_CHECK int sbx_call_file(json_t **reply, int *status, sbx_lease *l, const char *method,
-                  const char *path, int file_fd, uint64_t size, int timeout_ms);
+                                  const char *path, int file_fd, uint64_t size, int timeout_ms);
 
 /* Kills the commands of scope's shell session in the (user, thread)
  * sandbox while a lease of that scope holds it: how a cancelled run's
@@ -260,8 +261,8 @@ FAWN_MUST_CHECK int sbx_call_file(json_t **reply, int *status, sbx_lease *l, con
  * can be running). An outcome left
  * unknown (the exchange broke, the box could not confirm) fences the scope:
  * its session is abandoned, the next acquisition of it gets a new one. */
-FAWN_MUST_CHECK int sbx_kill_scope(sbx_manager *m, const char *user, const char *thread, const char *scope,
-                   int timeout_ms);
+FAWN_MUST_CHECK int sbx_kill_scope(sbx_manager *m, const char *user, const char *thread,
+                                   const char *scope, int timeout_ms);
 
 enum sbx_destroy_outcome { SBX_DESTROYED, SBX_DESTROY_DEFERRED };
 
@@ -269,7 +270,7 @@ enum sbx_destroy_outcome { SBX_DESTROYED, SBX_DESTROY_DEFERRED };
  * once the last one releases it (*outcome says which). Provider failures
  * are returned (and a later call retries). */
 FAWN_MUST_CHECK int sbx_destroy(enum sbx_destroy_outcome *outcome, sbx_manager *m, const char *user,
-                const char *thread);
+                                const char *thread);
 
 /* The one reuse predicate: false when (sandbox_id, generation) is fenced
  * (or cannot be checked). */
@@ -306,6 +307,6 @@ const char *sbx_holder_name(enum sbx_holder k);
  * the sandbox's host uid; without, FAWN_ENOENT when it does not exist.
  * FAWN_EINVAL for invalid ids. */
 FAWN_MUST_CHECK int sbx_user_data_open(int *fd_out, const fawn_config *cfg, const char *user,
-                       const char *thread, bool create);
+                                       const char *thread, bool create);
 
 #endif

@@ -33,7 +33,8 @@ int netns_pool_new(netns_pool **out, size_t size) {
 static int create_one(int home) {
     if (unshare(CLONE_NEWNET) < 0)
         return fawn_err_sys(FAWN_EIO, errno, "unshare(CLONE_NEWNET)");
-    int fd = box_isolate_loopback_up() == 0 ? open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC) : -1;
+    int fd = box_isolate_loopback_up() == 0 ? open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)
+                                            : -1;
     int e = errno;
     if (setns(home, CLONE_NEWNET) < 0) {
         /* This process would go on in the new namespace: nothing sane is left. */

@@ -33,8 +33,10 @@ static int argv_from_json(char ***out, const json_t *list, const char *key) {
     for (size_t i = 0; i < n; i++) {
         const char *word = json_string_value(json_array_get(list, i));
         if (!word || !*word || strlen(word) > REMOTE_WORD_MAX)
-            return fawn_err(FAWN_ECONFIG, REMOTE_SECTION ".%s[%zu]: must be a non-empty word of "
-                                          "at most %d bytes", key, i, REMOTE_WORD_MAX);
+            return fawn_err(FAWN_ECONFIG,
+                            REMOTE_SECTION ".%s[%zu]: must be a non-empty word of "
+                                           "at most %d bytes",
+                            key, i, REMOTE_WORD_MAX);
         if (!(argv[i] = strdup(word)))
             return fawn_err(FAWN_ENOMEM, "out of memory");
     }
@@ -59,8 +61,10 @@ static int passthrough_from_json(char ***out, const json_t *list) {
     if (!list)
         return 0;
     if (!json_is_array(list) || n > REMOTE_PASSTHROUGH_MAX)
-        return fawn_err(FAWN_ECONFIG, REMOTE_SECTION ".env_passthrough: must be a list of at most "
-                                      "%d variable names", REMOTE_PASSTHROUGH_MAX);
+        return fawn_err(FAWN_ECONFIG,
+                        REMOTE_SECTION ".env_passthrough: must be a list of at most "
+                                       "%d variable names",
+                        REMOTE_PASSTHROUGH_MAX);
     char **names = calloc(n + 1, sizeof *names);
     if (!names)
         return fawn_err(FAWN_ENOMEM, "out of memory");
@@ -68,8 +72,10 @@ static int passthrough_from_json(char ***out, const json_t *list) {
     for (size_t i = 0; i < n; i++) {
         const char *name = json_string_value(json_array_get(list, i));
         if (!env_name_ok(name))
-            return fawn_err(FAWN_ECONFIG, REMOTE_SECTION ".env_passthrough[%zu]: not a valid "
-                                          "variable name ([A-Za-z_][A-Za-z0-9_]*)", i);
+            return fawn_err(FAWN_ECONFIG,
+                            REMOTE_SECTION ".env_passthrough[%zu]: not a valid "
+                                           "variable name ([A-Za-z_][A-Za-z0-9_]*)",
+                            i);
         if (!(names[i] = strdup(name)))
             return fawn_err(FAWN_ENOMEM, "out of memory");
     }
@@ -126,8 +132,7 @@ static int remote_config_from_json(remote_provider_config *out, const json_t *tr
     *out = (remote_provider_config){0};
     if (!json_is_object(tree))
         return fawn_err(FAWN_ECONFIG, REMOTE_SECTION ": required by sandbox.provider remote");
-    char ***argvs[] = {&out->create_argv, &out->status_argv, &out->destroy_argv,
-                       &out->list_argv};
+    char ***argvs[] = {&out->create_argv, &out->status_argv, &out->destroy_argv, &out->list_argv};
     int r = keys_check(tree);
     for (size_t i = 0; r == 0 && i < ARRAY_LEN(command_keys); i++)
         r = argv_from_json(argvs[i], json_object_get(tree, command_keys[i]), command_keys[i]);

@@ -80,8 +80,8 @@ static int btrfs_qgroups_dir(char out[PATH_MAX], int fd) {
     snprintf(out, PATH_MAX,
              QUOTA_BTRFS_SYSFS "/%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
                                "%02x%02x%02x%02x%02x%02x/qgroups",
-             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
-             u[13], u[14], u[15]);
+             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+             u[14], u[15]);
     return 0;
 }
 
@@ -396,7 +396,7 @@ static int dir_create(int parentfd, const char *name, uint64_t limit_bytes) {
     fawn_random_hex(hex, QUOTA_TMP_RANDOM_BYTES);
     if (snprintf(tmp, sizeof tmp, ".%s.new-%s", name, hex) >= (int)sizeof tmp)
         return fawn_err(FAWN_EINVAL, "directory name too long: %s", name);
-    int r = fs.mechanism == QUOTA_BTRFS ? btrfs_subvolume_create(parentfd, tmp)
+    int r = fs.mechanism == QUOTA_BTRFS        ? btrfs_subvolume_create(parentfd, tmp)
             : mkdirat(parentfd, tmp, 0755) < 0 ? fawn_err_sys(FAWN_EIO, errno, "mkdir %s", tmp)
                                                : 0;
     if (r < 0)
@@ -417,8 +417,8 @@ int quota_dir_ensure(enum quota_mechanism *applied, int parentfd, const char *na
                      uint64_t limit_bytes) {
     *applied = QUOTA_MEASURED;
     for (int pass = 0; pass < QUOTA_ENSURE_PASSES; pass++) {
-        _cleanup_close_ int fd =
-            openat(parentfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        _cleanup_close_ int fd = openat(parentfd, name,
+                                        O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd >= 0)
             return dir_refresh(applied, fd, limit_bytes);
         if (errno == ENOTDIR || errno == ELOOP)
@@ -452,16 +452,12 @@ int quota_room(uint64_t *room, int dirfd, uint64_t limit_bytes) {
     struct if_dqblk q;
     int r = 0;
     switch (quota_dir_mechanism(dirfd)) {
-    case QUOTA_BTRFS:
-        *room = UINT64_MAX;
-        return 0;
+    case QUOTA_BTRFS: *room = UINT64_MAX; return 0;
     case QUOTA_PROJECT:
         if ((r = project_of(&id, dirfd)) == 0 && (r = project_usage(&q, dirfd, id)) == 0)
             used = q.dqb_curspace;
         break;
-    case QUOTA_MEASURED:
-        r = quota_measure(&used, dirfd);
-        break;
+    case QUOTA_MEASURED: r = quota_measure(&used, dirfd); break;
     }
     if (r == 0)
         *room = used < limit_bytes ? limit_bytes - used : 0;

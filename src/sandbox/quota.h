@@ -77,7 +77,7 @@ void quota_probe_path(quota_fs *out, const char *path);
  * is FAWN_EINVAL; FAWN_EIO when the kernel refuses a step (nothing is left
  * half made). parentfd is borrowed. */
 FAWN_MUST_CHECK int quota_dir_ensure(enum quota_mechanism *applied, int parentfd, const char *name,
-                     uint64_t limit_bytes);
+                                     uint64_t limit_bytes);
 
 /* The mechanism that limits the existing directory dirfd (as
  * quota_dir_ensure left it): QUOTA_MEASURED when no kernel quota does. */

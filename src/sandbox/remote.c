@@ -257,8 +257,8 @@ static int stderr_read(char *head, size_t *head_len, int fd) {
 /* Collects c's output until it exits (0), its deadline passes
  * (FAWN_ETIMEDOUT), cancel is set (FAWN_ECANCELED) or stdout overflows
  * (FAWN_E2BIG). */
-static int command_collect(fbuf *out, char *err_head, size_t *err_len, command *c,
-                           int64_t deadline, const sbx_cancel *cancel) {
+static int command_collect(fbuf *out, char *err_head, size_t *err_len, command *c, int64_t deadline,
+                           const sbx_cancel *cancel) {
     struct pollfd p[3] = {{.fd = c->out, .events = POLLIN},
                           {.fd = c->err, .events = POLLIN},
                           {.fd = c->pidfd, .events = POLLIN}};
@@ -303,8 +303,9 @@ static int command_status(int wstatus, enum remote_op op, uint32_t timeout_ms, i
     switch (collected) {
     case FAWN_ECANCELED: return cancelled_err();
     case FAWN_ETIMEDOUT:
-        return fawn_err(FAWN_ETIMEDOUT, "the control plane's %s command did not finish within %u ms",
-                        name, timeout_ms);
+        return fawn_err(FAWN_ETIMEDOUT,
+                        "the control plane's %s command did not finish within %u ms", name,
+                        timeout_ms);
     case FAWN_E2BIG:
         return fawn_err(FAWN_EPROTO, "the control plane's %s command printed more than %zu bytes",
                         name, REMOTE_COMMAND_OUTPUT_MAX);
@@ -379,8 +380,10 @@ static int get_generation(char generation[SBX_GENERATION_LEN + 1], const json_t 
     if (fjson_get_string(&g, o, "generation", false) < 0)
         return output_err(op);
     if (g[0] && !hex_valid(g, SBX_GENERATION_LEN))
-        return fawn_err(FAWN_EPROTO, "the control plane's %s command printed a generation that is "
-                                     "not 32 lowercase hex digits", op_names[op]);
+        return fawn_err(FAWN_EPROTO,
+                        "the control plane's %s command printed a generation that is "
+                        "not 32 lowercase hex digits",
+                        op_names[op]);
     snprintf(generation, SBX_GENERATION_LEN + 1, "%s", g);
     return 0;
 }
@@ -513,8 +516,8 @@ static int box_await(sbx_box *box, const remote_provider *rp, const sbx_cancel *
             return fawn_err(FAWN_ETIMEDOUT, "the sandbox did not answer within %u ms",
                             rp->start_timeout_ms);
         char gen[SBX_GENERATION_LEN + 1];
-        int r = box_identity(gen, box, left < REMOTE_ATTEMPT_TIMEOUT_MS ? (int)left
-                                                                        : REMOTE_ATTEMPT_TIMEOUT_MS);
+        int r = box_identity(
+            gen, box, left < REMOTE_ATTEMPT_TIMEOUT_MS ? (int)left : REMOTE_ATTEMPT_TIMEOUT_MS);
         if (r == 0 && (!box->generation[0] || strcmp(gen, box->generation) == 0)) {
             memcpy(box->generation, gen, sizeof gen);
             return 0;
@@ -535,8 +538,7 @@ static bool gone(enum sbx_presence state, const char *seen, const char *generati
 }
 
 /* Runs status until it confirms generation is gone. */
-static int absent_await(const remote_provider *rp, const char *sandbox_id,
-                        const char *generation) {
+static int absent_await(const remote_provider *rp, const char *sandbox_id, const char *generation) {
     int64_t deadline = fawn_now_ms() + rp->start_timeout_ms;
     int delay = REMOTE_SLICE_MS;
     for (;;) {
@@ -545,8 +547,10 @@ static int absent_await(const remote_provider *rp, const char *sandbox_id,
         if (status_run(rp, &state, seen, sandbox_id) == 0 && gone(state, seen, generation))
             return 0;
         if (fawn_now_ms() >= deadline)
-            return fawn_err(FAWN_ETIMEDOUT, "the sandbox was not confirmed gone within %u ms "
-                                            "(last state: %s)", rp->start_timeout_ms,
+            return fawn_err(FAWN_ETIMEDOUT,
+                            "the sandbox was not confirmed gone within %u ms "
+                            "(last state: %s)",
+                            rp->start_timeout_ms,
                             state == SBX_UNKNOWN ? "unknown" : state_names[state]);
         pause_cancellable(delay, deadline, NULL);
         delay = delay * 2 > REMOTE_BACKOFF_MAX_MS ? REMOTE_BACKOFF_MAX_MS : delay * 2;
@@ -645,8 +649,8 @@ static int list_entry(const char **id, const char **gen, const json_t *e) {
     return 0;
 }
 
-int remote_list_parse(const json_t *o, int (*each)(void *each_ctx, const char *sandbox_id,
-                                                   const char *generation),
+int remote_list_parse(const json_t *o,
+                      int (*each)(void *each_ctx, const char *sandbox_id, const char *generation),
                       void *each_ctx) {
     static const char *const keys[] = {"sandboxes", NULL};
     json_t *boxes = json_object_get(o, "sandboxes");
@@ -663,8 +667,8 @@ int remote_list_parse(const json_t *o, int (*each)(void *each_ctx, const char *s
     return r;
 }
 
-static int remote_list(void *ctx, int (*each)(void *each_ctx, const char *sandbox_id,
-                                              const char *generation),
+static int remote_list(void *ctx,
+                       int (*each)(void *each_ctx, const char *sandbox_id, const char *generation),
                        void *each_ctx) {
     command_env ce = {0};
     json_t *o = NULL;
@@ -731,8 +735,10 @@ static int argv_copy(char ***out, char *const *argv, enum remote_op op) {
         n++;
     if (n == 0 || n > REMOTE_ARGV_MAX || !argv[0][0]) {
         *out = NULL;
-        return fawn_err(FAWN_EINVAL, "the remote provider's %s command must be a list of 1 to %d "
-                                     "arguments", op_names[op], REMOTE_ARGV_MAX);
+        return fawn_err(FAWN_EINVAL,
+                        "the remote provider's %s command must be a list of 1 to %d "
+                        "arguments",
+                        op_names[op], REMOTE_ARGV_MAX);
     }
     return strings_copy(out, argv, n);
 }
@@ -746,10 +752,15 @@ int remote_provider_new(sbx_provider **out, const remote_provider_config *cfg) {
     remote_provider *rp = calloc(1, sizeof *rp);
     if (!rp)
         return fawn_err(FAWN_ENOMEM, "out of memory");
-    rp->base = (sbx_provider){.name = "remote", .ctx = rp, .create = remote_create,
-                              .probe = remote_probe, .health = remote_health,
-                              .destroy = remote_destroy, .list = remote_list,
-                              .call = remote_call, .call_file = remote_call_file,
+    rp->base = (sbx_provider){.name = "remote",
+                              .ctx = rp,
+                              .create = remote_create,
+                              .probe = remote_probe,
+                              .health = remote_health,
+                              .destroy = remote_destroy,
+                              .list = remote_list,
+                              .call = remote_call,
+                              .call_file = remote_call_file,
                               .shares_host_files = false};
     rp->command_timeout_ms = cfg->command_timeout_ms;
     rp->start_timeout_ms = cfg->start_timeout_ms;

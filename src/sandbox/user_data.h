@@ -37,6 +37,6 @@ FAWN_MUST_CHECK int sbx_dir_ensure(const char *path, mode_t mode);
  * in it workspace/, uploads/ and outputs/, owned by uid when fawn runs as
  * root and they are new. *mechanism tells what limits it. */
 FAWN_MUST_CHECK int sbx_user_data_make(enum quota_mechanism *mechanism, const fawn_config *cfg,
-                       const char *user_data, uid_t uid);
+                                       const char *user_data, uid_t uid);
 
 #endif

@@ -48,7 +48,8 @@ static const migration migrations[] = {
      "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
      "  created_at_ms INTEGER NOT NULL,"
      "  updated_at_ms INTEGER NOT NULL);"
-     "CREATE INDEX threads_by_owner ON threads(owner_id, updated_at_ms);", NULL},
+     "CREATE INDEX threads_by_owner ON threads(owner_id, updated_at_ms);",
+     NULL},
     /* 2: usernames unique regardless of case; API tokens */
     {"CREATE UNIQUE INDEX users_by_name_nocase ON users(username COLLATE NOCASE);"
      "CREATE TABLE api_tokens ("
@@ -58,7 +59,8 @@ static const migration migrations[] = {
      "  token_hash TEXT NOT NULL UNIQUE,"
      "  created_at_ms INTEGER NOT NULL,"
      "  last_used_at_ms INTEGER);"
-     "CREATE INDEX api_tokens_by_user ON api_tokens(user_id);", NULL},
+     "CREATE INDEX api_tokens_by_user ON api_tokens(user_id);",
+     NULL},
     /* 3: thread ids are unique per owner, so an id never tells whether
      * another user holds it */
     {"CREATE TABLE threads_by_owner_id ("
@@ -73,7 +75,8 @@ static const migration migrations[] = {
      "  updated_at_ms FROM threads;"
      "DROP TABLE threads;"
      "ALTER TABLE threads_by_owner_id RENAME TO threads;"
-     "CREATE INDEX threads_by_owner ON threads(owner_id, updated_at_ms);", NULL},
+     "CREATE INDEX threads_by_owner ON threads(owner_id, updated_at_ms);",
+     NULL},
     /* 4: the sandbox manager's records: whose each box is, and fences */
     {"CREATE TABLE sandboxes ("
      "  sandbox_id TEXT PRIMARY KEY,"
@@ -89,7 +92,8 @@ static const migration migrations[] = {
      "  generation TEXT NOT NULL,"
      "  reason TEXT NOT NULL,"
      "  created_at_ms INTEGER NOT NULL,"
-     "  PRIMARY KEY (scope, sandbox_id, generation));", NULL},
+     "  PRIMARY KEY (scope, sandbox_id, generation));",
+     NULL},
     /* 5: runs, their streamed events, thread checkpoints, tool receipts */
     {"CREATE TABLE runs ("
      "  run_id TEXT PRIMARY KEY,"
@@ -133,7 +137,8 @@ static const migration migrations[] = {
      "  output_sha256 TEXT NOT NULL,"
      "  output_bytes INTEGER NOT NULL,"
      "  created_at_ms INTEGER NOT NULL,"
-     "  PRIMARY KEY (run_id, tool_call_id));", NULL},
+     "  PRIMARY KEY (run_id, tool_call_id));",
+     NULL},
     /* 6: each message of a thread stored once; checkpoints list their
      * messages as spans of the thread's rows, and stored values events
      * hold a reference to the state, not a copy (sqlite_state.c) */
@@ -153,8 +158,8 @@ static const migration migrations[] = {
 
 int sq_err(sqlite3 *db, int rc, const char *what) {
     int code = rc == SQLITE_BUSY || rc == SQLITE_LOCKED ? FAWN_EBUSY
-               : rc == SQLITE_CONSTRAINT               ? FAWN_EEXIST
-                                                       : FAWN_EIO;
+               : rc == SQLITE_CONSTRAINT                ? FAWN_EEXIST
+                                                        : FAWN_EIO;
     return fawn_err(code, "%s: %s", what, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
 }
 
@@ -289,8 +294,10 @@ static int connection_open(sqlite3 **db, const char *path, int flags) {
 static int connections_open(store *s, const char *path) {
     int r = connection_open(&s->db, path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
     if (r == 0)
-        r = sq_exec(s->db, "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
-                           "PRAGMA foreign_keys = ON;", "configure database");
+        r = sq_exec(s->db,
+                    "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
+                    "PRAGMA foreign_keys = ON;",
+                    "configure database");
     if (r == 0)
         r = migrate(s->db);
     for (size_t i = 0; r == 0 && i < STORE_READERS; i++)
@@ -379,8 +386,8 @@ int store_user_create(store *s, store_user *out, const char *username, const cha
     sqlite3_stmt *st;
     sqlite3 *db = sq_write_begin(s);
     int r = sq_prepare(db, &st,
-                    "INSERT INTO users (username, password_hash, role, created_at_ms) "
-                    "VALUES (?1, ?2, ?3, ?4) RETURNING " USER_COLUMNS);
+                       "INSERT INTO users (username, password_hash, role, created_at_ms) "
+                       "VALUES (?1, ?2, ?3, ?4) RETURNING " USER_COLUMNS);
     if (r == 0) {
         sqlite3_bind_text(st, 1, username, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, password_hash, -1, SQLITE_STATIC);
@@ -465,8 +472,8 @@ int store_user_set_password(store *s, int64_t id, const char *password_hash) {
     sqlite3_stmt *st;
     sqlite3 *db = sq_write_begin(s);
     int r = sq_prepare(db, &st,
-                    "UPDATE users SET password_hash = ?2, token_version = token_version + 1 "
-                    "WHERE id = ?1");
+                       "UPDATE users SET password_hash = ?2, token_version = token_version + 1 "
+                       "WHERE id = ?1");
     if (r == 0) {
         sqlite3_bind_int64(st, 1, id);
         sqlite3_bind_text(st, 2, password_hash, -1, SQLITE_STATIC);
@@ -545,8 +552,9 @@ static int check_metadata(const char *metadata) {
     json_decref(o);
     if (r < 0)
         return fawn_err(FAWN_EINVAL, "metadata must be a JSON object");
-    return shallow ? 0 : fawn_err(FAWN_E2BIG, "metadata nests deeper than %d levels",
-                                  STORE_JSON_DEPTH_MAX);
+    return shallow
+               ? 0
+               : fawn_err(FAWN_E2BIG, "metadata nests deeper than %d levels", STORE_JSON_DEPTH_MAX);
 }
 
 static int check_thread_args(const char *id, const char *metadata) {
@@ -557,7 +565,8 @@ static int check_thread_args(const char *id, const char *metadata) {
 
 static int thread_get_on(sqlite3 *db, store_thread *out, int64_t owner_id, const char *id) {
     sqlite3_stmt *st;
-    int r = sq_prepare(db, &st, "SELECT " THREAD_COLUMNS " FROM threads WHERE id = ?1 AND owner_id = ?2");
+    int r = sq_prepare(db, &st,
+                       "SELECT " THREAD_COLUMNS " FROM threads WHERE id = ?1 AND owner_id = ?2");
     if (r < 0)
         return r;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
@@ -581,8 +590,8 @@ int store_thread_create(store *s, store_thread *out, bool *existed, int64_t owne
     int64_t now = fawn_wall_ms();
     sqlite3 *db = sq_write_begin(s);
     r = sq_prepare(db, &st,
-                "INSERT INTO threads (id, owner_id, metadata, created_at_ms, updated_at_ms) "
-                "VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT(owner_id, id) DO NOTHING");
+                   "INSERT INTO threads (id, owner_id, metadata, created_at_ms, updated_at_ms) "
+                   "VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT(owner_id, id) DO NOTHING");
     if (r == 0) {
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, owner_id);
@@ -713,9 +722,9 @@ int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_i
     sqlite3_stmt *st;
     sqlite3 *db = sq_read_begin(s);
     r = sq_prepare(db, &st,
-                MATCH_CTE "SELECT " THREAD_COLUMNS " FROM threads WHERE owner_id = ?1 AND "
-                "(?3 IS NULL OR status = ?3) AND (?2 IS NULL OR " MATCH_CLAUSE ") "
-                "ORDER BY updated_at_ms DESC, id LIMIT ?4 OFFSET ?5");
+                   MATCH_CTE "SELECT " THREAD_COLUMNS " FROM threads WHERE owner_id = ?1 AND "
+                             "(?3 IS NULL OR status = ?3) AND (?2 IS NULL OR " MATCH_CLAUSE ") "
+                             "ORDER BY updated_at_ms DESC, id LIMIT ?4 OFFSET ?5");
     if (r == 0) {
         sqlite3_bind_int64(st, 1, owner_id);
         sqlite3_bind_text(st, 2, match, -1, SQLITE_STATIC);
@@ -743,11 +752,10 @@ int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_i
 
 /* ---- lists of rows ---- */
 
-
 /* Steps st (the caller finalizes it) and appends each row, read by read
  * into a row_size struct, to rows. */
 int sq_rows_read(sqlite3 *db, fbuf *rows, sqlite3_stmt *st, size_t row_size, sq_row_reader read,
-                     const char *what) {
+                 const char *what) {
     void *row = malloc(row_size);
     int r = row ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
     int rc = SQLITE_DONE;
@@ -781,8 +789,8 @@ void sq_bind_texts(sqlite3_stmt *st, const char *const *texts, size_t n) {
 }
 
 /* Prepares sql, binds texts and runs it under the lock. */
-int sq_exec_texts(store *s, const char *sql, const char *const *texts, size_t n,
-                      bool must_change, const char *what) {
+int sq_exec_texts(store *s, const char *sql, const char *const *texts, size_t n, bool must_change,
+                  const char *what) {
     sqlite3_stmt *st;
     sqlite3 *db = sq_write_begin(s);
     int r = sq_prepare(db, &st, sql);
@@ -807,13 +815,13 @@ int store_sandbox_put(store *s, const store_sandbox *sb) {
         return fawn_err(FAWN_EINVAL, "bad sandbox record");
     char now[24];
     snprintf(now, sizeof now, "%" PRId64, fawn_wall_ms());
-    const char *texts[] = {sb->sandbox_id, sb->user,     sb->thread, sb->generation,
-                           sb->endpoint,   sb->token,    now};
+    const char *texts[] = {sb->sandbox_id, sb->user,  sb->thread, sb->generation,
+                           sb->endpoint,   sb->token, now};
     return sq_exec_texts(s,
-                      "INSERT OR REPLACE INTO sandboxes (sandbox_id, user, thread, generation, "
-                      "endpoint, token, created_at_ms) "
-                      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, CAST(?7 AS INTEGER))",
-                      texts, ARRAY_LEN(texts), false, "record sandbox");
+                         "INSERT OR REPLACE INTO sandboxes (sandbox_id, user, thread, generation, "
+                         "endpoint, token, created_at_ms) "
+                         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, CAST(?7 AS INTEGER))",
+                         texts, ARRAY_LEN(texts), false, "record sandbox");
 }
 
 static void read_sandbox(void *row, sqlite3_stmt *st) {
@@ -852,7 +860,8 @@ int store_sandbox_list(store *s, store_sandbox **out, size_t *n) {
     fbuf rows = {.limit = STORE_SANDBOXES_MAX * sizeof(store_sandbox)};
     sqlite3_stmt *st;
     sqlite3 *db = sq_read_begin(s);
-    int r = sq_prepare(db, &st, "SELECT " SANDBOX_COLUMNS " FROM sandboxes ORDER BY sandbox_id LIMIT ?1");
+    int r = sq_prepare(db, &st,
+                       "SELECT " SANDBOX_COLUMNS " FROM sandboxes ORDER BY sandbox_id LIMIT ?1");
     if (r == 0) {
         sqlite3_bind_int(st, 1, STORE_SANDBOXES_MAX);
         r = sq_rows_read(db, &rows, st, sizeof(store_sandbox), read_sandbox, "list sandboxes");
@@ -864,8 +873,9 @@ int store_sandbox_list(store *s, store_sandbox **out, size_t *n) {
 
 int store_sandbox_forget(store *s, const char *sandbox_id, const char *generation) {
     const char *texts[] = {sandbox_id, generation ? generation : ""};
-    return sq_exec_texts(s, "DELETE FROM sandboxes WHERE sandbox_id = ?1 AND (?2 = '' OR generation = ?2)",
-                      texts, ARRAY_LEN(texts), false, "forget sandbox");
+    return sq_exec_texts(
+        s, "DELETE FROM sandboxes WHERE sandbox_id = ?1 AND (?2 = '' OR generation = ?2)", texts,
+        ARRAY_LEN(texts), false, "forget sandbox");
 }
 
 static bool fence_args_ok(const char *scope, const char *sandbox_id, const char *generation) {
@@ -881,10 +891,11 @@ int store_fence_add(store *s, const char *scope, const char *sandbox_id, const c
     snprintf(now, sizeof now, "%" PRId64, fawn_wall_ms());
     snprintf(why, sizeof why, "%s", reason ? reason : "");
     const char *texts[] = {scope, sandbox_id, generation, why, now};
-    return sq_exec_texts(s,
-                      "INSERT OR IGNORE INTO sandbox_fences (scope, sandbox_id, generation, reason, "
-                      "created_at_ms) VALUES (?1, ?2, ?3, ?4, CAST(?5 AS INTEGER))",
-                      texts, ARRAY_LEN(texts), false, "add fence");
+    return sq_exec_texts(
+        s,
+        "INSERT OR IGNORE INTO sandbox_fences (scope, sandbox_id, generation, reason, "
+        "created_at_ms) VALUES (?1, ?2, ?3, ?4, CAST(?5 AS INTEGER))",
+        texts, ARRAY_LEN(texts), false, "add fence");
 }
 
 int store_fence_exists(store *s, bool *out, const char *scope, const char *sandbox_id,
@@ -892,8 +903,9 @@ int store_fence_exists(store *s, bool *out, const char *scope, const char *sandb
     *out = false;
     sqlite3_stmt *st;
     sqlite3 *db = sq_read_begin(s);
-    int r = sq_prepare(db, &st, "SELECT 1 FROM sandbox_fences WHERE scope = ?1 AND sandbox_id = ?2 "
-                            "AND generation = ?3");
+    int r = sq_prepare(db, &st,
+                       "SELECT 1 FROM sandbox_fences WHERE scope = ?1 AND sandbox_id = ?2 "
+                       "AND generation = ?3");
     if (r == 0) {
         const char *texts[] = {scope, sandbox_id, generation};
         sq_bind_texts(st, texts, ARRAY_LEN(texts));
@@ -909,9 +921,10 @@ int store_fence_exists(store *s, bool *out, const char *scope, const char *sandb
 int store_fence_remove(store *s, const char *scope, const char *sandbox_id,
                        const char *generation) {
     const char *texts[] = {scope, sandbox_id, generation};
-    return sq_exec_texts(s, "DELETE FROM sandbox_fences WHERE scope = ?1 AND sandbox_id = ?2 AND "
+    return sq_exec_texts(s,
+                         "DELETE FROM sandbox_fences WHERE scope = ?1 AND sandbox_id = ?2 AND "
                          "generation = ?3",
-                      texts, ARRAY_LEN(texts), true, "remove fence");
+                         texts, ARRAY_LEN(texts), true, "remove fence");
 }
 
 static void read_fence(void *row, sqlite3_stmt *st) {
@@ -929,9 +942,10 @@ int store_fence_list(store *s, store_fence **out, size_t *n, const char *sandbox
     fbuf rows = {.limit = STORE_FENCES_MAX * sizeof(store_fence)};
     sqlite3_stmt *st;
     sqlite3 *db = sq_read_begin(s);
-    int r = sq_prepare(db, &st, "SELECT scope, sandbox_id, generation, reason, created_at_ms FROM "
-                            "sandbox_fences WHERE ?1 IS NULL OR sandbox_id = ?1 "
-                            "ORDER BY created_at_ms, rowid LIMIT ?2");
+    int r = sq_prepare(db, &st,
+                       "SELECT scope, sandbox_id, generation, reason, created_at_ms FROM "
+                       "sandbox_fences WHERE ?1 IS NULL OR sandbox_id = ?1 "
+                       "ORDER BY created_at_ms, rowid LIMIT ?2");
     if (r == 0) {
         sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 2, STORE_FENCES_MAX);
@@ -965,9 +979,9 @@ int store_token_create(store *s, store_token *out, int64_t user_id, const char *
     /* The count and the insert are one statement: concurrent creations
      * cannot pass the cap together. */
     int r = sq_prepare(db, &st,
-                    "INSERT INTO api_tokens (user_id, name, token_hash, created_at_ms) "
-                    "SELECT ?1, ?2, ?3, ?4 WHERE (SELECT count(*) FROM api_tokens "
-                    "WHERE user_id = ?1) < ?5 RETURNING " TOKEN_COLUMNS);
+                       "INSERT INTO api_tokens (user_id, name, token_hash, created_at_ms) "
+                       "SELECT ?1, ?2, ?3, ?4 WHERE (SELECT count(*) FROM api_tokens "
+                       "WHERE user_id = ?1) < ?5 RETURNING " TOKEN_COLUMNS);
     if (r == 0) {
         sqlite3_bind_int64(st, 1, user_id);
         sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
@@ -995,8 +1009,9 @@ int store_token_list(store *s, store_token **out, size_t *n, int64_t user_id) {
         return fawn_err(FAWN_ENOMEM, "out of memory");
     sqlite3_stmt *st;
     sqlite3 *db = sq_read_begin(s);
-    int r = sq_prepare(db, &st, "SELECT " TOKEN_COLUMNS " FROM api_tokens WHERE user_id = ?1 "
-                            "ORDER BY id LIMIT ?2");
+    int r = sq_prepare(db, &st,
+                       "SELECT " TOKEN_COLUMNS " FROM api_tokens WHERE user_id = ?1 "
+                       "ORDER BY id LIMIT ?2");
     if (r == 0) {
         sqlite3_bind_int64(st, 1, user_id);
         sqlite3_bind_int(st, 2, STORE_TOKENS_PER_USER_MAX);
@@ -1054,10 +1069,11 @@ int store_token_authenticate(store *s, store_user *user, int64_t *token_id,
     int64_t last_used = 0;
     sqlite3_stmt *st;
     sqlite3 *db = sq_read_begin(s);
-    int r = sq_prepare(db, &st,
-                    "SELECT t.id, coalesce(t.last_used_at_ms, 0), u.id, u.username, "
-                    "u.password_hash, u.role, u.token_version, u.created_at_ms "
-                    "FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = ?1");
+    int r = sq_prepare(
+        db, &st,
+        "SELECT t.id, coalesce(t.last_used_at_ms, 0), u.id, u.username, "
+        "u.password_hash, u.role, u.token_version, u.created_at_ms "
+        "FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = ?1");
     if (r == 0) {
         sqlite3_bind_text(st, 1, token_hash, -1, SQLITE_STATIC);
         int rc = sqlite3_step(st);
@@ -1076,4 +1092,3 @@ int store_token_authenticate(store *s, store_user *user, int64_t *token_id,
         token_use_record(s, *token_id, last_used, fawn_wall_ms());
     return r;
 }
-

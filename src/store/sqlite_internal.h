@@ -26,8 +26,8 @@
 #define STORE_READERS 4
 
 struct store {
-    sqlite3 *db;         /* the writer */
-    pthread_mutex_t mu;  /* held while the writer is in use */
+    sqlite3 *db;        /* the writer */
+    pthread_mutex_t mu; /* held while the writer is in use */
     sqlite3 *readers[STORE_READERS];
     bool reader_busy[STORE_READERS];
     pthread_mutex_t pool_mu;
@@ -67,8 +67,8 @@ char *sq_dup_col(sqlite3_stmt *st, int col);
 typedef void (*sq_row_reader)(void *row, sqlite3_stmt *st);
 /* Steps st (the caller finalizes it), appending each row, read by read into
  * a row_size struct, to rows. */
-FAWN_MUST_CHECK int sq_rows_read(sqlite3 *db, fbuf *rows, sqlite3_stmt *st, size_t row_size, sq_row_reader read,
-                 const char *what);
+FAWN_MUST_CHECK int sq_rows_read(sqlite3 *db, fbuf *rows, sqlite3_stmt *st, size_t row_size,
+                                 sq_row_reader read, const char *what);
 /* Hands rows to the caller as an array of *n (when r == 0) or frees them;
  * returns r. */
 FAWN_MUST_CHECK int sq_rows_hand_out(void **out, size_t *n, fbuf *rows, size_t row_size, int r);
@@ -77,7 +77,7 @@ void sq_bind_texts(sqlite3_stmt *st, const char *const *texts, size_t n);
 /* Prepares sql, binds texts and runs it on the writer (the one helper that
  * takes a connection itself). */
 FAWN_MUST_CHECK int sq_exec_texts(store *s, const char *sql, const char *const *texts, size_t n,
-                  bool must_change, const char *what);
+                                  bool must_change, const char *what);
 
 /* Migration 6's step over the data (sqlite_state.c), on the writer inside
  * the migration's transaction: the messages of every checkpoint and every

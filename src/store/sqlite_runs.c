@@ -5,7 +5,7 @@
 #include "base/json.h"
 #include "store/sqlite_internal.h"
 
-static const char *const run_statuses[] = {"pending", "running",  "success",
+static const char *const run_statuses[] = {"pending", "running", "success",
                                            "error",   "timeout", "interrupted"};
 
 static bool run_status_known(const char *status) {
@@ -196,8 +196,9 @@ int store_event_append(store *s, const char *run_id, const store_event *events, 
     sqlite3 *db = sq_write_begin(s);
     int r = sq_exec(db, "BEGIN IMMEDIATE", "begin");
     if (r == 0)
-        r = sq_prepare(db, &st, "INSERT INTO run_events (run_id, seq, event, data) "
-                               "VALUES (?1, ?2, ?3, ?4)");
+        r = sq_prepare(db, &st,
+                       "INSERT INTO run_events (run_id, seq, event, data) "
+                       "VALUES (?1, ?2, ?3, ?4)");
     for (size_t i = 0; r == 0 && i < n; i++) {
         sqlite3_bind_text(st, 1, run_id, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, events[i].seq);
@@ -296,8 +297,8 @@ int store_receipt_add(store *s, const store_receipt *rc) {
                        "args_sha256, output_sha256, output_bytes, created_at_ms) "
                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
     if (r == 0) {
-        const char *texts[] = {rc->run_id,      rc->tool_call_id,  rc->tool_name,
-                               rc->status,      rc->args_sha256,   rc->output_sha256};
+        const char *texts[] = {rc->run_id, rc->tool_call_id, rc->tool_name,
+                               rc->status, rc->args_sha256,  rc->output_sha256};
         sq_bind_texts(st, texts, ARRAY_LEN(texts));
         sqlite3_bind_int64(st, 7, rc->output_bytes);
         sqlite3_bind_int64(st, 8, rc->created_at_ms ? rc->created_at_ms : fawn_wall_ms());

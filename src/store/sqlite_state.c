@@ -95,8 +95,7 @@ static int spans_to_text(char **out, const span *sp, size_t n) {
     fbuf b = {0};
     int r = fbuf_printf(&b, "[");
     for (size_t i = 0; r == 0 && i < n; i++)
-        r = fbuf_printf(&b, "%s[%" PRId64 ",%" PRId64 "]", i ? "," : "", sp[i].first,
-                        sp[i].last);
+        r = fbuf_printf(&b, "%s[%" PRId64 ",%" PRId64 "]", i ? "," : "", sp[i].first, sp[i].last);
     if (r == 0)
         r = fbuf_printf(&b, "]");
     if (r < 0) {
@@ -216,15 +215,18 @@ static int messages_store(sqlite3 *db, char **spans_text, uint64_t *rows, int64_
     int64_t next;
     sqlite3_stmt *find = NULL, *insert = NULL;
     fbuf spans = {0};
-    int r = thread_int(db, &next, "SELECT coalesce(max(seq), 0) FROM thread_messages "
-                                  "WHERE owner_id = ?1 AND thread_id = ?2",
+    int r = thread_int(db, &next,
+                       "SELECT coalesce(max(seq), 0) FROM thread_messages "
+                       "WHERE owner_id = ?1 AND thread_id = ?2",
                        owner_id, thread_id, "number messages");
     if (r == 0)
-        r = sq_prepare(db, &find, "SELECT seq FROM thread_messages WHERE owner_id = ?1 AND "
-                                  "thread_id = ?2 AND digest = ?3 LIMIT 1");
+        r = sq_prepare(db, &find,
+                       "SELECT seq FROM thread_messages WHERE owner_id = ?1 AND "
+                       "thread_id = ?2 AND digest = ?3 LIMIT 1");
     if (r == 0)
-        r = sq_prepare(db, &insert, "INSERT INTO thread_messages (owner_id, thread_id, seq, "
-                                    "digest, bytes, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+        r = sq_prepare(db, &insert,
+                       "INSERT INTO thread_messages (owner_id, thread_id, seq, "
+                       "digest, bytes, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
     if (r == 0) {
         bind_thread(find, owner_id, thread_id);
         bind_thread(insert, owner_id, thread_id);
@@ -250,8 +252,9 @@ static int messages_store(sqlite3 *db, char **spans_text, uint64_t *rows, int64_
 static int rows_delete(sqlite3 *db, int64_t owner_id, const char *thread_id, int64_t lo,
                        int64_t hi) {
     sqlite3_stmt *st;
-    int r = sq_prepare(db, &st, "DELETE FROM thread_messages WHERE owner_id = ?1 AND "
-                                "thread_id = ?2 AND seq BETWEEN ?3 AND ?4");
+    int r = sq_prepare(db, &st,
+                       "DELETE FROM thread_messages WHERE owner_id = ?1 AND "
+                       "thread_id = ?2 AND seq BETWEEN ?3 AND ?4");
     if (r < 0)
         return r;
     bind_thread(st, owner_id, thread_id);
@@ -263,8 +266,9 @@ static int rows_delete(sqlite3 *db, int64_t owner_id, const char *thread_id, int
 /* Appends the spans of every kept checkpoint of the thread to *all. */
 static int kept_spans(sqlite3 *db, fbuf *all, int64_t owner_id, const char *thread_id) {
     sqlite3_stmt *st;
-    int r = sq_prepare(db, &st, "SELECT message_spans FROM checkpoints WHERE owner_id = ?1 AND "
-                                "thread_id = ?2");
+    int r = sq_prepare(db, &st,
+                       "SELECT message_spans FROM checkpoints WHERE owner_id = ?1 AND "
+                       "thread_id = ?2");
     if (r < 0)
         return r;
     bind_thread(st, owner_id, thread_id);
@@ -287,8 +291,9 @@ static int kept_spans(sqlite3 *db, fbuf *all, int64_t owner_id, const char *thre
 static int messages_collect(sqlite3 *db, int64_t owner_id, const char *thread_id,
                             uint64_t newest_rows) {
     int64_t count;
-    int r = thread_int(db, &count, "SELECT count(*) FROM thread_messages WHERE owner_id = ?1 "
-                                   "AND thread_id = ?2",
+    int r = thread_int(db, &count,
+                       "SELECT count(*) FROM thread_messages WHERE owner_id = ?1 "
+                       "AND thread_id = ?2",
                        owner_id, thread_id, "count messages");
     if (r < 0 || (uint64_t)count <= newest_rows)
         return r;
@@ -416,7 +421,7 @@ int store_checkpoint_put(store *s, char **state, int64_t owner_id, const char *t
 }
 
 #define CHECKPOINT_COLUMNS                                                                         \
-    "checkpoint_id, parent_id, run_id, '{\"values\":' || state_values || ',\"messages\":' || "      \
+    "checkpoint_id, parent_id, run_id, '{\"values\":' || state_values || ',\"messages\":' || "     \
     "message_spans || '}', metadata, created_at_ms"
 
 static void read_checkpoint(void *row, sqlite3_stmt *st) {
@@ -484,10 +489,10 @@ int store_checkpoint_latest(store *s, store_checkpoint *out, int64_t owner_id,
 
 /* What a state read gathers, newest message first. */
 typedef struct state_pick {
-    fbuf texts;       /* char *, one per message taken */
-    size_t bytes;     /* their JSON, with the commas between them */
-    uint64_t passed;  /* positions gone through (taken, or no longer stored) */
-    bool full;        /* the next message did not fit */
+    fbuf texts;      /* char *, one per message taken */
+    size_t bytes;    /* their JSON, with the commas between them */
+    uint64_t passed; /* positions gone through (taken, or no longer stored) */
+    bool full;       /* the next message did not fit */
 } state_pick;
 
 static void state_pick_free(state_pick *p) {
@@ -533,8 +538,9 @@ static int state_pick_rows(store *s, state_pick *p, int64_t owner_id, const char
     sqlite3_stmt *st = NULL;
     int r = sq_exec(db, "BEGIN", "begin");
     if (r == 0)
-        r = sq_prepare(db, &st, "SELECT bytes, body, seq FROM thread_messages WHERE owner_id = ?1 "
-                                "AND thread_id = ?2 AND seq BETWEEN ?3 AND ?4 ORDER BY seq DESC");
+        r = sq_prepare(db, &st,
+                       "SELECT bytes, body, seq FROM thread_messages WHERE owner_id = ?1 "
+                       "AND thread_id = ?2 AND seq BETWEEN ?3 AND ?4 ORDER BY seq DESC");
     if (r == 0)
         bind_thread(st, owner_id, thread_id);
     for (size_t i = n; r == 0 && i-- > 0 && !p->full;)
@@ -559,13 +565,15 @@ static int state_compose(char **out, json_t *values, const state_pick *p, uint64
     json_object_del(values, "messages_omitted");
     char *head = json_dumps(values, JSON_COMPACT);
     char tail[64];
-    int tail_len = omitted ? snprintf(tail, sizeof tail, "],\"messages_omitted\":%" PRIu64 "}", omitted)
-                           : snprintf(tail, sizeof tail, "]}");
+    int tail_len = omitted
+                       ? snprintf(tail, sizeof tail, "],\"messages_omitted\":%" PRIu64 "}", omitted)
+                       : snprintf(tail, sizeof tail, "]}");
     static const char key[] = "\"messages\":[";
     size_t head_len = head ? strlen(head) - 1 : 0; /* without its closing brace */
     bool comma = head_len > 1;
     char *const *texts = (char *const *)p->texts.data;
-    size_t n = p->texts.len / sizeof *texts, size = head_len + comma + sizeof key + (size_t)tail_len;
+    size_t n = p->texts.len / sizeof *texts,
+           size = head_len + comma + sizeof key + (size_t)tail_len;
     for (size_t i = 0; i < n; i++)
         size += strlen(texts[i]) + 1;
     char *text = head ? malloc(size) : NULL;
@@ -588,16 +596,17 @@ static int state_compose(char **out, json_t *values, const state_pick *p, uint64
     return 0;
 }
 
-int store_state_read(store *s, char **out, size_t *omitted, int64_t owner_id,
-                     const char *thread_id, const char *state, size_t max_bytes) {
+int store_state_read(store *s, char **out, size_t *omitted, int64_t owner_id, const char *thread_id,
+                     const char *state, size_t max_bytes) {
     *out = NULL;
     *omitted = 0;
     json_t *ref = state ? json_loads(state, 0, NULL) : NULL;
     json_t *values = json_object_get(ref, "values");
     fbuf spans = {0};
     uint64_t positions = 0;
-    int r = json_is_object(values) ? spans_parse(&spans, &positions, json_object_get(ref, "messages"))
-                                   : fawn_err(FAWN_EINVAL, "not a state reference");
+    int r = json_is_object(values)
+                ? spans_parse(&spans, &positions, json_object_get(ref, "messages"))
+                : fawn_err(FAWN_EINVAL, "not a state reference");
     state_pick p = {0};
     if (r == 0)
         r = state_pick_rows(s, &p, owner_id, thread_id, (const span *)spans.data,

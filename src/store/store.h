@@ -51,8 +51,8 @@ typedef struct store_user {
 } store_user;
 
 /* Creates a user; FAWN_EEXIST when the username is taken. */
-FAWN_MUST_CHECK int store_user_create(store *s, store_user *out, const char *username, const char *password_hash,
-                      const char *role);
+FAWN_MUST_CHECK int store_user_create(store *s, store_user *out, const char *username,
+                                      const char *password_hash, const char *role);
 FAWN_MUST_CHECK int store_user_get(store *s, store_user *out, int64_t id);
 FAWN_MUST_CHECK int store_user_get_by_name(store *s, store_user *out, const char *username);
 /* The first user (lowest id) with role; FAWN_ENOENT when there is none. */
@@ -76,8 +76,8 @@ FAWN_MUST_CHECK int store_user_revoke_sessions(store *s, int64_t id);
 typedef struct store_thread {
     char id[65];
     int64_t owner_id;
-    char status[16];  /* idle | busy | interrupted | error */
-    char *metadata;   /* JSON object text, malloc'd (store_thread_clear frees it) */
+    char status[16]; /* idle | busy | interrupted | error */
+    char *metadata;  /* JSON object text, malloc'd (store_thread_clear frees it) */
     int64_t created_at_ms, updated_at_ms;
 } store_thread;
 
@@ -87,13 +87,15 @@ void store_thread_clear(store_thread *t);
  * already exists for the same owner is not an error: *existed is set and out
  * holds the stored thread. Ids are per owner: another owner's thread of
  * the same id is a different thread. */
-FAWN_MUST_CHECK int store_thread_create(store *s, store_thread *out, bool *existed, int64_t owner_id,
-                        const char *id, const char *metadata);
+FAWN_MUST_CHECK int store_thread_create(store *s, store_thread *out, bool *existed,
+                                        int64_t owner_id, const char *id, const char *metadata);
 /* The owner's thread (another owner's is FAWN_ENOENT). */
 FAWN_MUST_CHECK int store_thread_get(store *s, store_thread *out, int64_t owner_id, const char *id);
 /* Replaces the metadata and bumps updated_at. */
-FAWN_MUST_CHECK int store_thread_set_metadata(store *s, int64_t owner_id, const char *id, const char *metadata);
-FAWN_MUST_CHECK int store_thread_set_status(store *s, int64_t owner_id, const char *id, const char *status);
+FAWN_MUST_CHECK int store_thread_set_metadata(store *s, int64_t owner_id, const char *id,
+                                              const char *metadata);
+FAWN_MUST_CHECK int store_thread_set_status(store *s, int64_t owner_id, const char *id,
+                                            const char *status);
 FAWN_MUST_CHECK int store_thread_delete(store *s, int64_t owner_id, const char *id);
 
 /* A search's metadata match: at most this many keys and bytes (compact
@@ -110,7 +112,8 @@ FAWN_MUST_CHECK int store_thread_delete(store *s, int64_t owner_id, const char *
  * FAWN_E2BIG for a match beyond STORE_MATCH_KEYS_MAX, STORE_MATCH_MAX or
  * STORE_JSON_DEPTH_MAX. */
 FAWN_MUST_CHECK int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_id,
-                        const char *match, const char *status, size_t limit, size_t offset);
+                                        const char *match, const char *status, size_t limit,
+                                        size_t offset);
 
 /* ---- sandboxes and fences (the sandbox manager's durable records) ---- */
 
@@ -148,18 +151,19 @@ typedef struct store_fence {
 } store_fence;
 
 /* Adds a fence (an existing one is kept as it is). */
-FAWN_MUST_CHECK int store_fence_add(store *s, const char *scope, const char *sandbox_id, const char *generation,
-                    const char *reason);
+FAWN_MUST_CHECK int store_fence_add(store *s, const char *scope, const char *sandbox_id,
+                                    const char *generation, const char *reason);
 /* Whether the fence exists. */
-FAWN_MUST_CHECK int store_fence_exists(store *s, bool *out, const char *scope, const char *sandbox_id,
-                       const char *generation);
+FAWN_MUST_CHECK int store_fence_exists(store *s, bool *out, const char *scope,
+                                       const char *sandbox_id, const char *generation);
 /* Removes one fence (FAWN_ENOENT when it did not exist). */
 FAWN_MUST_CHECK int store_fence_remove(store *s, const char *scope, const char *sandbox_id,
-                       const char *generation);
+                                       const char *generation);
 /* Every fence (of sandbox_id, or all when NULL), oldest first: *out is a
  * malloc'd array of *n (caller frees); at most STORE_FENCES_MAX. */
 #define STORE_FENCES_MAX 10000
-FAWN_MUST_CHECK int store_fence_list(store *s, store_fence **out, size_t *n, const char *sandbox_id);
+FAWN_MUST_CHECK int store_fence_list(store *s, store_fence **out, size_t *n,
+                                     const char *sandbox_id);
 
 /* ---- API tokens ----
  * A token is shown to its owner once; the store keeps only its SHA-256. */
@@ -179,8 +183,8 @@ typedef struct store_token {
 
 /* Records a token (token_hash: 64 hex digits) named name for user_id.
  * FAWN_E2BIG when the user already holds STORE_TOKENS_PER_USER_MAX. */
-FAWN_MUST_CHECK int store_token_create(store *s, store_token *out, int64_t user_id, const char *name,
-                       const char *token_hash);
+FAWN_MUST_CHECK int store_token_create(store *s, store_token *out, int64_t user_id,
+                                       const char *name, const char *token_hash);
 /* The user's tokens, oldest first: *out is a malloc'd array of *n (caller frees). */
 FAWN_MUST_CHECK int store_token_list(store *s, store_token **out, size_t *n, int64_t user_id);
 /* Revokes the user's token id (another user's is FAWN_ENOENT). */
@@ -192,7 +196,7 @@ FAWN_MUST_CHECK int store_token_delete(store *s, int64_t user_id, int64_t id);
 /* The user holding the token whose hash is token_hash (FAWN_ENOENT when
  * none), recording its use (see STORE_TOKEN_USE_RESOLUTION_MS). */
 FAWN_MUST_CHECK int store_token_authenticate(store *s, store_user *user, int64_t *token_id,
-                             const char *token_hash);
+                                             const char *token_hash);
 
 /* ---- runs, their events, thread checkpoints and tool receipts ----
  * A run belongs to one owner's thread; deleting the thread deletes them. */
@@ -206,10 +210,10 @@ typedef struct store_run {
     int64_t owner_id;
     char thread_id[65];
     char assistant_id[65];
-    char status[16];  /* pending | running | success | error | timeout | interrupted */
-    char *kwargs;     /* JSON object: the run's accepted options (malloc'd) */
-    char *metadata;   /* JSON object (malloc'd) */
-    char *error;      /* NULL, or why the run failed (malloc'd) */
+    char status[16]; /* pending | running | success | error | timeout | interrupted */
+    char *kwargs;    /* JSON object: the run's accepted options (malloc'd) */
+    char *metadata;  /* JSON object (malloc'd) */
+    char *error;     /* NULL, or why the run failed (malloc'd) */
     int64_t created_at_ms, updated_at_ms;
 } store_run;
 
@@ -221,30 +225,32 @@ void store_run_clear(store_run *r);
 FAWN_MUST_CHECK int store_run_create(store *s, const store_run *run);
 /* The owner's run of thread (another thread's run is FAWN_ENOENT). */
 FAWN_MUST_CHECK int store_run_get(store *s, store_run *out, int64_t owner_id, const char *thread_id,
-                  const char *run_id);
+                                  const char *run_id);
 /* The thread's runs, newest first; *out is a malloc'd array of *n (clear each,
  * then free it). limit is clamped to 1..STORE_RUNS_LIST_MAX. */
 FAWN_MUST_CHECK int store_run_list(store *s, store_run **out, size_t *n, int64_t owner_id,
-                   const char *thread_id, size_t limit, size_t offset);
+                                   const char *thread_id, size_t limit, size_t offset);
 /* Sets a run's status and error (NULL clears it). */
-FAWN_MUST_CHECK int store_run_set_status(store *s, const char *run_id, const char *status, const char *error);
+FAWN_MUST_CHECK int store_run_set_status(store *s, const char *run_id, const char *status,
+                                         const char *error);
 /* Ends runs a previous process left pending or running: status error with
  * reason, their threads idle. *n (may be NULL) is how many. */
 FAWN_MUST_CHECK int store_run_abandon_unfinished(store *s, size_t *n, const char *reason);
 
 /* One event of a run's stream, as SSE sends it. */
 typedef struct store_event {
-    int64_t seq;  /* 1, 2, ... within the run */
+    int64_t seq; /* 1, 2, ... within the run */
     char event[64];
-    char *data;   /* JSON text (malloc'd) */
+    char *data; /* JSON text (malloc'd) */
 } store_event;
 
 /* Appends events (seq increasing, above every stored one) in one transaction. */
-FAWN_MUST_CHECK int store_event_append(store *s, const char *run_id, const store_event *events, size_t n);
+FAWN_MUST_CHECK int store_event_append(store *s, const char *run_id, const store_event *events,
+                                       size_t n);
 /* Up to limit events with seq > after, in order; *out is a malloc'd array of
  * *n (free each data, then the array). */
-FAWN_MUST_CHECK int store_event_read(store *s, store_event **out, size_t *n, const char *run_id, int64_t after,
-                     size_t limit);
+FAWN_MUST_CHECK int store_event_read(store *s, store_event **out, size_t *n, const char *run_id,
+                                     int64_t after, size_t limit);
 /* The lowest and highest stored seq (both 0 when none). */
 FAWN_MUST_CHECK int store_event_bounds(store *s, int64_t *first, int64_t *last, const char *run_id);
 /* Keeps only the newest keep events of the run. */
@@ -268,8 +274,8 @@ typedef struct store_checkpoint {
     char checkpoint_id[STORE_RUN_ID_MAX + 1];
     char parent_id[STORE_RUN_ID_MAX + 1]; /* "" for the first */
     char run_id[STORE_RUN_ID_MAX + 1];    /* "" when not written by a run */
-    char *state;    /* the state's reference (malloc'd) */
-    char *metadata; /* JSON object (malloc'd) */
+    char *state;                          /* the state's reference (malloc'd) */
+    char *metadata;                       /* JSON object (malloc'd) */
     int64_t created_at_ms;
 } store_checkpoint;
 
@@ -284,15 +290,17 @@ void store_checkpoint_clear(store_checkpoint *c);
  * "messages", when present, is a list. *state (may be NULL) gets the new
  * checkpoint's state reference (malloc'd). FAWN_ENOENT when no such thread,
  * FAWN_EINVAL for values of another shape. */
-FAWN_MUST_CHECK int store_checkpoint_put(store *s, char **state, int64_t owner_id, const char *thread_id,
-                         const store_checkpoint *c, const json_t *values);
+FAWN_MUST_CHECK int store_checkpoint_put(store *s, char **state, int64_t owner_id,
+                                         const char *thread_id, const store_checkpoint *c,
+                                         const json_t *values);
 /* The thread's newest checkpoint (FAWN_ENOENT when it has none). */
 FAWN_MUST_CHECK int store_checkpoint_latest(store *s, store_checkpoint *out, int64_t owner_id,
-                            const char *thread_id);
+                                            const char *thread_id);
 /* Up to limit checkpoints, newest first, older than before_id when it is
  * non-NULL; *out is a malloc'd array of *n (clear each, then free it). */
-FAWN_MUST_CHECK int store_checkpoint_list(store *s, store_checkpoint **out, size_t *n, int64_t owner_id,
-                          const char *thread_id, const char *before_id, size_t limit);
+FAWN_MUST_CHECK int store_checkpoint_list(store *s, store_checkpoint **out, size_t *n,
+                                          int64_t owner_id, const char *thread_id,
+                                          const char *before_id, size_t limit);
 
 /* The state that reference `state` names, of the owner's thread, as JSON
  * object text (malloc'd): its values with "messages", the newest of its
@@ -302,7 +310,7 @@ FAWN_MUST_CHECK int store_checkpoint_list(store *s, store_checkpoint **out, size
  * reference was made (a message replaced, and no kept checkpoint lists it)
  * is left out silently. FAWN_EINVAL for a malformed reference. */
 FAWN_MUST_CHECK int store_state_read(store *s, char **out, size_t *omitted, int64_t owner_id,
-                     const char *thread_id, const char *state, size_t max_bytes);
+                                     const char *thread_id, const char *state, size_t max_bytes);
 
 /* Evidence of one tool call. */
 typedef struct store_receipt {
@@ -319,6 +327,7 @@ typedef struct store_receipt {
 /* Records a receipt (a tool call id already recorded for the run is FAWN_EEXIST). */
 FAWN_MUST_CHECK int store_receipt_add(store *s, const store_receipt *rc);
 /* The run's receipts in the order they were written (malloc'd array). */
-FAWN_MUST_CHECK int store_receipt_list(store *s, store_receipt **out, size_t *n, const char *run_id);
+FAWN_MUST_CHECK int store_receipt_list(store *s, store_receipt **out, size_t *n,
+                                       const char *run_id);
 
 #endif

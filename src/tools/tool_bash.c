@@ -52,11 +52,12 @@ static int bash_outcome(tool_result *res, const json_t *reply) {
     const char *err = json_string_value(json_object_get(reply, "stderr"));
     json_t *code = json_object_get(reply, "exit_code");
     if (!status || !out || !err || !json_is_integer(code))
-        return tool_fail(res, TOOL_ERROR, "sandbox", false, "Error: malformed reply from the sandbox");
+        return tool_fail(res, TOOL_ERROR, "sandbox", false,
+                         "Error: malformed reply from the sandbox");
     int exit_code = (int)json_integer_value(code);
     bool completed = strcmp(status, "completed") == 0;
-    _cleanup_free_ char *full =
-        bash_text(out, err, exit_code, completed, json_object_get(reply, "disk"));
+    _cleanup_free_ char *full = bash_text(out, err, exit_code, completed,
+                                          json_object_get(reply, "disk"));
     bool cut = false;
     char *text = full ? tool_truncate_middle(full, TOOL_BASH_OUTPUT_MAX, &cut) : NULL;
     if (!text)
@@ -115,7 +116,8 @@ const tool_def tool_bash = {
         "exported variables between calls.",
     .parameters =
         "{\"type\":\"object\",\"properties\":{"
-        "\"description\":{\"type\":\"string\",\"description\":\"Why you run this, in a few words.\"},"
+        "\"description\":{\"type\":\"string\",\"description\":\"Why you run this, in a few "
+        "words.\"},"
         "\"command\":{\"type\":\"string\",\"description\":\"The bash command to execute.\"}},"
         "\"required\":[\"description\",\"command\"]}",
     .run = bash_run,

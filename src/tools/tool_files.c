@@ -39,7 +39,7 @@ static int ls_run(tool_result *res, tool_env *env, const json_t *args) {
         return r < 0 ? r : 0;
     json_t *reply;
     r = file_call(&reply, res, env, "/v1/file/list",
-                      json_pack("{s:s, s:i}", "path", path, "max_depth", 2));
+                  json_pack("{s:s, s:i}", "path", path, "max_depth", 2));
     if (r < 0 || !reply)
         return r;
     fbuf b = {0};
@@ -123,9 +123,9 @@ static int read_run(tool_result *res, tool_env *env, const json_t *args) {
 static int write_content(tool_result *res, tool_env *env, const char *path, const char *content,
                          bool append) {
     json_t *reply;
-    int r = file_call(&reply, res, env, "/v1/file/write",
-                      json_pack("{s:s, s:s, s:b}", "path", path, "content", content, "append",
-                                append));
+    int r = file_call(
+        &reply, res, env, "/v1/file/write",
+        json_pack("{s:s, s:s, s:b}", "path", path, "content", content, "append", append));
     if (r < 0 || !reply)
         return r;
     json_decref(reply);
@@ -150,7 +150,8 @@ static int write_run(tool_result *res, tool_env *env, const json_t *args) {
     if (strlen(content) > TOOL_WRITE_MAX)
         return tool_fail(res, TOOL_ERROR, "too_large", true,
                          "Error: content is larger than %d bytes; write it in parts with "
-                         "append", TOOL_WRITE_MAX);
+                         "append",
+                         TOOL_WRITE_MAX);
     return write_content(res, env, path, content, append);
 }
 
@@ -212,7 +213,8 @@ static int str_replace_run(tool_result *res, tool_env *env, const json_t *args) 
                                   "Error: String to replace not found in file: %s", path)
                       : tool_fail(res, TOOL_ERROR, "ambiguous", true,
                                   "Error: old_str appears %zu times in %s; include more "
-                                  "context or set replace_all", n, path);
+                                  "context or set replace_all",
+                                  n, path);
     }
     _cleanup_free_ char *updated = replace(content, old_str, new_str, all);
     json_decref(reply);
@@ -261,13 +263,13 @@ static int glob_run(tool_result *res, tool_env *env, const json_t *args) {
     if ((r = tool_arg_string(&pattern, res, args, "pattern", true)) != 0 ||
         (r = tool_arg_string(&path, res, args, "path", true)) != 0 ||
         (r = tool_arg_bool(&dirs, res, args, "include_dirs")) != 0 ||
-        (r = tool_arg_int(&max, res, args, "max_results", TOOL_GLOB_DEFAULT, 1,
-                          TOOL_GLOB_MAX)) != 0)
+        (r = tool_arg_int(&max, res, args, "max_results", TOOL_GLOB_DEFAULT, 1, TOOL_GLOB_MAX)) !=
+            0)
         return r < 0 ? r : 0;
     json_t *reply;
     r = file_call(&reply, res, env, "/v1/file/find",
-                      json_pack("{s:s, s:s, s:b, s:I}", "path", path, "pattern", pattern,
-                                "include_dirs", dirs, "max_results", (json_int_t)max));
+                  json_pack("{s:s, s:s, s:b, s:I}", "path", path, "pattern", pattern,
+                            "include_dirs", dirs, "max_results", (json_int_t)max));
     if (r < 0 || !reply)
         return r;
     r = matches_text(res, reply);
@@ -285,12 +287,12 @@ static int grep_run(tool_result *res, tool_env *env, const json_t *args) {
         (r = tool_arg_string(&glob, res, args, "glob", false)) != 0 ||
         (r = tool_arg_bool(&literal, res, args, "literal")) != 0 ||
         (r = tool_arg_bool(&case_sensitive, res, args, "case_sensitive")) != 0 ||
-        (r = tool_arg_int(&max, res, args, "max_results", TOOL_GREP_DEFAULT, 1,
-                          TOOL_GREP_MAX)) != 0)
+        (r = tool_arg_int(&max, res, args, "max_results", TOOL_GREP_DEFAULT, 1, TOOL_GREP_MAX)) !=
+            0)
         return r < 0 ? r : 0;
     json_t *body = json_pack("{s:s, s:s, s:b, s:b, s:I}", "path", path, "pattern", pattern,
-                             "literal", literal, "case_sensitive", case_sensitive,
-                             "max_results", (json_int_t)max);
+                             "literal", literal, "case_sensitive", case_sensitive, "max_results",
+                             (json_int_t)max);
     if (body && glob)
         json_object_set_new(body, "glob", json_string(glob));
     json_t *reply;
@@ -308,9 +310,10 @@ static int grep_run(tool_result *res, tool_env *env, const json_t *args) {
 const tool_def tool_ls = {
     .name = "ls",
     .description = "List the files and directories under a path, two levels deep.",
-    .parameters = "{\"type\":\"object\",\"properties\":{" DESCRIPTION_PARAM ","
-                  "\"path\":{\"type\":\"string\",\"description\":\"Absolute path of a directory.\"}},"
-                  "\"required\":[\"description\",\"path\"]}",
+    .parameters =
+        "{\"type\":\"object\",\"properties\":{" DESCRIPTION_PARAM ","
+        "\"path\":{\"type\":\"string\",\"description\":\"Absolute path of a directory.\"}},"
+        "\"required\":[\"description\",\"path\"]}",
     .run = ls_run,
 };
 

@@ -8,8 +8,8 @@
 #include "tools/tools_internal.h"
 
 static const tool_def *const builtin_tools[] = {
-    &tool_bash, &tool_ls, &tool_read_file, &tool_write_file, &tool_str_replace, &tool_glob,
-    &tool_grep, &tool_present_files, &tool_ask_clarification,
+    &tool_bash, &tool_ls,   &tool_read_file,     &tool_write_file,        &tool_str_replace,
+    &tool_glob, &tool_grep, &tool_present_files, &tool_ask_clarification,
 };
 
 size_t tool_count(void) { return ARRAY_LEN(builtin_tools); }
@@ -39,9 +39,9 @@ const char *tool_outcome_name(enum tool_outcome o) {
 json_t *tool_status_json(const tool_status *st) {
     return json_pack("{s:s, s:s?, s:o, s:b, s:I, s:b}", "status", tool_outcome_name(st->outcome),
                      "error_type", st->error_type[0] ? st->error_type : NULL, "exit_code",
-                     st->exit_code >= 0 ? json_integer(st->exit_code) : json_null(),
-                     "recoverable", st->recoverable, "duration_ms", (json_int_t)st->duration_ms,
-                     "truncated", st->truncated);
+                     st->exit_code >= 0 ? json_integer(st->exit_code) : json_null(), "recoverable",
+                     st->recoverable, "duration_ms", (json_int_t)st->duration_ms, "truncated",
+                     st->truncated);
 }
 
 void tool_result_clear(tool_result *r) {
@@ -91,8 +91,8 @@ void tool_env_end(tool_env *env) {
     env->lease = NULL;
 }
 
-int tool_box_call(json_t **reply, int *status, tool_env *env, const char *method,
-                  const char *path, const json_t *body, int timeout_ms) {
+int tool_box_call(json_t **reply, int *status, tool_env *env, const char *method, const char *path,
+                  const json_t *body, int timeout_ms) {
     *reply = NULL;
     *status = 0;
     sbx_lease *lease;
@@ -106,8 +106,10 @@ int tool_sandbox_failure(tool_result *out, int code) {
     if (code == FAWN_ECANCELED)
         return tool_fail(out, TOOL_CANCELLED, "cancelled", false, "Error: cancelled");
     if (code == FAWN_ETIMEDOUT)
-        return tool_fail(out, TOOL_TIMEOUT, "timeout", false, "Error: the sandbox did not answer "
-                         "in time: %s", fawn_errmsg());
+        return tool_fail(out, TOOL_TIMEOUT, "timeout", false,
+                         "Error: the sandbox did not answer "
+                         "in time: %s",
+                         fawn_errmsg());
     return tool_fail(out, TOOL_ERROR, "sandbox", false, "Error: sandbox unavailable: %s",
                      fawn_errmsg());
 }
@@ -181,8 +183,8 @@ int tool_arg_string(const char **out, tool_result *res, const json_t *args, cons
     return 0;
 }
 
-int tool_arg_int(int64_t *out, tool_result *res, const json_t *args, const char *key,
-                 int64_t dflt, int64_t min, int64_t max) {
+int tool_arg_int(int64_t *out, tool_result *res, const json_t *args, const char *key, int64_t dflt,
+                 int64_t min, int64_t max) {
     json_t *v = json_object_get(args, key);
     *out = dflt;
     if (!v || json_is_null(v))

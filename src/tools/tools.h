@@ -22,9 +22,9 @@
 #include "base/base.h"
 
 /* Output limits (characters of text returned to the model). */
-#define TOOL_BASH_OUTPUT_MAX 20000      /* middle-truncated */
+#define TOOL_BASH_OUTPUT_MAX 20000 /* middle-truncated */
 #define TOOL_READ_OUTPUT_MAX 50000
-#define TOOL_WRITE_MAX (80 * 1024)      /* bytes write_file accepts */
+#define TOOL_WRITE_MAX (80 * 1024) /* bytes write_file accepts */
 #define TOOL_GLOB_DEFAULT 200
 #define TOOL_GLOB_MAX 1000
 #define TOOL_GREP_DEFAULT 100
@@ -47,14 +47,14 @@ enum tool_outcome {
 typedef struct tool_status {
     enum tool_outcome outcome;
     char error_type[32];
-    int exit_code;       /* bash: the command's code; -1 when none */
-    bool recoverable;    /* the model can fix it by calling differently */
+    int exit_code;    /* bash: the command's code; -1 when none */
+    bool recoverable; /* the model can fix it by calling differently */
     int64_t duration_ms;
-    bool truncated;      /* the text is shortened */
+    bool truncated; /* the text is shortened */
 } tool_status;
 
 typedef struct tool_result {
-    char *text;          /* exactly what the model is told (malloc'd) */
+    char *text; /* exactly what the model is told (malloc'd) */
     tool_status status;
     /* Facts other parts of the run rely on, or NULL: read_file of a whole
      * file {"read": path, "sha256"}; write_file/str_replace {"written": path,
@@ -72,15 +72,16 @@ json_t *tool_status_json(const tool_status *st);
 void tool_result_clear(tool_result *r);
 /* Sets r to a failed result with text printed from fmt (ownership of the
  * text goes to r). Returns 0 so tools can `return tool_fail(...)`. */
-FAWN_MUST_CHECK int tool_fail(tool_result *r, enum tool_outcome o, const char *error_type, bool recoverable,
-              const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+FAWN_MUST_CHECK int tool_fail(tool_result *r, enum tool_outcome o, const char *error_type,
+                              bool recoverable, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 /* Where tools run: one per agent run. The lease is taken on first use and
  * kept until tool_env_end. */
 typedef struct tool_env {
     sbx_manager *sandboxes;
-    sbx_request req;        /* who, thread, scope, decision, cancel: the caller fills it */
-    sbx_lease *lease;       /* NULL until a tool needs the sandbox */
+    sbx_request req;  /* who, thread, scope, decision, cancel: the caller fills it */
+    sbx_lease *lease; /* NULL until a tool needs the sandbox */
     const atomic_bool *cancel;
     uint32_t command_timeout_s; /* a bash command's timeout (sandbox.exec_timeout_s) */
     /* Called once, right after the lease is first taken (the delivery
@@ -98,7 +99,7 @@ void tool_env_end(tool_env *env);
 /* A box API call on the run's sandbox: reply is the JSON answer (caller
  * decrefs), status its HTTP status. Lease failures are returned as is. */
 FAWN_MUST_CHECK int tool_box_call(json_t **reply, int *status, tool_env *env, const char *method,
-                  const char *path, const json_t *body, int timeout_ms);
+                                  const char *path, const json_t *body, int timeout_ms);
 
 typedef struct tool_def {
     const char *name;

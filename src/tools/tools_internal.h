@@ -21,12 +21,12 @@ FAWN_MUST_CHECK int tool_box_failure(tool_result *r, int http_status, const json
 /* Reads string argument key. Returns 0 (with *out NULL when absent and not
  * required), 1 after filling res with a recoverable error (the tool then
  * returns 0: res is its answer), or FAWN_ENOMEM when even that failed. */
-FAWN_MUST_CHECK int tool_arg_string(const char **out, tool_result *res, const json_t *args, const char *key,
-                    bool required);
+FAWN_MUST_CHECK int tool_arg_string(const char **out, tool_result *res, const json_t *args,
+                                    const char *key, bool required);
 /* Optional integer argument key in [min, max] (dflt when absent); 0, or 1
  * or FAWN_ENOMEM as above. */
-FAWN_MUST_CHECK int tool_arg_int(int64_t *out, tool_result *res, const json_t *args, const char *key,
-                 int64_t dflt, int64_t min, int64_t max);
+FAWN_MUST_CHECK int tool_arg_int(int64_t *out, tool_result *res, const json_t *args,
+                                 const char *key, int64_t dflt, int64_t min, int64_t max);
 /* Optional boolean argument key (false when absent); 0, or 1 or FAWN_ENOMEM
  * as above. */
 FAWN_MUST_CHECK int tool_arg_bool(bool *out, tool_result *res, const json_t *args, const char *key);

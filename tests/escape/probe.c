@@ -116,12 +116,12 @@ static int do_perf_event_open(int argc, char **argv) {
 }
 
 static int do_keyctl(int argc, char **argv) {
-    int r = VERDICT("keyctl", syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID,
-                                      KEY_SPEC_SESSION_KEYRING, 0));
-    r |= VERDICT("add_key", syscall(SYS_add_key, "user", "fawn-probe", "x", 1,
-                                    KEY_SPEC_SESSION_KEYRING));
-    r |= VERDICT("request_key", syscall(SYS_request_key, "user", "fawn-probe", NULL,
-                                        KEY_SPEC_SESSION_KEYRING));
+    int r = VERDICT("keyctl",
+                    syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0));
+    r |= VERDICT("add_key",
+                 syscall(SYS_add_key, "user", "fawn-probe", "x", 1, KEY_SPEC_SESSION_KEYRING));
+    r |= VERDICT("request_key",
+                 syscall(SYS_request_key, "user", "fawn-probe", NULL, KEY_SPEC_SESSION_KEYRING));
     return r;
 }
 
@@ -241,8 +241,8 @@ static const struct {
     const char *name;
     int flag;
 } ns_flags[] = {
-    {"user", CLONE_NEWUSER}, {"mnt", CLONE_NEWNS},     {"pid", CLONE_NEWPID},
-    {"net", CLONE_NEWNET},   {"ipc", CLONE_NEWIPC},    {"uts", CLONE_NEWUTS},
+    {"user", CLONE_NEWUSER},     {"mnt", CLONE_NEWNS},    {"pid", CLONE_NEWPID},
+    {"net", CLONE_NEWNET},       {"ipc", CLONE_NEWIPC},   {"uts", CLONE_NEWUTS},
     {"cgroup", CLONE_NEWCGROUP}, {"time", CLONE_NEWTIME},
 };
 
@@ -355,8 +355,8 @@ static int do_proc_self_root(int argc, char **argv) {
 /* Everything a command could use to reach PID 1 (its init): each must fail.
  * One line with the errno of each attempt. */
 static int do_proc_init(int argc, char **argv) {
-    static const char *const opens[] = {"environ", "mem", "maps", "fd/0", "fd/1", "fd/2",
-                                        "fd/3", "fd/4", "root/.", "cwd/."};
+    static const char *const opens[] = {"environ", "mem",  "maps", "fd/0",   "fd/1",
+                                        "fd/2",    "fd/3", "fd/4", "root/.", "cwd/."};
     static const char *const links[] = {"root", "cwd", "exe", "fd/3"};
     int escaped = 0;
     printf("proc_init:");
@@ -759,7 +759,8 @@ static int do_mem_bomb(int argc, char **argv) {
     size_t want = (size_t)strtoull(argv[2], NULL, 10) << 20, got = 0;
     long page = sysconf(_SC_PAGESIZE);
     while (got < want) {
-        char *p = mmap(NULL, BOMB_CHUNK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        char *p = mmap(NULL, BOMB_CHUNK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                       0);
         if (p == MAP_FAILED) {
             printf("mem_bomb: errno=%d (%s) after %zu MiB\n", errno, strerror(errno), got >> 20);
             return PROBE_BLOCKED;
@@ -817,8 +818,8 @@ static int do_setuid(int argc, char **argv) {
     errno = 0;
     long r3 = syscall(SYS_capset, &hdr, data);
     int e3 = errno;
-    fprintf(stderr, "setuid(0)=%d/%d setresuid(0)=%d/%d setuid(1000)=%d/%d\n", r0, e0, r1, e1,
-            r2, e2);
+    fprintf(stderr, "setuid(0)=%d/%d setresuid(0)=%d/%d setuid(1000)=%d/%d\n", r0, e0, r1, e1, r2,
+            e2);
     bool empty = caps_empty("setuid_caps");
     printf("setuid: capset errno=%d\n", r3 < 0 ? e3 : 0);
     return empty && r3 < 0 ? PROBE_BLOCKED : PROBE_ESCAPED;

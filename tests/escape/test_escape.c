@@ -82,7 +82,10 @@
 
 /* Host variables that look like secrets: none may reach a command. */
 static const char *const secret_env_names[] = {
-    "FAWN_ESCAPE_SECRET_TOKEN", "ESCAPE_API_KEY", "AWS_SECRET_ACCESS_KEY", "DATABASE_URL",
+    "FAWN_ESCAPE_SECRET_TOKEN",
+    "ESCAPE_API_KEY",
+    "AWS_SECRET_ACCESS_KEY",
+    "DATABASE_URL",
 };
 
 typedef struct escape_ctx {
@@ -108,7 +111,6 @@ typedef struct escape_ctx {
 
 /* ---- assertions with context ---- */
 
-
 /* ---- host-side files ---- */
 
 static char *host_read(const char *path) {
@@ -121,7 +123,8 @@ static char *host_read(const char *path) {
 }
 
 static void host_write(const char *path, const char *content, mode_t mode) {
-    _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+    _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+                                  mode);
     assert_true(fd >= 0);
     assert_int_equal(fawn_write_all(fd, content, strlen(content)), 0);
     assert_int_equal(fchmod(fd, mode), 0);
@@ -205,8 +208,8 @@ static void runf(run *r, const local_box *box, int timeout_s, const char *fmt, .
 
 static void check_completed(const run *r, int exit_code) {
     if (strcmp(r->status, "completed") != 0 || r->exit_code != exit_code)
-        fail_msg("expected completed/%d, got %s/%d\nstdout:\n%s\nstderr:\n%s", exit_code,
-                 r->status, r->exit_code, r->out, r->err);
+        fail_msg("expected completed/%d, got %s/%d\nstdout:\n%s\nstderr:\n%s", exit_code, r->status,
+                 r->exit_code, r->out, r->err);
 }
 
 /* Runs the probe in A with the given arguments; it must report the attack
@@ -379,7 +382,8 @@ static int listen_abstract(const char *name) {
     memcpy(a.sun_path + 1, name, n);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0 ||
-        bind(fd, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) < 0 ||
+        bind(fd, (struct sockaddr *)&a,
+             (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) < 0 ||
         listen(fd, 16) < 0) {
         if (fd >= 0)
             close(fd);
@@ -459,7 +463,11 @@ static int setup_config(escape_ctx *c) {
 }
 
 static int start_box(local_box *box, escape_ctx *c, const char *user, const char *thread) {
-    local_spec spec = {.cfg = &c->cfg, .user = user, .thread = thread, .idle_exit_s = 0, .fawn_bin = getenv("FAWN_BIN")};
+    local_spec spec = {.cfg = &c->cfg,
+                       .user = user,
+                       .thread = thread,
+                       .idle_exit_s = 0,
+                       .fawn_bin = getenv("FAWN_BIN")};
     int r = local_box_ensure(box, &spec);
     if (r < 0)
         print_error("starting sandbox %s/%s: %s\n", user, thread, fawn_errmsg());
@@ -723,7 +731,9 @@ static void test_sibling_marker_via_dotdot(void **state) {
     /* From A's workspace, climb any number of levels towards B's. */
     char *users_tail = strf("users/%s/threads/b1/user-data/workspace/marker.txt", c->b_user);
     const char *const tails[] = {
-        users_tail, users_tail + strlen("users/"), "threads/b1/user-data/workspace/marker.txt",
+        users_tail,
+        users_tail + strlen("users/"),
+        "threads/b1/user-data/workspace/marker.txt",
         "b1/user-data/workspace/marker.txt",
     };
     fbuf cmd = {0};
@@ -772,10 +782,27 @@ static void test_sibling_marker_via_host_path(void **state) {
 static void test_write_outside_user_data(void **state) {
     escape_ctx *c = *state;
     static const char *const targets[] = {
-        "/x", "/usr/x", "/usr/bin/x", "/etc/x", "/etc/passwd", "/etc/ssl/x", "/mnt/x",
-        "/mnt/user-data/x", "/mnt/skills/x", "/mnt/skills/demo/SKILL.md", "/run/x",
-        "/run/fawn-box", "/home/x", "/root/x", "/opt/x", "/var/x", "/lib/x", "/bin/x", "/sbin/x",
-        "/dev/x", "/proc/x",
+        "/x",
+        "/usr/x",
+        "/usr/bin/x",
+        "/etc/x",
+        "/etc/passwd",
+        "/etc/ssl/x",
+        "/mnt/x",
+        "/mnt/user-data/x",
+        "/mnt/skills/x",
+        "/mnt/skills/demo/SKILL.md",
+        "/run/x",
+        "/run/fawn-box",
+        "/home/x",
+        "/root/x",
+        "/opt/x",
+        "/var/x",
+        "/lib/x",
+        "/bin/x",
+        "/sbin/x",
+        "/dev/x",
+        "/proc/x",
     };
     fbuf cmd = {0};
     assert_int_equal(fbuf_printf(&cmd, "for f in"), 0);
@@ -897,12 +924,13 @@ static void test_exec_cwd_outside(void **state) {
                                  "cwd", cwds[i], "timeout_s", QUICK_S);
         json_t *reply = NULL;
         int status = 0;
-        assert_int_equal(box_call(&reply, &status, c->a.socket_path, "POST", "/v1/shell/exec",
-                                  body, QUICK_S * 1000 + CALL_SLACK_MS),
+        assert_int_equal(box_call(&reply, &status, c->a.socket_path, "POST", "/v1/shell/exec", body,
+                                  QUICK_S * 1000 + CALL_SLACK_MS),
                          0);
         json_decref(body);
         char out[8192];
-        snprintf(out, sizeof out, "%s", or_empty(json_string_value(json_object_get(reply, "stdout"))));
+        snprintf(out, sizeof out, "%s",
+                 or_empty(json_string_value(json_object_get(reply, "stdout"))));
         json_decref(reply);
         check_lacks(cwds[i], out, c->host_secret);
         check_lacks(cwds[i], out, "host-secret.txt");
@@ -936,12 +964,13 @@ static void test_file_api_read_through_symlinks(void **state) {
     plant_links(c);
     /* The box is PID 1 of its namespace and a copy of its launcher: its
      * /proc/self and /proc/1 hold the launcher's environment. */
-    const char *const secrets[] = {"root:x:0:0", c->host_secret, c->b_marker, c->env_secret,
-                                   "PATH=", NULL};
+    const char *const secrets[] = {"root:x:0:0",  c->host_secret, c->b_marker,
+                                   c->env_secret, "PATH=",        NULL};
     static const char *const links[] = {
-        "shadow-link", "passwd-link", "up/etc/passwd", "up/etc/hostname", "rel-passwd-link",
-        "secret-link", "marker-link", "etc-link/passwd", "cmdline-link", "environ-link",
-        "up/proc/self/environ", "up/proc/1/environ", "up/proc/self/cmdline",
+        "shadow-link",          "passwd-link",  "up/etc/passwd",        "up/etc/hostname",
+        "rel-passwd-link",      "secret-link",  "marker-link",          "etc-link/passwd",
+        "cmdline-link",         "environ-link", "up/proc/self/environ", "up/proc/1/environ",
+        "up/proc/self/cmdline",
     };
     for (size_t i = 0; i < ARRAY_LEN(links); i++) {
         char *path = strf(WS "/%s", links[i]);
@@ -1000,12 +1029,11 @@ static void test_file_api_write_through_symlinks(void **state) {
 static void test_file_api_download_through_symlinks(void **state) {
     escape_ctx *c = *state;
     plant_links(c);
-    const char *const secrets[] = {"root:x:0:0", c->host_secret, c->b_marker, c->env_secret,
-                                   "PATH=", NULL};
-    static const char *const links[] = {"passwd-link", "up/etc/passwd", "rel-passwd-link",
-                                        "secret-link", "marker-link", "cmdline-link",
-                                        "environ-link", "etc-link/passwd",
-                                        "up/proc/self/environ"};
+    const char *const secrets[] = {"root:x:0:0",  c->host_secret, c->b_marker,
+                                   c->env_secret, "PATH=",        NULL};
+    static const char *const links[] = {"passwd-link",  "up/etc/passwd",   "rel-passwd-link",
+                                        "secret-link",  "marker-link",     "cmdline-link",
+                                        "environ-link", "etc-link/passwd", "up/proc/self/environ"};
     for (size_t i = 0; i < ARRAY_LEN(links); i++) {
         char *path = strf(WS "/%s", links[i]);
         check_download_refused(c, path, secrets);
@@ -1054,21 +1082,28 @@ static void test_file_api_dot_segments(void **state) {
     escape_ctx *c = *state;
     const char *const secrets[] = {"root:x:0:0", "sandbox", NULL};
     static const char *const paths[] = {
-        WS "/../../../etc/passwd", WS "/../../etc/passwd", "/mnt/user-data/../etc/passwd",
-        WS "/./../../../../../../etc/hostname", "/mnt/skills/../../etc/passwd",
-        "/mnt/user-data/workspace/..\\..\\..\\etc\\passwd", "//etc/passwd",
-        "/mnt/user-data/workspace/../../../proc/self/cmdline", "etc/passwd",
-        "/mnt/user-data/workspace/../../..", "/mnt/user-data/workspace\n/../../etc/passwd",
+        WS "/../../../etc/passwd",
+        WS "/../../etc/passwd",
+        "/mnt/user-data/../etc/passwd",
+        WS "/./../../../../../../etc/hostname",
+        "/mnt/skills/../../etc/passwd",
+        "/mnt/user-data/workspace/..\\..\\..\\etc\\passwd",
+        "//etc/passwd",
+        "/mnt/user-data/workspace/../../../proc/self/cmdline",
+        "etc/passwd",
+        "/mnt/user-data/workspace/../../..",
+        "/mnt/user-data/workspace\n/../../etc/passwd",
     };
     for (size_t i = 0; i < ARRAY_LEN(paths); i++)
         check_read_refused(c, paths[i], secrets);
     json_t *reply = NULL;
-    int status = file_call(&reply, &c->a, "/v1/file/write",
-                           json_pack("{s:s, s:s}", "path", WS "/../../../tmp/fawn-dotdot",
-                                     "content", "pwned"));
+    int status = file_call(
+        &reply, &c->a, "/v1/file/write",
+        json_pack("{s:s, s:s}", "path", WS "/../../../tmp/fawn-dotdot", "content", "pwned"));
     json_decref(reply);
     assert_true(status >= 400);
-    status = file_call(&reply, &c->a, "/v1/file/list", json_pack("{s:s}", "path", "/mnt/user-data/.."));
+    status = file_call(&reply, &c->a, "/v1/file/list",
+                       json_pack("{s:s}", "path", "/mnt/user-data/.."));
     json_decref(reply);
     assert_true(status >= 400);
     run r;
@@ -1088,9 +1123,9 @@ static void test_file_api_percent_escapes_not_decoded(void **state) {
     check_read_refused(c, "%2fetc%2fpasswd", secrets);
     /* A write creates the literal name, never a file above the workspace. */
     json_t *reply = NULL;
-    int status = file_call(&reply, &c->a, "/v1/file/write",
-                           json_pack("{s:s, s:s}", "path", WS "/%2e%2e/pct-written", "content",
-                                     "literal"));
+    int status = file_call(
+        &reply, &c->a, "/v1/file/write",
+        json_pack("{s:s, s:s}", "path", WS "/%2e%2e/pct-written", "content", "literal"));
     json_decref(reply);
     char up[PATH_MAX + 32], literal[PATH_MAX + 32];
     snprintf(up, sizeof up, "%s/pct-written", c->a_user_data);
@@ -1132,7 +1167,8 @@ static void test_file_api_absolute_host_paths(void **state) {
                           json_pack("{s:s, s:s}", "path", planted, "content", "pwned")) >= 400);
     json_decref(reply);
     assert_false(host_exists(planted));
-    assert_true(file_call(&reply, &c->a, "/v1/file/list", json_pack("{s:s}", "path", c->home)) >= 400);
+    assert_true(file_call(&reply, &c->a, "/v1/file/list", json_pack("{s:s}", "path", c->home)) >=
+                400);
     json_decref(reply);
     assert_true(file_call(&reply, &c->a, "/v1/file/grep",
                           json_pack("{s:s, s:s}", "path", "/", "pattern", "root")) >= 400);
@@ -1152,7 +1188,8 @@ static void test_file_api_fifo_does_not_hang(void **state) {
     run_free(&r);
     /* Each call fails the test unless it answers within FILE_CALL_MS. */
     json_t *reply = NULL;
-    assert_true(file_call(&reply, &c->a, "/v1/file/read", json_pack("{s:s}", "path", WS "/fifo")) >= 400);
+    assert_true(file_call(&reply, &c->a, "/v1/file/read", json_pack("{s:s}", "path", WS "/fifo")) >=
+                400);
     json_decref(reply);
     assert_int_equal(file_call(&reply, &c->a, "/v1/file/grep",
                                json_pack("{s:s, s:s}", "path", WS, "pattern", "x")),
@@ -1262,8 +1299,8 @@ static void test_kill_init(void **state) {
     check_contains("kill -9 1", r.out, "survived");
     run_free(&r);
     json_t *reply = NULL;
-    assert_int_equal(file_call(&reply, &c->a, "/v1/shell/sessions", json_pack("{s:s}", "id", "killer")),
-                     200);
+    assert_int_equal(
+        file_call(&reply, &c->a, "/v1/shell/sessions", json_pack("{s:s}", "id", "killer")), 200);
     json_decref(reply);
     run_in(&r, &c->a, "killer", QUICK_S, "kill -9 1; sleep 0.3; echo survived");
     check_completed(&r, 0);
@@ -1346,8 +1383,7 @@ static void test_clone_new_user_namespace(void **state) {
 static void test_setns(void **state) {
     escape_ctx *c = *state;
     probe(c, "setns self: mnt=1 pid=1 net=1 user=1 uts=1 ipc=1 cgroup=1 time=1\n", "setns self");
-    probe(c, "setns 1: mnt=13 pid=13 net=13 user=13 uts=13 ipc=13 cgroup=13 time=13\n",
-          "setns 1");
+    probe(c, "setns 1: mnt=13 pid=13 net=13 user=13 uts=13 ipc=13 cgroup=13 time=13\n", "setns 1");
     run r;
     runf(&r, &c->a, QUICK_S, "nsenter -t 1 -a true; echo rc=$?");
     check_lacks("nsenter", r.out, "rc=0");
@@ -1379,7 +1415,8 @@ static void test_host_loopback_tcp(void **state) {
     check_lacks("bash /dev/tcp", r.out, "CONNECTED");
     run_free(&r);
     assert_false(pending_connection(c->tcp_fd));
-    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->tcp_port),
+    struct sockaddr_in to = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)c->tcp_port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     check_listener_alive(c->tcp_fd, (struct sockaddr *)&to, sizeof to);
 }
@@ -1411,7 +1448,8 @@ static void test_only_loopback_interface(void **state) {
     escape_ctx *c = *state;
     probe(c, "ifaces: lo\n", "ifaces");
     run r;
-    runf(&r, &c->a, QUICK_S, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; ls /sys/class/net 2>&1");
+    runf(&r, &c->a, QUICK_S,
+         "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; ls /sys/class/net 2>&1");
     check_completed(&r, 2);
     check_contains("interfaces", r.out, "lo\n");
     assert_int_equal(strncmp(r.out, "lo\n", 3), 0);
@@ -1562,9 +1600,9 @@ static void test_uid_is_not_host_root(void **state) {
     runf(&r, &c->a, QUICK_S, "cat /proc/self/uid_map /proc/self/gid_map; touch " WS "/owned");
     check_completed(&r, 0);
     unsigned inner = 1, outer = 0, count = 0, g_inner = 1, g_outer = 0, g_count = 0;
-    assert_int_equal(sscanf(r.out, "%u %u %u %u %u %u", &inner, &outer, &count, &g_inner,
-                            &g_outer, &g_count),
-                     6);
+    assert_int_equal(
+        sscanf(r.out, "%u %u %u %u %u %u", &inner, &outer, &count, &g_inner, &g_outer, &g_count),
+        6);
     assert_int_equal(inner, 0);
     assert_int_equal(count, 1); /* exactly one uid: no other host uid is reachable */
     assert_int_equal(g_count, 1);
@@ -1604,7 +1642,7 @@ static void test_mknod(void **state) {
 
 static void test_raw_devices_absent(void **state) {
     escape_ctx *c = *state;
-    static const char *const devs[] = {"/dev/mem", "/dev/kmem", "/dev/port", "/dev/sda",
+    static const char *const devs[] = {"/dev/mem", "/dev/kmem",    "/dev/port", "/dev/sda",
                                        "/dev/vda", "/dev/nvme0n1", "/dev/xvda", "/dev/kmsg"};
     for (size_t i = 0; i < ARRAY_LEN(devs); i++)
         probe(c, "read_file: errno=2 ", "read_file %s", devs[i]);
@@ -1640,7 +1678,9 @@ static void test_keyctl(void **state) {
     probe(*state, "request_key: errno=1 ", "keyctl");
 }
 
-static void test_userfaultfd(void **state) { probe(*state, "userfaultfd: errno=1 ", "userfaultfd"); }
+static void test_userfaultfd(void **state) {
+    probe(*state, "userfaultfd: errno=1 ", "userfaultfd");
+}
 
 static void test_kexec_load(void **state) {
     probe(*state, "kexec_load: errno=1 ", "kexec_load");
@@ -1674,7 +1714,7 @@ static void test_personality(void **state) {
 
 static void test_host_privileged_calls(void **state) {
     escape_ctx *c = *state;
-    static const char *const calls[] = {"syslog", "clock_settime", "iopl", "ioperm",
+    static const char *const calls[] = {"syslog", "clock_settime", "iopl",   "ioperm",
                                         "reboot", "acct",          "swapon", "sethostname"};
     run r;
     runf(&r, &c->a, QUICK_S, PROBE " host_calls");
@@ -1692,9 +1732,9 @@ static void test_host_privileged_calls(void **state) {
 static void test_sysctl_writes(void **state) {
     escape_ctx *c = *state;
     char *core_before = host_read("/proc/sys/kernel/core_pattern");
-    static const char *const knobs[] = {"/proc/sys/kernel/hostname", "/proc/sys/kernel/core_pattern",
-                                        "/proc/sys/kernel/modprobe", "/proc/sys/vm/drop_caches",
-                                        "/proc/sys/kernel/domainname"};
+    static const char *const knobs[] = {
+        "/proc/sys/kernel/hostname", "/proc/sys/kernel/core_pattern", "/proc/sys/kernel/modprobe",
+        "/proc/sys/vm/drop_caches", "/proc/sys/kernel/domainname"};
     for (size_t i = 0; i < ARRAY_LEN(knobs); i++)
         probe(c, "write_file: errno=", "write_file %s escaped", knobs[i]);
     run r;
@@ -1741,7 +1781,8 @@ static void test_environment_has_no_host_secrets(void **state) {
 static void test_box_socket_unreachable(void **state) {
     escape_ctx *c = *state;
     run r;
-    runf(&r, &c->a, QUICK_S, "find /run /tmp /mnt /dev /var /home /root /opt /etc -type s 2>/dev/null; echo end");
+    runf(&r, &c->a, QUICK_S,
+         "find /run /tmp /mnt /dev /var /home /root /opt /etc -type s 2>/dev/null; echo end");
     check_completed(&r, 0);
     assert_string_equal(r.out, "end\n");
     run_free(&r);
@@ -1773,9 +1814,11 @@ static void test_sessions_isolated(void **state) {
     fawn_random_hex(secret, 16);
     snprintf(marker, sizeof marker, "sleep 31.%u", unique_number());
     json_t *reply = NULL;
-    assert_int_equal(file_call(&reply, &c->a, "/v1/shell/sessions", json_pack("{s:s}", "id", "s-secret")), 200);
+    assert_int_equal(
+        file_call(&reply, &c->a, "/v1/shell/sessions", json_pack("{s:s}", "id", "s-secret")), 200);
     json_decref(reply);
-    assert_int_equal(file_call(&reply, &c->a, "/v1/shell/sessions", json_pack("{s:s}", "id", "s-spy")), 200);
+    assert_int_equal(
+        file_call(&reply, &c->a, "/v1/shell/sessions", json_pack("{s:s}", "id", "s-spy")), 200);
     json_decref(reply);
     char *cmd = strf("export SECRET_X=%s; %s >/dev/null 2>&1 & echo started", secret, marker);
     run r;
@@ -1806,7 +1849,8 @@ static void test_sessions_isolated(void **state) {
     for (size_t i = 0; i < ARRAY_LEN(ids); i++) {
         char *route = strf("/v1/shell/sessions/%s", ids[i]);
         int status = 0;
-        assert_int_equal(box_call(&reply, &status, c->a.socket_path, "DELETE", route, NULL, 5000), 0);
+        assert_int_equal(box_call(&reply, &status, c->a.socket_path, "DELETE", route, NULL, 5000),
+                         0);
         assert_int_equal(status, 200);
         json_decref(reply);
         free(route);

@@ -52,13 +52,13 @@
 #define API_WRITE_BYTES (4 * MiB)
 
 typedef struct quota_ctx {
-    test_fs fs;              /* the kernel-quota filesystem, for those groups */
-    char tmp[64];            /* a plain home's parent, for the measured group */
-    char skip[256];          /* why the group cannot run here, or "" */
+    test_fs fs;     /* the kernel-quota filesystem, for those groups */
+    char tmp[64];   /* a plain home's parent, for the measured group */
+    char skip[256]; /* why the group cannot run here, or "" */
     fawn_config cfg;
     local_box box;
     char user_data[PATH_MAX];
-    bool measured;           /* the group where fawn only measures */
+    bool measured; /* the group where fawn only measures */
 } quota_ctx;
 
 /* ---- setup ---- */
@@ -70,7 +70,9 @@ static int copy_probe(const quota_ctx *c) {
         return -1;
     }
     return test_fs_sh("cp %s %s/workspace/probe && chmod 0755 %s/workspace/probe", bin,
-                      c->user_data, c->user_data) == 0 ? 0 : -1;
+                      c->user_data, c->user_data) == 0
+               ? 0
+               : -1;
 }
 
 static int start(quota_ctx *c, const char *home) {
@@ -83,8 +85,8 @@ static int start(quota_ctx *c, const char *home) {
     c->cfg.sandbox.limits.disk_mb = LIMIT_MB;
     c->cfg.sandbox.limits.file_size_mb = FILE_MB;
     c->cfg.sandbox.limits.tmp_size_mb = TMP_MB;
-    local_spec spec = {.cfg = &c->cfg, .user = "mallory", .thread = "q1",
-                       .fawn_bin = getenv("FAWN_BIN")};
+    local_spec spec = {
+        .cfg = &c->cfg, .user = "mallory", .thread = "q1", .fawn_bin = getenv("FAWN_BIN")};
     if (local_box_ensure(&c->box, &spec) < 0) {
         print_error("starting the sandbox: %s\n", fawn_errmsg());
         return -1;
@@ -325,8 +327,9 @@ static void file_api_write_past_the_limit(void **state) {
     json_t *body = json_pack("{s:s, s:s}", "path", WS "/api.txt", "content", content);
     int status = 0;
     reply = NULL;
-    assert_int_equal(box_call(&reply, &status, c->box.socket_path, "POST", "/v1/file/write",
-                              body, COMMAND_S * 1000), 0);
+    assert_int_equal(box_call(&reply, &status, c->box.socket_path, "POST", "/v1/file/write", body,
+                              COMMAND_S * 1000),
+                     0);
     json_decref(body);
     free(content);
     char *text = fjson_dump(reply);
@@ -346,13 +349,14 @@ static void box_reports_its_disk_quota(void **state) {
     quota_ctx *c = *state;
     json_t *reply = NULL;
     int status = 0;
-    assert_int_equal(box_call(&reply, &status, c->box.socket_path, "GET", "/v1/sandbox", NULL,
-                              CALL_SLACK_MS), 0);
+    assert_int_equal(
+        box_call(&reply, &status, c->box.socket_path, "GET", "/v1/sandbox", NULL, CALL_SLACK_MS),
+        0);
     json_t *caps = json_object_get(reply, "capabilities");
     assert_string_equal(json_string_value(json_object_get(caps, "disk_quota")),
                         c->measured ? "measured" : "kernel");
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(caps, "limits"),
-                                                        "disk_bytes")), LIMIT);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(caps, "limits"), "disk_bytes")), LIMIT);
     json_decref(reply);
 }
 

@@ -39,19 +39,29 @@ static box_files files = {.roots = {.user_data_fd = -1, .skills_fd = -1}};
 /* The tree, relative to the temporary directory: directories end in '/';
  * "->" makes a symlink. */
 static const char *const tree[] = {
-    "user-data/", "user-data/workspace/", "user-data/uploads/", "user-data/outputs/",
-    "user-data/workspace/src/", "user-data/workspace/src/deep/", "user-data/workspace/src/deep/er/",
-    "user-data/workspace/.git/", "user-data/workspace/node_modules/", "skills/", "skills/public/",
+    "user-data/",
+    "user-data/workspace/",
+    "user-data/uploads/",
+    "user-data/outputs/",
+    "user-data/workspace/src/",
+    "user-data/workspace/src/deep/",
+    "user-data/workspace/src/deep/er/",
+    "user-data/workspace/.git/",
+    "user-data/workspace/node_modules/",
+    "skills/",
+    "skills/public/",
 };
 static const struct {
     const char *path, *content;
     size_t len;
 } tree_files[] = {
-#define F(p, c) {p, c, sizeof c - 1}
+#define F(p, c)                                                                                    \
+    { p, c, sizeof c - 1 }
     F("user-data/workspace/notes.txt", "one\ntwo\nTODO three\r\nfour\n\nsix"),
     F("user-data/workspace/src/main.c", "int main(void) {\n    return 0; /* TODO */\n}\n"),
     F("user-data/workspace/src/deep/er/x.py", "print('caf\xc3\xa9')\n# \xe2\x98\x95 todo\n"),
-    F("user-data/workspace/bin.dat", "\x7f" "ELF\0\0\0binary"),
+    F("user-data/workspace/bin.dat", "\x7f"
+                                     "ELF\0\0\0binary"),
     F("user-data/workspace/latin1.txt", "caf\xe9 cr\xe8me\n"),
     F("user-data/workspace/build.log", "TODO in a log\n"),
     F("user-data/workspace/.git/config", "[core] TODO\n"),
@@ -94,8 +104,8 @@ static void setup(void) {
     for (size_t i = 0; i < ARRAY_LEN(tree_files); i++) {
         snprintf(path, sizeof path, "%s/%s", dir, tree_files[i].path);
         int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        check(fd >= 0 && write(fd, tree_files[i].content, tree_files[i].len) ==
-                             (ssize_t)tree_files[i].len);
+        check(fd >= 0 &&
+              write(fd, tree_files[i].content, tree_files[i].len) == (ssize_t)tree_files[i].len);
         close(fd);
     }
     snprintf(path, sizeof path, "%s/user-data/workspace/escape", dir);

@@ -61,18 +61,18 @@ static uint64_t fnv_add_str(uint64_t h, const char *s) {
 }
 
 typedef struct observer {
-    uint64_t hash;         /* of the event sequence */
+    uint64_t hash; /* of the event sequence */
     size_t begins, ends;
-    size_t part_bytes;     /* content of the current part */
-    size_t total_bytes;    /* content of all parts */
+    size_t part_bytes;  /* content of the current part */
+    size_t total_bytes; /* content of all parts */
     const char *body;
     size_t body_len;
-    const char *delim;     /* "\r\n--" boundary, for the content checks, or NULL */
-    fbuf content;          /* the current part's content, when delim is set */
-    size_t cursor;         /* where the next part's content + delimiter is searched from */
-    long fail_begin;       /* index of the part_begin that fails, -1 for none */
-    long fail_end;         /* index of the part_end that fails, -1 for none */
-    bool failed;           /* a callback returned FUZZ_CALLBACK_CODE */
+    const char *delim; /* "\r\n--" boundary, for the content checks, or NULL */
+    fbuf content;      /* the current part's content, when delim is set */
+    size_t cursor;     /* where the next part's content + delimiter is searched from */
+    long fail_begin;   /* index of the part_begin that fails, -1 for none */
+    long fail_end;     /* index of the part_end that fails, -1 for none */
+    bool failed;       /* a callback returned FUZZ_CALLBACK_CODE */
 } observer;
 
 static int obs_begin(void *ctx, const multipart_part *part) {
@@ -150,8 +150,8 @@ enum feed_mode { FEED_WHOLE, FEED_CHUNKS, FEED_BYTES };
 
 /* Feeds body by mode; returns the first failure or multipart_finish's result
  * and checks that a stopped parser stays stopped. */
-static int run(observer *o, const char *boundary, const char *body, size_t len,
-               enum feed_mode mode, uint64_t seed) {
+static int run(observer *o, const char *boundary, const char *body, size_t len, enum feed_mode mode,
+               uint64_t seed) {
     multipart_parser *p = NULL;
     check(multipart_new(&p, boundary, &obs_callbacks, o) == 0);
     int r = 0;

@@ -97,9 +97,14 @@ static int fz_call_file(void *ctx, json_t **reply, int *status, const sbx_box *b
     return fawn_err(FAWN_EUNSUP, "no file uploads");
 }
 
-static sbx_provider provider = {.name = "fuzz", .create = fz_create, .probe = fz_probe,
-                                .health = fz_health, .destroy = fz_destroy, .list = fz_list,
-                                .call = fz_call, .call_file = fz_call_file};
+static sbx_provider provider = {.name = "fuzz",
+                                .create = fz_create,
+                                .probe = fz_probe,
+                                .health = fz_health,
+                                .destroy = fz_destroy,
+                                .list = fz_list,
+                                .call = fz_call,
+                                .call_file = fz_call_file};
 
 /* ---- setup ---- */
 
@@ -127,7 +132,8 @@ static void setup(void) {
     check(sbx_manager_new(&manager, &mc, &provider, st, policy) == 0);
     atexit(teardown);
     env = (tool_env){.sandboxes = manager,
-                     .req = {.who = {.user = USER, .role = "admin"}, .thread = THREAD,
+                     .req = {.who = {.user = USER, .role = "admin"},
+                             .thread = THREAD,
                              .kind = SBX_HOLD_EXECUTION},
                      .command_timeout_s = 10};
 }

@@ -142,8 +142,10 @@ static void check_entry(const json_t *e, const char *client, json_t *seen) {
 /* Uploads names[0..n), each with its own name as content. 0, or the code
  * that refused the request. */
 static int upload(json_t **result, char **names, size_t n) {
-    const upload_limits lim = {.max_files = UPLOADS_MAX, .max_file_size = FUZZ_INPUT_MAX,
-                               .max_total_size = FUZZ_INPUT_MAX, .disk_room = UINT64_MAX};
+    const upload_limits lim = {.max_files = UPLOADS_MAX,
+                               .max_file_size = FUZZ_INPUT_MAX,
+                               .max_total_size = FUZZ_INPUT_MAX,
+                               .disk_room = UINT64_MAX};
     upload_batch *b = NULL;
     int r = upload_batch_begin(&b, uploads_fd, &lim);
     for (size_t i = 0; r == 0 && i < n; i++) {
@@ -198,9 +200,7 @@ static void check_uploads(char **names, size_t n) {
         close(a.fd);
     const char *name;
     json_t *v;
-    json_object_foreach(seen, name, v) {
-        check(uploads_delete(uploads_fd, name) == 0);
-    }
+    json_object_foreach(seen, name, v) { check(uploads_delete(uploads_fd, name) == 0); }
     check(entries() == 0);
     json_decref(seen);
     json_decref(result);

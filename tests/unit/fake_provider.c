@@ -78,8 +78,8 @@ struct fake_provider {
     call_fault faults[FAKE_CALL_FAULTS_MAX];
     int nfaults;
     bool exec_waits;
-    bool hold;       /* creates stop in create_wait until released */
-    int held;        /* creates stopped there now */
+    bool hold; /* creates stop in create_wait until released */
+    int held;  /* creates stopped there now */
 
     fake_counts counts;
     call_record log[FAKE_CALL_LOG_MAX];
@@ -361,8 +361,8 @@ typedef struct listed {
     char generation[SBX_GENERATION_LEN + 1];
 } listed;
 
-static int fake_list(void *ctx, int (*each)(void *each_ctx, const char *sandbox_id,
-                                            const char *generation),
+static int fake_list(void *ctx,
+                     int (*each)(void *each_ctx, const char *sandbox_id, const char *generation),
                      void *each_ctx) {
     fake_provider *f = ctx;
     listed *all = calloc(FAKE_BOXES_MAX, sizeof *all);
@@ -501,12 +501,12 @@ static json_t *exec_wait(fake_provider *f, const char *sandbox_id, int *status) 
                   b->stops != stops;
     }
     *status = 200;
-    return json_pack("{s:s, s:i, s:s, s:s}", "status", stopped ? "killed" : "timeout",
-                     "exit_code", stopped ? 137 : 124, "stdout", "", "stderr", "");
+    return json_pack("{s:s, s:i, s:s, s:s}", "status", stopped ? "killed" : "timeout", "exit_code",
+                     stopped ? 137 : 124, "stdout", "", "stderr", "");
 }
 
-static int fake_call(void *ctx, json_t **reply, int *status, const sbx_box *box,
-                     const char *method, const char *path, const json_t *body, int timeout_ms) {
+static int fake_call(void *ctx, json_t **reply, int *status, const sbx_box *box, const char *method,
+                     const char *path, const json_t *body, int timeout_ms) {
     fake_provider *f = ctx;
     *reply = NULL;
     *status = 0;
@@ -717,8 +717,7 @@ void fake_plant(fake_provider *f, char generation[SBX_GENERATION_LEN + 1], const
     plant(f, generation, NULL, user, thread);
 }
 
-void fake_plant_as(fake_provider *f, const char *generation, const char *user,
-                   const char *thread) {
+void fake_plant_as(fake_provider *f, const char *generation, const char *user, const char *thread) {
     plant(f, NULL, generation, user, thread);
 }
 

@@ -106,16 +106,15 @@ void fake_kill(fake_provider *f, const char *sandbox_id);
 void fake_plant(fake_provider *f, char generation[SBX_GENERATION_LEN + 1], const char *user,
                 const char *thread);
 /* Like fake_plant, with the given generation. */
-void fake_plant_as(fake_provider *f, const char *generation, const char *user,
-                   const char *thread);
+void fake_plant_as(fake_provider *f, const char *generation, const char *user, const char *thread);
 
 /* ---- what happened ---- */
 
 typedef struct fake_counts {
-    int creates;          /* create calls, failed ones included */
-    int creates_done;     /* creates that started a new box (not handing back a running one) */
-    int destroys;         /* destroy calls */
-    int destroys_done;    /* destroys that removed a box */
+    int creates;       /* create calls, failed ones included */
+    int creates_done;  /* creates that started a new box (not handing back a running one) */
+    int destroys;      /* destroy calls */
+    int destroys_done; /* destroys that removed a box */
     int health_checks;
     int probes;
     int lists;

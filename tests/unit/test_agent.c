@@ -89,16 +89,18 @@ static void input_messages_accept_only_human_text(void **state) {
     json_t *out = NULL;
     json_t *in = json_loads("[{\"role\":\"user\",\"content\":\"hi\"},"
                             "{\"type\":\"human\",\"content\":[{\"type\":\"text\",\"text\":\"x\"}],"
-                            "\"id\":\"mine\"}]", 0, NULL);
+                            "\"id\":\"mine\"}]",
+                            0, NULL);
     assert_int_equal(agent_input_messages(&out, in), 0);
     assert_int_equal(json_array_size(out), 2);
-    assert_string_equal(json_string_value(json_object_get(json_array_get(out, 0), "type")), "human");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(out, 0), "type")),
+                        "human");
     assert_string_equal(json_string_value(json_object_get(json_array_get(out, 1), "id")), "mine");
     json_decref(out);
     json_decref(in);
-    static const char *const bad[] = {
-        "[{\"type\":\"ai\",\"content\":\"x\"}]", "[{\"type\":\"human\",\"content\":3}]",
-        "[{\"type\":\"human\",\"content\":[1]}]", "[\"x\"]", "{}"};
+    static const char *const bad[] = {"[{\"type\":\"ai\",\"content\":\"x\"}]",
+                                      "[{\"type\":\"human\",\"content\":3}]",
+                                      "[{\"type\":\"human\",\"content\":[1]}]", "[\"x\"]", "{}"};
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         in = json_loads(bad[i], 0, NULL);
         assert_int_equal(agent_input_messages(&out, in), FAWN_EINVAL);
@@ -114,13 +116,15 @@ static void conversation_hash_ignores_ids_dates_and_system_text(void **state) {
         "{\"type\":\"human\",\"content\":\"run 6f1c2d3e-0000-4a4a-8b8b-1234567890ab on "
         "2026-11-30 at 2026-11-30T00:42:21.454Z\",\"id\":\"x1\"},"
         "{\"type\":\"ai\",\"content\":\"\",\"tool_calls\":[{\"name\":\"ls\",\"args\":{\"b\":1,"
-        "\"a\":2},\"id\":\"call_1\"}]}]", 0, NULL);
+        "\"a\":2},\"id\":\"call_1\"}]}]",
+        0, NULL);
     json_t *two = json_loads(
         "[{\"type\":\"system\",\"content\":\"prompt 2\"},"
         "{\"type\":\"human\",\"content\":\"run 00000000-1111-2222-3333-444444444444 on "
         "2027-01-02 at 2027-01-02T10:00:00+02:00\",\"id\":\"y2\"},"
         "{\"type\":\"ai\",\"content\":\"\",\"tool_calls\":[{\"name\":\"ls\",\"args\":{\"a\":2,"
-        "\"b\":1},\"id\":\"call_9\"}]}]", 0, NULL);
+        "\"b\":1},\"id\":\"call_9\"}]}]",
+        0, NULL);
     json_t *three = json_loads("[{\"type\":\"human\",\"content\":\"run something else\"}]", 0,
                                NULL);
     assert_int_equal(model_conversation_hash(a, one), 0);
@@ -148,7 +152,8 @@ static void script_fixture_plays_in_order_and_ends(void **state) {
     model_request req = {.call_index = 0};
     assert_int_equal(model_fixture_answer(&r, f, "s", &req), 0);
     json_t *call = json_array_get(json_object_get(r.message, "tool_calls"), 0);
-    assert_string_equal(json_string_value(json_object_get(json_object_get(call, "function"), "name")), "ls");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(call, "function"), "name")), "ls");
     assert_string_equal(r.finish_reason, "tool_calls");
     model_reply_clear(&r);
     req.call_index = 1;
@@ -175,10 +180,12 @@ static void recorded_turns_replay_exactly_and_misses_name_the_hash(void **state)
     assert_int_equal(model_fixture_load(&rec, path, MODEL_RECORD), 0);
     json_t *conv = json_loads("[{\"type\":\"human\",\"content\":\"hello\"}]", 0, NULL);
     model_request req = {.conversation = conv};
-    model_reply answer = {.message = json_loads(
-        "{\"role\":\"assistant\",\"content\":\"hi\",\"tool_calls\":[{\"id\":\"c\",\"type\":"
-        "\"function\",\"function\":{\"name\":\"bash\",\"arguments\":\"{\\\"command\\\":\\\"ls\\\"}\"}}]}",
-        0, NULL)};
+    model_reply answer = {
+        .message = json_loads(
+            "{\"role\":\"assistant\",\"content\":\"hi\",\"tool_calls\":[{\"id\":\"c\",\"type\":"
+            "\"function\",\"function\":{\"name\":\"bash\",\"arguments\":\"{\\\"command\\\":"
+            "\\\"ls\\\"}\"}}]}",
+            0, NULL)};
     snprintf(answer.finish_reason, sizeof answer.finish_reason, "tool_calls");
     assert_int_equal(model_fixture_record(rec, &req, &answer), 0);
     model_reply_clear(&answer);
@@ -191,7 +198,8 @@ static void recorded_turns_replay_exactly_and_misses_name_the_hash(void **state)
     assert_string_equal(json_string_value(json_object_get(got.message, "content")), "hi");
     json_t *fn = json_object_get(json_array_get(json_object_get(got.message, "tool_calls"), 0),
                                  "function");
-    assert_string_equal(json_string_value(json_object_get(fn, "arguments")), "{\"command\":\"ls\"}");
+    assert_string_equal(json_string_value(json_object_get(fn, "arguments")),
+                        "{\"command\":\"ls\"}");
     model_reply_clear(&got);
     json_t *other = json_loads("[{\"type\":\"human\",\"content\":\"bye\"}]", 0, NULL);
     model_request miss = {.conversation = other};
@@ -209,7 +217,8 @@ static void recorded_turns_replay_exactly_and_misses_name_the_hash(void **state)
 enum { USER_A = 101, USER_B = 202, USER_C = 303 };
 
 static runq *queue_new(uint32_t queue_max, uint32_t active_max, uint32_t running_max) {
-    runs_limits limits = {.workers = 8, .queue_max = queue_max,
+    runs_limits limits = {.workers = 8,
+                          .queue_max = queue_max,
                           .per_user_active_max = active_max,
                           .per_user_running_max = running_max};
     runq *q = NULL;
@@ -314,8 +323,8 @@ static void run_queue_refuses_past_the_user_and_queue_caps(void **state) {
     assert_int_equal(runq_add(q, &a[3], USER_A), 0);
     runq_remove(q, &a[0]); /* removing twice does nothing */
     runq_free(q);
-    runs_limits zero = {.workers = 1, .queue_max = 1, .per_user_active_max = 0,
-                        .per_user_running_max = 1};
+    runs_limits zero = {
+        .workers = 1, .queue_max = 1, .per_user_active_max = 0, .per_user_running_max = 1};
     assert_int_equal(runq_new(&q, &zero), FAWN_EINVAL);
     assert_null(q);
 }
@@ -416,7 +425,8 @@ static void event_log_waits_wakes_and_reports_gaps(void **state) {
     free(ev);
     run_log_end(l);
     assert_false(run_log_wait(l, 1 + RUN_EVENTS_RETAINED + 100, on_wake, on_suspend, &w));
-    assert_int_equal(run_log_fetch(&ev, &n, &done, &first, l, RUN_EVENTS_RETAINED + 101, RUN_FETCH_MAX), 0);
+    assert_int_equal(
+        run_log_fetch(&ev, &n, &done, &first, l, RUN_EVENTS_RETAINED + 101, RUN_FETCH_MAX), 0);
     assert_int_equal(n, 0);
     assert_true(done);
     free(ev);
@@ -475,7 +485,8 @@ static json_t *latest_state(store *st, int64_t owner, const char *thread) {
     assert_int_equal(store_checkpoint_latest(st, &latest, owner, thread), 0);
     char *text;
     size_t omitted;
-    assert_int_equal(store_state_read(st, &text, &omitted, owner, thread, latest.state, SIZE_MAX), 0);
+    assert_int_equal(store_state_read(st, &text, &omitted, owner, thread, latest.state, SIZE_MAX),
+                     0);
     assert_int_equal(omitted, 0);
     json_t *values = json_loads(text, 0, NULL);
     assert_non_null(values);
@@ -509,12 +520,22 @@ static void run_loop_repairs_history_titles_and_checkpoints(void **state) {
     snprintf(cp.checkpoint_id, sizeof cp.checkpoint_id, "c0");
     assert_int_equal(store_checkpoint_put(st, NULL, u.id, "t", &cp, before), 0);
     json_decref(before);
-    json_t *input = json_loads("[{\"type\":\"human\",\"content\":\"next\",\"id\":\"h2\"}]", 0, NULL);
+    json_t *input = json_loads("[{\"type\":\"human\",\"content\":\"next\",\"id\":\"h2\"}]", 0,
+                               NULL);
     collected c = {.events = json_array()};
     sbx_cancel cancel = {0};
-    agent_params p = {.st = st, .models = models, .policy = policy, .owner_id = u.id,
-                      .user_dir = "1", .role = "user", .thread_id = "t", .run_id = "r2",
-                      .recursion_limit = 5, .input = input, .cancel = &cancel, .emit = collect,
+    agent_params p = {.st = st,
+                      .models = models,
+                      .policy = policy,
+                      .owner_id = u.id,
+                      .user_dir = "1",
+                      .role = "user",
+                      .thread_id = "t",
+                      .run_id = "r2",
+                      .recursion_limit = 5,
+                      .input = input,
+                      .cancel = &cancel,
+                      .emit = collect,
                       .emit_ctx = &c};
     agent_outcome out;
     assert_int_equal(agent_run(&out, &p), 0);
@@ -525,7 +546,8 @@ static void run_loop_repairs_history_titles_and_checkpoints(void **state) {
     json_t *msgs = json_object_get(values, "messages");
     assert_int_equal(json_array_size(msgs), 5); /* human, ai, placeholder, human, ai */
     json_t *placeholder = json_array_get(msgs, 2);
-    assert_string_equal(json_string_value(json_object_get(placeholder, "tool_call_id")), "call_lost");
+    assert_string_equal(json_string_value(json_object_get(placeholder, "tool_call_id")),
+                        "call_lost");
     assert_string_equal(json_string_value(json_object_get(placeholder, "content")),
                         "[Tool call was interrupted and did not return a result.]");
     assert_string_equal(json_string_value(json_object_get(values, "title")),
@@ -559,9 +581,9 @@ static void write_long_fixture(const char *name, int steps, size_t size) {
     big[size] = '\0';
     json_t *replies = json_array();
     for (int i = 0; i < steps; i++)
-        json_array_append_new(replies, json_pack("{s:s, s:[{s:s, s:{s:i}}]}", "content", big,
-                                                 "tool_calls", "name", "no_such_tool", "args",
-                                                 "i", i));
+        json_array_append_new(replies,
+                              json_pack("{s:s, s:[{s:s, s:{s:i}}]}", "content", big, "tool_calls",
+                                        "name", "no_such_tool", "args", "i", i));
     json_array_append_new(replies, json_pack("{s:s}", "content", "done"));
     json_t *fixture = json_pack("{s:o}", "replies", replies);
     char *text = json_dumps(fixture, 0);
@@ -594,9 +616,9 @@ static int64_t stored_rows(const char *path, int64_t *bytes) {
     sqlite3 *raw;
     assert_int_equal(sqlite3_open(path, &raw), SQLITE_OK);
     sqlite3_stmt *q;
-    assert_int_equal(sqlite3_prepare_v2(raw, "SELECT count(*), sum(bytes) FROM thread_messages",
-                                        -1, &q, NULL),
-                     SQLITE_OK);
+    assert_int_equal(
+        sqlite3_prepare_v2(raw, "SELECT count(*), sum(bytes) FROM thread_messages", -1, &q, NULL),
+        SQLITE_OK);
     assert_int_equal(sqlite3_step(q), SQLITE_ROW);
     int64_t rows = sqlite3_column_int64(q, 0);
     *bytes = sqlite3_column_int64(q, 1);
@@ -625,9 +647,17 @@ static void long_runs_store_each_message_once(void **state) {
     assert_int_equal(store_user_get_by_name(st, &u, "u"), 0);
     json_t *input = json_loads("[{\"type\":\"human\",\"content\":\"go\",\"id\":\"h1\"}]", 0, NULL);
     collected c = {.events = json_array()};
-    agent_params p = {.st = st, .models = models, .policy = policy, .owner_id = u.id,
-                      .user_dir = "1", .role = "user", .thread_id = "t", .run_id = "r3",
-                      .recursion_limit = STEPS + 1, .input = input, .emit = collect,
+    agent_params p = {.st = st,
+                      .models = models,
+                      .policy = policy,
+                      .owner_id = u.id,
+                      .user_dir = "1",
+                      .role = "user",
+                      .thread_id = "t",
+                      .run_id = "r3",
+                      .recursion_limit = STEPS + 1,
+                      .input = input,
+                      .emit = collect,
                       .emit_ctx = &c};
     agent_outcome out;
     assert_int_equal(agent_run(&out, &p), 0);
@@ -690,8 +720,8 @@ static void sleep_a_little(void) {
  * check, no session), and the run ends as interrupted. */
 static void cancel_kills_the_command_through_the_runs_own_lease(void **state) {
     write_file("cancel.json", "{\"replies\":[{\"content\":\"\",\"tool_calls\":[{\"name\":"
-                            "\"bash\",\"args\":{\"description\":\"x\",\"command\":"
-                            "\"sleep 600\"}}]},{\"content\":\"never\"}]}");
+                              "\"bash\",\"args\":{\"description\":\"x\",\"command\":"
+                              "\"sleep 600\"}}]},{\"content\":\"never\"}]}");
     char models_json[512];
     snprintf(models_json, sizeof models_json,
              "[{\"name\":\"s\",\"provider\":\"script\",\"fixture\":\"%s/cancel.json\"}]", tmpdir);
@@ -710,12 +740,19 @@ static void cancel_kills_the_command_through_the_runs_own_lease(void **state) {
     sbx_manager *sandboxes;
     assert_int_equal(sbx_manager_new(&sandboxes, &mc, fake_provider_iface(fp), st, policy), 0);
     run_manager *runs;
-    runs_limits limits = {.workers = 2, .queue_max = 4, .per_user_active_max = 2,
-                          .per_user_running_max = 2, .command_timeout_s = 600};
+    runs_limits limits = {.workers = 2,
+                          .queue_max = 4,
+                          .per_user_active_max = 2,
+                          .per_user_running_max = 2,
+                          .command_timeout_s = 600};
     assert_int_equal(runs_new(&runs, st, sandboxes, models, policy, &limits), 0);
     json_t *input = json_loads("[{\"type\":\"human\",\"content\":\"go\"}]", 0, NULL);
-    run_request rq = {.owner_id = u.id, .user_dir = "1", .role = "user", .thread_id = "t",
-                      .recursion_limit = 5, .input = input};
+    run_request rq = {.owner_id = u.id,
+                      .user_dir = "1",
+                      .role = "user",
+                      .thread_id = "t",
+                      .recursion_limit = 5,
+                      .input = input};
     char run_id[37];
     assert_int_equal(runs_start(run_id, runs, &rq), 0);
     if (!WAIT_FOR(fake_get_counts(fp).execs_waited == 1, 30000))

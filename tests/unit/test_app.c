@@ -43,7 +43,8 @@ static char *script_model(const char *home, const char *name) {
     assert_non_null(f);
     fputs("{\"replies\":[{\"content\":\"hello\"}]}", f);
     fclose(f);
-    char *entry = strf("{\"name\":\"%s\",\"provider\":\"script\",\"fixture\":\"%s\"}", name, fixture);
+    char *entry = strf("{\"name\":\"%s\",\"provider\":\"script\",\"fixture\":\"%s\"}", name,
+                       fixture);
     free(fixture);
     return entry;
 }
@@ -139,8 +140,11 @@ static void a_started_run_has_its_files_and_ends(void **state) {
     fx *x = *state;
     char run_id[37];
     json_t *input = parse("[{\"type\":\"human\",\"content\":\"hi\",\"id\":\"h1\"}]");
-    app_run_spec spec = {.thread_id = "t1", .model_name = "small", .recursion_limit = 5,
-                         .input = input, .kwargs = "{}"};
+    app_run_spec spec = {.thread_id = "t1",
+                         .model_name = "small",
+                         .recursion_limit = 5,
+                         .input = input,
+                         .kwargs = "{}"};
     assert_int_equal(app_run_start(run_id, x->a, &x->user, &spec), 0);
     json_decref(input);
     assert_int_equal(strlen(run_id), 36);
@@ -160,8 +164,8 @@ static void a_stopped_app_refuses_runs(void **state) {
     app_stop(x->a);
     app_stop(x->a); /* again: nothing */
     char run_id[37];
-    app_run_spec spec = {.thread_id = "t1", .model_name = "small", .recursion_limit = 5,
-                         .kwargs = "{}"};
+    app_run_spec spec = {
+        .thread_id = "t1", .model_name = "small", .recursion_limit = 5, .kwargs = "{}"};
     assert_int_equal(app_run_start(run_id, x->a, &x->user, &spec), FAWN_EBUSY);
     assert_string_equal(run_id, "");
 }

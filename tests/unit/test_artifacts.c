@@ -105,8 +105,13 @@ static int setup(void **state) {
     if (!x || !mkdtemp(x->root))
         return -1;
     x->rootfd = open(x->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    const char *dirs[] = {"user-data", "user-data/workspace", "user-data/uploads",
-                          "user-data/outputs", "skills", "skills/demo", "outside"};
+    const char *dirs[] = {"user-data",
+                          "user-data/workspace",
+                          "user-data/uploads",
+                          "user-data/outputs",
+                          "skills",
+                          "skills/demo",
+                          "outside"};
     for (size_t i = 0; i < ARRAY_LEN(dirs); i++)
         host_mkdir(x, dirs[i]);
     host_puts(x, "skills/demo/SKILL.md", "# demo skill\n");
@@ -367,8 +372,13 @@ static void test_get_ranges(void **state) {
     assert_int_equal(res.length, 0);
     assert_string_equal(res.content_range, "bytes */100");
 
-    static const char *const ignored[] = {"bytes=0-1,5-6", "bytes=0-1, 5-6", "bytes=5-1",
-                                          "bytes=abc", "bytes=", "items=0-1", "bytes=+1-2",
+    static const char *const ignored[] = {"bytes=0-1,5-6",
+                                          "bytes=0-1, 5-6",
+                                          "bytes=5-1",
+                                          "bytes=abc",
+                                          "bytes=",
+                                          "items=0-1",
+                                          "bytes=+1-2",
                                           "bytes=99999999999999999999-",
                                           "bytes=0-99999999999999999999"};
     for (size_t i = 0; i < ARRAY_LEN(ignored); i++) {
@@ -425,8 +435,7 @@ static void test_get_refuses_paths(void **state) {
     check_get_refused(x, OUT "sub", FAWN_EINVAL, "Path is not a file: /mnt/user-data/outputs/sub");
     check_get_refused(x, "mnt/user-data", FAWN_ENOENT, "Artifact not found");
     check_get_refused(x, "mnt/skills/demo/SKILL.md", FAWN_ENOENT, "Artifact not found");
-    check_get_refused(x, "mnt/user-data/outputs/../../skills/demo/SKILL.md", FAWN_EPERM,
-                      TRAVERSAL);
+    check_get_refused(x, "mnt/user-data/outputs/../../skills/demo/SKILL.md", FAWN_EPERM, TRAVERSAL);
     /* Over-long input is refused, not cut. */
     char *longtail = malloc(2 * VPATH_MAX);
     memset(longtail, 'a', 2 * VPATH_MAX - 1);
@@ -776,9 +785,9 @@ int flock(int fd, int op) {
 /* Another save completes meanwhile: new bytes renamed over the name. */
 static void other_save_renames(fx *x) {
     host_puts(x, "user-data/outputs/other.tmp", "other save\n");
-    assert_int_equal(renameat(x->rootfd, "user-data/outputs/other.tmp", x->rootfd,
-                              "user-data/outputs/doc.txt"),
-                     0);
+    assert_int_equal(
+        renameat(x->rootfd, "user-data/outputs/other.tmp", x->rootfd, "user-data/outputs/doc.txt"),
+        0);
 }
 
 static void test_put_lost_race_is_stale(void **state) {
@@ -843,8 +852,8 @@ static void *race_put(void *arg) {
     racer *rc = arg;
     pthread_barrier_wait(rc->start);
     artifact_put_result res;
-    rc->result = artifact_put(&res, &rc->x->roots, OUT "race.txt", rc->content,
-                              strlen(rc->content), rc->sha);
+    rc->result = artifact_put(&res, &rc->x->roots, OUT "race.txt", rc->content, strlen(rc->content),
+                              rc->sha);
     snprintf(rc->message, sizeof rc->message, "%s", fawn_errmsg());
     return NULL;
 }

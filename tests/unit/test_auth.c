@@ -97,7 +97,7 @@ static void forged_tokens_refused(void **state) {
 /* Correctly signed but malformed claims are refused too. */
 static void bad_claims_refused(void **state) {
     const char *payloads[] = {
-        "{\"sub\":42,\"ver\":0,\"iat\":1,\"exp\":9999}",    /* sub not a string */
+        "{\"sub\":42,\"ver\":0,\"iat\":1,\"exp\":9999}",     /* sub not a string */
         "{\"sub\":\"-1\",\"ver\":0,\"iat\":1,\"exp\":9999}", /* sub not positive */
         "{\"sub\":\"4x\",\"ver\":0,\"iat\":1,\"exp\":9999}", /* sub not a number */
         "{\"sub\":\"4\",\"iat\":1,\"exp\":9999}",            /* no ver */
@@ -115,7 +115,8 @@ static void bad_claims_refused(void **state) {
         crypto_auth_hmacsha256_update(&st, (const unsigned char *)signing, strlen(signing));
         crypto_auth_hmacsha256_final(&st, mac);
         char sig[64];
-        sodium_bin2base64(sig, sizeof sig, mac, sizeof mac, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+        sodium_bin2base64(sig, sizeof sig, mac, sizeof mac,
+                          sodium_base64_VARIANT_URLSAFE_NO_PADDING);
         snprintf(token, sizeof token, "%s.%s", signing, sig);
         auth_claims got;
         POISON(got);

@@ -223,19 +223,18 @@ static void test_deny_beats_allow(void **state) {
 }
 
 static void test_allow_forms(void **state) {
-    authz_policy *p = load_text(
-        "{\"enabled\": true, \"roles\": {\"user\": {"
-        "  \"tools\": {\"allow\": false},"
-        "  \"models\": {\"allow\": []},"
-        "  \"skills\": {\"allow\": true},"
-        "  \"mcp_servers\": {\"allow\": \"*\"},"
-        "  \"sandbox\": {},"
-        "  \"routes\": {\"allow\": false}},"
-        " \"lister\": {"
-        "  \"tools\": {\"allow\": [\"x\", \"*\"]},"
-        "  \"models\": {\"allow\": [\"*\"], \"deny\": []},"
-        "  \"sandbox\": {\"allow\": []},"
-        "  \"routes\": {\"allow\": [\"runs:create\"], \"deny\": []}}}}");
+    authz_policy *p = load_text("{\"enabled\": true, \"roles\": {\"user\": {"
+                                "  \"tools\": {\"allow\": false},"
+                                "  \"models\": {\"allow\": []},"
+                                "  \"skills\": {\"allow\": true},"
+                                "  \"mcp_servers\": {\"allow\": \"*\"},"
+                                "  \"sandbox\": {},"
+                                "  \"routes\": {\"allow\": false}},"
+                                " \"lister\": {"
+                                "  \"tools\": {\"allow\": [\"x\", \"*\"]},"
+                                "  \"models\": {\"allow\": [\"*\"], \"deny\": []},"
+                                "  \"sandbox\": {\"allow\": []},"
+                                "  \"routes\": {\"allow\": [\"runs:create\"], \"deny\": []}}}}");
     expect_denied(p, "user", AUTHZ_TOOLS, "read_file");
     expect_denied(p, "user", AUTHZ_MODELS, "small");
     expect_allowed(p, "user", AUTHZ_SKILLS, "pdf");
@@ -521,8 +520,7 @@ static void test_failure_after_partial_load(void **state) {
 /* ---- unknown roles ---- */
 
 static void test_unknown_role_fail_closed(void **state) {
-    authz_policy *p =
-        load_text("{\"enabled\": true, \"fail_closed\": true, " EXAMPLE_ROLES "}");
+    authz_policy *p = load_text("{\"enabled\": true, \"fail_closed\": true, " EXAMPLE_ROLES "}");
     assert_int_equal(authz_check(p, "intruder", AUTHZ_TOOLS, "read_file"), FAWN_EPERM);
     check_contains("message", fawn_errmsg(), "Permission denied");
     check_contains("message", fawn_errmsg(), "'intruder'");
@@ -593,8 +591,7 @@ static bool call_known_roles(const authz_policy *p) {
 }
 
 static void test_unknown_role_fail_open(void **state) {
-    authz_policy *p =
-        load_text("{\"enabled\": true, \"fail_closed\": false, " EXAMPLE_ROLES "}");
+    authz_policy *p = load_text("{\"enabled\": true, \"fail_closed\": false, " EXAMPLE_ROLES "}");
     fawn_log_set_level(FAWN_LOG_INFO);
     bool (*const calls[])(const authz_policy *) = {call_check_once, call_route_permissions_once,
                                                    call_sandbox_execute_once};
@@ -620,12 +617,11 @@ static void test_unknown_role_fail_open(void **state) {
 /* ---- the sandbox gate, names, misuse ---- */
 
 static void test_sandbox_execute(void **state) {
-    authz_policy *p = load_text(
-        "{\"enabled\": true, \"default_role\": \"nobox\", \"roles\": {"
-        "  \"box\": {\"sandbox\": {\"allow\": [\"execute\"]}},"
-        "  \"nobox\": {\"sandbox\": {\"allow\": false}},"
-        "  \"denied\": {\"sandbox\": {\"deny\": [\"execute\"]}},"
-        "  \"free\": {\"tools\": {\"allow\": false}}}}");
+    authz_policy *p = load_text("{\"enabled\": true, \"default_role\": \"nobox\", \"roles\": {"
+                                "  \"box\": {\"sandbox\": {\"allow\": [\"execute\"]}},"
+                                "  \"nobox\": {\"sandbox\": {\"allow\": false}},"
+                                "  \"denied\": {\"sandbox\": {\"deny\": [\"execute\"]}},"
+                                "  \"free\": {\"tools\": {\"allow\": false}}}}");
     assert_int_equal(authz_sandbox_execute(p, "box"), 0);
     assert_int_equal(authz_sandbox_execute(p, "free"), 0);
     assert_int_equal(authz_sandbox_execute(p, "nobox"), FAWN_EPERM);
@@ -669,7 +665,7 @@ static void test_permission_name(void **state) {
 static void test_misuse_is_not_allowed(void **state) {
     authz_policy *p = load_text("{\"enabled\": false}");
     assert_int_equal(authz_check(p, "user", AUTHZ_RESOURCE_COUNT, "x"), FAWN_EINVAL);
-    assert_int_equal(authz_check(p, "user", (enum authz_resource)-1, "x"), FAWN_EINVAL);
+    assert_int_equal(authz_check(p, "user", (enum authz_resource) - 1, "x"), FAWN_EINVAL);
     assert_int_equal(authz_check(p, "user", AUTHZ_TOOLS, NULL), FAWN_EINVAL);
     assert_int_equal(authz_check(NULL, "user", AUTHZ_TOOLS, "x"), FAWN_EINVAL);
     assert_int_equal(authz_route_permissions(NULL, "user"), 0);
@@ -725,7 +721,8 @@ static void test_admin_permissions_are_explicit(void **state) {
                   "\"ops\": {\"routes\": {\"allow\": [\"sandboxes:read\"]}},"
                   "\"denied\": {\"routes\": {\"allow\": [\"sandboxes:read\"], "
                   "\"deny\": [\"sandboxes:read\"]}}, \"user\": {}}}");
-    assert_int_equal(authz_route_permissions(p, "admin"), AUTHZ_THREADS_READ | AUTHZ_SANDBOXES_READ);
+    assert_int_equal(authz_route_permissions(p, "admin"),
+                     AUTHZ_THREADS_READ | AUTHZ_SANDBOXES_READ);
     assert_int_equal(authz_route_permissions(p, "star"), AUTHZ_ROUTES_ALL);
     assert_int_equal(authz_route_permissions(p, "ops"), AUTHZ_SANDBOXES_READ);
     assert_int_equal(authz_route_permissions(p, "denied"), 0);

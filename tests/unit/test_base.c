@@ -175,9 +175,9 @@ static void test_id_valid(void **state) {
     memset(too_long, '9', 65);
     too_long[65] = '\0';
     const char *const good[] = {"a", "A", "0", "-", "_", "--", "a-b_C9", longest};
-    const char *const bad[] = {"",     ".",    "..",    "a.b",   "a/b",    "../x", "a b",
-                               "a\tb", "a\nb", "a:b",   "a\\b",  "\xc3\xa9", "a%2f", "a\x7f",
-                               "a+b",  "~",    too_long};
+    const char *const bad[] = {"",     ".",     "..",   "a.b", "a/b",   "../x",
+                               "a b",  "a\tb",  "a\nb", "a:b", "a\\b",  "\xc3\xa9",
+                               "a%2f", "a\x7f", "a+b",  "~",   too_long};
     for (size_t i = 0; i < ARRAY_LEN(good); i++)
         assert_true(fawn_id_valid(good[i]));
     for (size_t i = 0; i < ARRAY_LEN(bad); i++)
@@ -230,9 +230,9 @@ static void test_hex_digit_and_uuid(void **state) {
     assert_int_equal(strlen(a), 36);
     assert_string_not_equal(a, b);
     assert_true(a[8] == '-' && a[13] == '-' && a[18] == '-' && a[23] == '-');
-    assert_int_equal(a[14], '4'); /* version 4 */
+    assert_int_equal(a[14], '4');           /* version 4 */
     assert_non_null(strchr("89ab", a[19])); /* RFC 4122 variant */
-    assert_true(fawn_id_valid(a)); /* usable as a thread id */
+    assert_true(fawn_id_valid(a));          /* usable as a thread id */
 }
 
 static void test_errors(void **state) {
@@ -283,34 +283,34 @@ static void test_utf8_valid(void **state) {
     } cases[] = {
         {"", 0, true},
         {"plain ascii", 11, true},
-        {"\x00", 1, true},                 /* NUL is valid UTF-8 */
-        {"\xc3\xa9", 2, true},             /* é */
-        {"\xe2\x82\xac", 3, true},         /* € */
-        {"\xf0\x9f\x90\xb1", 4, true},     /* U+1F431 */
-        {"\xf4\x8f\xbf\xbf", 4, true},     /* U+10FFFF */
-        {"\xef\xbf\xbd", 3, true},         /* U+FFFD */
-        {"\xed\x9f\xbf", 3, true},         /* U+D7FF, just below the surrogates */
-        {"\xee\x80\x80", 3, true},         /* U+E000, just above */
-        {"\xc0\x80", 2, false},            /* overlong NUL */
-        {"\xc1\xbf", 2, false},            /* overlong */
-        {"\xe0\x80\xaf", 3, false},        /* overlong '/' */
-        {"\xe0\x9f\xbf", 3, false},        /* overlong, 3 bytes */
-        {"\xf0\x80\x80\xaf", 4, false},    /* overlong '/', 4 bytes */
-        {"\xf0\x8f\xbf\xbf", 4, false},    /* overlong U+FFFF */
-        {"\xed\xa0\x80", 3, false},        /* U+D800 */
-        {"\xed\xbf\xbf", 3, false},        /* U+DFFF */
+        {"\x00", 1, true},                      /* NUL is valid UTF-8 */
+        {"\xc3\xa9", 2, true},                  /* é */
+        {"\xe2\x82\xac", 3, true},              /* € */
+        {"\xf0\x9f\x90\xb1", 4, true},          /* U+1F431 */
+        {"\xf4\x8f\xbf\xbf", 4, true},          /* U+10FFFF */
+        {"\xef\xbf\xbd", 3, true},              /* U+FFFD */
+        {"\xed\x9f\xbf", 3, true},              /* U+D7FF, just below the surrogates */
+        {"\xee\x80\x80", 3, true},              /* U+E000, just above */
+        {"\xc0\x80", 2, false},                 /* overlong NUL */
+        {"\xc1\xbf", 2, false},                 /* overlong */
+        {"\xe0\x80\xaf", 3, false},             /* overlong '/' */
+        {"\xe0\x9f\xbf", 3, false},             /* overlong, 3 bytes */
+        {"\xf0\x80\x80\xaf", 4, false},         /* overlong '/', 4 bytes */
+        {"\xf0\x8f\xbf\xbf", 4, false},         /* overlong U+FFFF */
+        {"\xed\xa0\x80", 3, false},             /* U+D800 */
+        {"\xed\xbf\xbf", 3, false},             /* U+DFFF */
         {"\xed\xa0\xbd\xed\xb2\xa9", 6, false}, /* CESU-8 surrogate pair */
-        {"\xf4\x90\x80\x80", 4, false},    /* U+110000 */
+        {"\xf4\x90\x80\x80", 4, false},         /* U+110000 */
         {"\xf5\x80\x80\x80", 4, false},
-        {"\xf8\x88\x80\x80\x80", 5, false},/* 5-byte form */
+        {"\xf8\x88\x80\x80\x80", 5, false}, /* 5-byte form */
         {"\xfe", 1, false},
         {"\xff", 1, false},
-        {"\x80", 1, false},                /* stray continuation */
+        {"\x80", 1, false}, /* stray continuation */
         {"a\xbf", 2, false},
-        {"\xc3", 1, false},                /* truncated */
+        {"\xc3", 1, false}, /* truncated */
         {"\xe2\x82", 2, false},
         {"\xf0\x9f\x90", 3, false},
-        {"\xc3\x28", 2, false},            /* bad continuation */
+        {"\xc3\x28", 2, false}, /* bad continuation */
         {"\xe2\x28\xa1", 3, false},
         {"\xf0\x9f\x90\x28", 4, false},
     };
@@ -349,7 +349,9 @@ static void test_utf8_sanitize(void **state) {
     SANITIZE_IS("x\xe2\x82", "x" REPLACEMENT REPLACEMENT);
     /* A valid character right after a bad lead byte survives. */
     SANITIZE_IS("\xe2\xc3\xa9", REPLACEMENT "\xc3\xa9");
-    SANITIZE_IS("\xf0\x9f\x90" "A", REPLACEMENT REPLACEMENT REPLACEMENT "A");
+    SANITIZE_IS("\xf0\x9f\x90"
+                "A",
+                REPLACEMENT REPLACEMENT REPLACEMENT "A");
     /* Appends to what the buffer holds. */
     fbuf out = {0};
     assert_int_equal(fbuf_append(&out, "pre:", 4), 0);
@@ -391,9 +393,24 @@ static void test_fjson_parse_object(void **state) {
     assert_int_equal(json_object_size(v), 2);
     json_decref(v);
     static const char *const bad[] = {
-        "", "   ", "[]", "[{}]", "1", "\"str\"", "null", "true", "{", "{\"a\":}", "{\"a\" 1}",
-        "{'a': 1}", "{\"a\": 1,}", "{\"a\": 1} {\"b\": 2}", "{\"a\": 1} x",
-        "{\"a\": 1, \"a\": 2}", "{\"a\": \"\xff\"}", "{\"a\": NaN}",
+        "",
+        "   ",
+        "[]",
+        "[{}]",
+        "1",
+        "\"str\"",
+        "null",
+        "true",
+        "{",
+        "{\"a\":}",
+        "{\"a\" 1}",
+        "{'a': 1}",
+        "{\"a\": 1,}",
+        "{\"a\": 1} {\"b\": 2}",
+        "{\"a\": 1} x",
+        "{\"a\": 1, \"a\": 2}",
+        "{\"a\": \"\xff\"}",
+        "{\"a\": NaN}",
     };
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         v = NULL;
@@ -490,8 +507,12 @@ static void test_fjson_check_keys(void **state) {
     assert_int_equal(fjson_check_keys(o, none), 0);
     json_decref(o);
     static const char *const bad[] = {
-        "{\"path\": \"/x\", \"Path\": \"/y\"}", "{\"pathx\": 1}", "{\"pat\": 1}", "{\"\": 1}",
-        "{\"content \": 1}", "{\"append\": 1, \"x\": 2}",
+        "{\"path\": \"/x\", \"Path\": \"/y\"}",
+        "{\"pathx\": 1}",
+        "{\"pat\": 1}",
+        "{\"\": 1}",
+        "{\"content \": 1}",
+        "{\"append\": 1, \"x\": 2}",
     };
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         o = parse_ok(bad[i]);
@@ -631,9 +652,9 @@ static void test_fsx_open_inside(void **state) {
                           FSX_NO_SYMLINKS);
     assert_true(fd >= 0);
     close(fd);
-    assert_int_equal(fsx_open_beneath(t->jail_fd, "dir/new", O_WRONLY | O_CREAT | O_EXCL, 0600,
-                                      FSX_NO_SYMLINKS),
-                     FAWN_EEXIST);
+    assert_int_equal(
+        fsx_open_beneath(t->jail_fd, "dir/new", O_WRONLY | O_CREAT | O_EXCL, 0600, FSX_NO_SYMLINKS),
+        FAWN_EEXIST);
     assert_int_equal(fsx_open_beneath(t->jail_fd, "missing", O_RDONLY, 0, FSX_NO_SYMLINKS),
                      FAWN_ENOENT);
     assert_int_equal(fsx_open_beneath(t->jail_fd, "dir/file/x", O_RDONLY, 0, FSX_NO_SYMLINKS),
@@ -643,8 +664,15 @@ static void test_fsx_open_inside(void **state) {
 static void test_fsx_open_escapes_refused(void **state) {
     tree *t = *state;
     static const char *const escapes[] = {
-        "..", "../outside/secret", "dir/../../outside/secret", "abs_out/secret", "rel_out/secret",
-        "dir/deep_out", "proc_link/etc/passwd", "proc_link", "loop",
+        "..",
+        "../outside/secret",
+        "dir/../../outside/secret",
+        "abs_out/secret",
+        "rel_out/secret",
+        "dir/deep_out",
+        "proc_link/etc/passwd",
+        "proc_link",
+        "loop",
     };
     enum fsx_follow modes[] = {FSX_NO_SYMLINKS, FSX_SYMLINKS_BENEATH};
     for (size_t m = 0; m < ARRAY_LEN(modes); m++) {
@@ -669,9 +697,9 @@ static void test_fsx_open_escapes_refused(void **state) {
     assert_int_equal(fsx_open_beneath(t->jail_fd, "abs_out/planted", O_WRONLY | O_CREAT, 0644,
                                       FSX_SYMLINKS_BENEATH),
                      FAWN_EPERM);
-    assert_int_equal(fsx_open_beneath(t->jail_fd, "rel_out/planted", O_WRONLY | O_CREAT, 0644,
-                                      FSX_NO_SYMLINKS),
-                     FAWN_EPERM);
+    assert_int_equal(
+        fsx_open_beneath(t->jail_fd, "rel_out/planted", O_WRONLY | O_CREAT, 0644, FSX_NO_SYMLINKS),
+        FAWN_EPERM);
     char planted[256];
     snprintf(planted, sizeof planted, "%s/outside/planted", t->root);
     assert_int_equal(access(planted, F_OK), -1);
@@ -1067,8 +1095,9 @@ static void test_fsx_staged_staging_name_swapped(void **state) {
     assert_int_equal(fsx_staged_open(&s, dirfd, FSX_STAGING_UPLOAD, 0644), 0);
     assert_int_equal(fsx_staged_write(&s, "data", 4), 0);
     assert_int_equal(fsx_staged_flush(&s), 0);
-    assert_int_equal(fsx_staged_commit(&st, &s, "ok.txt", FSX_COMMIT_REPLACE |
-                                       FSX_COMMIT_DEFER_DIR_SYNC, "ok.txt"), 0);
+    assert_int_equal(fsx_staged_commit(&st, &s, "ok.txt",
+                                       FSX_COMMIT_REPLACE | FSX_COMMIT_DEFER_DIR_SYNC, "ok.txt"),
+                     0);
     fsx_dir_sync(dirfd, "ok.txt");
     fsx_staged_abort(&s);
     assert_text_at(dirfd, "ok.txt", "data");

@@ -67,7 +67,6 @@ typedef struct api_ctx {
 
 /* ---- assertions with context ---- */
 
-
 static const char *jstr(const json_t *o, const char *key) {
     return json_string_value(json_object_get(o, key));
 }
@@ -373,7 +372,8 @@ static int group_setup(void **state) {
     if (paths_user_data_dir(user_data, t->cfg.home, USER_ID, THREAD_ID) < 0)
         return -1;
     snprintf(t->ws_host, sizeof t->ws_host, "%s/workspace", user_data);
-    local_spec spec = {.cfg = &t->cfg, .user = USER_ID, .thread = THREAD_ID, .fawn_bin = getenv("FAWN_BIN")};
+    local_spec spec = {
+        .cfg = &t->cfg, .user = USER_ID, .thread = THREAD_ID, .fawn_bin = getenv("FAWN_BIN")};
     if (local_box_ensure(&t->box, &spec) < 0) {
         fprintf(stderr, "local_box_ensure: %s\n", fawn_errmsg());
         return -1;
@@ -505,19 +505,25 @@ static void test_exec_default_cwd_and_stdin(void **state) {
  * session, and oom_score_adj 1000 so that the OOM killer picks it first. */
 static void test_exec_runs_under_init(void **state) {
     api_ctx *t = *state;
-    char *out = run_stdout(t, NULL, "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|"
-                                    "Seccomp):' /proc/self/status");
+    char *out = run_stdout(t, NULL,
+                           "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|"
+                           "Seccomp):' /proc/self/status");
     static const char *const want[] = {
-        "CapInh:\t0000000000000000\n", "CapPrm:\t0000000000000000\n",
-        "CapEff:\t0000000000000000\n", "CapBnd:\t0000000000000000\n",
-        "CapAmb:\t0000000000000000\n", "NoNewPrivs:\t1\n", "Seccomp:\t2\n",
+        "CapInh:\t0000000000000000\n",
+        "CapPrm:\t0000000000000000\n",
+        "CapEff:\t0000000000000000\n",
+        "CapBnd:\t0000000000000000\n",
+        "CapAmb:\t0000000000000000\n",
+        "NoNewPrivs:\t1\n",
+        "Seccomp:\t2\n",
     };
     for (size_t i = 0; i < ARRAY_LEN(want); i++)
         check_contains("status", out, want[i]);
     free(out);
     /* Only the init and the command's own processes are visible. */
-    out = run_stdout(t, NULL, "ps -e -o pid=,comm= | sort -n | awk '{print $1}' | head -1; "
-                              "test $(ps -e -o pid= | wc -l) -le 6 && echo few");
+    out = run_stdout(t, NULL,
+                     "ps -e -o pid=,comm= | sort -n | awk '{print $1}' | head -1; "
+                     "test $(ps -e -o pid= | wc -l) -le 6 && echo few");
     assert_string_equal(out, "1\nfew\n");
     free(out);
     out = run_stdout(t, NULL, "test $(ps -o sid= -p $$) -eq $$ && echo own-session");
@@ -549,10 +555,12 @@ static void test_exec_env_and_cwd(void **state) {
      * "ls" alone runs without one, "ls;" with one. */
     const char *forms[] = {"ls", "ls;"};
     for (size_t i = 0; i < ARRAY_LEN(forms); i++) {
-        r = exec_body(t, json_pack("{s:s, s:{s:s}}", "command", forms[i], "env", "PATH", "/nowhere"));
+        r = exec_body(t,
+                      json_pack("{s:s, s:{s:s}}", "command", forms[i], "env", "PATH", "/nowhere"));
         assert_int_equal(jint(r, "exit_code"), 127);
         json_decref(r);
-        r = exec_body(t, json_pack("{s:s, s:{s:s}}", "command", forms[i], "env", "PATH", "/usr/bin"));
+        r = exec_body(t,
+                      json_pack("{s:s, s:{s:s}}", "command", forms[i], "env", "PATH", "/usr/bin"));
         assert_int_equal(jint(r, "exit_code"), 0);
         json_decref(r);
     }
@@ -638,8 +646,8 @@ static void test_exec_background_dies_at_deadline(void **state) {
 static void test_exec_output_bounded(void **state) {
     api_ctx *t = *state;
     const int total = 5000000, cap = 4096;
-    json_t *r = exec_body(t, json_pack("{s:s, s:i}", "command", "yes | head -c 5000000",
-                                       "max_output_bytes", cap));
+    json_t *r = exec_body(
+        t, json_pack("{s:s, s:i}", "command", "yes | head -c 5000000", "max_output_bytes", cap));
     assert_string_equal(jstr(r, "status"), "completed");
     assert_true(jbool(r, "truncated"));
     const char *out = jstr(r, "stdout");
@@ -673,7 +681,8 @@ static void test_exec_output_bounded(void **state) {
 static void test_exec_invalid_utf8(void **state) {
     api_ctx *t = *state;
     json_t *r = run(t, "printf 'a\\xffb\\xc3'; printf 'x\\0y\\xed\\xa0\\x80z' >&2");
-    assert_string_equal(jstr(r, "stdout"), "a\xEF\xBF\xBD" "b\xEF\xBF\xBD");
+    assert_string_equal(jstr(r, "stdout"), "a\xEF\xBF\xBD"
+                                           "b\xEF\xBF\xBD");
     const char *err = jstr(r, "stderr");
     assert_non_null(err);
     assert_true(fawn_utf8_valid(err, strlen(err)));
@@ -691,8 +700,8 @@ static void test_exec_timeout(void **state) {
     api_ctx *t = *state;
     /* The timeout ended it: its status says so, and what it would have
      * printed after its sleep is missing. */
-    json_t *r = exec_body(t, json_pack("{s:s, s:i}", "command", "echo begun; sleep 30; echo after",
-                                       "timeout_s", 1));
+    json_t *r = exec_body(
+        t, json_pack("{s:s, s:i}", "command", "echo begun; sleep 30; echo after", "timeout_s", 1));
     assert_string_equal(jstr(r, "status"), "timeout");
     assert_int_equal(jint(r, "exit_code"), 124);
     assert_string_equal(jstr(r, "stdout"), "begun\n");
@@ -715,8 +724,8 @@ static void test_exec_timeout_kills_whole_tree(void **state) {
     snprintf(hb_host, sizeof hb_host, "%s/hb", t->ws_host);
     unlink(hb_host);
     /* Written aside and renamed: the kill never leaves the file truncated. */
-    char *cmd = strf("(setsid sh -c 'while :; do date +%%s%%N > " WS "/hb.new; mv " WS "/hb.new "
-                     WS "/hb; sleep 0.1; done; "
+    char *cmd = strf("(setsid sh -c 'while :; do date +%%s%%N > " WS "/hb.new; mv " WS "/hb.new " WS
+                     "/hb; sleep 0.1; done; "
                      ": %s' &) ; sleep 30",
                      marker);
     json_t *r = exec_body(t, json_pack("{s:s, s:i}", "command", cmd, "timeout_s", 1));
@@ -851,7 +860,8 @@ static void test_exec_validation_session_and_cwd(void **state) {
     char long_id[BOX_SESSION_ID_MAX + 2];
     memset(long_id, 's', sizeof long_id - 1);
     long_id[sizeof long_id - 1] = '\0';
-    expect_exec_error_json(t, json_pack("{s:s, s:s}", "command", "true", "session_id", long_id), 400);
+    expect_exec_error_json(t, json_pack("{s:s, s:s}", "command", "true", "session_id", long_id),
+                           400);
     expect_exec_error(t, "{\"command\": \"true\", \"session_id\": \"no-such-session\"}", 404);
 }
 
@@ -1026,8 +1036,9 @@ static void test_session_create(void **state) {
 static void test_session_state_persists(void **state) {
     api_ctx *t = *state;
     session_create(t, "s-state");
-    free(run_stdout(t, "s-state", "mkdir -p " WS "/sub && cd " WS "/sub && export KEEP='a b' "
-                                  "&& LOCAL=1 && export GONE=x"));
+    free(run_stdout(t, "s-state",
+                    "mkdir -p " WS "/sub && cd " WS "/sub && export KEEP='a b' "
+                    "&& LOCAL=1 && export GONE=x"));
     char *out = run_stdout(t, "s-state", "pwd; echo \"$KEEP|${LOCAL-unset}|$GONE\"");
     assert_string_equal(out, WS "/sub\na b|unset|x\n");
     free(out);
@@ -1044,8 +1055,8 @@ static void test_session_state_persists(void **state) {
     assert_string_equal(out, WS "\n1\n");
     free(out);
     /* A request cwd applies to that command and becomes the session's. */
-    r = exec_body(t, json_pack("{s:s, s:s, s:s}", "command", "pwd", "session_id", "s-state",
-                               "cwd", "/mnt/user-data/outputs"));
+    r = exec_body(t, json_pack("{s:s, s:s, s:s}", "command", "pwd", "session_id", "s-state", "cwd",
+                               "/mnt/user-data/outputs"));
     assert_string_equal(jstr(r, "stdout"), "/mnt/user-data/outputs\n");
     json_decref(r);
     /* Request env applies to one command only, unless the command exports it. */
@@ -1086,8 +1097,8 @@ typedef struct exec_job {
 static void *exec_thread(void *arg) {
     exec_job *j = arg;
     json_t *body = json_pack("{s:s, s:s}", "command", j->command, "session_id", j->session);
-    if (box_call(&j->reply, &j->status, j->socket_path, "POST", "/v1/shell/exec", body,
-                 CALL_MS) < 0)
+    if (box_call(&j->reply, &j->status, j->socket_path, "POST", "/v1/shell/exec", body, CALL_MS) <
+        0)
         j->status = -1;
     json_decref(body);
     return NULL;
@@ -1123,8 +1134,8 @@ static void test_sessions_run_concurrently(void **state) {
         char *wait = barrier_command(marks[1 - i], "met");
         commands[i] = strf("touch " WS "/%s; %s", marks[i], wait);
         free(wait);
-        jobs[i] = (exec_job){.socket_path = t->box.socket_path, .session = ids[i],
-                             .command = commands[i]};
+        jobs[i] = (exec_job){
+            .socket_path = t->box.socket_path, .session = ids[i], .command = commands[i]};
     }
     pthread_t th[2];
     for (int i = 0; i < 2; i++)
@@ -1146,9 +1157,8 @@ static bool session_busy(api_ctx *t, const char *id) {
     bool busy = false;
     size_t i;
     json_t *s;
-    json_array_foreach(json_object_get(list, "sessions"), i, s)
-        if (strcmp(jstr(s, "id"), id) == 0)
-            busy = jbool(s, "busy");
+    json_array_foreach(json_object_get(list, "sessions"), i, s) if (strcmp(jstr(s, "id"), id) == 0)
+        busy = jbool(s, "busy");
     json_decref(list);
     return busy;
 }
@@ -1226,8 +1236,8 @@ static void test_session_kill(void **state) {
     fawn_random_hex(marker, 6);
     session_create(t, "s-kill");
     char *cmd = strf("cd /tmp; export KV=1; (exec -a sleeper-%s sleep 100) >/dev/null 2>&1 & "
-               "echo started",
-               marker);
+                     "echo started",
+                     marker);
     char *out = run_stdout(t, "s-kill", cmd);
     free(cmd);
     assert_string_equal(out, "started\n");
@@ -1256,7 +1266,8 @@ static void test_session_kill(void **state) {
 static void test_session_kill_running_command(void **state) {
     api_ctx *t = *state;
     session_create(t, "s-kill-run");
-    exec_job job = {.socket_path = t->box.socket_path, .session = "s-kill-run",
+    exec_job job = {.socket_path = t->box.socket_path,
+                    .session = "s-kill-run",
                     .command = "echo begun; sleep 30"};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, exec_thread, &job), 0);
@@ -1311,8 +1322,8 @@ static void test_session_limit(void **state) {
         session_create(t, id);
     }
     int status = 0;
-    json_t *r = call(t, &status, "POST", "/v1/shell/sessions",
-                     json_pack("{s:s}", "id", "s-over"), CALL_MS);
+    json_t *r = call(t, &status, "POST", "/v1/shell/sessions", json_pack("{s:s}", "id", "s-over"),
+                     CALL_MS);
     assert_int_equal(status, 413);
     check_error_shape(r, "limit");
     json_decref(r);
@@ -1335,9 +1346,9 @@ static void test_session_limit(void **state) {
 
 static void test_files_round_trip(void **state) {
     api_ctx *t = *state;
-    json_t *r = call_ok(t, "POST", "/v1/file/write",
-                        json_pack("{s:s, s:s}", "path", WS "/api/note.txt", "content",
-                                  "line one\nline two\n"));
+    json_t *r = call_ok(
+        t, "POST", "/v1/file/write",
+        json_pack("{s:s, s:s}", "path", WS "/api/note.txt", "content", "line one\nline two\n"));
     assert_int_equal(jint(r, "bytes_written"), 18);
     json_decref(r);
     r = call_ok(t, "POST", "/v1/file/read", json_pack("{s:s}", "path", WS "/api/note.txt"));
@@ -1345,8 +1356,8 @@ static void test_files_round_trip(void **state) {
     assert_int_equal(jint(r, "total_lines"), 2);
     json_decref(r);
     /* The command sees what the API wrote, and the API what the command wrote. */
-    char *out = run_stdout(t, NULL, "cat " WS "/api/note.txt; printf 'from cmd' > " WS
-                                    "/api/cmd.txt");
+    char *out = run_stdout(t, NULL,
+                           "cat " WS "/api/note.txt; printf 'from cmd' > " WS "/api/cmd.txt");
     assert_string_equal(out, "line one\nline two\n");
     free(out);
     r = call_ok(t, "POST", "/v1/file/read", json_pack("{s:s}", "path", WS "/api/cmd.txt"));
@@ -1392,8 +1403,8 @@ static void test_files_upload_download(void **state) {
     assert_int_equal(r.body_len, sizeof data);
     assert_memory_equal(r.body, data, sizeof data);
     raw_reply_free(&r);
-    char *out = run_stdout(t, NULL, "wc -c < " WS "/up/blob.bin; od -An -tu1 -N3 " WS
-                                    "/up/blob.bin | tr -s ' '");
+    char *out = run_stdout(
+        t, NULL, "wc -c < " WS "/up/blob.bin; od -An -tu1 -N3 " WS "/up/blob.bin | tr -s ' '");
     assert_string_equal(out, "3000\n 3 10 17\n");
     free(out);
     /* What a command writes downloads as is. */
@@ -1424,7 +1435,8 @@ static void test_restart_new_generation(void **state) {
     box_conn_close(&t->conn);
     assert_int_equal(local_box_stop(&t->cfg, USER_ID, THREAD_ID), 0);
     reap_box(t->box.pid);
-    local_spec spec = {.cfg = &t->cfg, .user = USER_ID, .thread = THREAD_ID, .fawn_bin = getenv("FAWN_BIN")};
+    local_spec spec = {
+        .cfg = &t->cfg, .user = USER_ID, .thread = THREAD_ID, .fawn_bin = getenv("FAWN_BIN")};
     if (local_box_ensure(&t->box, &spec) < 0)
         fail_msg("local_box_ensure: %s", fawn_errmsg());
     assert_true(t->box.started);
@@ -1474,8 +1486,11 @@ typedef struct kept_box {
 static void lone_box_begin(api_ctx *t, kept_box *keep, const char *thread, uint32_t idle_exit_s) {
     keep->box = t->box;
     keep->conn = t->conn;
-    local_spec spec = {.cfg = &t->cfg, .user = USER_ID, .thread = thread,
-                       .idle_exit_s = idle_exit_s, .fawn_bin = getenv("FAWN_BIN")};
+    local_spec spec = {.cfg = &t->cfg,
+                       .user = USER_ID,
+                       .thread = thread,
+                       .idle_exit_s = idle_exit_s,
+                       .fawn_bin = getenv("FAWN_BIN")};
     if (local_box_ensure(&t->box, &spec) < 0)
         fail_msg("local_box_ensure: %s", fawn_errmsg());
     assert_true(t->box.started && t->box.pid > 0);
@@ -1535,9 +1550,7 @@ static void test_box_exits_when_nobody_talks_to_it(void **state) {
     lone_box_end(t, &keep, "idle-thread");
 }
 
-static int rm_tree(const char *path) {
-    return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
+static int rm_tree(const char *path) { return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 /* A box whose user-data the host deleted (its thread or the whole home is
  * gone) exits at once, idle time or not, and its sessions' jobs with it. */

@@ -58,7 +58,8 @@ static int teardown(void **state) {
 
 static void exec_propagates_exit_code_and_output(void **state) {
     char out[256];
-    assert_int_equal(run_fawn(out, sizeof out, "sandbox exec --user u --thread t -- 'echo hi; exit 3'"), 3);
+    assert_int_equal(
+        run_fawn(out, sizeof out, "sandbox exec --user u --thread t -- 'echo hi; exit 3'"), 3);
     assert_string_equal(out, "hi\n");
     assert_int_equal(run_fawn(NULL, 0, "sandbox exec --user u --thread t -- true"), 0);
 }
@@ -67,36 +68,51 @@ static void exec_propagates_exit_code_and_output(void **state) {
  * after its sleep is missing. */
 static void exec_timeout_exits_124(void **state) {
     char out[256];
-    assert_int_equal(run_fawn(out, sizeof out, "sandbox exec --user u --thread t --timeout 1 -- "
-                                               "'echo begun; sleep 30; echo after' 2>/dev/null"),
+    assert_int_equal(run_fawn(out, sizeof out,
+                              "sandbox exec --user u --thread t --timeout 1 -- "
+                              "'echo begun; sleep 30; echo after' 2>/dev/null"),
                      124);
     assert_string_equal(out, "begun\n");
 }
 
 static void files_persist_between_invocations_and_stop(void **state) {
     char out[256];
-    assert_int_equal(run_fawn(NULL, 0, "sandbox exec --user u --thread t -- 'echo kept > /mnt/user-data/workspace/f'"), 0);
+    assert_int_equal(
+        run_fawn(NULL, 0,
+                 "sandbox exec --user u --thread t -- 'echo kept > /mnt/user-data/workspace/f'"),
+        0);
     assert_int_equal(run_fawn(NULL, 0, "sandbox stop --user u --thread t"), 0);
-    assert_int_equal(run_fawn(out, sizeof out, "sandbox exec --user u --thread t -- 'cat /mnt/user-data/workspace/f'"), 0);
+    assert_int_equal(
+        run_fawn(out, sizeof out,
+                 "sandbox exec --user u --thread t -- 'cat /mnt/user-data/workspace/f'"),
+        0);
     assert_string_equal(out, "kept\n");
 }
 
 static void session_state_persists_between_invocations(void **state) {
     char out[256];
-    assert_int_equal(run_fawn(NULL, 0, "sandbox exec --user u --thread t --session s -- 'cd /tmp; export X=42'"), 0);
-    assert_int_equal(run_fawn(out, sizeof out, "sandbox exec --user u --thread t --session s -- 'echo $PWD $X'"), 0);
+    assert_int_equal(
+        run_fawn(NULL, 0, "sandbox exec --user u --thread t --session s -- 'cd /tmp; export X=42'"),
+        0);
+    assert_int_equal(
+        run_fawn(out, sizeof out, "sandbox exec --user u --thread t --session s -- 'echo $PWD $X'"),
+        0);
     assert_string_equal(out, "/tmp 42\n");
-    assert_int_equal(run_fawn(out, sizeof out, "sandbox exec --user u --thread t -- 'echo $PWD ${X:-unset}'"), 0);
+    assert_int_equal(
+        run_fawn(out, sizeof out, "sandbox exec --user u --thread t -- 'echo $PWD ${X:-unset}'"),
+        0);
     assert_string_equal(out, "/mnt/user-data/workspace unset\n");
 }
 
 static void bad_arguments_exit_2(void **state) {
     assert_int_equal(run_fawn(NULL, 0, "sandbox exec --user u -- true 2>/dev/null"), 2);
     assert_int_equal(run_fawn(NULL, 0, "sandbox exec --user u --thread t 2>/dev/null"), 2);
-    assert_int_equal(run_fawn(NULL, 0, "sandbox exec --user u --thread t --timeout 0 -- true 2>/dev/null"), 2);
+    assert_int_equal(
+        run_fawn(NULL, 0, "sandbox exec --user u --thread t --timeout 0 -- true 2>/dev/null"), 2);
     assert_int_equal(run_fawn(NULL, 0, "nosuchcommand 2>/dev/null"), 2);
     /* A thread id that would climb out of the home directory. */
-    assert_int_equal(run_fawn(NULL, 0, "sandbox exec --user u --thread ../../x -- true 2>/dev/null"), 1);
+    assert_int_equal(
+        run_fawn(NULL, 0, "sandbox exec --user u --thread ../../x -- true 2>/dev/null"), 1);
 }
 
 static void doctor_reports_ready_host(void **state) {
@@ -138,17 +154,19 @@ static void box_over_tcp_requires_the_bearer_token(void **state) {
         "{\"command\":\"echo over-tcp > /mnt/user-data/outputs/o; cat /mnt/user-data/outputs/o\"}";
     snprintf(req, sizeof req,
              "POST /v1/shell/exec HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-             "Content-Length: %zu\r\n\r\n%s", strlen(exec_body), exec_body);
+             "Content-Length: %zu\r\n\r\n%s",
+             strlen(exec_body), exec_body);
     assert_int_equal(loopback_http((uint16_t)port, req, body, sizeof body, 5000), 401);
     snprintf(req, sizeof req,
              "POST /v1/shell/exec HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
              "Authorization: Bearer wrong-token-wrong-token-wrong-token\r\n"
-             "Content-Length: %zu\r\n\r\n%s", strlen(exec_body), exec_body);
+             "Content-Length: %zu\r\n\r\n%s",
+             strlen(exec_body), exec_body);
     assert_int_equal(loopback_http((uint16_t)port, req, body, sizeof body, 5000), 401);
     snprintf(req, sizeof req,
              "POST /v1/shell/exec HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-             "Authorization: Bearer %s\r\nContent-Length: %zu\r\n\r\n%s", token,
-             strlen(exec_body), exec_body);
+             "Authorization: Bearer %s\r\nContent-Length: %zu\r\n\r\n%s",
+             token, strlen(exec_body), exec_body);
     assert_int_equal(loopback_http((uint16_t)port, req, body, sizeof body, 5000), 200);
     assert_non_null(strstr(body, "over-tcp"));
     /* The file landed in the given user-data directory on the host. */
@@ -225,8 +243,10 @@ static void box_over_tcp_exits_when_nobody_talks_to_it(void **state) {
     pid_t pid = loopback_spawn(&port, exec_box, &(box_cmd){token_path, user_data, "3"});
     snprintf(listen, sizeof listen, "127.0.0.1:%u", port);
     char req[512], body[1024];
-    snprintf(req, sizeof req, "GET /v1/sandbox HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                              "Authorization: Bearer %s\r\n\r\n", token);
+    snprintf(req, sizeof req,
+             "GET /v1/sandbox HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+             "Authorization: Bearer %s\r\n\r\n",
+             token);
     int status = 0;
     for (int64_t deadline = fawn_now_ms() + SETTLE_MS; status != 200 && fawn_now_ms() < deadline;
          usleep(20000))

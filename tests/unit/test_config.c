@@ -178,8 +178,9 @@ static void test_defaults(void **state) {
 static void test_empty_inputs_are_defaults(void **state) {
     unsetenv("FAWN_HOME");
     static const char *const empties[] = {
-        "", "\n\n", "# just a comment\n", "---\n", "---\n...\n", "~\n", "null\n",
-        "sandbox:\n", "sandbox:\n  limits:\n  environment:\n",
+        "",       "\n\n",       "# just a comment\n",
+        "---\n",  "---\n...\n", "~\n",
+        "null\n", "sandbox:\n", "sandbox:\n  limits:\n  environment:\n",
     };
     for (size_t i = 0; i < ARRAY_LEN(empties); i++) {
         fawn_config cfg;
@@ -197,31 +198,30 @@ static void test_empty_inputs_are_defaults(void **state) {
 
 /* ---- a full valid file ---- */
 
-static const char full_yaml[] =
-    "# every key, none at its default\n"
-    "home: /var/lib/fawn\n"
-    "log_level: debug\n"
-    "sandbox:\n"
-    "  network: host\n"
-    "  skills_dir: /opt/skills\n"
-    "  environment:\n"
-    "    LANG: C.UTF-8\n"
-    "    _private1: \"with spaces and: colons\"\n"
-    "    COUNT: 42\n"
-    "    EMPTY: \"\"\n"
-    "  limits:\n"
-    "    memory_mb: 2048\n"
-    "    pids: 100\n"
-    "    nproc: 200\n"
-    "    open_files: 4096\n"
-    "    file_size_mb: 10\n"
-    "    address_space_mb: 8192\n"
-    "    tmp_size_mb: 64\n"
-    "    disk_mb: 512\n"
-    "  exec_timeout_s: 30\n"
-    "  exec_max_timeout_s: 60\n"
-    "  exec_max_output_bytes: 65536\n"
-    "  max_sessions: 4\n";
+static const char full_yaml[] = "# every key, none at its default\n"
+                                "home: /var/lib/fawn\n"
+                                "log_level: debug\n"
+                                "sandbox:\n"
+                                "  network: host\n"
+                                "  skills_dir: /opt/skills\n"
+                                "  environment:\n"
+                                "    LANG: C.UTF-8\n"
+                                "    _private1: \"with spaces and: colons\"\n"
+                                "    COUNT: 42\n"
+                                "    EMPTY: \"\"\n"
+                                "  limits:\n"
+                                "    memory_mb: 2048\n"
+                                "    pids: 100\n"
+                                "    nproc: 200\n"
+                                "    open_files: 4096\n"
+                                "    file_size_mb: 10\n"
+                                "    address_space_mb: 8192\n"
+                                "    tmp_size_mb: 64\n"
+                                "    disk_mb: 512\n"
+                                "  exec_timeout_s: 30\n"
+                                "  exec_max_timeout_s: 60\n"
+                                "  exec_max_output_bytes: 65536\n"
+                                "  max_sessions: 4\n";
 
 static void test_full_file(void **state) {
     fawn_config cfg;
@@ -323,18 +323,31 @@ static void test_numeric_ranges(void **state) {
 
 static void test_integer_syntax(void **state) {
     static const char *const bad[] = {
-        "abc", "-1", "+2048", "2048.0", "1e4", "0x800", "04000", "2_048", "' 2048'", "'2048 '",
-        "18446744073709551616", "99999999999999999999999999", "''", "true", "\"2048\\t\"",
+        "abc",
+        "-1",
+        "+2048",
+        "2048.0",
+        "1e4",
+        "0x800",
+        "04000",
+        "2_048",
+        "' 2048'",
+        "'2048 '",
+        "18446744073709551616",
+        "99999999999999999999999999",
+        "''",
+        "true",
+        "\"2048\\t\"",
     };
     char yaml[256];
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         snprintf(yaml, sizeof yaml, "sandbox:\n  limits:\n    memory_mb: %s\n", bad[i]);
-        refuse2(yaml, "<string>:3: sandbox.limits.memory_mb: must be an integer between 16 and 1048576",
+        refuse2(yaml,
+                "<string>:3: sandbox.limits.memory_mb: must be an integer between 16 and 1048576",
                 "(got '");
     }
     /* The exact message format. */
-    refuse("sandbox:\n  limits:\n    memory_mb: abc\n",
-           NULL);
+    refuse("sandbox:\n  limits:\n    memory_mb: abc\n", NULL);
     assert_string_equal(fawn_errmsg(), "<string>:3: sandbox.limits.memory_mb: must be an integer "
                                        "between 16 and 1048576 (got 'abc')");
     /* Quoted decimal text is accepted like a plain number. */
@@ -436,7 +449,8 @@ static void test_authorization_tree(void **state) {
     assert_null(cfg.authorization); /* empty is absent */
     config_free(&cfg);
     refuse("authorization:\n  roles: {a: 1, a: 2}\n", "authorization.roles.a: duplicate key");
-    refuse("authorization:\n  roles:\n    [x]: 1\n", "authorization.roles: keys must be single values");
+    refuse("authorization:\n  roles:\n    [x]: 1\n",
+           "authorization.roles: keys must be single values");
     refuse("authorization:\n  x: $FAWN_TEST_UNSET_VAR\n",
            "authorization.x: environment variable $FAWN_TEST_UNSET_VAR is not set");
     refuse("authorization: [1]\n", "authorization: expected a mapping");
@@ -514,8 +528,8 @@ static void test_enums(void **state) {
 /* ---- sandbox.environment ---- */
 
 static void test_env_names(void **state) {
-    static const char *const bad[] = {"1ABC", "A-B", "\"A B\"", "\"\"", "\"A=B\"", "\"\\u00c4B\"",
-                                      "\"A\\nB\"", "\"$A\""};
+    static const char *const bad[] = {"1ABC",    "A-B",          "\"A B\"",   "\"\"",
+                                      "\"A=B\"", "\"\\u00c4B\"", "\"A\\nB\"", "\"$A\""};
     char yaml[256];
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         snprintf(yaml, sizeof yaml, "sandbox:\n  environment:\n    %s: x\n", bad[i]);
@@ -605,9 +619,12 @@ static void test_var_substitution(void **state) {
     assert_string_equal(cfg.log_level, "warn");
     assert_int_equal(cfg.sandbox.limits.memory_mb, 2048);
     static const char *const expect[][2] = {
-        {"TOKEN", "s3cr3t value"},  {"LITERAL", "$FAWN_TEST_SECRET"},
-        {"DOLLAR", "$"},            {"DOLLARS", "$"},
-        {"NOT_A_NAME", "$1abc"},    {"INSIDE", "a$FAWN_TEST_SECRET"},
+        {"TOKEN", "s3cr3t value"},
+        {"LITERAL", "$FAWN_TEST_SECRET"},
+        {"DOLLAR", "$"},
+        {"DOLLARS", "$"},
+        {"NOT_A_NAME", "$1abc"},
+        {"INSIDE", "a$FAWN_TEST_SECRET"},
         {"SUFFIX", "$FAWN_TEST_SECRET/x"},
     };
     assert_int_equal(cfg.sandbox.n_env, ARRAY_LEN(expect));
@@ -853,18 +870,68 @@ static void test_example_file(void **state) {
     assert_int_equal(fawn_read_all(&text, NULL, fd, TEST_FILE_MAX), 0);
     close(fd);
     static const char *const keys[] = {
-        "home:", "log_level:", "sandbox:", "network:", "skills_dir:", "environment:", "limits:",
-        "memory_mb:", "pids:", "nproc:", "open_files:", "file_size_mb:", "address_space_mb:",
-        "tmp_size_mb:", "disk_mb:", "exec_timeout_s:", "exec_max_timeout_s:", "exec_max_output_bytes:",
-        "max_sessions:", "auth:", "disabled:", "registration_enabled:", "session_ttl_s:",
-        "cookie_secure:", "uploads:", "max_files:", "max_file_size_mb:", "max_total_size_mb:",
-        "idle_timeout_s:", "replicas:", "provider:", "remote:", "create_command:",
-        "status_command:", "destroy_command:", "list_command:", "command_timeout_s:",
-        "start_timeout_s:", "trusted_proxies:", "max_connections:",
-        "max_connections_per_address:", "request_head_timeout_s:", "models:", "base_url:", "api_key:", "max_tokens:",
-        "stall_timeout_s:", "total_timeout_s:", "supports_thinking:", "supports_vision:",
-        "extra_body:", "display_name:", "authorization:", "enabled:", "fail_closed:", "default_role:", "roles:",
-        "runs:", "workers:", "queue_max:", "per_user_active_max:", "per_user_running_max:",
+        "home:",
+        "log_level:",
+        "sandbox:",
+        "network:",
+        "skills_dir:",
+        "environment:",
+        "limits:",
+        "memory_mb:",
+        "pids:",
+        "nproc:",
+        "open_files:",
+        "file_size_mb:",
+        "address_space_mb:",
+        "tmp_size_mb:",
+        "disk_mb:",
+        "exec_timeout_s:",
+        "exec_max_timeout_s:",
+        "exec_max_output_bytes:",
+        "max_sessions:",
+        "auth:",
+        "disabled:",
+        "registration_enabled:",
+        "session_ttl_s:",
+        "cookie_secure:",
+        "uploads:",
+        "max_files:",
+        "max_file_size_mb:",
+        "max_total_size_mb:",
+        "idle_timeout_s:",
+        "replicas:",
+        "provider:",
+        "remote:",
+        "create_command:",
+        "status_command:",
+        "destroy_command:",
+        "list_command:",
+        "command_timeout_s:",
+        "start_timeout_s:",
+        "trusted_proxies:",
+        "max_connections:",
+        "max_connections_per_address:",
+        "request_head_timeout_s:",
+        "models:",
+        "base_url:",
+        "api_key:",
+        "max_tokens:",
+        "stall_timeout_s:",
+        "total_timeout_s:",
+        "supports_thinking:",
+        "supports_vision:",
+        "extra_body:",
+        "display_name:",
+        "authorization:",
+        "enabled:",
+        "fail_closed:",
+        "default_role:",
+        "roles:",
+        "runs:",
+        "workers:",
+        "queue_max:",
+        "per_user_active_max:",
+        "per_user_running_max:",
     };
     for (size_t i = 0; i < ARRAY_LEN(keys); i++)
         if (!strstr(text, keys[i]))

@@ -301,8 +301,8 @@ static void test_read_utf8_boundary_cut(void **state) {
         {14, "aaaaaaaaa\xc3\xa9"}, {15, "aaaaaaaaa\xc3\xa9\xf0\x9f\x98\x80"},
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
-        json_t *o =
-            ok(box_file_read, x, J("{s:s, s:i}", "path", WS "/u.txt", "max_bytes", cases[i].cap));
+        json_t *o = ok(box_file_read, x,
+                       J("{s:s, s:i}", "path", WS "/u.txt", "max_bytes", cases[i].cap));
         assert_string_equal(S(o, "content"), cases[i].want);
         assert_true(B(o, "truncated"));
         assert_false(B(o, "binary"));
@@ -511,9 +511,9 @@ static void test_write_append(void **state) {
 
 static void test_write_base64(void **state) {
     fx *x = *state;
-    json_t *o =
-        ok(box_file_write, x,
-           J("{s:s, s:s, s:s}", "path", WS "/b.bin", "content", "AAEC/w==", "encoding", "base64"));
+    json_t *o = ok(
+        box_file_write, x,
+        J("{s:s, s:s, s:s}", "path", WS "/b.bin", "content", "AAEC/w==", "encoding", "base64"));
     assert_int_equal(I(o, "bytes_written"), 4);
     json_decref(o);
     size_t n;

@@ -80,8 +80,10 @@ static int teardown(void **state) {
 static void health_is_public(void **state) {
     fx *x = *state;
     char body[256];
-    assert_int_equal(request(x->cfg.server.port, "GET /health HTTP/1.1\r\nHost: x\r\n"
-                                                 "Connection: close\r\n\r\n", body, sizeof body),
+    assert_int_equal(request(x->cfg.server.port,
+                             "GET /health HTTP/1.1\r\nHost: x\r\n"
+                             "Connection: close\r\n\r\n",
+                             body, sizeof body),
                      200);
     assert_string_equal(body, "{\"status\":\"healthy\",\"service\":\"fawn\"}");
 }
@@ -144,8 +146,8 @@ static void serve_stops_on_sigterm(void **state) {
     fclose(f);
     uint16_t port;
     pid_t pid = loopback_spawn(&port, exec_serve, config);
-    int status = request(port, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-                         NULL, 0);
+    int status = request(port, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", NULL,
+                         0);
     assert_int_equal(status, 200);
     kill(pid, SIGTERM);
     int st;
@@ -255,9 +257,13 @@ static void forwarded_client_from_trusted_proxies_only(void **state) {
     gw_forwarded_client(out, "127.0.0.1", "2001:db8::0001", trusted, 2);
     assert_string_equal(out, "2001:db8::1"); /* canonical form: one throttle entry per client */
     /* Anything but addresses: the peer. */
-    static const char *const junk[] = {"", "evil", "1.1.1.1,,10.0.0.2", ",10.0.0.2",
+    static const char *const junk[] = {"",
+                                       "evil",
+                                       "1.1.1.1,,10.0.0.2",
+                                       ",10.0.0.2",
                                        "unknown, 1.2.3.4x",
-                                       "1.2.3.4; rm -rf", "2001:db8::1%eth0",
+                                       "1.2.3.4; rm -rf",
+                                       "2001:db8::1%eth0",
                                        ("11111111111111111111111111111111111111111111111111111111"
                                         "11111111111")};
     for (size_t i = 0; i < ARRAY_LEN(junk); i++) {
@@ -278,12 +284,31 @@ static void event_ids_parse_with_bounds(void **state) {
         const char *text;
         int64_t id;
     } good[] = {
-        {NULL, 0}, {"", 0}, {"-1", 0}, {"0", 0}, {"1", 1}, {"007", 7},
-        {"9223372036854775807", INT64_MAX}, {"00000000000000000000009223372036854775807", INT64_MAX},
+        {NULL, 0},
+        {"", 0},
+        {"-1", 0},
+        {"0", 0},
+        {"1", 1},
+        {"007", 7},
+        {"9223372036854775807", INT64_MAX},
+        {"00000000000000000000009223372036854775807", INT64_MAX},
     };
     static const char *const bad[] = {
-        "9223372036854775808", "18446744073709551616", "99999999999999999999999", "-2", "-0",
-        "+1", " 1", "1 ", "1.5", "1e3", "0x10", "abc", "1-0", "--1", "-",
+        "9223372036854775808",
+        "18446744073709551616",
+        "99999999999999999999999",
+        "-2",
+        "-0",
+        "+1",
+        " 1",
+        "1 ",
+        "1.5",
+        "1e3",
+        "0x10",
+        "abc",
+        "1-0",
+        "--1",
+        "-",
     };
     for (size_t i = 0; i < ARRAY_LEN(good); i++) {
         int64_t id = -1;

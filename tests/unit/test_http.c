@@ -342,8 +342,8 @@ static void test_query_refusals(void **state) {
 
 static void test_query_from_parsed_target(void **state) {
     http_request req;
-    assert_int_equal(parse(&req, "GET /read?path=%2Fmnt%2Fuser-data%2F..%2F..%2Fetc HTTP/1.1\r\n\r\n"),
-                     0);
+    assert_int_equal(
+        parse(&req, "GET /read?path=%2Fmnt%2Fuser-data%2F..%2F..%2Fetc HTTP/1.1\r\n\r\n"), 0);
     char out[64];
     assert_int_equal(http_query_get(out, sizeof out, &req, "path"), 0);
     assert_string_equal(out, "/mnt/user-data/../../etc");
@@ -582,7 +582,9 @@ static int client_response_ex(int fd, response *r, bool head_request) {
     return client_exact(fd, r->body, r->body_len);
 }
 
-static void client_response(int fd, response *r) { assert_int_equal(client_response_ex(fd, r, false), 0); }
+static void client_response(int fd, response *r) {
+    assert_int_equal(client_response_ex(fd, r, false), 0);
+}
 
 /* Asserts the server closed the connection (EOF or reset) within timeout_ms;
  * returns how long that took. */
@@ -964,7 +966,8 @@ static void test_server_expect_continue(void **state) {
     assert_string_equal(head_value(&r, "Connection"), "keep-alive");
     /* Answered without reading: no 100, and the connection closes since the
      * client cannot know whether to send the body. */
-    client_send(fd, "PUT /ignore-body HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 5\r\n\r\n");
+    client_send(fd,
+                "PUT /ignore-body HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 5\r\n\r\n");
     client_response(fd, &r);
     assert_int_equal(r.status, 200);
     assert_string_equal(head_value(&r, "Connection"), "close");
@@ -1075,8 +1078,11 @@ static void test_server_stop_before_serve(void **state) {
 }
 
 static void test_server_bad_opts(void **state) {
-    http_server_opts opts = {.listen_fd = -1, .max_connections = 1, .idle_timeout_ms = 1,
-                             .io_timeout_ms = 1, .handler = echo_handler};
+    http_server_opts opts = {.listen_fd = -1,
+                             .max_connections = 1,
+                             .idle_timeout_ms = 1,
+                             .io_timeout_ms = 1,
+                             .handler = echo_handler};
     assert_int_equal(http_serve(&opts), FAWN_EINVAL);
     opts.listen_fd = 0;
     opts.max_connections = 0;

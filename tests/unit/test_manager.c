@@ -187,7 +187,7 @@ typedef struct acquisition {
     const char *thread;
     enum sbx_holder kind;
     sbx_cancel cancel;
-    atomic_int tid;    /* the thread's kernel id, once it runs */
+    atomic_int tid; /* the thread's kernel id, once it runs */
     atomic_bool done;
     int rc;
     sbx_lease *lease;
@@ -197,8 +197,10 @@ typedef struct acquisition {
 static void *acquisition_main(void *arg) {
     acquisition *a = arg;
     atomic_store(&a->tid, (int)syscall(SYS_gettid));
-    sbx_request req = {.who = {.user = "alice", .role = "user"}, .thread = a->thread,
-                       .kind = a->kind, .cancel = &a->cancel};
+    sbx_request req = {.who = {.user = "alice", .role = "user"},
+                       .thread = a->thread,
+                       .kind = a->kind,
+                       .cancel = &a->cancel};
     a->rc = sbx_acquire(&a->lease, a->x->m, &req);
     atomic_store(&a->done, true);
     return NULL;
@@ -236,9 +238,8 @@ static bool thread_sleeps(int tid) {
  * no lock and waits for nothing but the manager on its way there), or has
  * ended; false when neither happened. */
 static bool acquisition_waits(acquisition *a, int ms) {
-    return WAIT_FOR(atomic_load(&a->done) ||
-                        (atomic_load(&a->tid) && thread_sleeps(atomic_load(&a->tid))),
-                    ms);
+    return WAIT_FOR(
+        atomic_load(&a->done) || (atomic_load(&a->tid) && thread_sleeps(atomic_load(&a->tid))), ms);
 }
 
 /* What sbx_list says about user's thread; false when it is not listed. */
@@ -394,9 +395,9 @@ static void gate_unknown_role_follows_fail_closed(void **state) {
     fx *x = *state;
     int ops = fake_total_ops(x->fp);
     sbx_lease *l = NULL;
-    assert_int_equal(acquire_as(x, &l, "alice", "intruder", "t1", NULL, SBX_HOLD_EXECUTION, NULL,
-                                NULL),
-                     FAWN_EPERM);
+    assert_int_equal(
+        acquire_as(x, &l, "alice", "intruder", "t1", NULL, SBX_HOLD_EXECUTION, NULL, NULL),
+        FAWN_EPERM);
     assert_string_equal(fawn_errmsg(), SANDBOX_DENIED);
     assert_null(l);
     assert_int_equal(fake_total_ops(x->fp), ops);
@@ -408,9 +409,9 @@ static void gate_unknown_role_follows_fail_closed(void **state) {
                  fawn_errmsg());
     /* A configured role without sandbox:execute stays denied under fail-open. */
     sbx_lease *denied = NULL;
-    assert_int_equal(acquire_as(x, &denied, "alice", "restricted", "t1", NULL, SBX_HOLD_EXECUTION,
-                                NULL, NULL),
-                     FAWN_EPERM);
+    assert_int_equal(
+        acquire_as(x, &denied, "alice", "restricted", "t1", NULL, SBX_HOLD_EXECUTION, NULL, NULL),
+        FAWN_EPERM);
     assert_null(denied);
 }
 
@@ -431,9 +432,9 @@ static void gate_decision_is_made_once_per_run(void **state) {
 
     /* The next run decides anew. */
     sbx_decision next = {0};
-    assert_int_equal(acquire_as(x, &l, "alice", "restricted", "t1", NULL, SBX_HOLD_EXECUTION,
-                                &next, NULL),
-                     FAWN_EPERM);
+    assert_int_equal(
+        acquire_as(x, &l, "alice", "restricted", "t1", NULL, SBX_HOLD_EXECUTION, &next, NULL),
+        FAWN_EPERM);
     assert_string_equal(fawn_errmsg(), SANDBOX_DENIED);
     assert_true(next.made);
     assert_int_equal(next.result, FAWN_EPERM);
@@ -454,9 +455,9 @@ static void gate_checks_reuse_of_a_held_sandbox(void **state) {
     int ops = fake_total_ops(x->fp);
     /* The user's role changed: the next acquisition (no run decision) is denied. */
     sbx_lease *l = NULL;
-    assert_int_equal(acquire_as(x, &l, "alice", "restricted", "t1", NULL, SBX_HOLD_UPLOAD, NULL,
-                                NULL),
-                     FAWN_EPERM);
+    assert_int_equal(
+        acquire_as(x, &l, "alice", "restricted", "t1", NULL, SBX_HOLD_UPLOAD, NULL, NULL),
+        FAWN_EPERM);
     assert_string_equal(fawn_errmsg(), SANDBOX_DENIED);
     assert_null(l);
     assert_int_equal(fake_total_ops(x->fp), ops);
@@ -471,9 +472,9 @@ static void gate_checks_reuse_of_a_held_sandbox(void **state) {
     snprintf(generation, sizeof generation, "%s", held->box.generation);
     give_back(x, held);
     ops = fake_total_ops(x->fp);
-    assert_int_equal(acquire_as(x, &l, "alice", "restricted", "t1", NULL, SBX_HOLD_EXECUTION, NULL,
-                                NULL),
-                     FAWN_EPERM);
+    assert_int_equal(
+        acquire_as(x, &l, "alice", "restricted", "t1", NULL, SBX_HOLD_EXECUTION, NULL, NULL),
+        FAWN_EPERM);
     assert_int_equal(fake_total_ops(x->fp), ops);
     assert_true(fake_generation_running(x->fp, generation));
     assert_true(info_of(x, &i, "alice", "t1"));
@@ -487,10 +488,12 @@ static void acquire_rejects_bad_names(void **state) {
     long_id[65] = '\0';
     char long_scope[140];
     snprintf(long_scope, sizeof long_scope, "%s:lead", long_id);
-    const char *bad_ids[] = {"", "..", "../etc", "a/b", "al ice", "%2e%2e", "alice\n", "t\\1",
-                             "x\x01", "\xc3\xa9t\xc3\xa9", long_id};
-    const char *bad_scopes[] = {"", "lead", "r1:", ":lead", "r1:lead:x", "r1/../x:lead",
-                                "r1:le ad", "%2e%2e:lead", "r1:lead\n", long_scope};
+    const char *bad_ids[] = {"",       "..",      "../etc", "a/b",   "al ice",
+                             "%2e%2e", "alice\n", "t\\1",   "x\x01", "\xc3\xa9t\xc3\xa9",
+                             long_id};
+    const char *bad_scopes[] = {"",          "lead",         "r1:",      ":lead",
+                                "r1:lead:x", "r1/../x:lead", "r1:le ad", "%2e%2e:lead",
+                                "r1:lead\n", long_scope};
     int ops = fake_total_ops(x->fp);
     sbx_lease *l = NULL;
     for (size_t i = 0; i < ARRAY_LEN(bad_ids); i++) {
@@ -531,8 +534,8 @@ static void acquire_rejects_bad_names(void **state) {
  * through a refused lease no reply and status 0. */
 static void refusals_leave_out_parameters_defined(void **state) {
     fx *x = *state;
-    sbx_request req = {.who = {.user = "alice", .role = "restricted"}, .thread = "t1",
-                       .kind = SBX_HOLD_EXECUTION};
+    sbx_request req = {
+        .who = {.user = "alice", .role = "restricted"}, .thread = "t1", .kind = SBX_HOLD_EXECUTION};
     sbx_lease *l;
     POISON(l);
     assert_int_equal(sbx_acquire(&l, x->m, &req), FAWN_EPERM);
@@ -891,8 +894,8 @@ static void cancelled_acquisition_hands_its_sandbox_to_a_waiting_one(void **stat
     int r = acquisition_join(&a);
     int rw = acquisition_join(&w);
     if (!started || !waiting)
-        fail_msg("the create never began (%d) or the second acquisition never waited (%d)",
-                 started, waiting);
+        fail_msg("the create never began (%d) or the second acquisition never waited (%d)", started,
+                 waiting);
     assert_int_equal(r, FAWN_ECANCELED);
     assert_null(a.lease);
     if (rw != 0)
@@ -927,9 +930,9 @@ static void precancelled_acquisition_starts_nothing(void **state) {
     fx *x = *state;
     sbx_cancel cancel = {true};
     sbx_lease *l = NULL;
-    assert_int_equal(acquire_as(x, &l, "alice", "user", "t1", NULL, SBX_HOLD_EXECUTION, NULL,
-                                &cancel),
-                     FAWN_ECANCELED);
+    assert_int_equal(
+        acquire_as(x, &l, "alice", "user", "t1", NULL, SBX_HOLD_EXECUTION, NULL, &cancel),
+        FAWN_ECANCELED);
     assert_null(l);
     assert_int_equal(fake_running_count(x->fp), 0);
     expect_not_held(x, "t1");
@@ -1289,7 +1292,6 @@ static void scope_session_follows_the_generation(void **state) {
     if (!fake_session_exists(x->fp, id, lead->session))
         fail_msg("scope session %s was not created in the new generation", lead->session);
 }
-
 
 static void a_fence_on_another_generation_does_not_block_this_one(void **state) {
     fx *x = *state;
@@ -1756,8 +1758,8 @@ static void cancelled_waiter_gets_nothing(void **state) {
     int r = acquisition_join(&waiter);
     int rf = acquisition_join(&first);
     if (!started || !waiting)
-        fail_msg("the create never began (%d) or the second acquisition never waited (%d)",
-                 started, waiting);
+        fail_msg("the create never began (%d) or the second acquisition never waited (%d)", started,
+                 waiting);
     if (!ended)
         fail_msg("the cancelled acquisition went on waiting for the sandbox");
     assert_int_equal(rf, 0);
@@ -1805,8 +1807,7 @@ static void destroy_racing_a_slow_create_leaves_nothing_unowned(void **state) {
     pthread_join(t, NULL);
     acquisition_join(&w);
     if (!started || !waiting)
-        fail_msg("the create never began (%d) or the destroy never waited (%d)", started,
-                 waiting);
+        fail_msg("the create never began (%d) or the destroy never waited (%d)", started, waiting);
     int r = d.rc;
     enum sbx_destroy_outcome out = d.outcome;
     if (r != 0)
@@ -1893,9 +1894,8 @@ static void leave_session(fx *x, const char *sandbox_id, const char *generation,
     snprintf(box.generation, sizeof box.generation, "%s", generation);
     json_t *body = json_pack("{s:s}", "id", id), *reply = NULL;
     int status = 0;
-    assert_int_equal(p->call(p->ctx, &reply, &status, &box, "POST", "/v1/shell/sessions", body,
-                             1000),
-                     0);
+    assert_int_equal(
+        p->call(p->ctx, &reply, &status, &box, "POST", "/v1/shell/sessions", body, 1000), 0);
     assert_int_equal(status, 200);
     json_decref(body);
     json_decref(reply);
@@ -2057,10 +2057,10 @@ int main(void) {
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(fenced_generation_is_never_handed_out_again, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(fenced_held_sandbox_is_not_handed_to_another_holder,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(fence_stays_while_the_fenced_box_cannot_be_destroyed,
-                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(fenced_held_sandbox_is_not_handed_to_another_holder, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(fence_stays_while_the_fenced_box_cannot_be_destroyed, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(partial_destroy_is_retried_until_done, setup, teardown),
         cmocka_unit_test_setup_teardown(create_answer_with_a_fenced_generation_is_refused, setup,
                                         teardown),
@@ -2074,16 +2074,15 @@ int main(void) {
         cmocka_unit_test_setup_teardown(killing_a_scope_acquires_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(concurrent_acquisitions_of_scopes_get_one_session_each,
                                         setup, teardown),
-        cmocka_unit_test_setup_teardown(session_refused_by_the_box_fences_nothing, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(session_refused_by_the_box_fences_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(cancelled_waiter_gets_nothing, setup, teardown),
-        cmocka_unit_test_setup_teardown(destroy_racing_a_slow_create_leaves_nothing_unowned,
-                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(destroy_racing_a_slow_create_leaves_nothing_unowned, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(restart_adopts_recorded_boxes_and_cleans_the_rest, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(adoption_ends_the_sessions_of_dead_runs, setup, teardown),
-        cmocka_unit_test_setup_teardown(
-            restart_fences_a_box_of_unknown_health_it_cannot_destroy, setup, teardown),
+        cmocka_unit_test_setup_teardown(restart_fences_a_box_of_unknown_health_it_cannot_destroy,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(restart_keeps_fences_it_cannot_retire, setup, teardown),
         cmocka_unit_test(names_of_states_and_holders),
     };

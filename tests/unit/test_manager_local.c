@@ -92,8 +92,8 @@ static int teardown(void **state) {
         snprintf(thread, sizeof thread, "race-%d", i);
         clean &= destroyed(x, thread);
     }
-    static const char *const threads[] = {"t-exec", "t-fence", "t-defer", "t-kill", "t-keep",
-                                          "t-orphan"};
+    static const char *const threads[] = {"t-exec", "t-fence", "t-defer",
+                                          "t-kill", "t-keep",  "t-orphan"};
     for (size_t i = 0; i < ARRAY_LEN(threads); i++)
         clean &= destroyed(x, threads[i]);
     manager_stop(x);
@@ -108,8 +108,10 @@ static int teardown(void **state) {
 }
 
 static sbx_lease *acquire(fx *x, const char *thread, const char *scope) {
-    sbx_request req = {.who = {.user = "u1", .role = "user"}, .thread = thread,
-                       .kind = SBX_HOLD_EXECUTION, .scope = scope};
+    sbx_request req = {.who = {.user = "u1", .role = "user"},
+                       .thread = thread,
+                       .kind = SBX_HOLD_EXECUTION,
+                       .scope = scope};
     sbx_lease *l = NULL;
     int r = sbx_acquire(&l, x->m, &req);
     if (r < 0)
@@ -251,8 +253,8 @@ static void *race(void *arg) {
     racer *r = arg;
     char thread[16];
     snprintf(thread, sizeof thread, "race-%d", r->index % RACE_THREADS);
-    sbx_request req = {.who = {.user = "u1", .role = "user"}, .thread = thread,
-                       .kind = SBX_HOLD_EXECUTION};
+    sbx_request req = {
+        .who = {.user = "u1", .role = "user"}, .thread = thread, .kind = SBX_HOLD_EXECUTION};
     sbx_lease *l = NULL;
     r->result = sbx_acquire(&l, r->x->m, &req);
     if (r->result == 0) {

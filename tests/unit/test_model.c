@@ -24,7 +24,7 @@ typedef struct events {
     char log[4096]; /* "type=data|" per event, data bytes as sent (NUL included) */
     size_t used;
     int count;
-    int stop_at;    /* return 7 from the callback at this event (0 = never) */
+    int stop_at; /* return 7 from the callback at this event (0 = never) */
 } events;
 
 static void log_bytes(events *e, const char *data, size_t len) {
@@ -111,7 +111,8 @@ static void test_sse_limits(void **state) {
     free(line);
 
     /* Many short data lines adding up past the event limit. */
-    size_t per = 1000, lines = SSE_EVENT_MAX / (per - 6) + 2; /* 994 data bytes and a newline per line */
+    size_t per = 1000,
+           lines = SSE_EVENT_MAX / (per - 6) + 2; /* 994 data bytes and a newline per line */
     fbuf stream = {.limit = SSE_EVENT_MAX * 2};
     char chunk[1001];
     memset(chunk, 'y', sizeof chunk);
@@ -130,10 +131,10 @@ static void test_sse_limits(void **state) {
 enum end_mode { END_CLOSE, END_RESET, END_HANG };
 
 typedef struct response {
-    const char *head;  /* status line and headers, without the blank line */
+    const char *head; /* status line and headers, without the blank line */
     const char *body;
-    size_t chunk;      /* body is written in pieces of this size (0 = whole) */
-    int delay_ms;      /* pause before each piece */
+    size_t chunk; /* body is written in pieces of this size (0 = whole) */
+    int delay_ms; /* pause before each piece */
     enum end_mode end;
 } response;
 
@@ -190,7 +191,8 @@ static void serve_one(fake_server *s, int fd) {
     memcpy(s->request, req, sizeof req);
     pthread_mutex_unlock(&s->lock);
     int index = atomic_fetch_add(&s->served, 1);
-    const response *r = &s->script[(size_t)index < s->script_len ? (size_t)index : s->script_len - 1];
+    const response
+        *r = &s->script[(size_t)index < s->script_len ? (size_t)index : s->script_len - 1];
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     char *head = strf("%s\r\nConnection: close\r\n\r\n", r->head);
@@ -262,15 +264,29 @@ static void server_stop(fake_server *s) {
 
 static const char tool_stream[] =
     ": keep-alive\r\n\r\n"
-    "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hel\"}}]}\r\n\r\n"
+    "data: "
+    "{\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":"
+    "\"Hel\"}}]}\r\n\r\n"
     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo \\u00e9\"}}]}\n\n"
-    "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_a\",\"type\":\"function\",\"function\":{\"name\":\"read_\",\"arguments\":\"\"}}]}}]}\n\n"
-    "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"id\":\"call_b\",\"type\":\"function\",\"function\":{\"name\":\"bash\",\"arguments\":\"{\\\"cmd\\\":\"}}]}}]}\n\n"
-    "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"file\",\"arguments\":\"{\\\"path\\\":\"}}]}}]}\n\n"
-    "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"function\":{\"arguments\":\"\\\"ls\\\"}\"}}]}}]}\n\n"
-    "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"\\\"/a\\\"}\"}}]}}]}\n\n"
+    "data: "
+    "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_a\",\"type\":"
+    "\"function\",\"function\":{\"name\":\"read_\",\"arguments\":\"\"}}]}}]}\n\n"
+    "data: "
+    "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"id\":\"call_b\",\"type\":"
+    "\"function\",\"function\":{\"name\":\"bash\",\"arguments\":\"{\\\"cmd\\\":\"}}]}}]}\n\n"
+    "data: "
+    "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":"
+    "\"file\",\"arguments\":\"{\\\"path\\\":\"}}]}}]}\n\n"
+    "data: "
+    "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"function\":{"
+    "\"arguments\":\"\\\"ls\\\"}\"}}]}}]}\n\n"
+    "data: "
+    "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{"
+    "\"arguments\":\"\\\"/a\\\"}\"}}]}}]}\n\n"
     "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n"
-    "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":7,\"total_tokens\":18}}\n\n"
+    "data: "
+    "{\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":7,\"total_tokens\":18}}"
+    "\n\n"
     "data: [DONE]\n\n";
 
 static const char text_stream[] =
@@ -302,9 +318,14 @@ static call *call_new(const response *script, size_t n) {
     c->messages = json_pack("[{s:s, s:s}]", "role", "user", "content", "hi");
     c->tools = json_pack("[{s:s, s:{s:s}}]", "type", "function", "function", "name", "bash");
     c->extra = json_pack("{s:{s:s}, s:s}", "thinking", "type", "enabled", "stream", "ignored");
-    c->cfg = (model_config){.name = "my-model", .model = "provider-id", .base_url = c->base_url,
-                            .api_key = "sk-test", .max_tokens = 256, .stall_timeout_ms = 2000,
-                            .total_timeout_ms = 10000, .extra_body = c->extra};
+    c->cfg = (model_config){.name = "my-model",
+                            .model = "provider-id",
+                            .base_url = c->base_url,
+                            .api_key = "sk-test",
+                            .max_tokens = 256,
+                            .stall_timeout_ms = 2000,
+                            .total_timeout_ms = 10000,
+                            .extra_body = c->extra};
     c->reply.prompt_tokens = -1;
     return c;
 }
@@ -335,11 +356,13 @@ static void check_tool_reply(call *c) {
     assert_string_equal(json_string_value(json_object_get(a, "type")), "function");
     assert_string_equal(json_string_value(json_object_get(json_object_get(a, "function"), "name")),
                         "read_file");
-    assert_string_equal(json_string_value(json_object_get(json_object_get(a, "function"), "arguments")),
-                        "{\"path\":\"/a\"}");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(a, "function"), "arguments")),
+        "{\"path\":\"/a\"}");
     assert_string_equal(json_string_value(json_object_get(b, "id")), "call_b");
-    assert_string_equal(json_string_value(json_object_get(json_object_get(b, "function"), "arguments")),
-                        "{\"cmd\":\"ls\"}");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(b, "function"), "arguments")),
+        "{\"cmd\":\"ls\"}");
     assert_string_equal(c->reply.finish_reason, "tool_calls");
     assert_int_equal(c->reply.prompt_tokens, 11);
     assert_int_equal(c->reply.completion_tokens, 7);
@@ -365,11 +388,13 @@ static void test_attempt_streams_tool_calls(void **state) {
 static void test_response_read_matches_attempt(void **state) {
     call c = {.cfg = {.name = "my-model"}};
     static const char head[] = SSE_HEAD "\r\n\r\n";
-    model_response resp = {.status = 200, .head = head, .head_len = strlen(head),
-                           .body = tool_stream, .body_len = strlen(tool_stream)};
-    assert_int_equal(model_response_read(&c.reply, &c.why, &c.retry_after_ms, &c.cfg, &resp,
-                                         on_delta, &c),
-                     0);
+    model_response resp = {.status = 200,
+                           .head = head,
+                           .head_len = strlen(head),
+                           .body = tool_stream,
+                           .body_len = strlen(tool_stream)};
+    assert_int_equal(
+        model_response_read(&c.reply, &c.why, &c.retry_after_ms, &c.cfg, &resp, on_delta, &c), 0);
     assert_int_equal(c.why, MODEL_OK);
     assert_int_equal(c.retry_after_ms, -1);
     check_tool_reply(&c);
@@ -399,9 +424,8 @@ static void test_usage_counts_out_of_range_not_believed(void **state) {
         model_reply reply;
         enum model_failure why;
         int64_t retry_after_ms;
-        assert_int_equal(model_response_read(&reply, &why, &retry_after_ms, &cfg, &resp, NULL,
-                                             NULL),
-                         0);
+        assert_int_equal(
+            model_response_read(&reply, &why, &retry_after_ms, &cfg, &resp, NULL, NULL), 0);
         assert_int_equal(reply.prompt_tokens, cases[i].want_prompt);
         assert_int_equal(reply.completion_tokens, cases[i].want_completion);
         model_reply_clear(&reply);
@@ -424,12 +448,13 @@ static void test_attempt_request_shape(void **state) {
     assert_non_null(doc);
     assert_string_equal(json_string_value(json_object_get(doc, "model")), "provider-id");
     assert_true(json_is_true(json_object_get(doc, "stream")));
-    assert_true(json_is_true(json_object_get(json_object_get(doc, "stream_options"), "include_usage")));
+    assert_true(
+        json_is_true(json_object_get(json_object_get(doc, "stream_options"), "include_usage")));
     assert_int_equal(json_integer_value(json_object_get(doc, "max_tokens")), 256);
     assert_int_equal(json_array_size(json_object_get(doc, "messages")), 1);
     assert_int_equal(json_array_size(json_object_get(doc, "tools")), 1);
-    assert_string_equal(json_string_value(json_object_get(json_object_get(doc, "thinking"), "type")),
-                        "enabled");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(doc, "thinking"), "type")), "enabled");
     json_decref(doc);
     call_free(c);
 }
@@ -445,27 +470,32 @@ typedef struct http_case {
 
 static void test_attempt_http_errors(void **state) {
     static const http_case cases[] = {
-        {"HTTP/1.1 401 Unauthorized", "{\"error\":{\"message\":\"invalid api key\",\"type\":\"invalid_request_error\"}}",
+        {"HTTP/1.1 401 Unauthorized",
+         "{\"error\":{\"message\":\"invalid api key\",\"type\":\"invalid_request_error\"}}",
          MODEL_FAIL_AUTH, FAWN_EPERM, "model my-model: HTTP 401: invalid api key", -1},
-        {"HTTP/1.1 403 Forbidden", "nope", MODEL_FAIL_AUTH, FAWN_EPERM, "model my-model: HTTP 403", -1},
+        {"HTTP/1.1 403 Forbidden", "nope", MODEL_FAIL_AUTH, FAWN_EPERM, "model my-model: HTTP 403",
+         -1},
         {"HTTP/1.1 429 Too Many Requests",
-         "{\"error\":{\"message\":\"You exceeded your current quota\",\"code\":\"insufficient_quota\"}}",
+         "{\"error\":{\"message\":\"You exceeded your current "
+         "quota\",\"code\":\"insufficient_quota\"}}",
          MODEL_FAIL_QUOTA, FAWN_EPERM, "HTTP 429: You exceeded", -1},
         /* The decision reads the code, not the wording. */
         {"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 2",
-         "{\"error\":{\"message\":\"insufficient quota, billing\",\"code\":\"rate_limit_exceeded\"}}",
+         "{\"error\":{\"message\":\"insufficient quota, "
+         "billing\",\"code\":\"rate_limit_exceeded\"}}",
          MODEL_FAIL_BURST, FAWN_EBUSY, "HTTP 429", 2000},
         {"HTTP/1.1 429 Too Many Requests\r\nretry-after-ms: 1500\r\nRetry-After: 9", "{}",
          MODEL_FAIL_BURST, FAWN_EBUSY, "HTTP 429", 1500},
-        {"HTTP/1.1 503 Service Unavailable\r\nRetry-After: Wed, 21 Oct 2015 07:28:00 GMT", "<html>busy</html>",
-         MODEL_FAIL_TRANSIENT, FAWN_EIO, "HTTP 503", 0},
+        {"HTTP/1.1 503 Service Unavailable\r\nRetry-After: Wed, 21 Oct 2015 07:28:00 GMT",
+         "<html>busy</html>", MODEL_FAIL_TRANSIENT, FAWN_EIO, "HTTP 503", 0},
         {"HTTP/1.1 500 Internal Server Error", "{\"error\":{\"message\":\"line1\\nline2\\u0007\"}}",
          MODEL_FAIL_TRANSIENT, FAWN_EIO, "HTTP 500: line1 line2 ", -1},
         {"HTTP/1.1 408 Request Timeout", "", MODEL_FAIL_TRANSIENT, FAWN_EIO, "HTTP 408", -1},
         {"HTTP/1.1 409 Conflict", "", MODEL_FAIL_TRANSIENT, FAWN_EIO, "HTTP 409", -1},
         {"HTTP/1.1 425 Too Early", "", MODEL_FAIL_TRANSIENT, FAWN_EIO, "HTTP 425", -1},
         {"HTTP/1.1 402 Payment Required", "", MODEL_FAIL_QUOTA, FAWN_EPERM, "HTTP 402", -1},
-        {"HTTP/1.1 400 Bad Request", "{\"error\":{\"message\":\"context too long\",\"code\":\"context_length_exceeded\"}}",
+        {"HTTP/1.1 400 Bad Request",
+         "{\"error\":{\"message\":\"context too long\",\"code\":\"context_length_exceeded\"}}",
          MODEL_FAIL_FATAL, FAWN_EIO, "HTTP 400: context too long", -1},
         {"HTTP/1.1 404 Not Found", "", MODEL_FAIL_FATAL, FAWN_EIO, "HTTP 404", -1},
     };
@@ -490,8 +520,8 @@ static void test_attempt_stream_failures(void **state) {
         int code;
         const char *message;
     } cases[] = {
-        {"data: {\"choices\":[{\"delta\":{\"content\":\"par\"}}]}\n\n", MODEL_FAIL_TRANSIENT, FAWN_EPROTO,
-         "before the reply was complete"},
+        {"data: {\"choices\":[{\"delta\":{\"content\":\"par\"}}]}\n\n", MODEL_FAIL_TRANSIENT,
+         FAWN_EPROTO, "before the reply was complete"},
         {"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
          MODEL_FAIL_TRANSIENT, FAWN_EPROTO, "empty reply"},
         {"data: {not json\n\n", MODEL_FAIL_TRANSIENT, FAWN_EPROTO, "not a JSON object"},
@@ -501,9 +531,13 @@ static void test_attempt_stream_failures(void **state) {
          MODEL_FAIL_BURST, FAWN_EBUSY, "slow down"},
         {"data: {\"error\":{\"message\":\"no money\",\"code\":\"insufficient_quota\"}}\n\n",
          MODEL_FAIL_QUOTA, FAWN_EPERM, "no money"},
-        {"data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":64,\"id\":\"x\",\"function\":{\"name\":\"a\"}}]}}]}\n\n",
+        {"data: "
+         "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":64,\"id\":\"x\",\"function\":{"
+         "\"name\":\"a\"}}]}}]}\n\n",
          MODEL_FAIL_FATAL, FAWN_E2BIG, "more than 64 tool calls"},
-        {"data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"x\",\"function\":{\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n",
+        {"data: "
+         "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"x\",\"function\":{"
+         "\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n",
          MODEL_FAIL_TRANSIENT, FAWN_EPROTO, "without a function name"},
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
@@ -525,10 +559,13 @@ static void test_attempt_oversized_arguments(void **state) {
     memset(piece, 'a', sizeof piece);
     size_t chunks = MODEL_TOOL_ARGS_MAX / 8000 + 2;
     for (size_t i = 0; i < chunks; i++)
-        assert_int_equal(fbuf_printf(&body, "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,"
-                                            "\"id\":\"c\",\"function\":{\"name\":\"w\",\"arguments\":\"%.8000s\"}}]}}]}\n\n",
-                                     piece),
-                         0);
+        assert_int_equal(
+            fbuf_printf(
+                &body,
+                "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,"
+                "\"id\":\"c\",\"function\":{\"name\":\"w\",\"arguments\":\"%.8000s\"}}]}}]}\n\n",
+                piece),
+            0);
     response script[] = {{SSE_HEAD, body.data, 65536, 0, END_CLOSE}};
     call *c = call_new(script, 1);
     assert_int_equal(call_attempt(c), FAWN_E2BIG);
@@ -539,7 +576,8 @@ static void test_attempt_oversized_arguments(void **state) {
 }
 
 static void test_attempt_stall(void **state) {
-    response script[] = {{SSE_HEAD, "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n", 0, 0, END_HANG}};
+    response script[] = {
+        {SSE_HEAD, "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n", 0, 0, END_HANG}};
     call *c = call_new(script, 1);
     c->cfg.stall_timeout_ms = 300;
     c->cfg.total_timeout_ms = HANG_MS;
@@ -570,7 +608,8 @@ static void test_attempt_total_timeout(void **state) {
 }
 
 static void test_attempt_connection_reset(void **state) {
-    response script[] = {{SSE_HEAD, "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n", 0, 0, END_RESET}};
+    response script[] = {
+        {SSE_HEAD, "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n", 0, 0, END_RESET}};
     call *c = call_new(script, 1);
     int r = call_attempt(c);
     assert_true(r == FAWN_EIO || r == FAWN_EPROTO);
@@ -702,7 +741,8 @@ static void test_backoff_bounds(void **state) {
     }
     assert_true(low && high);
     assert_int_equal(model_backoff_ms(MODEL_FAIL_TRANSIENT, 0, 12345), 1000);
-    assert_int_equal(model_backoff_ms(MODEL_FAIL_TRANSIENT, INT64_MAX, UINT64_MAX), 1000 + UINT64_MAX % 7001);
+    assert_int_equal(model_backoff_ms(MODEL_FAIL_TRANSIENT, INT64_MAX, UINT64_MAX),
+                     1000 + UINT64_MAX % 7001);
     for (uint64_t i = 0; i < 100; i++) {
         int64_t w = model_backoff_ms(MODEL_FAIL_BURST, 8000, i * 7919);
         assert_true(w >= 5000 && w <= 8000);
@@ -817,15 +857,22 @@ static void record_retry(void *ctx, const model_retry_info *info) {
 }
 
 static int complete(call *c, fake_clock *k, model_breaker *b) {
-    model_hooks hooks = {.on_delta = NULL, .on_retry = record_retry, .ctx = k, .sleep_ms = fake_sleep,
-                         .now_ms = fake_now, .random = fake_random, .clock_ctx = k};
-    return model_complete(&c->reply, &c->why, &c->cfg, c->messages, c->tools, b, &hooks, &c->cancel);
+    model_hooks hooks = {.on_delta = NULL,
+                         .on_retry = record_retry,
+                         .ctx = k,
+                         .sleep_ms = fake_sleep,
+                         .now_ms = fake_now,
+                         .random = fake_random,
+                         .clock_ctx = k};
+    return model_complete(&c->reply, &c->why, &c->cfg, c->messages, c->tools, b, &hooks,
+                          &c->cancel);
 }
 
 static void test_complete_retries_then_succeeds(void **state) {
     response script[] = {
         {"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1", "{}", 0, 0, END_CLOSE},
-        {"HTTP/1.1 500 Internal Server Error", "{\"error\":{\"message\":\"boom\"}}", 0, 0, END_CLOSE},
+        {"HTTP/1.1 500 Internal Server Error", "{\"error\":{\"message\":\"boom\"}}", 0, 0,
+         END_CLOSE},
         {SSE_HEAD, tool_stream, 9, 0, END_CLOSE},
     };
     call *c = call_new(script, ARRAY_LEN(script));
@@ -876,7 +923,8 @@ static void test_complete_burst_budget_and_long_retry_after(void **state) {
     assert_int_equal(b.failures, 0); /* burst does not count toward the breaker */
     call_free(c);
 
-    response patient[] = {{"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 3600", "{}", 0, 0, END_CLOSE}};
+    response patient[] = {
+        {"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 3600", "{}", 0, 0, END_CLOSE}};
     c = call_new(patient, 1);
     k = (fake_clock){0};
     assert_int_equal(complete(c, &k, &b), FAWN_EIO);
@@ -1018,9 +1066,9 @@ static void failures_leave_the_reply_defined(void **state) {
     POISON(reply);
     POISON(why);
     POISON(retry_after_ms);
-    assert_int_equal(model_attempt(&reply, &why, &retry_after_ms, &cfg, messages, NULL, NULL,
-                                   NULL, NULL),
-                     FAWN_EINVAL);
+    assert_int_equal(
+        model_attempt(&reply, &why, &retry_after_ms, &cfg, messages, NULL, NULL, NULL, NULL),
+        FAWN_EINVAL);
     assert_null(reply.message);
     assert_int_equal(reply.prompt_tokens, -1);
     assert_int_equal(why, MODEL_FAIL_FATAL);

@@ -191,9 +191,9 @@ static void test_partial_delimiters_are_content(void **state) {
             assert_int_equal(fbuf_append(&content, delim, n), 0);
             assert_int_equal(fbuf_append(&content, &breakers[b], 1), 0);
         }
-    assert_int_equal(fbuf_printf(&body, "--%s\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\n",
-                                 BOUNDARY),
-                     0);
+    assert_int_equal(
+        fbuf_printf(&body, "--%s\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\n", BOUNDARY),
+        0);
     assert_int_equal(fbuf_append(&body, content.data, content.len), 0);
     assert_int_equal(fbuf_printf(&body, "\r\n--%s--", BOUNDARY), 0);
     assert_int_equal(fbuf_append(&want, "[begin f|(none)|(none)][data]", 29), 0);
@@ -265,10 +265,12 @@ static void test_filenames(void **state) {
         {"form-data; name=\"f\"; filename=\"a \\\"quoted\\\" \\\\ name.txt\"",
          "[begin f|a \"quoted\" \\ name.txt|(none)]"},
         {"form-data; name=\"f\"; filename=\"\"", "[begin f||(none)]"},
-        {"form-data; name=\"f\"; filename=\"../../etc/passwd\"", "[begin f|../../etc/passwd|(none)]"},
+        {"form-data; name=\"f\"; filename=\"../../etc/passwd\"",
+         "[begin f|../../etc/passwd|(none)]"},
         {"form-data; name=\"f\"; filename=\"caf\xc3\xa9;x=1.txt\"",
          "[begin f|caf\xc3\xa9;x=1.txt|(none)]"},
-        {"form-data; name=\"f\"; filename*=UTF-8''%E4%BD%A0.txt", "[begin f|\xe4\xbd\xa0.txt|(none)]"},
+        {"form-data; name=\"f\"; filename*=UTF-8''%E4%BD%A0.txt",
+         "[begin f|\xe4\xbd\xa0.txt|(none)]"},
         {"form-data; name=\"f\"; filename=\"fallback.txt\"; filename*=utf-8'zh'%E4%BD%A0.txt",
          "[begin f|\xe4\xbd\xa0.txt|(none)]"},
         {"form-data; filename*=UTF-8''%2e%2e%2Fx; name=\"f\"", "[begin f|../x|(none)]"},
@@ -459,7 +461,8 @@ static void test_oversize_headers(void **state) {
     fbuf_free(&body);
 
     for (int n = MULTIPART_HEADERS_MAX; n <= MULTIPART_HEADERS_MAX + 1; n++) {
-        assert_int_equal(fbuf_printf(&body, "--b\r\nContent-Disposition: form-data; name=f\r\n"), 0);
+        assert_int_equal(fbuf_printf(&body, "--b\r\nContent-Disposition: form-data; name=f\r\n"),
+                         0);
         for (int i = 1; i < n; i++)
             assert_int_equal(fbuf_printf(&body, "X-H%d: v\r\n", i), 0);
         assert_int_equal(fbuf_printf(&body, "\r\n\r\n--b--"), 0);
@@ -619,8 +622,9 @@ static void test_boundary_from_content_type(void **state) {
         POISON(out);
         int r = multipart_boundary(out, cases[i].content_type);
         if (r != cases[i].code)
-            fail_msg("%s: got %d (%s), want %d", cases[i].content_type ? cases[i].content_type : "NULL",
-                     r, fawn_errmsg(), cases[i].code);
+            fail_msg("%s: got %d (%s), want %d",
+                     cases[i].content_type ? cases[i].content_type : "NULL", r, fawn_errmsg(),
+                     cases[i].code);
         if (r == 0) {
             assert_string_equal(out, cases[i].boundary);
         } else {

@@ -340,8 +340,8 @@ static void test_sandbox_id(void **state) {
     memset(too_long, 'a', 65);
     too_long[65] = '\0';
     assert_int_equal(paths_sandbox_id(id, longest, "-_"), 0);
-    const char *const bad[] = {"", "../x", "a/b", "a b", ".", "..", "a:b", "a\\b",
-                                      "a\nb", "\xc3\xa9", too_long};
+    const char *const bad[] = {"",    "../x", "a/b",  "a b",      ".",     "..",
+                               "a:b", "a\\b", "a\nb", "\xc3\xa9", too_long};
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         POISON(id);
         assert_int_equal(paths_sandbox_id(id, bad[i], "t"), FAWN_EINVAL);

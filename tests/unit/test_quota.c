@@ -44,9 +44,9 @@
 #define DIR_SLACK (256 * 1024)
 
 typedef struct fx {
-    test_fs fs;            /* a kernel-quota filesystem, when the test uses one */
-    char tmp[64];          /* a plain directory under /tmp otherwise */
-    char root[128];        /* where the test works: fs.mnt or tmp */
+    test_fs fs;     /* a kernel-quota filesystem, when the test uses one */
+    char tmp[64];   /* a plain directory under /tmp otherwise */
+    char root[128]; /* where the test works: fs.mnt or tmp */
     int rootfd;
 } fx;
 
@@ -200,7 +200,7 @@ static void usage_counts_each_block_once(void **state) {
     char *sparse = strf("%s/sparse", x->root);
     write_file(big, MiB);
     assert_int_equal(mkdir(sub, 0755), 0);
-    assert_int_equal(link(big, again), 0); /* its blocks count once */
+    assert_int_equal(link(big, again), 0);     /* its blocks count once */
     assert_int_equal(symlink("/usr", sym), 0); /* never followed */
     int fd = open(sparse, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     assert_int_equal(ftruncate(fd, (off_t)(64 * MiB)), 0); /* a hole takes no block */
@@ -470,8 +470,10 @@ static int upload_bytes(fx *x, uint64_t room, uint64_t bytes) {
     int ud = open_dir(x->rootfd, "user-data");
     mkdirat(ud, "uploads", 0755);
     int up = open_dir(ud, "uploads");
-    upload_limits lim = {.max_files = 4, .max_file_size = 1024 * MiB,
-                         .max_total_size = 1024 * MiB, .disk_room = room};
+    upload_limits lim = {.max_files = 4,
+                         .max_file_size = 1024 * MiB,
+                         .max_total_size = 1024 * MiB,
+                         .disk_room = room};
     upload_batch *b = NULL;
     assert_int_equal(upload_batch_begin(&b, up, &lim), 0);
     static char chunk[256 * 1024];

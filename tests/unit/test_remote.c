@@ -50,15 +50,18 @@ static sbx_provider *prov;
 /* What tests/remote/loopback-provider.sh reads from its environment, and the
  * sanitizers' settings for the boxes it starts. */
 static char *loopback_passthrough[] = {"LOOPBACK_STATE_DIR", "LOOPBACK_CREATE_DELAY_S",
-                                       "LOOPBACK_ENDPOINT", "FAWN_BIN", "FAWN_HOME",
-                                       "ASAN_OPTIONS", "UBSAN_OPTIONS", NULL};
+                                       "LOOPBACK_ENDPOINT",  "FAWN_BIN",
+                                       "FAWN_HOME",          "ASAN_OPTIONS",
+                                       "UBSAN_OPTIONS",      NULL};
 
 /* The tests' own commands read MARKER (a file they write) from their environment. */
 static char *marker_passthrough[] = {"MARKER", NULL};
 
 static remote_provider_config loopback_config(uint32_t start_timeout_ms) {
-    return (remote_provider_config){.create_argv = create_argv, .status_argv = status_argv,
-                                    .destroy_argv = destroy_argv, .list_argv = list_argv,
+    return (remote_provider_config){.create_argv = create_argv,
+                                    .status_argv = status_argv,
+                                    .destroy_argv = destroy_argv,
+                                    .list_argv = list_argv,
                                     .command_timeout_ms = 20000,
                                     .start_timeout_ms = start_timeout_ms,
                                     .health_timeout_ms = HEALTH_MS,
@@ -238,8 +241,8 @@ struct fake_box {
     atomic_bool stop;
     const char *reply; /* sent after the request head; NULL: never answers */
     size_t reply_len;
-    bool flood; /* after reply, zeros until the client goes */
-    bool hold;  /* after reply, the connection stays open until the client goes */
+    bool flood;      /* after reply, zeros until the client goes */
+    bool hold;       /* after reply, the connection stays open until the client goes */
     char head[4096]; /* the last request head */
     atomic_int connections;
     bool running;
@@ -379,20 +382,22 @@ static void lifecycle_over_tcp_with_token(void **state) {
     /* The box API over TCP, with the token. */
     json_t *reply = NULL, *body = exec_body("echo hi");
     int status = 0;
-    assert_int_equal(prov->call(prov->ctx, &reply, &status, &box, "POST", "/v1/shell/exec", body,
-                                CALL_MS), 0);
+    assert_int_equal(
+        prov->call(prov->ctx, &reply, &status, &box, "POST", "/v1/shell/exec", body, CALL_MS), 0);
     assert_int_equal(status, 200);
     assert_string_equal(json_string_value(json_object_get(reply, "stdout")), "hi\n");
     json_decref(reply);
     /* Without the right token the box refuses. */
     const char *host_port = box.endpoint + 4;
-    assert_int_equal(box_call_tcp(&reply, &status, host_port, "wrong-token-wrong-token-wrong-token-0",
-                                  "POST", "/v1/shell/exec", body, CALL_MS), 0);
+    assert_int_equal(box_call_tcp(&reply, &status, host_port,
+                                  "wrong-token-wrong-token-wrong-token-0", "POST", "/v1/shell/exec",
+                                  body, CALL_MS),
+                     0);
     assert_int_equal(status, 401);
     assert_string_equal(json_string_value(json_object_get(reply, "error")), "unauthorized");
     json_decref(reply);
-    assert_int_equal(box_call_tcp(&reply, &status, host_port, NULL, "POST", "/v1/shell/exec", body,
-                                  CALL_MS), 0);
+    assert_int_equal(
+        box_call_tcp(&reply, &status, host_port, NULL, "POST", "/v1/shell/exec", body, CALL_MS), 0);
     assert_int_equal(status, 401);
     json_decref(reply);
     json_decref(body);
@@ -418,8 +423,9 @@ static void lifecycle_over_tcp_with_token(void **state) {
     assert_string_equal(gen, "");
     assert_int_equal(prov->health(prov->ctx, &box), FAWN_ENOENT);
     reply = NULL;
-    assert_int_equal(prov->call(prov->ctx, &reply, &status, &box, "GET", "/v1/sandbox", NULL,
-                                CALL_MS), FAWN_EIO);
+    assert_int_equal(
+        prov->call(prov->ctx, &reply, &status, &box, "GET", "/v1/sandbox", NULL, CALL_MS),
+        FAWN_EIO);
     assert_null(reply);
     l = (listing){0};
     assert_int_equal(prov->list(prov->ctx, collect, &l), 0);
@@ -536,8 +542,7 @@ static void cancel_during_the_create_command(void **state) {
     assert_int_equal(boxes_running(), 0);
     /* Cancelled before anything starts: nothing runs at all. */
     sbx_cancel cancel = {.cancelled = true};
-    assert_int_equal(prov->create(prov->ctx, &box, USER_ID, "cancel-cmd", &cancel),
-                     FAWN_ECANCELED);
+    assert_int_equal(prov->create(prov->ctx, &box, USER_ID, "cancel-cmd", &cancel), FAWN_ECANCELED);
     assert_int_equal(probe(prov, id, NULL), SBX_ABSENT);
 }
 
@@ -592,13 +597,17 @@ static void malicious_box_during_create(void **state) {
 
 /* ---- control planes that fail ---- */
 
-#define SH(script) {"/bin/sh", "-c", script, NULL}
+#define SH(script)                                                                                 \
+    { "/bin/sh", "-c", script, NULL }
 
 /* A provider whose four commands are argv (a short command timeout). */
 static sbx_provider *broken_provider(char **argv) {
-    remote_provider_config cfg = {.create_argv = argv, .status_argv = argv,
-                                  .destroy_argv = argv, .list_argv = argv,
-                                  .command_timeout_ms = 300, .start_timeout_ms = 300,
+    remote_provider_config cfg = {.create_argv = argv,
+                                  .status_argv = argv,
+                                  .destroy_argv = argv,
+                                  .list_argv = argv,
+                                  .command_timeout_ms = 300,
+                                  .start_timeout_ms = 300,
                                   .health_timeout_ms = HEALTH_MS};
     sbx_provider *p;
     assert_int_equal(remote_provider_new(&p, &cfg), 0);
@@ -610,24 +619,24 @@ static void unreachable_control_plane_is_unknown(void **state) {
         {"/nonexistent/fawn-control-plane", NULL},
         {"/bin/false", NULL},
         {"/bin/echo", "garbage", NULL},
-        SH("echo '{\"state\": \"absent\"'"),                       /* cut short */
-        SH("echo '{\"state\": \"absent\"}'; exit 1"),              /* fine output, failed */
-        SH("echo '{\"state\": \"absent\"}'; kill -9 $$"),          /* killed */
-        SH("sleep 300"),                                           /* hangs */
-        SH("echo '{\"state\": \"absent\"}'; exec sleep 300"),     /* prints, then hangs */
-        SH("echo '{\"state\": \"running\"}'"),                     /* running without generation */
-        SH("echo '{\"state\": \"gone\"}'"),                        /* no such state */
-        SH("echo '{\"state\": \"absent\", \"extra\": 1}'"),        /* unknown field */
+        SH("echo '{\"state\": \"absent\"'"),                  /* cut short */
+        SH("echo '{\"state\": \"absent\"}'; exit 1"),         /* fine output, failed */
+        SH("echo '{\"state\": \"absent\"}'; kill -9 $$"),     /* killed */
+        SH("sleep 300"),                                      /* hangs */
+        SH("echo '{\"state\": \"absent\"}'; exec sleep 300"), /* prints, then hangs */
+        SH("echo '{\"state\": \"running\"}'"),                /* running without generation */
+        SH("echo '{\"state\": \"gone\"}'"),                   /* no such state */
+        SH("echo '{\"state\": \"absent\", \"extra\": 1}'"),   /* unknown field */
         SH("echo '{\"state\": \"absent\", \"state\": \"absent\"}'"), /* duplicate key */
         SH("echo '{\"state\": \"absent\"}{\"state\": \"absent\"}'"), /* two objects */
         SH("echo '[{\"state\": \"absent\"}]'"),
         SH("echo '{\"state\": 0}'"),
-        SH("printf '%s' '{\"state\": \"absent\\u0000\"}'"),       /* NUL escaped */
-        SH("printf '{\"state\": \"absent\"}\\0'"),                 /* NUL byte */
+        SH("printf '%s' '{\"state\": \"absent\\u0000\"}'"), /* NUL escaped */
+        SH("printf '{\"state\": \"absent\"}\\0'"),          /* NUL byte */
         SH("echo '{\"state\": \"stopped\", \"generation\": \"../../../etc/passwd\"}'"),
         SH("printf '{\"state\": \"absent\", \"endpoint\": \"'; head -c 70000 /dev/zero | tr '\\0' "
            "a; printf '\"}'"), /* oversized */
-        SH(""),               /* prints nothing */
+        SH(""),                /* prints nothing */
     };
     /* The hanging commands outlast any test: only the deadline ends them. */
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
@@ -635,8 +644,8 @@ static void unreachable_control_plane_is_unknown(void **state) {
         char gen[SBX_GENERATION_LEN + 1];
         enum sbx_presence st = probe(p, "0123456789abcdef", gen);
         if (st != SBX_UNKNOWN)
-            fail_msg("case %zu (%s): probe says %d, not unknown", i, cases[i][2] ? cases[i][2]
-                                                                             : cases[i][0], st);
+            fail_msg("case %zu (%s): probe says %d, not unknown", i,
+                     cases[i][2] ? cases[i][2] : cases[i][0], st);
         assert_string_equal(gen, "");
         sbx_box box;
         assert_true(p->create(p->ctx, &box, USER_ID, "broken", NULL) < 0);
@@ -669,9 +678,12 @@ static void background_children_do_not_hold_a_command(void **state) {
     char *marker = strf("sleep 98.%u", unique_number());
     char *text = strf("echo '{\"state\": \"absent\"}'; %s & exit 0", marker);
     char *argv[] = SH(text);
-    remote_provider_config cfg = {.create_argv = argv, .status_argv = argv,
-                                  .destroy_argv = argv, .list_argv = argv,
-                                  .command_timeout_ms = 60000, .start_timeout_ms = 300};
+    remote_provider_config cfg = {.create_argv = argv,
+                                  .status_argv = argv,
+                                  .destroy_argv = argv,
+                                  .list_argv = argv,
+                                  .command_timeout_ms = 60000,
+                                  .start_timeout_ms = 300};
     sbx_provider *p;
     assert_int_equal(remote_provider_new(&p, &cfg), 0);
     assert_int_equal(probe(p, "0123456789abcdef", NULL), SBX_ABSENT);
@@ -709,9 +721,12 @@ static void commands_get_their_environment(void **state) {
     char *create[] = SH("printf '%s %s %s %s' \"$FAWN_USER\" \"$FAWN_THREAD\" \"$FAWN_SANDBOX_ID\" "
                         "\"${GITHUB_PAT-unset}\" > \"$MARKER.create\"; "
                         "echo '{\"endpoint\": \"tcp:127.0.0.1:1\"}'");
-    remote_provider_config cfg = {.create_argv = create, .status_argv = status,
-                                  .destroy_argv = destroy, .list_argv = status,
-                                  .command_timeout_ms = 5000, .start_timeout_ms = 2000,
+    remote_provider_config cfg = {.create_argv = create,
+                                  .status_argv = status,
+                                  .destroy_argv = destroy,
+                                  .list_argv = status,
+                                  .command_timeout_ms = 5000,
+                                  .start_timeout_ms = 2000,
                                   .env_passthrough = marker_passthrough};
     sbx_provider *p;
     assert_int_equal(remote_provider_new(&p, &cfg), 0);
@@ -768,9 +783,12 @@ static void create_output_is_checked_and_undone(void **state) {
     for (size_t i = 0; i < ARRAY_LEN(outputs); i++) {
         char *script_text = strf("cat <<'EOF'\n%s\nEOF", outputs[i]);
         char *create[] = SH(script_text);
-        remote_provider_config cfg = {.create_argv = create, .status_argv = status,
-                                      .destroy_argv = destroy, .list_argv = status,
-                                      .command_timeout_ms = 5000, .start_timeout_ms = 2000,
+        remote_provider_config cfg = {.create_argv = create,
+                                      .status_argv = status,
+                                      .destroy_argv = destroy,
+                                      .list_argv = status,
+                                      .command_timeout_ms = 5000,
+                                      .start_timeout_ms = 2000,
                                       .env_passthrough = marker_passthrough};
         sbx_provider *p;
         assert_int_equal(remote_provider_new(&p, &cfg), 0);
@@ -799,9 +817,12 @@ static void create_waits_for_the_generation_it_was_told(void **state) {
                           fb->port, told[i][0] ? ", \"generation\": \"" : "", told[i],
                           told[i][0] ? "\"" : "");
         char *create[] = SH(text);
-        remote_provider_config cfg = {.create_argv = create, .status_argv = status,
-                                      .destroy_argv = destroy, .list_argv = status,
-                                      .command_timeout_ms = 5000, .start_timeout_ms = 1000};
+        remote_provider_config cfg = {.create_argv = create,
+                                      .status_argv = status,
+                                      .destroy_argv = destroy,
+                                      .list_argv = status,
+                                      .command_timeout_ms = 5000,
+                                      .start_timeout_ms = 1000};
         sbx_provider *p;
         assert_int_equal(remote_provider_new(&p, &cfg), 0);
         sbx_box box;
@@ -916,22 +937,36 @@ static void the_token_goes_in_one_header(void **state) {
     assert_true(json_is_true(json_object_get(reply, "ok")));
     json_decref(reply);
     check_contains("request", fb->head, "GET /v1/sandbox HTTP/1.1\r\n");
-    check_contains("request", fb->head, "\r\nAuthorization: Bearer 0123456789abcdef0123456789abcdef\r\n");
+    check_contains("request", fb->head,
+                   "\r\nAuthorization: Bearer 0123456789abcdef0123456789abcdef\r\n");
     /* Tokens that could split the header never leave. */
-    const char *bad_tokens[] = {"a\r\nX-Injected: 1", "", "tok en", "t\x7f",
-                                ("0123456789012345678901234567890123456789012345678901234567890123"
-                                 "0123456789012345678901234567890123456789012345678901234567890123")};
+    const char *bad_tokens[] = {
+        "a\r\nX-Injected: 1", "", "tok en", "t\x7f",
+        ("0123456789012345678901234567890123456789012345678901234567890123"
+         "0123456789012345678901234567890123456789012345678901234567890123")};
     int before = atomic_load(&fb->connections);
     for (size_t i = 0; i < ARRAY_LEN(bad_tokens); i++)
-        assert_int_equal(box_call_tcp(&reply, &status, hp, bad_tokens[i], "GET", "/v1/sandbox",
-                                      NULL, 3000), FAWN_EINVAL);
+        assert_int_equal(
+            box_call_tcp(&reply, &status, hp, bad_tokens[i], "GET", "/v1/sandbox", NULL, 3000),
+            FAWN_EINVAL);
     assert_int_equal(atomic_load(&fb->connections), before);
     /* Endpoints: numeric IPv4:PORT or [IPv6]:PORT only. */
-    const char *bad_endpoints[] = {"127.0.0.1", "127.0.0.1:", "127.0.0.1:0", "127.0.0.1:65536",
-                                   "127.0.0.1:80x", "127.0.0.1:-80", "127.0.0.1:+80",
-                                   "localhost:80", "::1:80", "[::1]", "[127.0.0.1]:80", ":80",
-                                   "[]:80", " 127.0.0.1:80",
-                                   "127.0.0.1.127.0.0.1.127.0.0.1.127.0.0.1.127.0.0.1.127.0.0.1.1:80"};
+    const char *bad_endpoints[] = {
+        "127.0.0.1",
+        "127.0.0.1:",
+        "127.0.0.1:0",
+        "127.0.0.1:65536",
+        "127.0.0.1:80x",
+        "127.0.0.1:-80",
+        "127.0.0.1:+80",
+        "localhost:80",
+        "::1:80",
+        "[::1]",
+        "[127.0.0.1]:80",
+        ":80",
+        "[]:80",
+        " 127.0.0.1:80",
+        "127.0.0.1.127.0.0.1.127.0.0.1.127.0.0.1.127.0.0.1.127.0.0.1.1:80"};
     for (size_t i = 0; i < ARRAY_LEN(bad_endpoints); i++)
         if (box_call_tcp(&reply, &status, bad_endpoints[i], token, "GET", "/", NULL, 1000) !=
             FAWN_EINVAL)
@@ -999,7 +1034,8 @@ static void health_tells_dead_from_unknown(void **state) {
     char *mine = http_reply("200 OK", body);
     free(body);
     char *bad_gen = http_reply("200 OK", "{\"ready\": true, \"generation\": \"../../x\"}");
-    char *not_ready = http_reply("200 OK", "{\"ready\": false, \"generation\": \"00000000000000000000000000000000\"}");
+    char *not_ready = http_reply(
+        "200 OK", "{\"ready\": false, \"generation\": \"00000000000000000000000000000000\"}");
     struct {
         const char *reply;
         int want;
@@ -1106,8 +1142,10 @@ static void manager_over_remote_placement(void **state) {
     assert_int_equal(store_open(&st, db), 0);
     assert_int_equal(authz_policy_load(&policy, NULL), 0);
     assert_int_equal(sbx_manager_new(&m, &mc, prov, st, policy), 0);
-    sbx_request req = {.who = {.user = USER_ID, .role = "user"}, .thread = "managed",
-                       .kind = SBX_HOLD_EXECUTION, .scope = "run1:lead"};
+    sbx_request req = {.who = {.user = USER_ID, .role = "user"},
+                       .thread = "managed",
+                       .kind = SBX_HOLD_EXECUTION,
+                       .scope = "run1:lead"};
     sbx_lease *l = NULL;
     assert_int_equal(sbx_acquire(&l, m, &req), 0);
     check_contains("endpoint", l->box.endpoint, "tcp:127.0.0.1:");

@@ -81,7 +81,6 @@ typedef struct sbx_ctx {
 
 /* ---- assertions with context ---- */
 
-
 static const char *jstr(const json_t *o, const char *key) {
     return json_string_value(json_object_get(o, key));
 }
@@ -106,7 +105,8 @@ static void remember_pid(sbx_ctx *t, pid_t pid) {
 /* Starts (or finds) the sandbox of thread with configuration cfg. */
 static void ensure_with(sbx_ctx *t, local_box *box, const fawn_config *cfg, const char *thread) {
     remember_thread(t, thread);
-    local_spec spec = {.cfg = cfg, .user = USER_ID, .thread = thread, .fawn_bin = getenv("FAWN_BIN")};
+    local_spec spec = {
+        .cfg = cfg, .user = USER_ID, .thread = thread, .fawn_bin = getenv("FAWN_BIN")};
     if (local_box_ensure(box, &spec) < 0)
         fail_msg("local_box_ensure %s: %s", thread, fawn_errmsg());
     remember_pid(t, box->pid);
@@ -260,9 +260,8 @@ static void proc_ids(unsigned long ids[4], pid_t pid, const char *field) {
     assert_non_null(status);
     const char *line = strstr(status, field);
     assert_non_null(line);
-    assert_int_equal(sscanf(line + strlen(field), "%lu %lu %lu %lu", &ids[0], &ids[1], &ids[2],
-                            &ids[3]),
-                     4);
+    assert_int_equal(
+        sscanf(line + strlen(field), "%lu %lu %lu %lu", &ids[0], &ids[1], &ids[2], &ids[3]), 4);
     free(status);
 }
 
@@ -324,7 +323,8 @@ static void test_invalid_ids_refused(void **state) {
     static const char *const bad[] = {"", "../x", "a/b", "..", "x\ny"};
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         local_box box;
-        local_spec spec = {.cfg = &t->cfg, .user = USER_ID, .thread = bad[i], .fawn_bin = getenv("FAWN_BIN")};
+        local_spec spec = {
+            .cfg = &t->cfg, .user = USER_ID, .thread = bad[i], .fawn_bin = getenv("FAWN_BIN")};
         assert_int_equal(local_box_ensure(&box, &spec), FAWN_EINVAL);
         spec = (local_spec){.cfg = &t->cfg, .user = bad[i], .thread = "t"};
         POISON(box);
@@ -390,7 +390,8 @@ typedef struct racer {
 
 static void *ensure_thread(void *arg) {
     racer *x = arg;
-    local_spec spec = {.cfg = &x->t->cfg, .user = USER_ID, .thread = "race", .fawn_bin = getenv("FAWN_BIN")};
+    local_spec spec = {
+        .cfg = &x->t->cfg, .user = USER_ID, .thread = "race", .fawn_bin = getenv("FAWN_BIN")};
     x->r = local_box_ensure(&x->box, &spec);
     if (x->r < 0)
         snprintf(x->err, sizeof x->err, "%s", fawn_errmsg());
@@ -457,7 +458,8 @@ static void *churn_thread(void *arg) {
 /* One start, command and stop of thread's sandbox; false (with why) on failure. */
 static bool start_run_stop(sbx_ctx *t, const char *thread, char *why, size_t whysz) {
     local_box box;
-    local_spec spec = {.cfg = &t->cfg, .user = USER_ID, .thread = thread, .fawn_bin = getenv("FAWN_BIN")};
+    local_spec spec = {
+        .cfg = &t->cfg, .user = USER_ID, .thread = thread, .fawn_bin = getenv("FAWN_BIN")};
     int64_t start = fawn_now_ms();
     if (local_box_ensure(&box, &spec) < 0) {
         snprintf(why, whysz, "start: %s (after %lld ms)", fawn_errmsg(),
@@ -673,8 +675,11 @@ static void test_network_namespace_pool(void **state) {
     local_box box[2];
     for (int i = 0; i < 2; i++) {
         remember_thread(t, threads[i]);
-        local_spec spec = {.cfg = &t->cfg, .user = USER_ID, .thread = threads[i],
-                           .netns = pool, .fawn_bin = getenv("FAWN_BIN")};
+        local_spec spec = {.cfg = &t->cfg,
+                           .user = USER_ID,
+                           .thread = threads[i],
+                           .netns = pool,
+                           .fawn_bin = getenv("FAWN_BIN")};
         if (local_box_ensure(&box[i], &spec) < 0)
             fail_msg("local_box_ensure %s: %s", threads[i], fawn_errmsg());
         remember_pid(t, box[i].pid);
@@ -758,8 +763,8 @@ static char *cgroup_dirs(pid_t pid, const char *name) {
             if (stat("/sys/fs/cgroup/unified", &st) == 0)
                 mount = "/sys/fs/cgroup/unified";
         } else {
-            snprintf(v1, sizeof v1, "/sys/fs/cgroup/%s", strncmp(ctrl, "name=", 5) == 0
-                                                            ? ctrl + 5 : ctrl);
+            snprintf(v1, sizeof v1, "/sys/fs/cgroup/%s",
+                     strncmp(ctrl, "name=", 5) == 0 ? ctrl + 5 : ctrl);
             mount = v1;
         }
         assert_int_equal(fbuf_printf(&dirs, "%s%s\n", mount, cg), 0);
@@ -885,8 +890,14 @@ static void test_memory_limit_spares_box_of_big_launcher(void **state) {
 /* Host variables that carry credentials without a telltale word in their
  * names: none may reach a command unless configuration names it. */
 static const char *const leaky_host_vars[] = {
-    "GITHUB_PAT", "DB_PWD", "POSTGRES_URL", "HTTPS_PROXY", "SLACK_WEBHOOK_URL",
-    "AZURE_STORAGE_CONNECTION_STRING", "NPM_RC", "HOSTPLAIN_VAR",
+    "GITHUB_PAT",
+    "DB_PWD",
+    "POSTGRES_URL",
+    "HTTPS_PROXY",
+    "SLACK_WEBHOOK_URL",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "NPM_RC",
+    "HOSTPLAIN_VAR",
 };
 
 static void test_environment(void **state) {
@@ -900,7 +911,8 @@ static void test_environment(void **state) {
     cfg.sandbox.env[0] = (fawn_env_var){.name = "INJECTED_VAR", .value = "hello injected"};
     cfg.sandbox.env[1] = (fawn_env_var){.name = "HOME", .value = "/mnt/user-data/workspace"};
     /* What config_load folds in for sandbox.env_passthrough: [PASSED_THROUGH]. */
-    cfg.sandbox.env[2] = (fawn_env_var){.name = "PASSED_THROUGH", .value = getenv("PASSED_THROUGH")};
+    cfg.sandbox.env[2] = (fawn_env_var){.name = "PASSED_THROUGH",
+                                        .value = getenv("PASSED_THROUGH")};
     local_box box;
     ensure_with(t, &box, &cfg, "env");
     for (size_t i = 0; i < ARRAY_LEN(leaky_host_vars); i++)
@@ -919,7 +931,8 @@ static void test_environment(void **state) {
     check_lacks("env", out, "ASAN_OPTIONS");
     free(out);
     /* Nor can a command find the secret in the box's own environment. */
-    json_t *r = exec_reply(&box, "cat /proc/1/environ; grep -rs " "sk-live /proc/*/environ");
+    json_t *r = exec_reply(&box, "cat /proc/1/environ; grep -rs "
+                                 "sk-live /proc/*/environ");
     check_lacks("environ", jstr(r, "stdout"), secret);
     json_decref(r);
     stop(t, &box, "env");
@@ -937,17 +950,15 @@ static void test_stop_leaves_nothing(void **state) {
     start_marked_sleep(&box, oneshot);
     json_t *reply = NULL, *body = json_pack("{s:s}", "id", "keep");
     int status = 0;
-    assert_int_equal(box_call(&reply, &status, box.socket_path, "POST", "/v1/shell/sessions",
-                              body, CALL_MS),
-                     0);
+    assert_int_equal(
+        box_call(&reply, &status, box.socket_path, "POST", "/v1/shell/sessions", body, CALL_MS), 0);
     assert_int_equal(status, 200);
     json_decref(reply);
     json_decref(body);
     char *cmd = strf("(exec -a %s sleep 100) >/dev/null 2>&1 & echo ok", sess);
     body = json_pack("{s:s, s:s}", "command", cmd, "session_id", "keep");
-    assert_int_equal(box_call(&reply, &status, box.socket_path, "POST", "/v1/shell/exec", body,
-                              CALL_MS),
-                     0);
+    assert_int_equal(
+        box_call(&reply, &status, box.socket_path, "POST", "/v1/shell/exec", body, CALL_MS), 0);
     assert_int_equal(status, 200);
     json_decref(reply);
     json_decref(body);

@@ -460,8 +460,8 @@ static void body_fork_many(void) {
 /* Touches 256 MiB; exits 0 only if no memory limit stopped it. */
 static void body_eat_memory(void) {
     size_t n = 256 * MIB;
-    char *p =
-        mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+                   0);
     if (p == MAP_FAILED)
         _exit(3);
     for (size_t i = 0; i < n; i += 4096)

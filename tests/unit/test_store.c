@@ -152,10 +152,13 @@ static void api_tokens(void **state) {
 
 static void sandbox_records_and_fences(void **state) {
     fx *x = *state;
-    const char *gen1 = "0123456789abcdef0123456789abcdef", *gen2 = "fedcba9876543210fedcba9876543210";
+    const char *gen1 = "0123456789abcdef0123456789abcdef",
+               *gen2 = "fedcba9876543210fedcba9876543210";
     store_sandbox sb;
     assert_int_equal(store_sandbox_get(x->s, &sb, "00aa00aa00aa00aa"), FAWN_ENOENT);
-    store_sandbox rec = {.sandbox_id = "00aa00aa00aa00aa", .user = "1", .thread = "t-1",
+    store_sandbox rec = {.sandbox_id = "00aa00aa00aa00aa",
+                         .user = "1",
+                         .thread = "t-1",
                          .endpoint = "unix:/run/x.sock"};
     strcpy(rec.generation, gen1);
     assert_int_equal(store_sandbox_put(x->s, &rec), 0);
@@ -178,7 +181,8 @@ static void sandbox_records_and_fences(void **state) {
     bool fenced = true;
     assert_int_equal(store_fence_exists(x->s, &fenced, "", "00aa00aa00aa00aa", gen1), 0);
     assert_false(fenced);
-    assert_int_equal(store_fence_add(x->s, "", "00aa00aa00aa00aa", gen1, "box stopped answering"), 0);
+    assert_int_equal(store_fence_add(x->s, "", "00aa00aa00aa00aa", gen1, "box stopped answering"),
+                     0);
     assert_int_equal(store_fence_add(x->s, "", "00aa00aa00aa00aa", gen1, "again"), 0);
     assert_int_equal(store_fence_add(x->s, "r1:lead", "00aa00aa00aa00aa", gen2, "session"), 0);
     assert_int_equal(store_fence_add(x->s, "", "11bb11bb11bb11bb", gen2, "other"), 0);
@@ -260,10 +264,13 @@ static void search_matches_metadata_exactly(void **state) {
     fx *x = *state;
     store_thread t;
     bool existed;
-    const char *meta[][2] = {{"s-1", "{\"k\":\"v\",\"n\":1}"}, {"s-2", "{\"k\":\"v\",\"n\":\"1\"}"},
-                             {"s-3", "{\"k\":\"w\"}"}, {"s-4", "{\"k\":\"v\",\"o\":{\"x\":[1,2]}}"}};
+    const char *meta[][2] = {{"s-1", "{\"k\":\"v\",\"n\":1}"},
+                             {"s-2", "{\"k\":\"v\",\"n\":\"1\"}"},
+                             {"s-3", "{\"k\":\"w\"}"},
+                             {"s-4", "{\"k\":\"v\",\"o\":{\"x\":[1,2]}}"}};
     for (size_t i = 0; i < 4; i++) {
-        assert_int_equal(store_thread_create(x->s, &t, &existed, x->bob, meta[i][0], meta[i][1]), 0);
+        assert_int_equal(store_thread_create(x->s, &t, &existed, x->bob, meta[i][0], meta[i][1]),
+                         0);
         store_thread_clear(&t);
     }
     char ids[256];
@@ -697,8 +704,9 @@ static void checkpoints_and_receipts_follow_the_thread(void **state) {
 static int64_t message_rows(fx *x, int64_t owner, const char *thread, int64_t *bytes) {
     sqlite3 *db = sq_read_begin(x->s);
     sqlite3_stmt *st;
-    assert_int_equal(sqlite3_prepare_v2(db, "SELECT count(*), coalesce(sum(bytes), 0) FROM "
-                                            "thread_messages WHERE owner_id = ?1 AND thread_id = ?2",
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "SELECT count(*), coalesce(sum(bytes), 0) FROM "
+                                        "thread_messages WHERE owner_id = ?1 AND thread_id = ?2",
                                         -1, &st, NULL),
                      SQLITE_OK);
     sqlite3_bind_int64(st, 1, owner);
@@ -870,8 +878,8 @@ static int64_t make_v5_database(const char *path) {
     bool existed;
     assert_int_equal(store_thread_create(s, &t, &existed, u.id, "t5", NULL), 0);
     store_thread_clear(&t);
-    store_run run = {.owner_id = u.id, .run_id = "r5", .thread_id = "t5",
-                     .assistant_id = "lead_agent"};
+    store_run run = {
+        .owner_id = u.id, .run_id = "r5", .thread_id = "t5", .assistant_id = "lead_agent"};
     assert_int_equal(store_run_create(s, &run), 0);
     store_close(s);
     char sql[2048];
@@ -879,7 +887,8 @@ static int64_t make_v5_database(const char *path) {
              "DROP TABLE thread_messages; ALTER TABLE checkpoints DROP COLUMN message_spans;"
              "PRAGMA user_version = 5;"
              "INSERT INTO checkpoints VALUES (%" PRId64 ", 't5', 'c1', '', 'r5', 1, '%s', '{}', 1);"
-             "INSERT INTO checkpoints VALUES (%" PRId64 ", 't5', 'c2', 'c1', 'r5', 2, '%s', '{}', 2);"
+             "INSERT INTO checkpoints VALUES (%" PRId64
+             ", 't5', 'c2', 'c1', 'r5', 2, '%s', '{}', 2);"
              "INSERT INTO run_events VALUES ('r5', 1, 'metadata', '{\"run_id\":\"r5\"}');"
              "INSERT INTO run_events VALUES ('r5', 2, 'values', '%s');"
              "INSERT INTO run_events VALUES ('r5', 3, 'values', 'null');",
@@ -910,7 +919,8 @@ static void migration_moves_whole_states_into_message_rows(void **state) {
     assert_int_equal(n, 2);
     for (size_t i = 0; i < n; i++) {
         char *text;
-        assert_int_equal(store_state_read(s, &text, &omitted, owner, "t5", list[i].state, SIZE_MAX), 0);
+        assert_int_equal(store_state_read(s, &text, &omitted, owner, "t5", list[i].state, SIZE_MAX),
+                         0);
         json_t *got = json_loads(text, 0, NULL), *want = json_loads(v5_states[1 - i], 0, NULL);
         assert_true(json_equal(got, want));
         json_decref(got);
@@ -923,7 +933,8 @@ static void migration_moves_whole_states_into_message_rows(void **state) {
     assert_int_equal(store_event_read(s, &ev, &n, "r5", 0, 10), 0);
     assert_int_equal(n, 3);
     assert_string_equal(ev[0].data, "{\"run_id\":\"r5\"}");
-    assert_string_equal(ev[1].data, "{\"values\":{\"title\":\"x\",\"artifacts\":[]},\"messages\":[[1,2]]}");
+    assert_string_equal(ev[1].data,
+                        "{\"values\":{\"title\":\"x\",\"artifacts\":[]},\"messages\":[[1,2]]}");
     assert_string_equal(ev[2].data, "null"); /* not a state: left as it was */
     for (size_t i = 0; i < n; i++)
         free(ev[i].data);

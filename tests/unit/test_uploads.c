@@ -32,9 +32,10 @@ typedef struct fx {
 
 /* The limits fawn ships with (config.example.yaml: uploads.*). */
 #define TEST_MAX_FILES 10
-static const upload_limits limits = {
-    .max_files = TEST_MAX_FILES, .max_file_size = (uint64_t)50 << 20,
-    .max_total_size = (uint64_t)100 << 20, .disk_room = UINT64_MAX};
+static const upload_limits limits = {.max_files = TEST_MAX_FILES,
+                                     .max_file_size = (uint64_t)50 << 20,
+                                     .max_total_size = (uint64_t)100 << 20,
+                                     .disk_room = UINT64_MAX};
 
 static int setup(void **state) {
     fx *x = calloc(1, sizeof *x);
@@ -244,8 +245,7 @@ static void test_chunked_writes(void **state) {
     assert_int_equal(upload_file_end(b), 0);
     json_t *res = NULL;
     assert_int_equal(upload_batch_commit(b, &res, TID), 0);
-    assert_int_equal(json_integer_value(json_object_get(file_at(res, 0), "size")),
-                     sizeof want - 1);
+    assert_int_equal(json_integer_value(json_object_get(file_at(res, 0), "size")), sizeof want - 1);
     json_decref(res);
     assert_file_text(x->upfd, "chunks.bin", want);
     assert_no_staging(x);
@@ -253,12 +253,14 @@ static void test_chunked_writes(void **state) {
 
 static void test_duplicate_names(void **state) {
     fx *x = *state;
-    upfile in[] = {{"a.txt", "1"}, {"dir/a.txt", "2"}, {"a.txt", "3"}, {"a_1.txt", "4"},
-                   {"archive.tar.gz", "5"}, {"archive.tar.gz", "6"}, {".env", "7"}, {".env", "8"}};
+    upfile in[] = {
+        {"a.txt", "1"},          {"dir/a.txt", "2"},      {"a.txt", "3"}, {"a_1.txt", "4"},
+        {"archive.tar.gz", "5"}, {"archive.tar.gz", "6"}, {".env", "7"},  {".env", "8"}};
     json_t *res = NULL;
     assert_int_equal(upload(x, &limits, in, ARRAY_LEN(in), &res), 0);
-    static const char *const names[] = {"a.txt", "a_1.txt", "a_2.txt", "a_1_1.txt",
-                                        "archive.tar.gz", "archive.tar_1.gz", ".env", ".env_1"};
+    static const char *const names[] = {"a.txt",     "a_1.txt",        "a_2.txt",
+                                        "a_1_1.txt", "archive.tar.gz", "archive.tar_1.gz",
+                                        ".env",      ".env_1"};
     for (size_t i = 0; i < ARRAY_LEN(names); i++) {
         json_t *f = file_at(res, i);
         assert_string_equal(str_at(f, "filename"), names[i]);
@@ -310,10 +312,22 @@ static void test_refused_names(void **state) {
     memset(longname, 'x', 256);
     longname[256] = '\0';
     static const char *const bad_fixed[] = {
-        "", ".", "..", "a\\b", "ok\x01.txt", "tab\tname", "del\x7f", "\xff\xfe.txt",
-        "\xc0\xaf", /* overlong '/' */
+        "",
+        ".",
+        "..",
+        "a\\b",
+        "ok\x01.txt",
+        "tab\tname",
+        "del\x7f",
+        "\xff\xfe.txt",
+        "\xc0\xaf",         /* overlong '/' */
         "\xed\xa0\x80.txt", /* surrogate */
-        ".upload-x.part", ".fawn-tmp-abc", "dir/", "a/..", "x/.", "..\\..\\win.ini",
+        ".upload-x.part",
+        ".fawn-tmp-abc",
+        "dir/",
+        "a/..",
+        "x/.",
+        "..\\..\\win.ini",
         "esc\x1b[31m.txt",
     };
     for (size_t i = 0; i <= ARRAY_LEN(bad_fixed); i++) {
@@ -346,7 +360,8 @@ static void test_unicode_name_and_url(void **state) {
     assert_int_equal(upload(x, &limits, in, 1, &res), 0);
     json_t *f = file_at(res, 0);
     assert_string_equal(str_at(f, "virtual_path"), "/mnt/user-data/uploads/a b#?%\xc3\xa9~.txt");
-    assert_string_equal(str_at(f, "artifact_url"), "/api/threads/" TID
+    assert_string_equal(str_at(f, "artifact_url"),
+                        "/api/threads/" TID
                         "/artifacts/mnt/user-data/uploads/a%20b%23%3F%25%C3%A9~.txt");
     json_decref(res);
     assert_file_text(x->upfd, "a b#?%\xc3\xa9~.txt", "u");
@@ -724,8 +739,9 @@ static void test_delete(void **state) {
     assert_file_text(x->rootfd, "outside/target", OUTSIDE_TEXT);
 
     host_put(x->upfd, "victim", "v");
-    static const char *const bad[] = {"../outside/target", "sub/victim", "/victim", "..", ".",
-                                      "", "a\\b", "v\x01", ".upload-x.part", "\xff"};
+    static const char *const bad[] = {
+        "../outside/target", "sub/victim", "/victim", "..", ".", "", "a\\b", "v\x01",
+        ".upload-x.part",    "\xff"};
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         if (uploads_delete(x->upfd, bad[i]) != FAWN_EINVAL)
             fail_msg("delete of bad name #%zu not refused", i);
