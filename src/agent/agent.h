@@ -74,6 +74,15 @@ void agent_outcome_clear(agent_outcome *o);
  * store failed). */
 FAWN_MUST_CHECK int agent_run(agent_outcome *out, const agent_params *p);
 
+/* Whether m has the shape of a stored message: an object whose type is
+ * human, ai, tool or system, whose content is text or a list of parts, an
+ * ai message's tool_calls (if any) a list of {id, name, args} with string
+ * id and name, a tool message's tool_call_id a string, and its id (if any)
+ * a string. Runs send every such message to the model (system ones
+ * excepted), so a state update may store only these. FAWN_EINVAL naming
+ * `shown` (e.g. "values.messages[2]") and what is wrong. */
+FAWN_MUST_CHECK int agent_message_check(const json_t *m, const char *shown);
+
 /* Turns input messages of a request (LangChain dicts {type|role, content},
  * or OpenAI-style {role, content}) into stored human messages with ids.
  * FAWN_EINVAL naming the first bad message. *out is a new array. */

@@ -135,7 +135,8 @@ json_t *agent_ai_message(const model_reply *reply, const char *model_name, const
 json_t *agent_tool_message(const agent_tool_call *call);
 /* Appends to request the OpenAI request form of messages[from..]: human →
  * user, ai → assistant with tool_calls, tool → a JSON projection
- * {"tool_status", "output"} of its status and exact text. */
+ * {"tool_status", "output"} of its status and exact text; system messages
+ * are left out. FAWN_EINVAL for a message agent_message_check refuses. */
 FAWN_MUST_CHECK int agent_request_extend(json_t *request, const json_t *messages, size_t from);
 
 #endif

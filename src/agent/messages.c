@@ -28,6 +28,42 @@ static bool content_valid(const json_t *c) {
     return true;
 }
 
+/* An ai message's tool_calls: absent, or a list of {id, name, args}. */
+static bool tool_calls_valid(const json_t *calls) {
+    if (!calls || json_is_null(calls))
+        return true;
+    if (!json_is_array(calls))
+        return false;
+    size_t i;
+    json_t *c;
+    json_array_foreach(calls, i, c) {
+        if (!json_is_string(json_object_get(c, "id")) ||
+            !json_is_string(json_object_get(c, "name")) || !json_object_get(c, "args"))
+            return false;
+    }
+    return true;
+}
+
+int agent_message_check(const json_t *m, const char *shown) {
+    static const char *const types[] = {"human", "ai", "tool", "system"};
+    const char *type = json_string_value(json_object_get(m, "type"));
+    bool known = false;
+    for (size_t i = 0; type && i < ARRAY_LEN(types); i++)
+        known = known || strcmp(type, types[i]) == 0;
+    if (!known)
+        return fawn_err(FAWN_EINVAL, "%s: type must be human, ai, tool or system", shown);
+    if (!content_valid(json_object_get(m, "content")))
+        return fawn_err(FAWN_EINVAL, "%s.content: must be text or a list of parts", shown);
+    const json_t *id = json_object_get(m, "id");
+    if (id && !json_is_null(id) && !json_is_string(id))
+        return fawn_err(FAWN_EINVAL, "%s.id: must be a string", shown);
+    if (strcmp(type, "ai") == 0 && !tool_calls_valid(json_object_get(m, "tool_calls")))
+        return fawn_err(FAWN_EINVAL, "%s.tool_calls: must be a list of {id, name, args}", shown);
+    if (strcmp(type, "tool") == 0 && !json_is_string(json_object_get(m, "tool_call_id")))
+        return fawn_err(FAWN_EINVAL, "%s.tool_call_id: must be a string", shown);
+    return 0;
+}
+
 static int human_message(json_t **out, const json_t *in, size_t i) {
     if (!json_is_object(in))
         return fawn_err(FAWN_EINVAL, "input.messages[%zu]: must be an object", i);
@@ -161,10 +197,13 @@ static json_t *assistant_request(const json_t *m) {
 int agent_request_extend(json_t *request, const json_t *messages, size_t from) {
     for (size_t i = from; i < json_array_size(messages); i++) {
         const json_t *m = json_array_get(messages, i);
+        char shown[48];
+        snprintf(shown, sizeof shown, "the thread's message %zu", i);
+        int r = agent_message_check(m, shown);
+        if (r < 0)
+            return r;
         const char *type = json_string_value(json_object_get(m, "type"));
         json_t *req = NULL;
-        if (!type)
-            continue;
         if (strcmp(type, "human") == 0)
             req = json_pack("{s:s, s:O}", "role", "user", "content", json_object_get(m, "content"));
         else if (strcmp(type, "ai") == 0)

@@ -157,16 +157,18 @@ static int route_history(gw_request *rq) {
 /* ---- updates ---- */
 
 /* Replaces messages with the same id, appends the others (LangGraph's
- * add_messages). Every message needs a type and content. */
+ * add_messages). Every message must pass agent_message_check. */
 static int merge_messages(json_t *stored, const json_t *update) {
     if (!json_is_array(update))
         return fawn_err(FAWN_EINVAL, "values.messages must be a list");
     size_t i;
     json_t *m;
     json_array_foreach(update, i, m) {
-        const char *type = json_string_value(json_object_get(m, "type"));
-        if (!type || !json_object_get(m, "content"))
-            return fawn_err(FAWN_EINVAL, "values.messages[%zu]: needs type and content", i);
+        char shown[40];
+        snprintf(shown, sizeof shown, "values.messages[%zu]", i);
+        int r = agent_message_check(m, shown);
+        if (r < 0)
+            return r;
         const char *id = json_string_value(json_object_get(m, "id"));
         bool replaced = false;
         size_t k;

@@ -379,6 +379,31 @@ describe('threads', () => {
     for (const id of ids) assert.ok(fs.existsSync(srv.userData(admin.id, id)), id);
   });
 
+  it('a state update stores only messages a run can send, and names the first that is not', async () => {
+    assert.equal((await api('POST', '/api/threads', { thread_id: 'shaped' })).status, 200);
+    const bad = [
+      [{ type: 'tool', content: 'x' }, 'values.messages[0].tool_call_id'],
+      [{ type: 'remove', content: 'x' }, 'values.messages[0]: type must be'],
+      [{ type: 'ai', content: '', tool_calls: [{ id: 'c1', args: {} }] }, 'values.messages[0].tool_calls'],
+      [{ type: 'human', content: 7 }, 'values.messages[0].content'],
+    ];
+    for (const [message, why] of bad) {
+      const r = await api('POST', '/api/threads/shaped/state', { values: { messages: [message] } });
+      assert.equal(r.status, 422, r.text);
+      assert.match(r.json.detail, new RegExp(why.replace(/[[\].]/g, '\\$&')));
+    }
+    assert.equal((await api('GET', '/api/threads/shaped/state')).json.values.messages?.length ?? 0, 0);
+    const good = [
+      { type: 'human', content: 'hi', id: 'h1' },
+      { type: 'ai', content: '', id: 'a1', tool_calls: [{ id: 'c1', name: 'bash', args: {} }] },
+      { type: 'tool', content: 'ok', id: 't1', tool_call_id: 'c1' },
+    ];
+    const ok = await api('POST', '/api/threads/shaped/state', { values: { messages: good } });
+    assert.equal(ok.status, 200, ok.text);
+    const state = await api('GET', '/api/threads/shaped/state');
+    assert.deepEqual(state.json.values.messages.map((m) => m.id), ['h1', 'a1', 't1']);
+  });
+
   it('concurrent creates of one id give one thread', async () => {
     const results = await Promise.all(Array.from({ length: 10 }, () => api('POST', '/api/threads', { thread_id: 'race', metadata: { r: 1 } })));
     for (const r of results) assert.equal(r.status, 200, r.text);

@@ -17,6 +17,7 @@
 #include <sqlite3.h>
 
 #include "agent/agent.h"
+#include "agent/agent_internal.h"
 #include "agent/run_queue.h"
 #include "agent/runs_internal.h"
 #include "base/json.h"
@@ -84,6 +85,56 @@ static void unknown_tools_and_bad_arguments_are_recoverable_errors(void **state)
 }
 
 /* ---- messages and hashes ---- */
+
+/* Stored messages: an allow-list of shapes, checked where a state update
+ * stores them and where a run sends them. */
+static void stored_messages_have_a_checked_shape(void **state) {
+    static const char *const good[] = {
+        "{\"type\":\"human\",\"content\":\"hi\",\"id\":\"h1\"}",
+        "{\"type\":\"human\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}",
+        "{\"type\":\"ai\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"name\":"
+        "\"bash\",\"args\":{}}]}",
+        "{\"type\":\"ai\",\"content\":\"done\"}",
+        "{\"type\":\"tool\",\"content\":\"x\",\"tool_call_id\":\"c1\"}",
+        "{\"type\":\"system\",\"content\":\"be brief\"}",
+    };
+    static const struct {
+        const char *message, *why;
+    } bad[] = {
+        {"[]", "type must be"},
+        {"{\"content\":\"x\"}", "type must be"},
+        {"{\"type\":\"remove\",\"content\":\"x\"}", "type must be"},
+        {"{\"type\":\"human\"}", "content: must be text"},
+        {"{\"type\":\"human\",\"content\":7}", "content: must be text"},
+        {"{\"type\":\"human\",\"content\":\"x\",\"id\":3}", "id: must be a string"},
+        {"{\"type\":\"tool\",\"content\":\"x\"}", "tool_call_id: must be a string"},
+        {"{\"type\":\"ai\",\"content\":\"\",\"tool_calls\":{}}", "tool_calls: must be"},
+        {"{\"type\":\"ai\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c\",\"args\":{}}]}",
+         "tool_calls: must be"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(good); i++) {
+        json_t *m = json_loads(good[i], 0, NULL);
+        if (agent_message_check(m, "m") != 0)
+            fail_msg("refused %s: %s", good[i], fawn_errmsg());
+        json_decref(m);
+    }
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        json_t *m = json_loads(bad[i].message, 0, NULL);
+        assert_int_equal(agent_message_check(m, "values.messages[0]"), FAWN_EINVAL);
+        check_contains(bad[i].message, fawn_errmsg(), bad[i].why);
+        check_contains(bad[i].message, fawn_errmsg(), "values.messages[0]");
+        json_decref(m);
+    }
+    /* A run refuses a malformed stored message by name, not as out of memory. */
+    json_t *messages = json_loads("[{\"type\":\"human\",\"content\":\"hi\"},"
+                                  "{\"type\":\"tool\",\"content\":\"x\"}]",
+                                  0, NULL);
+    json_t *request = json_array();
+    assert_int_equal(agent_request_extend(request, messages, 0), FAWN_EINVAL);
+    check_contains("request", fawn_errmsg(), "the thread's message 1");
+    json_decref(request);
+    json_decref(messages);
+}
 
 static void input_messages_accept_only_human_text(void **state) {
     json_t *out = NULL;
@@ -783,6 +834,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(truncation_keeps_head_and_tail_on_character_boundaries),
         cmocka_unit_test(unknown_tools_and_bad_arguments_are_recoverable_errors),
+        cmocka_unit_test(stored_messages_have_a_checked_shape),
         cmocka_unit_test(input_messages_accept_only_human_text),
         cmocka_unit_test(conversation_hash_ignores_ids_dates_and_system_text),
         cmocka_unit_test(script_fixture_plays_in_order_and_ends),
