@@ -46,12 +46,22 @@ static char *bash_text(const char *out, const char *err, int exit_code, bool com
 }
 
 /* Fills res from the box's exec reply. */
+/* The statuses an exec reply may carry (docs/box-api.md); a box is
+ * untrusted, so any other is a malformed reply, never an error type. */
+static bool exec_status_known(const char *status) {
+    static const char *const known[] = {"completed", "timeout", "killed", "error"};
+    for (size_t i = 0; status && i < ARRAY_LEN(known); i++)
+        if (strcmp(status, known[i]) == 0)
+            return true;
+    return false;
+}
+
 static int bash_outcome(tool_result *res, const json_t *reply) {
     const char *status = json_string_value(json_object_get(reply, "status"));
     const char *out = json_string_value(json_object_get(reply, "stdout"));
     const char *err = json_string_value(json_object_get(reply, "stderr"));
     json_t *code = json_object_get(reply, "exit_code");
-    if (!status || !out || !err || !json_is_integer(code))
+    if (!exec_status_known(status) || !out || !err || !json_is_integer(code))
         return tool_fail(res, TOOL_ERROR, "sandbox", false,
                          "Error: malformed reply from the sandbox");
     int exit_code = (int)json_integer_value(code);

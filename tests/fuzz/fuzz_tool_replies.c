@@ -12,7 +12,8 @@
  * - a result text that is valid UTF-8 (it becomes a JSON string of the
  *   conversation), and that the agent can store as a tool message;
  * - a status whose error type is empty exactly on success, and bash and
- *   read_file output within their limits;
+ *   read_file output within their limits; bash's error type one of its own
+ *   words, never a word of the box's choosing;
  * - facts, when any, that are an object (read_file: the path and a
  *   sha256 of 64 hex digits). */
 #include <ftw.h>
@@ -160,6 +161,13 @@ static void check_result(const tool_def *t, const json_t *args, tool_result *res
     size_t n = strlen(text);
     if (s->outcome == TOOL_SUCCESS && strcmp(t->name, "read_file") == 0)
         check(n <= TOOL_READ_OUTPUT_MAX + TRUNCATION_MARKER_MAX);
+    static const char *const bash_types[] = {
+        "",        "timeout",   "exit_code", "killed",    "error",
+        "sandbox", "not_found", "too_large", "ambiguous", "invalid_arguments"};
+    bool bash_type_known = false;
+    for (size_t i = 0; i < ARRAY_LEN(bash_types); i++)
+        bash_type_known = bash_type_known || strcmp(s->error_type, bash_types[i]) == 0;
+    check(strcmp(t->name, "bash") != 0 || reply_status != 200 || bash_type_known);
     bool bash_output = s->outcome == TOOL_SUCCESS || strcmp(s->error_type, "exit_code") == 0;
     if (strcmp(t->name, "bash") == 0 && bash_output)
         check(n <= TOOL_BASH_OUTPUT_MAX + TRUNCATION_MARKER_MAX);
