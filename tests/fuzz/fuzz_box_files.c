@@ -24,6 +24,7 @@
 #include "base/base.h"
 #include "base/json.h"
 #include "box/files.h"
+#include "fuzz_support.h"
 
 /* Longer inputs only repeat what shorter ones exercise. */
 #define FUZZ_INPUT_MAX 16384
@@ -33,7 +34,7 @@
 typedef int (*file_op)(json_t **out, const json_t *req, const box_files *f);
 static const file_op ops[] = {box_file_read, box_file_list, box_file_glob, box_file_grep};
 
-static char dir[64];
+static char dir[FUZZ_DIR_MAX];
 static box_files files = {.roots = {.user_data_fd = -1, .skills_fd = -1}};
 
 /* The tree, relative to the temporary directory: directories end in '/';
@@ -72,29 +73,14 @@ static const struct {
 #undef F
 };
 
-/* Aborts, naming the invariant that does not hold. */
-#define check(ok)                                                                                  \
-    do {                                                                                           \
-        if (!(ok)) {                                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #ok);                 \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    return remove(path);
-}
-
 static void teardown(void) {
     close(files.roots.user_data_fd);
     close(files.roots.skills_fd);
-    nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    fuzz_remove_tree(dir);
 }
 
 static void setup(void) {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/fawn-fuzz-files-XXXXXX", tmp && strlen(tmp) < 32 ? tmp : "/tmp");
-    check(mkdtemp(dir) != NULL);
+    fuzz_scratch_dir(dir, "files");
     atexit(teardown);
     char path[256];
     for (size_t i = 0; i < ARRAY_LEN(tree); i++) {

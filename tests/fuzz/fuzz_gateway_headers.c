@@ -22,6 +22,7 @@
 
 #include "base/base.h"
 #include "gateway/internal.h"
+#include "fuzz_support.h"
 
 /* Longer values only repeat entries or digits the bounds already refuse. */
 #define FUZZ_INPUT_MAX 1024
@@ -32,15 +33,6 @@
 
 static char trusted[][ADDRESS_MAX] = {PROXY, "::1", "192.168.1.2"};
 #define TRUSTED ARRAY_LEN(trusted)
-
-/* Aborts, naming the invariant that does not hold. */
-#define check(ok)                                                                                  \
-    do {                                                                                           \
-        if (!(ok)) {                                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #ok);                 \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 /* ---- Last-Event-ID ---- */
 

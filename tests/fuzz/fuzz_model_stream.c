@@ -25,6 +25,7 @@
 #include "agent/agent_internal.h"
 #include "base/base.h"
 #include "model/model_internal.h"
+#include "fuzz_support.h"
 
 /* Longer inputs only repeat what shorter ones exercise. */
 #define FUZZ_INPUT_MAX 65536
@@ -33,15 +34,6 @@
 
 static const long statuses[] = {200, 200, 200, 200, 200, 200, 200, 206,
                                 400, 401, 402, 403, 408, 429, 500, 503};
-
-/* Aborts, naming the invariant that does not hold. */
-#define check(ok)                                                                                  \
-    do {                                                                                           \
-        if (!(ok)) {                                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #ok);                 \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static void on_delta(void *ctx, const char *text, size_t len) {
     check(len > 0);

@@ -22,21 +22,13 @@
 #include "base/base.h"
 #include "sandbox/client.h"
 #include "sandbox/remote.h"
+#include "fuzz_support.h"
 
 /* Longer inputs only repeat what shorter ones exercise. */
 #define FUZZ_INPUT_MAX 65536
 /* What list's callback returns to stop the walk. */
 #define STOP_CODE (-77)
 #define SANDBOX_ID "0123456789abcdef"
-
-/* Aborts, naming the invariant that does not hold. */
-#define check(ok)                                                                                  \
-    do {                                                                                           \
-        if (!(ok)) {                                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #ok);                 \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static bool hex(const char *s, size_t len) {
     return strlen(s) == len && strspn(s, "0123456789abcdef") == len;

@@ -21,6 +21,7 @@
 
 #include "base/base.h"
 #include "store/store.h"
+#include "fuzz_support.h"
 
 /* Longer inputs only exercise the match's size limit. */
 #define FUZZ_INPUT_MAX (2 * STORE_MATCH_MAX)
@@ -40,31 +41,16 @@ static const char *const metadata[] = {
 #define THREADS ARRAY_LEN(metadata)
 
 static store *st;
-static char dir[64];
+static char dir[FUZZ_DIR_MAX];
 static json_t *stored[THREADS];
-
-/* Aborts, naming the invariant that does not hold. */
-#define check(ok)                                                                                  \
-    do {                                                                                           \
-        if (!(ok)) {                                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #ok);                 \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    return remove(path);
-}
 
 static void teardown(void) {
     store_close(st);
-    nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    fuzz_remove_tree(dir);
 }
 
 static void setup(void) {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/fawn-fuzz-search-XXXXXX", tmp && strlen(tmp) < 32 ? tmp : "/tmp");
-    check(mkdtemp(dir) != NULL);
+    fuzz_scratch_dir(dir, "search");
     char path[128];
     snprintf(path, sizeof path, "%s/fawn.db", dir);
     check(store_open(&st, path) == 0);

@@ -26,6 +26,7 @@
 #include "base/base.h"
 #include "base/json.h"
 #include "tools/tools.h"
+#include "fuzz_support.h"
 
 /* Longer inputs only repeat what shorter ones exercise. */
 #define FUZZ_INPUT_MAX 65536
@@ -36,7 +37,7 @@
 
 static const int statuses[] = {200, 200, 200, 200, 200, 200, 400, 403, 404, 409, 413, 500};
 
-static char dir[64];
+static char dir[FUZZ_DIR_MAX];
 static store *st;
 static authz_policy *policy;
 static sbx_manager *manager;
@@ -44,15 +45,6 @@ static tool_env env;
 /* The box's answer to every request of the current input. */
 static int reply_status;
 static const json_t *reply_body;
-
-/* Aborts, naming the invariant that does not hold. */
-#define check(ok)                                                                                  \
-    do {                                                                                           \
-        if (!(ok)) {                                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #ok);                 \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 /* ---- the provider: one box, answering with the input's reply ---- */
 
@@ -109,22 +101,16 @@ static sbx_provider provider = {.name = "fuzz",
 
 /* ---- setup ---- */
 
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    return remove(path);
-}
-
 static void teardown(void) {
     tool_env_end(&env);
     sbx_manager_free(manager);
     authz_policy_free(policy);
     store_close(st);
-    nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    fuzz_remove_tree(dir);
 }
 
 static void setup(void) {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/fawn-fuzz-tools-XXXXXX", tmp && strlen(tmp) < 32 ? tmp : "/tmp");
-    check(mkdtemp(dir) != NULL);
+    fuzz_scratch_dir(dir, "tools");
     char path[128];
     snprintf(path, sizeof path, "%s/fawn.db", dir);
     check(store_open(&st, path) == 0);

@@ -31,6 +31,7 @@
 #include "gateway/artifacts.h"
 #include "gateway/uploads.h"
 #include "paths/paths.h"
+#include "fuzz_support.h"
 
 /* Longer inputs only repeat what shorter ones exercise. */
 #define FUZZ_INPUT_MAX 4096
@@ -44,23 +45,10 @@ static char dir[64];
 static int uploads_fd = -1;
 static vpath_roots roots = {.user_data_fd = -1, .skills_fd = -1};
 
-/* Aborts, naming the invariant that does not hold. */
-#define check(ok)                                                                                  \
-    do {                                                                                           \
-        if (!(ok)) {                                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #ok);                 \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    return remove(path);
-}
-
 static void teardown(void) {
     close(uploads_fd);
     close(roots.user_data_fd);
-    nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    fuzz_remove_tree(dir);
 }
 
 static void setup(void) {

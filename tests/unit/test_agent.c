@@ -92,8 +92,8 @@ static void stored_messages_have_a_checked_shape(void **state) {
     static const char *const good[] = {
         "{\"type\":\"human\",\"content\":\"hi\",\"id\":\"h1\"}",
         "{\"type\":\"human\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}",
-        "{\"type\":\"ai\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"name\":"
-        "\"bash\",\"args\":{}}]}",
+        ("{\"type\":\"ai\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"name\":"
+         "\"bash\",\"args\":{}}]}"),
         "{\"type\":\"ai\",\"content\":\"done\"}",
         "{\"type\":\"tool\",\"content\":\"x\",\"tool_call_id\":\"c1\"}",
         "{\"type\":\"system\",\"content\":\"be brief\"}",
