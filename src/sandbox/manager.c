@@ -153,11 +153,16 @@ static void fence_remember(sbx_manager *m, const char *scope, const char *sandbo
 }
 
 /* Adds the fence in memory (so this process honors it even when the store
- * fails), then durably; returns the store's answer. */
+ * fails), then durably; returns the store's answer, and logs a failure, so
+ * callers that can do no more than this process's fence may drop it. */
 static int fence_add(sbx_manager *m, const char *scope, const char *sandbox_id,
                      const char *generation, const char *reason) {
     fence_remember(m, scope, sandbox_id, generation);
-    return store_fence_add(m->st, scope, sandbox_id, generation, reason);
+    int r = store_fence_add(m->st, scope, sandbox_id, generation, reason);
+    if (r < 0)
+        log_warn("sandbox", "sandbox %s generation %.8s: fence (%s) kept in memory only: %s",
+                 sandbox_id, generation, reason, fawn_errmsg());
+    return r;
 }
 
 /* Retires a fence: from the store first, then from memory. */
@@ -277,7 +282,9 @@ static void fences_retire(sbx_manager *m, const char *sandbox_id, const char *ge
 /* Destroys (sandbox_id, generation) through the provider and, once it is
  * confirmed absent, forgets its record and retires its fences. A record
  * that cannot be forgotten is logged, not returned: the box is gone, a
- * record without its box is never adopted, and the next start replaces it. */
+ * record without its box is never adopted, and the next start replaces it.
+ * A failed destroy is logged too, so a caller with nothing else to do may
+ * drop the result. */
 static int box_destroy(sbx_manager *m, const char *sandbox_id, const char *generation) {
     int r = m->p->destroy(m->p->ctx, sandbox_id, generation);
     if (r < 0) {
@@ -816,9 +823,9 @@ static int call_outcome(sbx_lease *l, int r) {
         return r;
     char message[256];
     snprintf(message, sizeof message, "%s", fawn_errmsg());
+    /* A fence the store refuses still holds in this process (fence_add logs it). */
     if (sbx_fence(l, false, "the box stopped answering during a request") < 0)
-        log_warn("sandbox", "sandbox %s generation %.8s: fence kept in memory only: %s",
-                 l->box.sandbox_id, l->box.generation, fawn_errmsg());
+        log_debug("sandbox", "sandbox %s: the fence is not durable", l->box.sandbox_id);
     return fawn_err(r, "%s", message);
 }
 
