@@ -130,7 +130,8 @@ static int attempt_tool_delta(attempt *a, json_t *call) {
     json_t *name = json_object_get(fn, "name");
     /* Some providers repeat the whole name in every chunk. */
     bool repeated = json_is_string(name) && t->name.len == json_string_length(name) &&
-                    memcmp(t->name.data, json_string_value(name), t->name.len) == 0;
+                    (t->name.len == 0 ||
+                     memcmp(t->name.data, json_string_value(name), t->name.len) == 0);
     if (!repeated && acc_append(a, &t->name, name, "tool name"))
         return a->fail_code;
     return acc_append(a, &t->args, json_object_get(fn, "arguments"), "tool arguments");
