@@ -67,8 +67,58 @@ static inline unsigned unique_number(void) {
     return 100000000u + r % 900000000u;
 }
 
+/* How long host_procs_with rereads the empty command line of a live
+ * process: one in the middle of an exec shows none until its new image has
+ * its arguments (a ceiling that only a hang reaches). */
+#define HOST_PROC_EXEC_MS 10000
+
+/* Whether pid is a live user process (not a kernel thread, not a zombie):
+ * read from /proc/pid/stat, whose command name may hold any byte. */
+static inline bool host_proc_is_live_user(const char *pid) {
+    char path[300], buf[1024];
+    snprintf(path, sizeof path, "/proc/%s/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    char state = 0;
+    unsigned long flags = 0; /* field 9; PF_KTHREAD marks a kernel thread */
+    const char *rest = strrchr(buf, ')');
+    if (!rest || sscanf(rest, ") %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2)
+        return false;
+    return state != 'Z' && state != 'X' && !(flags & 0x00200000ul);
+}
+
+/* The command line of pid with its NULs as spaces, in buf; its length, or
+ * -1 when the process is gone. An empty one is reread while the process
+ * lives (it is between images in an exec), up to HOST_PROC_EXEC_MS. */
+static inline ssize_t host_proc_cmdline(char *buf, size_t size, const char *pid) {
+    char path[300];
+    snprintf(path, sizeof path, "/proc/%s/cmdline", pid);
+    int64_t deadline = fawn_now_ms() + HOST_PROC_EXEC_MS;
+    for (;;) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, size - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        if (n != 0 || !host_proc_is_live_user(pid) || fawn_now_ms() > deadline) {
+            for (ssize_t i = 0; i < n; i++)
+                if (buf[i] == '\0')
+                    buf[i] = ' ';
+            buf[n > 0 ? n : 0] = '\0';
+            return n;
+        }
+        usleep(1000);
+    }
+}
+
 /* Counts the host's processes (other than this one) whose command line
- * contains marker; *last gets the pid of one of them (when not NULL). */
+ * contains marker; *last gets the pid of one of them (when not NULL). A
+ * process that has marker before an exec and after it is counted whenever
+ * the scan reaches it, never missed in between. */
 static inline int host_procs_with(const char *marker, pid_t *last) {
     DIR *d = opendir("/proc");
     assert_non_null(d);
@@ -76,19 +126,8 @@ static inline int host_procs_with(const char *marker, pid_t *last) {
     for (struct dirent *e; (e = readdir(d));) {
         if (!isdigit((unsigned char)e->d_name[0]) || atoi(e->d_name) == getpid())
             continue;
-        char path[sizeof e->d_name + 16], buf[4096];
-        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-        if (fd >= 0)
-            close(fd);
-        if (n <= 0)
-            continue;
-        for (ssize_t i = 0; i < n; i++)
-            if (buf[i] == '\0')
-                buf[i] = ' ';
-        buf[n] = '\0';
-        if (strstr(buf, marker)) {
+        char buf[4096];
+        if (host_proc_cmdline(buf, sizeof buf, e->d_name) > 0 && strstr(buf, marker)) {
             count++;
             if (last)
                 *last = atoi(e->d_name);
@@ -96,6 +135,28 @@ static inline int host_procs_with(const char *marker, pid_t *last) {
     }
     closedir(d);
     return count;
+}
+
+/* Waits until a host process carries marker (one just started may still be
+ * between fork and exec), up to timeout_ms; true when one did. */
+static inline bool host_procs_appear(const char *marker, int timeout_ms) {
+    for (int64_t deadline = fawn_now_ms() + timeout_ms; host_procs_with(marker, NULL) == 0;) {
+        if (fawn_now_ms() > deadline)
+            return false;
+        usleep(20000);
+    }
+    return true;
+}
+
+/* Waits until no host process carries marker, up to timeout_ms; true when
+ * none did. */
+static inline bool host_procs_gone(const char *marker, int timeout_ms) {
+    for (int64_t deadline = fawn_now_ms() + timeout_ms; host_procs_with(marker, NULL) > 0;) {
+        if (fawn_now_ms() > deadline)
+            return false;
+        usleep(20000);
+    }
+    return true;
 }
 
 /* Ceilings that only a hang reaches (a loaded 2-core host under ASan): a

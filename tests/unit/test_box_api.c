@@ -313,31 +313,7 @@ static char *host_read(const char *path) {
     return fawn_read_all(&data, NULL, fd, RAW_REPLY_MAX) == 0 ? data : NULL;
 }
 
-/* Host processes (other than this one) whose command line contains marker. */
 static int host_count_procs(const char *marker) { return host_procs_with(marker, NULL); }
-
-/* Waits until no host process carries marker; true when that happened. */
-static bool host_procs_gone(const char *marker, int timeout_ms) {
-    int64_t deadline = fawn_now_ms() + timeout_ms;
-    while (host_count_procs(marker) > 0) {
-        if (fawn_now_ms() > deadline)
-            return false;
-        usleep(20 * 1000);
-    }
-    return true;
-}
-
-/* Waits until a host process carries marker (one that has just been
- * started may still be between fork and exec); true when one did. */
-static bool host_procs_appear(const char *marker, int timeout_ms) {
-    int64_t deadline = fawn_now_ms() + timeout_ms;
-    while (host_count_procs(marker) == 0) {
-        if (fawn_now_ms() > deadline)
-            return false;
-        usleep(20 * 1000);
-    }
-    return true;
-}
 
 /* ---- group setup ---- */
 
@@ -1242,6 +1218,7 @@ static void test_session_kill(void **state) {
     free(cmd);
     assert_string_equal(out, "started\n");
     free(out);
+    assert_true(host_procs_appear(marker, SETTLE_MS)); /* the subshell may not have exec'd yet */
     assert_int_equal(host_count_procs(marker), 1);
     out = run_stdout(t, "s-kill", "ps ax -o args=");
     check_contains("before kill", out, marker);
@@ -1294,6 +1271,7 @@ static void test_session_delete(void **state) {
     char *cmd = strf("(exec -a sleeper-%s sleep 100) >/dev/null 2>&1 & echo ok", marker);
     free(run_stdout(t, "s-del", cmd));
     free(cmd);
+    assert_true(host_procs_appear(marker, SETTLE_MS));
     assert_int_equal(host_count_procs(marker), 1);
     session_delete(t, "s-del");
     assert_true(host_procs_gone(marker, SETTLE_MS));
@@ -1526,7 +1504,7 @@ static char *session_job(api_ctx *t, const char *id, int n) {
     char *command = strf("%s >/dev/null 2>&1 &", job);
     free(run_stdout(t, id, command));
     free(command);
-    assert_true(host_count_procs(job) > 0);
+    assert_true(host_procs_appear(job, SETTLE_MS));
     return job;
 }
 

@@ -374,16 +374,6 @@ static void successor_adopts_and_cleans(void **state) {
     sbx_release(l);
 }
 
-/* Waits up to ms for no host process to carry marker in its command line. */
-static bool procs_gone(const char *marker, int ms) {
-    for (int64_t deadline = fawn_now_ms() + ms; host_procs_with(marker, NULL) > 0;) {
-        if (fawn_now_ms() >= deadline)
-            return false;
-        usleep(20000);
-    }
-    return true;
-}
-
 /* A manager process is killed with SIGKILL while a run's scope holds a
  * shell session with a job in the background. Its successor adopts the
  * box and ends that session: the job dies with it. */
@@ -410,11 +400,11 @@ static void successor_ends_the_sessions_of_dead_runs(void **state) {
     close(pipefd[0]);
     kill(child, SIGKILL);
     waitpid(child, NULL, 0);
-    assert_true(host_procs_with(job, NULL) > 0);
+    assert_true(host_procs_appear(job, 30000));
 
     manager_start(x);
     assert_string_equal(find_info(x, "t-orphan").generation, generation);
-    if (!procs_gone(job, 30000))
+    if (!host_procs_gone(job, 30000))
         fail_msg("the dead run's background job still runs after its box was adopted");
     sbx_lease *l = acquire(x, "t-orphan", "run2:lead");
     assert_string_equal(l->box.generation, generation);

@@ -208,23 +208,10 @@ static pid_t host_find_proc(const char *marker) {
 
 /* Waits until a process carrying marker exists; returns its pid. */
 static pid_t host_await_proc(const char *marker) {
-    int64_t deadline = fawn_now_ms() + SETTLE_MS;
-    pid_t pid;
-    while ((pid = host_find_proc(marker)) == 0 && fawn_now_ms() < deadline)
-        usleep(10 * 1000);
+    pid_t pid = host_procs_appear(marker, SETTLE_MS) ? host_find_proc(marker) : 0;
     if (pid == 0)
         fail_msg("no host process carries %s", marker);
     return pid;
-}
-
-static bool host_proc_gone(const char *marker) {
-    int64_t deadline = fawn_now_ms() + SETTLE_MS;
-    while (host_find_proc(marker) != 0) {
-        if (fawn_now_ms() > deadline)
-            return false;
-        usleep(10 * 1000);
-    }
-    return true;
 }
 
 /* Host processes running as uid (real uid). */
@@ -974,8 +961,8 @@ static void test_stop_leaves_nothing(void **state) {
     uid_t uid = expected_uid(box.sandbox_id);
     assert_true(host_count_uid(uid) >= 3); /* the box, an init, a sleep at least */
     stop(t, &box, "stop");
-    assert_true(host_proc_gone(oneshot));
-    assert_true(host_proc_gone(sess));
+    assert_true(host_procs_gone(oneshot, SETTLE_MS));
+    assert_true(host_procs_gone(sess, SETTLE_MS));
     /* Nothing at all runs as the sandbox's uid any more. */
     assert_int_equal(host_count_uid(uid), 0);
     struct stat st;
