@@ -9,6 +9,7 @@ PACKAGES=(
   libcmocka-dev libsqlite3-dev libmicrohttpd-dev libcurl4-openssl-dev
   bubblewrap python3 curl util-linux iproute2 procps
   btrfs-progs xfsprogs e2fsprogs
+  libjs-marked node-dompurify chromium
 )
 # btrfs-progs, xfsprogs and e2fsprogs make the filesystems the disk quota
 # tests mount (tests/quota_fs.h).

@@ -142,6 +142,8 @@ extern const gw_route gw_run_routes[];
 extern const size_t gw_run_routes_count;
 extern const gw_route gw_state_routes[];
 extern const size_t gw_state_routes_count;
+extern const gw_route gw_web_routes[];
+extern const size_t gw_web_routes_count;
 
 /* ---- requests (http.c) ---- */
 
