@@ -29,11 +29,12 @@ export function slow(ms, content = 'slowly done') {
 /**
  * A reply held open (an empty chunk every 200 ms, so it never counts as
  * stalled) until release() is called, then content: {step, release}.
+ * before, when given, is streamed first, before the hold.
  */
-export function held(content = 'released') {
+export function held(content = 'released', before = '') {
   let release;
   const gate = new Promise((resolve) => (release = resolve));
-  return { step: { kind: 'held', gate, content, toolCalls: [] }, release };
+  return { step: { kind: 'held', gate, content, before, toolCalls: [] }, release };
 }
 // The stall timeout of model(): far beyond any pause a busy host makes.
 export const STALL_TIMEOUT_S = 20;
@@ -108,6 +109,8 @@ export class FakeOpenAI {
       return;
     }
     send({ choices: [{ index: 0, delta: { role: 'assistant', content: '' } }] });
+    for (const piece of (step.before || '').match(/.{1,8}/gs) || [])
+      send({ choices: [{ index: 0, delta: { content: piece } }] });
     if (step.kind === 'slow' || step.kind === 'held') {
       const until = step.kind === 'slow' ? Date.now() + step.ms : Infinity;
       let released = false;
