@@ -2,7 +2,8 @@
 # fawn's main job on its embedded defaults: a thread's sandbox, then the
 # gateway (fawn serve) on 127.0.0.1:8001 with a short walk through its API
 # and an agent run (the built-in demo model) watched with `fawn chat`, left
-# running until Ctrl-C. Usage: scripts/demo.sh PATH_TO_FAWN
+# running until Ctrl-C with the web UI's address and the admin's password
+# printed. Usage: scripts/demo.sh PATH_TO_FAWN
 set -euo pipefail
 fawn=$1
 export FAWN_HOME=${FAWN_HOME:-$PWD/.fawn}
@@ -91,8 +92,10 @@ gateway_demo
 echo
 chat_demo
 echo
-echo "fawn serve is listening on $api (docs/http-api.md); the admin's password is in"
-echo "$FAWN_HOME/demo-admin.password. Talk to the agent from another terminal:"
+echo "fawn serve is listening on $api (docs/http-api.md)."
+echo "Open the web UI at $api/ and sign in as admin with the password"
+echo "  $(cat "$FAWN_HOME/demo-admin.password")"
+echo "(kept in $FAWN_HOME/demo-admin.password). Talk to the agent from another terminal:"
 echo "  FAWN_API_TOKEN=\$(cat $FAWN_HOME/demo-chat.token) $fawn chat 'your message'"
 echo "(the built-in demo model plays a fixed script; configure models: in config.yaml"
 echo "for a real one). Ctrl-C stops it."

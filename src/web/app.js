@@ -19,6 +19,7 @@ class App {
   constructor() {
     this.me = null;
     this.models = [];
+    this.uploadLimits = null;
     this.view = null;
     onUnauthorized(() => {
       if (this.me) this.signedOut('Your session has ended. Sign in again.');
@@ -181,7 +182,7 @@ class App {
     else if (hash === '/admin/sandboxes') view = new SandboxesView(this);
     else view = { el: h('section', { class: 'page' }, h('h1', { text: 'Not found' }), h('p', {}, h('a', { href: '#/', text: 'Start a new chat' }))), destroy() {}, load() {} };
     this.view = view;
-    this.threads.setActive(view instanceof ChatView ? view.threadId : null);
+    this.threads.setActive(view instanceof ChatView && view.exists ? view.threadId : null);
     if (!(view instanceof ChatView)) document.title = 'fawn';
     replace(this.main, view.el);
     view.focus?.();

@@ -53,7 +53,9 @@ function callSummary(call) {
 export class ChatView {
   constructor(app, threadId) {
     this.app = app;
-    this.threadId = threadId;
+    // A new chat's thread id is chosen now and the thread made at its
+    // first message or upload.
+    this.threadId = threadId || randomId();
     this.exists = !!threadId;
     this.thread = null;
     this.msgs = [];
@@ -70,7 +72,7 @@ export class ChatView {
   }
 
   build() {
-    this.titleEl = h('h1', { class: 'chat-title', text: this.threadId ? 'Loading…' : 'New chat' });
+    this.titleEl = h('h1', { class: 'chat-title', text: this.exists ? 'Loading…' : 'New chat' });
     this.files = new FilesPanel(this);
     this.filesBtn = h('button', {
       type: 'button', class: 'files-toggle', 'aria-expanded': 'false', 'aria-controls': this.files.el.id,
@@ -95,7 +97,7 @@ export class ChatView {
 
   buildComposer() {
     this.input = h('textarea', {
-      rows: 1, placeholder: 'Message the agent (Enter sends, Shift+Enter for a new line)', 'aria-label': 'Message',
+      rows: 1, placeholder: 'Message the agent…', 'aria-label': 'Message', title: 'Enter sends; Shift+Enter starts a new line',
       onkeydown: (e) => {
         if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
           e.preventDefault();
@@ -148,8 +150,9 @@ export class ChatView {
   // ---- loading ----
 
   async load() {
-    if (!this.threadId) {
+    if (!this.exists) {
       this.renderAll();
+      this.files.limits().catch(() => {}); // known once any thread has been asked
       return;
     }
     try {
@@ -164,6 +167,7 @@ export class ChatView {
     this.setTitle(threadTitle(this.thread));
     await this.reloadState();
     this.files.refreshUploads();
+    this.files.limits().catch(() => {});
     const runs = await api('GET', `${threadPath(this.threadId)}/runs?limit=1`, undefined, { signal: this.abort.signal });
     const last = runs?.[0];
     if (last && ACTIVE.includes(last.status)) this.join(last.run_id);
@@ -213,7 +217,7 @@ export class ChatView {
     if (!this.msgs.length && !this.run) {
       parts.push(h('div', { class: 'empty' },
         h('h2', { text: 'What shall we work on?' }),
-        h('p', { class: 'muted', text: 'The agent can run commands and write files in this chat\'s own sandbox. Drop files here or attach them below to upload them; the agent finds them in /mnt/user-data/uploads.' })));
+        h('p', { class: 'muted', text: 'The agent can run commands and write files in this chat\'s own sandbox. Drop files here or attach them below to upload them; the agent finds them in /mnt/user-data/uploads. Enter sends a message, Shift+Enter starts a new line.' })));
     }
     for (const m of this.msgs) if (m.type !== 'tool') parts.push(this.view(m));
     replace(this.conv, parts);
@@ -608,7 +612,6 @@ export class ChatView {
   /** Creates the thread of a new chat (on its first message or upload). */
   async ensureThread() {
     if (this.exists) return;
-    this.threadId = this.threadId || randomId();
     this.thread = await api('POST', '/api/threads', { thread_id: this.threadId, metadata: {} });
     this.exists = true;
     this.app.threadCreated(this);

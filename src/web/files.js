@@ -85,7 +85,6 @@ export class FilesPanel {
     this.uploads = [];
     this.busy = false;
     this.current = null; // the file open: {path, bytes, total, whole, text}
-    this.limitsCache = null;
     this.presentedList = h('ul', { class: 'file-list' });
     this.uploadList = h('ul', { class: 'file-list' });
     this.listView = h('div', { class: 'panel-list' },
@@ -158,10 +157,13 @@ export class FilesPanel {
 
   // ---- uploads ----
 
+  /** The upload limits (the same for every thread: the gateway's
+   *  configuration), asked once and kept by the app. */
   async limits() {
-    if (!this.limitsCache) this.limitsCache = await api('GET', `${threadPath(this.threadId)}/uploads/limits`);
-    this.chat.showLimits(this.limitsCache);
-    return this.limitsCache;
+    const app = this.chat.app;
+    if (!app.uploadLimits) app.uploadLimits = await api('GET', `${threadPath(this.threadId)}/uploads/limits`);
+    this.chat.showLimits(app.uploadLimits);
+    return app.uploadLimits;
   }
 
   /** Uploads the files of list that the limits let through, in one

@@ -32,7 +32,7 @@ export class ThreadList {
     this.empty = h('p', { class: 'muted small', hidden: true });
     this.el = h('nav', { class: 'thread-nav', 'aria-label': 'Chats' },
       h('a', { class: 'button primary new-chat', href: '#/', text: '+ New chat' }),
-      this.search, this.list, this.empty, this.more);
+      this.search, this.empty, this.list, this.more);
   }
 
   async refresh() {

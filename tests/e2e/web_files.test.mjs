@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from './lib/test.mjs';
 
-import { FawnServer, client, setupAdmin, waitFor } from './lib/server.mjs';
+import { FawnServer, client, setupAdmin, sha256, waitFor } from './lib/server.mjs';
 import { FakeOpenAI, call, reply } from './lib/fake_openai.mjs';
 import { assertClean, launch, openPage, runEnded, screenshot, sendMessage, signInBrowser, threadIdOf } from './lib/browser.mjs';
 
@@ -173,6 +173,32 @@ describe('web UI: uploads and files', () => {
     await panel.locator('.md p', { hasText: 'second thoughts' }).waitFor();
     assert.equal(fs.readFileSync(onHost, 'utf8'), '# Draft\n\nsecond thoughts\n');
     await assertClean(page, watch);
+    await context.close();
+  });
+
+  it('saves an edit where crypto.subtle is missing (plain HTTP to another host), hashing in JavaScript', async () => {
+    const context = await browser.newContext({ baseURL: srv.base });
+    await context.addInitScript(() => Object.defineProperty(globalThis.crypto, 'subtle', { get: () => undefined }));
+    const page = await context.newPage();
+    await page.goto('/');
+    assert.equal(await page.evaluate(() => crypto.subtle), undefined);
+    const inputs = ['', 'abc', 'a'.repeat(55), 'b'.repeat(56), 'c'.repeat(64), 'héllo wörld ✓'.repeat(5000)];
+    const hashed = await page.evaluate(async (texts) => {
+      const { sha256Hex } = await import('/assets/dom.js');
+      return Promise.all(texts.map((t) => sha256Hex(new TextEncoder().encode(t))));
+    }, inputs);
+    assert.deepEqual(hashed, inputs.map((t) => sha256(Buffer.from(t))));
+
+    await signInBrowser(page);
+    const id = await chatWithFiles(page, [write('plain.txt', 'old text\n')], ['plain.txt'], 'write plain text');
+    await page.getByRole('button', { name: 'Files (1)' }).click();
+    const panel = page.getByRole('complementary', { name: 'Files' });
+    await panel.getByRole('button', { name: /^plain\.txt/ }).click();
+    await panel.getByRole('button', { name: 'Edit' }).click();
+    await panel.getByRole('textbox', { name: 'Contents of plain.txt' }).fill('new text\n');
+    await panel.getByRole('button', { name: 'Save' }).click();
+    await panel.locator('pre.text-preview', { hasText: 'new text' }).waitFor();
+    assert.equal(fs.readFileSync(path.join(srv.userData(admin.id, id), 'outputs', 'plain.txt'), 'utf8'), 'new text\n');
     await context.close();
   });
 });

@@ -80,7 +80,6 @@ describe('web UI: runs that outlive a page, and runs that stop', () => {
     await page.locator('.msg.ai .md', { hasText: 'Said before the reload' }).waitFor();
     await page.getByRole('button', { name: 'Stop' }).waitFor();
     assert.ok(watch.requests.some((u) => /\/runs\/[0-9a-f-]+\/stream$/.test(u)), 'the page joined the run');
-    await screenshot(page, 'chat-reloaded');
 
     gate.release();
     await page.getByText('Said before the reload and after the reload.').waitFor();

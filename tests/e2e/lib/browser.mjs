@@ -78,7 +78,7 @@ export async function setupInBrowser(page, username = ADMIN_NAME, password = ADM
   await page.getByLabel('Password', { exact: true }).fill(password);
   await page.getByLabel('Password again').fill(password);
   await page.getByRole('button', { name: 'Create account' }).click();
-  await page.getByRole('link', { name: '+ New chat' }).waitFor();
+  await page.getByRole('button', { name: 'Sign out' }).waitFor();
 }
 
 /** Signs in with the form; waits for the shell. */
@@ -87,7 +87,7 @@ export async function signInBrowser(page, username = ADMIN_NAME, password = ADMI
   await page.getByLabel('Username').fill(username);
   await page.getByLabel('Password').fill(password);
   await page.getByRole('button', { name: 'Sign in' }).click();
-  await page.getByRole('link', { name: '+ New chat' }).waitFor();
+  await page.getByRole('button', { name: 'Sign out' }).waitFor();
 }
 
 /** Types a message into the composer and sends it with Enter. */
