@@ -40,7 +40,7 @@ describe('web UI: account and administration', () => {
     await page.getByRole('button', { name: 'Copy' }).click();
     await page.getByRole('button', { name: 'Copied' }).waitFor();
     assert.equal(await page.evaluate(() => navigator.clipboard.readText()), token);
-    await screenshot(page, 'account');
+    await screenshot(page, 'account', [shown]);
     assert.equal((await request(srv, 'GET', '/api/v1/auth/me', { bearer: token })).status, 200, 'the token works');
 
     await page.getByRole('button', { name: 'Done' }).click();

@@ -1,8 +1,9 @@
 // Browser tests of fawn's web UI: Debian's chromium driven by
 // playwright-core. Each page is watched as an attacker's target would be:
-// a dialog (alert, confirm, prompt), a request to any origin but the
-// server's, an uncaught error, or the global flag hostile content sets
-// (window.__pwned) fails the test (assertClean).
+// a dialog (alert, confirm, prompt), a request the browser would send to
+// any origin but the server's (stopped before it leaves), an uncaught
+// error, or the global flag hostile content sets (window.__pwned) fails
+// the test (assertClean).
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -36,16 +37,14 @@ export async function openPage(browser, srv, { viewport = { width: 1280, height:
     watch.dialogs.push(`${d.type()}: ${d.message()}`);
     d.dismiss().catch(() => {});
   });
-  context.on('request', (r) => {
-    const url = r.url();
-    watch.requests.push(url);
-    let u = null;
-    try {
-      u = new URL(url);
-    } catch {
-      // not a URL: counted as foreign
-    }
-    if (!u || (u.origin !== origin && !['about:', 'data:', 'blob:'].includes(u.protocol))) watch.foreign.push(url);
+  context.on('request', (r) => watch.requests.push(r.url()));
+  // What would leave the origin is stopped here and recorded: a request
+  // the page's Content-Security-Policy refuses never gets this far (the
+  // browser still reports it as a request event, failed), so this records
+  // exactly what the browser would have sent elsewhere.
+  await context.route((u) => u.origin !== origin, (route) => {
+    watch.foreign.push(route.request().url());
+    return route.abort('blockedbyclient');
   });
   page.on('pageerror', (e) => watch.errors.push(e.message));
   await page.goto('/');
@@ -63,12 +62,13 @@ export async function assertClean(page, watch) {
   }
 }
 
-/** Saves a screenshot to $FAWN_SCREENSHOTS/<name>.png when that is set. */
-export async function screenshot(page, name) {
+/** Saves a screenshot to $FAWN_SCREENSHOTS/<name>.png when that is set;
+ *  the mask locators (secrets) are painted over. */
+export async function screenshot(page, name, mask = []) {
   const dir = process.env.FAWN_SCREENSHOTS;
   if (!dir) return;
   fs.mkdirSync(dir, { recursive: true });
-  await page.screenshot({ path: path.join(dir, `${name}.png`) });
+  await page.screenshot({ path: path.join(dir, `${name}.png`), mask, maskColor: '#9a948c' });
 }
 
 /** Fills the first-run form, creating the administrator; waits for the shell. */
