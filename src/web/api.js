@@ -90,10 +90,14 @@ export async function api(method, path, body, opts = {}) {
 export async function* events(res) {
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = '';
+  let carry = ''; // a CR that ends a chunk may be the first half of CRLF
   for (;;) {
     const { value, done } = await reader.read();
     if (done) return;
-    buf += value.replace(/\r\n?/g, '\n');
+    let text = carry + value;
+    carry = text.endsWith('\r') ? '\r' : '';
+    if (carry) text = text.slice(0, -1);
+    buf += text.replace(/\r\n?/g, '\n');
     let end;
     while ((end = buf.indexOf('\n\n')) >= 0) {
       const block = buf.slice(0, end);

@@ -118,6 +118,11 @@ class App {
   async signOut() {
     try {
       await api('POST', '/api/v1/auth/logout');
+      // With auth.disabled every request acts as the local admin: still signed in.
+      if ((await api('GET', '/api/v1/auth/me', undefined, { raw: true, accept: [401] })).ok) {
+        toast('Signing in is turned off on this gateway (auth.disabled): there is no session to end.');
+        return;
+      }
     } catch (e) {
       toast(e.message, 'error');
     }

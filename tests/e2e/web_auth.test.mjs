@@ -99,3 +99,21 @@ describe('web UI: first run in a fresh browser of its own', () => {
     }
   });
 });
+
+describe('web UI: auth.disabled', () => {
+  it('opens on the chats without signing in, and says there is no session to end', async () => {
+    const srv = await FawnServer.start({ auth: { disabled: true } });
+    const browser = await launch();
+    try {
+      const { page, watch } = await openPage(browser, srv);
+      await page.getByRole('link', { name: 'local-admin' }).waitFor();
+      await page.getByRole('button', { name: 'Sign out' }).click();
+      await page.getByText('Signing in is turned off on this gateway (auth.disabled): there is no session to end.').waitFor();
+      assert.equal(await page.getByRole('heading', { name: 'Sign in to fawn' }).count(), 0);
+      await assertClean(page, watch);
+    } finally {
+      await browser.close();
+      await srv.stop();
+    }
+  });
+});

@@ -7,7 +7,7 @@ import { after, before, describe, it } from './lib/test.mjs';
 
 import { FawnServer, request } from './lib/server.mjs';
 
-export const WEB_CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; " +
+const WEB_CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; " +
   "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 const TYPES = { html: 'text/html; charset=utf-8', js: 'text/javascript; charset=utf-8', css: 'text/css; charset=utf-8', svg: 'image/svg+xml' };
