@@ -286,6 +286,55 @@ json_t *gw_user_json(const store_user *u);
 /* ISO 8601 UTC text of a wall-clock time in ms, into out. */
 void gw_iso_time(char out[40], int64_t ms);
 
+/* ---- thread search views (thread_view.c) ----
+ * A search body's select (which fields of each thread come back), extract
+ * (alias: path pairs whose values come back in each thread's "extracted")
+ * and ids (which threads), as LangGraph defines them. An extract path is
+ * keys joined by '.', each optionally followed by list indexes "[n]" or
+ * "[-n]" (from the end), e.g. "metadata.tags[-1]"; it starts at a field
+ * of the thread object, and of values names only values.title. */
+
+/* Fields one select names (repeats included): twice the thread's fields. */
+#define GW_SELECT_FIELDS_MAX 20
+/* Paths one search extracts (LangGraph's bound), the longest path and
+ * alias, the steps of a path and the digits of an index: enough for any
+ * path into a thread object, and each path costs one walk per thread. */
+#define GW_EXTRACT_PATHS_MAX 10
+#define GW_EXTRACT_PATH_MAX 256
+#define GW_EXTRACT_ALIAS_MAX 64
+#define GW_EXTRACT_STEPS_MAX 16
+#define GW_EXTRACT_INDEX_DIGITS_MAX 9
+
+typedef struct gw_thread_view {
+    unsigned fields; /* bits of the selected fields; 0 when select was absent or empty (all) */
+    json_t *extract; /* {alias: path}, every path checked; NULL when absent */
+} gw_thread_view;
+
+/* Reads select and extract of a search body into *out (clear it with
+ * gw_thread_view_clear, on every path). FAWN_EINVAL naming what is wrong:
+ * a field that is not one of the thread object's (or "context", which fawn
+ * threads lack), more than GW_SELECT_FIELDS_MAX names, more than
+ * GW_EXTRACT_PATHS_MAX paths, an alias that is empty, longer than
+ * GW_EXTRACT_ALIAS_MAX or holds control characters, a bad path. */
+FAWN_MUST_CHECK int gw_thread_view_parse(gw_thread_view *out, const json_t *body);
+void gw_thread_view_clear(gw_thread_view *v);
+/* Shapes thread (a thread object, changed in place and returned; NULL
+ * stays NULL): adds "extracted" {alias: the value at its path, or null}
+ * when v extracts, then drops the fields v does not select. */
+json_t *gw_thread_view_apply(json_t *thread, const gw_thread_view *v);
+/* 0 when path is an extract path (see above); FAWN_EINVAL saying why not
+ * (also for NULL, and for paths over GW_EXTRACT_PATH_MAX bytes or
+ * GW_EXTRACT_STEPS_MAX steps). */
+FAWN_MUST_CHECK int gw_extract_path_check(const char *path);
+/* The value at path in obj (borrowed), or NULL when the path is not valid
+ * or leads nowhere. */
+const json_t *gw_extract_value(const json_t *obj, const char *path);
+/* The ids of a search body as the store takes them (JSON array text,
+ * malloc'd into *out), or NULL when ids is absent, null or empty.
+ * FAWN_EINVAL for anything but a list of at most STORE_SEARCH_IDS_MAX
+ * thread ids. */
+FAWN_MUST_CHECK int gw_thread_ids_parse(char **out, const json_t *ids);
+
 /* ---- following a run (run_stream.c) ---- */
 
 /* Which of a run's events a follower sends. */

@@ -79,6 +79,11 @@ typedef struct store_thread {
     char status[16]; /* idle | busy | interrupted | error */
     char *metadata;  /* JSON object text, malloc'd (store_thread_clear frees it) */
     int64_t created_at_ms, updated_at_ms;
+    /* From the thread's newest checkpoint: its state's title (a string;
+     * NULL when the state has none, malloc'd) and when it was written (0
+     * when the thread has no checkpoint yet). */
+    char *title;
+    int64_t state_updated_at_ms;
 } store_thread;
 
 void store_thread_clear(store_thread *t);
@@ -105,15 +110,21 @@ FAWN_MUST_CHECK int store_thread_delete(store *s, int64_t owner_id, const char *
 #define STORE_MATCH_KEYS_MAX 32
 #define STORE_MATCH_MAX (8 * 1024)
 
+/* Thread ids one search may name (`ids`): as many as a search returns. */
+#define STORE_SEARCH_IDS_MAX 1000
+
 /* The owner's threads whose metadata contains every key/value of `match` (a
- * JSON object text, or NULL) and whose status is `status` (or any when
- * NULL), newest first. *out is a malloc'd array of *n threads (free each
- * with store_thread_clear, then the array). limit is clamped to 1..1000.
- * FAWN_E2BIG for a match beyond STORE_MATCH_KEYS_MAX, STORE_MATCH_MAX or
- * STORE_JSON_DEPTH_MAX. */
+ * JSON object text, or NULL), whose status is `status` (or any when NULL)
+ * and whose id is one of `ids` (a JSON array text of at most
+ * STORE_SEARCH_IDS_MAX thread ids, or NULL for any), newest first. *out is
+ * a malloc'd array of *n threads (free each with store_thread_clear, then
+ * the array). limit is clamped to 1..1000. FAWN_E2BIG for a match beyond
+ * STORE_MATCH_KEYS_MAX, STORE_MATCH_MAX or STORE_JSON_DEPTH_MAX, or more
+ * ids than STORE_SEARCH_IDS_MAX; FAWN_EINVAL for ids that are not such a
+ * list. */
 FAWN_MUST_CHECK int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_id,
-                                        const char *match, const char *status, size_t limit,
-                                        size_t offset);
+                                        const char *match, const char *status, const char *ids,
+                                        size_t limit, size_t offset);
 
 /* ---- sandboxes and fences (the sandbox manager's durable records) ---- */
 

@@ -249,7 +249,7 @@ static size_t search(fx *x, int64_t owner, const char *match, const char *status
                      size_t idsz) {
     store_thread *rows;
     size_t n;
-    assert_int_equal(store_thread_search(x->s, &rows, &n, owner, match, status, 100, 0), 0);
+    assert_int_equal(store_thread_search(x->s, &rows, &n, owner, match, status, NULL, 100, 0), 0);
     ids[0] = '\0';
     for (size_t i = 0; i < n; i++) {
         strncat(ids, rows[i].id, idsz - strlen(ids) - 2);
@@ -285,9 +285,10 @@ static void search_matches_metadata_exactly(void **state) {
     assert_int_equal(search(x, x->alice, "{\"k\":\"v\"}", NULL, ids, sizeof ids), 0);
     store_thread *rows;
     size_t n;
-    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, "{\"a\\\"b\":1}", NULL, 10, 0),
-                     FAWN_EINVAL);
-    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, NULL, NULL, 2, 1), 0);
+    assert_int_equal(
+        store_thread_search(x->s, &rows, &n, x->bob, "{\"a\\\"b\":1}", NULL, NULL, 10, 0),
+        FAWN_EINVAL);
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, NULL, NULL, NULL, 2, 1), 0);
     assert_int_equal(n, 2);
     for (size_t i = 0; i < n; i++)
         store_thread_clear(&rows[i]);
@@ -305,20 +306,22 @@ static void search_matches_are_bounded(void **state) {
     assert_int_equal(fbuf_printf(&match, "}"), 0);
     store_thread *rows;
     size_t n;
-    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, match.data, NULL, 10, 0),
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, match.data, NULL, NULL, 10, 0),
                      FAWN_E2BIG);
     assert_null(rows);
     assert_int_equal(n, 0);
     char big[STORE_MATCH_MAX + 64];
     snprintf(big, sizeof big, "{\"k\":\"%0*d\"}", STORE_MATCH_MAX, 0);
-    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, big, NULL, 10, 0), FAWN_E2BIG);
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, big, NULL, NULL, 10, 0),
+                     FAWN_E2BIG);
     /* At the bounds, the search runs. */
     match.len = 0;
     assert_int_equal(fbuf_printf(&match, "{"), 0);
     for (int i = 0; i < STORE_MATCH_KEYS_MAX; i++)
         assert_int_equal(fbuf_printf(&match, "%s\"k%d\":1", i ? "," : "", i), 0);
     assert_int_equal(fbuf_printf(&match, "}"), 0);
-    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, match.data, NULL, 10, 0), 0);
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, match.data, NULL, NULL, 10, 0),
+                     0);
     assert_int_equal(n, 0);
     free(rows);
     fbuf_free(&match);
@@ -353,10 +356,11 @@ static void metadata_and_matches_nest_within_bounds(void **state) {
     assert_int_equal(store_thread_create(x->s, &t, &existed, x->bob, "deep", deepest), 0);
     store_thread_clear(&t);
     assert_int_equal(store_thread_set_metadata(x->s, x->bob, "deep", over), FAWN_E2BIG);
-    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, too_deep, NULL, 10, 0),
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, too_deep, NULL, NULL, 10, 0),
                      FAWN_E2BIG);
     assert_null(rows);
-    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, over, NULL, 10, 0), FAWN_E2BIG);
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, over, NULL, NULL, 10, 0),
+                     FAWN_E2BIG);
     char ids[64];
     assert_int_equal(search(x, x->bob, deepest, NULL, ids, sizeof ids), 1);
     assert_string_equal(ids, "deep ");
@@ -413,7 +417,8 @@ static void *long_search(void *arg) {
     gate_call *c = arg;
     store_thread *rows;
     size_t n;
-    c->result = store_thread_search(c->x->s, &rows, &n, c->x->bob, "{\"k\":\"v\"}", NULL, 100, 0);
+    c->result = store_thread_search(c->x->s, &rows, &n, c->x->bob, "{\"k\":\"v\"}", NULL, NULL, 100,
+                                    0);
     for (size_t i = 0; c->result == 0 && i < n; i++)
         store_thread_clear(&rows[i]);
     free(rows);
@@ -504,7 +509,8 @@ static void concurrent_writers_lose_nothing(void **state) {
     }
     store_thread *rows;
     size_t n;
-    assert_int_equal(store_thread_search(x->s, &rows, &n, x->alice, "{\"w\":1}", NULL, 1000, 0), 0);
+    assert_int_equal(
+        store_thread_search(x->s, &rows, &n, x->alice, "{\"w\":1}", NULL, NULL, 1000, 0), 0);
     assert_int_equal(n, 400);
     for (size_t i = 0; i < n; i++)
         store_thread_clear(&rows[i]);
@@ -647,6 +653,64 @@ static void run_events_append_read_prune(void **state) {
     assert_int_equal(last, 5);
     assert_int_equal(store_event_bounds(x->s, &first, &last, "none"), 0);
     assert_int_equal(first, 0);
+}
+
+/* A thread carries its newest state's title (a string) and when that
+ * state was written, in a get and in a search; a search may name ids. */
+static void threads_carry_their_title_and_ids_narrow_a_search(void **state) {
+    fx *x = *state;
+    make_thread(x, x->alice, "tt1");
+    make_thread(x, x->alice, "tt2");
+    store_thread t;
+    assert_int_equal(store_thread_get(x->s, &t, x->alice, "tt1"), 0);
+    assert_null(t.title);
+    assert_int_equal(t.state_updated_at_ms, 0);
+    store_thread_clear(&t);
+    const char *states[] = {"{\"messages\":[],\"title\":\"First\"}",
+                            "{\"messages\":[],\"title\":\"Second \\u00e9\"}",
+                            "{\"messages\":[],\"title\":7}"};
+    store_checkpoint c = {.created_at_ms = 1234};
+    for (size_t i = 0; i < ARRAY_LEN(states); i++) {
+        json_t *values = json_loads(states[i], 0, NULL);
+        snprintf(c.checkpoint_id, sizeof c.checkpoint_id, "tc%zu", i);
+        c.created_at_ms += 1;
+        assert_int_equal(
+            store_checkpoint_put(x->s, NULL, x->alice, i == 2 ? "tt2" : "tt1", &c, values), 0);
+        json_decref(values);
+    }
+    assert_int_equal(store_thread_get(x->s, &t, x->alice, "tt1"), 0);
+    assert_string_equal(t.title, "Second \xc3\xa9"); /* the newest checkpoint's */
+    assert_int_equal(t.state_updated_at_ms, 1236);
+    store_thread_clear(&t);
+    store_thread *rows;
+    size_t n;
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->alice, NULL, NULL, "[\"tt2\"]", 10, 0),
+                     0);
+    assert_int_equal(n, 1);
+    assert_string_equal(rows[0].id, "tt2");
+    assert_null(rows[0].title); /* a title that is not text is none */
+    assert_int_equal(rows[0].state_updated_at_ms, 1237);
+    store_thread_clear(&rows[0]);
+    free(rows);
+    /* Another owner's ids name nothing; bad ids are refused. */
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, NULL, NULL, "[\"tt1\"]", 10, 0),
+                     0);
+    assert_int_equal(n, 0);
+    free(rows);
+    const char *bad[] = {"{}", "[1]", "[\"../x\"]", "[\"\"]", "not json"};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        assert_int_equal(store_thread_search(x->s, &rows, &n, x->alice, NULL, NULL, bad[i], 10, 0),
+                         FAWN_EINVAL);
+        assert_null(rows);
+    }
+    fbuf many = {0};
+    assert_int_equal(fbuf_printf(&many, "["), 0);
+    for (int i = 0; i <= STORE_SEARCH_IDS_MAX; i++)
+        assert_int_equal(fbuf_printf(&many, "%s\"id%d\"", i ? "," : "", i), 0);
+    assert_int_equal(fbuf_printf(&many, "]"), 0);
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->alice, NULL, NULL, many.data, 10, 0),
+                     FAWN_E2BIG);
+    fbuf_free(&many);
 }
 
 static void checkpoints_and_receipts_follow_the_thread(void **state) {
@@ -1049,6 +1113,7 @@ int main(void) {
         cmocka_unit_test(killed_writer_restarts_cleanly),
         cmocka_unit_test(runs_are_owner_and_thread_scoped),
         cmocka_unit_test(run_events_append_read_prune),
+        cmocka_unit_test(threads_carry_their_title_and_ids_narrow_a_search),
         cmocka_unit_test(checkpoints_and_receipts_follow_the_thread),
         cmocka_unit_test(checkpoints_store_each_message_once),
         cmocka_unit_test(replaced_messages_stay_until_no_checkpoint_lists_them),
