@@ -142,6 +142,8 @@ extern const gw_route gw_run_routes[];
 extern const size_t gw_run_routes_count;
 extern const gw_route gw_state_routes[];
 extern const size_t gw_state_routes_count;
+extern const gw_route gw_message_routes[];
+extern const size_t gw_message_routes_count;
 
 /* ---- requests (http.c) ---- */
 
@@ -149,6 +151,15 @@ extern const size_t gw_state_routes_count;
 const char *gw_header(const gw_request *rq, const char *name);
 const char *gw_cookie(const gw_request *rq, const char *name);
 const char *gw_query(const gw_request *rq, const char *name);
+/* A decimal of digits only (no sign, space or other character; leading
+ * zeros allowed) whose value is min … max (0 <= min <= max) into *out.
+ * FAWN_EINVAL, with no message, for anything else (NULL and "" included;
+ * *out is 0 then). */
+FAWN_MUST_CHECK int gw_decimal_parse(int64_t *out, const char *text, int64_t min, int64_t max);
+/* Query argument key as gw_decimal_parse reads it, dflt when absent.
+ * FAWN_EINVAL "<key> must be an integer from <min> to <max>" (*out 0). */
+FAWN_MUST_CHECK int gw_query_int(int64_t *out, const gw_request *rq, const char *key, int64_t dflt,
+                                 int64_t min, int64_t max);
 /* The client's address as text ("127.0.0.1"), into out: the TCP peer, or,
  * when the peer is a trusted proxy, the address its X-Forwarded-For names
  * (see gw_forwarded_client). */

@@ -311,25 +311,15 @@ static int run_resolve(store_run *out, gw_request *rq) {
     return r;
 }
 
-static int query_int(int64_t *out, gw_request *rq, const char *key, int64_t dflt, int64_t max) {
-    const char *v = gw_query(rq, key);
-    char *end = NULL;
-    long long n = v ? strtoll(v, &end, 10) : dflt;
-    if (v && (!*v || *end || n < 0 || n > max))
-        return fawn_err(FAWN_EINVAL, "%s must be an integer from 0 to %lld", key, (long long)max);
-    *out = n;
-    return 0;
-}
-
 static int route_run_list(gw_request *rq) {
     store_thread t;
     int r = gw_thread_resolve(&t, rq, false);
     store_thread_clear(&t);
     int64_t limit = 0, offset = 0;
     if (r == 0)
-        r = query_int(&limit, rq, "limit", RUNS_LIST_DEFAULT, STORE_RUNS_LIST_MAX);
+        r = gw_query_int(&limit, rq, "limit", RUNS_LIST_DEFAULT, 0, STORE_RUNS_LIST_MAX);
     if (r == 0)
-        r = query_int(&offset, rq, "offset", 0, INT32_MAX);
+        r = gw_query_int(&offset, rq, "offset", 0, 0, INT32_MAX);
     if (r == FAWN_EINVAL)
         return gw_respond_detail(rq, MHD_HTTP_UNPROCESSABLE_CONTENT, fawn_errmsg());
     store_run *runs = NULL;

@@ -60,6 +60,7 @@ static const struct {
     {gw_model_routes, &gw_model_routes_count},
     {gw_run_routes, &gw_run_routes_count},
     {gw_state_routes, &gw_state_routes_count},
+    {gw_message_routes, &gw_message_routes_count},
 };
 
 /* ---- routing ---- */

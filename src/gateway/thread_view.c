@@ -9,15 +9,15 @@
 
 /* The thread object's fields a search may select, by bit. "context" is a
  * LangGraph field fawn's threads do not have: refused by name. */
-static const char *const selectable[] = {"thread_id", "created_at", "updated_at",
-                                         "state_updated_at", "metadata", "config",
-                                         "status", "values", "interrupts"};
+static const char *const selectable[] = {"thread_id",        "created_at", "updated_at",
+                                         "state_updated_at", "metadata",   "config",
+                                         "status",           "values",     "interrupts"};
 
 /* The roots an extract path may start at: the thread object's fields, of
  * values only the title (the one state value a thread object carries). */
-static const char *const extract_roots[] = {"thread_id", "created_at", "updated_at",
-                                            "state_updated_at", "metadata", "config",
-                                            "status", "interrupts", "values"};
+static const char *const extract_roots[] = {"thread_id",        "created_at", "updated_at",
+                                            "state_updated_at", "metadata",   "config",
+                                            "status",           "interrupts", "values"};
 
 void gw_thread_view_clear(gw_thread_view *v) {
     json_decref(v->extract);

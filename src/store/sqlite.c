@@ -154,6 +154,20 @@ static const migration migrations[] = {
      "  FOREIGN KEY (owner_id, thread_id) REFERENCES threads(owner_id, id) ON DELETE CASCADE);"
      "CREATE INDEX thread_messages_by_digest ON thread_messages(owner_id, thread_id, digest);",
      sq_state_migrate_messages},
+    /* 7: each message row records the run that wrote it ('' for a client's
+     * update) and when: those of the oldest kept checkpoint that lists it,
+     * for the rows already stored */
+    {"ALTER TABLE thread_messages ADD COLUMN run_id TEXT NOT NULL DEFAULT '';"
+     "ALTER TABLE thread_messages ADD COLUMN created_at_ms INTEGER NOT NULL DEFAULT 0;"
+     "UPDATE thread_messages SET (run_id, created_at_ms) = (SELECT c.run_id, c.created_at_ms "
+     "  FROM checkpoints c, json_each(c.message_spans) s WHERE c.owner_id = "
+     "  thread_messages.owner_id AND c.thread_id = thread_messages.thread_id AND "
+     "  thread_messages.seq BETWEEN json_extract(s.value, '$[0]') AND "
+     "  json_extract(s.value, '$[1]') ORDER BY c.seq LIMIT 1) WHERE EXISTS (SELECT 1 FROM "
+     "  checkpoints c, json_each(c.message_spans) s WHERE c.owner_id = thread_messages.owner_id "
+     "  AND c.thread_id = thread_messages.thread_id AND thread_messages.seq BETWEEN "
+     "  json_extract(s.value, '$[0]') AND json_extract(s.value, '$[1]'));",
+     NULL},
 };
 
 int sq_err(sqlite3 *db, int rc, const char *what) {

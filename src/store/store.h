@@ -323,6 +323,34 @@ FAWN_MUST_CHECK int store_checkpoint_list(store *s, store_checkpoint **out, size
 FAWN_MUST_CHECK int store_state_read(store *s, char **out, size_t *omitted, int64_t owner_id,
                                      const char *thread_id, const char *state, size_t max_bytes);
 
+/* ---- the thread's messages, one page at a time ----
+ * The conversation of a thread's newest state, by its message rows: each
+ * row's seq numbers it among all the thread's messages ever written
+ * (thread-global, increasing in the order they were first written; a
+ * message replaced by a state update is a new row, after the others). */
+
+typedef struct store_message {
+    int64_t seq;
+    char run_id[STORE_RUN_ID_MAX + 1]; /* the run that wrote it; "" for a client's update */
+    int64_t created_at_ms;
+    char *body; /* the message, JSON object text (malloc'd) */
+} store_message;
+
+void store_message_clear(store_message *m);
+
+/* Messages one page holds at most (DeerFlow's bound). */
+#define STORE_MESSAGES_PAGE_MAX 200
+
+/* The newest `limit` (clamped to 1..STORE_MESSAGES_PAGE_MAX) messages of
+ * the owner's thread's newest state whose seq is below before_seq (0: no
+ * bound), as long as their JSON takes at most max_bytes together (the
+ * newest one always), oldest first: *out is a malloc'd array of *n (clear
+ * each, then free it). *has_more tells whether older ones remain. A thread
+ * without a state has none. FAWN_ENOENT when the owner has no such thread. */
+FAWN_MUST_CHECK int store_message_page(store *s, store_message **out, size_t *n, bool *has_more,
+                                       int64_t owner_id, const char *thread_id, int64_t before_seq,
+                                       size_t limit, size_t max_bytes);
+
 /* Evidence of one tool call. */
 typedef struct store_receipt {
     char run_id[STORE_RUN_ID_MAX + 1];

@@ -70,6 +70,8 @@ function routes(outputsSha) {
     ['GET', '/api/threads/T/state'],
     ['POST', '/api/threads/T/state', { values: { title: 'stolen' } }],
     ['POST', '/api/threads/T/history', { limit: 10 }],
+    ['GET', '/api/threads/T/messages/page'],
+    ['GET', '/api/threads/T/messages/page?before_seq=3&limit=2'],
     ['POST', '/api/threads/T/runs', RUN_BODY],
     ['POST', '/api/threads/T/runs/stream', RUN_BODY],
     ['POST', '/api/threads/T/runs/wait', RUN_BODY],

@@ -7,7 +7,7 @@ import { after, before, describe, it } from './lib/test.mjs';
 import { Client } from '@langchain/langgraph-sdk';
 
 import { FawnServer, request, setupAdmin, setupUser } from './lib/server.mjs';
-import { FakeOpenAI, reply } from './lib/fake_openai.mjs';
+import { FakeOpenAI, call, reply } from './lib/fake_openai.mjs';
 
 function sdk(srv, token, base = '/api') {
   return new Client({
@@ -28,6 +28,30 @@ async function sdkStatus(fn) {
 }
 
 const human = (content, extra = {}) => ({ messages: [{ type: 'human', content, ...extra }] });
+
+/**
+ * What DeerFlow's useThreadHistory checks of a page
+ * (parseThreadMessagesPageResponse in frontend/src/core/threads/hooks.ts):
+ * data a list of rows with distinct safe-integer seqs >= 1, has_more a
+ * boolean, next_before_seq a valid seq exactly when has_more.
+ */
+function assertDeerFlowPage(page) {
+  const validSeq = (v) => typeof v === 'number' && Number.isSafeInteger(v) && v >= 1;
+  assert.ok(Array.isArray(page.data) && typeof page.has_more === 'boolean', JSON.stringify(page));
+  const seqs = page.data.map((row) => row.seq);
+  assert.ok(seqs.every(validSeq), `seqs ${seqs}`);
+  assert.equal(new Set(seqs).size, seqs.length, 'distinct seqs');
+  if (page.has_more) assert.ok(validSeq(page.next_before_seq));
+  else assert.equal(page.next_before_seq, null);
+  for (const row of page.data) {
+    assert.deepEqual(Object.keys(row).sort(), ['content', 'created_at', 'metadata', 'run_id', 'seq']);
+    assert.equal(typeof row.run_id, 'string');
+    assert.equal(typeof row.metadata.caller, 'string');
+    assert.ok(!Number.isNaN(Date.parse(row.created_at)));
+    assert.ok(['human', 'ai', 'tool'].includes(row.content.type), JSON.stringify(row.content));
+  }
+  return page;
+}
 
 // DeerFlow's sidebar query (frontend/src/core/threads/thread-search-query.ts).
 const SIDEBAR_SEARCH = {
@@ -136,6 +160,93 @@ describe("DeerFlow's web UI against fawn", () => {
       await refused({ ids: Array.from({ length: 1001 }, (_, i) => `t${i}`) }, /at most 1000/);
       await refused({ selected: ['thread_id'] }, /selected/);
       assert.equal((await request(srv, 'GET', '/health')).status, 200);
+    });
+  });
+
+  describe('messages/page: the thread-global history, backwards', () => {
+    let thread;
+    let runs;
+
+    before(async () => {
+      thread = await client.threads.create();
+      fake.queue(reply('', [call('bash', { description: 'greet', command: 'echo hello from the sandbox' })]), reply('First answer'));
+      await client.runs.wait(thread.thread_id, 'lead_agent', { input: human('First question') });
+      fake.queue(reply('Second answer'));
+      await client.runs.wait(thread.thread_id, 'lead_agent', { input: human('Second question') });
+      runs = (await client.runs.list(thread.thread_id)).reverse().map((r) => r.run_id);
+    });
+
+    const page = async (query = '', who = admin) => {
+      const res = await api('GET', `/api/threads/${thread.thread_id}/messages/page${query}`, undefined, who);
+      assert.equal(res.status, 200, res.text);
+      return assertDeerFlowPage(res.json);
+    };
+
+    it('answers every message of the conversation in order, each with its run, seq and caller', async () => {
+      const p = await page();
+      assert.equal(p.has_more, false);
+      const shown = p.data.map((r) => [r.content.type, r.run_id]);
+      assert.deepEqual(shown, [
+        ['human', runs[0]], ['ai', runs[0]], ['tool', runs[0]], ['ai', runs[0]],
+        ['human', runs[1]], ['ai', runs[1]],
+      ]);
+      assert.deepEqual(p.data.map((r) => r.seq), [1, 2, 3, 4, 5, 6]);
+      assert.ok(p.data.every((r) => r.metadata.caller === 'lead_agent'));
+      assert.equal(p.data[0].content.content, 'First question');
+      assert.match(p.data[2].content.content, /hello from the sandbox/);
+      assert.equal(p.data[5].content.content, 'Second answer');
+      // The same messages, with the same ids, as the state holds.
+      const state = await client.threads.getState(thread.thread_id);
+      assert.deepEqual(p.data.map((r) => r.content.id), state.values.messages.map((m) => m.id));
+    });
+
+    it('pages backwards with before_seq and limit until has_more is false', async () => {
+      const first = await page('?limit=4');
+      assert.deepEqual(first.data.map((r) => r.seq), [3, 4, 5, 6]);
+      assert.equal(first.has_more, true);
+      assert.equal(first.next_before_seq, 3);
+      const second = await page(`?before_seq=${first.next_before_seq}&limit=4`);
+      assert.deepEqual(second.data.map((r) => r.seq), [1, 2]);
+      assert.equal(second.has_more, false);
+      assert.deepEqual((await page('?before_seq=1')).data, []);
+      assert.deepEqual((await page('?before_seq=999999&limit=200')).data.map((r) => r.seq), [1, 2, 3, 4, 5, 6]);
+    });
+
+    it('a message replaced with POST /state is a new row, after the others; a new thread has none', async () => {
+      const state = await client.threads.getState(thread.thread_id);
+      const last = state.values.messages.at(-1);
+      await client.threads.updateState(thread.thread_id, { values: { messages: [{ ...last, content: 'Edited answer' }] } });
+      const p = await page();
+      assert.deepEqual(p.data.map((r) => r.seq), [1, 2, 3, 4, 5, 7]);
+      assert.equal(p.data.at(-1).content.content, 'Edited answer');
+      assert.equal(p.data.at(-1).run_id, '');
+      assert.equal(p.data.at(-1).metadata.caller, 'client');
+      const fresh = await client.threads.create();
+      const empty = await api('GET', `/api/threads/${fresh.thread_id}/messages/page`);
+      assert.deepEqual(empty.json, { data: [], has_more: false, next_before_seq: null });
+    });
+
+    it('malformed parameters are 422; after_seq is refused by name', async () => {
+      for (const q of ['?before_seq=0', '?before_seq=abc', '?before_seq=-1', '?before_seq=1.5', '?before_seq=', '?limit=0',
+        '?limit=201', '?limit=-1', '?limit=%35', '?limit=5x', `?before_seq=${'9'.repeat(30)}`, '?after_seq=1']) {
+        const res = await api('GET', `/api/threads/${thread.thread_id}/messages/page${q}`);
+        assert.equal(res.status, 422, `${q}: ${res.text}`);
+      }
+      const after = await api('GET', `/api/threads/${thread.thread_id}/messages/page?after_seq=2`);
+      assert.match(after.json.detail, /after_seq is not supported/);
+      const limit = await api('GET', `/api/threads/${thread.thread_id}/messages/page?limit=201`);
+      assert.equal(limit.json.detail, 'limit must be an integer from 1 to 200');
+    });
+
+    it("another user's thread is 404, whatever the parameters; so is a missing one", async () => {
+      for (const q of ['', '?limit=2', '?before_seq=0', '?after_seq=1']) {
+        const res = await api('GET', `/api/threads/${thread.thread_id}/messages/page${q}`, undefined, bob);
+        assert.equal(res.status, 404, `${q}: ${res.text}`);
+        assert.ok(!res.text.includes('question'));
+      }
+      const jar = await request(srv, 'GET', `/api/threads/${thread.thread_id}/messages/page`, { jar: bob.jar });
+      assert.equal(jar.status, 404);
+      assert.equal((await api('GET', '/api/threads/no-such-thread/messages/page')).status, 404);
     });
   });
 });

@@ -425,12 +425,46 @@ static void thread_ids_are_checked(void **state) {
     }
 }
 
+/* Query counts (messages/page, runs list) are digits only, within bounds. */
+static void query_decimals_parse_with_bounds(void **state) {
+    int64_t v = -1;
+    assert_int_equal(gw_decimal_parse(&v, "50", 1, 200), 0);
+    assert_int_equal(v, 50);
+    assert_int_equal(gw_decimal_parse(&v, "0007", 1, 200), 0);
+    assert_int_equal(v, 7);
+    assert_int_equal(gw_decimal_parse(&v, "9223372036854775807", 1, INT64_MAX), 0);
+    assert_int_equal(v, INT64_MAX);
+    assert_int_equal(gw_decimal_parse(&v, "5", 5, 5), 0);
+    assert_int_equal(gw_decimal_parse(&v, "9", 5, 5), FAWN_EINVAL); /* a digit over max */
+    assert_int_equal(gw_decimal_parse(&v, "10", 0, 5), FAWN_EINVAL);
+    static const char *const bad[] = {NULL,
+                                      "",
+                                      "0",
+                                      "201",
+                                      "-1",
+                                      "+5",
+                                      " 5",
+                                      "5 ",
+                                      "5x",
+                                      "1e2",
+                                      "0x1",
+                                      "%35",
+                                      "9223372036854775808",
+                                      "99999999999999999999999"};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        v = -1;
+        assert_int_equal(gw_decimal_parse(&v, bad[i], 1, i < 12 ? 200 : INT64_MAX), FAWN_EINVAL);
+        assert_int_equal(v, 0);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(forwarded_client_from_trusted_proxies_only),
         cmocka_unit_test(throttle_locks_out_after_failures),
         cmocka_unit_test(form_fields_decode_once),
         cmocka_unit_test(event_ids_parse_with_bounds),
+        cmocka_unit_test(query_decimals_parse_with_bounds),
         cmocka_unit_test(refused_json_bodies_leave_no_object),
         cmocka_unit_test(thread_views_select_and_extract),
         cmocka_unit_test(thread_ids_are_checked),
