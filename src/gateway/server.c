@@ -61,6 +61,7 @@ static const struct {
     {gw_run_routes, &gw_run_routes_count},
     {gw_state_routes, &gw_state_routes_count},
     {gw_message_routes, &gw_message_routes_count},
+    {gw_settings_routes, &gw_settings_routes_count},
 };
 
 /* ---- routing ---- */

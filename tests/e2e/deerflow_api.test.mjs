@@ -3,6 +3,7 @@
 // fetch-like raw requests where it calls the gateway directly. Each test
 // asks what the frontend asks, in the shapes its source parses.
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
 import { after, before, describe, it } from './lib/test.mjs';
 import { Client } from '@langchain/langgraph-sdk';
 
@@ -160,6 +161,56 @@ describe("DeerFlow's web UI against fawn", () => {
       await refused({ ids: Array.from({ length: 1001 }, (_, i) => `t${i}`) }, /at most 1000/);
       await refused({ selected: ['thread_id'] }, /selected/);
       assert.equal((await request(srv, 'GET', '/health')).status, 200);
+    });
+  });
+
+  describe('what the workspace asks before it shows a page', () => {
+    it('GET /api/features: none of the optional features; signed in only', async () => {
+      const res = await api('GET', '/api/features');
+      assert.equal(res.status, 200, res.text);
+      assert.deepEqual(res.json, { agents_api: { enabled: false }, browser_control: { enabled: false }, mcp_tasks: { enabled: false } });
+      assert.equal((await request(srv, 'GET', '/api/features')).status, 401);
+    });
+
+    it('GET /api/suggestions/config: suggestions off (a 404 would have turned them on)', async () => {
+      const res = await api('GET', '/api/suggestions/config');
+      assert.equal(res.status, 200, res.text);
+      assert.deepEqual(res.json, { enabled: false, max_suggestions: 0 });
+      assert.equal((await request(srv, 'GET', '/api/suggestions/config')).status, 401);
+    });
+
+    it('GET /api/models says token usage is recorded, and the answers carry it', async () => {
+      const res = await api('GET', '/api/models');
+      assert.deepEqual(res.json.token_usage, { enabled: true });
+      assert.deepEqual(res.json.models.map((m) => m.name), ['fake']);
+      const t = await client.threads.create();
+      fake.queue(reply('Counted'));
+      const values = await client.runs.wait(t.thread_id, 'lead_agent', { input: human('Count my tokens') });
+      const ai = values.messages.find((m) => m.type === 'ai');
+      assert.deepEqual(ai.usage_metadata, { input_tokens: 11, output_tokens: 7, total_tokens: 18 });
+    });
+
+    it('GET /api/v1/auth/providers is public: no single sign-on, local sign-in only', async () => {
+      const res = await request(srv, 'GET', '/api/v1/auth/providers');
+      assert.equal(res.status, 200, res.text);
+      assert.deepEqual(res.json, { providers: [] });
+      assert.equal(res.headers['set-cookie'], undefined);
+      assert.deepEqual((await request(srv, 'GET', '/api/v1/auth/providers', { jar: admin.jar })).json, { providers: [] });
+    });
+
+    it('uploads/limits answers before the thread exists, the same for any id, and creates nothing', async () => {
+      const fresh = crypto.randomUUID();
+      const limits = await request(srv, 'GET', `/api/threads/${fresh}/uploads/limits`, { jar: admin.jar });
+      assert.equal(limits.status, 200, limits.text);
+      assert.deepEqual(limits.json, { max_files: 10, max_file_size: 50 << 20, max_total_size: 100 << 20 });
+      assert.equal((await api('GET', `/api/threads/${fresh}`)).status, 404, 'no thread was created');
+      // Bob asking about admin's real thread learns what he learns about any id.
+      const [own] = await client.threads.search({ limit: 1 });
+      const bobs = await api('GET', `/api/threads/${own.thread_id}/uploads/limits`, undefined, bob);
+      assert.equal(bobs.status, 200);
+      assert.equal(bobs.text, limits.text);
+      assert.equal((await api('GET', '/api/threads/bad%2Fid/uploads/limits')).status, 404);
+      assert.equal((await request(srv, 'GET', `/api/threads/${fresh}/uploads/limits`)).status, 401);
     });
   });
 
