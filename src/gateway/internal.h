@@ -294,7 +294,8 @@ FAWN_MUST_CHECK int gw_thread_resolve(store_thread *out, gw_request *rq, bool cr
 FAWN_MUST_CHECK int gw_thread_files_open(int *user_data_fd, gw_request *rq, const store_thread *t,
                                          bool create);
 
-/* {"id","email","username","system_role","needs_setup"} for u (new ref). */
+/* {"id","email","username","system_role","needs_setup"} for u (new ref);
+ * email is auth_user_email's. */
 json_t *gw_user_json(const store_user *u);
 /* ISO 8601 UTC text of a wall-clock time in ms, into out. */
 void gw_iso_time(char out[40], int64_t ms);

@@ -268,10 +268,11 @@ int gw_respond_coded(gw_request *rq, unsigned status, const char *code, const ch
 }
 
 json_t *gw_user_json(const store_user *u) {
-    char id[24];
+    char id[24], email[AUTH_EMAIL_MAX + 1];
     paths_user_dir_name(id, u->id);
-    return json_pack("{s:s,s:s,s:s,s:s,s:b}", "id", id, "email", u->username, "username",
-                     u->username, "system_role", u->role, "needs_setup", 0);
+    auth_user_email(email, u->username, u->id);
+    return json_pack("{s:s,s:s,s:s,s:s,s:b}", "id", id, "email", email, "username", u->username,
+                     "system_role", u->role, "needs_setup", 0);
 }
 
 void gw_iso_time(char out[40], int64_t ms) {

@@ -6,8 +6,9 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import { after, before, describe, it } from './lib/test.mjs';
 import { Client } from '@langchain/langgraph-sdk';
+import { z } from 'zod';
 
-import { FawnServer, request, setupAdmin, setupUser } from './lib/server.mjs';
+import { FawnServer, request, sanitizerReport, setupAdmin, setupUser } from './lib/server.mjs';
 import { FakeOpenAI, call, reply } from './lib/fake_openai.mjs';
 
 function sdk(srv, token, base = '/api') {
@@ -53,6 +54,16 @@ function assertDeerFlowPage(page) {
   }
   return page;
 }
+
+// DeerFlow's user schema (frontend/src/core/auth/types.ts): the SSR auth
+// check and the AuthProvider parse /api/v1/auth/me with it.
+const deerflowUser = z.object({
+  id: z.string(),
+  email: z.string().email(),
+  system_role: z.enum(['admin', 'user']),
+  needs_setup: z.boolean().optional().default(false),
+  oauth_provider: z.string().nullable().optional().default(null),
+});
 
 // DeerFlow's sidebar query (frontend/src/core/threads/thread-search-query.ts).
 const SIDEBAR_SEARCH = {
@@ -211,6 +222,40 @@ describe("DeerFlow's web UI against fawn", () => {
       assert.equal(bobs.text, limits.text);
       assert.equal((await api('GET', '/api/threads/bad%2Fid/uploads/limits')).status, 404);
       assert.equal((await request(srv, 'GET', `/api/threads/${fresh}/uploads/limits`)).status, 401);
+    });
+  });
+
+  describe('/api/v1/auth/me satisfies a client that requires an e-mail address', () => {
+    it('a username that is an address is the address; the user parses as DeerFlow reads it', async () => {
+      const me = await request(srv, 'GET', '/api/v1/auth/me', { jar: admin.jar });
+      assert.equal(me.json.email, 'admin@example.com');
+      assert.equal(deerflowUser.parse(me.json).system_role, 'admin');
+    });
+
+    it('a plain username gets an address in fawn.invalid, a domain that never delivers', async () => {
+      const me = await request(srv, 'GET', '/api/v1/auth/me', { jar: bob.jar });
+      assert.equal(me.json.username, 'bob');
+      assert.equal(me.json.email, 'bob@fawn.invalid');
+      assert.deepEqual(deerflowUser.parse(me.json), {
+        id: me.json.id, email: 'bob@fawn.invalid', system_role: 'user', needs_setup: false, oauth_provider: null,
+      });
+      // The demo admin of `make run` is called "admin"; a name that cannot
+      // be an address's local part gets one from the user id.
+      for (const [name, email] of [['admin', 'admin@fawn.invalid'], ['a..b', null], ['x@y.z', null]]) {
+        const u = await setupUser(srv, name);
+        const got = (await request(srv, 'GET', '/api/v1/auth/me', { bearer: u.token })).json;
+        assert.equal(got.username, name);
+        assert.equal(got.email, email || `user-${Number(got.id)}@fawn.invalid`);
+        deerflowUser.parse(got);
+      }
+    });
+
+    it('nobody may take a username in fawn.invalid', async () => {
+      for (const name of ['bob@fawn.invalid', 'Eve@FAWN.invalid']) {
+        const r = await srv.cli(['user', 'add', '--username', name], 'a fine long password\n');
+        assert.notEqual(r.code, 0, `${name} was accepted`);
+        assert.ok(!sanitizerReport(r.stderr), r.stderr);
+      }
     });
   });
 
