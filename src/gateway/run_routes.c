@@ -386,24 +386,44 @@ static int route_run_join(gw_request *rq) {
 
 static int route_run_join_stream(gw_request *rq) { return follow_existing(rq, true); }
 
+/* 409 for a run that has ended (or was never known to the executor):
+ * "Run <id> is not cancellable (status: <status>)", the words DeerFlow's
+ * UI looks for to take a stop that came too late as done. */
+static int respond_not_cancellable(gw_request *rq, const store_run *run) {
+    char detail[STORE_RUN_ID_MAX + 64];
+    snprintf(detail, sizeof detail, "Run %s is not cancellable (status: %s)", run->run_id,
+             run->status);
+    return gw_respond_detail(rq, MHD_HTTP_CONFLICT, detail);
+}
+
 static int route_run_cancel(gw_request *rq) {
     store_run run;
     int r = run_resolve(&run, rq);
     if (r < 0)
         return r;
     bool finished = strcmp(run.status, "pending") != 0 && strcmp(run.status, "running") != 0;
-    store_run_clear(&run);
     const char *wait = gw_query(rq, "wait");
     const char *action = gw_query(rq, "action");
-    if (action && strcmp(action, "interrupt") != 0)
+    if (action && strcmp(action, "interrupt") != 0) {
+        store_run_clear(&run);
         return gw_respond_detail(rq, MHD_HTTP_UNPROCESSABLE_CONTENT,
                                  "Cancel action 'rollback' is not supported");
+    }
     bool waiting = wait && (strcmp(wait, "1") == 0 || strcmp(wait, "true") == 0);
     if (!finished)
         r = runs_cancel(app_runs(rq->g->app), rq->who.user.id, rq->params[0], rq->params[1],
                         waiting ? CANCEL_WAIT_MS : 0);
-    if (finished || r == FAWN_ENOENT)
-        return gw_respond_detail(rq, MHD_HTTP_CONFLICT, "Run is not active");
+    if (!finished && r == FAWN_ENOENT) { /* it ended meanwhile: say how */
+        store_run_clear(&run);
+        r = run_resolve(&run, rq);
+        finished = r == 0;
+    }
+    if (finished) {
+        r = respond_not_cancellable(rq, &run);
+        store_run_clear(&run);
+        return r;
+    }
+    store_run_clear(&run);
     if (r == 0 && waiting) {
         struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
         return resp ? gw_queue(rq, MHD_HTTP_NO_CONTENT, resp) : FAWN_ENOMEM;

@@ -259,6 +259,35 @@ describe("DeerFlow's web UI against fawn", () => {
     });
   });
 
+  describe('stop after the end', () => {
+    /** DeerFlow's isRunNotCancellableError (frontend/src/core/api/api-client.ts). */
+    const isRunNotCancellableError = (error) => {
+      const status = error?.status;
+      const message = error instanceof Error ? error.message : String(error?.message ?? '');
+      return (status === 409 || message.includes('HTTP 409')) && message.includes('is not cancellable');
+    };
+
+    it("cancelling a run that has ended is a 409 DeerFlow's UI takes as done", async () => {
+      const t = await client.threads.create();
+      fake.queue(reply('Finished before the stop'));
+      const run = await client.runs.create(t.thread_id, 'lead_agent', { input: human('Quick one') });
+      await client.runs.join(t.thread_id, run.run_id);
+      let thrown;
+      try {
+        await client.runs.cancel(t.thread_id, run.run_id);
+      } catch (e) {
+        thrown = e;
+      }
+      assert.ok(isRunNotCancellableError(thrown), `${thrown?.status} ${thrown?.message}`);
+      const raw = await api('POST', `/api/threads/${t.thread_id}/runs/${run.run_id}/cancel?wait=1&action=interrupt`);
+      assert.equal(raw.status, 409);
+      assert.equal(raw.json.detail, `Run ${run.run_id} is not cancellable (status: success)`);
+      // Another user's stop is not a conflict: the run is not theirs.
+      const bobs = await api('POST', `/api/threads/${t.thread_id}/runs/${run.run_id}/cancel`, undefined, bob);
+      assert.equal(bobs.status, 404);
+    });
+  });
+
   describe('messages/page: the thread-global history, backwards', () => {
     let thread;
     let runs;
