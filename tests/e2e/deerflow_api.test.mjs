@@ -82,7 +82,16 @@ describe("DeerFlow's web UI against fawn", () => {
 
   before(async () => {
     fake = await FakeOpenAI.start();
-    srv = await FawnServer.start({ models: [fake.model()] });
+    srv = await FawnServer.start({
+      models: [fake.model()],
+      // Users may do everything but delete threads: the alias must be held
+      // to the same route permissions.
+      authorization: {
+        enabled: true,
+        default_role: 'user',
+        roles: { admin: {}, user: { routes: { allow: ['threads:read', 'threads:write', 'runs:create', 'runs:read', 'runs:cancel'] } } },
+      },
+    });
     admin = await setupAdmin(srv);
     bob = await setupUser(srv, 'bob');
     client = sdk(srv, admin.token);
@@ -367,6 +376,66 @@ describe("DeerFlow's web UI against fawn", () => {
         assert.equal(res.status, 422, res.text);
         assert.match(res.json.detail, /additional_kwargs/);
       }
+    });
+  });
+
+  describe('/api/langgraph/... is /api/...', () => {
+    /** The SDK as DeerFlow's UI builds it: base /api/langgraph, the session cookie and its CSRF token. */
+    const browserSdk = (who) => new Client({
+      apiUrl: `${srv.base}/api/langgraph`,
+      defaultHeaders: { Cookie: who.jar.header(), 'X-CSRF-Token': who.jar.get('csrf_token') },
+      callerOptions: { maxRetries: 0 },
+    });
+
+    it("DeerFlow's chat flow through the alias: create, stream, list with titles, state, history, rename, delete", async () => {
+      const ui = browserSdk(admin);
+      const t = await ui.threads.create({ metadata: { via: 'alias' } });
+      fake.queue(reply('Streamed through the alias'));
+      const events = [];
+      for await (const part of ui.runs.stream(t.thread_id, 'lead_agent', {
+        input: { messages: [{ type: 'human', content: [{ type: 'text', text: 'Hello alias' }] }] },
+        streamMode: ['values', 'messages-tuple', 'updates', 'custom'],
+      })) events.push(part);
+      assert.ok(events.some((e) => e.event === 'messages'), 'messages-tuple text streamed');
+      const last = events.filter((e) => e.event === 'values').at(-1).data;
+      assert.equal(last.messages.at(-1).content, 'Streamed through the alias');
+      const rows = await ui.threads.search({ ...SIDEBAR_SEARCH, metadata: { via: 'alias' } });
+      assert.deepEqual(rows.map((r) => [r.thread_id, r.values.title]), [[t.thread_id, 'Hello alias']]);
+      assert.equal((await ui.threads.getState(t.thread_id)).values.messages.length, 2);
+      assert.equal((await ui.threads.getHistory(t.thread_id, { limit: 1 })).length, 1);
+      await ui.threads.updateState(t.thread_id, { values: { title: 'Renamed via alias' } });
+      assert.equal((await ui.threads.get(t.thread_id)).values.title, 'Renamed via alias');
+      const page = await request(srv, 'GET', `/api/langgraph/threads/${t.thread_id}/messages/page`, { jar: admin.jar });
+      assertDeerFlowPage(page.json);
+      await ui.threads.delete(t.thread_id);
+      assert.equal(await sdkStatus(() => ui.threads.get(t.thread_id)), 404);
+    });
+
+    it('the alias is as protected as the path: authentication, CSRF, route permissions, owners', async () => {
+      const t = await client.threads.create();
+      const p = `/threads/${t.thread_id}`;
+      for (const base of ['/api', '/api/langgraph']) {
+        const anon = await request(srv, 'POST', `${base}/threads/search`, { body: {} });
+        assert.equal(anon.status, 401, `${base}: ${anon.text}`);
+        assert.equal(anon.json.detail.code, 'not_authenticated');
+        const noCsrf = await request(srv, 'POST', `${base}/threads/search`, { jar: admin.jar, body: {} });
+        assert.equal(noCsrf.status, 403, `${base}: ${noCsrf.text}`);
+        assert.match(noCsrf.json.detail, /CSRF/);
+        const bobsOwn = await sdk(srv, bob.token).threads.create();
+        const del = await request(srv, 'DELETE', `${base}/threads/${bobsOwn.thread_id}`, { bearer: bob.token });
+        assert.equal(del.status, 403, `${base}: ${del.text}`);
+        assert.equal(del.json.detail, 'Permission denied: threads:delete');
+        const foreign = await request(srv, 'GET', `${base}${p}`, { bearer: bob.token });
+        assert.equal(foreign.status, 404, `${base}: ${foreign.text}`);
+        const ok = await request(srv, 'GET', `${base}${p}`, { jar: admin.jar });
+        assert.equal(ok.status, 200);
+      }
+      // Public routes stay public, and only one level is an alias.
+      assert.equal((await request(srv, 'GET', '/api/langgraph/v1/auth/providers')).status, 200);
+      assert.equal((await request(srv, 'GET', '/api/langgraph/langgraph/threads/x', { bearer: admin.token })).status, 404);
+      assert.equal((await request(srv, 'GET', `/api/langgraphx${p}`, { bearer: admin.token })).status, 404);
+      assert.equal((await request(srv, 'GET', `/api/langgraphx${p}`)).status, 401);
+      assert.equal((await request(srv, 'GET', `/api/langgraph/%2e%2e${p}`, { bearer: admin.token })).status, 404);
     });
   });
 
