@@ -4,6 +4,9 @@
 // asks what the frontend asks, in the shapes its source parses.
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { after, before, describe, it } from './lib/test.mjs';
 import { Client } from '@langchain/langgraph-sdk';
 import { z } from 'zod';
@@ -80,16 +83,33 @@ describe("DeerFlow's web UI against fawn", () => {
   let bob;
   let client;
 
+  let skillsDir;
+
   before(async () => {
     fake = await FakeOpenAI.start();
+    skillsDir = fs.mkdtempSync(path.join(os.tmpdir(), 'fawn-e2e-skills-'));
+    const skill = (rel, text) => {
+      fs.mkdirSync(path.join(skillsDir, rel), { recursive: true });
+      fs.writeFileSync(path.join(skillsDir, rel, 'SKILL.md'), text);
+    };
+    skill('pdf', '---\nname: pdf\ndescription: Read and fill PDF forms\nlicense: Apache-2.0\n---\n# PDF\n');
+    skill('custom/secret-skill', '---\ndescription: Only for admins\n---\n');
+    skill('custom/<b onmouseover=alert(1)>', '---\ndescription: "<script>alert(1)</script>"\n---\n');
     srv = await FawnServer.start({
       models: [fake.model()],
+      sandbox: { skills_dir: skillsDir },
       // Users may do everything but delete threads: the alias must be held
       // to the same route permissions.
       authorization: {
         enabled: true,
         default_role: 'user',
-        roles: { admin: {}, user: { routes: { allow: ['threads:read', 'threads:write', 'runs:create', 'runs:read', 'runs:cancel'] } } },
+        roles: {
+          admin: {},
+          user: {
+            routes: { allow: ['threads:read', 'threads:write', 'runs:create', 'runs:read', 'runs:cancel'] },
+            skills: { deny: ['secret-skill'] },
+          },
+        },
       },
     });
     admin = await setupAdmin(srv);
@@ -99,6 +119,7 @@ describe("DeerFlow's web UI against fawn", () => {
   after(async () => {
     await srv?.stop();
     await fake?.stop();
+    if (skillsDir) fs.rmSync(skillsDir, { recursive: true, force: true });
   });
 
   const api = (method, p, body, who = admin) => request(srv, method, p, { bearer: who.token, body });
@@ -376,6 +397,69 @@ describe("DeerFlow's web UI against fawn", () => {
         assert.equal(res.status, 422, res.text);
         assert.match(res.json.detail, /additional_kwargs/);
       }
+    });
+  });
+
+  describe('the settings pages read what fawn has', () => {
+    const get = async (p, who = admin) => {
+      const res = await request(srv, 'GET', p, { jar: who.jar });
+      assert.equal(res.status, 200, `${p}: ${res.text}`);
+      return res.json;
+    };
+
+    it('every settings read route is signed in only', async () => {
+      for (const p of ['/api/memory', '/api/mcp/config', '/api/skills', '/api/channels/providers',
+        '/api/channels/connections', '/api/integrations/lark/status']) {
+        const res = await request(srv, 'GET', p);
+        assert.equal(res.status, 401, `${p}: ${res.text}`);
+      }
+    });
+
+    it('GET /api/memory: the empty memory document (fawn keeps no memory)', async () => {
+      const memory = await get('/api/memory');
+      const empty = { summary: '', updatedAt: '' };
+      assert.deepEqual(memory, {
+        version: '1.0',
+        lastUpdated: '',
+        user: { workContext: empty, personalContext: empty, topOfMind: empty },
+        history: { recentMonths: empty, earlierContext: empty, longTermBackground: empty },
+        facts: [],
+      });
+    });
+
+    it('GET /api/mcp/config: no MCP servers', async () => {
+      assert.deepEqual(await get('/api/mcp/config'), { mcp_servers: {} });
+    });
+
+    it("GET /api/skills: the skills directory's skills the role may use, read-only and not given to the agent", async () => {
+      const all = await get('/api/skills');
+      assert.deepEqual(all.skills.map((k) => [k.category, k.name]), [
+        ['custom', '<b onmouseover=alert(1)>'], ['custom', 'secret-skill'], ['public', 'pdf'],
+      ]);
+      assert.deepEqual(all.skills[2], {
+        name: 'pdf', category: 'public', description: 'Read and fill PDF forms', license: 'Apache-2.0', enabled: false, editable: false,
+      });
+      assert.equal(all.skills[0].description, '<script>alert(1)</script>', 'text, as the file says it');
+      const bobs = await get('/api/skills', bob);
+      assert.deepEqual(bobs.skills.map((k) => k.name), ['<b onmouseover=alert(1)>', 'pdf'], 'authorization skills rules');
+    });
+
+    it('GET /api/channels/providers and /connections: no IM channels', async () => {
+      assert.deepEqual(await get('/api/channels/providers'), { enabled: false, providers: [] });
+      assert.deepEqual(await get('/api/channels/connections'), { connections: [] });
+    });
+
+    it('GET /api/integrations/lark/status: not installed, not configured', async () => {
+      const lark = await get('/api/integrations/lark/status');
+      assert.equal(lark.installed, false);
+      assert.equal(lark.app_configured, false);
+      assert.equal(lark.cli.available, false);
+      assert.equal(lark.auth.status, 'not_configured');
+      assert.equal(lark.auth.verified, false);
+      assert.equal(lark.sandbox_runtime_ready, false);
+      assert.equal(lark.sandbox_runtime_mode, 'none');
+      assert.deepEqual(lark.installed_skills, []);
+      for (const k of ['version', 'install_path']) assert.equal(typeof lark[k], 'string');
     });
   });
 
