@@ -138,7 +138,7 @@ int skills_front_matter(json_t **out, const char *text, size_t len) {
         return fawn_err(FAWN_ENOMEM, "out of memory");
     yaml_parser_set_input_string(&p, (const unsigned char *)block, n);
     json_t *obj = json_object();
-    bool empty, done = false;
+    bool empty = false, done = false;
     int r = obj ? mapping_open(&empty, &p) : fawn_err(FAWN_ENOMEM, "out of memory");
     while (r == 0 && !empty && !done)
         r = pair_read(obj, &done, &p);
