@@ -83,9 +83,19 @@ FAWN_MUST_CHECK int agent_run(agent_outcome *out, const agent_params *p);
  * `shown` (e.g. "values.messages[2]") and what is wrong. */
 FAWN_MUST_CHECK int agent_message_check(const json_t *m, const char *shown);
 
+/* Files one input message may name as its attachments, and the longest
+ * upload status text kept for each. */
+#define AGENT_MESSAGE_FILES_MAX 100
+#define AGENT_FILE_STATUS_MAX 32
+
 /* Turns input messages of a request (LangChain dicts {type|role, content},
  * or OpenAI-style {role, content}) into stored human messages with ids.
- * FAWN_EINVAL naming the first bad message. *out is a new array. */
+ * Of a message's additional_kwargs only files is kept: at most
+ * AGENT_MESSAGE_FILES_MAX entries {filename (a valid file name), size?
+ * (an integer >= 0), path? (text of at most VPATH_MAX bytes), status? (text
+ * of at most AGENT_FILE_STATUS_MAX bytes)}, other keys of an entry
+ * dropped; the uploads hook tells the model about them. FAWN_EINVAL naming
+ * the first bad message. *out is a new array. */
 FAWN_MUST_CHECK int agent_input_messages(json_t **out, const json_t *input);
 
 /* A new message id (a UUID) in out. */

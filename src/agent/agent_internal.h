@@ -76,6 +76,8 @@ typedef struct agent_loop {
     json_t *outputs_before; /* delivery check: outputs when the sandbox was first used */
     json_t *recent_calls;   /* loop detection: hashes of the latest tool calls */
     bool empty_retried;
+    bool uploads_checked; /* uploads: the input's attachments were looked up */
+    char *uploads_note;   /* uploads: what the model is told of them, or NULL */
 } agent_loop;
 
 /* The chain (hooks.c): the order the run walks the hooks in. */
@@ -83,8 +85,8 @@ extern const agent_hook *const agent_hooks[];
 extern const size_t agent_hooks_count;
 
 /* The hooks, by the file that defines them. */
-extern const agent_hook hook_input_sanitization, hook_dangling_tool_calls, hook_model_errors,
-    hook_empty_final_retry, hook_finish_reasons, hook_title; /* hooks.c */
+extern const agent_hook hook_input_sanitization, hook_uploads, hook_dangling_tool_calls,
+    hook_model_errors, hook_empty_final_retry, hook_finish_reasons, hook_title; /* hooks.c */
 extern const agent_hook hook_tool_output_budget, hook_tool_authorization, hook_read_before_write,
     hook_delivery_check, hook_loop_detection, hook_clarification,
     hook_tool_errors; /* hooks_tools.c */
@@ -123,9 +125,28 @@ void agent_emit_custom(agent_loop *run, const char *type, json_t *fields);
  * (taken on first use): its stdout into *out (caller frees; NULL on
  * failure). FAWN_EIO when it does not exit 0; sandbox errors. */
 FAWN_MUST_CHECK int agent_box_exec(char **out, agent_loop *run, const char *command);
+/* The entries of directory dir (a virtual path) in the run's sandbox
+ * (taken on first use), as the box lists them one level deep: a new array
+ * of {name, path, type, size} into *entries (caller decrefs; NULL on
+ * failure). FAWN_EIO when the box refuses; sandbox errors. */
+FAWN_MUST_CHECK int agent_box_list(json_t **entries, agent_loop *run, const char *dir);
 /* Writes text to a file in the run's sandbox (taken on first use).
  * FAWN_EIO when the box refuses; sandbox errors. */
 FAWN_MUST_CHECK int agent_box_write(agent_loop *run, const char *path, const char *text);
+
+/* ---- hooks.c ---- */
+
+/* Files one uploads note names; past it, it says how many more there are. */
+#define AGENT_UPLOADS_NOTE_FILES_MAX 10
+
+/* What the model is told of the files attached to the user's message:
+ * files is its additional_kwargs.files (as agent_input_messages keeps it),
+ * entries the uploads directory's listing (agent_box_list). Only files the
+ * listing has as regular files are named (each once), by their virtual
+ * path as a JSON string whose '<' and '>' are escaped (so no name can
+ * close the note), with the size listed. *out (malloc'd) is NULL when no
+ * file is named. */
+FAWN_MUST_CHECK int agent_uploads_note(char **out, const json_t *files, const json_t *entries);
 
 /* ---- messages.c ---- */
 

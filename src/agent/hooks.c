@@ -7,6 +7,7 @@
 
 #include "agent/agent_internal.h"
 #include "base/json.h"
+#include "paths/paths.h"
 
 /* The chain: the one place that orders the hooks. Each point walks it by
  * the rule at agent_hook (before_* and sandbox_acquired first to last,
@@ -14,7 +15,7 @@
  * hooks run as:
  *   before_agent      dangling_tool_calls
  *   sandbox_acquired  delivery_check (outputs as the run found them)
- *   before_model      input_sanitization
+ *   before_model      input_sanitization, then uploads
  *   wrap_model        model_errors > empty_final_retry > the model
  *   after_model       finish_reasons, then loop_detection
  *   wrap_tool         tool_output_budget > tool_authorization > read_before_write
@@ -25,15 +26,14 @@
  * loop detection counts them; an empty reply is retried inside the model
  * error handling, which sees only the retry's result; tool_errors gives
  * every outer hook a result to read; a denied call is never checked for
- * read-before-write; the budget saves the text every inner hook wrote. */
+ * read-before-write; the budget saves the text every inner hook wrote; the
+ * uploads note goes before the fenced user text, outside the fence. */
 const agent_hook *const agent_hooks[] = {
-    &hook_input_sanitization,  &hook_tool_output_budget,
-    &hook_dangling_tool_calls, &hook_model_errors,
-    &hook_tool_authorization,  &hook_read_before_write,
-    &hook_delivery_check,      &hook_title,
-    &hook_loop_detection,      &hook_empty_final_retry,
-    &hook_finish_reasons,      &hook_clarification,
-    &hook_tool_errors,
+    &hook_input_sanitization,  &hook_uploads,           &hook_tool_output_budget,
+    &hook_dangling_tool_calls, &hook_model_errors,      &hook_tool_authorization,
+    &hook_read_before_write,   &hook_delivery_check,    &hook_title,
+    &hook_loop_detection,      &hook_empty_final_retry, &hook_finish_reasons,
+    &hook_clarification,       &hook_tool_errors,
 };
 const size_t agent_hooks_count = ARRAY_LEN(agent_hooks);
 
@@ -81,6 +81,159 @@ static void sanitize_before_model(agent_loop *run, agent_model_call *call) {
 
 const agent_hook hook_input_sanitization = {.name = "input_sanitization",
                                             .before_model = sanitize_before_model};
+
+/* ---- uploads: the model is told which files came with the message ----
+ * A client attaches files to a message by uploading them to the thread and
+ * naming them in the message's additional_kwargs.files. The run's input
+ * message is sent to the model with a note before its text that names
+ * those of them the uploads directory holds (request only: the stored
+ * message keeps the user's words). Files of earlier messages are not
+ * named again: the agent lists /mnt/user-data/uploads when it needs them. */
+
+#define UPLOADS_DIR VPATH_USER_DATA "/uploads"
+
+/* Appends text as a JSON string with '<' and '>' escaped too. */
+static int quoted_append(fbuf *b, const char *text) {
+    json_t *s = json_string(text);
+    char *q = s ? json_dumps(s, JSON_ENCODE_ANY) : NULL;
+    json_decref(s);
+    int r = q ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+    for (const char *p = q; r == 0 && *p; p++)
+        r = *p == '<'   ? fbuf_printf(b, "\\u003c")
+            : *p == '>' ? fbuf_printf(b, "\\u003e")
+                        : fbuf_append(b, p, 1);
+    free(q);
+    return r;
+}
+
+/* The listing's regular file named name, or NULL. */
+static const json_t *listed_file(const json_t *entries, const char *name) {
+    size_t i;
+    json_t *e;
+    json_array_foreach(entries, i, e) {
+        const char *type = json_string_value(json_object_get(e, "type"));
+        const char *n = json_string_value(json_object_get(e, "name"));
+        if (type && n && strcmp(type, "file") == 0 && strcmp(n, name) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+/* Whether files[0..k) names name already. */
+static bool named_before(const json_t *files, size_t k, const char *name) {
+    for (size_t i = 0; i < k; i++) {
+        const char *n = json_string_value(json_object_get(json_array_get(files, i), "filename"));
+        if (n && strcmp(n, name) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Lines "- <path> (<size> bytes)" of the attached files the listing holds. */
+static int note_lines(fbuf *b, size_t *named, size_t *more, const json_t *files,
+                      const json_t *entries) {
+    *named = *more = 0;
+    int r = 0;
+    for (size_t k = 0; r == 0 && k < json_array_size(files); k++) {
+        const char *name = json_string_value(json_object_get(json_array_get(files, k), "filename"));
+        const json_t *e = name && !named_before(files, k, name) ? listed_file(entries, name) : NULL;
+        if (!e)
+            continue;
+        if (*named == AGENT_UPLOADS_NOTE_FILES_MAX) {
+            (*more)++;
+            continue;
+        }
+        char path[VPATH_MAX + sizeof UPLOADS_DIR + 1];
+        snprintf(path, sizeof path, "%s/%s", UPLOADS_DIR, name);
+        r = fbuf_printf(b, "- ");
+        if (r == 0)
+            r = quoted_append(b, path);
+        if (r == 0)
+            r = fbuf_printf(b, " (%lld bytes)\n",
+                            (long long)json_integer_value(json_object_get(e, "size")));
+        (*named)++;
+    }
+    return r;
+}
+
+int agent_uploads_note(char **out, const json_t *files, const json_t *entries) {
+    *out = NULL;
+    fbuf lines = {0}, b = {0};
+    size_t named, more;
+    int r = note_lines(&lines, &named, &more, files, entries);
+    if (r < 0 || named == 0) {
+        fbuf_free(&lines);
+        return r;
+    }
+    r = fbuf_printf(&b,
+                    "<uploaded_files>\nThe user attached these files to this message; they "
+                    "are in " UPLOADS_DIR ":\n%s",
+                    lines.data);
+    if (r == 0 && more)
+        r = fbuf_printf(&b, "... and %zu more, not named here: list " UPLOADS_DIR " to see them.\n",
+                        more);
+    if (r == 0)
+        r = fbuf_printf(&b, "Read the files you need (read_file, or bash for other formats) "
+                            "before you answer.\n</uploaded_files>");
+    fbuf_free(&lines);
+    if (r < 0) {
+        fbuf_free(&b);
+        return r;
+    }
+    *out = fbuf_steal(&b);
+    return 0;
+}
+
+/* The attachments of the run's input: its last message's files. */
+static const json_t *input_files(const agent_loop *run) {
+    size_t n = json_array_size(run->p->input);
+    const json_t *last = n ? json_array_get(run->p->input, n - 1) : NULL;
+    return json_object_get(json_object_get(last, "additional_kwargs"), "files");
+}
+
+/* Looks the attachments up in the sandbox, once per run. */
+static void uploads_note_make(agent_loop *run) {
+    run->uploads_checked = true;
+    const json_t *files = input_files(run);
+    json_t *entries = NULL;
+    if (json_array_size(files) == 0)
+        return;
+    if (agent_box_list(&entries, run, UPLOADS_DIR) < 0 ||
+        agent_uploads_note(&run->uploads_note, files, entries) < 0)
+        log_warn("agent", "run %s: the model is not told of the attached files: %s", run->p->run_id,
+                 fawn_errmsg());
+    json_decref(entries);
+}
+
+/* content with note before it: text after a blank line, or a first part. */
+static json_t *noted(const json_t *content, const char *note) {
+    if (json_is_string(content))
+        return json_sprintf("%s\n\n%s", note, json_string_value(content));
+    json_t *parts = json_pack("[{s:s, s:s}]", "type", "text", "text", note);
+    if (parts && json_is_array(content))
+        json_array_extend(parts, (json_t *)content);
+    return parts;
+}
+
+static void uploads_before_model(agent_loop *run, agent_model_call *call) {
+    if (!run->uploads_checked)
+        uploads_note_make(run);
+    if (!run->uploads_note)
+        return;
+    for (size_t i = json_array_size(call->request); i-- > 0;) {
+        json_t *m = json_array_get(call->request, i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!role || strcmp(role, "user") != 0)
+            continue;
+        json_t *content = noted(json_object_get(m, "content"), run->uploads_note);
+        if (content)
+            json_array_set_new(call->request, i,
+                               json_pack("{s:s, s:o}", "role", "user", "content", content));
+        return;
+    }
+}
+
+const agent_hook hook_uploads = {.name = "uploads", .before_model = uploads_before_model};
 
 /* ---- dangling tool calls: every call gets a result ---- */
 

@@ -6,6 +6,7 @@
 
 #include "agent/agent_internal.h"
 #include "base/json.h"
+#include "paths/paths.h"
 
 /* Longest message id a client may choose. */
 #define MESSAGE_ID_MAX 128
@@ -64,6 +65,70 @@ int agent_message_check(const json_t *m, const char *shown) {
     return 0;
 }
 
+/* A JSON string that is a valid file name (no NUL inside either). */
+static bool file_name_valid(const json_t *name) {
+    const char *text = json_string_value(name);
+    return text && strlen(text) == json_string_length(name) && vpath_name_valid(text);
+}
+
+/* What a file entry of additional_kwargs.files keeps: its name, size,
+ * virtual path and upload status (others are dropped), each checked. */
+static int file_entry(json_t **out, const json_t *f, size_t i, size_t k) {
+    *out = NULL;
+    const json_t *name = json_object_get(f, "filename"), *size = json_object_get(f, "size");
+    const json_t *path = json_object_get(f, "path"), *status = json_object_get(f, "status");
+    const char *bad = !json_is_object(f)       ? ""
+                      : !file_name_valid(name) ? ".filename"
+                      : size && !(json_is_integer(size) && json_integer_value(size) >= 0) ? ".size"
+                      : path && !(json_is_string(path) && json_string_length(path) <= VPATH_MAX)
+                          ? ".path"
+                      : status && !(json_is_string(status) &&
+                                    json_string_length(status) <= AGENT_FILE_STATUS_MAX)
+                          ? ".status"
+                          : NULL;
+    if (bad)
+        return fawn_err(FAWN_EINVAL,
+                        "input.messages[%zu].additional_kwargs.files[%zu]%s: not a file entry "
+                        "({filename, size?, path?, status?})",
+                        i, k, bad);
+    *out = json_pack("{s:O, s:O*, s:O*, s:O*}", "filename", name, "size", size, "path", path,
+                     "status", status);
+    return *out ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+}
+
+/* The additional_kwargs a stored human message keeps: files, the
+ * attachments a client uploaded with it (DeerFlow's UI sends them), at
+ * most AGENT_MESSAGE_FILES_MAX; other keys are dropped. */
+static int kwargs_keep(json_t **out, const json_t *in, size_t i) {
+    *out = json_object();
+    const json_t *kw = json_object_get(in, "additional_kwargs");
+    const json_t *files = json_object_get(kw, "files");
+    int r = *out ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+    if (r == 0 && kw && !json_is_null(kw) && !json_is_object(kw))
+        r = fawn_err(FAWN_EINVAL, "input.messages[%zu].additional_kwargs: must be an object", i);
+    if (r == 0 && files && !json_is_null(files) &&
+        (!json_is_array(files) || json_array_size(files) > AGENT_MESSAGE_FILES_MAX))
+        r = fawn_err(FAWN_EINVAL,
+                     "input.messages[%zu].additional_kwargs.files: must be a list of at most %d "
+                     "file entries",
+                     i, AGENT_MESSAGE_FILES_MAX);
+    json_t *kept = r == 0 && json_array_size(files) ? json_array() : NULL;
+    for (size_t k = 0; r == 0 && k < json_array_size(files); k++) {
+        json_t *entry;
+        r = file_entry(&entry, json_array_get(files, k), i, k);
+        if (r == 0)
+            json_array_append_new(kept, entry);
+    }
+    if (r == 0 && kept)
+        json_object_set(*out, "files", kept);
+    json_decref(kept);
+    if (r < 0) {
+        json_decref(*out);
+        *out = NULL;
+    }
+    return r;
+}
+
 static int human_message(json_t **out, const json_t *in, size_t i) {
     if (!json_is_object(in))
         return fawn_err(FAWN_EINVAL, "input.messages[%zu]: must be an object", i);
@@ -77,12 +142,16 @@ static int human_message(json_t **out, const json_t *in, size_t i) {
     if (!content_valid(content))
         return fawn_err(FAWN_EINVAL, "input.messages[%zu].content: must be text or a list of parts",
                         i);
+    json_t *kwargs;
+    int r = kwargs_keep(&kwargs, in, i);
+    if (r < 0)
+        return r;
     const char *given = json_string_value(json_object_get(in, "id"));
     char id[40];
     agent_message_id(id);
     bool keep = given && given[0] && strlen(given) <= MESSAGE_ID_MAX;
-    *out = json_pack("{s:s, s:O, s:s, s:{}, s:{}}", "type", "human", "content", content, "id",
-                     keep ? given : id, "additional_kwargs", "response_metadata");
+    *out = json_pack("{s:s, s:O, s:s, s:o, s:{}}", "type", "human", "content", content, "id",
+                     keep ? given : id, "additional_kwargs", kwargs, "response_metadata");
     return *out ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
 }
 

@@ -79,6 +79,24 @@ int agent_box_exec(char **out, agent_loop *run, const char *command) {
     return r;
 }
 
+int agent_box_list(json_t **entries, agent_loop *run, const char *dir) {
+    *entries = NULL;
+    json_t *body = json_pack("{s:s, s:i}", "path", dir, "max_depth", 1);
+    json_t *reply = NULL;
+    int status = 0;
+    int r = body ? tool_box_call(&reply, &status, &run->env, "POST", "/v1/file/list", body,
+                                 AGENT_BOX_CALL_TIMEOUT_MS)
+                 : fawn_err(FAWN_ENOMEM, "out of memory");
+    json_decref(body);
+    json_t *list = json_object_get(reply, "entries");
+    if (r == 0 && (status != 200 || !json_is_array(list)))
+        r = fawn_err(FAWN_EIO, "sandbox listing failed (%d)", status);
+    if (r == 0)
+        *entries = json_incref(list);
+    json_decref(reply);
+    return r;
+}
+
 int agent_box_write(agent_loop *run, const char *path, const char *text) {
     json_t *body = json_pack("{s:s, s:s}", "path", path, "content", text);
     json_t *reply = NULL;

@@ -19,9 +19,64 @@ static const char jwt_header[] = "{\"alg\":\"HS256\",\"typ\":\"JWT\"}";
 #define JWT_PAYLOAD_MAX 1024
 #define B64_VARIANT sodium_base64_VARIANT_URLSAFE_NO_PADDING
 
+static const char email_domain_suffix[] = "@" AUTH_EMAIL_DOMAIN;
+
 bool auth_username_valid(const char *name) {
     size_t n = strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._@+-");
-    return n > 0 && n <= STORE_NAME_MAX && name[n] == '\0';
+    size_t suffix = sizeof email_domain_suffix - 1;
+    bool reserved = n >= suffix && strcasecmp(name + n - suffix, email_domain_suffix) == 0;
+    return n > 0 && n <= STORE_NAME_MAX && name[n] == '\0' && !reserved;
+}
+
+/* ---- e-mail addresses ---- */
+
+static bool ascii_alnum(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+static bool ascii_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+/* The n bytes before the '@' (none of them NUL). */
+static bool local_part_valid(const char *s, size_t n) {
+    if (n == 0 || s[0] == '.' || !(ascii_alnum(s[n - 1]) || strchr("_+-", s[n - 1])))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!ascii_alnum(s[i]) && !strchr("_'+-.", s[i]))
+            return false;
+    return true;
+}
+
+/* Labels, each followed by '.', then a last label of letters only. */
+static bool domain_valid(const char *d) {
+    const char *last = strrchr(d, '.');
+    if (!last || last == d || strlen(last + 1) < 2)
+        return false;
+    for (const char *p = last + 1; *p; p++)
+        if (!ascii_alpha(*p))
+            return false;
+    bool label_start = true;
+    for (const char *p = d; p < last; p++) {
+        bool ok = *p == '.' ? !label_start : ascii_alnum(*p) || (*p == '-' && !label_start);
+        if (!ok)
+            return false;
+        label_start = *p == '.';
+    }
+    return true;
+}
+
+bool auth_email_valid(const char *s) {
+    const char *at = s ? strchr(s, '@') : NULL;
+    return at && !strstr(s, "..") && local_part_valid(s, (size_t)(at - s)) && domain_valid(at + 1);
+}
+
+void auth_user_email(char out[AUTH_EMAIL_MAX + 1], const char *username, int64_t user_id) {
+    if (auth_email_valid(username) && strlen(username) <= AUTH_EMAIL_MAX) {
+        snprintf(out, AUTH_EMAIL_MAX + 1, "%s", username);
+        return;
+    }
+    int n = snprintf(out, AUTH_EMAIL_MAX + 1, "%s%s", username, email_domain_suffix);
+    if (n < 0 || (size_t)n > AUTH_EMAIL_MAX || !auth_email_valid(out))
+        snprintf(out, AUTH_EMAIL_MAX + 1, "user-%lld%s", (long long)user_id, email_domain_suffix);
 }
 
 /* Passwords that guessing starts with (compared ignoring case). */

@@ -10,11 +10,38 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "store/store.h"
 #include "base/base.h"
 
 /* True for an acceptable username: 1 to STORE_NAME_MAX (254) bytes of
- * letters, digits and . _ @ + - (an email address or a plain name). */
+ * letters, digits and . _ @ + - (an email address or a plain name), not
+ * ending in "@" AUTH_EMAIL_DOMAIN (regardless of case): those addresses
+ * are the ones auth_user_email makes up for users without one. */
 bool auth_username_valid(const char *name);
+
+/* ---- e-mail addresses ----
+ * A user's e-mail address is its username when that is one; fawn keeps no
+ * other. A user whose username is not an address (the demo admin "admin",
+ * "local-admin") is given one in AUTH_EMAIL_DOMAIN: a name under the
+ * .invalid top-level domain, which RFC 2606 reserves so that it never
+ * reaches anyone. Clients that require an address (DeerFlow's web UI)
+ * then get a well-formed one that is plainly not deliverable. */
+#define AUTH_EMAIL_DOMAIN "fawn.invalid"
+/* Longest address made: a username, '@', the domain. */
+#define AUTH_EMAIL_MAX (STORE_NAME_MAX + sizeof "@" AUTH_EMAIL_DOMAIN - 1)
+
+/* Whether s has the shape of an e-mail address, as common client-side
+ * checks (zod's email()) read it: a local part of ASCII letters, digits
+ * and _ ' + - . (not starting with '.', not ending with '.' or '\''),
+ * '@', then dot-separated labels of letters, digits and '-' (each starting
+ * with a letter or digit) ending in a top-level label of two or more
+ * letters; no ".." anywhere. */
+bool auth_email_valid(const char *s);
+
+/* The e-mail address of a user into out: username when auth_email_valid
+ * says it is one; else username@AUTH_EMAIL_DOMAIN when that is one; else
+ * user-<user_id>@AUTH_EMAIL_DOMAIN. */
+void auth_user_email(char out[AUTH_EMAIL_MAX + 1], const char *username, int64_t user_id);
 
 /* Password lengths accepted (bytes): short ones are guessable, long ones
  * only cost hashing time. */

@@ -218,6 +218,12 @@ static int route_me(gw_request *rq) {
     return gw_respond_json(rq, MHD_HTTP_OK, gw_user_json(&rq->who.user));
 }
 
+/* The single sign-on providers the sign-in page offers: none; fawn signs
+ * in with a username and password (login/local) only. */
+static int route_providers(gw_request *rq) {
+    return gw_respond_json(rq, MHD_HTTP_OK, json_pack("{s:[]}", "providers"));
+}
+
 static int route_setup_status(gw_request *rq) {
     int64_t admins = 0;
     int r = store_user_count(rq->g->st, &admins, AUTHZ_ADMIN_ROLE);
@@ -357,6 +363,7 @@ const gw_route gw_auth_routes[] = {
     AUTH_ROUTE("POST", "login/local", route_login, GW_PUBLIC, GW_AUTH_BODY_MAX),
     AUTH_ROUTE("POST", "logout", route_logout, GW_PUBLIC, 0),
     AUTH_ROUTE("GET", "setup-status", route_setup_status, GW_PUBLIC, 0),
+    AUTH_ROUTE("GET", "providers", route_providers, GW_PUBLIC, 0),
     AUTH_ROUTE("GET", "me", route_me, GW_SIGNED_IN, 0),
     AUTH_ROUTE("POST", "change-password", route_change_password, GW_SIGNED_IN, GW_AUTH_BODY_MAX),
     AUTH_ROUTE("POST", "tokens", route_token_create, GW_SIGNED_IN, GW_AUTH_BODY_MAX),

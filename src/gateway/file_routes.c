@@ -222,12 +222,13 @@ static int route_upload_list(gw_request *rq) {
     return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, list);
 }
 
+/* The limits are the configuration's, the same for every thread: they are
+ * answered for any well-formed id, before its thread exists (a new chat
+ * asks before its first message creates it), so the answer tells nothing
+ * about whether the caller, or anyone, has that thread. */
 static int route_upload_limits(gw_request *rq) {
-    store_thread t;
-    int r = gw_thread_resolve(&t, rq, false);
-    if (r < 0)
-        return r;
-    store_thread_clear(&t);
+    if (!fawn_id_valid(rq->params[0]))
+        return fawn_err(FAWN_ENOENT, "Thread not found");
     upload_limits lim = limits_from_config(rq->g->cfg);
     return gw_respond_json(rq, MHD_HTTP_OK,
                            json_pack("{s:i,s:I,s:I}", "max_files", (int)lim.max_files,

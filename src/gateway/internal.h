@@ -144,6 +144,10 @@ extern const gw_route gw_state_routes[];
 extern const size_t gw_state_routes_count;
 extern const gw_route gw_web_routes[];
 extern const size_t gw_web_routes_count;
+extern const gw_route gw_message_routes[];
+extern const size_t gw_message_routes_count;
+extern const gw_route gw_settings_routes[];
+extern const size_t gw_settings_routes_count;
 
 /* ---- requests (http.c) ---- */
 
@@ -151,6 +155,15 @@ extern const size_t gw_web_routes_count;
 const char *gw_header(const gw_request *rq, const char *name);
 const char *gw_cookie(const gw_request *rq, const char *name);
 const char *gw_query(const gw_request *rq, const char *name);
+/* A decimal of digits only (no sign, space or other character; leading
+ * zeros allowed) whose value is min … max (0 <= min <= max) into *out.
+ * FAWN_EINVAL, with no message, for anything else (NULL and "" included;
+ * *out is 0 then). */
+FAWN_MUST_CHECK int gw_decimal_parse(int64_t *out, const char *text, int64_t min, int64_t max);
+/* Query argument key as gw_decimal_parse reads it, dflt when absent.
+ * FAWN_EINVAL "<key> must be an integer from <min> to <max>" (*out 0). */
+FAWN_MUST_CHECK int gw_query_int(int64_t *out, const gw_request *rq, const char *key, int64_t dflt,
+                                 int64_t min, int64_t max);
 /* The client's address as text ("127.0.0.1"), into out: the TCP peer, or,
  * when the peer is a trusted proxy, the address its X-Forwarded-For names
  * (see gw_forwarded_client). */
@@ -283,10 +296,60 @@ FAWN_MUST_CHECK int gw_thread_resolve(store_thread *out, gw_request *rq, bool cr
 FAWN_MUST_CHECK int gw_thread_files_open(int *user_data_fd, gw_request *rq, const store_thread *t,
                                          bool create);
 
-/* {"id","email","username","system_role","needs_setup"} for u (new ref). */
+/* {"id","email","username","system_role","needs_setup"} for u (new ref);
+ * email is auth_user_email's. */
 json_t *gw_user_json(const store_user *u);
 /* ISO 8601 UTC text of a wall-clock time in ms, into out. */
 void gw_iso_time(char out[40], int64_t ms);
+
+/* ---- thread search views (thread_view.c) ----
+ * A search body's select (which fields of each thread come back), extract
+ * (alias: path pairs whose values come back in each thread's "extracted")
+ * and ids (which threads), as LangGraph defines them. An extract path is
+ * keys joined by '.', each optionally followed by list indexes "[n]" or
+ * "[-n]" (from the end), e.g. "metadata.tags[-1]"; it starts at a field
+ * of the thread object, and of values names only values.title. */
+
+/* Fields one select names (repeats included): twice the thread's fields. */
+#define GW_SELECT_FIELDS_MAX 20
+/* Paths one search extracts (LangGraph's bound), the longest path and
+ * alias, the steps of a path and the digits of an index: enough for any
+ * path into a thread object, and each path costs one walk per thread. */
+#define GW_EXTRACT_PATHS_MAX 10
+#define GW_EXTRACT_PATH_MAX 256
+#define GW_EXTRACT_ALIAS_MAX 64
+#define GW_EXTRACT_STEPS_MAX 16
+#define GW_EXTRACT_INDEX_DIGITS_MAX 9
+
+typedef struct gw_thread_view {
+    unsigned fields; /* bits of the selected fields; 0 when select was absent or empty (all) */
+    json_t *extract; /* {alias: path}, every path checked; NULL when absent */
+} gw_thread_view;
+
+/* Reads select and extract of a search body into *out (clear it with
+ * gw_thread_view_clear, on every path). FAWN_EINVAL naming what is wrong:
+ * a field that is not one of the thread object's (or "context", which fawn
+ * threads lack), more than GW_SELECT_FIELDS_MAX names, more than
+ * GW_EXTRACT_PATHS_MAX paths, an alias that is empty, longer than
+ * GW_EXTRACT_ALIAS_MAX or holds control characters, a bad path. */
+FAWN_MUST_CHECK int gw_thread_view_parse(gw_thread_view *out, const json_t *body);
+void gw_thread_view_clear(gw_thread_view *v);
+/* Shapes thread (a thread object, changed in place and returned; NULL
+ * stays NULL): adds "extracted" {alias: the value at its path, or null}
+ * when v extracts, then drops the fields v does not select. */
+json_t *gw_thread_view_apply(json_t *thread, const gw_thread_view *v);
+/* 0 when path is an extract path (see above); FAWN_EINVAL saying why not
+ * (also for NULL, and for paths over GW_EXTRACT_PATH_MAX bytes or
+ * GW_EXTRACT_STEPS_MAX steps). */
+FAWN_MUST_CHECK int gw_extract_path_check(const char *path);
+/* The value at path in obj (borrowed), or NULL when the path is not valid
+ * or leads nowhere. */
+const json_t *gw_extract_value(const json_t *obj, const char *path);
+/* The ids of a search body as the store takes them (JSON array text,
+ * malloc'd into *out), or NULL when ids is absent, null or empty.
+ * FAWN_EINVAL for anything but a list of at most STORE_SEARCH_IDS_MAX
+ * thread ids. */
+FAWN_MUST_CHECK int gw_thread_ids_parse(char **out, const json_t *ids);
 
 /* ---- following a run (run_stream.c) ---- */
 

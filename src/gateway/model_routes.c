@@ -14,6 +14,8 @@ static bool model_allowed(const gw_request *rq, const model_entry *e) {
     return authz_check(app_policy(rq->g->app), rq->who.user.role, AUTHZ_MODELS, e->name) == 0;
 }
 
+/* token_usage.enabled: every answer of a model that reports its usage
+ * carries it (usage_metadata of the AI message), always. */
 static int route_models(gw_request *rq) {
     json_t *list = json_array();
     for (size_t i = 0; list && i < model_registry_count(app_models(rq->g->app)); i++) {
@@ -21,7 +23,8 @@ static int route_models(gw_request *rq) {
         if (model_allowed(rq, e))
             json_array_append_new(list, model_json(e));
     }
-    return gw_respond_json(rq, MHD_HTTP_OK, json_pack("{s:o?}", "models", list));
+    return gw_respond_json(
+        rq, MHD_HTTP_OK, json_pack("{s:o?, s:{s:b}}", "models", list, "token_usage", "enabled", 1));
 }
 
 static int route_model(gw_request *rq) {

@@ -22,6 +22,35 @@ const char *gw_query(const gw_request *rq, const char *name) {
     return MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
+int gw_decimal_parse(int64_t *out, const char *text, int64_t min, int64_t max) {
+    *out = 0;
+    int64_t n = 0;
+    bool ok = text && *text && min >= 0 && min <= max;
+    for (const char *p = text; ok && *p; p++) {
+        int digit = *p - '0';
+        ok = digit >= 0 && digit <= 9 && digit <= max && n <= (max - digit) / 10;
+        n = ok ? n * 10 + digit : n;
+    }
+    if (!ok || n < min)
+        return FAWN_EINVAL;
+    *out = n;
+    return 0;
+}
+
+int gw_query_int(int64_t *out, const gw_request *rq, const char *key, int64_t dflt, int64_t min,
+                 int64_t max) {
+    *out = 0;
+    const char *v = gw_query(rq, key);
+    if (!v) {
+        *out = dflt;
+        return 0;
+    }
+    return gw_decimal_parse(out, v, min, max) == 0
+               ? 0
+               : fawn_err(FAWN_EINVAL, "%s must be an integer from %lld to %lld", key,
+                          (long long)min, (long long)max);
+}
+
 /* The canonical text of a numeric IPv4 or IPv6 address; false for
  * anything else. */
 static bool address_canonical(char out[64], const char *text) {
@@ -239,10 +268,11 @@ int gw_respond_coded(gw_request *rq, unsigned status, const char *code, const ch
 }
 
 json_t *gw_user_json(const store_user *u) {
-    char id[24];
+    char id[24], email[AUTH_EMAIL_MAX + 1];
     paths_user_dir_name(id, u->id);
-    return json_pack("{s:s,s:s,s:s,s:s,s:b}", "id", id, "email", u->username, "username",
-                     u->username, "system_role", u->role, "needs_setup", 0);
+    auth_user_email(email, u->username, u->id);
+    return json_pack("{s:s,s:s,s:s,s:s,s:b}", "id", id, "email", email, "username", u->username,
+                     "system_role", u->role, "needs_setup", 0);
 }
 
 void gw_iso_time(char out[40], int64_t ms) {

@@ -311,25 +311,15 @@ static int run_resolve(store_run *out, gw_request *rq) {
     return r;
 }
 
-static int query_int(int64_t *out, gw_request *rq, const char *key, int64_t dflt, int64_t max) {
-    const char *v = gw_query(rq, key);
-    char *end = NULL;
-    long long n = v ? strtoll(v, &end, 10) : dflt;
-    if (v && (!*v || *end || n < 0 || n > max))
-        return fawn_err(FAWN_EINVAL, "%s must be an integer from 0 to %lld", key, (long long)max);
-    *out = n;
-    return 0;
-}
-
 static int route_run_list(gw_request *rq) {
     store_thread t;
     int r = gw_thread_resolve(&t, rq, false);
     store_thread_clear(&t);
     int64_t limit = 0, offset = 0;
     if (r == 0)
-        r = query_int(&limit, rq, "limit", RUNS_LIST_DEFAULT, STORE_RUNS_LIST_MAX);
+        r = gw_query_int(&limit, rq, "limit", RUNS_LIST_DEFAULT, 0, STORE_RUNS_LIST_MAX);
     if (r == 0)
-        r = query_int(&offset, rq, "offset", 0, INT32_MAX);
+        r = gw_query_int(&offset, rq, "offset", 0, 0, INT32_MAX);
     if (r == FAWN_EINVAL)
         return gw_respond_detail(rq, MHD_HTTP_UNPROCESSABLE_CONTENT, fawn_errmsg());
     store_run *runs = NULL;
@@ -396,24 +386,44 @@ static int route_run_join(gw_request *rq) {
 
 static int route_run_join_stream(gw_request *rq) { return follow_existing(rq, true); }
 
+/* 409 for a run that has ended (or was never known to the executor):
+ * "Run <id> is not cancellable (status: <status>)", the words DeerFlow's
+ * UI looks for to take a stop that came too late as done. */
+static int respond_not_cancellable(gw_request *rq, const store_run *run) {
+    char detail[STORE_RUN_ID_MAX + 64];
+    snprintf(detail, sizeof detail, "Run %s is not cancellable (status: %s)", run->run_id,
+             run->status);
+    return gw_respond_detail(rq, MHD_HTTP_CONFLICT, detail);
+}
+
 static int route_run_cancel(gw_request *rq) {
     store_run run;
     int r = run_resolve(&run, rq);
     if (r < 0)
         return r;
     bool finished = strcmp(run.status, "pending") != 0 && strcmp(run.status, "running") != 0;
-    store_run_clear(&run);
     const char *wait = gw_query(rq, "wait");
     const char *action = gw_query(rq, "action");
-    if (action && strcmp(action, "interrupt") != 0)
+    if (action && strcmp(action, "interrupt") != 0) {
+        store_run_clear(&run);
         return gw_respond_detail(rq, MHD_HTTP_UNPROCESSABLE_CONTENT,
                                  "Cancel action 'rollback' is not supported");
+    }
     bool waiting = wait && (strcmp(wait, "1") == 0 || strcmp(wait, "true") == 0);
     if (!finished)
         r = runs_cancel(app_runs(rq->g->app), rq->who.user.id, rq->params[0], rq->params[1],
                         waiting ? CANCEL_WAIT_MS : 0);
-    if (finished || r == FAWN_ENOENT)
-        return gw_respond_detail(rq, MHD_HTTP_CONFLICT, "Run is not active");
+    if (!finished && r == FAWN_ENOENT) { /* it ended meanwhile: say how */
+        store_run_clear(&run);
+        r = run_resolve(&run, rq);
+        finished = r == 0;
+    }
+    if (finished) {
+        r = respond_not_cancellable(rq, &run);
+        store_run_clear(&run);
+        return r;
+    }
+    store_run_clear(&run);
     if (r == 0 && waiting) {
         struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
         return resp ? gw_queue(rq, MHD_HTTP_NO_CONTENT, resp) : FAWN_ENOMEM;

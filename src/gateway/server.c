@@ -1,9 +1,10 @@
 /* The gateway's HTTP server: libmicrohttpd (epoll, a pool of threads) in,
  * the route table out. A connection is first admitted and its request head
  * timed (connections.c). Every request then goes through the same steps, in
- * this order: match the route, authenticate (unless public), check the route
- * permissions, check CSRF, then read the body (buffered up to the route's
- * cap, or streamed to the route) and run the handler. */
+ * this order: resolve the /api/langgraph alias, match the route,
+ * authenticate (unless public), check the route permissions, check CSRF,
+ * then read the body (buffered up to the route's cap, or streamed to the
+ * route) and run the handler. */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <limits.h>
@@ -38,6 +39,9 @@
 #define GATEWAY_STOP_POLL_US 10000
 /* The user every request acts as when auth.disabled is set. */
 #define GATEWAY_LOCAL_ADMIN "local-admin"
+/* Where LangGraph SDK clients configured as DeerFlow's web UI is reach the
+ * API: every path under it is the same path under /api. */
+#define GATEWAY_LANGGRAPH_PREFIX "/api/langgraph"
 
 static int route_health(gw_request *rq) {
     return gw_respond_json(rq, MHD_HTTP_OK,
@@ -61,6 +65,8 @@ static const struct {
     {gw_run_routes, &gw_run_routes_count},
     {gw_state_routes, &gw_state_routes_count},
     {gw_web_routes, &gw_web_routes_count},
+    {gw_message_routes, &gw_message_routes_count},
+    {gw_settings_routes, &gw_settings_routes_count},
 };
 
 /* ---- routing ---- */
@@ -125,6 +131,24 @@ static const gw_route *route_find(gw_request *rq, const char *url, bool *path_kn
     return NULL;
 }
 
+/* The path to route for url: /api/langgraph[/...] is /api[/...], one
+ * level deep (never twice), so that a client need not be behind a
+ * rewriting proxy; everything else is itself. Into *copy (the caller
+ * frees) when it differs; FAWN_ENOMEM. */
+static int url_unalias(const char **out, char **copy, const char *url) {
+    *out = url;
+    *copy = NULL;
+    size_t n = strlen(GATEWAY_LANGGRAPH_PREFIX);
+    if (strncmp(url, GATEWAY_LANGGRAPH_PREFIX, n) != 0 || (url[n] != '/' && url[n] != '\0'))
+        return 0;
+    if (asprintf(copy, "/api%s", url + n) < 0) {
+        *copy = NULL;
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    }
+    *out = *copy;
+    return 0;
+}
+
 /* ---- request steps ---- */
 
 /* Answers a failed step or handler: its status and message, except that
@@ -174,8 +198,16 @@ static bool expects_continue(const gw_request *rq) {
     return expect && strcasecmp(expect, "100-continue") == 0;
 }
 
-/* Runs every step that needs only the head. A refusal is answered here. */
-static void request_begin(gw_request *rq, const char *url) {
+/* Runs every step that needs only the head, on the path url_unalias
+ * gives: an alias is routed, authenticated, authorized and checked for
+ * CSRF exactly as its /api path. A refusal is answered here. */
+static void request_begin(gw_request *rq, const char *raw_url) {
+    const char *url;
+    _cleanup_free_ char *copy = NULL;
+    if (url_unalias(&url, &copy, raw_url) < 0) {
+        respond_error(rq, FAWN_ENOMEM, fawn_errmsg());
+        return;
+    }
     bool path_known = false;
     rq->route = route_find(rq, url, &path_known);
     bool public = rq->route && rq->route->access == GW_PUBLIC;

@@ -23,15 +23,18 @@ static int unprocessable(gw_request *rq, const char *detail) {
     return gw_respond_detail(rq, MHD_HTTP_UNPROCESSABLE_CONTENT, detail);
 }
 
+/* The thread object: its values carry the state's title (when it has
+ * one), the rest of the state is at /state. */
 static json_t *thread_json(const store_thread *t) {
-    char created[40], updated[40];
+    char created[40], updated[40], state_updated[40];
     gw_iso_time(created, t->created_at_ms);
     gw_iso_time(updated, t->updated_at_ms);
+    gw_iso_time(state_updated, t->state_updated_at_ms ? t->state_updated_at_ms : t->created_at_ms);
     json_t *metadata = json_loads(t->metadata, 0, NULL);
-    return json_pack("{s:s,s:s,s:s,s:o,s:s,s:{},s:{},s:{}}", "thread_id", t->id, "created_at",
-                     created, "updated_at", updated, "metadata",
-                     metadata ? metadata : json_object(), "status", t->status, "config", "values",
-                     "interrupts");
+    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:s,s:{},s:{s:s*},s:{}}", "thread_id", t->id,
+                     "created_at", created, "updated_at", updated, "state_updated_at",
+                     state_updated, "metadata", metadata ? metadata : json_object(), "status",
+                     t->status, "config", "values", "title", t->title, "interrupts");
 }
 
 static int respond_thread(gw_request *rq, unsigned status, store_thread *t) {
@@ -143,9 +146,17 @@ static int route_thread_create(gw_request *rq) {
 
 typedef struct search_args {
     char *match;
+    char *ids;
     const char *status;
     int64_t limit, offset;
+    gw_thread_view view;
 } search_args;
+
+static void search_args_clear(search_args *a) {
+    free(a->match);
+    free(a->ids);
+    gw_thread_view_clear(&a->view);
+}
 
 static bool status_known(const char *status) {
     for (size_t i = 0; i < ARRAY_LEN(thread_statuses); i++)
@@ -168,7 +179,8 @@ static int search_order_check(const json_t *body) {
 
 static int search_args_read(search_args *a, json_t *body) {
     static const char *const keys[] = {"metadata", "limit",   "offset",     "status",
-                                       "values",   "sort_by", "sort_order", NULL};
+                                       "values",   "sort_by", "sort_order", "ids",
+                                       "select",   "extract", NULL};
     int r = fjson_check_keys(body, keys);
     if (r == 0)
         r = fjson_get_int(&a->limit, body, "limit", false, 1, SEARCH_MAX_LIMIT);
@@ -190,6 +202,10 @@ static int search_args_read(search_args *a, json_t *body) {
         r = fawn_err(FAWN_EINVAL, "metadata must be an object");
     if (r == 0 && json_is_object(m) && !(a->match = json_dumps(m, JSON_COMPACT)))
         r = fawn_err(FAWN_ENOMEM, "out of memory");
+    if (r == 0)
+        r = gw_thread_ids_parse(&a->ids, json_object_get(body, "ids"));
+    if (r == 0)
+        r = gw_thread_view_parse(&a->view, body);
     return r;
 }
 
@@ -202,22 +218,20 @@ static int route_thread_search(gw_request *rq) {
     store_thread *rows = NULL;
     size_t n = 0;
     if (r == 0)
-        r = store_thread_search(rq->g->st, &rows, &n, rq->who.user.id, a.match, a.status,
+        r = store_thread_search(rq->g->st, &rows, &n, rq->who.user.id, a.match, a.status, a.ids,
                                 (size_t)a.limit, (size_t)a.offset);
-    free(a.match);
-    json_decref(body);                       /* a.status pointed into it */
-    if (r == FAWN_EINVAL || r == FAWN_E2BIG) /* E2BIG: the match is beyond the store's bounds */
-        return unprocessable(rq, fawn_errmsg());
-    if (r < 0)
-        return r;
-    json_t *list = json_array();
+    json_t *list = r == 0 ? json_array() : NULL;
     for (size_t i = 0; i < n; i++) {
         if (list)
-            json_array_append_new(list, thread_json(&rows[i]));
+            json_array_append_new(list, gw_thread_view_apply(thread_json(&rows[i]), &a.view));
         store_thread_clear(&rows[i]);
     }
     free(rows);
-    return gw_respond_json(rq, MHD_HTTP_OK, list);
+    search_args_clear(&a);
+    json_decref(body);                       /* a.status pointed into it */
+    if (r == FAWN_EINVAL || r == FAWN_E2BIG) /* E2BIG: the match is beyond the store's bounds */
+        return unprocessable(rq, fawn_errmsg());
+    return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, list);
 }
 
 /* ---- one thread ---- */

@@ -154,6 +154,20 @@ static const migration migrations[] = {
      "  FOREIGN KEY (owner_id, thread_id) REFERENCES threads(owner_id, id) ON DELETE CASCADE);"
      "CREATE INDEX thread_messages_by_digest ON thread_messages(owner_id, thread_id, digest);",
      sq_state_migrate_messages},
+    /* 7: each message row records the run that wrote it ('' for a client's
+     * update) and when: those of the oldest kept checkpoint that lists it,
+     * for the rows already stored */
+    {"ALTER TABLE thread_messages ADD COLUMN run_id TEXT NOT NULL DEFAULT '';"
+     "ALTER TABLE thread_messages ADD COLUMN created_at_ms INTEGER NOT NULL DEFAULT 0;"
+     "UPDATE thread_messages SET (run_id, created_at_ms) = (SELECT c.run_id, c.created_at_ms "
+     "  FROM checkpoints c, json_each(c.message_spans) s WHERE c.owner_id = "
+     "  thread_messages.owner_id AND c.thread_id = thread_messages.thread_id AND "
+     "  thread_messages.seq BETWEEN json_extract(s.value, '$[0]') AND "
+     "  json_extract(s.value, '$[1]') ORDER BY c.seq LIMIT 1) WHERE EXISTS (SELECT 1 FROM "
+     "  checkpoints c, json_each(c.message_spans) s WHERE c.owner_id = thread_messages.owner_id "
+     "  AND c.thread_id = thread_messages.thread_id AND thread_messages.seq BETWEEN "
+     "  json_extract(s.value, '$[0]') AND json_extract(s.value, '$[1]'));",
+     NULL},
 };
 
 int sq_err(sqlite3 *db, int rc, const char *what) {
@@ -499,10 +513,18 @@ int store_user_revoke_sessions(store *s, int64_t id) {
 
 static const char *const thread_statuses[] = {"idle", "busy", "interrupted", "error"};
 
-#define THREAD_COLUMNS "id, owner_id, status, metadata, created_at_ms, updated_at_ms"
+/* A column of the thread's newest checkpoint (checkpoints_by_seq finds it). */
+#define NEWEST_CHECKPOINT(col)                                                                     \
+    "(SELECT " col " FROM checkpoints c WHERE c.owner_id = threads.owner_id AND c.thread_id = "    \
+    "threads.id ORDER BY c.seq DESC LIMIT 1)"
+#define THREAD_COLUMNS                                                                             \
+    "id, owner_id, status, metadata, created_at_ms, updated_at_ms, " NEWEST_CHECKPOINT(            \
+        "CASE WHEN json_type(c.state_values, '$.title') = 'text' THEN "                            \
+        "json_extract(c.state_values, '$.title') END") ", " NEWEST_CHECKPOINT("c.created_at_ms")
 
 void store_thread_clear(store_thread *t) {
     free(t->metadata);
+    free(t->title);
     memset(t, 0, sizeof *t);
 }
 
@@ -515,7 +537,10 @@ static int read_thread(store_thread *t, sqlite3_stmt *st) {
     t->metadata = strdup(m ? (const char *)m : "{}");
     t->created_at_ms = sqlite3_column_int64(st, 4);
     t->updated_at_ms = sqlite3_column_int64(st, 5);
-    return t->metadata ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+    bool titled = sqlite3_column_type(st, 6) != SQLITE_NULL;
+    t->title = titled ? sq_dup_col(st, 6) : NULL;
+    t->state_updated_at_ms = sqlite3_column_int64(st, 7);
+    return t->metadata && (t->title || !titled) ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
 }
 
 /* Whether v nests at most levels objects and arrays deep (a scalar: 0). */
@@ -708,11 +733,30 @@ static int check_match(const char *match) {
     "json_extract(threads.metadata, '$.\"' || m.key || '\"') IS NOT m.value "                      \
     "OR json_type(threads.metadata, '$.\"' || m.key || '\"') IS NOT m.type)"
 
+/* A search's ids are a JSON array of at most STORE_SEARCH_IDS_MAX thread ids. */
+static int check_ids(const char *ids) {
+    json_t *list = json_loads(ids, 0, NULL);
+    int r = json_is_array(list) ? 0 : fawn_err(FAWN_EINVAL, "the ids to search are not a list");
+    if (r == 0 && json_array_size(list) > STORE_SEARCH_IDS_MAX)
+        r = fawn_err(FAWN_E2BIG, "a search names at most %d ids", STORE_SEARCH_IDS_MAX);
+    size_t i;
+    json_t *id;
+    json_array_foreach(r == 0 ? list : NULL, i, id) {
+        if (!json_is_string(id) || !fawn_id_valid(json_string_value(id)))
+            r = fawn_err(FAWN_EINVAL, "thread ids to search must match [A-Za-z0-9_-]{1,64}");
+    }
+    json_decref(list);
+    return r;
+}
+
 int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_id,
-                        const char *match, const char *status, size_t limit, size_t offset) {
+                        const char *match, const char *status, const char *ids, size_t limit,
+                        size_t offset) {
     *out = NULL;
     *n = 0;
     int r = match ? check_match(match) : 0;
+    if (r == 0 && ids)
+        r = check_ids(ids);
     if (r < 0)
         return r;
     limit = limit < 1 ? 1 : limit > STORE_SEARCH_MAX ? STORE_SEARCH_MAX : limit;
@@ -724,6 +768,7 @@ int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_i
     r = sq_prepare(db, &st,
                    MATCH_CTE "SELECT " THREAD_COLUMNS " FROM threads WHERE owner_id = ?1 AND "
                              "(?3 IS NULL OR status = ?3) AND (?2 IS NULL OR " MATCH_CLAUSE ") "
+                             "AND (?6 IS NULL OR id IN (SELECT value FROM json_each(?6))) "
                              "ORDER BY updated_at_ms DESC, id LIMIT ?4 OFFSET ?5");
     if (r == 0) {
         sqlite3_bind_int64(st, 1, owner_id);
@@ -731,6 +776,7 @@ int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_i
         sqlite3_bind_text(st, 3, status, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, (sqlite3_int64)limit);
         sqlite3_bind_int64(st, 5, (sqlite3_int64)offset);
+        sqlite3_bind_text(st, 6, ids, -1, SQLITE_STATIC);
         int rc;
         while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW && *n < limit)
             r = read_thread(&rows[(*n)++], st);

@@ -182,7 +182,8 @@ static int thread_int(sqlite3 *db, int64_t *out, const char *sql, int64_t owner_
 }
 
 /* The row of message i of l: the thread's row with its digest, or a new
- * one numbered ++*next. find and insert bind the thread to ?1, ?2. */
+ * one numbered ++*next. find and insert bind the thread to ?1, ?2 (and
+ * insert its origin to ?7, ?8 when it has those columns). */
 static int message_row(sqlite3 *db, int64_t *seq, sqlite3_stmt *find, sqlite3_stmt *insert,
                        const msg_list *l, size_t i, int64_t *next) {
     *seq = 0;
@@ -205,11 +206,22 @@ static int message_row(sqlite3 *db, int64_t *seq, sqlite3_stmt *find, sqlite3_st
     return rc == SQLITE_DONE ? 0 : sq_err(db, rc, "write message");
 }
 
+/* A new row records the run that wrote it and when (the checkpoint's); a
+ * migration older than those columns (6) writes rows without them. */
+#define MESSAGE_INSERT                                                                             \
+    "INSERT INTO thread_messages (owner_id, thread_id, seq, digest, bytes, body, run_id, "         \
+    "created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+#define MESSAGE_INSERT_V6                                                                          \
+    "INSERT INTO thread_messages (owner_id, thread_id, seq, digest, bytes, body) VALUES (?1, ?2, " \
+    "?3, ?4, ?5, ?6)"
+
 /* Stores the messages of l for the thread (each one's row: found or new),
  * in a transaction on db: *spans_text gets their spans (JSON, malloc'd),
- * *rows how many distinct rows they list. */
+ * *rows how many distinct rows they list. New rows are written by origin
+ * (its run id and time; NULL only for migration 6). */
 static int messages_store(sqlite3 *db, char **spans_text, uint64_t *rows, int64_t owner_id,
-                          const char *thread_id, const msg_list *l) {
+                          const char *thread_id, const msg_list *l,
+                          const store_checkpoint *origin) {
     *spans_text = NULL;
     *rows = 0;
     int64_t next;
@@ -224,12 +236,14 @@ static int messages_store(sqlite3 *db, char **spans_text, uint64_t *rows, int64_
                        "SELECT seq FROM thread_messages WHERE owner_id = ?1 AND "
                        "thread_id = ?2 AND digest = ?3 LIMIT 1");
     if (r == 0)
-        r = sq_prepare(db, &insert,
-                       "INSERT INTO thread_messages (owner_id, thread_id, seq, "
-                       "digest, bytes, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+        r = sq_prepare(db, &insert, origin ? MESSAGE_INSERT : MESSAGE_INSERT_V6);
     if (r == 0) {
         bind_thread(find, owner_id, thread_id);
         bind_thread(insert, owner_id, thread_id);
+    }
+    if (r == 0 && origin) {
+        sqlite3_bind_text(insert, 7, origin->run_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(insert, 8, origin->created_at_ms);
     }
     for (size_t i = 0; r == 0 && i < l->n; i++) {
         int64_t seq;
@@ -350,7 +364,7 @@ static int checkpoint_insert(sqlite3 *db, int64_t owner_id, const char *thread_i
     sqlite3_bind_text(st, 6, rest, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 7, spans, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 8, c->metadata ? c->metadata : "{}", -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 9, c->created_at_ms ? c->created_at_ms : fawn_wall_ms());
+    sqlite3_bind_int64(st, 9, c->created_at_ms);
     return sq_step_done(db, st, false, "write checkpoint");
 }
 
@@ -383,7 +397,7 @@ static int checkpoint_write(sqlite3 *db, char **state, int64_t owner_id, const c
     int r = thread_int(db, &exists, "SELECT 1 FROM threads WHERE owner_id = ?1 AND id = ?2",
                        owner_id, thread_id, "find thread");
     if (r == 0)
-        r = messages_store(db, &spans, &rows, owner_id, thread_id, msgs);
+        r = messages_store(db, &spans, &rows, owner_id, thread_id, msgs, c);
     if (r == 0)
         r = checkpoint_insert(db, owner_id, thread_id, c, rest, spans);
     if (r == 0)
@@ -405,10 +419,12 @@ int store_checkpoint_put(store *s, char **state, int64_t owner_id, const char *t
     int r = state_split(&rest, &msgs, values);
     if (r < 0)
         return r;
+    store_checkpoint at = *c; /* its time, once: the checkpoint's and its new rows' */
+    at.created_at_ms = c->created_at_ms ? c->created_at_ms : fawn_wall_ms();
     sqlite3 *db = sq_write_begin(s);
     r = sq_exec(db, "BEGIN IMMEDIATE", "begin");
     if (r == 0)
-        r = checkpoint_write(db, state, owner_id, thread_id, c, rest, &msgs);
+        r = checkpoint_write(db, state, owner_id, thread_id, &at, rest, &msgs);
     r = sq_end_transaction(db, r);
     sq_write_end(s);
     if (r < 0 && state) {
@@ -622,6 +638,146 @@ int store_state_read(store *s, char **out, size_t *omitted, int64_t owner_id, co
     return r;
 }
 
+/* ---- a page of the thread's messages ---- */
+
+void store_message_clear(store_message *m) {
+    free(m->body);
+    memset(m, 0, sizeof *m);
+}
+
+/* What a page gathers, newest first. */
+typedef struct page_pick {
+    fbuf rows; /* store_message */
+    size_t bytes, limit, max_bytes;
+    bool more; /* a row that did not fit remains */
+} page_pick;
+
+static void page_pick_free(page_pick *p) {
+    store_message *m = (store_message *)p->rows.data;
+    for (size_t i = 0; i < p->rows.len / sizeof *m; i++)
+        store_message_clear(&m[i]);
+    fbuf_free(&p->rows);
+}
+
+/* The spans of the thread's newest checkpoint, sorted and merged, into
+ * *spans (none when it has no checkpoint). FAWN_ENOENT: no such thread. */
+static int newest_spans(sqlite3 *db, fbuf *spans, int64_t owner_id, const char *thread_id) {
+    int64_t exists;
+    int r = thread_int(db, &exists, "SELECT 1 FROM threads WHERE owner_id = ?1 AND id = ?2",
+                       owner_id, thread_id, "find thread");
+    sqlite3_stmt *st = NULL;
+    if (r == 0)
+        r = sq_prepare(db, &st,
+                       "SELECT message_spans FROM checkpoints WHERE owner_id = ?1 AND "
+                       "thread_id = ?2 ORDER BY seq DESC LIMIT 1");
+    if (r < 0)
+        return r;
+    bind_thread(st, owner_id, thread_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        json_t *list = json_loads((const char *)sqlite3_column_text(st, 0), 0, NULL);
+        r = spans_parse(spans, NULL, list);
+        json_decref(list);
+    } else if (rc != SQLITE_DONE) {
+        r = sq_err(db, rc, "read checkpoint spans");
+    }
+    sqlite3_finalize(st);
+    uint64_t rows;
+    if (r == 0)
+        spans->len = spans_union((span *)spans->data, spans->len / sizeof(span), &rows) *
+                     sizeof(span);
+    return r;
+}
+
+/* Appends the row st is on to the page, unless it is full (then marks
+ * more). */
+static int page_take(page_pick *p, sqlite3_stmt *st) {
+    size_t bytes = (size_t)sqlite3_column_int64(st, 3), count = p->rows.len / sizeof(store_message);
+    bool fits = count == 0 || (p->bytes < p->max_bytes && bytes <= p->max_bytes - p->bytes);
+    if (count == p->limit || !fits) {
+        p->more = true;
+        return 0;
+    }
+    store_message m = {.seq = sqlite3_column_int64(st, 0),
+                       .created_at_ms = sqlite3_column_int64(st, 2),
+                       .body = sq_dup_col(st, 4)};
+    sq_copy_col(m.run_id, sizeof m.run_id, st, 1);
+    int r = m.body ? fbuf_append(&p->rows, &m, sizeof m) : fawn_err(FAWN_ENOMEM, "out of memory");
+    if (r < 0)
+        free(m.body);
+    p->bytes += bytes;
+    return r;
+}
+
+/* Takes the rows of sp below before (0: all), newest first, until the page
+ * is full. st selects (seq, run_id, created_at_ms, bytes, body) of the
+ * thread's rows in [?3, ?4], newest first. */
+static int page_span(sqlite3 *db, page_pick *p, sqlite3_stmt *st, const span *sp, int64_t before) {
+    int64_t hi = before > 0 && before - 1 < sp->last ? before - 1 : sp->last;
+    if (hi < sp->first)
+        return 0;
+    sqlite3_reset(st);
+    sqlite3_bind_int64(st, 3, sp->first);
+    sqlite3_bind_int64(st, 4, hi);
+    int rc, r = 0;
+    while (r == 0 && !p->more && (rc = sqlite3_step(st)) == SQLITE_ROW)
+        r = page_take(p, st);
+    return r < 0 || p->more || rc == SQLITE_DONE ? r : sq_err(db, rc, "read messages");
+}
+
+/* The page, newest first, in one read transaction. */
+static int page_read(store *s, page_pick *p, int64_t owner_id, const char *thread_id,
+                     int64_t before) {
+    sqlite3 *db = sq_read_begin(s);
+    sqlite3_stmt *st = NULL;
+    fbuf spans = {0};
+    int r = sq_exec(db, "BEGIN", "begin");
+    if (r == 0)
+        r = newest_spans(db, &spans, owner_id, thread_id);
+    if (r == 0)
+        r = sq_prepare(db, &st,
+                       "SELECT seq, run_id, created_at_ms, bytes, body FROM thread_messages "
+                       "WHERE owner_id = ?1 AND thread_id = ?2 AND seq BETWEEN ?3 AND ?4 "
+                       "ORDER BY seq DESC");
+    if (r == 0)
+        bind_thread(st, owner_id, thread_id);
+    const span *sp = (const span *)spans.data;
+    for (size_t i = spans.len / sizeof *sp; r == 0 && i-- > 0 && !p->more;)
+        r = page_span(db, p, st, &sp[i], before);
+    sqlite3_finalize(st);
+    r = sq_end_transaction(db, r);
+    sq_read_end(s, db);
+    fbuf_free(&spans);
+    return r;
+}
+
+int store_message_page(store *s, store_message **out, size_t *n, bool *has_more, int64_t owner_id,
+                       const char *thread_id, int64_t before_seq, size_t limit, size_t max_bytes) {
+    *out = NULL;
+    *n = 0;
+    *has_more = false;
+    if (!fawn_id_valid(thread_id))
+        return fawn_err(FAWN_ENOENT, "no such thread");
+    page_pick p = {.limit = limit < 1                         ? 1
+                            : limit > STORE_MESSAGES_PAGE_MAX ? STORE_MESSAGES_PAGE_MAX
+                                                              : limit,
+                   .max_bytes = max_bytes};
+    int r = page_read(s, &p, owner_id, thread_id, before_seq);
+    if (r < 0) {
+        page_pick_free(&p);
+        return r;
+    }
+    store_message *m = (store_message *)p.rows.data;
+    size_t count = p.rows.len / sizeof *m;
+    for (size_t i = 0; i < count / 2; i++) { /* oldest first */
+        store_message t = m[i];
+        m[i] = m[count - 1 - i];
+        m[count - 1 - i] = t;
+    }
+    *has_more = p.more;
+    return sq_rows_hand_out((void **)out, n, &p.rows, sizeof(store_message), 0);
+}
+
 /* ---- migration 6: states into message rows ---- */
 
 /* A stored state to move: the thread, and its row. */
@@ -651,7 +807,7 @@ static int state_move(sqlite3 *db, char **rest, char **spans, const moved *m, co
     uint64_t rows;
     int r = json_is_object(values) ? state_split(rest, &msgs, values) : FAWN_EINVAL;
     if (r == 0)
-        r = messages_store(db, spans, &rows, m->owner_id, m->thread_id, &msgs);
+        r = messages_store(db, spans, &rows, m->owner_id, m->thread_id, &msgs, NULL);
     msg_list_free(&msgs);
     json_decref(values);
     if (r < 0) {

@@ -79,6 +79,11 @@ typedef struct store_thread {
     char status[16]; /* idle | busy | interrupted | error */
     char *metadata;  /* JSON object text, malloc'd (store_thread_clear frees it) */
     int64_t created_at_ms, updated_at_ms;
+    /* From the thread's newest checkpoint: its state's title (a string;
+     * NULL when the state has none, malloc'd) and when it was written (0
+     * when the thread has no checkpoint yet). */
+    char *title;
+    int64_t state_updated_at_ms;
 } store_thread;
 
 void store_thread_clear(store_thread *t);
@@ -105,15 +110,21 @@ FAWN_MUST_CHECK int store_thread_delete(store *s, int64_t owner_id, const char *
 #define STORE_MATCH_KEYS_MAX 32
 #define STORE_MATCH_MAX (8 * 1024)
 
+/* Thread ids one search may name (`ids`): as many as a search returns. */
+#define STORE_SEARCH_IDS_MAX 1000
+
 /* The owner's threads whose metadata contains every key/value of `match` (a
- * JSON object text, or NULL) and whose status is `status` (or any when
- * NULL), newest first. *out is a malloc'd array of *n threads (free each
- * with store_thread_clear, then the array). limit is clamped to 1..1000.
- * FAWN_E2BIG for a match beyond STORE_MATCH_KEYS_MAX, STORE_MATCH_MAX or
- * STORE_JSON_DEPTH_MAX. */
+ * JSON object text, or NULL), whose status is `status` (or any when NULL)
+ * and whose id is one of `ids` (a JSON array text of at most
+ * STORE_SEARCH_IDS_MAX thread ids, or NULL for any), newest first. *out is
+ * a malloc'd array of *n threads (free each with store_thread_clear, then
+ * the array). limit is clamped to 1..1000. FAWN_E2BIG for a match beyond
+ * STORE_MATCH_KEYS_MAX, STORE_MATCH_MAX or STORE_JSON_DEPTH_MAX, or more
+ * ids than STORE_SEARCH_IDS_MAX; FAWN_EINVAL for ids that are not such a
+ * list. */
 FAWN_MUST_CHECK int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_id,
-                                        const char *match, const char *status, size_t limit,
-                                        size_t offset);
+                                        const char *match, const char *status, const char *ids,
+                                        size_t limit, size_t offset);
 
 /* ---- sandboxes and fences (the sandbox manager's durable records) ---- */
 
@@ -311,6 +322,34 @@ FAWN_MUST_CHECK int store_checkpoint_list(store *s, store_checkpoint **out, size
  * is left out silently. FAWN_EINVAL for a malformed reference. */
 FAWN_MUST_CHECK int store_state_read(store *s, char **out, size_t *omitted, int64_t owner_id,
                                      const char *thread_id, const char *state, size_t max_bytes);
+
+/* ---- the thread's messages, one page at a time ----
+ * The conversation of a thread's newest state, by its message rows: each
+ * row's seq numbers it among all the thread's messages ever written
+ * (thread-global, increasing in the order they were first written; a
+ * message replaced by a state update is a new row, after the others). */
+
+typedef struct store_message {
+    int64_t seq;
+    char run_id[STORE_RUN_ID_MAX + 1]; /* the run that wrote it; "" for a client's update */
+    int64_t created_at_ms;
+    char *body; /* the message, JSON object text (malloc'd) */
+} store_message;
+
+void store_message_clear(store_message *m);
+
+/* Messages one page holds at most (DeerFlow's bound). */
+#define STORE_MESSAGES_PAGE_MAX 200
+
+/* The newest `limit` (clamped to 1..STORE_MESSAGES_PAGE_MAX) messages of
+ * the owner's thread's newest state whose seq is below before_seq (0: no
+ * bound), as long as their JSON takes at most max_bytes together (the
+ * newest one always), oldest first: *out is a malloc'd array of *n (clear
+ * each, then free it). *has_more tells whether older ones remain. A thread
+ * without a state has none. FAWN_ENOENT when the owner has no such thread. */
+FAWN_MUST_CHECK int store_message_page(store *s, store_message **out, size_t *n, bool *has_more,
+                                       int64_t owner_id, const char *thread_id, int64_t before_seq,
+                                       size_t limit, size_t max_bytes);
 
 /* Evidence of one tool call. */
 typedef struct store_receipt {

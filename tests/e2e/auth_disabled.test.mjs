@@ -23,6 +23,7 @@ describe('auth.disabled', () => {
     assert.equal(me.status, 200, me.text);
     assert.equal(me.json.system_role, 'admin');
     assert.equal(me.json.username, 'local-admin');
+    assert.equal(me.json.email, 'local-admin@fawn.invalid', 'a well-formed address that never delivers');
   });
 
   it('threads, uploads and artifacts work without a session or CSRF token', async () => {

@@ -70,6 +70,8 @@ function routes(outputsSha) {
     ['GET', '/api/threads/T/state'],
     ['POST', '/api/threads/T/state', { values: { title: 'stolen' } }],
     ['POST', '/api/threads/T/history', { limit: 10 }],
+    ['GET', '/api/threads/T/messages/page'],
+    ['GET', '/api/threads/T/messages/page?before_seq=3&limit=2'],
     ['POST', '/api/threads/T/runs', RUN_BODY],
     ['POST', '/api/threads/T/runs/stream', RUN_BODY],
     ['POST', '/api/threads/T/runs/wait', RUN_BODY],
@@ -84,7 +86,6 @@ function routes(outputsSha) {
     ['POST', '/api/threads/T/runs/R/cancel'],
     ['POST', '/api/threads/T/runs/R/cancel?wait=1&action=interrupt'],
     ['GET', '/api/threads/T/uploads/list'],
-    ['GET', '/api/threads/T/uploads/limits'],
     ['DELETE', '/api/threads/T/uploads/notes.txt'],
     ['GET', '/api/threads/T/artifacts/mnt/user-data/uploads/notes.txt'],
     ['GET', '/api/threads/T/artifacts/mnt/user-data/workspace/note.txt'],
@@ -222,6 +223,18 @@ describe('cross-user matrix of thread and run ids', () => {
   it("a real run id of alice's on a thread id alice does not have, and the reverse, is 404", async () => {
     await matrix(callers(), MISSING_THREAD, runId, { only: (p) => p.includes('/R') });
     await matrix(callers(), THREAD, liveRunId, { only: (p) => p.includes('/R') });
+  });
+
+  it("uploads/limits tells nobody whether a thread exists: alice's real ids answer as missing ones do", async () => {
+    const answer = async (who, thread) => {
+      const { res, label } = await probe(who, 'GET', `/api/threads/${thread}/uploads/limits`);
+      assert.equal(res.status, 200, `${label}: ${res.text}`);
+      return res.text;
+    };
+    const alices = await answer({ name: 'alice', bearer: alice.token }, THREAD);
+    for (const who of [...callers(), { name: 'alice', bearer: alice.token }])
+      for (const thread of [THREAD, LIVE_THREAD, MISSING_THREAD]) assert.equal(await answer(who, thread), alices);
+    for (const id of MALFORMED) refused(await probe({ name: 'alice', bearer: alice.token }, 'GET', `/api/threads/${id}/uploads/limits`), null);
   });
 
   it('ids that do not exist are 404, for alice too', async () => {

@@ -395,8 +395,12 @@ describe('uploads', () => {
     const res = await request(srv, 'GET', '/api/threads/up-list/uploads/limits', { bearer: admin.token });
     assert.equal(res.status, 200);
     assert.deepEqual(res.json, { max_files: MAX_FILES, max_file_size: MAX_FILE_MB * MiB, max_total_size: 100 * MiB });
+    // Before the thread exists (a new chat asks first): the same limits, and no thread is made.
     const none = await request(srv, 'GET', '/api/threads/never-created/uploads/limits', { bearer: admin.token });
-    assert.equal(none.status, 404);
+    assert.equal(none.status, 200);
+    assert.equal(none.text, res.text);
+    assert.equal((await request(srv, 'GET', '/api/threads/never-created', { bearer: admin.token })).status, 404);
+    assert.equal((await request(srv, 'GET', '/api/threads/bad%2Fid/uploads/limits', { bearer: admin.token })).status, 404);
   });
 
   it('delete removes a file; a missing one is 404; dot-dot names are refused', async () => {

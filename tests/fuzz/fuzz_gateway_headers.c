@@ -1,13 +1,16 @@
 /* libFuzzer target for the gateway's parsers of request header values: the
  * Last-Event-ID of run streams and the X-Forwarded-For chain of a trusted
  * proxy (which decides the client address that sign-in throttling and
- * connection caps count). Input: one header value, given to each. Besides
- * memory errors and undefined behaviour (an id past INT64_MAX), it checks
- * that
+ * connection caps count); and of decimal query arguments (before_seq and
+ * limit of message pages, limit and offset of run lists). Input: one
+ * value, given to each. Besides memory errors and undefined behaviour (an
+ * id past INT64_MAX), it checks that
  * - Last-Event-ID: only 0 and FAWN_EINVAL are returned, and a refusal
  *   leaves the id 0; an accepted value is "", "-1" or decimal digits only,
  *   and the id is the number they spell, within 0 … INT64_MAX (checked
  *   against a wider sum);
+ * - a query decimal: accepted only when it is digits only spelling a
+ *   number within its bounds, which it then is; a refusal leaves 0;
  * - X-Forwarded-For: a peer that is not a trusted proxy is the client
  *   whatever the header says; otherwise the client is the peer or a
  *   canonical address, a trusted one only when every entry is a trusted
@@ -62,6 +65,22 @@ static void check_event_id(const char *text) {
     }
     check(strspn(text, "0123456789") == strlen(text));
     check(spelled(text) == (uint64_t)id);
+}
+
+/* ---- query decimals ---- */
+
+static void check_decimal(const char *text) {
+    static const int64_t bounds[][2] = {{1, 200}, {1, INT64_MAX}, {0, INT32_MAX}, {5, 5}};
+    for (size_t i = 0; i < ARRAY_LEN(bounds); i++) {
+        int64_t v = -1;
+        int r = gw_decimal_parse(&v, text, bounds[i][0], bounds[i][1]);
+        check(r == 0 || r == FAWN_EINVAL);
+        bool digits = text[0] && strspn(text, "0123456789") == strlen(text);
+        uint64_t want = digits ? spelled(text) : 0;
+        bool within = digits && want >= (uint64_t)bounds[i][0] && want <= (uint64_t)bounds[i][1];
+        check((r == 0) == within);
+        check(r == 0 ? (uint64_t)v == want : v == 0);
+    }
 }
 
 /* ---- X-Forwarded-For ---- */
@@ -142,6 +161,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(text, data, size);
     text[size] = '\0';
     check_event_id(text);
+    check_decimal(text);
     check_forwarded_for(text);
     return 0;
 }

@@ -103,7 +103,7 @@ static int holds(const json_t *m, const json_t *match) {
 static void check_search(const char *match) {
     store_thread *rows = NULL;
     size_t n = 0;
-    int r = store_thread_search(st, &rows, &n, OWNER, match, NULL, 1000, 0);
+    int r = store_thread_search(st, &rows, &n, OWNER, match, NULL, NULL, 1000, 0);
     check(r == 0 || r == FAWN_EINVAL || r == FAWN_E2BIG);
     if (r < 0) {
         check(rows == NULL && n == 0);

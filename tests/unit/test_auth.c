@@ -189,11 +189,80 @@ static void failures_leave_out_parameters_defined(void **state) {
     assert_memory_equal(loaded, zero, sizeof zero);
 }
 
+/* Usernames: a plain name or an address, but not one in the domain whose
+ * addresses are made up for users without one. */
+static void usernames(void **state) {
+    static const char *const good[] = {"admin", "local-admin", "alice@example.com", "a.b_c+d-e",
+                                       "x@fawn.invalid.example.com"};
+    static const char *const bad[] = {
+        "", "a b", "o'neil", "caf\xc3\xa9", "a/b", "admin@fawn.invalid", "Admin@FAWN.Invalid"};
+    for (size_t i = 0; i < ARRAY_LEN(good); i++)
+        assert_true(auth_username_valid(good[i]));
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++)
+        assert_false(auth_username_valid(bad[i]));
+    char longest[STORE_NAME_MAX + 2];
+    memset(longest, 'a', STORE_NAME_MAX);
+    longest[STORE_NAME_MAX] = '\0';
+    assert_true(auth_username_valid(longest));
+    strcat(longest, "a");
+    assert_false(auth_username_valid(longest));
+}
+
+/* The shape of an address, as zod's email() reads it (the vectors were
+ * checked against zod 3.25). */
+static void email_shapes(void **state) {
+    static const char *const good[] = {
+        "a@b.io", "o'neil@ex.com", "a.b+c_d-e@x-y.z.org", "A@B.CO", "user-7@fawn.invalid", "9@9.ab",
+        "_@x.io", "a-@x.io"};
+    static const char *const bad[] = {
+        "admin",    "admin@local", "a.@x.io", ".a@x.io", "a..b@x.io", "a@x..io", "a@-x.io",
+        "a@x.i",    "a@x.i0",      "a@.io",   "@x.io",   "a@b@c.io",  "a'@x.io", "a b@x.io",
+        "a@x_y.io", "a@x.io.",     "",        "a@x.io-", "a@x-.io-"};
+    for (size_t i = 0; i < ARRAY_LEN(good); i++)
+        assert_true(auth_email_valid(good[i]));
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++)
+        assert_false(auth_email_valid(bad[i]));
+    assert_false(auth_email_valid(NULL));
+}
+
+/* A user's address: the username when it is one, else one made up in
+ * fawn.invalid from the name, else from the id. */
+static void user_emails(void **state) {
+    static const struct {
+        const char *username, *email;
+    } cases[] = {
+        {"alice@example.com", "alice@example.com"},
+        {"admin", "admin@fawn.invalid"},
+        {"local-admin", "local-admin@fawn.invalid"},
+        {"a.b+c", "a.b+c@fawn.invalid"},
+        {"a@b", "user-42@fawn.invalid"},
+        {"a.", "user-42@fawn.invalid"},
+        {".a", "user-42@fawn.invalid"},
+        {"a..b", "user-42@fawn.invalid"},
+        {"x@y.z", "user-42@fawn.invalid"},
+    };
+    char out[AUTH_EMAIL_MAX + 1];
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        auth_user_email(out, cases[i].username, 42);
+        assert_string_equal(out, cases[i].email);
+        assert_true(auth_email_valid(out));
+    }
+    char longest[STORE_NAME_MAX + 1];
+    memset(longest, 'a', STORE_NAME_MAX);
+    longest[STORE_NAME_MAX] = '\0';
+    auth_user_email(out, longest, 1);
+    assert_int_equal(strlen(out), AUTH_EMAIL_MAX);
+    assert_true(auth_email_valid(out));
+}
+
 int main(void) {
     if (sodium_init() < 0)
         return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(passwords),
+        cmocka_unit_test(usernames),
+        cmocka_unit_test(email_shapes),
+        cmocka_unit_test(user_emails),
         cmocka_unit_test(tokens_round_trip_and_expire),
         cmocka_unit_test(forged_tokens_refused),
         cmocka_unit_test(bad_claims_refused),

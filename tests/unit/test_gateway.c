@@ -323,13 +323,151 @@ static void event_ids_parse_with_bounds(void **state) {
     }
 }
 
+/* A search's select keeps only the fields it names; extract adds each
+ * alias's value (null when its path leads nowhere); both are bounded and
+ * refuse what fawn's threads do not have. */
+static void thread_views_select_and_extract(void **state) {
+    json_t *body = json_loads("{\"select\":[\"thread_id\",\"values\"],\"extract\":{"
+                              "\"t\":\"values.title\",\"last\":\"metadata.tags[-1]\","
+                              "\"first\":\"metadata.tags[0]\",\"deep\":\"metadata.o.k\","
+                              "\"gone\":\"metadata.tags[5]\",\"who\":\"thread_id\"}}",
+                              0, NULL);
+    gw_thread_view v;
+    assert_int_equal(gw_thread_view_parse(&v, body), 0);
+    json_decref(body);
+    json_t *thread = json_loads("{\"thread_id\":\"t1\",\"created_at\":\"x\",\"status\":\"idle\","
+                                "\"metadata\":{\"tags\":[\"a\",\"b\"],\"o\":{\"k\":1}},"
+                                "\"values\":{\"title\":\"Hi\"},\"config\":{},\"interrupts\":{}}",
+                                0, NULL);
+    json_t *want = json_loads("{\"thread_id\":\"t1\",\"values\":{\"title\":\"Hi\"},\"extracted\":"
+                              "{\"t\":\"Hi\",\"last\":\"b\",\"first\":\"a\",\"deep\":1,"
+                              "\"gone\":null,\"who\":\"t1\"}}",
+                              0, NULL);
+    thread = gw_thread_view_apply(thread, &v);
+    assert_true(json_equal(thread, want));
+    json_decref(thread);
+    json_decref(want);
+    gw_thread_view_clear(&v);
+    /* No select, no extract: the thread as it is. */
+    body = json_object();
+    assert_int_equal(gw_thread_view_parse(&v, body), 0);
+    assert_int_equal(v.fields, 0);
+    assert_null(v.extract);
+    json_decref(body);
+    static const char *const bad[] = {
+        "{\"select\":[\"context\"]}",
+        "{\"select\":[\"nope\"]}",
+        "{\"select\":\"thread_id\"}",
+        "{\"select\":[1]}",
+        "{\"select\":[\"status\",\"status\",\"status\",\"status\",\"status\",\"status\",\"status\","
+        "\"status\",\"status\",\"status\",\"status\",\"status\",\"status\",\"status\",\"status\","
+        "\"status\",\"status\",\"status\",\"status\",\"status\",\"status\"]}",
+        "{\"extract\":[]}",
+        "{\"extract\":{\"a\":1}}",
+        "{\"extract\":{\"\":\"thread_id\"}}",
+        "{\"extract\":{\"a\\u0001\":\"thread_id\"}}",
+        "{\"extract\":{\"a\":\"values.messages[-1]\"}}",
+        "{\"extract\":{\"a\":\"values\"}}",
+        "{\"extract\":{\"a\":\"secrets.x\"}}",
+        "{\"extract\":{\"a\":\"metadata..x\"}}",
+        "{\"extract\":{\"a\":\"metadata.x[\"}}",
+        "{\"extract\":{\"a\":\"metadata.x[1e3]\"}}",
+        "{\"extract\":{\"a\":\"metadata.x[1234567890]\"}}",
+        "{\"extract\":{\"a\":\"[0]\"}}",
+        "{\"extract\":{\"a\":\"metadata.\"}}",
+        "{\"extract\":{\"a\":\"metadata]\"}}",
+        "{\"extract\":{\"1\":\"status\",\"2\":\"status\",\"3\":\"status\",\"4\":\"status\","
+        "\"5\":\"status\",\"6\":\"status\",\"7\":\"status\",\"8\":\"status\",\"9\":\"status\","
+        "\"10\":\"status\",\"11\":\"status\"}}",
+        "{\"extract\":{\"a\":\"metadata.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a\"}}",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        body = json_loads(bad[i], 0, NULL);
+        assert_non_null(body);
+        v.fields = 7;
+        assert_int_equal(gw_thread_view_parse(&v, body), FAWN_EINVAL);
+        assert_int_equal(v.fields, 0);
+        assert_null(v.extract);
+        json_decref(body);
+    }
+    char longest[GW_EXTRACT_PATH_MAX + 2];
+    snprintf(longest, sizeof longest, "metadata.%0*d", GW_EXTRACT_PATH_MAX - 9, 0);
+    assert_int_equal(gw_extract_path_check(longest), 0);
+    strcat(longest, "1");
+    assert_int_equal(gw_extract_path_check(longest), FAWN_EINVAL);
+    assert_int_equal(gw_extract_path_check(NULL), FAWN_EINVAL);
+}
+
+/* ids: a list of thread ids, bounded; empty or absent names every thread. */
+static void thread_ids_are_checked(void **state) {
+    char *ids;
+    json_t *v = json_loads("[\"a\",\"b-1\"]", 0, NULL);
+    assert_int_equal(gw_thread_ids_parse(&ids, v), 0);
+    assert_string_equal(ids, "[\"a\",\"b-1\"]");
+    free(ids);
+    json_decref(v);
+    v = json_array();
+    assert_int_equal(gw_thread_ids_parse(&ids, v), 0);
+    assert_null(ids);
+    assert_int_equal(gw_thread_ids_parse(&ids, NULL), 0);
+    assert_null(ids);
+    for (int i = 0; i <= STORE_SEARCH_IDS_MAX; i++)
+        json_array_append_new(v, json_string("x"));
+    assert_int_equal(gw_thread_ids_parse(&ids, v), FAWN_EINVAL);
+    json_decref(v);
+    static const char *const bad[] = {"[1]", "[\"../x\"]", "[\"\"]", "[null]", "\"a\"", "{}"};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        v = json_loads(bad[i], JSON_DECODE_ANY, NULL);
+        ids = (char *)"poison";
+        assert_int_equal(gw_thread_ids_parse(&ids, v), FAWN_EINVAL);
+        assert_null(ids);
+        json_decref(v);
+    }
+}
+
+/* Query counts (messages/page, runs list) are digits only, within bounds. */
+static void query_decimals_parse_with_bounds(void **state) {
+    int64_t v = -1;
+    assert_int_equal(gw_decimal_parse(&v, "50", 1, 200), 0);
+    assert_int_equal(v, 50);
+    assert_int_equal(gw_decimal_parse(&v, "0007", 1, 200), 0);
+    assert_int_equal(v, 7);
+    assert_int_equal(gw_decimal_parse(&v, "9223372036854775807", 1, INT64_MAX), 0);
+    assert_int_equal(v, INT64_MAX);
+    assert_int_equal(gw_decimal_parse(&v, "5", 5, 5), 0);
+    assert_int_equal(gw_decimal_parse(&v, "9", 5, 5), FAWN_EINVAL); /* a digit over max */
+    assert_int_equal(gw_decimal_parse(&v, "10", 0, 5), FAWN_EINVAL);
+    static const char *const bad[] = {NULL,
+                                      "",
+                                      "0",
+                                      "201",
+                                      "-1",
+                                      "+5",
+                                      " 5",
+                                      "5 ",
+                                      "5x",
+                                      "1e2",
+                                      "0x1",
+                                      "%35",
+                                      "9223372036854775808",
+                                      "99999999999999999999999"};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        v = -1;
+        assert_int_equal(gw_decimal_parse(&v, bad[i], 1, i < 12 ? 200 : INT64_MAX), FAWN_EINVAL);
+        assert_int_equal(v, 0);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(forwarded_client_from_trusted_proxies_only),
         cmocka_unit_test(throttle_locks_out_after_failures),
         cmocka_unit_test(form_fields_decode_once),
         cmocka_unit_test(event_ids_parse_with_bounds),
+        cmocka_unit_test(query_decimals_parse_with_bounds),
         cmocka_unit_test(refused_json_bodies_leave_no_object),
+        cmocka_unit_test(thread_views_select_and_extract),
+        cmocka_unit_test(thread_ids_are_checked),
         cmocka_unit_test(health_is_public),
         cmocka_unit_test(errors_have_a_detail),
         cmocka_unit_test(bad_address_refused),

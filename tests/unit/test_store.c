@@ -61,12 +61,12 @@ static void migrations_bring_schema_current(void **state) {
     fx *x = *state;
     int v = 0;
     assert_int_equal(store_schema_version(x->s, &v), 0);
-    assert_int_equal(v, 6);
+    assert_int_equal(v, 7);
     /* Reopening applies nothing twice. */
     store *again;
     assert_int_equal(store_open(&again, x->path), 0);
     assert_int_equal(store_schema_version(again, &v), 0);
-    assert_int_equal(v, 6);
+    assert_int_equal(v, 7);
     store_close(again);
 }
 
@@ -249,7 +249,7 @@ static size_t search(fx *x, int64_t owner, const char *match, const char *status
                      size_t idsz) {
     store_thread *rows;
     size_t n;
-    assert_int_equal(store_thread_search(x->s, &rows, &n, owner, match, status, 100, 0), 0);
+    assert_int_equal(store_thread_search(x->s, &rows, &n, owner, match, status, NULL, 100, 0), 0);
     ids[0] = '\0';
     for (size_t i = 0; i < n; i++) {
         strncat(ids, rows[i].id, idsz - strlen(ids) - 2);
@@ -285,9 +285,10 @@ static void search_matches_metadata_exactly(void **state) {
     assert_int_equal(search(x, x->alice, "{\"k\":\"v\"}", NULL, ids, sizeof ids), 0);
     store_thread *rows;
     size_t n;
-    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, "{\"a\\\"b\":1}", NULL, 10, 0),
-                     FAWN_EINVAL);
-    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, NULL, NULL, 2, 1), 0);
+    assert_int_equal(
+        store_thread_search(x->s, &rows, &n, x->bob, "{\"a\\\"b\":1}", NULL, NULL, 10, 0),
+        FAWN_EINVAL);
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, NULL, NULL, NULL, 2, 1), 0);
     assert_int_equal(n, 2);
     for (size_t i = 0; i < n; i++)
         store_thread_clear(&rows[i]);
@@ -305,20 +306,22 @@ static void search_matches_are_bounded(void **state) {
     assert_int_equal(fbuf_printf(&match, "}"), 0);
     store_thread *rows;
     size_t n;
-    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, match.data, NULL, 10, 0),
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, match.data, NULL, NULL, 10, 0),
                      FAWN_E2BIG);
     assert_null(rows);
     assert_int_equal(n, 0);
     char big[STORE_MATCH_MAX + 64];
     snprintf(big, sizeof big, "{\"k\":\"%0*d\"}", STORE_MATCH_MAX, 0);
-    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, big, NULL, 10, 0), FAWN_E2BIG);
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, big, NULL, NULL, 10, 0),
+                     FAWN_E2BIG);
     /* At the bounds, the search runs. */
     match.len = 0;
     assert_int_equal(fbuf_printf(&match, "{"), 0);
     for (int i = 0; i < STORE_MATCH_KEYS_MAX; i++)
         assert_int_equal(fbuf_printf(&match, "%s\"k%d\":1", i ? "," : "", i), 0);
     assert_int_equal(fbuf_printf(&match, "}"), 0);
-    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, match.data, NULL, 10, 0), 0);
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, match.data, NULL, NULL, 10, 0),
+                     0);
     assert_int_equal(n, 0);
     free(rows);
     fbuf_free(&match);
@@ -353,10 +356,11 @@ static void metadata_and_matches_nest_within_bounds(void **state) {
     assert_int_equal(store_thread_create(x->s, &t, &existed, x->bob, "deep", deepest), 0);
     store_thread_clear(&t);
     assert_int_equal(store_thread_set_metadata(x->s, x->bob, "deep", over), FAWN_E2BIG);
-    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, too_deep, NULL, 10, 0),
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, too_deep, NULL, NULL, 10, 0),
                      FAWN_E2BIG);
     assert_null(rows);
-    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, over, NULL, 10, 0), FAWN_E2BIG);
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, over, NULL, NULL, 10, 0),
+                     FAWN_E2BIG);
     char ids[64];
     assert_int_equal(search(x, x->bob, deepest, NULL, ids, sizeof ids), 1);
     assert_string_equal(ids, "deep ");
@@ -413,7 +417,8 @@ static void *long_search(void *arg) {
     gate_call *c = arg;
     store_thread *rows;
     size_t n;
-    c->result = store_thread_search(c->x->s, &rows, &n, c->x->bob, "{\"k\":\"v\"}", NULL, 100, 0);
+    c->result = store_thread_search(c->x->s, &rows, &n, c->x->bob, "{\"k\":\"v\"}", NULL, NULL, 100,
+                                    0);
     for (size_t i = 0; c->result == 0 && i < n; i++)
         store_thread_clear(&rows[i]);
     free(rows);
@@ -504,7 +509,8 @@ static void concurrent_writers_lose_nothing(void **state) {
     }
     store_thread *rows;
     size_t n;
-    assert_int_equal(store_thread_search(x->s, &rows, &n, x->alice, "{\"w\":1}", NULL, 1000, 0), 0);
+    assert_int_equal(
+        store_thread_search(x->s, &rows, &n, x->alice, "{\"w\":1}", NULL, NULL, 1000, 0), 0);
     assert_int_equal(n, 400);
     for (size_t i = 0; i < n; i++)
         store_thread_clear(&rows[i]);
@@ -647,6 +653,172 @@ static void run_events_append_read_prune(void **state) {
     assert_int_equal(last, 5);
     assert_int_equal(store_event_bounds(x->s, &first, &last, "none"), 0);
     assert_int_equal(first, 0);
+}
+
+/* A thread carries its newest state's title (a string) and when that
+ * state was written, in a get and in a search; a search may name ids. */
+static void threads_carry_their_title_and_ids_narrow_a_search(void **state) {
+    fx *x = *state;
+    make_thread(x, x->alice, "tt1");
+    make_thread(x, x->alice, "tt2");
+    store_thread t;
+    assert_int_equal(store_thread_get(x->s, &t, x->alice, "tt1"), 0);
+    assert_null(t.title);
+    assert_int_equal(t.state_updated_at_ms, 0);
+    store_thread_clear(&t);
+    const char *states[] = {"{\"messages\":[],\"title\":\"First\"}",
+                            "{\"messages\":[],\"title\":\"Second \\u00e9\"}",
+                            "{\"messages\":[],\"title\":7}"};
+    store_checkpoint c = {.created_at_ms = 1234};
+    for (size_t i = 0; i < ARRAY_LEN(states); i++) {
+        json_t *values = json_loads(states[i], 0, NULL);
+        snprintf(c.checkpoint_id, sizeof c.checkpoint_id, "tc%zu", i);
+        c.created_at_ms += 1;
+        assert_int_equal(
+            store_checkpoint_put(x->s, NULL, x->alice, i == 2 ? "tt2" : "tt1", &c, values), 0);
+        json_decref(values);
+    }
+    assert_int_equal(store_thread_get(x->s, &t, x->alice, "tt1"), 0);
+    assert_string_equal(t.title, "Second \xc3\xa9"); /* the newest checkpoint's */
+    assert_int_equal(t.state_updated_at_ms, 1236);
+    store_thread_clear(&t);
+    store_thread *rows;
+    size_t n;
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->alice, NULL, NULL, "[\"tt2\"]", 10, 0),
+                     0);
+    assert_int_equal(n, 1);
+    assert_string_equal(rows[0].id, "tt2");
+    assert_null(rows[0].title); /* a title that is not text is none */
+    assert_int_equal(rows[0].state_updated_at_ms, 1237);
+    store_thread_clear(&rows[0]);
+    free(rows);
+    /* Another owner's ids name nothing; bad ids are refused. */
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->bob, NULL, NULL, "[\"tt1\"]", 10, 0),
+                     0);
+    assert_int_equal(n, 0);
+    free(rows);
+    const char *bad[] = {"{}", "[1]", "[\"../x\"]", "[\"\"]", "not json"};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        assert_int_equal(store_thread_search(x->s, &rows, &n, x->alice, NULL, NULL, bad[i], 10, 0),
+                         FAWN_EINVAL);
+        assert_null(rows);
+    }
+    fbuf many = {0};
+    assert_int_equal(fbuf_printf(&many, "["), 0);
+    for (int i = 0; i <= STORE_SEARCH_IDS_MAX; i++)
+        assert_int_equal(fbuf_printf(&many, "%s\"id%d\"", i ? "," : "", i), 0);
+    assert_int_equal(fbuf_printf(&many, "]"), 0);
+    assert_int_equal(store_thread_search(x->s, &rows, &n, x->alice, NULL, NULL, many.data, 10, 0),
+                     FAWN_E2BIG);
+    fbuf_free(&many);
+}
+
+/* Writes a checkpoint of (owner, thread) by run ("" for a client's
+ * update) at time ms whose messages are the given JSON texts. */
+static void put_messages(fx *x, int64_t owner, const char *thread, const char *run, int64_t ms,
+                         const char *const *msgs, size_t n) {
+    static int counter;
+    store_checkpoint c = {.created_at_ms = ms};
+    snprintf(c.checkpoint_id, sizeof c.checkpoint_id, "pm%d", ++counter);
+    snprintf(c.run_id, sizeof c.run_id, "%s", run);
+    json_t *values = json_pack("{s:[]}", "messages");
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(json_object_get(values, "messages"), json_loads(msgs[i], 0, NULL));
+    assert_int_equal(store_checkpoint_put(x->s, NULL, owner, thread, &c, values), 0);
+    json_decref(values);
+}
+
+/* A page's seqs as "1 3 4 " and its run ids as "r1 r2 - " ("-" for ""). */
+static void page_text(char seqs[128], char runs[128], const store_message *m, size_t n) {
+    seqs[0] = runs[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        snprintf(seqs + strlen(seqs), 128 - strlen(seqs), "%" PRId64 " ", m[i].seq);
+        snprintf(runs + strlen(runs), 128 - strlen(runs), "%s ",
+                 m[i].run_id[0] ? m[i].run_id : "-");
+    }
+}
+
+static void page_free(store_message *m, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        store_message_clear(&m[i]);
+    free(m);
+}
+
+/* A page holds the newest messages of the thread's newest state below a
+ * seq, oldest first, each with the run that wrote it and when; a message
+ * a client replaced is a new row, the old one is no longer listed. */
+static void message_pages_walk_the_newest_state_backwards(void **state) {
+    fx *x = *state;
+    make_thread(x, x->alice, "mp1");
+    store_message *m;
+    size_t n;
+    bool more = true;
+    char seqs[128], runs[128];
+    assert_int_equal(store_message_page(x->s, &m, &n, &more, x->alice, "mp1", 0, 50, SIZE_MAX), 0);
+    assert_int_equal(n, 0);
+    assert_false(more);
+    free(m);
+    const char *m1 = "{\"type\":\"human\",\"content\":\"one\",\"id\":\"1\"}",
+               *m2 = "{\"type\":\"ai\",\"content\":\"two\",\"id\":\"2\"}",
+               *m3 = "{\"type\":\"human\",\"content\":\"three\",\"id\":\"3\"}",
+               *m4 = "{\"type\":\"ai\",\"content\":\"four\",\"id\":\"4\"}",
+               *m2b = "{\"type\":\"ai\",\"content\":\"two, edited\",\"id\":\"2\"}";
+    put_messages(x, x->alice, "mp1", "r1", 100, (const char *[]){m1, m2}, 2);
+    put_messages(x, x->alice, "mp1", "r2", 200, (const char *[]){m1, m2, m3, m4}, 4);
+    put_messages(x, x->alice, "mp1", "", 300, (const char *[]){m1, m2b, m3, m4}, 4);
+    assert_int_equal(store_message_page(x->s, &m, &n, &more, x->alice, "mp1", 0, 50, SIZE_MAX), 0);
+    page_text(seqs, runs, m, n);
+    assert_string_equal(seqs, "1 3 4 5 ");
+    assert_string_equal(runs, "r1 r2 r2 - ");
+    assert_false(more);
+    assert_int_equal(m[0].created_at_ms, 100);
+    assert_int_equal(m[3].created_at_ms, 300);
+    assert_string_equal(m[3].body, m2b);
+    page_free(m, n);
+    /* Backwards, two at a time. */
+    assert_int_equal(store_message_page(x->s, &m, &n, &more, x->alice, "mp1", 0, 2, SIZE_MAX), 0);
+    page_text(seqs, runs, m, n);
+    assert_string_equal(seqs, "4 5 ");
+    assert_true(more);
+    page_free(m, n);
+    assert_int_equal(store_message_page(x->s, &m, &n, &more, x->alice, "mp1", 4, 2, SIZE_MAX), 0);
+    page_text(seqs, runs, m, n);
+    assert_string_equal(seqs, "1 3 ");
+    assert_false(more);
+    page_free(m, n);
+    assert_int_equal(store_message_page(x->s, &m, &n, &more, x->alice, "mp1", 1, 2, SIZE_MAX), 0);
+    assert_int_equal(n, 0);
+    assert_false(more);
+    free(m);
+    /* A byte bound: the newest message always, then only what fits. */
+    assert_int_equal(store_message_page(x->s, &m, &n, &more, x->alice, "mp1", 0, 50, 1), 0);
+    page_text(seqs, runs, m, n);
+    assert_string_equal(seqs, "5 ");
+    assert_true(more);
+    page_free(m, n);
+    assert_int_equal(
+        store_message_page(x->s, &m, &n, &more, x->alice, "mp1", 0, 50, strlen(m2b) + strlen(m4)),
+        0);
+    page_text(seqs, runs, m, n);
+    assert_string_equal(seqs, "4 5 ");
+    assert_true(more);
+    page_free(m, n);
+    /* The limit is clamped. */
+    assert_int_equal(store_message_page(x->s, &m, &n, &more, x->alice, "mp1", 0, 0, SIZE_MAX), 0);
+    assert_int_equal(n, 1);
+    page_free(m, n);
+    /* Another owner's thread, a missing one and a bad id are missing. */
+    const char *ids[] = {"mp1", "missing", "../x"};
+    for (size_t i = 0; i < ARRAY_LEN(ids); i++) {
+        m = (store_message *)"poison";
+        more = true;
+        assert_int_equal(
+            store_message_page(x->s, &m, &n, &more, i ? x->alice : x->bob, ids[i], 0, 50, SIZE_MAX),
+            FAWN_ENOENT);
+        assert_null(m);
+        assert_int_equal(n, 0);
+        assert_false(more);
+    }
 }
 
 static void checkpoints_and_receipts_follow_the_thread(void **state) {
@@ -912,7 +1084,7 @@ static void migration_moves_whole_states_into_message_rows(void **state) {
     assert_int_equal(store_open(&s, path), 0);
     int v;
     assert_int_equal(store_schema_version(s, &v), 0);
-    assert_int_equal(v, 6);
+    assert_int_equal(v, 7);
     store_checkpoint *list;
     size_t n, omitted;
     assert_int_equal(store_checkpoint_list(s, &list, &n, owner, "t5", NULL, 10), 0);
@@ -929,6 +1101,19 @@ static void migration_moves_whole_states_into_message_rows(void **state) {
         store_checkpoint_clear(&list[i]);
     }
     free(list);
+    /* The rows it made carry the run and time of the oldest checkpoint
+     * that lists each. */
+    store_message *m;
+    bool more;
+    assert_int_equal(store_message_page(s, &m, &n, &more, owner, "t5", 0, 10, SIZE_MAX), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(m[0].run_id, "r5");
+    assert_int_equal(m[0].created_at_ms, 1);
+    assert_int_equal(m[1].seq, 2);
+    assert_int_equal(m[1].created_at_ms, 2);
+    for (size_t i = 0; i < n; i++)
+        store_message_clear(&m[i]);
+    free(m);
     store_event *ev;
     assert_int_equal(store_event_read(s, &ev, &n, "r5", 0, 10), 0);
     assert_int_equal(n, 3);
@@ -1049,6 +1234,8 @@ int main(void) {
         cmocka_unit_test(killed_writer_restarts_cleanly),
         cmocka_unit_test(runs_are_owner_and_thread_scoped),
         cmocka_unit_test(run_events_append_read_prune),
+        cmocka_unit_test(threads_carry_their_title_and_ids_narrow_a_search),
+        cmocka_unit_test(message_pages_walk_the_newest_state_backwards),
         cmocka_unit_test(checkpoints_and_receipts_follow_the_thread),
         cmocka_unit_test(checkpoints_store_each_message_once),
         cmocka_unit_test(replaced_messages_stay_until_no_checkpoint_lists_them),

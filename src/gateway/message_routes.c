@@ -1,0 +1,90 @@
+/* A thread's messages one page at a time, newest first (DeerFlow's
+ * canonical chat history): GET /api/threads/{id}/messages/page. Each row is
+ * a message of the thread's newest state with its thread-global sequence
+ * number; a page goes backwards from before_seq. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gateway/internal.h"
+
+/* Messages a page holds unless the client asks otherwise (DeerFlow's). */
+#define PAGE_DEFAULT 50
+/* Who wrote a message, as DeerFlow names callers: the lead agent (a run's
+ * input, replies and tool results), or a client's state update. */
+#define CALLER_RUN "lead_agent"
+#define CALLER_CLIENT "client"
+
+/* Appends one row: {"run_id","seq","content","metadata","created_at"}, the
+ * stored message spliced in as it is (never parsed again). */
+static int row_append(fbuf *out, const store_message *m) {
+    char created[40];
+    gw_iso_time(created, m->created_at_ms);
+    json_t *env = json_pack("{s:s, s:I, s:{s:s}, s:s}", "run_id", m->run_id, "seq",
+                            (json_int_t)m->seq, "metadata", "caller",
+                            m->run_id[0] ? CALLER_RUN : CALLER_CLIENT, "created_at", created);
+    char *text = env ? json_dumps(env, JSON_COMPACT) : NULL;
+    json_decref(env);
+    int r = text ? fbuf_printf(out, "{\"content\":%s,%s", m->body, text + 1)
+                 : fawn_err(FAWN_ENOMEM, "out of memory");
+    free(text);
+    return r;
+}
+
+/* {"data": [rows, oldest first], "has_more", "next_before_seq"}: the next
+ * page goes on before the oldest row of this one. */
+static int page_compose(fbuf *out, const store_message *m, size_t n, bool more) {
+    int r = fbuf_printf(out, "{\"data\":[");
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        r = i ? fbuf_printf(out, ",") : 0;
+        if (r == 0)
+            r = row_append(out, &m[i]);
+    }
+    if (r == 0 && more && n)
+        r = fbuf_printf(out, "],\"has_more\":true,\"next_before_seq\":%" PRId64 "}", m[0].seq);
+    else if (r == 0)
+        r = fbuf_printf(out, "],\"has_more\":false,\"next_before_seq\":null}");
+    return r;
+}
+
+static int page_args(int64_t *before, int64_t *limit, gw_request *rq) {
+    *before = *limit = 0;
+    if (gw_query(rq, "after_seq"))
+        return fawn_err(FAWN_EINVAL, "after_seq is not supported: pages go backwards (before_seq)");
+    int r = gw_query_int(before, rq, "before_seq", 0, 1, INT64_MAX);
+    return r < 0 ? r : gw_query_int(limit, rq, "limit", PAGE_DEFAULT, 1, STORE_MESSAGES_PAGE_MAX);
+}
+
+static int route_messages_page(gw_request *rq) {
+    store_thread t;
+    int r = gw_thread_resolve(&t, rq, false);
+    store_thread_clear(&t);
+    if (r < 0)
+        return r;
+    int64_t before, limit;
+    if (page_args(&before, &limit, rq) < 0)
+        return gw_respond_detail(rq, MHD_HTTP_UNPROCESSABLE_CONTENT, fawn_errmsg());
+    store_message *m = NULL;
+    size_t n = 0;
+    bool more = false;
+    fbuf out = {0};
+    r = store_message_page(rq->g->st, &m, &n, &more, rq->who.user.id, rq->params[0], before,
+                           (size_t)limit, GW_STATE_MESSAGES_MAX);
+    if (r == 0)
+        r = page_compose(&out, m, n, more);
+    for (size_t i = 0; i < n; i++)
+        store_message_clear(&m[i]);
+    free(m);
+    if (r < 0) {
+        fbuf_free(&out);
+        return r;
+    }
+    return gw_queue(rq, MHD_HTTP_OK, gw_json_text_response(fbuf_steal(&out)));
+}
+
+const gw_route gw_message_routes[] = {
+    {"GET", "/api/threads/{}/messages/page", route_messages_page, AUTHZ_RUNS_READ, GW_BODY_NONE, 0,
+     NULL},
+};
+const size_t gw_message_routes_count = ARRAY_LEN(gw_message_routes);

@@ -1,0 +1,297 @@
+/* The skills catalog (skills.h): a bounded walk of the skills directory and
+ * the front matter of each SKILL.md, read with libyaml. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "base/fsx.h"
+#include "base/json.h"
+#include "skills/skills.h"
+
+#define SKILL_FILE "SKILL.md"
+/* The category of skills directly in the skills directory: shared by every
+ * user, read-only, as DeerFlow's public skills are. */
+#define TOP_CATEGORY "public"
+
+/* ---- front matter ---- */
+
+/* The length of the line at s (without its "\n" or "\r\n"), and where the
+ * next one starts, within end. */
+static size_t line_len(const char **next, const char *s, const char *end) {
+    const char *nl = memchr(s, '\n', (size_t)(end - s));
+    const char *stop = nl ? nl : end;
+    *next = nl ? nl + 1 : end;
+    return (size_t)(stop - s) - (stop > s && stop[-1] == '\r');
+}
+
+static bool is_mark(const char *s, size_t n) { return n == 3 && memcmp(s, "---", 3) == 0; }
+
+/* The text between a first line "---" and the next line "---". */
+static bool block_find(const char **start, size_t *n, const char *text, size_t len) {
+    const char *end = text + len, *next;
+    if (!is_mark(text, line_len(&next, text, end)))
+        return false;
+    *start = next;
+    for (const char *line = next; line < end; line = next) {
+        size_t l = line_len(&next, line, end);
+        if (is_mark(line, l)) {
+            *n = (size_t)(line - *start);
+            return true;
+        }
+    }
+    return false;
+}
+
+static int event_next(yaml_parser_t *p, yaml_event_t *ev) {
+    if (yaml_parser_parse(p, ev))
+        return 0;
+    return fawn_err(FAWN_EINVAL, "the front matter is not YAML: %s",
+                    p->problem ? p->problem : "malformed");
+}
+
+static bool event_opens(const yaml_event_t *ev) {
+    return ev->type == YAML_SEQUENCE_START_EVENT || ev->type == YAML_MAPPING_START_EVENT;
+}
+
+static bool event_closes(const yaml_event_t *ev) {
+    return ev->type == YAML_SEQUENCE_END_EVENT || ev->type == YAML_MAPPING_END_EVENT;
+}
+
+/* Reads past the rest of the node that first (already read) starts. */
+static int node_skip(yaml_parser_t *p, const yaml_event_t *first) {
+    int r = 0;
+    for (size_t depth = event_opens(first); r == 0 && depth > 0;) {
+        yaml_event_t ev;
+        r = event_next(p, &ev);
+        if (r == 0)
+            depth = depth + event_opens(&ev) - event_closes(&ev);
+        if (r == 0)
+            yaml_event_delete(&ev);
+    }
+    return r;
+}
+
+/* A scalar's text as a JSON string (cut to SKILLS_TEXT_MAX), or NULL when
+ * it holds a NUL or is not UTF-8. */
+static json_t *scalar_text(const yaml_event_t *ev) {
+    const char *s = (const char *)ev->data.scalar.value;
+    size_t n = ev->data.scalar.length;
+    if (memchr(s, '\0', n) || !fawn_utf8_valid(s, n))
+        return NULL;
+    return json_stringn(s, n > SKILLS_TEXT_MAX ? fawn_utf8_char_start(s, SKILLS_TEXT_MAX) : n);
+}
+
+/* One key and its value, or the mapping's end (*done). */
+static int pair_read(json_t *obj, bool *done, yaml_parser_t *p) {
+    yaml_event_t key, value;
+    int r = event_next(p, &key);
+    if (r < 0)
+        return r;
+    *done = key.type == YAML_MAPPING_END_EVENT;
+    if (!*done && (r = node_skip(p, &key)) == 0 && (r = event_next(p, &value)) == 0) {
+        json_t *text = value.type == YAML_SCALAR_EVENT ? scalar_text(&value) : NULL;
+        const char *k = key.type == YAML_SCALAR_EVENT ? (const char *)key.data.scalar.value : NULL;
+        bool keep = text && k && strlen(k) == key.data.scalar.length &&
+                    fawn_utf8_valid(k, strlen(k)) && !json_object_get(obj, k);
+        if (keep)
+            json_object_set(obj, k, text);
+        json_decref(text);
+        r = node_skip(p, &value);
+        yaml_event_delete(&value);
+    }
+    yaml_event_delete(&key);
+    return r;
+}
+
+/* Expects events of the given types in turn; a stream without a document
+ * (an empty block) sets *empty. */
+static int mapping_open(bool *empty, yaml_parser_t *p) {
+    static const yaml_event_type_t want[] = {YAML_STREAM_START_EVENT, YAML_DOCUMENT_START_EVENT,
+                                             YAML_MAPPING_START_EVENT};
+    *empty = false;
+    int r = 0;
+    for (size_t i = 0; r == 0 && i < ARRAY_LEN(want) && !*empty; i++) {
+        yaml_event_t ev;
+        if ((r = event_next(p, &ev)) < 0)
+            break;
+        *empty = i == 1 && ev.type == YAML_STREAM_END_EVENT;
+        if (!*empty && ev.type != want[i])
+            r = fawn_err(FAWN_EINVAL, "the front matter is not a YAML mapping");
+        yaml_event_delete(&ev);
+    }
+    return r;
+}
+
+int skills_front_matter(json_t **out, const char *text, size_t len) {
+    *out = NULL;
+    const char *block;
+    size_t n;
+    if (!block_find(&block, &n, text, len))
+        return fawn_err(FAWN_ENOENT, "no front matter");
+    yaml_parser_t p;
+    if (!yaml_parser_initialize(&p))
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    yaml_parser_set_input_string(&p, (const unsigned char *)block, n);
+    json_t *obj = json_object();
+    bool empty = false, done = false;
+    int r = obj ? mapping_open(&empty, &p) : fawn_err(FAWN_ENOMEM, "out of memory");
+    while (r == 0 && !empty && !done)
+        r = pair_read(obj, &done, &p);
+    yaml_parser_delete(&p);
+    if (r < 0) {
+        json_decref(obj);
+        return r;
+    }
+    *out = obj;
+    return 0;
+}
+
+/* ---- the walk ---- */
+
+/* The first SKILLS_HEAD_MAX bytes of fd. */
+static int head_read(char **out, size_t *n, int fd) {
+    *n = 0;
+    *out = malloc(SKILLS_HEAD_MAX);
+    if (!*out)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    while (*n < SKILLS_HEAD_MAX) {
+        ssize_t got = read(fd, *out + *n, SKILLS_HEAD_MAX - *n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return got < 0 ? fawn_err_sys(FAWN_EIO, errno, "read " SKILL_FILE) : 0;
+        *n += (size_t)got;
+    }
+    return 0;
+}
+
+/* {name, category, description, license} of the skill in directory fd, or
+ * NULL when it holds no regular SKILL.md. */
+static json_t *skill_read(int fd, const char *name, const char *category) {
+    _cleanup_close_ int md = fsx_open_beneath(fd, SKILL_FILE, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0,
+                                              FSX_NO_SYMLINKS);
+    struct stat st;
+    if (md < 0 || fstat(md, &st) < 0 || !S_ISREG(st.st_mode))
+        return NULL;
+    char *head = NULL;
+    size_t n = 0;
+    json_t *fm = NULL;
+    if (head_read(&head, &n, md) == 0 && skills_front_matter(&fm, head, n) < 0)
+        fm = NULL;
+    free(head);
+    const char *description = json_string_value(json_object_get(fm, "description"));
+    const char *license = json_string_value(json_object_get(fm, "license"));
+    json_t *skill = json_pack("{s:s, s:s, s:s, s:s}", "name", name, "category", category,
+                              "description", description ? description : "", "license",
+                              license ? license : "");
+    json_decref(fm);
+    return skill;
+}
+
+/* A name a listing shows: not hidden, UTF-8, no control characters. */
+static bool name_shown(const char *name) {
+    size_t n = strlen(name);
+    if (n == 0 || name[0] == '.' || !fawn_utf8_valid(name, n))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+            return false;
+    return true;
+}
+
+typedef struct walk {
+    json_t *list;
+    size_t seen; /* directory entries looked at */
+} walk;
+
+static bool walk_full(const walk *w) {
+    return w->seen >= SKILLS_ENTRIES_MAX || json_array_size(w->list) >= SKILLS_LIST_MAX;
+}
+
+static int walk_dir(walk *w, int dirfd, const char *category);
+
+/* One entry of a directory: a skill, or (at the top) a category of them. */
+static int walk_entry(walk *w, int dirfd, const char *name, const char *category) {
+    struct stat st;
+    if (!name_shown(name) || fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+        !S_ISDIR(st.st_mode))
+        return 0;
+    _cleanup_close_ int fd = fsx_open_beneath(dirfd, name, O_RDONLY | O_DIRECTORY, 0,
+                                              FSX_NO_SYMLINKS);
+    if (fd < 0)
+        return 0;
+    json_t *skill = skill_read(fd, name, category ? category : TOP_CATEGORY);
+    if (skill)
+        return json_array_append_new(w->list, skill) == 0 ? 0
+                                                          : fawn_err(FAWN_ENOMEM, "out of memory");
+    return category ? 0 : walk_dir(w, fd, name);
+}
+
+/* The entries of dirfd (category: the directory's, NULL at the top). */
+static int walk_dir(walk *w, int dirfd, const char *category) {
+    int copy = dup(dirfd);
+    DIR *d = copy >= 0 ? fdopendir(copy) : NULL;
+    if (!d) {
+        if (copy >= 0)
+            close(copy);
+        return fawn_err_sys(FAWN_EIO, errno, "read the skills directory");
+    }
+    struct dirent *e;
+    int r = 0;
+    while (r == 0 && !walk_full(w) && (e = readdir(d))) {
+        w->seen++;
+        r = walk_entry(w, dirfd, e->d_name, category);
+    }
+    closedir(d);
+    return r;
+}
+
+static int skill_cmp(const void *a, const void *b) {
+    const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+    int c = strcmp(json_string_value(json_object_get(x, "category")),
+                   json_string_value(json_object_get(y, "category")));
+    return c ? c
+             : strcmp(json_string_value(json_object_get(x, "name")),
+                      json_string_value(json_object_get(y, "name")));
+}
+
+/* list sorted in place, by category then name. */
+static int list_sort(json_t *list) {
+    size_t n = json_array_size(list);
+    json_t **items = calloc(n ? n : 1, sizeof *items);
+    if (!items)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        items[i] = json_incref(json_array_get(list, i));
+    qsort(items, n, sizeof *items, skill_cmp);
+    json_array_clear(list);
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(list, items[i]);
+    free(items);
+    return 0;
+}
+
+int skills_list(json_t **out, const char *dir) {
+    *out = NULL;
+    walk w = {.list = json_array()};
+    if (!w.list)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    _cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int r = fd >= 0 || errno == ENOENT ? 0
+                                       : fawn_err_sys(FAWN_EIO, errno, "open the skills directory");
+    if (r == 0 && fd >= 0)
+        r = walk_dir(&w, fd, NULL);
+    if (r == 0)
+        r = list_sort(w.list);
+    if (r < 0) {
+        json_decref(w.list);
+        return r;
+    }
+    *out = w.list;
+    return 0;
+}

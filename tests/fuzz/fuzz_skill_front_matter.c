@@ -1,0 +1,42 @@
+/* libFuzzer target for the front matter of a skill's SKILL.md, which
+ * GET /api/skills reads from every skill in the skills directory. Input:
+ * the head of a SKILL.md. Besides memory errors and undefined behaviour, it
+ * checks that
+ * - the answer is an object, FAWN_ENOENT (no front matter) or FAWN_EINVAL
+ *   (not a YAML mapping), and a refusal hands out nothing;
+ * - only text that starts with a line "---" has front matter;
+ * - every value is a string of valid UTF-8 without NUL, at most
+ *   SKILLS_TEXT_MAX bytes. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "skills/skills.h"
+#include "fuzz_support.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size > SKILLS_HEAD_MAX)
+        return 0;
+    const char *text = (const char *)data;
+    json_t *fm = (json_t *)data;
+    int r = skills_front_matter(&fm, text, size);
+    check(r == 0 || r == FAWN_ENOENT || r == FAWN_EINVAL);
+    if (r < 0) {
+        check(fm == NULL);
+        return 0;
+    }
+    check(size >= 3 && memcmp(text, "---", 3) == 0);
+    check(json_is_object(fm));
+    const char *key;
+    json_t *v;
+    json_object_foreach(fm, key, v) {
+        check(json_is_string(v));
+        const char *s = json_string_value(v);
+        size_t n = json_string_length(v);
+        check(n <= SKILLS_TEXT_MAX && strlen(s) == n && fawn_utf8_valid(s, n));
+        check(fawn_utf8_valid(key, strlen(key)));
+    }
+    json_decref(fm);
+    return 0;
+}
