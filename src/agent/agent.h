@@ -52,7 +52,12 @@ typedef struct agent_params {
     int recursion_limit;        /* 1..AGENT_RECURSION_MAX */
     uint32_t command_timeout_s; /* a bash command's timeout (> 0) */
     const json_t *input;        /* messages to add first (array), or NULL */
-    const sbx_cancel *cancel;   /* set to stop the run (it ends as interrupted) */
+    const json_t *title;        /* the title (a string, or null) the input sets, or NULL */
+    /* The checkpoint of the thread the run starts from (NULL or "": the
+     * newest). From an older one, the run forks: its checkpoints follow
+     * that one, and the later ones stay in the history. */
+    const char *checkpoint_id;
+    const sbx_cancel *cancel; /* set to stop the run (it ends as interrupted) */
     agent_emit_fn emit;
     void *emit_ctx;
 } agent_params;
@@ -68,7 +73,10 @@ void agent_outcome_clear(agent_outcome *o);
 
 /* Runs the agent until the model gives a final answer, a hook stops it,
  * the recursion limit is hit, or cancel is set. Every step is
- * checkpointed, every tool call has a receipt. Returns 0 with *out filled
+ * checkpointed, every tool call has a receipt. The first run of a thread
+ * without a checkpoint first writes the thread's empty state as its root
+ * checkpoint (metadata source "input", step -1): the state before the
+ * first message, which a run may start from again. Returns 0 with *out filled
  * (status error included: a failed run is a result, not an error of this
  * call); a negative code when the run could not even start (no model, the
  * store failed). */
@@ -110,6 +118,12 @@ void agent_message_id(char out[40]);
  * store errors. */
 FAWN_MUST_CHECK int agent_state_load(json_t **values, char checkpoint_id[STORE_RUN_ID_MAX + 1],
                                      store *st, int64_t owner_id, const char *thread_id);
+/* The same for the state of checkpoint `at` of the thread (NULL or "":
+ * its newest, as agent_state_load); FAWN_ENOENT when the thread has no
+ * checkpoint `at` (any more). */
+FAWN_MUST_CHECK int agent_state_load_at(json_t **values, char checkpoint_id[STORE_RUN_ID_MAX + 1],
+                                        store *st, int64_t owner_id, const char *thread_id,
+                                        const char *at);
 /* Writes values as the thread's next checkpoint, after parent_id ("" or
  * NULL for none), by run_id (or NULL), with metadata (JSON object text);
  * checkpoint_id gets the new id (it may be parent_id's own buffer) and

@@ -41,9 +41,10 @@ static void emit_stream_end(agent_loop *run, const json_t *ai) {
 
 /* ---- state ---- */
 
+/* The state the run starts from (its checkpoint_id, else the newest). */
 static int load_state(agent_loop *run) {
-    return agent_state_load(&run->values, run->checkpoint_id, run->p->st, run->p->owner_id,
-                            run->p->thread_id);
+    return agent_state_load_at(&run->values, run->checkpoint_id, run->p->st, run->p->owner_id,
+                               run->p->thread_id, run->p->checkpoint_id);
 }
 
 /* Writes the state as a new checkpoint (source: input, model, loop or
@@ -272,6 +273,8 @@ int agent_run(agent_outcome *out, const agent_params *p) {
         return fawn_err(FAWN_ENOENT, "no model is configured");
     run_setup(&run, p);
     int r = load_state(&run);
+    if (r == 0 && !run.checkpoint_id[0]) /* the thread's root: its state before any message */
+        r = checkpoint(&run, "input", -1, NULL);
     run.messages = json_object_get(run.values, "messages");
     run.tools = r == 0 ? allowed_tools(p) : NULL;
     if (r == 0 && (!run.tools || !run.reads || !run.presented || !run.recent_calls || !run.request))
@@ -284,6 +287,8 @@ int agent_run(agent_outcome *out, const agent_params *p) {
         json_array_append(run.messages, m);
         emit_message(&run, "input", m);
     }
+    if (r == 0 && p->title && json_object_set(run.values, "title", (json_t *)p->title) < 0)
+        r = fawn_err(FAWN_ENOMEM, "out of memory");
     if (r == 0)
         r = checkpoint_and_emit(&run, "input", 0);
     if (r == 0)

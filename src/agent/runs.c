@@ -25,6 +25,8 @@ typedef struct run_entry {
     bool has_model;
     int recursion_limit;
     json_t *input;
+    json_t *title;                            /* or NULL */
+    char checkpoint_id[STORE_RUN_ID_MAX + 1]; /* "": the newest */
     sbx_cancel cancel;
     run_log *log; /* the entry's reference */
 } run_entry;
@@ -55,6 +57,7 @@ struct run_manager {
 
 static void entry_free(run_entry *e) {
     json_decref(e->input);
+    json_decref(e->title);
     run_log_close(e->log);
     free(e);
 }
@@ -138,6 +141,8 @@ static void run_execute(run_manager *m, run_entry *e) {
         .recursion_limit = e->recursion_limit,
         .command_timeout_s = m->limits.command_timeout_s,
         .input = e->input,
+        .title = e->title,
+        .checkpoint_id = e->checkpoint_id,
         .cancel = &e->cancel,
         .emit = emit_to_log,
         .emit_ctx = e,
@@ -416,8 +421,11 @@ static int entry_new(run_entry **out, run_manager *m, const run_request *rq) {
     snprintf(e->model, sizeof e->model, "%s", rq->model_name ? rq->model_name : "");
     e->recursion_limit = rq->recursion_limit;
     e->input = rq->input ? json_deep_copy(rq->input) : json_array();
-    int r = e->input ? run_log_new(&e->log, m->st, e->run_id)
-                     : fawn_err(FAWN_ENOMEM, "out of memory");
+    e->title = rq->title ? json_deep_copy(rq->title) : NULL;
+    snprintf(e->checkpoint_id, sizeof e->checkpoint_id, "%s",
+             rq->checkpoint_id ? rq->checkpoint_id : "");
+    int r = e->input && (e->title || !rq->title) ? run_log_new(&e->log, m->st, e->run_id)
+                                                 : fawn_err(FAWN_ENOMEM, "out of memory");
     if (r < 0) {
         entry_free(e);
         return r;

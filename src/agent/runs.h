@@ -64,12 +64,14 @@ typedef struct run_request {
     const char *user_dir; /* owner directory name */
     const char *role;
     const char *thread_id;
-    const char *model_name; /* NULL: the first model */
-    int recursion_limit;    /* 1..AGENT_RECURSION_MAX */
-    const json_t *input;    /* stored-form human messages to add (copied) */
-    const char *kwargs;     /* JSON object text stored with the run */
-    const char *metadata;   /* JSON object text, or NULL */
-    bool interrupt;         /* multitask_strategy interrupt: cancel the active run first */
+    const char *model_name;    /* NULL: the first model */
+    int recursion_limit;       /* 1..AGENT_RECURSION_MAX */
+    const json_t *input;       /* stored-form human messages to add (copied) */
+    const json_t *title;       /* the title (a string, or null) the input sets, or NULL (copied) */
+    const char *checkpoint_id; /* the thread's checkpoint to start from; NULL or "": the newest */
+    const char *kwargs;        /* JSON object text stored with the run */
+    const char *metadata;      /* JSON object text, or NULL */
+    bool interrupt;            /* multitask_strategy interrupt: cancel the active run first */
 } run_request;
 
 /* Records a pending run, marks the thread busy and queues the run; its

@@ -33,13 +33,14 @@ static int state_whole(json_t **values, store *st, int64_t owner_id, const char 
     return fawn_err(FAWN_EIO, "thread %s: its stored state is not an object", thread_id);
 }
 
-int agent_state_load(json_t **values, char checkpoint_id[STORE_RUN_ID_MAX + 1], store *st,
-                     int64_t owner_id, const char *thread_id) {
+int agent_state_load_at(json_t **values, char checkpoint_id[STORE_RUN_ID_MAX + 1], store *st,
+                        int64_t owner_id, const char *thread_id, const char *at) {
     *values = NULL;
     checkpoint_id[0] = '\0';
     store_checkpoint cp;
-    int r = store_checkpoint_latest(st, &cp, owner_id, thread_id);
-    if (r < 0 && r != FAWN_ENOENT)
+    int r = at && at[0] ? store_checkpoint_get(st, &cp, owner_id, thread_id, at)
+                        : store_checkpoint_latest(st, &cp, owner_id, thread_id);
+    if (r < 0 && (r != FAWN_ENOENT || (at && at[0])))
         return r;
     if (r == 0) {
         snprintf(checkpoint_id, STORE_RUN_ID_MAX + 1, "%s", cp.checkpoint_id);
@@ -57,8 +58,14 @@ int agent_state_load(json_t **values, char checkpoint_id[STORE_RUN_ID_MAX + 1], 
     if (r < 0) {
         json_decref(*values);
         *values = NULL;
+        checkpoint_id[0] = '\0';
     }
     return r;
+}
+
+int agent_state_load(json_t **values, char checkpoint_id[STORE_RUN_ID_MAX + 1], store *st,
+                     int64_t owner_id, const char *thread_id) {
+    return agent_state_load_at(values, checkpoint_id, st, owner_id, thread_id, NULL);
 }
 
 int agent_state_save(char checkpoint_id[STORE_RUN_ID_MAX + 1], char **state, store *st,

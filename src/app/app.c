@@ -146,6 +146,8 @@ int app_run_start(char run_id[37], app *a, const store_user *user, const app_run
                        .model_name = spec->model_name,
                        .recursion_limit = spec->recursion_limit,
                        .input = spec->input,
+                       .title = spec->title,
+                       .checkpoint_id = spec->checkpoint_id,
                        .kwargs = spec->kwargs,
                        .metadata = spec->metadata,
                        .interrupt = spec->interrupt};

@@ -51,13 +51,15 @@ run_manager *app_runs(const app *a);
 
 /* A run to start on behalf of a user, on one of the user's threads. */
 typedef struct app_run_spec {
-    const char *thread_id;  /* an existing thread of the user */
-    const char *model_name; /* NULL: the first model */
-    int recursion_limit;    /* 1..AGENT_RECURSION_MAX */
-    const json_t *input;    /* stored-form human messages to add (copied) */
-    const char *kwargs;     /* JSON object text stored with the run */
-    const char *metadata;   /* JSON object text, or NULL */
-    bool interrupt;         /* cancel the thread's active run first, instead of refusing */
+    const char *thread_id;     /* an existing thread of the user */
+    const char *model_name;    /* NULL: the first model */
+    int recursion_limit;       /* 1..AGENT_RECURSION_MAX */
+    const json_t *input;       /* stored-form human messages to add (copied) */
+    const json_t *title;       /* the title (a string, or null) the input sets, or NULL (copied) */
+    const char *checkpoint_id; /* the thread's checkpoint to start from; NULL or "": the newest */
+    const char *kwargs;        /* JSON object text stored with the run */
+    const char *metadata;      /* JSON object text, or NULL */
+    bool interrupt;            /* cancel the thread's active run first, instead of refusing */
 } app_run_spec;
 
 /* Starts a run on behalf of user: the model must be one the user's role

@@ -7,6 +7,7 @@
 
 #include "base/json.h"
 #include "gateway/internal.h"
+#include "gateway/replay.h"
 #include "paths/paths.h"
 
 /* Runs one listing returns unless the client asks otherwise. */
@@ -40,13 +41,16 @@ static const char *const run_keys[] = {"assistant_id",
                                        "durability",
                                        NULL};
 static const char *const unsupported_keys[] = {
-    "command",          "checkpoint_id",     "checkpoint", "interrupt_before", "interrupt_after",
-    "stream_subgraphs", "stream_resumable",  "webhook",    "on_completion",    "after_seconds",
+    "command",          "interrupt_before",  "interrupt_after", "stream_subgraphs",
+    "stream_resumable", "webhook",           "on_completion",   "after_seconds",
     "feedback_keys",    "checkpoint_during", "durability"};
 
 typedef struct run_args {
     json_t *body;
-    json_t *input;         /* stored-form human messages */
+    json_t *input;       /* stored-form human messages */
+    const json_t *title; /* input.title (a string or null; borrowed), or NULL */
+    char checkpoint_id[STORE_RUN_ID_MAX + 1]; /* the checkpoint to start from; "": the newest */
+    const char *checkpoint_thread;            /* checkpoint.thread_id (borrowed), or NULL */
     const char *model;     /* context.model_name or config.configurable.model_name */
     const char *thread_id; /* stateless runs: config.configurable.thread_id */
     int recursion_limit;
@@ -122,9 +126,13 @@ static int input_take(run_args *a) {
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)input, key, v) {
-        if (strcmp(key, "messages") != 0)
-            return fawn_err(FAWN_EINVAL, "input.%s is not supported (only messages)", key);
+        if (strcmp(key, "messages") != 0 && strcmp(key, "title") != 0)
+            return fawn_err(FAWN_EINVAL, "input.%s is not supported (only messages and title)",
+                            key);
     }
+    a->title = json_object_get(input, "title");
+    if (a->title && !json_is_string(a->title) && !json_is_null(a->title))
+        return fawn_err(FAWN_EINVAL, "input.title must be text or null");
     return agent_input_messages(&a->input, json_object_get(input, "messages"));
 }
 
@@ -165,11 +173,12 @@ static int kwargs_take(run_args *a) {
     json_t *meta = json_object_get(a->body, "metadata");
     if (meta && !json_is_null(meta) && !json_is_object(meta))
         return fawn_err(FAWN_EINVAL, "metadata must be an object");
-    json_t *kw = json_pack(
-        "{s:O?, s:O?, s:O?, s:O?, s:i}", "stream_mode", json_object_get(a->body, "stream_mode"),
-        "config", json_object_get(a->body, "config"), "context",
-        json_object_get(a->body, "context"), "input", json_object_get(a->body, "input"),
-        "recursion_limit", a->recursion_limit);
+    json_t *kw = json_pack("{s:O?, s:O?, s:O?, s:O?, s:i, s:s*}", "stream_mode",
+                           json_object_get(a->body, "stream_mode"), "config",
+                           json_object_get(a->body, "config"), "context",
+                           json_object_get(a->body, "context"), "input",
+                           json_object_get(a->body, "input"), "recursion_limit", a->recursion_limit,
+                           "checkpoint_id", a->checkpoint_id[0] ? a->checkpoint_id : NULL);
     a->kwargs = kw ? json_dumps(kw, JSON_COMPACT) : NULL;
     json_decref(kw);
     a->metadata = json_is_object(meta) ? json_dumps(meta, JSON_COMPACT) : NULL;
@@ -196,6 +205,8 @@ static int run_args_read(run_args *a, gw_request *rq, bool streaming) {
         r = gw_stream_modes(&a->modes, json_object_get(a->body, "stream_mode"));
     if (r == 0)
         r = options_take(a, streaming);
+    if (r == 0)
+        r = gw_run_checkpoint_parse(a->checkpoint_id, &a->checkpoint_thread, a->body);
     a->recursion_limit = recursion_limit(config);
     a->thread_id = json_string_value(
         json_object_get(json_object_get(config, "configurable"), "thread_id"));
@@ -218,11 +229,14 @@ static json_t *run_json(const store_run *run) {
 }
 
 /* The thread a run goes to: the route's, or for stateless runs the one the
- * config names (created when missing), or a new one. */
+ * config names (created when missing), or a new one. A run from a
+ * checkpoint needs a thread that has it: none is created for it. */
 static int run_thread(store_thread *t, gw_request *rq, const run_args *a, bool stateless) {
+    *t = (store_thread){0};
+    bool may_create = !a->checkpoint_id[0];
     if (!stateless) {
         int r = gw_thread_resolve(t, rq, false);
-        if (r == FAWN_ENOENT && a->create_thread)
+        if (r == FAWN_ENOENT && a->create_thread && may_create)
             r = gw_thread_resolve(t, rq, true);
         return r;
     }
@@ -230,12 +244,29 @@ static int run_thread(store_thread *t, gw_request *rq, const run_args *a, bool s
     if (a->thread_id && !fawn_id_valid(a->thread_id))
         return fawn_err(FAWN_EINVAL,
                         "config.configurable.thread_id must match [A-Za-z0-9_-]{1,64}");
+    if (!may_create)
+        return a->thread_id ? store_thread_get(rq->g->st, t, rq->who.user.id, a->thread_id)
+                            : fawn_err(FAWN_ENOENT, "Checkpoint %s not found", a->checkpoint_id);
     if (a->thread_id)
         snprintf(id, sizeof id, "%s", a->thread_id);
     else
         fawn_random_uuid(id);
     bool existed;
     return store_thread_create(rq->g->st, t, &existed, rq->who.user.id, id, NULL);
+}
+
+/* The checkpoint a run starts from, when it names one: the thread's own
+ * (another thread's or user's is not found, 404), named with its own
+ * thread id when the client says which (422 otherwise). */
+static int run_checkpoint_check(gw_request *rq, const run_args *a, const store_thread *t) {
+    if (!a->checkpoint_id[0])
+        return 0;
+    if (a->checkpoint_thread && strcmp(a->checkpoint_thread, t->id) != 0)
+        return fawn_err(FAWN_EINVAL, "checkpoint.thread_id must be the run's thread");
+    store_checkpoint cp;
+    int r = store_checkpoint_get(rq->g->st, &cp, rq->who.user.id, t->id, a->checkpoint_id);
+    store_checkpoint_clear(&cp);
+    return r;
 }
 
 enum run_answer { ANSWER_RUN, ANSWER_STREAM, ANSWER_WAIT };
@@ -273,11 +304,15 @@ static int run_create(gw_request *rq, enum run_answer how, bool stateless) {
     store_thread t = {0};
     if (r == 0)
         r = run_thread(&t, rq, &a, stateless);
+    if (r == 0)
+        r = run_checkpoint_check(rq, &a, &t);
     char run_id[37] = "";
     app_run_spec spec = {.thread_id = t.id,
                          .model_name = a.model,
                          .recursion_limit = a.recursion_limit,
                          .input = a.input,
+                         .title = a.title,
+                         .checkpoint_id = a.checkpoint_id,
                          .kwargs = a.kwargs,
                          .metadata = a.metadata,
                          .interrupt = a.interrupt};

@@ -501,6 +501,146 @@ int store_checkpoint_latest(store *s, store_checkpoint *out, int64_t owner_id,
     return 0;
 }
 
+/* ---- one checkpoint, and where a message came into a lineage ---- */
+
+/* A checkpoint of the thread (?1, ?2) by its id (?3), and its spans. */
+#define CHECKPOINT_BY_ID                                                                           \
+    "SELECT " CHECKPOINT_COLUMNS ", message_spans FROM checkpoints WHERE owner_id = ?1 AND "       \
+    "thread_id = ?2 AND checkpoint_id = ?3"
+
+/* The checkpoint id of the thread st (CHECKPOINT_BY_ID, the thread bound)
+ * reads into *out, its spans appended to *spans when that is not NULL.
+ * FAWN_ENOENT when there is none. */
+static int checkpoint_row(sqlite3 *db, store_checkpoint *out, fbuf *spans, sqlite3_stmt *st,
+                          const char *id) {
+    *out = (store_checkpoint){0};
+    sqlite3_reset(st);
+    sqlite3_bind_text(st, 3, id, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE)
+        return fawn_err(FAWN_ENOENT, "Checkpoint %s not found", id);
+    if (rc != SQLITE_ROW)
+        return sq_err(db, rc, "read checkpoint");
+    read_checkpoint(out, st);
+    int r = out->state && out->metadata ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+    if (r == 0 && spans) {
+        json_t *list = json_loads((const char *)sqlite3_column_text(st, 6), 0, NULL);
+        r = spans_parse(spans, NULL, list);
+        json_decref(list);
+    }
+    if (r < 0)
+        store_checkpoint_clear(out);
+    return r;
+}
+
+int store_checkpoint_get(store *s, store_checkpoint *out, int64_t owner_id, const char *thread_id,
+                         const char *checkpoint_id) {
+    *out = (store_checkpoint){0};
+    if (!fawn_id_valid(thread_id) || !sq_text_ok(checkpoint_id, STORE_RUN_ID_MAX))
+        return fawn_err(FAWN_ENOENT, "Checkpoint not found");
+    sqlite3 *db = sq_read_begin(s);
+    sqlite3_stmt *st;
+    int r = sq_prepare(db, &st, CHECKPOINT_BY_ID);
+    if (r == 0) {
+        bind_thread(st, owner_id, thread_id);
+        r = checkpoint_row(db, out, NULL, st, checkpoint_id);
+    }
+    sqlite3_finalize(st);
+    sq_read_end(s, db);
+    return r;
+}
+
+/* The seqs (int64_t) of the thread's rows that hold a message of id id. */
+static int rows_of_id(sqlite3 *db, fbuf *seqs, int64_t owner_id, const char *thread_id,
+                      const char *id) {
+    sqlite3_stmt *st;
+    int r = sq_prepare(db, &st,
+                       "SELECT seq FROM thread_messages WHERE owner_id = ?1 AND thread_id = ?2 "
+                       "AND json_extract(body, '$.id') = ?3");
+    if (r < 0)
+        return r;
+    bind_thread(st, owner_id, thread_id);
+    sqlite3_bind_text(st, 3, id, -1, SQLITE_STATIC);
+    int rc;
+    while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW)
+        r = fbuf_append(seqs, &(int64_t){sqlite3_column_int64(st, 0)}, sizeof(int64_t));
+    if (r == 0 && rc != SQLITE_DONE)
+        r = sq_err(db, rc, "find message rows");
+    sqlite3_finalize(st);
+    return r;
+}
+
+/* Whether spans (span) list one of seqs (int64_t). */
+static bool spans_list_any(const fbuf *spans, const fbuf *seqs) {
+    const span *sp = (const span *)spans->data;
+    const int64_t *q = (const int64_t *)seqs->data;
+    for (size_t i = 0; i < spans->len / sizeof *sp; i++)
+        for (size_t k = 0; k < seqs->len / sizeof *q; k++)
+            if (q[k] >= sp[i].first && q[k] <= sp[i].last)
+                return true;
+    return false;
+}
+
+/* store_checkpoint_origin's walk, st reading the thread's checkpoints by
+ * id and seqs the rows of message_id: at most one step per kept
+ * checkpoint (a longer lineage would be a cycle). */
+static int lineage_walk(sqlite3 *db, store_checkpoint *first, sqlite3_stmt *st, const fbuf *seqs,
+                        const char *head_id, const char *message_id) {
+    char id[STORE_RUN_ID_MAX + 1];
+    snprintf(id, sizeof id, "%s", head_id);
+    for (size_t step = 0; step <= STORE_CHECKPOINTS_KEPT; step++) {
+        store_checkpoint cp;
+        fbuf spans = {0};
+        int r = checkpoint_row(db, &cp, &spans, st, id);
+        bool lists = r == 0 && spans_list_any(&spans, seqs);
+        fbuf_free(&spans);
+        if (r == FAWN_ENOENT && step > 0)
+            return fawn_err(FAWN_ENOENT, "The checkpoint before message %s is no longer kept",
+                            message_id);
+        if (r < 0)
+            return r;
+        if (!lists) {
+            store_checkpoint_clear(&cp);
+            return step > 0 ? 0
+                            : fawn_err(FAWN_ENOENT, "Checkpoint %s holds no message %s", head_id,
+                                       message_id);
+        }
+        store_checkpoint_clear(first);
+        *first = cp;
+        if (!first->parent_id[0])
+            return 0;
+        snprintf(id, sizeof id, "%s", first->parent_id);
+    }
+    return fawn_err(FAWN_EIO, "The lineage of checkpoint %s is longer than the checkpoints kept",
+                    head_id);
+}
+
+int store_checkpoint_origin(store *s, store_checkpoint *first, int64_t owner_id,
+                            const char *thread_id, const char *head_id, const char *message_id) {
+    *first = (store_checkpoint){0};
+    if (!fawn_id_valid(thread_id) || !sq_text_ok(head_id, STORE_RUN_ID_MAX) || !message_id)
+        return fawn_err(FAWN_ENOENT, "Checkpoint not found");
+    sqlite3 *db = sq_read_begin(s);
+    sqlite3_stmt *st = NULL;
+    fbuf seqs = {0};
+    int r = sq_exec(db, "BEGIN", "begin");
+    if (r == 0)
+        r = rows_of_id(db, &seqs, owner_id, thread_id, message_id);
+    if (r == 0)
+        r = sq_prepare(db, &st, CHECKPOINT_BY_ID);
+    if (r == 0) {
+        bind_thread(st, owner_id, thread_id);
+        r = lineage_walk(db, first, st, &seqs, head_id, message_id);
+    }
+    sqlite3_finalize(st);
+    r = sq_end_transaction(db, r);
+    sq_read_end(s, db);
+    fbuf_free(&seqs);
+    if (r < 0)
+        store_checkpoint_clear(first);
+    return r;
+}
+
 /* ---- reading a state ---- */
 
 /* What a state read gathers, newest message first. */

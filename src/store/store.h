@@ -312,6 +312,24 @@ FAWN_MUST_CHECK int store_checkpoint_latest(store *s, store_checkpoint *out, int
 FAWN_MUST_CHECK int store_checkpoint_list(store *s, store_checkpoint **out, size_t *n,
                                           int64_t owner_id, const char *thread_id,
                                           const char *before_id, size_t limit);
+/* The owner's thread's checkpoint checkpoint_id (caller clears *out).
+ * FAWN_ENOENT when the thread has none of that id (another thread's or
+ * another owner's checkpoint is none), or no longer keeps it. */
+FAWN_MUST_CHECK int store_checkpoint_get(store *s, store_checkpoint *out, int64_t owner_id,
+                                         const char *thread_id, const char *checkpoint_id);
+/* Where the message of id message_id came into the lineage of checkpoint
+ * head_id (the owner's thread's): walking back from head, parent by
+ * parent, while the checkpoint lists a message of that id, *first gets
+ * the oldest that does (caller clears it): the checkpoint that added the
+ * message, whose run_id wrote it and whose parent_id is the state just
+ * before it ("" when the message is in the thread's first checkpoint).
+ * FAWN_ENOENT when head is not the thread's or does not list the message,
+ * or when a parent on the way is no longer kept (where the message came in
+ * is then unknown). The walk takes at most STORE_CHECKPOINTS_KEPT steps,
+ * in one read transaction. */
+FAWN_MUST_CHECK int store_checkpoint_origin(store *s, store_checkpoint *first, int64_t owner_id,
+                                            const char *thread_id, const char *head_id,
+                                            const char *message_id);
 
 /* The state that reference `state` names, of the owner's thread, as JSON
  * object text (malloc'd): its values with "messages", the newest of its
