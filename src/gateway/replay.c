@@ -71,9 +71,7 @@ int gw_run_checkpoint_parse(char out[STORE_RUN_ID_MAX + 1], const char **thread_
 /* No such message. */
 #define NONE SIZE_MAX
 
-static const char *id_of(const json_t *m) {
-    return json_string_value(json_object_get(m, "id"));
-}
+static const char *id_of(const json_t *m) { return json_string_value(json_object_get(m, "id")); }
 
 static bool id_is(const json_t *m, const char *id) {
     const char *own = id_of(m);

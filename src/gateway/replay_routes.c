@@ -133,8 +133,7 @@ static int run_status(char status[16], store_run *keep, gw_request *rq, const pr
 
 /* {checkpoint_ns, checkpoint_id, checkpoint_map} of LangGraph's config. */
 static json_t *checkpoint_json(const char *id) {
-    return json_pack("{s:s, s:s, s:n}", "checkpoint_ns", "", "checkpoint_id", id,
-                     "checkpoint_map");
+    return json_pack("{s:s, s:s, s:n}", "checkpoint_ns", "", "checkpoint_id", id, "checkpoint_map");
 }
 
 /* The state's title when it is some text, else NULL (borrowed). */
@@ -338,8 +337,8 @@ static int route_edit_prepare(gw_request *rq) {
 #define PREPARE_BODY GW_BODY_BUFFER, GW_JSON_BODY_MAX, NULL
 
 const gw_route gw_replay_routes[] = {
-    {"POST", "/api/threads/{}/runs/regenerate/prepare", route_regenerate_prepare,
-     AUTHZ_RUNS_CREATE, PREPARE_BODY},
+    {"POST", "/api/threads/{}/runs/regenerate/prepare", route_regenerate_prepare, AUTHZ_RUNS_CREATE,
+     PREPARE_BODY},
     {"POST", "/api/threads/{}/runs/edit-regenerate/prepare", route_edit_prepare, AUTHZ_RUNS_CREATE,
      PREPARE_BODY},
 };

@@ -732,6 +732,126 @@ static void run_loop_repairs_history_titles_and_checkpoints(void **state) {
     model_registry_free(models);
 }
 
+/* The thread's checkpoints, newest first (*n of them; clear each, free). */
+static store_checkpoint *all_checkpoints(store *st, int64_t owner, size_t *n) {
+    store_checkpoint *list;
+    assert_int_equal(store_checkpoint_list(st, &list, n, owner, "t", NULL, STORE_CHECKPOINTS_KEPT),
+                     0);
+    return list;
+}
+
+static void checkpoints_free(store_checkpoint *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        store_checkpoint_clear(&list[i]);
+    free(list);
+}
+
+/* The texts of the messages of the thread's newest state, joined by '|'. */
+static void latest_texts(char out[256], store *st, int64_t owner) {
+    json_t *values = latest_state(st, owner, "t");
+    out[0] = '\0';
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(values, "messages"), i, m) {
+        size_t len = strlen(out);
+        snprintf(out + len, 256 - len, "%s%s", i ? "|" : "",
+                 json_string_value(json_object_get(m, "content")));
+    }
+    json_decref(values);
+}
+
+/* A thread's first run writes its empty root checkpoint first (one, not
+ * one per run); a run from an earlier checkpoint starts from its state,
+ * its own checkpoints follow that one and the later ones stay; the input's
+ * title is the state's; a checkpoint the thread does not have fails the
+ * run before anything is written. */
+static void runs_start_from_the_root_or_an_earlier_checkpoint(void **state) {
+    write_file("fork.json", "{\"replies\":[{\"content\":\"answer\"}]}");
+    char models_json[512];
+    snprintf(models_json, sizeof models_json,
+             "[{\"name\":\"s\",\"provider\":\"script\",\"fixture\":\"%s/fork.json\"}]", tmpdir);
+    json_t *list = json_loads(models_json, 0, NULL);
+    model_registry *models;
+    assert_int_equal(model_registry_load(&models, list), 0);
+    json_decref(list);
+    authz_policy *policy;
+    assert_int_equal(authz_policy_load(&policy, NULL), 0);
+    store *st = open_store_with_run("fork");
+    store_user u;
+    assert_int_equal(store_user_get_by_name(st, &u, "u"), 0);
+    json_t *q1 = json_loads("[{\"type\":\"human\",\"content\":\"q1\",\"id\":\"q1\"}]", 0, NULL);
+    json_t *q2 = json_loads("[{\"type\":\"human\",\"content\":\"q2\",\"id\":\"q2\"}]", 0, NULL);
+    collected c = {.events = json_array()};
+    agent_params p = {.st = st,
+                      .models = models,
+                      .policy = policy,
+                      .owner_id = u.id,
+                      .user_dir = "1",
+                      .role = "user",
+                      .thread_id = "t",
+                      .run_id = "fork",
+                      .recursion_limit = 5,
+                      .input = q1,
+                      .emit = collect,
+                      .emit_ctx = &c};
+    agent_outcome out;
+    assert_int_equal(agent_run(&out, &p), 0);
+    agent_outcome_clear(&out);
+    size_t n;
+    store_checkpoint *cps = all_checkpoints(st, u.id, &n);
+    assert_int_equal(n, 4); /* the root, the input, the answer, the end */
+    store_checkpoint root = cps[n - 1];
+    cps[n - 1] = (store_checkpoint){0};
+    assert_string_equal(root.parent_id, "");
+    assert_string_equal(root.metadata, "{\"source\":\"input\",\"step\":-1,\"run_id\":\"fork\"}");
+    assert_string_equal(cps[n - 2].parent_id, root.checkpoint_id);
+    checkpoints_free(cps, n);
+    p.run_id = "r5";
+    p.input = q2;
+    assert_int_equal(agent_run(&out, &p), 0);
+    agent_outcome_clear(&out);
+    char texts[256];
+    latest_texts(texts, st, u.id);
+    assert_string_equal(texts, "q1|answer|q2|answer");
+    /* From the root, with a title: the first turn again, the rest kept. */
+    json_t *title = json_string("Kept");
+    p.run_id = "r6";
+    p.input = q2;
+    p.title = title;
+    p.checkpoint_id = root.checkpoint_id;
+    assert_int_equal(agent_run(&out, &p), 0);
+    assert_string_equal(out.status, "success");
+    agent_outcome_clear(&out);
+    latest_texts(texts, st, u.id);
+    assert_string_equal(texts, "q2|answer");
+    json_t *values = latest_state(st, u.id, "t");
+    assert_string_equal(json_string_value(json_object_get(values, "title")), "Kept");
+    json_decref(values);
+    cps = all_checkpoints(st, u.id, &n);
+    assert_int_equal(n, 4 + 3 + 3);
+    size_t roots = 0;
+    for (size_t i = 0; i < n; i++)
+        roots += cps[i].parent_id[0] == '\0';
+    assert_int_equal(roots, 1);
+    assert_string_equal(cps[2].parent_id, root.checkpoint_id); /* r6's input */
+    checkpoints_free(cps, n);
+    /* A checkpoint the thread does not have: nothing is written. */
+    p.run_id = "r7";
+    p.checkpoint_id = "not-a-checkpoint-of-t";
+    assert_int_equal(agent_run(&out, &p), FAWN_ENOENT);
+    cps = all_checkpoints(st, u.id, &n);
+    assert_int_equal(n, 10);
+    checkpoints_free(cps, n);
+    store_checkpoint_clear(&root);
+    json_decref(title);
+    json_decref(q1);
+    json_decref(q2);
+    json_decref(c.events);
+    store_close(st);
+    authz_policy_free(policy);
+    model_registry_free(models);
+}
+
 /* A script of `steps` replies of `size` bytes, each calling a tool that does
  * not exist (a recoverable error that needs no sandbox), then a last one. */
 static void write_long_fixture(const char *name, int steps, size_t size) {
@@ -958,6 +1078,7 @@ int main(void) {
         cmocka_unit_test(event_log_fetch_past_its_end),
         cmocka_unit_test(run_loop_repairs_history_titles_and_checkpoints),
         cmocka_unit_test(long_runs_store_each_message_once),
+        cmocka_unit_test(runs_start_from_the_root_or_an_earlier_checkpoint),
         cmocka_unit_test(cancel_kills_the_command_through_the_runs_own_lease),
     };
     int failed = cmocka_run_group_tests_name("agent", tests, NULL, NULL);

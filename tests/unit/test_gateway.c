@@ -23,6 +23,7 @@
 #include "config/config.h"
 #include "gateway/gateway.h"
 #include "gateway/internal.h"
+#include "gateway/replay.h"
 #include "store/store.h"
 
 typedef struct fx {
@@ -458,6 +459,163 @@ static void query_decimals_parse_with_bounds(void **state) {
     }
 }
 
+/* The checkpoint a run names: checkpoint_id or LangGraph's checkpoint
+ * config, of the root namespace; null, {} and a null id mean the newest
+ * state; anything else is refused, leaving nothing. */
+static void run_checkpoints_parse(void **state) {
+    static const struct {
+        const char *body, *want, *thread;
+    } good[] = {
+        {"{}", "", NULL},
+        {"{\"checkpoint\":null,\"checkpoint_id\":null}", "", NULL},
+        {"{\"checkpoint\":{}}", "", NULL},
+        {"{\"checkpoint\":{\"checkpoint_id\":null,\"checkpoint_ns\":\"\",\"checkpoint_map\":null}}",
+         "", NULL},
+        {"{\"checkpoint_id\":\"c-1_A\"}", "c-1_A", NULL},
+        {"{\"checkpoint\":{\"checkpoint_id\":\"c1\",\"checkpoint_ns\":\"\",\"checkpoint_map\":{}}}",
+         "c1", NULL},
+        {"{\"checkpoint\":{\"checkpoint_id\":\"c1\",\"thread_id\":\"t1\"}}", "c1", "t1"},
+        {"{\"checkpoint_id\":\"c1\",\"checkpoint\":{\"checkpoint_id\":\"c1\"}}", "c1", NULL},
+        {"{\"checkpoint_id\":\"c1\",\"checkpoint\":{\"checkpoint_id\":null}}", "c1", NULL},
+    };
+    char id[STORE_RUN_ID_MAX + 1];
+    const char *thread;
+    for (size_t i = 0; i < ARRAY_LEN(good); i++) {
+        json_t *body = json_loads(good[i].body, 0, NULL);
+        assert_int_equal(gw_run_checkpoint_parse(id, &thread, body), 0);
+        assert_string_equal(id, good[i].want);
+        if (good[i].thread)
+            assert_string_equal(thread, good[i].thread);
+        else
+            assert_null(thread);
+        json_decref(body);
+    }
+    static const char *const bad[] = {
+        "{\"checkpoint_id\":\"\"}",
+        "{\"checkpoint_id\":\"a/b\"}",
+        "{\"checkpoint_id\":\"../c\"}",
+        "{\"checkpoint_id\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}",
+        "{\"checkpoint_id\":7}",
+        "{\"checkpoint_id\":[\"c1\"]}",
+        "{\"checkpoint\":\"c1\"}",
+        "{\"checkpoint\":[]}",
+        "{\"checkpoint\":{\"checkpoint_id\":\"c 1\"}}",
+        "{\"checkpoint\":{\"checkpoint_id\":\"c1\",\"checkpoint_ns\":\"tools\"}}",
+        "{\"checkpoint\":{\"checkpoint_id\":\"c1\",\"checkpoint_ns\":5}}",
+        "{\"checkpoint\":{\"checkpoint_id\":\"c1\",\"checkpoint_map\":{\"\":\"c1\"}}}",
+        "{\"checkpoint\":{\"checkpoint_id\":\"c1\",\"checkpoint_map\":[]}}",
+        "{\"checkpoint\":{\"checkpoint_id\":\"c1\",\"thread_id\":5}}",
+        "{\"checkpoint\":{\"checkpoint_id\":\"c1\",\"parent\":\"c0\"}}",
+        "{\"checkpoint_id\":\"c1\",\"checkpoint\":{\"checkpoint_id\":\"c2\"}}",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        json_t *body = json_loads(bad[i], 0, NULL);
+        assert_non_null(body);
+        memset(id, 'x', sizeof id);
+        thread = "poison";
+        assert_int_equal(gw_run_checkpoint_parse(id, &thread, body), FAWN_EINVAL);
+        assert_string_equal(id, "");
+        assert_null(thread);
+        json_decref(body);
+    }
+    /* A NUL inside the id is not a shorter id. */
+    json_t *nul = json_pack("{s:s%}", "checkpoint_id", "c1\0x", (size_t)4);
+    assert_int_equal(gw_run_checkpoint_parse(id, &thread, nul), FAWN_EINVAL);
+    json_decref(nul);
+}
+
+/* A conversation: a question, a hidden reminder, an answer with a tool
+ * call, its result, the answer; a second question and its answer; then
+ * a summary and a hidden message no one sees. */
+static const char conversation[] =
+    "[{\"type\":\"human\",\"id\":\"h1\",\"content\":\"one\"},"
+    "{\"type\":\"human\",\"id\":\"hidden\",\"content\":\"x\",\"additional_kwargs\":"
+    "{\"hide_from_ui\":true}},"
+    "{\"type\":\"ai\",\"id\":\"a1t\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c\",\"name\":"
+    "\"ls\",\"args\":{}}]},"
+    "{\"type\":\"tool\",\"id\":\"t1\",\"tool_call_id\":\"c\",\"content\":\"ok\"},"
+    "{\"type\":\"ai\",\"id\":\"a1\",\"content\":\"first\"},"
+    "{\"type\":\"human\",\"id\":\"h2\",\"name\":\"me\",\"content\":[{\"type\":\"text\",\"text\":"
+    "\" two \"},{\"type\":\"image_url\",\"image_url\":\"x\"},{\"type\":\"text\",\"text\":\"!\"}],"
+    "\"additional_kwargs\":{\"files\":[{\"filename\":\"a.txt\"}],\"other\":1}},"
+    "{\"type\":\"ai\",\"id\":\"a2\",\"content\":[{\"type\":\"text\",\"text\":\"second\"}]},"
+    "{\"type\":\"ai\",\"id\":\"sum\",\"name\":\"summary\",\"content\":\"s\"},"
+    "{\"type\":\"ai\",\"id\":\"hid\",\"content\":\"h\",\"additional_kwargs\":{\"hide_from_ui\":"
+    "true}}]";
+
+/* Which messages a regenerate and an edit may take (DeerFlow's rules), and
+ * the question a replay sends again. */
+static void replays_pick_the_latest_visible_turn(void **state) {
+    json_t *m = json_loads(conversation, 0, NULL);
+    assert_non_null(m);
+    size_t ai = 9, human = 9;
+    assert_int_equal(gw_replay_pick_regenerate(&ai, &human, m, "a2"), 0);
+    assert_int_equal(ai, 6);
+    assert_int_equal(human, 5);
+    static const struct {
+        const char *id;
+        int code;
+    } refused[] = {{"a1", FAWN_EBUSY},  {"a1t", FAWN_EBUSY}, {"h2", FAWN_EBUSY},
+                   {"sum", FAWN_EBUSY}, {"hid", FAWN_EBUSY}, {"t1", FAWN_EBUSY},
+                   {"zz", FAWN_ENOENT}, {"", FAWN_ENOENT}};
+    for (size_t i = 0; i < ARRAY_LEN(refused); i++) {
+        ai = human = 9;
+        assert_int_equal(gw_replay_pick_regenerate(&ai, &human, m, refused[i].id), refused[i].code);
+        assert_int_equal(ai + human, 0);
+    }
+    assert_int_equal(gw_replay_latest_human(&human, m), 0);
+    assert_int_equal(human, 5);
+    /* Edit: the latest question, answered with text; the text must change. */
+    assert_int_equal(gw_replay_pick_edit(&human, &ai, m, "h2", "two ?"), 0);
+    assert_int_equal(human, 5);
+    assert_int_equal(ai, 6);
+    assert_int_equal(gw_replay_pick_edit(&human, &ai, m, "h2", "two !"), FAWN_EBUSY);
+    assert_string_equal(fawn_errmsg(), "Edited message is unchanged");
+    assert_int_equal(gw_replay_pick_edit(&human, &ai, m, "h1", "uno"), FAWN_EBUSY);
+    assert_string_equal(fawn_errmsg(), "Only the latest completed user turn can be edited");
+    assert_int_equal(gw_replay_pick_edit(&human, &ai, m, "hidden", "x"), FAWN_EBUSY);
+    /* The question a replay sends: files kept, other keys dropped. */
+    json_t *again = gw_replay_human(json_array_get(m, 5), NULL, NULL);
+    json_t *want = json_loads("{\"type\":\"human\",\"id\":\"h2\",\"name\":\"me\",\"content\":"
+                              "[{\"type\":\"text\",\"text\":\" two \"},{\"type\":\"image_url\","
+                              "\"image_url\":\"x\"},{\"type\":\"text\",\"text\":\"!\"}],"
+                              "\"additional_kwargs\":{\"files\":[{\"filename\":\"a.txt\"}]}}",
+                              0, NULL);
+    assert_true(json_equal(again, want));
+    json_decref(again);
+    json_decref(want);
+    again = gw_replay_human(json_array_get(m, 0), "new", "uno");
+    want = json_loads("{\"type\":\"human\",\"id\":\"new\",\"content\":[{\"type\":\"text\","
+                      "\"text\":\"uno\"}],\"additional_kwargs\":{}}",
+                      0, NULL);
+    assert_true(json_equal(again, want));
+    json_decref(again);
+    json_decref(want);
+    char *text = gw_replay_text(json_array_get(m, 5));
+    assert_string_equal(text, " two !");
+    free(text);
+    assert_int_equal(gw_replay_edit_text(&text, " \t two words\r\n "), 0);
+    assert_string_equal(text, "two words");
+    free(text);
+    text = (char *)"poison";
+    assert_int_equal(gw_replay_edit_text(&text, " \n\t "), FAWN_EBUSY);
+    assert_null(text);
+    json_decref(m);
+    /* An answer that still calls tools is not a turn to edit; no question, nothing to take. */
+    m = json_loads("[{\"type\":\"human\",\"id\":\"h\",\"content\":\"q\"},{\"type\":\"ai\",\"id\":"
+                   "\"a\",\"content\":\"calling\",\"tool_calls\":[{\"id\":\"c\",\"name\":\"ls\","
+                   "\"args\":{}}]}]",
+                   0, NULL);
+    assert_int_equal(gw_replay_pick_edit(&human, &ai, m, "h", "q2"), FAWN_EBUSY);
+    assert_string_equal(fawn_errmsg(), "Only completed assistant text turns can be edited");
+    json_array_remove(m, 0);
+    assert_int_equal(gw_replay_pick_regenerate(&ai, &human, m, "a"), FAWN_EBUSY);
+    human = 9;
+    assert_int_equal(gw_replay_latest_human(&human, m), FAWN_ENOENT);
+    assert_int_equal(human, 0);
+    json_decref(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(forwarded_client_from_trusted_proxies_only),
@@ -468,6 +626,8 @@ int main(void) {
         cmocka_unit_test(refused_json_bodies_leave_no_object),
         cmocka_unit_test(thread_views_select_and_extract),
         cmocka_unit_test(thread_ids_are_checked),
+        cmocka_unit_test(run_checkpoints_parse),
+        cmocka_unit_test(replays_pick_the_latest_visible_turn),
         cmocka_unit_test(health_is_public),
         cmocka_unit_test(errors_have_a_detail),
         cmocka_unit_test(bad_address_refused),

@@ -870,6 +870,106 @@ static void checkpoints_and_receipts_follow_the_thread(void **state) {
     assert_int_equal(store_checkpoint_latest(x->s, &latest, x->alice, "rt3"), FAWN_ENOENT);
 }
 
+/* ---- where a message came into a lineage ---- */
+
+/* Writes checkpoint id (after parent, by run) whose messages are the JSON
+ * list text msgs. */
+static void put_link(fx *x, const char *thread, const char *id, const char *parent, const char *run,
+                     const char *msgs) {
+    store_checkpoint c = {0};
+    snprintf(c.checkpoint_id, sizeof c.checkpoint_id, "%s", id);
+    snprintf(c.parent_id, sizeof c.parent_id, "%s", parent);
+    snprintf(c.run_id, sizeof c.run_id, "%s", run);
+    json_t *values = json_pack("{s:o}", "messages", json_loads(msgs, 0, NULL));
+    assert_non_null(values);
+    assert_int_equal(store_checkpoint_put(x->s, NULL, x->alice, thread, &c, values), 0);
+    json_decref(values);
+}
+
+/* The checkpoint where message came into head's lineage: its id, parent
+ * and run as "id<parent:run". */
+static int origin_of(fx *x, char out[256], const char *head, const char *message) {
+    store_checkpoint first;
+    memset(&first, 0xA5, sizeof first);
+    int r = store_checkpoint_origin(x->s, &first, x->alice, "lin", head, message);
+    snprintf(out, 256, "%s<%s:%s", first.checkpoint_id, first.parent_id, first.run_id);
+    if (r < 0)
+        assert_null(first.state);
+    store_checkpoint_clear(&first);
+    return r;
+}
+
+#define H1 "{\"type\":\"human\",\"id\":\"h1\",\"content\":\"one\"}"
+#define A1 "{\"type\":\"ai\",\"id\":\"a1\",\"content\":\"first\"}"
+#define H2 "{\"type\":\"human\",\"id\":\"h2\",\"content\":\"two\"}"
+#define A2 "{\"type\":\"ai\",\"id\":\"a2\",\"content\":\"second\"}"
+#define A2B "{\"type\":\"ai\",\"id\":\"a2b\",\"content\":\"second, again\"}"
+
+/* A thread forked at c2 (c3-c4 the old turn, c5-c6 its regenerate): a
+ * message's origin is found on the head's own lineage, never on a
+ * sibling's; by id, whatever its content became; only for the owner's
+ * thread; and a lineage that breaks off or loops is refused. */
+static void message_origins_follow_the_lineage(void **state) {
+    fx *x = *state;
+    make_thread(x, x->alice, "lin");
+    make_thread(x, x->alice, "other");
+    put_link(x, "lin", "root", "", "r1", "[]");
+    put_link(x, "lin", "c1", "root", "r1", "[" H1 "]");
+    put_link(x, "lin", "c2", "c1", "r1", "[" H1 "," A1 "]");
+    put_link(x, "lin", "c3", "c2", "r2", "[" H1 "," A1 "," H2 "]");
+    put_link(x, "lin", "c4", "c3", "r2", "[" H1 "," A1 "," H2 "," A2 "]");
+    put_link(x, "lin", "c5", "c2", "r3", "[" H1 "," A1 "," H2 "]");
+    put_link(x, "lin", "c6", "c5", "r3", "[" H1 "," A1 "," H2 "," A2B "]");
+    char got[256];
+    assert_int_equal(origin_of(x, got, "c6", "h2"), 0);
+    assert_string_equal(got, "c5<c2:r3");
+    assert_int_equal(origin_of(x, got, "c4", "h2"), 0);
+    assert_string_equal(got, "c3<c2:r2");
+    assert_int_equal(origin_of(x, got, "c6", "a2b"), 0);
+    assert_string_equal(got, "c6<c5:r3");
+    assert_int_equal(origin_of(x, got, "c6", "h1"), 0);
+    assert_string_equal(got, "c1<root:r1");
+    /* A message of the other branch, or of none, is not the head's. */
+    assert_int_equal(origin_of(x, got, "c6", "a2"), FAWN_ENOENT);
+    assert_int_equal(origin_of(x, got, "c6", "nothing"), FAWN_ENOENT);
+    assert_int_equal(origin_of(x, got, "missing", "h1"), FAWN_ENOENT);
+    /* A message replaced (same id, new content) is still the same message. */
+    put_link(x, "lin", "c7", "c6", "",
+             "[" H1 "," A1 ",{\"type\":\"human\",\"id\":\"h2\",\"content\":\"2\"}," A2B "]");
+    assert_int_equal(origin_of(x, got, "c7", "h2"), 0);
+    assert_string_equal(got, "c5<c2:r3");
+    /* Only the owner's thread's checkpoints are found. */
+    store_checkpoint c;
+    assert_int_equal(store_checkpoint_get(x->s, &c, x->alice, "lin", "c6"), 0);
+    assert_string_equal(c.parent_id, "c5");
+    store_checkpoint_clear(&c);
+    const struct {
+        int64_t owner;
+        const char *thread, *id;
+    } none[] = {{x->bob, "lin", "c6"}, {x->alice, "other", "c6"},  {x->alice, "lin", "c66"},
+                {x->alice, "lin", ""}, {x->alice, "bad/id", "c6"}, {x->alice, "lin", NULL}};
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++) {
+        memset(&c, 0xA5, sizeof c);
+        assert_int_equal(store_checkpoint_get(x->s, &c, none[i].owner, none[i].thread, none[i].id),
+                         FAWN_ENOENT);
+        assert_null(c.state);
+        store_checkpoint_clear(&c);
+        memset(&c, 0xA5, sizeof c);
+        assert_int_equal(
+            store_checkpoint_origin(x->s, &c, none[i].owner, none[i].thread, "c6", "h1") == 0,
+            none[i].owner == x->alice && !strcmp(none[i].thread, "lin"));
+        store_checkpoint_clear(&c);
+    }
+    /* A parent no longer kept: where the message came in is unknown. */
+    put_link(x, "lin", "g1", "gone", "r4", "[{\"type\":\"human\",\"id\":\"g\",\"content\":\"g\"}]");
+    put_link(x, "lin", "g2", "g1", "r4", "[{\"type\":\"human\",\"id\":\"g\",\"content\":\"g\"}]");
+    assert_int_equal(origin_of(x, got, "g2", "g"), FAWN_ENOENT);
+    /* A lineage that loops is walked no further than the checkpoints kept. */
+    put_link(x, "lin", "y1", "y2", "r5", "[{\"type\":\"human\",\"id\":\"y\",\"content\":\"y\"}]");
+    put_link(x, "lin", "y2", "y1", "r5", "[{\"type\":\"human\",\"id\":\"y\",\"content\":\"y\"}]");
+    assert_int_equal(origin_of(x, got, "y2", "y"), FAWN_EIO);
+}
+
 /* ---- thread state: each message stored once ---- */
 
 /* How many message rows the thread has, and their bytes. */
@@ -1237,6 +1337,7 @@ int main(void) {
         cmocka_unit_test(threads_carry_their_title_and_ids_narrow_a_search),
         cmocka_unit_test(message_pages_walk_the_newest_state_backwards),
         cmocka_unit_test(checkpoints_and_receipts_follow_the_thread),
+        cmocka_unit_test(message_origins_follow_the_lineage),
         cmocka_unit_test(checkpoints_store_each_message_once),
         cmocka_unit_test(replaced_messages_stay_until_no_checkpoint_lists_them),
         cmocka_unit_test(migration_moves_whole_states_into_message_rows),
