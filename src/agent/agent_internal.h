@@ -39,8 +39,10 @@ typedef struct agent_tool_call {
 /* A hook: any member may be NULL. before_* and sandbox_acquired run first
  * to last in the chain; wrap_* nest, the first outermost: each calls
  * agent_next_model/tool with `next` to go on down the chain (or does not,
- * to answer itself); after_* run last to first. The chain and the order
- * each point runs it in are in hooks.c (agent_hooks). */
+ * to answer itself); after_* run last to first. A before_model that sets
+ * call->code (and call->error, malloc'd) fails the call: the hooks after it
+ * and the model are not called, and the run ends with that error. The
+ * chain and the order each point runs it in are in hooks.c (agent_hooks). */
 typedef struct agent_hook {
     const char *name;
     void (*before_agent)(struct agent_loop *run);
@@ -135,6 +137,19 @@ FAWN_MUST_CHECK int agent_box_list(json_t **entries, agent_loop *run, const char
 FAWN_MUST_CHECK int agent_box_write(agent_loop *run, const char *path, const char *text);
 
 /* ---- hooks.c ---- */
+
+/* The request form of a user message's content, fenced: its text (a
+ * string, or the text parts {"type": "text", "text": ...} of a list, read
+ * as one text in order) between "<<<BEGIN USER INPUT>>>\n" and
+ * "\n<<<END USER INPUT>>>", with control characters (C0 but tab and
+ * newline, DEL, C1) dropped and a space before every third '<' or '>' in a
+ * row, so nothing in it can open or close the fence. A string gives a
+ * string; a list gives a list with that text in text parts where it was
+ * (adjacent ones as one), its other parts as they are, and the markers in
+ * text parts of their own where it does not start or end with text: a
+ * list of one text part gives the text a string gives. *out is new (NULL
+ * on failure); FAWN_EINVAL for other content, FAWN_ENOMEM. */
+FAWN_MUST_CHECK int agent_input_fence(json_t **out, const json_t *content);
 
 /* Files one uploads note names; past it, it says how many more there are. */
 #define AGENT_UPLOADS_NOTE_FILES_MAX 10

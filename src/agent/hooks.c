@@ -37,30 +37,123 @@ const agent_hook *const agent_hooks[] = {
 };
 const size_t agent_hooks_count = ARRAY_LEN(agent_hooks);
 
-/* ---- input sanitization: the latest user text, fenced (request only) ---- */
+/* ---- input sanitization: the latest user text, fenced (request only) ----
+ * Whatever the shape of the message's content, its text is fenced the same
+ * way: a string is the text part of a list of one (agent_input_fence). */
 
 #define INPUT_BEGIN "<<<BEGIN USER INPUT>>>"
 #define INPUT_END "<<<END USER INPUT>>>"
 
-/* text with "<<<" and ">>>" defanged (so no input can close the fence)
- * and control characters other than tab and newline dropped, fenced. */
-static char *fenced(const char *text) {
-    fbuf b = {0};
-    int r = fbuf_printf(&b, "%s\n", INPUT_BEGIN);
-    for (const char *p = text; r == 0 && *p; p++) {
-        if ((strncmp(p, "<<<", 3) == 0 || strncmp(p, ">>>", 3) == 0)) {
-            r = fbuf_printf(&b, "%c %c %c", *p, *p, *p);
-            p += 2;
-        } else if ((unsigned char)*p >= 0x20 || *p == '\n' || *p == '\t') {
-            r = fbuf_append(&b, p, 1);
+/* Where the defanging of one message's text stands: the last byte written
+ * and how many times in a row it came. */
+typedef struct fence_run {
+    unsigned char last;
+    unsigned repeat;
+} fence_run;
+
+/* Bytes of the control character at p (C0 but tab and newline, DEL, or
+ * C1: U+0080 to U+009F), 0 for any other character; end bounds p. */
+static size_t control_len(const unsigned char *p, const unsigned char *end) {
+    if ((*p < 0x20 && *p != '\n' && *p != '\t') || *p == 0x7f)
+        return 1;
+    return *p == 0xc2 && p + 1 < end && p[1] >= 0x80 && p[1] <= 0x9f ? 2 : 0;
+}
+
+/* Appends the n bytes of text to b, going on from run: control characters
+ * are dropped and a third '<' or '>' in a row gets a space before it, so
+ * what is written, read on from what run saw, holds neither "<<<" nor
+ * ">>>": nothing in it can open or close the fence. */
+static int defang_append(fbuf *b, fence_run *run, const char *text, size_t n) {
+    const unsigned char *p = (const unsigned char *)text, *end = p + n;
+    int r = 0;
+    while (r == 0 && p < end) {
+        size_t skip = control_len(p, end);
+        if (skip) {
+            p += skip;
+            continue;
         }
+        if ((*p == '<' || *p == '>') && *p == run->last && run->repeat == 2) {
+            r = fbuf_append(b, " ", 1);
+            run->last = ' ';
+        }
+        run->repeat = *p == run->last ? run->repeat + 1 : 1;
+        run->last = *p;
+        if (r == 0)
+            r = fbuf_append(b, p++, 1);
+    }
+    return r;
+}
+
+/* The text of a text part ({"type": "text", "text": "..."}), or NULL. */
+static const json_t *part_text(const json_t *part) {
+    const char *type = json_string_value(json_object_get(part, "type"));
+    const json_t *text = json_object_get(part, "text");
+    return type && strcmp(type, "text") == 0 && json_is_string(text) ? text : NULL;
+}
+
+/* Appends what b holds to parts as a text part and empties b; nothing when
+ * b is empty. */
+static int text_flush(json_t *parts, fbuf *b) {
+    if (b->len == 0)
+        return 0;
+    json_t *part = json_pack("{s:s, s:s%}", "type", "text", "text", b->data, b->len);
+    fbuf_free(b);
+    if (!part || json_array_append_new(parts, part) < 0)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    return 0;
+}
+
+/* parts fenced into *out (a new list): their text, read as one text in
+ * order, defanged and between the markers, in text parts where it was;
+ * the other parts as they are, between them. */
+static int parts_fence(json_t **out, const json_t *parts) {
+    fbuf b = {0};
+    fence_run run = {.last = '\n'}; /* what the begin marker ends with */
+    *out = json_array();
+    int r = *out ? fbuf_printf(&b, "%s\n", INPUT_BEGIN) : fawn_err(FAWN_ENOMEM, "out of memory");
+    for (size_t i = 0; r == 0 && i < json_array_size(parts); i++) {
+        json_t *part = json_array_get(parts, i);
+        const json_t *text = part_text(part);
+        if (text)
+            r = defang_append(&b, &run, json_string_value(text), json_string_length(text));
+        else if ((r = text_flush(*out, &b)) == 0 && json_array_append(*out, part) < 0)
+            r = fawn_err(FAWN_ENOMEM, "out of memory");
     }
     r = r ? r : fbuf_printf(&b, "\n%s", INPUT_END);
+    r = r ? r : text_flush(*out, &b);
+    fbuf_free(&b);
     if (r < 0) {
-        fbuf_free(&b);
-        return NULL;
+        json_decref(*out);
+        *out = NULL;
     }
-    return fbuf_steal(&b);
+    return r;
+}
+
+int agent_input_fence(json_t **out, const json_t *content) {
+    *out = NULL;
+    if (!json_is_string(content) && !json_is_array(content))
+        return fawn_err(FAWN_EINVAL, "a user message's content is text or a list of parts");
+    json_t *parts = json_is_string(content)
+                        ? json_pack("[{s:s, s:O}]", "type", "text", "text", content)
+                        : json_incref((json_t *)content);
+    json_t *fenced = NULL;
+    int r = parts ? parts_fence(&fenced, parts) : fawn_err(FAWN_ENOMEM, "out of memory");
+    json_decref(parts);
+    if (r == 0 && json_is_string(content)) {
+        *out = json_incref(json_object_get(json_array_get(fenced, 0), "text"));
+        json_decref(fenced);
+    } else {
+        *out = fenced;
+    }
+    return r;
+}
+
+/* The call fails (the model is not called) rather than go unfenced. */
+static void sanitize_fail(agent_model_call *call, int code) {
+    call->code = code;
+    free(call->error);
+    if (asprintf(&call->error, "the user's message could not be fenced: %s", fawn_errmsg()) < 0)
+        call->error = NULL;
 }
 
 static void sanitize_before_model(agent_loop *run, agent_model_call *call) {
@@ -69,12 +162,14 @@ static void sanitize_before_model(agent_loop *run, agent_model_call *call) {
         const char *role = json_string_value(json_object_get(m, "role"));
         if (!role || strcmp(role, "user") != 0)
             continue;
-        const char *text = json_string_value(json_object_get(m, "content"));
-        char *safe = text ? fenced(text) : NULL;
-        if (safe)
-            json_array_set_new(call->request, i,
-                               json_pack("{s:s, s:s}", "role", "user", "content", safe));
-        free(safe);
+        json_t *content;
+        int r = agent_input_fence(&content, json_object_get(m, "content"));
+        json_t *safe = r == 0 ? json_pack("{s:s, s:O}", "role", "user", "content", content) : NULL;
+        json_decref(content);
+        if (r == 0 && (!safe || json_array_set_new(call->request, i, safe) < 0))
+            r = fawn_err(FAWN_ENOMEM, "out of memory");
+        if (r < 0)
+            sanitize_fail(call, r);
         return;
     }
 }
@@ -205,11 +300,12 @@ static void uploads_note_make(agent_loop *run) {
     json_decref(entries);
 }
 
-/* content with note before it: text after a blank line, or a first part. */
+/* content with note before it and a blank line: at the start of its text,
+ * or in a first part of its own (the same text, read in order). */
 static json_t *noted(const json_t *content, const char *note) {
     if (json_is_string(content))
         return json_sprintf("%s\n\n%s", note, json_string_value(content));
-    json_t *parts = json_pack("[{s:s, s:s}]", "type", "text", "text", note);
+    json_t *parts = json_pack("[{s:s, s:s+}]", "type", "text", "text", note, "\n\n");
     if (parts && json_is_array(content))
         json_array_extend(parts, (json_t *)content);
     return parts;

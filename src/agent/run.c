@@ -108,10 +108,11 @@ static json_t *model_step(agent_loop *run) {
     if (agent_request_extend(run->request, run->messages, run->request_upto) == 0)
         run->request_upto = json_array_size(run->messages);
     call.request = json_copy(run->request);
-    for (size_t i = 0; i < run->hooks_count; i++)
+    for (size_t i = 0; i < run->hooks_count && call.code == 0; i++)
         if (run->hooks[i]->before_model)
             run->hooks[i]->before_model(run, &call);
-    agent_next_model(run, &call, 0);
+    if (call.code == 0)
+        agent_next_model(run, &call, 0);
     json_t *ai = NULL;
     if (call.code == 0 && call.reply.message) {
         ai = agent_ai_message(&call.reply, run->model->name, call.ai_id);

@@ -200,7 +200,7 @@ class App {
 
   /** A new chat made its thread: its URL and the list follow, the view stays. */
   threadCreated(chat) {
-    this.threads.update({ ...chat.thread, metadata: { ...(chat.thread.metadata || {}) } });
+    this.threads.update(chat.thread);
     this.threads.setActive(chat.threadId);
     history.replaceState(null, '', `#/t/${chat.threadId}`);
   }

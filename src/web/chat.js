@@ -13,8 +13,8 @@
 // the run ends the state is read again and is what stays on screen.
 import { api, ApiError, events, threadPath } from './api.js';
 import { fmtDuration, h, icon, markdown, randomId, replace, toast } from './dom.js';
-import { FilesPanel, toolResultPath } from './files.js';
-import { threadTitle, withTitle } from './threads.js';
+import { FILES_PER_MESSAGE, FilesPanel, toolResultPath } from './files.js';
+import { threadTitle, valuesTitle } from './threads.js';
 
 // Characters of a tool's output shown before "Show all".
 const OUTPUT_SHOWN = 3000;
@@ -150,9 +150,11 @@ export class ChatView {
   // ---- loading ----
 
   async load() {
+    this.files.limits().catch((e) => {
+      if (this.alive) toast(`Could not read the upload limits: ${e.message}`, 'error');
+    });
     if (!this.exists) {
       this.renderAll();
-      this.files.limits().catch(() => {}); // known once any thread has been asked
       return;
     }
     try {
@@ -167,7 +169,6 @@ export class ChatView {
     this.setTitle(threadTitle(this.thread));
     await this.reloadState();
     this.files.refreshUploads();
-    this.files.limits().catch(() => {});
     const runs = await api('GET', `${threadPath(this.threadId)}/runs?limit=1`, undefined, { signal: this.abort.signal });
     const last = runs?.[0];
     if (last && ACTIVE.includes(last.status)) this.join(last.run_id);
@@ -195,7 +196,8 @@ export class ChatView {
     this.omitted = Number.isInteger(values.messages_omitted) ? values.messages_omitted : 0;
     this.settled = new Set(this.msgs.map((m) => m.id));
     this.results = new Map(this.msgs.filter((m) => m.type === 'tool').map((m) => [m.tool_call_id, m]));
-    if (typeof values.title === 'string' && values.title) this.setTitle(values.title);
+    const title = valuesTitle(values);
+    if (title) this.setTitle(title);
     this.files.setArtifacts(Array.isArray(values.artifacts) ? values.artifacts : []);
     this.renderAll();
   }
@@ -587,21 +589,17 @@ export class ChatView {
     if (run?.stopping) this.note('info', 'Stopped.');
     try {
       await this.reloadState();
-      await this.syncThread();
+      await this.reloadThread();
     } catch (e) {
       if (this.alive) toast(e.message, 'error');
     }
   }
 
-  /** The thread's title mirrored into its metadata (which the thread list
-   *  reads) and the list told of its last activity. */
-  async syncThread() {
-    let t = await api('GET', threadPath(this.threadId), undefined, { signal: this.abort.signal });
-    if (this.title && this.title !== 'New chat' && t.metadata?.title !== this.title && !t.values?.title) {
-      t = await api('PATCH', threadPath(this.threadId), { metadata: { title: this.title } });
-    }
-    this.thread = t;
-    this.app.threads.update(withTitle(t, this.title));
+  /** The thread read again after a run: the list shows its title (the
+   *  run's, in values.title) and its last activity. */
+  async reloadThread() {
+    this.thread = await api('GET', threadPath(this.threadId), undefined, { signal: this.abort.signal });
+    this.app.threads.update(this.thread);
   }
 
   async join(runId) {
@@ -703,7 +701,7 @@ export class ChatView {
       toast(`Could not start the chat: ${e.message}`, 'error');
       return;
     }
-    const { uploaded, skipped } = await this.files.upload(list);
+    const { uploaded, skipped } = await this.files.upload(list, FILES_PER_MESSAGE - this.attachments.length);
     this.attachments.push(...uploaded.filter((f) => !this.attachments.some((a) => a.filename === f.filename)));
     this.renderChips();
     replace(this.skipped, skipped.length ? h('div', { class: 'note warn', role: 'alert' },

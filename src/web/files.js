@@ -21,6 +21,9 @@ const TOOL_RESULTS = `${OUTPUTS}.tool-results/`;
 // Upload names the gateway refuses (docs/http-api.md, Uploads): checked
 // first so that the rest of the files can still go.
 const NAME_BYTES_MAX = 255;
+// Files one message may name as its attachments (the gateway's
+// AGENT_MESSAGE_FILES_MAX: a message naming more is refused).
+export const FILES_PER_MESSAGE = 100;
 
 const MARKDOWN = new Set(['md', 'markdown']);
 const CSV = new Set(['csv', 'tsv']);
@@ -158,7 +161,8 @@ export class FilesPanel {
   // ---- uploads ----
 
   /** The upload limits (the same for every thread: the gateway's
-   *  configuration), asked once and kept by the app. */
+   *  configuration, answered for any id, so a new chat asks before its
+   *  thread exists), asked once and kept by the app. */
   async limits() {
     const app = this.chat.app;
     if (!app.uploadLimits) app.uploadLimits = await api('GET', `${threadPath(this.threadId)}/uploads/limits`);
@@ -166,9 +170,10 @@ export class FilesPanel {
     return app.uploadLimits;
   }
 
-  /** Uploads the files of list that the limits let through, in one
+  /** Uploads the files of list that the limits let through, at most room
+   *  of them (what the message being written may still name), in one
    *  request. Resolves {uploaded: [file], skipped: [{name, reason}]}. */
-  async upload(list) {
+  async upload(list, room = FILES_PER_MESSAGE) {
     const skipped = [];
     let limits;
     try {
@@ -182,6 +187,7 @@ export class FilesPanel {
       const bad = uploadNameProblem(f.name);
       if (bad) skipped.push({ name: f.name, reason: bad });
       else if (f.size > limits.max_file_size) skipped.push({ name: f.name, reason: `larger than ${fmtBytes(limits.max_file_size)}, the most a file may have` });
+      else if (chosen.length >= room) skipped.push({ name: f.name, reason: `a message names at most ${FILES_PER_MESSAGE} files: send the ones attached first` });
       else if (chosen.length >= limits.max_files) skipped.push({ name: f.name, reason: `one upload holds at most ${limits.max_files} files` });
       else if (total + f.size > limits.max_total_size) skipped.push({ name: f.name, reason: `the files together would pass ${fmtBytes(limits.max_total_size)}` });
       else {

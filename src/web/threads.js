@@ -1,9 +1,9 @@
 // The thread list of the sidebar: the user's threads, most recently active
 // first, with their titles and last activity; search over titles; rename
-// and delete. Titles are the thread state's values.title (set by a run
-// from the first message, or by a rename through POST /state); the list
-// reads the title the search answer carries, values.title or the
-// metadata.title the page mirrors there.
+// and delete. A title is the thread state's values.title, set by a run
+// from its first message or by a rename (POST /state, from this page or
+// any other client); thread objects carry it, in searches and in
+// GET /threads/{id}, and valuesTitle is the one place that reads it.
 import { api, threadPath } from './api.js';
 import { confirmDialog, fmtAgo, fmtTime, h, icon, promptDialog, replace, toast } from './dom.js';
 
@@ -11,9 +11,18 @@ import { confirmDialog, fmtAgo, fmtTime, h, icon, promptDialog, replace, toast }
 const PAGE = 100;
 const MAX_THREADS = 1000;
 
+const UNTITLED = 'Untitled chat';
+
+/** The title held in a thread's values (a thread object's, or its
+ *  state's), or null. */
+export function valuesTitle(values) {
+  const title = values?.title;
+  return typeof title === 'string' && title.trim() ? title : null;
+}
+
+/** What a thread is called in the list. */
 export function threadTitle(t) {
-  const title = t?.values?.title || t?.metadata?.title;
-  return typeof title === 'string' && title.trim() ? title : 'Untitled chat';
+  return valuesTitle(t?.values) ?? UNTITLED;
 }
 
 export class ThreadList {
@@ -95,13 +104,13 @@ export class ThreadList {
   }
 
   async rename(t) {
-    const title = await promptDialog('Rename chat', 'Title', threadTitle(t) === 'Untitled chat' ? '' : threadTitle(t));
+    const title = await promptDialog('Rename chat', 'Title', valuesTitle(t.values) ?? '');
     if (title === null || !title.trim()) return;
     try {
-      await renameThread(t.thread_id, title.trim());
+      await api('POST', `${threadPath(t.thread_id)}/state`, { values: { title: title.trim() } });
       const fresh = await api('GET', threadPath(t.thread_id));
-      this.update(withTitle(fresh, title.trim()));
-      this.app.titleChanged(t.thread_id, title.trim());
+      this.update(fresh);
+      this.app.titleChanged(t.thread_id, threadTitle(fresh));
     } catch (e) {
       toast(`Could not rename: ${e.message}`, 'error');
     }
@@ -120,16 +129,4 @@ export class ThreadList {
       toast(`Could not delete: ${e.message}`, 'error');
     }
   }
-}
-
-/** A thread object with values.title set, as the list shows it. */
-export function withTitle(thread, title) {
-  return { ...thread, values: { ...(thread.values || {}), title } };
-}
-
-/** Sets a thread's title: in its state (values.title, what runs and other
- *  clients read) and mirrored in its metadata, which the list reads. */
-export async function renameThread(id, title) {
-  await api('POST', `${threadPath(id)}/state`, { values: { title } });
-  await api('PATCH', threadPath(id), { metadata: { title } });
 }

@@ -2,7 +2,7 @@
 // text before the reply is complete), each tool call with its arguments,
 // status, exit code, duration and output; long output cut with its saved
 // full text a click away; the model picker; and the chat list's search,
-// rename and delete.
+// rename and delete, with the titles other clients set (values.title).
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from './lib/test.mjs';
 
@@ -113,10 +113,12 @@ describe('web UI: chats', () => {
     await context.close();
   });
 
-  it('lists chats by last activity, searches titles, renames and deletes', async () => {
+  it('lists chats by last activity with the titles other clients set, searches titles, renames and deletes', async () => {
+    // Titled by another client as DeerFlow's UI does: POST /state values.title.
     for (const title of ['Alpha report', 'Beta notes', 'Gamma plan']) {
-      const r = await api.post('/api/threads', { metadata: { title } });
+      const r = await api.post('/api/threads', { metadata: {} });
       assert.equal(r.status, 200);
+      assert.equal((await api.post(`/api/threads/${r.json.thread_id}/state`, { values: { title } })).status, 200);
     }
     const { page, watch, context } = await signedIn();
     const titles = () => page.locator('.thread-title').allTextContents();
@@ -141,7 +143,15 @@ describe('web UI: chats', () => {
     await page.getByRole('heading', { name: 'Delta plan', level: 1 }).waitFor();
     const id = await threadIdOf(page);
     assert.equal((await api.get(`/api/threads/${id}/state`)).json.values.title, 'Delta plan');
-    assert.equal((await api.get(`/api/threads/${id}`)).json.metadata.title, 'Delta plan');
+    const renamed = (await api.get(`/api/threads/${id}`)).json;
+    assert.equal(renamed.values.title, 'Delta plan');
+    assert.deepEqual(renamed.metadata, {}, 'the title lives in the state only, not mirrored into the metadata');
+
+    // The rename survives a reload: the list and the chat read values.title.
+    await page.reload();
+    await page.getByRole('heading', { name: 'Delta plan', level: 1 }).waitFor();
+    await page.locator('.thread-title', { hasText: 'Delta plan' }).waitFor();
+    assert.ok(!(await titles()).includes('Gamma plan'));
 
     await page.getByRole('button', { name: 'Delete Delta plan' }).click();
     await page.getByRole('dialog', { name: 'Delete chat' }).getByRole('button', { name: 'Delete' }).click();
@@ -153,6 +163,22 @@ describe('web UI: chats', () => {
     await page.getByRole('button', { name: 'Delete Alpha report' }).click();
     await page.getByRole('dialog', { name: 'Delete chat' }).getByRole('button', { name: 'Cancel' }).click();
     assert.ok((await titles()).includes('Alpha report'));
+    await assertClean(page, watch);
+    await context.close();
+  });
+
+  it("shows the title of a chat another client ran, from its run's first message", async () => {
+    const t = (await api.post('/api/threads', {})).json;
+    fake.queue(reply('Answered elsewhere.'));
+    const run = await api.post(`/api/threads/${t.thread_id}/runs/wait`, {
+      assistant_id: 'lead_agent', input: { messages: [{ type: 'human', content: [{ type: 'text', text: 'Question from the SDK' }] }] },
+    });
+    assert.equal(run.status, 200, run.text);
+    assert.equal((await api.get(`/api/threads/${t.thread_id}`)).json.values.title, 'Question from the SDK');
+    const { page, watch, context } = await signedIn();
+    await page.locator('.thread-title', { hasText: 'Question from the SDK' }).click();
+    await page.getByRole('heading', { name: 'Question from the SDK', level: 1 }).waitFor();
+    await page.getByText('Answered elsewhere.').waitFor();
     await assertClean(page, watch);
     await context.close();
   });

@@ -1,5 +1,7 @@
 // The web UI in Chromium: uploads picked or dropped, checked against the
-// thread's limits with every skipped file explained; the files panel
+// thread's limits (shown on a new chat at once) with every skipped file
+// explained; files attached to a message kept with it (additional_kwargs.files)
+// after its run and a reload, at most as many as a message may name; the files panel
 // previewing what the agent presented (Markdown, text, CSV, an image, HTML
 // and SVG only in a sandboxed frame) and downloading it; and editing a
 // text output, with a conflict shown when the file changed meanwhile.
@@ -93,6 +95,81 @@ describe('web UI: uploads and files', () => {
     await panel.getByRole('button', { name: /notes\.txt/ }).click();
     assert.equal(await panel.locator('pre.text-preview').textContent(), 'some notes\n');
     assert.equal(await panel.getByRole('button', { name: 'Edit' }).count(), 0, 'uploads are not edited');
+    await assertClean(page, watch);
+    await context.close();
+  });
+
+  it('shows the upload limits on a new chat at once, before its thread exists', async () => {
+    const { page, watch, context } = await signedIn();
+    await page.getByRole('heading', { name: 'New chat', level: 1 }).waitFor();
+    const limits = page.locator('.limits');
+    await waitFor(async () => (await limits.textContent()) !== '', undefined, 'the limits shown');
+    assert.equal(await limits.textContent(), 'Up to 3 files, 1 MiB each, 2 MiB per upload');
+    assert.doesNotMatch(page.url(), /#\/t\//, 'still a new chat');
+    const asked = watch.requests.filter((u) => u.endsWith('/uploads/limits'));
+    assert.equal(asked.length, 1);
+    const id = /\/api\/threads\/([A-Za-z0-9_-]+)\/uploads\/limits$/.exec(asked[0])[1];
+    assert.equal((await api.get(`/api/threads/${id}`)).status, 404, 'asking made no thread');
+    assert.equal(await page.locator('.toast').count(), 0, 'no error shown');
+    await assertClean(page, watch);
+    await context.close();
+  });
+
+  it('keeps the files attached to a message with it after the run and after a reload', async () => {
+    const { page, watch, context } = await signedIn();
+    await page.locator('.composer input[type=file]').setInputFiles([
+      { name: 'numbers.csv', mimeType: 'text/csv', buffer: Buffer.from('n\n1\n2\n') },
+      { name: 'readme.txt', mimeType: 'text/plain', buffer: Buffer.from('read me\n') },
+    ]);
+    await page.locator('.attachments .chip', { hasText: 'readme.txt' }).waitFor();
+    const first = fake.requests.length;
+    fake.queue(reply('Both files read.'));
+    await sendMessage(page, 'look at the files');
+    await page.getByText('Both files read.').waitFor();
+    await runEnded(page);
+    const id = await threadIdOf(page);
+    const chips = () => page.locator('.msg.human .chip').allTextContents();
+    assert.deepEqual(await chips(), ['numbers.csv', 'readme.txt'], 'after the run');
+    assert.equal(await page.locator('.attachments .chip').count(), 0, 'the composer is cleared');
+
+    // What the page sent passed the gateway's check of attached files whole,
+    // and the model was told of them.
+    const human = (await api.get(`/api/threads/${id}/state`)).json.values.messages.find((m) => m.type === 'human');
+    assert.deepEqual(human.additional_kwargs.files, [
+      { filename: 'numbers.csv', size: 6, path: '/mnt/user-data/uploads/numbers.csv', status: 'uploaded' },
+      { filename: 'readme.txt', size: 8, path: '/mnt/user-data/uploads/readme.txt', status: 'uploaded' },
+    ]);
+    const asked = fake.requests[first].body.messages.filter((m) => m.role === 'user').at(-1).content;
+    assert.match(asked, /^<uploaded_files>\n[^]*- "\/mnt\/user-data\/uploads\/numbers\.csv" \(6 bytes\)\n- "\/mnt\/user-data\/uploads\/readme\.txt" \(8 bytes\)\n/);
+
+    await page.reload();
+    await page.getByText('Both files read.').waitFor();
+    assert.deepEqual(await chips(), ['numbers.csv', 'readme.txt'], 'after a reload');
+    await assertClean(page, watch);
+    await context.close();
+  });
+
+  it('attaches at most the 100 files a message may name, and says why the rest wait', async () => {
+    const { page, watch, context } = await signedIn();
+    const picker = page.locator('.composer input[type=file]');
+    const attached = page.locator('.attachments .chip');
+    // Three at a time (this server's max_files): 99, then 3 more of which 1 fits.
+    for (let round = 0; round < 34; round++) {
+      await picker.setInputFiles([0, 1, 2].map((k) => ({ name: `f-${round * 3 + k}.txt`, mimeType: 'text/plain', buffer: Buffer.from('x') })));
+      await waitFor(async () => (await attached.count()) === Math.min((round + 1) * 3, 100), undefined, `round ${round} attached`);
+    }
+    const skipped = page.locator('.skipped');
+    await skipped.getByText('Not uploaded (2):').waitFor();
+    assert.match(await skipped.textContent(), /f-100\.txt — a message names at most 100 files: send the ones attached first/);
+    assert.match(await skipped.textContent(), /f-101\.txt — a message names at most 100 files/);
+    const id = await threadIdOf(page);
+    fake.queue(reply('A hundred files.'));
+    await sendMessage(page, 'all of them');
+    await page.getByText('A hundred files.').waitFor();
+    await runEnded(page);
+    const human = (await api.get(`/api/threads/${id}/state`)).json.values.messages.find((m) => m.type === 'human');
+    assert.equal(human.additional_kwargs.files.length, 100, 'the gateway took them all');
+    assert.equal(await page.locator('.msg.human .chip').count(), 100);
     await assertClean(page, watch);
     await context.close();
   });
