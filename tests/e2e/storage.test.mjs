@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { after, before, describe, it } from './lib/test.mjs';
+import { after, before, describe, HEAVY_TEST_TIMEOUT_MS, it } from './lib/test.mjs';
 
 import { FawnServer, multipart, request, setupAdmin } from './lib/server.mjs';
 
@@ -72,8 +72,8 @@ describe('storage of a long run with large tool results', () => {
     fs.rmSync(fixtureDir, { recursive: true, force: true });
   });
 
-  it('stores each message once, and answers within the caps', async () => {
-    const api = (method, p, body) => request(srv, method, p, { bearer: admin.token, body, timeoutMs: 300000 });
+  it('stores each message once, and answers within the caps', { ceilingMs: HEAVY_TEST_TIMEOUT_MS }, async () => {
+    const api = (method, p, body) => request(srv, method, p, { bearer: admin.token, body, timeoutMs: HEAVY_TEST_TIMEOUT_MS });
     const thread = 'long-run';
     assert.equal((await api('POST', '/api/threads', { thread_id: thread })).status, 200);
     // 50 000 bytes of text in lines of 100: read_file returns it whole.

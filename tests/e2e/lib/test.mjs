@@ -10,13 +10,16 @@ import { liveLogs } from './server.mjs';
 // The ceiling of one test or hook: the longest legitimately waits a few
 // minutes for runs on a loaded 2-core host under ASan; only a hang reaches it.
 export const TEST_TIMEOUT_MS = 300000;
+// The ceiling of a test that moves a lot of data (it passes { ceilingMs:
+// HEAVY_TEST_TIMEOUT_MS }): about a minute on an idle 2-core host under
+// ASan, ten times that with the host's cores oversubscribed four times over.
+export const HEAVY_TEST_TIMEOUT_MS = 900000;
 
-/** Runs body(...args), failing with what and the live logs past TEST_TIMEOUT_MS. */
-async function bounded(what, body, args) {
+/** Runs body(...args), failing with what and the live logs past ms. */
+async function bounded(what, body, args, ms = TEST_TIMEOUT_MS) {
   let timer;
   const ceiling = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} did not finish within ${TEST_TIMEOUT_MS} ms${liveLogs()}`)),
-      TEST_TIMEOUT_MS);
+    timer = setTimeout(() => reject(new Error(`${what} did not finish within ${ms} ms${liveLogs()}`)), ms);
   });
   try {
     return await Promise.race([body(...args), ceiling]);
@@ -25,9 +28,11 @@ async function bounded(what, body, args) {
   }
 }
 
+/** node:test's it, bounded by TEST_TIMEOUT_MS or options.ceilingMs. */
 export function it(name, options, body) {
   if (typeof options === 'function') [options, body] = [{}, options];
-  return nodeTest.it(name, options, (t) => bounded(`test "${name}"`, body, [t]));
+  const { ceilingMs, ...rest } = options;
+  return nodeTest.it(name, rest, (t) => bounded(`test "${name}"`, body, [t], ceilingMs));
 }
 
 export const describe = nodeTest.describe;
