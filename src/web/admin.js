@@ -1,5 +1,8 @@
-// The account page (change password, API tokens) and the administrators'
-// pages (the sandboxes the gateway holds).
+// The account page (change password, API tokens), the skills page (what
+// the skills directory holds, for every signed-in user) and the
+// administrators' pages (the sandboxes the gateway holds). Names and
+// descriptions come from files the operator installed and are shown as
+// text.
 import { api, ApiError } from './api.js';
 import { confirmDialog, fmtAgo, fmtDuration, fmtTime, h, replace, toast } from './dom.js';
 
@@ -181,6 +184,36 @@ export class SandboxesView {
       h('td', { text: s.idle_ms ? fmtDuration(s.idle_ms) : '—' }),
       h('td', { text: s.fenced ? 'yes' : 'no' }),
       h('td', { text: s.teardown_failures ? `${s.teardown_failures} (retry in ${fmtDuration(s.teardown_backoff_ms)})` : '0' }))));
+  }
+
+  destroy() {}
+}
+
+export class SkillsView {
+  constructor(app) {
+    this.app = app;
+    this.body = h('tbody');
+    this.status = h('p', { class: 'muted small', 'aria-live': 'polite' });
+    this.el = h('section', { class: 'page wide', 'aria-label': 'Skills' },
+      h('h1', { text: 'Skills' }),
+      h('p', { class: 'muted', text: 'The skills in this gateway\'s skills directory that you may use: read-only files the agent can read under /mnt/skills in its sandbox. Enabled says whether the agent is also given the skill itself.' }),
+      this.status,
+      h('div', { class: 'table-wrap' }, h('table', { class: 'grid' },
+        h('thead', {}, h('tr', {}, ['Name', 'Category', 'Description', 'License', 'Enabled'].map((c) => h('th', { text: c })))),
+        this.body)));
+  }
+
+  async load() {
+    const r = await api('GET', '/api/skills');
+    const list = Array.isArray(r?.skills) ? r.skills.filter((k) => k && typeof k === 'object') : [];
+    this.status.textContent = `${list.length} skill${list.length === 1 ? '' : 's'}.`;
+    replace(this.body, list.length ? list.map((k) => h('tr', {},
+      h('td', { class: 'mono', text: String(k.name ?? '') }),
+      h('td', { text: String(k.category ?? '') }),
+      h('td', { text: String(k.description || '—') }),
+      h('td', { text: String(k.license || '—') }),
+      h('td', { text: k.enabled === true ? 'yes' : 'no' })))
+      : h('tr', {}, h('td', { colspan: 5, class: 'muted', text: 'No skills are installed.' })));
   }
 
   destroy() {}

@@ -1,8 +1,9 @@
 // fawn's web UI: signing in (or creating the first administrator), then
 // the shell: the chats in a sidebar, the chat or page the URL's fragment
-// names (#/t/<thread id>, #/account, #/admin/sandboxes) in the main area.
+// names (#/t/<thread id>, #/account, #/skills, #/admin/sandboxes) in the
+// main area.
 // Everything shown comes from the API of the signed-in user (api.js).
-import { AccountView, SandboxesView } from './admin.js';
+import { AccountView, SandboxesView, SkillsView } from './admin.js';
 import { api, ApiError, onUnauthorized } from './api.js';
 import { ChatView } from './chat.js';
 import { h, icon, replace, toast } from './dom.js';
@@ -160,8 +161,9 @@ class App {
         h('a', { class: 'brand', href: '#/' }, h('img', { src: '/assets/icon.svg', alt: '', width: 24, height: 24 }), h('span', { text: 'fawn' })),
         h('span', { class: 'spacer' }),
         h('nav', { class: 'top-nav', 'aria-label': 'Account' },
+          h('a', { href: '#/skills', text: 'Skills' }),
           admin ? h('a', { href: '#/admin/sandboxes', text: 'Sandboxes' }) : null,
-          h('a', { href: '#/account', text: this.me.username, title: 'Account: password and API tokens' }),
+          h('a', { href: '#/account', class: 'who', text: this.me.username, title: 'Account: password and API tokens' }),
           h('button', { type: 'button', class: 'link', text: 'Sign out', onclick: () => this.signOut() }))),
       this.sidebar, this.main);
     this.menu = menu;
@@ -184,6 +186,7 @@ class App {
     if (hash === '/') view = new ChatView(this, null);
     else if (thread && THREAD_ID.test(thread[1])) view = new ChatView(this, thread[1]);
     else if (hash === '/account') view = new AccountView(this);
+    else if (hash === '/skills') view = new SkillsView(this);
     else if (hash === '/admin/sandboxes') view = new SandboxesView(this);
     else view = { el: h('section', { class: 'page' }, h('h1', { text: 'Not found' }), h('p', {}, h('a', { href: '#/', text: 'Start a new chat' }))), destroy() {}, load() {} };
     this.view = view;

@@ -1,21 +1,38 @@
 // The web UI in Chromium: the account page (change password; API tokens
-// created, copied once, used, revoked) and the administrators' sandboxes
-// page, which another user neither sees nor reads.
+// created, copied once, used, revoked), the skills page every user reads
+// (hostile skill names and descriptions shown as text) and the
+// administrators' sandboxes page, which another user neither sees nor reads.
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { after, before, describe, it } from './lib/test.mjs';
 
 import { ADMIN_NAME, ADMIN_PASSWORD, FawnServer, client, login, request, setupAdmin, setupUser } from './lib/server.mjs';
 import { FakeOpenAI, call, reply } from './lib/fake_openai.mjs';
 import { assertClean, launch, openPage, runEnded, screenshot, sendMessage, signInBrowser, threadIdOf } from './lib/browser.mjs';
 
+// A skill's SKILL.md written by an attacker: its directory name and its
+// front matter hold markup and script.
+const HOSTILE_SKILL = '<img src=x onerror=window.__pwned=1>';
+const HOSTILE_DESCRIPTION = '<script>window.__pwned = "skill"</script><a href="javascript:alert(1)">x</a>';
+
 describe('web UI: account and administration', () => {
   let srv;
   let fake;
   let browser;
+  let skillsDir;
 
   before(async () => {
     fake = await FakeOpenAI.start();
-    srv = await FawnServer.start({ models: [fake.model('fake')] });
+    skillsDir = fs.mkdtempSync(path.join(os.tmpdir(), 'fawn-e2e-skills-'));
+    const skill = (rel, text) => {
+      fs.mkdirSync(path.join(skillsDir, rel), { recursive: true });
+      fs.writeFileSync(path.join(skillsDir, rel, 'SKILL.md'), text);
+    };
+    skill('pdf', '---\nname: pdf\ndescription: Read and fill PDF forms\nlicense: Apache-2.0\n---\n# PDF\n');
+    skill(`custom/${HOSTILE_SKILL}`, `---\ndescription: ${JSON.stringify(HOSTILE_DESCRIPTION)}\nlicense: "<b>MIT</b>"\n---\n`);
+    srv = await FawnServer.start({ models: [fake.model('fake')], sandbox: { skills_dir: skillsDir } });
     await setupAdmin(srv);
     browser = await launch();
   });
@@ -23,6 +40,7 @@ describe('web UI: account and administration', () => {
     await browser?.close();
     await srv?.stop();
     await fake?.stop();
+    if (skillsDir) fs.rmSync(skillsDir, { recursive: true, force: true });
   });
 
   it('creates an API token shown once, copies it, and revokes it', async () => {
@@ -85,6 +103,26 @@ describe('web UI: account and administration', () => {
     await page.goto('/#/admin/sandboxes');
     await page.getByText('Only administrators can see the sandboxes.').waitFor();
     assert.equal(await page.locator('table.grid tbody tr').count(), 0);
+    await assertClean(page, watch);
+    await context.close();
+  });
+
+  it('shows the skills to every signed-in user, read-only, their names and descriptions as text', async () => {
+    const user = await setupUser(srv, 'carol@example.com');
+    const { page, watch, context } = await openPage(browser, srv);
+    await signInBrowser(page, 'carol@example.com', user.password);
+    await page.getByRole('link', { name: 'Skills' }).click();
+    await page.getByRole('heading', { name: 'Skills', level: 1 }).waitFor();
+    await page.getByText('2 skills.').waitFor();
+    const rows = page.locator('table.grid tbody tr');
+    const cells = async (i) => rows.nth(i).locator('td').allTextContents();
+    assert.deepEqual(await cells(0), [HOSTILE_SKILL, 'custom', HOSTILE_DESCRIPTION, '<b>MIT</b>', 'no']);
+    assert.deepEqual(await cells(1), ['pdf', 'public', 'Read and fill PDF forms', 'Apache-2.0', 'no']);
+    assert.equal(await page.locator('table.grid img, table.grid script, table.grid a, table.grid b').count(), 0, 'no markup from the files');
+    assert.equal(await page.locator('table.grid button, table.grid input').count(), 0, 'read-only');
+    await screenshot(page, 'skills');
+    await page.reload();
+    await page.getByText('2 skills.').waitFor();
     await assertClean(page, watch);
     await context.close();
   });

@@ -1,10 +1,9 @@
 /* The agent's parts that need no real sandbox: tool output truncation,
- * input messages, conversation hashes, script/replay/record fixtures, the
- * event log (ring, waits, heartbeats, gaps), the run queue's policy (turns
- * across users, caps), the run loop over a script model (dangling tool
- * calls, title, checkpoints, recursion limit, each message stored once
- * however many steps list it) and the run executor's cancel over a
- * fault-injecting sandbox provider. */
+ * input messages, the fence around the user's text, conversation hashes, script/replay/record
+ * fixtures, the event log (ring, waits, heartbeats, gaps), the run queue's policy (turns across
+ * users, caps), the run loop over a script model (dangling tool calls, title, checkpoints,
+ * recursion limit, each message stored once however many steps list it) and the run executor's
+ * cancel over a fault-injecting sandbox provider. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
