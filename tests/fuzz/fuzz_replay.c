@@ -31,7 +31,8 @@ static bool shown(const json_t *m, const char *type) {
     const char *t = json_string_value(json_object_get(m, "type"));
     const char *name = json_string_value(json_object_get(m, "name"));
     return t && !strcmp(t, type) &&
-           !json_is_true(json_object_get(json_object_get(m, "additional_kwargs"), "hide_from_ui")) &&
+           !json_is_true(
+               json_object_get(json_object_get(m, "additional_kwargs"), "hide_from_ui")) &&
            !(name && !strcmp(name, "summary"));
 }
 
