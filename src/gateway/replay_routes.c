@@ -121,6 +121,8 @@ static int answer_run(char run_id[STORE_RUN_ID_MAX + 1], gw_request *rq, const p
 /* The status of the thread's run run_id into status ("" when unknown). */
 static int run_status(char status[16], store_run *keep, gw_request *rq, const prep *p,
                       const char *run_id) {
+    if (keep)
+        *keep = (store_run){0};
     store_run run;
     int r = store_run_get(rq->g->st, &run, rq->who.user.id, p->t.id, run_id);
     snprintf(status, 16, "%s", r == 0 ? run.status : "");
@@ -231,17 +233,17 @@ typedef struct edit_turn {
     const char *human_id, *ai_id; /* borrowed from the state */
     char run_id[STORE_RUN_ID_MAX + 1];
     char base[STORE_RUN_ID_MAX + 1];
-    char group[STORE_RUN_ID_MAX + 1]; /* edit_version_group_id */
+    json_t *source_meta; /* the replaced run's metadata, or NULL */
+    const char *group;   /* edit_version_group_id (borrowed) */
 } edit_turn;
 
 /* The group of versions an edit belongs to: the source run's, else the
  * question's id (the first edit of it). */
 static void edit_group(edit_turn *e, const store_run *source) {
-    json_t *meta = json_loads(source->metadata ? source->metadata : "{}", 0, NULL);
-    const char *group = json_string_value(json_object_get(meta, "edit_version_group_id"));
-    snprintf(e->group, sizeof e->group, "%s",
-             group && group[0] && strlen(group) <= STORE_RUN_ID_MAX ? group : e->human_id);
-    json_decref(meta);
+    e->source_meta = json_loads(source->metadata ? source->metadata : "{}", 0, NULL);
+    e->group = json_string_value(json_object_get(e->source_meta, "edit_version_group_id"));
+    if (!e->group || !e->group[0])
+        e->group = e->human_id;
 }
 
 static int edit_sources(edit_turn *e, gw_request *rq, const prep *p) {
@@ -329,6 +331,7 @@ static int route_edit_prepare(gw_request *rq) {
     }
     json_t *answer = r == 0 ? edit_answer(rq, &p, &e, text) : NULL;
     r = prep_respond(rq, r, answer);
+    json_decref(e.source_meta);
     free(text);
     prep_clear(&p);
     return r;

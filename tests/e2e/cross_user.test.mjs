@@ -75,6 +75,8 @@ function routes(outputsSha) {
     ['POST', '/api/threads/T/runs', RUN_BODY],
     ['POST', '/api/threads/T/runs/stream', RUN_BODY],
     ['POST', '/api/threads/T/runs/wait', RUN_BODY],
+    ['POST', '/api/threads/T/runs/regenerate/prepare', { message_id: 'm' }],
+    ['POST', '/api/threads/T/runs/edit-regenerate/prepare', { human_message_id: 'h', replacement_text: 'stolen' }],
     ['GET', '/api/threads/T/runs'],
     ['GET', '/api/threads/T/runs?limit=5&offset=0'],
     ['GET', '/api/threads/T/runs/R'],

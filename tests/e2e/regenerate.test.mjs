@@ -234,6 +234,16 @@ describe('regenerate and edit-and-rerun', () => {
       const r = await prepare(thread, body);
       assert.equal(r.status, 422, JSON.stringify(body));
     }
+
+    // A question of a client-chosen id (up to 128 characters) groups its edits under that id, whole.
+    const long = `q-${'x'.repeat(120)}`;
+    const chosen = await client.threads.create();
+    fake.queue(reply('Noted'));
+    await client.runs.wait(chosen.thread_id, 'lead_agent', { input: { messages: [{ type: 'human', content: 'Note this', id: long }] } });
+    const grouped = await prepareEdit(chosen.thread_id, { human_message_id: long, replacement_text: 'Note that' });
+    assert.equal(grouped.status, 200, grouped.text);
+    assert.equal(grouped.json.metadata.edit_version_group_id, long);
+    assert.deepEqual(grouped.json.source_message_ids[0], long);
   });
 
   it('edits an older question with a run from the checkpoint before it, through the SDK alone', async () => {
