@@ -286,7 +286,7 @@ describe('auth (registration disabled, the default)', () => {
   });
 
   it('an unknown path outside /api is 404 without a session', async () => {
-    for (const p of ['/nothing-here', '/', '/healthz', '/apix']) {
+    for (const p of ['/nothing-here', '/index.html', '/healthz', '/apix']) {
       const res = await request(srv, 'GET', p);
       assert.equal(res.status, 404, p);
     }
