@@ -8,7 +8,7 @@ import { after, before, describe, it } from './lib/test.mjs';
 
 import { FawnServer, client, setupAdmin, waitFor } from './lib/server.mjs';
 import { FakeOpenAI, call, held, reply } from './lib/fake_openai.mjs';
-import { assertClean, launch, openPage, runEnded, screenshot, sendMessage, signInBrowser, threadIdOf } from './lib/browser.mjs';
+import { assertClean, launch, runEnded, screenshot, sendMessage, threadIdOf, openSignedIn } from './lib/browser.mjs';
 
 describe('web UI: chats', () => {
   let srv;
@@ -29,11 +29,7 @@ describe('web UI: chats', () => {
     await fake?.stop();
   });
 
-  async function signedIn() {
-    const opened = await openPage(browser, srv);
-    await signInBrowser(opened.page);
-    return opened;
-  }
+  const signedIn = () => openSignedIn(browser, srv);
 
   it('streams the reply as it arrives, and each tool call with its arguments, status, exit code, duration and output', async () => {
     const { page, watch, context } = await signedIn();

@@ -12,7 +12,7 @@ import { after, before, describe, it } from './lib/test.mjs';
 
 import { FawnServer, client, setupAdmin, sha256, waitFor } from './lib/server.mjs';
 import { FakeOpenAI, call, reply } from './lib/fake_openai.mjs';
-import { assertClean, launch, openPage, runEnded, screenshot, sendMessage, signInBrowser, threadIdOf } from './lib/browser.mjs';
+import { assertClean, launch, runEnded, screenshot, sendMessage, signInBrowser, threadIdOf, openSignedIn } from './lib/browser.mjs';
 
 const OUT = '/mnt/user-data/outputs';
 // A 1 x 1 PNG.
@@ -43,11 +43,7 @@ describe('web UI: uploads and files', () => {
     await fake?.stop();
   });
 
-  async function signedIn() {
-    const opened = await openPage(browser, srv);
-    await signInBrowser(opened.page);
-    return opened;
-  }
+  const signedIn = () => openSignedIn(browser, srv);
 
   /** A chat in which the agent wrote files, presented them and answered. */
   async function chatWithFiles(page, calls, presented, prompt) {

@@ -9,7 +9,7 @@ import { after, before, describe, it } from './lib/test.mjs';
 
 import { FawnServer, client, setupAdmin, waitFor } from './lib/server.mjs';
 import { FakeOpenAI, call, fail, held, reply } from './lib/fake_openai.mjs';
-import { assertClean, launch, openPage, runEnded, screenshot, sendMessage, signInBrowser, threadIdOf } from './lib/browser.mjs';
+import { assertClean, launch, runEnded, screenshot, sendMessage, threadIdOf, openSignedIn } from './lib/browser.mjs';
 
 /**
  * Sends req (a run started by the page) to the server itself and answers
@@ -58,11 +58,7 @@ describe('web UI: runs that outlive a page, and runs that stop', () => {
     await fake?.stop();
   });
 
-  async function signedIn() {
-    const opened = await openPage(browser, srv);
-    await signInBrowser(opened.page);
-    return opened;
-  }
+  const signedIn = () => openSignedIn(browser, srv);
 
   const lastRun = async (id) => (await api.get(`/api/threads/${id}/runs?limit=1`)).json[0];
 

@@ -91,6 +91,13 @@ export async function signInBrowser(page, username = ADMIN_NAME, password = ADMI
 }
 
 /** Types a message into the composer and sends it with Enter. */
+/** A new page of browser on srv, signed in as the administrator: { page, watch, context }. */
+export async function openSignedIn(browser, srv) {
+  const opened = await openPage(browser, srv);
+  await signInBrowser(opened.page);
+  return opened;
+}
+
 export async function sendMessage(page, text) {
   const box = page.getByRole('textbox', { name: 'Message' });
   await box.fill(text);
