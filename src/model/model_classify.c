@@ -96,6 +96,11 @@ int64_t model_parse_retry_after(const char *value, int64_t now_wall_ms) {
     time_t when = curl_getdate(value, NULL);
     if (when == (time_t)-1)
         return -1;
+    int64_t delta_s = (int64_t)when - now_wall_ms / 1000;
+    if (delta_s >= MODEL_RETRY_AFTER_SECONDS_MAX)
+        return (int64_t)MODEL_RETRY_AFTER_SECONDS_MAX * 1000;
+    if (delta_s < 0)
+        return 0;
     int64_t ms = (int64_t)when * 1000 - now_wall_ms;
     return ms > 0 ? ms : 0;
 }

@@ -721,6 +721,9 @@ static void test_retry_after_parse(void **state) {
     assert_int_equal(model_parse_retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now), 30000);
     assert_int_equal(model_parse_retry_after("Wed, 21 Oct 2015 07:27:00 GMT", now), 0);
     assert_int_equal(model_parse_retry_after("99999999999999999999999", now), 1000000000LL * 1000);
+    assert_int_equal(model_parse_retry_after("Wed, 21 Oct 2015015015 07:28:00 GMT", now),
+                     1000000000LL * 1000);
+    assert_int_equal(model_parse_retry_after("Wed, 21 Oct 1901 07:28:00 GMT", now), 0);
     assert_int_equal(model_parse_retry_after("-1", now), -1);
     assert_int_equal(model_parse_retry_after("5s", now), -1);
     assert_int_equal(model_parse_retry_after("soon", now), -1);
