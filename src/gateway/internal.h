@@ -176,6 +176,20 @@ void gw_client_address(char out[64], const gw_request *rq);
  * is n numeric addresses. Writes at most 64 bytes to out. */
 void gw_forwarded_client(char out[64], const char *peer, const char *forwarded_for,
                          char trusted[][64], size_t n);
+/* The authority a client addressed, as host[:port] into out (outsz bytes):
+ * when peer_trusted (the TCP peer is a trusted proxy) and forwarded_host
+ * (X-Forwarded-Host) is present, its first comma-separated entry, trimmed;
+ * else host (the Host header). "" when that is absent, empty or does not
+ * fit. The first entry is the one the outermost proxy saw; a client could
+ * have written it itself, but only a client that is not a browser page (a
+ * page's cross-site request cannot carry the header without a CORS
+ * preflight, which is never granted), and the Origin check guards against
+ * pages only. */
+void gw_forwarded_host(char *out, size_t outsz, const char *host, const char *forwarded_host,
+                       bool peer_trusted);
+/* gw_forwarded_host for rq: its Host and X-Forwarded-Host headers, and
+ * whether its TCP peer is one of server.trusted_proxies. */
+void gw_request_host(char *out, size_t outsz, const gw_request *rq);
 /* Validates server.trusted_proxies into g (FAWN_ECONFIG naming the entry). */
 FAWN_MUST_CHECK int gw_trusted_proxies_load(gateway *g, const json_t *list);
 /* Whether addr (canonical text, as inet_ntop writes it) is a trusted proxy. */
@@ -235,7 +249,8 @@ FAWN_MUST_CHECK int gw_authenticate(gw_request *rq);
  * answered yet, when it could not be queued). */
 FAWN_MUST_CHECK int gw_check_csrf(gw_request *rq);
 /* The sign-in routes' defense: an Origin header, when present, must name
- * this server. 0, or FAWN_EPERM with a message. */
+ * this server: the authority gw_request_host finds. 0, or FAWN_EPERM with a
+ * message. */
 FAWN_MUST_CHECK int gw_check_origin(const gw_request *rq);
 /* Adds fresh session cookies for user to r (a new csrf_token too). */
 FAWN_MUST_CHECK int gw_session_cookies_set(struct MHD_Response *r, const gateway *g,

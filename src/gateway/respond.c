@@ -124,17 +124,49 @@ int gw_trusted_proxies_load(gateway *g, const json_t *list) {
     return 0;
 }
 
-void gw_client_address(char out[64], const gw_request *rq) {
+/* The TCP peer's address as canonical text, "unknown" when it has none. */
+static void peer_address(char out[64], const gw_request *rq) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(
         rq->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    char peer[64] = "unknown";
+    snprintf(out, 64, "unknown");
     const struct sockaddr *sa = info ? info->client_addr : NULL;
     if (sa && sa->sa_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, peer, sizeof peer);
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, 64);
     else if (sa && sa->sa_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, peer, sizeof peer);
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, 64);
+}
+
+void gw_client_address(char out[64], const gw_request *rq) {
+    char peer[64];
+    peer_address(peer, rq);
     gw_forwarded_client(out, peer, gw_header(rq, "X-Forwarded-For"), rq->g->trusted_proxies,
                         rq->g->n_trusted_proxies);
+}
+
+void gw_forwarded_host(char *out, size_t outsz, const char *host, const char *forwarded_host,
+                       bool peer_trusted) {
+    out[0] = '\0';
+    const char *from = host;
+    size_t n = from ? strlen(from) : 0;
+    if (peer_trusted && forwarded_host) {
+        from = forwarded_host;
+        while (*from == ' ' || *from == '\t')
+            from++;
+        n = strcspn(from, ",");
+        while (n > 0 && (from[n - 1] == ' ' || from[n - 1] == '\t'))
+            n--;
+    }
+    if (from && n > 0 && n < outsz) {
+        memcpy(out, from, n);
+        out[n] = '\0';
+    }
+}
+
+void gw_request_host(char *out, size_t outsz, const gw_request *rq) {
+    char peer[64];
+    peer_address(peer, rq);
+    gw_forwarded_host(out, outsz, gw_header(rq, MHD_HTTP_HEADER_HOST),
+                      gw_header(rq, "X-Forwarded-Host"), gw_proxy_trusted(rq->g, peer));
 }
 
 /* Decodes one form component [s, end) into out; FAWN_EINVAL as above. */

@@ -110,9 +110,10 @@ int gw_check_origin(const gw_request *rq) {
     const char *origin = gw_header(rq, "Origin");
     if (!origin)
         return 0; /* not sent by a browser */
-    const char *host = gw_header(rq, MHD_HTTP_HEADER_HOST);
+    char host[256];
+    gw_request_host(host, sizeof host, rq);
     const char *authority = strstr(origin, "://");
-    bool same = host && authority && strcasecmp(authority + 3, host) == 0 &&
+    bool same = host[0] && authority && strcasecmp(authority + 3, host) == 0 &&
                 (strncasecmp(origin, "http://", 7) == 0 || strncasecmp(origin, "https://", 8) == 0);
     return same ? 0 : fawn_err(FAWN_EPERM, "Cross-origin request refused");
 }

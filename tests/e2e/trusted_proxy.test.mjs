@@ -1,6 +1,7 @@
-// Sign-in throttling behind a reverse proxy: with server.trusted_proxies,
-// the address the proxy forwards is what gets locked out, not the proxy;
-// without it, X-Forwarded-For is never believed.
+// Sign-in behind a reverse proxy: with server.trusted_proxies, the address
+// the proxy forwards is what gets locked out, not the proxy, and the host it
+// forwards is what the Origin check compares with; from any other peer,
+// X-Forwarded-For and X-Forwarded-Host are never believed.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from './lib/test.mjs';
 
@@ -33,6 +34,19 @@ describe('sign-in throttling behind a trusted proxy', () => {
     /* Another client behind the same proxy can still sign in. */
     const ok = await login(srv, ADMIN_NAME, ADMIN_PASSWORD, { headers: { 'X-Forwarded-For': '203.0.113.6' } });
     assert.equal(ok.res.status, 200, ok.res.text);
+  });
+
+  it("takes the Origin check's host from X-Forwarded-Host of a trusted proxy only", async () => {
+    /* A proxy on another port that rewrites Host, as a Next.js rewrite does. */
+    const proxied = { Origin: 'http://localhost:3000', 'X-Forwarded-Host': 'localhost:3000' };
+    const ok = await login(srv, ADMIN_NAME, ADMIN_PASSWORD, { headers: proxied });
+    assert.equal(ok.res.status, 200, ok.res.text);
+    const forged = { Origin: 'https://evil.example', 'X-Forwarded-Host': 'localhost:3000' };
+    const evil = await login(srv, ADMIN_NAME, ADMIN_PASSWORD, { headers: forged });
+    assert.equal(evil.res.status, 403, evil.res.text);
+    const untrusted = await login(srv, ADMIN_NAME, ADMIN_PASSWORD, { headers: proxied, localAddress: '127.0.0.4' });
+    assert.equal(untrusted.res.status, 403, untrusted.res.text);
+    assert.match(untrusted.res.text, /Cross-origin request refused/);
   });
 
   it('does not believe X-Forwarded-For from an untrusted peer', async () => {

@@ -280,6 +280,29 @@ static void forwarded_client_from_trusted_proxies_only(void **state) {
     assert_string_equal(out, "127.0.0.1");
 }
 
+/* The authority a browser addressed: X-Forwarded-Host's first entry from
+ * a trusted proxy, the Host header from anyone else. */
+static void forwarded_host_from_trusted_proxies_only(void **state) {
+    char out[64];
+    gw_forwarded_host(out, sizeof out, "127.0.0.1:8001", " localhost:3000 , 127.0.0.1:8001", true);
+    assert_string_equal(out, "localhost:3000");
+    gw_forwarded_host(out, sizeof out, "127.0.0.1:8001", "localhost:3000", false);
+    assert_string_equal(out, "127.0.0.1:8001");
+    gw_forwarded_host(out, sizeof out, "127.0.0.1:8001", NULL, true);
+    assert_string_equal(out, "127.0.0.1:8001");
+    /* Nothing usable is no authority at all, so no Origin matches it. */
+    static const char *const empty[] = {"", " ", ",localhost:3000", "\t, x"};
+    for (size_t i = 0; i < ARRAY_LEN(empty); i++) {
+        gw_forwarded_host(out, sizeof out, "127.0.0.1:8001", empty[i], true);
+        assert_string_equal(out, "");
+    }
+    gw_forwarded_host(out, sizeof out, NULL, NULL, false);
+    assert_string_equal(out, "");
+    char small[8];
+    gw_forwarded_host(small, sizeof small, "localhost:3000", NULL, false);
+    assert_string_equal(small, "");
+}
+
 static void event_ids_parse_with_bounds(void **state) {
     static const struct {
         const char *text;
@@ -619,6 +642,7 @@ static void replays_pick_the_latest_visible_turn(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(forwarded_client_from_trusted_proxies_only),
+        cmocka_unit_test(forwarded_host_from_trusted_proxies_only),
         cmocka_unit_test(throttle_locks_out_after_failures),
         cmocka_unit_test(form_fields_decode_once),
         cmocka_unit_test(event_ids_parse_with_bounds),
