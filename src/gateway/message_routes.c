@@ -1,7 +1,8 @@
-/* A thread's messages one page at a time, newest first (DeerFlow's
- * canonical chat history): GET /api/threads/{id}/messages/page. Each row is
- * a message of the thread's newest state with its thread-global sequence
- * number; a page goes backwards from before_seq. */
+/* What a thread's message rows tell. GET /api/threads/{id}/messages/page:
+ * its messages one page at a time, newest first (DeerFlow's canonical chat
+ * history); each row is a message of the thread's newest state with its
+ * thread-global sequence number; a page goes backwards from before_seq.
+ * GET /api/threads/{id}/token-usage: what its model answers cost. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,8 +84,37 @@ static int route_messages_page(gw_request *rq) {
     return gw_queue(rq, MHD_HTTP_OK, gw_json_text_response(fbuf_steal(&out)));
 }
 
+/* DeerFlow's ThreadTokenUsageResponse. Every answer is the lead agent's
+ * (fawn has no sub-agents or middleware that call a model), and no
+ * context_usage: fawn knows no model's context window. */
+static json_t *usage_json(const char *thread_id, const store_token_usage *u) {
+    json_t *by_model = json_object();
+    for (size_t i = 0; by_model && i < u->n_models; i++)
+        json_object_set_new(by_model, u->models[i].model,
+                            json_pack("{s:I, s:I}", "tokens", (json_int_t)u->models[i].tokens,
+                                      "runs", (json_int_t)u->models[i].runs));
+    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:o?, s:{s:I, s:i, s:i}, s:n}", "thread_id",
+                     thread_id, "total_tokens", (json_int_t)u->total_tokens, "total_input_tokens",
+                     (json_int_t)u->input_tokens, "total_output_tokens",
+                     (json_int_t)u->output_tokens, "total_runs", (json_int_t)u->runs, "by_model",
+                     by_model, "by_caller", "lead_agent", (json_int_t)u->total_tokens, "subagent",
+                     0, "middleware", 0, "context_usage");
+}
+
+static int route_token_usage(gw_request *rq) {
+    store_thread t;
+    int r = gw_thread_resolve(&t, rq, false);
+    store_thread_clear(&t);
+    store_token_usage u;
+    if (r == 0)
+        r = store_thread_token_usage(rq->g->st, &u, rq->who.user.id, rq->params[0]);
+    return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, usage_json(rq->params[0], &u));
+}
+
 const gw_route gw_message_routes[] = {
     {"GET", "/api/threads/{}/messages/page", route_messages_page, AUTHZ_RUNS_READ, GW_BODY_NONE, 0,
+     NULL},
+    {"GET", "/api/threads/{}/token-usage", route_token_usage, AUTHZ_THREADS_READ, GW_BODY_NONE, 0,
      NULL},
 };
 const size_t gw_message_routes_count = ARRAY_LEN(gw_message_routes);

@@ -383,6 +383,24 @@ static int route_run_get(gw_request *rq) {
     return gw_respond_json(rq, MHD_HTTP_OK, body);
 }
 
+/* GET .../runs/{id}/workspace-changes: DeerFlow's per-run file change
+ * summary. fawn records no such summary, and says so in DeerFlow's shape
+ * (available false), for any run of the caller's (include_files and
+ * include_diff change nothing then). */
+static int route_run_workspace_changes(gw_request *rq) {
+    store_run run;
+    int r = run_resolve(&run, rq);
+    store_run_clear(&run);
+    if (r < 0)
+        return r;
+    return gw_respond_json(
+        rq, MHD_HTTP_OK,
+        json_pack("{s:b, s:i, s:{s:i, s:i, s:i, s:i, s:i, s:i, s:b}, s:[], s:{}}", "available", 0,
+                  "version", 1, "summary", "created", 0, "modified", 0, "deleted", 0,
+                  "symlink_created", 0, "additions", 0, "deletions", 0, "truncated", 0, "files",
+                  "limits"));
+}
+
 /* The stream modes a run was started with (its kwargs). */
 static unsigned run_modes(const store_run *run) {
     json_t *kw = json_loads(run->kwargs, 0, NULL);
@@ -506,6 +524,8 @@ const gw_route gw_run_routes[] = {
     {"GET", "/api/threads/{}/runs/{}/join", route_run_join, AUTHZ_RUNS_READ, NO_BODY},
     {"GET", "/api/threads/{}/runs/{}/stream", route_run_join_stream, AUTHZ_RUNS_READ, NO_BODY},
     {"GET", "/api/threads/{}/runs/{}/receipts", route_run_receipts, AUTHZ_RUNS_READ, NO_BODY},
+    {"GET", "/api/threads/{}/runs/{}/workspace-changes", route_run_workspace_changes,
+     AUTHZ_RUNS_READ, NO_BODY},
     {"POST", "/api/threads/{}/runs/{}/cancel", route_run_cancel, AUTHZ_RUNS_CANCEL, NO_BODY},
     {"POST", "/api/runs", route_stateless_run, AUTHZ_RUNS_CREATE, RUN_BODY},
     {"POST", "/api/runs/stream", route_stateless_stream, AUTHZ_RUNS_CREATE, RUN_BODY},

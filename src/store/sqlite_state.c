@@ -918,6 +918,68 @@ int store_message_page(store *s, store_message **out, size_t *n, bool *has_more,
     return sq_rows_hand_out((void **)out, n, &p.rows, sizeof(store_message), 0);
 }
 
+/* ---- token usage ---- */
+
+/* The totals row first (model NULL), then one row per model, costliest
+ * first: model, runs, input, output, total tokens. */
+#define USAGE_SQL                                                                                  \
+    "WITH ai AS (SELECT run_id, json_extract(body, '$.response_metadata.model_name') AS model, "   \
+    "  json_extract(body, '$.usage_metadata.input_tokens') AS i, "                                 \
+    "  json_extract(body, '$.usage_metadata.output_tokens') AS o, "                                \
+    "  json_extract(body, '$.usage_metadata.total_tokens') AS t FROM thread_messages "             \
+    "  WHERE owner_id = ?1 AND thread_id = ?2 AND run_id != '' "                                   \
+    "  AND json_extract(body, '$.type') = 'ai'), "                                                 \
+    "counted AS (SELECT run_id, CASE WHEN typeof(model) = 'text' THEN model ELSE '' END AS "       \
+    "model, "                                                                                      \
+    "  CASE WHEN typeof(i) = 'integer' AND i > 0 THEN i ELSE 0 END AS i, "                         \
+    "  CASE WHEN typeof(o) = 'integer' AND o > 0 THEN o ELSE 0 END AS o, "                         \
+    "  CASE WHEN typeof(t) = 'integer' AND t > 0 THEN t ELSE 0 END AS t FROM ai) "                 \
+    "SELECT NULL, COUNT(DISTINCT run_id), TOTAL(i), TOTAL(o), TOTAL(t) FROM counted "              \
+    "UNION ALL SELECT * FROM (SELECT model, COUNT(DISTINCT run_id), TOTAL(i), TOTAL(o), "          \
+    "  TOTAL(t) AS tokens FROM counted GROUP BY model ORDER BY tokens DESC LIMIT ?3)"
+
+/* A TOTAL() column as a count: clamped to 0 … INT64_MAX. */
+static int64_t total_col(sqlite3_stmt *st, int col) {
+    double v = sqlite3_column_double(st, col);
+    return v <= 0 ? 0 : v >= 9.2e18 ? INT64_MAX : (int64_t)v;
+}
+
+static void usage_row(store_token_usage *out, sqlite3_stmt *st) {
+    if (sqlite3_column_type(st, 0) == SQLITE_NULL) {
+        out->runs = sqlite3_column_int64(st, 1);
+        out->input_tokens = total_col(st, 2);
+        out->output_tokens = total_col(st, 3);
+        out->total_tokens = total_col(st, 4);
+    } else if (out->n_models < STORE_USAGE_MODELS_MAX) {
+        store_model_usage *m = &out->models[out->n_models++];
+        sq_copy_col(m->model, sizeof m->model, st, 0);
+        m->runs = sqlite3_column_int64(st, 1);
+        m->tokens = total_col(st, 4);
+    }
+}
+
+int store_thread_token_usage(store *s, store_token_usage *out, int64_t owner_id,
+                             const char *thread_id) {
+    memset(out, 0, sizeof *out);
+    sqlite3 *db = sq_read_begin(s);
+    sqlite3_stmt *st = NULL;
+    int r = sq_prepare(db, &st, USAGE_SQL);
+    if (r == 0) {
+        bind_thread(st, owner_id, thread_id);
+        sqlite3_bind_int(st, 3, STORE_USAGE_MODELS_MAX);
+        int rc;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+            usage_row(out, st);
+        if (rc != SQLITE_DONE)
+            r = sq_err(db, rc, "token usage");
+    }
+    sqlite3_finalize(st);
+    sq_read_end(s, db);
+    if (r < 0)
+        memset(out, 0, sizeof *out);
+    return r;
+}
+
 /* ---- migration 6: states into message rows ---- */
 
 /* A stored state to move: the thread, and its row. */

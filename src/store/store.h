@@ -341,6 +341,32 @@ FAWN_MUST_CHECK int store_checkpoint_origin(store *s, store_checkpoint *first, i
 FAWN_MUST_CHECK int store_state_read(store *s, char **out, size_t *omitted, int64_t owner_id,
                                      const char *thread_id, const char *state, size_t max_bytes);
 
+/* ---- what a thread's model answers cost ---- */
+
+/* Models a usage answer names at most: the costliest. */
+#define STORE_USAGE_MODELS_MAX 32
+
+typedef struct store_model_usage {
+    char model[128]; /* response_metadata.model_name ("" when absent) */
+    int64_t tokens;  /* total tokens of its answers */
+    int64_t runs;    /* runs it answered in */
+} store_model_usage;
+
+typedef struct store_token_usage {
+    int64_t input_tokens, output_tokens, total_tokens;
+    int64_t runs; /* runs that wrote the answers */
+    store_model_usage models[STORE_USAGE_MODELS_MAX];
+    size_t n_models; /* costliest first */
+} store_token_usage;
+
+/* The token counts of the owner's thread: the sums of the usage_metadata
+ * of every AI message row a run wrote (every branch the thread kept,
+ * regenerated answers included; a count that is not a positive integer is
+ * 0, a sum past INT64_MAX is INT64_MAX), and per model. All zeros for a
+ * thread without such rows, or that is not the owner's. */
+FAWN_MUST_CHECK int store_thread_token_usage(store *s, store_token_usage *out, int64_t owner_id,
+                                             const char *thread_id);
+
 /* ---- the thread's messages, one page at a time ----
  * The conversation of a thread's newest state, by its message rows: each
  * row's seq numbers it among all the thread's messages ever written

@@ -821,6 +821,49 @@ static void message_pages_walk_the_newest_state_backwards(void **state) {
     }
 }
 
+/* Token usage sums the answers runs wrote, per model; counts that are not
+ * positive integers are 0, a sum past INT64_MAX stays there, a client's
+ * own messages and another owner's thread count nothing. */
+static void token_usage_sums_what_runs_wrote(void **state) {
+    fx *x = *state;
+    make_thread(x, x->alice, "tu1");
+    const char *a1 = "{\"type\":\"ai\",\"id\":\"a1\",\"response_metadata\":{\"model_name\":\"m1\"},"
+                     "\"usage_metadata\":{\"input_tokens\":10,\"output_tokens\":5,"
+                     "\"total_tokens\":15}}",
+               *a2 = "{\"type\":\"ai\",\"id\":\"a2\",\"response_metadata\":{\"model_name\":\"m2\"},"
+                     "\"usage_metadata\":{\"input_tokens\":\"7\",\"output_tokens\":-3,"
+                     "\"total_tokens\":1.5}}",
+               *a3 = "{\"type\":\"ai\",\"id\":\"a3\",\"response_metadata\":{\"model_name\":\"m1\"},"
+                     "\"usage_metadata\":{\"total_tokens\":9223372036854775807}}",
+               *h = "{\"type\":\"human\",\"id\":\"h\",\"usage_metadata\":{\"total_tokens\":5}}",
+               *own = "{\"type\":\"ai\",\"id\":\"own\",\"usage_metadata\":{\"total_tokens\":5}}";
+    store_token_usage u;
+    assert_int_equal(store_thread_token_usage(x->s, &u, x->alice, "tu1"), 0);
+    assert_int_equal(u.total_tokens, 0);
+    assert_int_equal(u.n_models, 0);
+    put_messages(x, x->alice, "tu1", "r1", 100, (const char *[]){h, a1}, 2);
+    put_messages(x, x->alice, "tu1", "r2", 200, (const char *[]){h, a1, a2}, 3);
+    put_messages(x, x->alice, "tu1", "", 300, (const char *[]){h, a1, a2, own}, 4);
+    assert_int_equal(store_thread_token_usage(x->s, &u, x->alice, "tu1"), 0);
+    assert_int_equal(u.input_tokens, 10);
+    assert_int_equal(u.output_tokens, 5);
+    assert_int_equal(u.total_tokens, 15);
+    assert_int_equal(u.runs, 2);
+    assert_int_equal(u.n_models, 2);
+    assert_string_equal(u.models[0].model, "m1");
+    assert_int_equal(u.models[0].tokens, 15);
+    assert_int_equal(u.models[0].runs, 1);
+    assert_string_equal(u.models[1].model, "m2");
+    assert_int_equal(u.models[1].tokens, 0);
+    put_messages(x, x->alice, "tu1", "r3", 400, (const char *[]){h, a1, a2, own, a3}, 5);
+    assert_int_equal(store_thread_token_usage(x->s, &u, x->alice, "tu1"), 0);
+    assert_int_equal(u.total_tokens, INT64_MAX);
+    assert_int_equal(u.runs, 3);
+    assert_int_equal(store_thread_token_usage(x->s, &u, x->bob, "tu1"), 0);
+    assert_int_equal(u.total_tokens, 0);
+    assert_int_equal(u.runs, 0);
+}
+
 static void checkpoints_and_receipts_follow_the_thread(void **state) {
     fx *x = *state;
     make_thread(x, x->alice, "rt3");
@@ -1336,6 +1379,7 @@ int main(void) {
         cmocka_unit_test(run_events_append_read_prune),
         cmocka_unit_test(threads_carry_their_title_and_ids_narrow_a_search),
         cmocka_unit_test(message_pages_walk_the_newest_state_backwards),
+        cmocka_unit_test(token_usage_sums_what_runs_wrote),
         cmocka_unit_test(checkpoints_and_receipts_follow_the_thread),
         cmocka_unit_test(message_origins_follow_the_lineage),
         cmocka_unit_test(checkpoints_store_each_message_once),
