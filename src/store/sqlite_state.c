@@ -923,20 +923,19 @@ int store_message_page(store *s, store_message **out, size_t *n, bool *has_more,
 /* The totals row first (model NULL), then one row per model, costliest
  * first: model, runs, input, output, total tokens. */
 #define USAGE_SQL                                                                                  \
-    "WITH ai AS (SELECT run_id, json_extract(body, '$.response_metadata.model_name') AS model, "   \
+    "WITH ai AS (SELECT run_id, json_extract(body, '$.response_metadata.model_name') AS m, "       \
     "  json_extract(body, '$.usage_metadata.input_tokens') AS i, "                                 \
     "  json_extract(body, '$.usage_metadata.output_tokens') AS o, "                                \
     "  json_extract(body, '$.usage_metadata.total_tokens') AS t FROM thread_messages "             \
     "  WHERE owner_id = ?1 AND thread_id = ?2 AND run_id != '' "                                   \
     "  AND json_extract(body, '$.type') = 'ai'), "                                                 \
-    "counted AS (SELECT run_id, CASE WHEN typeof(model) = 'text' THEN model ELSE '' END AS "       \
-    "model, "                                                                                      \
+    "counted AS (SELECT run_id, CASE WHEN typeof(m) = 'text' THEN m ELSE '' END AS m, "            \
     "  CASE WHEN typeof(i) = 'integer' AND i > 0 THEN i ELSE 0 END AS i, "                         \
     "  CASE WHEN typeof(o) = 'integer' AND o > 0 THEN o ELSE 0 END AS o, "                         \
     "  CASE WHEN typeof(t) = 'integer' AND t > 0 THEN t ELSE 0 END AS t FROM ai) "                 \
     "SELECT NULL, COUNT(DISTINCT run_id), TOTAL(i), TOTAL(o), TOTAL(t) FROM counted "              \
-    "UNION ALL SELECT * FROM (SELECT model, COUNT(DISTINCT run_id), TOTAL(i), TOTAL(o), "          \
-    "  TOTAL(t) AS tokens FROM counted GROUP BY model ORDER BY tokens DESC LIMIT ?3)"
+    "UNION ALL SELECT * FROM (SELECT m, COUNT(DISTINCT run_id), TOTAL(i), TOTAL(o), "              \
+    "  TOTAL(t) AS tokens FROM counted GROUP BY m ORDER BY tokens DESC LIMIT ?3)"
 
 /* A TOTAL() column as a count: clamped to 0 … INT64_MAX. */
 static int64_t total_col(sqlite3_stmt *st, int col) {
