@@ -39,8 +39,10 @@ typedef struct lingering {
 
 typedef struct session {
     char id[BOX_SESSION_ID_MAX + 1];
-    bool busy;    /* an exec owns the init fields */
-    bool deleted; /* delete requested while busy: the exec frees it */
+    bool busy;         /* an exec owns the init fields */
+    bool deleted;      /* delete requested while busy: the exec frees it */
+    bool kill_pending; /* killed while busy before its init started: the exec's
+                          init is killed as it starts */
     bool persistent;
     pid_t init_pid; /* 0 when no init runs */
     int init_pidfd;
@@ -305,6 +307,8 @@ int box_session_kill(box_exec_ctx *ctx, const char *id) {
         s->busy = true; /* hold the session while its init dies */
     else if (s && s->init_pid)
         pidfd_send_signal(s->init_pidfd, SIGKILL, NULL, 0); /* its running exec reports it */
+    else if (s)
+        s->kill_pending = true; /* its exec is still starting the init */
     pthread_mutex_unlock(&ctx->mu);
     if (!s)
         return fawn_err(FAWN_ENOENT, "no such session: %s", id);
@@ -535,7 +539,7 @@ static int start_init(box_exec_ctx *ctx, session *s) {
     s->init_pid = (pid_t)pid;
     s->init_pidfd = pidfd;
     s->ctl_fd = sv[0];
-    if (ctx->stopping) /* started as the box stops: its command ends killed */
+    if (ctx->stopping || s->kill_pending) /* its command ends killed */
         pidfd_send_signal(pidfd, SIGKILL, NULL, 0);
     pthread_mutex_unlock(&ctx->mu);
     return 0;
@@ -771,6 +775,7 @@ static void oneshot_unlink(box_exec_ctx *ctx, session *s) {
 static void session_release(box_exec_ctx *ctx, session *s) {
     pthread_mutex_lock(&ctx->mu);
     s->busy = false;
+    s->kill_pending = false;
     if (!s->persistent)
         oneshot_unlink(ctx, s);
     bool park = !s->persistent && s->init_pid && !ctx->spare;

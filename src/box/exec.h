@@ -94,7 +94,8 @@ FAWN_MUST_CHECK int box_exec_run(json_t **out, box_exec_ctx *ctx, const box_exec
  * FAWN_E2BIG when max_sessions are live. */
 FAWN_MUST_CHECK int box_session_create(json_t **out, box_exec_ctx *ctx, const char *id);
 
-/* Kills every process of the session (its state is kept). FAWN_ENOENT if unknown. */
+/* Kills every process of the session (its state is kept); a command still
+ * starting is killed as it starts. FAWN_ENOENT if unknown. */
 FAWN_MUST_CHECK int box_session_kill(box_exec_ctx *ctx, const char *id);
 
 /* Kills the session's processes and forgets it. FAWN_ENOENT if unknown. */
