@@ -80,6 +80,8 @@ typedef struct agent_loop {
     bool empty_retried;
     bool uploads_checked; /* uploads: the input's attachments were looked up */
     char *uploads_note;   /* uploads: what the model is told of them, or NULL */
+    bool memory_checked;  /* memory: the owner's facts were read */
+    char *memory_context; /* memory: the hidden context given to the model, or NULL */
 } agent_loop;
 
 /* The chain (hooks.c): the order the run walks the hooks in. */
@@ -89,6 +91,7 @@ extern const size_t agent_hooks_count;
 /* The hooks, by the file that defines them. */
 extern const agent_hook hook_input_sanitization, hook_uploads, hook_dangling_tool_calls,
     hook_model_errors, hook_empty_final_retry, hook_finish_reasons, hook_title; /* hooks.c */
+extern const agent_hook hook_memory;                                            /* hooks_memory.c */
 extern const agent_hook hook_tool_output_budget, hook_tool_authorization, hook_read_before_write,
     hook_delivery_check, hook_loop_detection, hook_clarification,
     hook_tool_errors; /* hooks_tools.c */

@@ -239,9 +239,9 @@ static json_t *turn_of(const json_t *messages) {
     if (human == json_array_size(messages) || replies == 0)
         return NULL;
     size_t share = MEMORY_TURN_MAX / 2 / replies;
-    json_t *turn = json_pack("[{s:s, s:o}]", "role", "user", "text",
-                             text_cut(message_text(json_array_get(messages, human)),
-                                      MEMORY_TURN_MAX / 2));
+    json_t *turn = json_pack(
+        "[{s:s, s:o}]", "role", "user", "text",
+        text_cut(message_text(json_array_get(messages, human)), MEMORY_TURN_MAX / 2));
     for (size_t i = human + 1; turn && i < json_array_size(messages); i++) {
         const json_t *m = json_array_get(messages, i);
         if (type_is(m, "ai"))

@@ -10,8 +10,7 @@
 #include "base/json.h"
 #include "store/sqlite_internal.h"
 
-#define FACT_COLUMNS                                                                               \
-    "id, content, category, confidence, source, created_at_ms, updated_at_ms"
+#define FACT_COLUMNS "id, content, category, confidence, source, created_at_ms, updated_at_ms"
 
 static bool category_ok(const char *c) {
     size_t n = strlen(c);
