@@ -61,12 +61,14 @@ static char *extract_answer(const agent_params *p, const json_t *request, unsign
      * it is never taken for one of the run's calls. */
     json_t *conversation = json_pack("[{s:s, s:O}]", "type", "human", "content",
                                      json_object_get(json_array_get(request, 1), "content"));
-    model_request req = {.conversation = conversation, .messages = request, .call_index = call_index};
+    model_request req = {
+        .conversation = conversation, .messages = request, .call_index = call_index};
     model_reply reply = {0};
     enum model_failure why;
-    int r = model && conversation ? model_entry_complete(&reply, &why, model, &req, &(model_hooks){0},
-                                                         p->cancel ? &p->cancel->cancelled : NULL)
-                                  : fawn_err(FAWN_ENOENT, "no model");
+    int r = model && conversation
+                ? model_entry_complete(&reply, &why, model, &req, &(model_hooks){0},
+                                       p->cancel ? &p->cancel->cancelled : NULL)
+                : fawn_err(FAWN_ENOENT, "no model");
     const char *text = json_string_value(json_object_get(reply.message, "content"));
     char *answer = r == 0 && text ? strdup(text) : NULL;
     if (r < 0 || !text)

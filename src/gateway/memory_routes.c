@@ -241,9 +241,9 @@ static int route_memory_status(gw_request *rq) {
     int r = document_of(&doc, rq);
     if (r < 0)
         return r;
-    return gw_respond_json(rq, MHD_HTTP_OK,
-                           json_pack("{s:o?, s:o}", "config", memory_config(&rq->g->cfg->memory),
-                                     "data", doc));
+    return gw_respond_json(
+        rq, MHD_HTTP_OK,
+        json_pack("{s:o?, s:o}", "config", memory_config(&rq->g->cfg->memory), "data", doc));
 }
 
 #define MEMORY_ROUTE(method, path, fn, body, max)                                                  \
@@ -258,8 +258,7 @@ const gw_route gw_memory_routes[] = {
                  MEMORY_IMPORT_BODY_MAX),
     MEMORY_ROUTE("GET", "/api/memory/config", route_memory_config, GW_BODY_NONE, 0),
     MEMORY_ROUTE("GET", "/api/memory/status", route_memory_status, GW_BODY_NONE, 0),
-    MEMORY_ROUTE("POST", "/api/memory/facts", route_fact_create, GW_BODY_BUFFER,
-                 GW_JSON_BODY_MAX),
+    MEMORY_ROUTE("POST", "/api/memory/facts", route_fact_create, GW_BODY_BUFFER, GW_JSON_BODY_MAX),
     MEMORY_ROUTE("PATCH", "/api/memory/facts/{}", route_fact_update, GW_BODY_BUFFER,
                  GW_JSON_BODY_MAX),
     MEMORY_ROUTE("DELETE", "/api/memory/facts/{}", route_fact_delete, GW_BODY_NONE, 0),

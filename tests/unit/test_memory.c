@@ -85,8 +85,9 @@ static void answers_are_read_defensively(void **state) {
     assert_true(facts[1].confidence > 0.49 && facts[1].confidence < 0.51);
     free(facts);
 
-    static const char *const refused[] = {"", "no json here", "{\"facts\": {}}", "[1, 2]",
-                                          "{\"facts\": [}", "{\"facts\": [], \"facts\": []}"};
+    static const char *const refused[] = {
+        "",       "no json here",   "{\"facts\": {}}",
+        "[1, 2]", "{\"facts\": [}", "{\"facts\": [], \"facts\": []}"};
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
         facts = (store_fact *)refused;
         n = 9;
