@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from './lib/test.mjs';
 
 import { FawnServer, request, setupAdmin, setupUser, waitFor } from './lib/server.mjs';
-import { FakeOpenAI, reply } from './lib/fake_openai.mjs';
+import { FakeOpenAI, fail, held, reply } from './lib/fake_openai.mjs';
 
 const MAX_FACTS = 5;
 const human = (content) => ({ messages: [{ type: 'human', content }] });
@@ -177,16 +177,38 @@ describe('memory', () => {
     assert.equal(r.json.lastUpdated, '');
   });
 
+  it('reading a turn neither delays nor fails its run: the run has ended and its thread is free while the model answers', async () => {
+    const kept = (await memoryOf()).facts;
+    const asked = fake.requests.length;
+    const hold = held('{"facts": [{"content": "Read while the thread went on"}]}');
+    fake.queue(reply('First answer.'), hold.step);
+    const thread = await turn('Remember that I like long walks.');
+    await waitFor(() => fake.requests.length === asked + 2, undefined, 'the extraction call');
+    // The extraction call is held: the run is over, and the thread takes
+    // its next run (whose own extraction call fails: a log line, no more).
+    const runs = await api('GET', `/api/threads/${thread}/runs`);
+    assert.deepEqual(runs.json.map((r) => r.status), ['success']);
+    fake.queue(reply('Second answer.'), fail(400, { message: 'extraction refused' }));
+    const next = await api('POST', `/api/threads/${thread}/runs/wait`, { assistant_id: 'lead_agent', input: human('And?') });
+    assert.equal(next.status, 200, next.text);
+    assert.equal(next.json.messages.at(-1).content, 'Second answer.');
+    await waitFor(() => fake.requests.length === asked + 4, undefined, 'the refused extraction call');
+    assert.deepEqual((await memoryOf()).facts, kept);
+    hold.release();
+    await waitFor(async () => (await memoryOf()).facts.length === kept.length + 1, undefined, 'the held answer kept');
+  });
+
   it("another user neither sees nor changes a user's facts, and runs with their own", async () => {
     const r = await api('POST', '/api/memory/facts', { content: "Alice's secret project is Falcon" });
     assert.equal(r.status, 200, r.text);
-    const secret = r.json.facts[0];
+    const secret = r.json.facts.find((f) => f.content.includes('Falcon'));
+    const alices = r.json.facts.map((f) => f.content);
     assert.deepEqual((await memoryOf(bob)).facts, []);
     assert.equal((await api('PATCH', `/api/memory/facts/${secret.id}`, { content: 'mine' }, bob)).status, 404);
     assert.equal((await api('DELETE', `/api/memory/facts/${secret.id}`, undefined, bob)).status, 404);
     assert.equal((await api('DELETE', '/api/memory', undefined, bob)).status, 200);
     assert.equal((await api('POST', '/api/memory/import', { facts: [] }, bob)).status, 200);
-    assert.deepEqual((await memoryOf()).facts.map((f) => f.content), [secret.content]);
+    assert.deepEqual((await memoryOf()).facts.map((f) => f.content), alices);
     for (const p of ['/api/memory', '/api/memory/export', '/api/memory/status', '/api/memory/config']) {
       assert.equal((await request(srv, 'GET', p)).status, 401, p);
     }
