@@ -95,29 +95,31 @@ static size_t facts_keep(const agent_params *p, const store_fact *facts, size_t 
     return added;
 }
 
-/* The extraction request for the thread's newest state, or NULL (logged,
- * or the turn had nothing to read). */
-static json_t *extract_request(const agent_params *p) {
+/* The extraction request for the thread's state at checkpoint_id, or NULL
+ * (logged, or the turn had nothing to read). */
+static json_t *extract_request(const agent_params *p, const char *checkpoint_id) {
     json_t *values = NULL, *request = NULL;
     char checkpoint[STORE_RUN_ID_MAX + 1];
     store_fact *known = NULL;
     size_t n = 0;
-    int r = agent_state_load(&values, checkpoint, p->st, p->owner_id, p->thread_id);
+    int r = checkpoint_id[0] ? agent_state_load_at(&values, checkpoint, p->st, p->owner_id,
+                                                   p->thread_id, checkpoint_id)
+                             : fawn_err(FAWN_ENOENT, "the run wrote no checkpoint");
     if (r == 0)
         r = store_fact_list(p->st, &known, &n, p->owner_id);
-    if (r == 0)
-        r = memory_extract_request(&request, json_object_get(values, "messages"), known, n);
-    if (r < 0 && r != FAWN_ENOENT)
+    if (r < 0)
         log_warn("agent", "run %s: memory: the turn is not read: %s", p->run_id, fawn_errmsg());
+    else if (memory_extract_request(&request, json_object_get(values, "messages"), known, n) < 0)
+        log_debug("agent", "run %s: memory: %s", p->run_id, fawn_errmsg());
     free(known);
     json_decref(values);
     return request;
 }
 
-void agent_memory_extract(const agent_params *p, unsigned call_index) {
+void agent_memory_extract(const agent_params *p, const char *checkpoint_id, unsigned call_index) {
     if (!p->memory || !p->memory->enabled)
         return;
-    json_t *request = extract_request(p);
+    json_t *request = extract_request(p, checkpoint_id);
     char *answer = request ? extract_answer(p, request, call_index) : NULL;
     store_fact *facts = NULL;
     size_t n = 0;

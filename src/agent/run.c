@@ -263,6 +263,7 @@ static void outcome_fill(agent_outcome *out, agent_loop *run) {
     snprintf(out->stop_reason, sizeof out->stop_reason, "%s", run->stop_reason);
     out->error = run->error;
     out->model_calls = run->model_calls;
+    snprintf(out->checkpoint_id, sizeof out->checkpoint_id, "%s", run->checkpoint_id);
     run->error = NULL;
     if (!out->error && agent_cancelled(run))
         out->error = strdup("Run cancelled");

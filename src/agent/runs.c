@@ -31,6 +31,7 @@ typedef struct run_entry {
     run_log *log;         /* the entry's reference */
     bool succeeded;       /* the run ended in success (memory reads its turn) */
     unsigned model_calls; /* the run's calls to its model */
+    char last_checkpoint[STORE_RUN_ID_MAX + 1]; /* the run's last checkpoint */
 } run_entry;
 
 static run_entry *entry_of(runq_item *it) {
@@ -182,6 +183,7 @@ static void run_execute(run_manager *m, run_entry *e) {
              out.stop_reason[0] ? " / " : "", out.stop_reason);
     e->succeeded = strcmp(out.status, "success") == 0;
     e->model_calls = out.model_calls;
+    snprintf(e->last_checkpoint, sizeof e->last_checkpoint, "%s", out.checkpoint_id);
     agent_outcome_clear(&out);
 }
 
@@ -211,7 +213,7 @@ static void *worker_main(void *arg) {
          * thread): reading its turn for memory holds this worker only. */
         if (e->succeeded) {
             agent_params p = params_of(m, e, &m->stop);
-            agent_memory_extract(&p, e->model_calls);
+            agent_memory_extract(&p, e->last_checkpoint, e->model_calls);
         }
         entry_free(e);
         pthread_mutex_lock(&m->lock);

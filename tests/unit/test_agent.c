@@ -944,11 +944,11 @@ static void memory_extraction_keeps_new_facts_within_the_max(void **state) {
     assert_string_equal(out.status, "success");
     assert_int_equal(out.model_calls, 1);
     char facts[512];
-    agent_memory_extract(&p, out.model_calls); /* memory off: nothing asked */
+    agent_memory_extract(&p, out.checkpoint_id, out.model_calls); /* memory off: nothing asked */
     fact_contents(facts, sizeof facts, st, u.id);
     assert_string_equal(facts, "Already known");
     memory.enabled = true;
-    agent_memory_extract(&p, out.model_calls);
+    agent_memory_extract(&p, out.checkpoint_id, out.model_calls);
     fact_contents(facts, sizeof facts, st, u.id);
     assert_string_equal(facts, "Already known|Is called Ana|Third");
     store_fact *kept;
