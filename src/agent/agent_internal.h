@@ -3,7 +3,8 @@
  *
  * The files call one way, downward:
  *   runs.c → run.c → hooks.c → hooks_tools.c → run_context.c
- * run.c also calls run_context.c and messages.c; the hooks reach the run
+ * run.c also calls run_context.c and messages.c; runs.c calls
+ * hooks_memory.c's agent_memory_extract after a run; the hooks reach the run
  * only through run_context.c (agent_next_model/tool, agent_stop, events,
  * the sandbox), which walks the chain run.c put in agent_loop.hooks. */
 #ifndef FAWN_AGENT_INTERNAL_H
