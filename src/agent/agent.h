@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "config/config.h"
 #include "model/model.h"
 #include "authz/authz.h"
 #include "sandbox/manager.h"
@@ -60,6 +61,9 @@ typedef struct agent_params {
     const sbx_cancel *cancel; /* set to stop the run (it ends as interrupted) */
     agent_emit_fn emit;
     void *emit_ctx;
+    /* memory.*: the owner's facts go to the model when enabled and
+     * injection_enabled (NULL: memory is off). */
+    const fawn_memory_config *memory;
 } agent_params;
 
 typedef struct agent_outcome {
@@ -67,6 +71,8 @@ typedef struct agent_outcome {
     char stop_reason[32]; /* "" or loop_capped, model_length_capped, safety_capped,
                              recursion_limit, clarification */
     char *error;          /* why the run failed (malloc'd), or NULL */
+    unsigned model_calls; /* calls made to the model */
+    char checkpoint_id[STORE_RUN_ID_MAX + 1]; /* the run's last checkpoint ("" when none) */
 } agent_outcome;
 
 void agent_outcome_clear(agent_outcome *o);
@@ -105,6 +111,16 @@ FAWN_MUST_CHECK int agent_message_check(const json_t *m, const char *shown);
  * dropped; the uploads hook tells the model about them. FAWN_EINVAL naming
  * the first bad message. *out is a new array. */
 FAWN_MUST_CHECK int agent_input_messages(json_t **out, const json_t *input);
+
+/* Reads the turn the run of p has just finished (the thread's state at
+ * checkpoint_id, the run's last: a later run of the thread does not
+ * change it) with one more call to the run's model (call_index: the calls
+ * the run made; a script fixture answers its next reply), and adds the facts
+ * it answers to the owner's memory (memory_facts_parse; a fact already
+ * kept is skipped, and the rest once memory.max_facts are kept). Does
+ * nothing unless p->memory->enabled. Never fails: what goes wrong (the
+ * model, a malformed answer, the store) is logged naming the run. */
+void agent_memory_extract(const agent_params *p, const char *checkpoint_id, unsigned call_index);
 
 /* A new message id (a UUID) in out. */
 void agent_message_id(char out[40]);

@@ -3,7 +3,8 @@
  *
  * The files call one way, downward:
  *   runs.c → run.c → hooks.c → hooks_tools.c → run_context.c
- * run.c also calls run_context.c and messages.c; the hooks reach the run
+ * run.c also calls run_context.c and messages.c; runs.c calls
+ * hooks_memory.c's agent_memory_extract after a run; the hooks reach the run
  * only through run_context.c (agent_next_model/tool, agent_stop, events,
  * the sandbox), which walks the chain run.c put in agent_loop.hooks. */
 #ifndef FAWN_AGENT_INTERNAL_H
@@ -80,6 +81,8 @@ typedef struct agent_loop {
     bool empty_retried;
     bool uploads_checked; /* uploads: the input's attachments were looked up */
     char *uploads_note;   /* uploads: what the model is told of them, or NULL */
+    bool memory_checked;  /* memory: the owner's facts were read */
+    char *memory_context; /* memory: the hidden context given to the model, or NULL */
 } agent_loop;
 
 /* The chain (hooks.c): the order the run walks the hooks in. */
@@ -89,6 +92,7 @@ extern const size_t agent_hooks_count;
 /* The hooks, by the file that defines them. */
 extern const agent_hook hook_input_sanitization, hook_uploads, hook_dangling_tool_calls,
     hook_model_errors, hook_empty_final_retry, hook_finish_reasons, hook_title; /* hooks.c */
+extern const agent_hook hook_memory;                                            /* hooks_memory.c */
 extern const agent_hook hook_tool_output_budget, hook_tool_authorization, hook_read_before_write,
     hook_delivery_check, hook_loop_detection, hook_clarification,
     hook_tool_errors; /* hooks_tools.c */

@@ -15,7 +15,7 @@
  * hooks run as:
  *   before_agent      dangling_tool_calls
  *   sandbox_acquired  delivery_check (outputs as the run found them)
- *   before_model      input_sanitization, then uploads
+ *   before_model      input_sanitization, then uploads, then memory
  *   wrap_model        model_errors > empty_final_retry > the model
  *   after_model       finish_reasons, then loop_detection
  *   wrap_tool         tool_output_budget > tool_authorization > read_before_write
@@ -27,13 +27,14 @@
  * error handling, which sees only the retry's result; tool_errors gives
  * every outer hook a result to read; a denied call is never checked for
  * read-before-write; the budget saves the text every inner hook wrote; the
- * uploads note goes before the fenced user text, outside the fence. */
+ * uploads note goes before the fenced user text, outside the fence; the
+ * memory context goes after the system prompt, fenced on its own. */
 const agent_hook *const agent_hooks[] = {
     &hook_input_sanitization,  &hook_uploads,           &hook_tool_output_budget,
     &hook_dangling_tool_calls, &hook_model_errors,      &hook_tool_authorization,
     &hook_read_before_write,   &hook_delivery_check,    &hook_title,
     &hook_loop_detection,      &hook_empty_final_retry, &hook_finish_reasons,
-    &hook_clarification,       &hook_tool_errors,
+    &hook_clarification,       &hook_tool_errors,       &hook_memory,
 };
 const size_t agent_hooks_count = ARRAY_LEN(agent_hooks);
 

@@ -222,6 +222,7 @@ static void run_free(agent_loop *run) {
     json_decref(run->outputs_before);
     json_decref(run->recent_calls);
     free(run->uploads_note);
+    free(run->memory_context);
     free(run->error);
 }
 
@@ -261,6 +262,8 @@ static void outcome_fill(agent_outcome *out, agent_loop *run) {
     snprintf(out->status, sizeof out->status, "%s", status);
     snprintf(out->stop_reason, sizeof out->stop_reason, "%s", run->stop_reason);
     out->error = run->error;
+    out->model_calls = run->model_calls;
+    snprintf(out->checkpoint_id, sizeof out->checkpoint_id, "%s", run->checkpoint_id);
     run->error = NULL;
     if (!out->error && agent_cancelled(run))
         out->error = strdup("Run cancelled");

@@ -28,7 +28,10 @@ typedef struct run_entry {
     json_t *title;                            /* or NULL */
     char checkpoint_id[STORE_RUN_ID_MAX + 1]; /* "": the newest */
     sbx_cancel cancel;
-    run_log *log; /* the entry's reference */
+    run_log *log;         /* the entry's reference */
+    bool succeeded;       /* the run ended in success (memory reads its turn) */
+    unsigned model_calls; /* the run's calls to its model */
+    char last_checkpoint[STORE_RUN_ID_MAX + 1]; /* the run's last checkpoint */
 } run_entry;
 
 static run_entry *entry_of(runq_item *it) {
@@ -53,6 +56,7 @@ struct run_manager {
     pthread_t heartbeat;
     bool heartbeat_started;
     bool workers_ended; /* runs_stop joined them: the heartbeat thread may end */
+    sbx_cancel stop;    /* set by runs_stop: ends the memory calls after runs */
 };
 
 static void entry_free(run_entry *e) {
@@ -125,9 +129,9 @@ static const char *thread_status_after(const char *run_status) {
     return strcmp(run_status, "error") == 0 ? "error" : "idle";
 }
 
-static void run_execute(run_manager *m, run_entry *e) {
-    status_record(m, e, "running", NULL);
-    agent_params p = {
+/* What the agent is given to run e (or to read its turn, with cancel). */
+static agent_params params_of(run_manager *m, run_entry *e, const sbx_cancel *cancel) {
+    return (agent_params){
         .st = m->st,
         .sandboxes = m->sandboxes,
         .models = m->models,
@@ -143,10 +147,16 @@ static void run_execute(run_manager *m, run_entry *e) {
         .input = e->input,
         .title = e->title,
         .checkpoint_id = e->checkpoint_id,
-        .cancel = &e->cancel,
+        .cancel = cancel,
         .emit = emit_to_log,
         .emit_ctx = e,
+        .memory = m->limits.memory,
     };
+}
+
+static void run_execute(run_manager *m, run_entry *e) {
+    status_record(m, e, "running", NULL);
+    agent_params p = params_of(m, e, &e->cancel);
     agent_outcome out;
     int r = atomic_load(&e->cancel.cancelled) ? FAWN_ECANCELED : agent_run(&out, &p);
     if (r < 0) {
@@ -171,6 +181,9 @@ static void run_execute(run_manager *m, run_entry *e) {
     events_store(e);
     log_info("runs", "run %s on thread %s: %s%s%s", e->run_id, e->thread_id, out.status,
              out.stop_reason[0] ? " / " : "", out.stop_reason);
+    e->succeeded = strcmp(out.status, "success") == 0;
+    e->model_calls = out.model_calls;
+    snprintf(e->last_checkpoint, sizeof e->last_checkpoint, "%s", out.checkpoint_id);
     agent_outcome_clear(&out);
 }
 
@@ -196,6 +209,12 @@ static void *worker_main(void *arg) {
         pthread_cond_broadcast(&m->ended);
         pthread_mutex_unlock(&m->lock);
         run_log_end(e->log);
+        /* The run is over for its clients (its record, its stream, its
+         * thread): reading its turn for memory holds this worker only. */
+        if (e->succeeded) {
+            agent_params p = params_of(m, e, &m->stop);
+            agent_memory_extract(&p, e->last_checkpoint, e->model_calls);
+        }
         entry_free(e);
         pthread_mutex_lock(&m->lock);
     }
@@ -368,6 +387,7 @@ void runs_stop(run_manager *m) {
     pthread_mutex_lock(&m->lock);
     bool first = !m->stopping;
     m->stopping = true;
+    atomic_store(&m->stop.cancelled, true);
     for (run_entry *e = m->live; e; e = e->next_live)
         atomic_store(&e->cancel.cancelled, true);
     pthread_cond_broadcast(&m->work);

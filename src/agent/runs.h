@@ -43,6 +43,10 @@ typedef struct runs_limits {
     uint32_t per_user_active_max;  /* one user's runs waiting or running */
     uint32_t per_user_running_max; /* workers one user holds at once */
     uint32_t command_timeout_s;    /* a tool's command (sandbox.exec_timeout_s) */
+    /* memory.* (borrowed; NULL: off): a run that ends in success has its
+     * turn read for facts by agent_memory_extract, on its worker, after
+     * its stream has ended and its thread is free. */
+    const fawn_memory_config *memory;
 } runs_limits;
 
 /* Starts limits->workers workers. Everything passed is borrowed and must

@@ -359,6 +359,18 @@ static const config_key runs_keys[] = {
     {0},
 };
 
+static const config_key memory_keys[] = {
+    /* Off unless asked for: it costs one more model call after each run. */
+    KEY_SCALAR("enabled", memory.enabled, set_bool, "false"),
+    KEY_SCALAR("injection_enabled", memory.injection_enabled, set_bool, "true"),
+    /* One fact up to STORE_FACTS_MAX (1000), which bounds every listing. */
+    KEY_INT("max_facts", memory.max_facts, set_u32, "100", 1, 1000),
+    /* 100 tokens hold a few facts; 32000 is a large share of any context
+     * window, past which the facts would crowd out the conversation. */
+    KEY_INT("max_injection_tokens", memory.max_injection_tokens, set_u32, "2000", 100, 32000),
+    {0},
+};
+
 static const config_key root_keys[] = {
     KEY_SCALAR("home", home, set_string, NULL),
     KEY_SCALAR("log_level", log_level, set_log_level, "info"),
@@ -367,6 +379,7 @@ static const config_key root_keys[] = {
     KEY_SECTION("auth", auth_keys),
     KEY_SECTION("uploads", uploads_keys),
     KEY_SECTION("runs", runs_keys),
+    KEY_SECTION("memory", memory_keys),
     KEY_TREE("authorization", authorization),
     KEY_LIST("models", models),
     {0},

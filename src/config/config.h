@@ -98,6 +98,16 @@ typedef struct fawn_runs_config {
                                       (half of runs.workers, at least 1) */
 } fawn_runs_config;
 
+typedef struct fawn_memory_config {
+    bool enabled;                  /* memory.enabled: facts are read from each finished turn by
+                                      one more model call (false) */
+    bool injection_enabled;        /* memory.injection_enabled: runs give the model the user's
+                                      facts (true; only while memory.enabled) */
+    uint32_t max_facts;            /* memory.max_facts: facts kept per user (100) */
+    uint32_t max_injection_tokens; /* memory.max_injection_tokens: budget of the facts given
+                                      to the model (2000) */
+} fawn_memory_config;
+
 typedef struct fawn_config {
     char *home;      /* home: state directory (default $FAWN_HOME or ./.fawn) */
     char *log_level; /* log_level: debug|info|warn|error (default info) */
@@ -106,6 +116,7 @@ typedef struct fawn_config {
     fawn_auth_config auth;
     fawn_uploads_config uploads;
     fawn_runs_config runs;
+    fawn_memory_config memory;
     /* authorization: the section as JSON (mappings -> objects, sequences ->
      * arrays, plain true/false -> booleans, plain null -> null, other
      * scalars -> strings), or NULL when absent; src/authz validates it. */

@@ -1,6 +1,6 @@
 /* What a web client asks before it shows a page: which optional features
  * fawn has, and the settings pages' read routes (DeerFlow's shapes), each
- * answered as it is in this fawn. */
+ * answered as it is in this fawn. The memory routes are memory_routes.c's. */
 #include "gateway/internal.h"
 #include "skills/skills.h"
 
@@ -19,23 +19,6 @@ static int route_features(gw_request *rq) {
 static int route_suggestions_config(gw_request *rq) {
     return gw_respond_json(rq, MHD_HTTP_OK,
                            json_pack("{s:b, s:i}", "enabled", 0, "max_suggestions", 0));
-}
-
-/* The user's memory (DeerFlow's UserMemory document): fawn keeps none,
- * so it is the empty document, never updated. */
-static int route_memory(gw_request *rq) {
-    static const char *const sections[][3] = {
-        {"user", "workContext", "personalContext"},
-        {"history", "recentMonths", "earlierContext"},
-    };
-    static const char *const thirds[] = {"topOfMind", "longTermBackground"};
-    json_t *doc = json_pack("{s:s, s:s, s:[]}", "version", "1.0", "lastUpdated", "", "facts");
-    for (size_t i = 0; doc && i < ARRAY_LEN(sections); i++)
-        json_object_set_new(doc, sections[i][0],
-                            json_pack("{s:{s:s,s:s}, s:{s:s,s:s}, s:{s:s,s:s}}", sections[i][1],
-                                      "summary", "", "updatedAt", "", sections[i][2], "summary", "",
-                                      "updatedAt", "", thirds[i], "summary", "", "updatedAt", ""));
-    return gw_respond_json(rq, MHD_HTTP_OK, doc);
 }
 
 /* MCP servers the agent may use: fawn connects to none. */
@@ -98,7 +81,6 @@ static int route_lark_status(gw_request *rq) {
 const gw_route gw_settings_routes[] = {
     READ_ROUTE("/api/features", route_features),
     READ_ROUTE("/api/suggestions/config", route_suggestions_config),
-    READ_ROUTE("/api/memory", route_memory),
     READ_ROUTE("/api/mcp/config", route_mcp_config),
     READ_ROUTE("/api/skills", route_skills),
     READ_ROUTE("/api/channels/providers", route_channel_providers),

@@ -168,6 +168,21 @@ static const migration migrations[] = {
      "  AND c.thread_id = thread_messages.thread_id AND thread_messages.seq BETWEEN "
      "  json_extract(s.value, '$[0]') AND json_extract(s.value, '$[1]'));",
      NULL},
+    /* 8: each user's memory facts (sqlite_memory.c); content_key is the
+     * content folded for deduplication */
+    {"CREATE TABLE memory_facts ("
+     "  id TEXT PRIMARY KEY,"
+     "  owner_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
+     "  content TEXT NOT NULL,"
+     "  content_key TEXT NOT NULL,"
+     "  category TEXT NOT NULL,"
+     "  confidence REAL NOT NULL CHECK (confidence >= 0 AND confidence <= 1),"
+     "  source TEXT NOT NULL,"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  updated_at_ms INTEGER NOT NULL,"
+     "  UNIQUE (owner_id, content_key));"
+     "CREATE INDEX memory_facts_by_owner ON memory_facts(owner_id, created_at_ms);",
+     NULL},
 };
 
 int sq_err(sqlite3 *db, int rc, const char *what) {

@@ -413,4 +413,62 @@ FAWN_MUST_CHECK int store_receipt_add(store *s, const store_receipt *rc);
 FAWN_MUST_CHECK int store_receipt_list(store *s, store_receipt **out, size_t *n,
                                        const char *run_id);
 
+/* ---- memory: facts about a user, kept across threads ----
+ * A fact belongs to one owner: every function takes the owner and never
+ * reads or changes another owner's facts (their ids are FAWN_ENOENT). */
+
+/* Longest fact (bytes): a sentence or two about the user; the injected
+ * context holds many of them within its budget. */
+#define STORE_FACT_CONTENT_MAX 1000
+/* A category: [a-z0-9_-]{1,32} (DeerFlow's are preference, knowledge,
+ * context, behavior, goal, correction). */
+#define STORE_FACT_CATEGORY_MAX 32
+/* Facts one owner may hold whatever the configuration says
+ * (memory.max_facts is at most this): bounds every listing and import. */
+#define STORE_FACTS_MAX 1000
+/* Where a fact came from: the thread id of the turn it was read from, or
+ * "manual" / "import". */
+#define STORE_FACT_SOURCE_MAX 64
+
+typedef struct store_fact {
+    char id[40]; /* "fact_" and 32 hex digits */
+    char content[STORE_FACT_CONTENT_MAX + 1];
+    char category[STORE_FACT_CATEGORY_MAX + 1];
+    double confidence; /* 0 … 1 */
+    char source[STORE_FACT_SOURCE_MAX + 1];
+    int64_t created_at_ms, updated_at_ms;
+} store_fact;
+
+/* Whether f's content (1 … STORE_FACT_CONTENT_MAX bytes of UTF-8 text, not
+ * only spaces), category ([a-z0-9_-]{1,STORE_FACT_CATEGORY_MAX}),
+ * confidence (0 … 1) and source (at most STORE_FACT_SOURCE_MAX bytes) are
+ * valid. FAWN_EINVAL naming what is not. */
+FAWN_MUST_CHECK int store_fact_check(const store_fact *f);
+/* Adds f (its content, category, confidence and source) as a new fact of
+ * owner, unless the owner holds max facts already (FAWN_E2BIG, max is
+ * clamped to 1 … STORE_FACTS_MAX) or a fact of the same content (letter
+ * case and runs of spaces aside: FAWN_EEXIST). *out (may be NULL) gets the
+ * stored fact, with its new id and times. FAWN_EINVAL as store_fact_check. */
+FAWN_MUST_CHECK int store_fact_add(store *s, store_fact *out, int64_t owner_id, const store_fact *f,
+                                   size_t max);
+/* The owner's facts, oldest first: *out is a malloc'd array of *n (at most
+ * STORE_FACTS_MAX; caller frees). */
+FAWN_MUST_CHECK int store_fact_list(store *s, store_fact **out, size_t *n, int64_t owner_id);
+/* Changes the owner's fact id: content and category when not NULL,
+ * confidence when >= 0; updated_at becomes now. *out (may be NULL) gets
+ * the fact as stored. FAWN_ENOENT when the owner has no such fact,
+ * FAWN_EEXIST when another of its facts has the new content, FAWN_EINVAL
+ * as store_fact_check. */
+FAWN_MUST_CHECK int store_fact_update(store *s, store_fact *out, int64_t owner_id, const char *id,
+                                      const char *content, const char *category, double confidence);
+/* Deletes the owner's fact id (FAWN_ENOENT when it has none). */
+FAWN_MUST_CHECK int store_fact_delete(store *s, int64_t owner_id, const char *id);
+/* Replaces all of the owner's facts by facts[0..n) (none: clears them), in
+ * one transaction: on any failure nothing changed. Each fact gets a new id
+ * and keeps its created_at (now when 0). FAWN_E2BIG when n > max (clamped
+ * as in store_fact_add), FAWN_EINVAL naming the first invalid fact,
+ * FAWN_EEXIST naming a duplicate content. */
+FAWN_MUST_CHECK int store_fact_replace(store *s, int64_t owner_id, const store_fact *facts,
+                                       size_t n, size_t max);
+
 #endif

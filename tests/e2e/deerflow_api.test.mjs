@@ -476,7 +476,7 @@ describe("DeerFlow's web UI against fawn", () => {
       }
     });
 
-    it('GET /api/memory: the empty memory document (fawn keeps no memory)', async () => {
+    it('GET /api/memory: the empty memory document of a user without facts', async () => {
       const memory = await get('/api/memory');
       const empty = { summary: '', updatedAt: '' };
       assert.deepEqual(memory, {

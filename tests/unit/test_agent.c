@@ -887,6 +887,84 @@ static void run_loop_repairs_history_titles_and_checkpoints(void **state) {
     model_registry_free(models);
 }
 
+/* Contents of the owner's facts, oldest first, joined by '|'. */
+static void fact_contents(char *out, size_t size, store *st, int64_t owner) {
+    store_fact *facts;
+    size_t n, len = 0;
+    assert_int_equal(store_fact_list(st, &facts, &n, owner), 0);
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(out + len, size - len, "%s%s", i ? "|" : "", facts[i].content);
+    free(facts);
+}
+
+/* A finished turn is read by the run's model (a script: its next reply
+ * answers): new facts are kept, one already kept is skipped, and past
+ * memory.max_facts the rest are dropped; with memory off, nothing is
+ * asked. */
+static void memory_extraction_keeps_new_facts_within_the_max(void **state) {
+    write_file("memory.json",
+               "{\"replies\":[{\"content\":\"Hello Ana\"},{\"content\":\"{\\\"facts\\\":["
+               "{\\\"content\\\":\\\"Is called Ana\\\"},{\\\"content\\\":\\\"ALREADY known\\\"},"
+               "{\\\"content\\\":\\\"Third\\\"},{\\\"content\\\":\\\"Fourth\\\"}]}\"}]}");
+    char models_json[512];
+    snprintf(models_json, sizeof models_json,
+             "[{\"name\":\"s\",\"provider\":\"script\",\"fixture\":\"%s/memory.json\"}]", tmpdir);
+    json_t *list = json_loads(models_json, 0, NULL);
+    model_registry *models;
+    assert_int_equal(model_registry_load(&models, list), 0);
+    json_decref(list);
+    authz_policy *policy;
+    assert_int_equal(authz_policy_load(&policy, NULL), 0);
+    store *st = open_store_with_run("r9");
+    store_user u;
+    assert_int_equal(store_user_get_by_name(st, &u, "u"), 0);
+    store_fact known = {.confidence = 0.5};
+    snprintf(known.content, sizeof known.content, "Already known");
+    snprintf(known.category, sizeof known.category, "context");
+    assert_int_equal(store_fact_add(st, NULL, u.id, &known, 10), 0);
+    json_t *input = json_loads("[{\"type\":\"human\",\"content\":\"I am Ana\"}]", 0, NULL);
+    collected c = {.events = json_array()};
+    fawn_memory_config memory = {.enabled = false, .max_facts = 3, .max_injection_tokens = 2000};
+    agent_params p = {.st = st,
+                      .models = models,
+                      .policy = policy,
+                      .owner_id = u.id,
+                      .user_dir = "1",
+                      .role = "user",
+                      .thread_id = "t",
+                      .run_id = "r9",
+                      .recursion_limit = 5,
+                      .input = input,
+                      .emit = collect,
+                      .emit_ctx = &c,
+                      .memory = &memory};
+    agent_outcome out;
+    assert_int_equal(agent_run(&out, &p), 0);
+    assert_string_equal(out.status, "success");
+    assert_int_equal(out.model_calls, 1);
+    char facts[512];
+    agent_memory_extract(&p, out.checkpoint_id, out.model_calls); /* memory off: nothing asked */
+    fact_contents(facts, sizeof facts, st, u.id);
+    assert_string_equal(facts, "Already known");
+    memory.enabled = true;
+    agent_memory_extract(&p, out.checkpoint_id, out.model_calls);
+    fact_contents(facts, sizeof facts, st, u.id);
+    assert_string_equal(facts, "Already known|Is called Ana|Third");
+    store_fact *kept;
+    size_t n;
+    assert_int_equal(store_fact_list(st, &kept, &n, u.id), 0);
+    assert_string_equal(kept[1].source, "t");
+    assert_string_equal(kept[1].category, "context");
+    free(kept);
+    agent_outcome_clear(&out);
+    json_decref(c.events);
+    json_decref(input);
+    store_close(st);
+    authz_policy_free(policy);
+    model_registry_free(models);
+}
+
 /* The thread's checkpoints, newest first (*n of them; clear each, free). */
 static store_checkpoint *all_checkpoints(store *st, int64_t owner, size_t *n) {
     store_checkpoint *list;
@@ -1234,6 +1312,7 @@ int main(void) {
         cmocka_unit_test(event_log_waits_wakes_and_reports_gaps),
         cmocka_unit_test(event_log_fetch_past_its_end),
         cmocka_unit_test(run_loop_repairs_history_titles_and_checkpoints),
+        cmocka_unit_test(memory_extraction_keeps_new_facts_within_the_max),
         cmocka_unit_test(long_runs_store_each_message_once),
         cmocka_unit_test(runs_start_from_the_root_or_an_earlier_checkpoint),
         cmocka_unit_test(cancel_kills_the_command_through_the_runs_own_lease),

@@ -148,6 +148,10 @@ static void assert_default_values(const fawn_config *cfg) {
     assert_int_equal(cfg->server.max_connections, 1024);
     assert_int_equal(cfg->server.max_connections_per_address, 64);
     assert_int_equal(cfg->server.request_head_timeout_s, 30);
+    assert_false(cfg->memory.enabled);
+    assert_true(cfg->memory.injection_enabled);
+    assert_int_equal(cfg->memory.max_facts, 100);
+    assert_int_equal(cfg->memory.max_injection_tokens, 2000);
     assert_null(cfg->authorization);
 }
 
@@ -294,6 +298,8 @@ static const struct range_case range_cases[] = {
     {"server.max_connections", 16, 65536, "max_connections_per_address: 1"},
     {"server.max_connections_per_address", 1, 65535, "max_connections: 65536"},
     {"server.request_head_timeout_s", 1, 600, NULL},
+    {"memory.max_facts", 1, 1000, NULL},
+    {"memory.max_injection_tokens", 100, 32000, NULL},
 };
 
 static void test_numeric_ranges(void **state) {
@@ -932,6 +938,10 @@ static void test_example_file(void **state) {
         "queue_max:",
         "per_user_active_max:",
         "per_user_running_max:",
+        "memory:",
+        "injection_enabled:",
+        "max_facts:",
+        "max_injection_tokens:",
     };
     for (size_t i = 0; i < ARRAY_LEN(keys); i++)
         if (!strstr(text, keys[i]))

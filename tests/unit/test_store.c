@@ -61,12 +61,12 @@ static void migrations_bring_schema_current(void **state) {
     fx *x = *state;
     int v = 0;
     assert_int_equal(store_schema_version(x->s, &v), 0);
-    assert_int_equal(v, 7);
+    assert_int_equal(v, 8);
     /* Reopening applies nothing twice. */
     store *again;
     assert_int_equal(store_open(&again, x->path), 0);
     assert_int_equal(store_schema_version(again, &v), 0);
-    assert_int_equal(v, 7);
+    assert_int_equal(v, 8);
     store_close(again);
 }
 
@@ -1199,6 +1199,7 @@ static int64_t make_v5_database(const char *path) {
     store_close(s);
     char sql[2048];
     snprintf(sql, sizeof sql,
+             "DROP TABLE memory_facts;"
              "DROP TABLE thread_messages; ALTER TABLE checkpoints DROP COLUMN message_spans;"
              "PRAGMA user_version = 5;"
              "INSERT INTO checkpoints VALUES (%" PRId64 ", 't5', 'c1', '', 'r5', 1, '%s', '{}', 1);"
@@ -1227,7 +1228,7 @@ static void migration_moves_whole_states_into_message_rows(void **state) {
     assert_int_equal(store_open(&s, path), 0);
     int v;
     assert_int_equal(store_schema_version(s, &v), 0);
-    assert_int_equal(v, 7);
+    assert_int_equal(v, 8);
     store_checkpoint *list;
     size_t n, omitted;
     assert_int_equal(store_checkpoint_list(s, &list, &n, owner, "t5", NULL, 10), 0);
@@ -1361,6 +1362,122 @@ static void database_is_private(void **state) {
     umask(old_mask);
 }
 
+static store_fact fact_of(const char *content, const char *category, double confidence) {
+    store_fact f = {.confidence = confidence};
+    snprintf(f.content, sizeof f.content, "%s", content);
+    snprintf(f.category, sizeof f.category, "%s", category);
+    snprintf(f.source, sizeof f.source, "manual");
+    return f;
+}
+
+/* Facts are the owner's alone: another owner neither lists, edits nor
+ * deletes them by id; duplicates (case and spaces aside) and a full memory
+ * are refused. */
+static void memory_facts_are_owner_scoped_and_bounded(void **state) {
+    fx *x = *state;
+    store_fact f = fact_of("Prefers  Rust over Go", "preference", 0.9), got;
+    assert_int_equal(store_fact_add(x->s, &got, x->alice, &f, 3), 0);
+    assert_memory_equal(got.id, "fact_", 5);
+    assert_int_equal(strlen(got.id), 37);
+    assert_string_equal(got.source, "manual");
+    assert_true(got.created_at_ms > 0);
+    store_fact dup = fact_of(" prefers rust OVER go ", "context", 0.5);
+    assert_int_equal(store_fact_add(x->s, NULL, x->alice, &dup, 3), FAWN_EEXIST);
+    assert_int_equal(store_fact_add(x->s, NULL, x->bob, &dup, 3), 0); /* bob's own */
+    store_fact more = fact_of("Works on fawn", "context", 0.7);
+    assert_int_equal(store_fact_add(x->s, NULL, x->alice, &more, 3), 0);
+    more = fact_of("Lives in Lyon", "personal", 0.6);
+    assert_int_equal(store_fact_add(x->s, NULL, x->alice, &more, 3), 0);
+    more = fact_of("A fourth fact", "context", 0.6);
+    assert_int_equal(store_fact_add(x->s, NULL, x->alice, &more, 3), FAWN_E2BIG);
+
+    store_fact *list;
+    size_t n;
+    assert_int_equal(store_fact_list(x->s, &list, &n, x->alice), 0);
+    assert_int_equal(n, 3);
+    assert_string_equal(list[0].content, "Prefers  Rust over Go");
+    free(list);
+
+    /* Bob knows alice's id: it is not his. */
+    store_fact out;
+    assert_int_equal(store_fact_update(x->s, &out, x->bob, got.id, "mine now", NULL, -1),
+                     FAWN_ENOENT);
+    assert_string_equal(out.id, "");
+    assert_int_equal(store_fact_delete(x->s, x->bob, got.id), FAWN_ENOENT);
+    assert_int_equal(store_fact_update(x->s, &out, x->alice, got.id, NULL, "knowledge", 0.4), 0);
+    assert_string_equal(out.content, "Prefers  Rust over Go");
+    assert_string_equal(out.category, "knowledge");
+    assert_true(out.confidence > 0.39 && out.confidence < 0.41);
+    assert_int_equal(store_fact_update(x->s, NULL, x->alice, got.id, "works ON fawn", NULL, -1),
+                     FAWN_EEXIST);
+    assert_int_equal(store_fact_update(x->s, NULL, x->alice, got.id, NULL, "Bad Category", -1),
+                     FAWN_EINVAL);
+    assert_int_equal(store_fact_update(x->s, NULL, x->alice, got.id, NULL, NULL, 1.5), FAWN_EINVAL);
+    assert_int_equal(store_fact_delete(x->s, x->alice, got.id), 0);
+    assert_int_equal(store_fact_list(x->s, &list, &n, x->bob), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(list[0].content, " prefers rust OVER go ");
+    free(list);
+    assert_int_equal(store_fact_replace(x->s, x->bob, NULL, 0, 3), 0);
+    assert_int_equal(store_fact_list(x->s, &list, &n, x->bob), 0);
+    assert_int_equal(n, 0);
+    free(list);
+}
+
+/* Invalid facts are refused before anything is stored. */
+static void memory_facts_are_validated(void **state) {
+    fx *x = *state;
+    static const char *const bad_contents[] = {"", "   \t\n", "\xff\xfe invalid"};
+    for (size_t i = 0; i < ARRAY_LEN(bad_contents); i++) {
+        store_fact f = fact_of(bad_contents[i], "context", 0.5);
+        assert_int_equal(store_fact_add(x->s, NULL, x->bob, &f, 10), FAWN_EINVAL);
+    }
+    static const char *const bad_categories[] = {"", "UPPER", "a b", "<script>",
+                                                 "abcdefghijklmnopqrstuvwxyz0123456"};
+    for (size_t i = 0; i < ARRAY_LEN(bad_categories); i++) {
+        store_fact f = fact_of("ok", "context", 0.5);
+        memcpy(f.category, bad_categories[i], strlen(bad_categories[i]) + 1);
+        assert_int_equal(store_fact_add(x->s, NULL, x->bob, &f, 10), FAWN_EINVAL);
+    }
+    store_fact f = fact_of("ok", "context", -0.1);
+    assert_int_equal(store_fact_add(x->s, NULL, x->bob, &f, 10), FAWN_EINVAL);
+    f.confidence = 0.0 / 0.0;
+    assert_int_equal(store_fact_add(x->s, NULL, x->bob, &f, 10), FAWN_EINVAL);
+    store_fact *list;
+    size_t n;
+    assert_int_equal(store_fact_list(x->s, &list, &n, x->bob), 0);
+    assert_int_equal(n, 0);
+    free(list);
+}
+
+/* An import replaces the owner's facts all at once, or not at all. */
+static void memory_import_is_all_or_nothing(void **state) {
+    fx *x = *state;
+    store_fact keep = fact_of("Kept when an import fails", "context", 0.5);
+    assert_int_equal(store_fact_add(x->s, NULL, x->bob, &keep, 10), 0);
+    store_fact facts[3] = {fact_of("one", "context", 0.5), fact_of("two", "goal", 0.6),
+                           fact_of("ONE", "context", 0.5)};
+    assert_int_equal(store_fact_replace(x->s, x->bob, facts, 3, 10), FAWN_EEXIST);
+    assert_int_equal(store_fact_replace(x->s, x->bob, facts, 3, 2), FAWN_E2BIG);
+    facts[2] = fact_of("three", "Not Valid", 0.5);
+    assert_int_equal(store_fact_replace(x->s, x->bob, facts, 3, 10), FAWN_EINVAL);
+    store_fact *list;
+    size_t n;
+    assert_int_equal(store_fact_list(x->s, &list, &n, x->bob), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(list[0].content, "Kept when an import fails");
+    free(list);
+    facts[2] = fact_of("three", "context", 0.5);
+    facts[0].created_at_ms = 1000;
+    assert_int_equal(store_fact_replace(x->s, x->bob, facts, 3, 10), 0);
+    assert_int_equal(store_fact_list(x->s, &list, &n, x->bob), 0);
+    assert_int_equal(n, 3);
+    assert_string_equal(list[0].content, "one");
+    assert_int_equal(list[0].created_at_ms, 1000);
+    free(list);
+    assert_int_equal(store_fact_replace(x->s, x->bob, NULL, 0, 10), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(migrations_bring_schema_current),
@@ -1387,6 +1504,9 @@ int main(void) {
         cmocka_unit_test(migration_moves_whole_states_into_message_rows),
         cmocka_unit_test(failures_leave_out_parameters_defined),
         cmocka_unit_test(database_is_private),
+        cmocka_unit_test(memory_facts_are_owner_scoped_and_bounded),
+        cmocka_unit_test(memory_facts_are_validated),
+        cmocka_unit_test(memory_import_is_all_or_nothing),
     };
     return cmocka_run_group_tests_name("store", tests, setup, teardown);
 }
