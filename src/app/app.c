@@ -60,7 +60,8 @@ static int executor_start(app *a) {
                           .queue_max = rc->queue_max,
                           .per_user_active_max = rc->per_user_active_max,
                           .per_user_running_max = rc->per_user_running_max,
-                          .command_timeout_s = a->cfg->sandbox.exec_timeout_s};
+                          .command_timeout_s = a->cfg->sandbox.exec_timeout_s,
+                          .skills_dir = a->cfg->sandbox.skills_dir};
     return runs_new(&a->runs, a->st, a->sandboxes, a->models, a->policy, &limits);
 }
 

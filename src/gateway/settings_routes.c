@@ -6,6 +6,8 @@
 
 /* Why the Lark integration answers "not installed". */
 #define LARK_ABSENT "fawn has no Lark CLI integration"
+/* A skill's PUT body is {"enabled": bool}. */
+#define SKILL_PUT_BODY_MAX 1024
 
 /* Optional features of DeerFlow's UI: custom agents, live browser control
  * and durable MCP tasks. fawn has none of them. */
@@ -43,28 +45,78 @@ static int route_mcp_config(gw_request *rq) {
     return gw_respond_json(rq, MHD_HTTP_OK, json_pack("{s:{}}", "mcp_servers"));
 }
 
-/* The skills in the skills directory that the caller's role may use
- * (authorization skills rules). They are files in every sandbox's
- * /mnt/skills, read-only: the agent is not given them (enabled false), and
- * no one edits them here (editable false). */
+/* ---- skills ----
+ * The skills in the skills directory that the caller's role may use
+ * (authorization skills rules: a skill the role is denied is "not found"
+ * to it), as DeerFlow shows them; each is enabled unless an administrator
+ * disabled it (PUT, skills:write), for every user. They are files in every
+ * sandbox's /mnt/skills, read-only: no one edits them here (editable
+ * false). */
+
+/* The caller's catalog (skills_catalog) into *out. */
+static int skills_of_caller(json_t **out, gw_request *rq) {
+    json_t *states = NULL;
+    int r = store_skill_states(rq->g->st, &states);
+    if (r == 0)
+        r = skills_catalog(out, rq->g->cfg->sandbox.skills_dir, states, app_policy(rq->g->app),
+                           rq->who.user.role);
+    json_decref(states);
+    return r;
+}
+
 static int route_skills(gw_request *rq) {
-    json_t *found = NULL;
-    int r = skills_list(&found, rq->g->cfg->sandbox.skills_dir);
+    json_t *catalog = NULL;
+    int r = skills_of_caller(&catalog, rq);
     if (r < 0)
         return r;
     json_t *list = json_array();
     size_t i;
     json_t *skill;
-    json_array_foreach(found, i, skill) {
-        const char *name = json_string_value(json_object_get(skill, "name"));
-        if (!list || authz_check(app_policy(rq->g->app), rq->who.user.role, AUTHZ_SKILLS, name) < 0)
-            continue;
-        json_object_set_new(skill, "enabled", json_false());
-        json_object_set_new(skill, "editable", json_false());
-        json_array_append(list, skill);
+    json_array_foreach(catalog, i, skill) {
+        if (list)
+            json_array_append_new(list, skills_view(skill));
     }
-    json_decref(found);
+    json_decref(catalog);
     return gw_respond_json(rq, MHD_HTTP_OK, json_pack("{s:o?}", "skills", list));
+}
+
+/* The skill the route names in the caller's catalog: *catalog (caller
+ * decrefs) and *out borrowed from it; FAWN_ENOENT "Skill '...' not found". */
+static int skill_named(json_t **catalog, json_t **out, gw_request *rq) {
+    *out = NULL;
+    const char *name = rq->params[0];
+    int r = skills_of_caller(catalog, rq);
+    if (r == 0 && !(skills_name_valid(name) && (*out = skills_find(*catalog, name))))
+        r = fawn_err(FAWN_ENOENT, "Skill '%.*s' not found", SKILLS_NAME_MAX,
+                     skills_name_valid(name) ? name : "");
+    return r;
+}
+
+static int route_skill_get(gw_request *rq) {
+    json_t *catalog = NULL, *skill;
+    int r = skill_named(&catalog, &skill, rq);
+    json_t *view = r == 0 ? skills_view(skill) : NULL;
+    json_decref(catalog);
+    return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, view);
+}
+
+/* {"enabled": bool}: the skill is enabled or disabled for every user. */
+static int route_skill_put(gw_request *rq) {
+    json_t *body = NULL, *catalog = NULL, *skill = NULL;
+    int r = gw_body_json(&body, rq);
+    const json_t *enabled = json_object_get(body, "enabled");
+    if (r == 0 && !json_is_boolean(enabled))
+        r = fawn_err(FAWN_EINVAL, "enabled must be true or false");
+    if (r == 0)
+        r = skill_named(&catalog, &skill, rq);
+    if (r == 0)
+        r = store_skill_state_set(rq->g->st, rq->params[0], json_is_true(enabled));
+    if (r == 0)
+        json_object_set(skill, "enabled", (json_t *)enabled);
+    json_t *view = r == 0 ? skills_view(skill) : NULL;
+    json_decref(body);
+    json_decref(catalog);
+    return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, view);
 }
 
 /* IM channels a user can bind: fawn has none, so there are no providers
@@ -101,6 +153,9 @@ const gw_route gw_settings_routes[] = {
     READ_ROUTE("/api/memory", route_memory),
     READ_ROUTE("/api/mcp/config", route_mcp_config),
     READ_ROUTE("/api/skills", route_skills),
+    READ_ROUTE("/api/skills/{}", route_skill_get),
+    {"PUT", "/api/skills/{}", route_skill_put, AUTHZ_SKILLS_WRITE, GW_BODY_BUFFER,
+     SKILL_PUT_BODY_MAX, NULL},
     READ_ROUTE("/api/channels/providers", route_channel_providers),
     READ_ROUTE("/api/channels/connections", route_channel_connections),
     READ_ROUTE("/api/integrations/lark/status", route_lark_status),

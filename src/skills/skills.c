@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -86,6 +87,49 @@ static json_t *scalar_text(const yaml_event_t *ev) {
     return json_stringn(s, n > SKILLS_TEXT_MAX ? fawn_utf8_char_start(s, SKILLS_TEXT_MAX) : n);
 }
 
+/* The rest of the sequence whose start was just read, as an array of its
+ * texts into *out; FAWN_EINVAL when an item is not a text, is empty, or
+ * comes after SKILLS_TOOLS_MAX others. */
+static int tools_read(json_t **out, yaml_parser_t *p) {
+    *out = json_array();
+    int r = *out ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+    for (bool end = false; r == 0 && !end;) {
+        yaml_event_t ev;
+        if ((r = event_next(p, &ev)) < 0)
+            break;
+        end = ev.type == YAML_SEQUENCE_END_EVENT;
+        json_t *text = !end && ev.type == YAML_SCALAR_EVENT ? scalar_text(&ev) : NULL;
+        if (!end &&
+            (!text || json_string_length(text) == 0 || json_array_size(*out) == SKILLS_TOOLS_MAX))
+            r = fawn_err(FAWN_EINVAL, SKILLS_KEY_TOOLS " is not a list of at most %d names",
+                         SKILLS_TOOLS_MAX);
+        if (r == 0 && text && json_array_append(*out, text) < 0)
+            r = fawn_err(FAWN_ENOMEM, "out of memory");
+        json_decref(text);
+        yaml_event_delete(&ev);
+    }
+    if (r < 0) {
+        json_decref(*out);
+        *out = NULL;
+    }
+    return r;
+}
+
+/* The value (its first event already read) of key: a text, the list of
+ * allowed-tools, or NULL for a nested value (read past). */
+static int value_read(json_t **out, yaml_parser_t *p, const yaml_event_t *key,
+                      const yaml_event_t *value) {
+    *out = NULL;
+    bool tools = key->type == YAML_SCALAR_EVENT &&
+                 strcmp((const char *)key->data.scalar.value, SKILLS_KEY_TOOLS) == 0;
+    if (tools && value->type == YAML_SEQUENCE_START_EVENT)
+        return tools_read(out, p);
+    if (tools)
+        return fawn_err(FAWN_EINVAL, SKILLS_KEY_TOOLS " is not a list");
+    *out = value->type == YAML_SCALAR_EVENT ? scalar_text(value) : NULL;
+    return node_skip(p, value);
+}
+
 /* One key and its value, or the mapping's end (*done). */
 static int pair_read(json_t *obj, bool *done, yaml_parser_t *p) {
     yaml_event_t key, value;
@@ -94,14 +138,14 @@ static int pair_read(json_t *obj, bool *done, yaml_parser_t *p) {
         return r;
     *done = key.type == YAML_MAPPING_END_EVENT;
     if (!*done && (r = node_skip(p, &key)) == 0 && (r = event_next(p, &value)) == 0) {
-        json_t *text = value.type == YAML_SCALAR_EVENT ? scalar_text(&value) : NULL;
+        json_t *v = NULL;
+        r = value_read(&v, p, &key, &value);
         const char *k = key.type == YAML_SCALAR_EVENT ? (const char *)key.data.scalar.value : NULL;
-        bool keep = text && k && strlen(k) == key.data.scalar.length &&
+        bool keep = v && k && strlen(k) == key.data.scalar.length &&
                     fawn_utf8_valid(k, strlen(k)) && !json_object_get(obj, k);
         if (keep)
-            json_object_set(obj, k, text);
-        json_decref(text);
-        r = node_skip(p, &value);
+            json_object_set(obj, k, v);
+        json_decref(v);
         yaml_event_delete(&value);
     }
     yaml_event_delete(&key);
@@ -170,25 +214,43 @@ static int head_read(char **out, size_t *n, int fd) {
     return 0;
 }
 
-/* {name, category, description, license} of the skill in directory fd, or
- * NULL when it holds no regular SKILL.md. */
-static json_t *skill_read(int fd, const char *name, const char *category) {
-    _cleanup_close_ int md = fsx_open_beneath(fd, SKILL_FILE, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0,
-                                              FSX_NO_SYMLINKS);
+/* The regular file SKILL.md beneath fd (rel: "" or a skill's path), open
+ * for reading, or < 0. */
+static int doc_open(int fd, const char *rel) {
+    char path[2 * NAME_MAX + sizeof SKILL_FILE + 2];
+    if ((size_t)snprintf(path, sizeof path, "%s%s" SKILL_FILE, rel, rel[0] ? "/" : "") >=
+        sizeof path)
+        return fawn_err(FAWN_EINVAL, "skill path too long");
+    int md = fsx_open_beneath(fd, path, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0, FSX_NO_SYMLINKS);
     struct stat st;
-    if (md < 0 || fstat(md, &st) < 0 || !S_ISREG(st.st_mode))
+    if (md >= 0 && (fstat(md, &st) < 0 || !S_ISREG(st.st_mode))) {
+        close(md);
+        return fawn_err(FAWN_ENOENT, "no regular " SKILL_FILE);
+    }
+    return md;
+}
+
+/* {name, category, description, license, path, allowed_tools?} of the skill
+ * in directory fd, or NULL when it holds no regular SKILL.md or its front
+ * matter is malformed (its tool restriction could not be read). */
+static json_t *skill_read(int fd, const char *name, const char *category, const char *path) {
+    _cleanup_close_ int md = doc_open(fd, "");
+    if (md < 0)
         return NULL;
     char *head = NULL;
     size_t n = 0;
     json_t *fm = NULL;
-    if (head_read(&head, &n, md) == 0 && skills_front_matter(&fm, head, n) < 0)
-        fm = NULL;
+    int r = head_read(&head, &n, md);
+    if (r == 0 && (r = skills_front_matter(&fm, head, n)) == FAWN_ENOENT)
+        r = 0;
     free(head);
     const char *description = json_string_value(json_object_get(fm, "description"));
     const char *license = json_string_value(json_object_get(fm, "license"));
-    json_t *skill = json_pack("{s:s, s:s, s:s, s:s}", "name", name, "category", category,
-                              "description", description ? description : "", "license",
-                              license ? license : "");
+    json_t *skill = r < 0 ? NULL
+                          : json_pack("{s:s, s:s, s:s, s:s, s:s, s:O*}", "name", name, "category",
+                                      category, "description", description ? description : "",
+                                      "license", license ? license : "", "path", path,
+                                      "allowed_tools", json_object_get(fm, SKILLS_KEY_TOOLS));
     json_decref(fm);
     return skill;
 }
@@ -225,7 +287,9 @@ static int walk_entry(walk *w, int dirfd, const char *name, const char *category
                                               FSX_NO_SYMLINKS);
     if (fd < 0)
         return 0;
-    json_t *skill = skill_read(fd, name, category ? category : TOP_CATEGORY);
+    char path[2 * NAME_MAX + 2];
+    snprintf(path, sizeof path, "%s%s%s", category ? category : "", category ? "/" : "", name);
+    json_t *skill = skill_read(fd, name, category ? category : TOP_CATEGORY, path);
     if (skill)
         return json_array_append_new(w->list, skill) == 0 ? 0
                                                           : fawn_err(FAWN_ENOMEM, "out of memory");
@@ -294,4 +358,107 @@ int skills_list(json_t **out, const char *dir) {
     }
     *out = w.list;
     return 0;
+}
+
+/* ---- names, the catalog a role sees, a skill's text ---- */
+
+bool skills_name_valid(const char *name) {
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0 || n > SKILLS_NAME_MAX || name[0] == '-' || name[n - 1] == '-')
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+        if (!ok || (c == '-' && name[i + 1] == '-'))
+            return false;
+    }
+    return true;
+}
+
+int skills_catalog(json_t **out, const char *dir, const json_t *states, const authz_policy *policy,
+                   const char *role) {
+    *out = NULL;
+    json_t *found = NULL, *list = json_array();
+    int r = list ? skills_list(&found, dir) : fawn_err(FAWN_ENOMEM, "out of memory");
+    size_t i;
+    json_t *skill;
+    json_array_foreach(r == 0 ? found : NULL, i, skill) {
+        const char *name = json_string_value(json_object_get(skill, "name"));
+        if (authz_check(policy, role, AUTHZ_SKILLS, name) < 0)
+            continue;
+        const json_t *state = json_object_get(states, name);
+        json_object_set_new(skill, "enabled", json_boolean(!json_is_false(state)));
+        json_object_set_new(skill, "editable", json_false());
+        if (json_array_append(list, skill) < 0)
+            r = fawn_err(FAWN_ENOMEM, "out of memory");
+    }
+    json_decref(found);
+    if (r < 0) {
+        json_decref(list);
+        return r;
+    }
+    *out = list;
+    return 0;
+}
+
+json_t *skills_find(const json_t *catalog, const char *name) {
+    size_t i;
+    json_t *skill;
+    json_array_foreach(catalog, i, skill) {
+        const char *n = json_string_value(json_object_get(skill, "name"));
+        if (name && n && strcmp(n, name) == 0)
+            return skill;
+    }
+    return NULL;
+}
+
+json_t *skills_view(const json_t *skill) {
+    return json_pack(
+        "{s:O, s:O, s:O, s:O, s:O, s:O}", "name", json_object_get(skill, "name"), "description",
+        json_object_get(skill, "description"), "license", json_object_get(skill, "license"),
+        "category", json_object_get(skill, "category"), "enabled",
+        json_object_get(skill, "enabled"), "editable", json_object_get(skill, "editable"));
+}
+
+/* At most SKILLS_DOC_MAX bytes of fd into *out (NUL-terminated), cut on a
+ * character boundary; *cut when there was more. */
+static int doc_read(char **out, bool *cut, int fd) {
+    *cut = false;
+    char *text = malloc(SKILLS_DOC_MAX + 2);
+    size_t n = 0;
+    int r = text ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+    while (r == 0 && n < SKILLS_DOC_MAX + 1) {
+        ssize_t got = read(fd, text + n, SKILLS_DOC_MAX + 1 - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            r = fawn_err_sys(FAWN_EIO, errno, "read " SKILL_FILE);
+        if (got <= 0)
+            break;
+        n += (size_t)got;
+    }
+    if (r == 0 && n > SKILLS_DOC_MAX) {
+        *cut = true;
+        n = fawn_utf8_char_start(text, SKILLS_DOC_MAX);
+    }
+    if (r == 0 && (memchr(text, '\0', n) || !fawn_utf8_valid(text, n)))
+        r = fawn_err(FAWN_EINVAL, SKILL_FILE " is not UTF-8 text");
+    if (r < 0) {
+        free(text);
+        return r;
+    }
+    text[n] = '\0';
+    *out = text;
+    return 0;
+}
+
+int skills_doc_read(char **out, bool *cut, const char *dir, const json_t *skill) {
+    *out = NULL;
+    *cut = false;
+    const char *path = json_string_value(json_object_get(skill, "path"));
+    _cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || !path)
+        return fawn_err_sys(FAWN_ENOENT, errno, "open the skills directory");
+    _cleanup_close_ int md = doc_open(fd, path);
+    return md < 0 ? md : doc_read(out, cut, md);
 }

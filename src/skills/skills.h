@@ -18,6 +18,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "authz/authz.h"
 #include "base/base.h"
 
 /* Skills one listing returns, directory entries it looks at (both levels
@@ -29,19 +30,60 @@
 /* Longest description or license kept (longer ones are cut, on a UTF-8
  * character boundary). */
 #define SKILLS_TEXT_MAX 1024
+/* The front matter key that lists the tools a skill may use while it is
+ * active, and how many it may name (the built-in tools are a dozen). */
+#define SKILLS_KEY_TOOLS "allowed-tools"
+#define SKILLS_TOOLS_MAX 64
+/* Longest skill name (DeerFlow's rule: lowercase letters, digits and single
+ * hyphens inside, at most 64). */
+#define SKILLS_NAME_MAX 64
+/* Bytes of a SKILL.md an activation puts in the model's context: a skill's
+ * instructions fit in a few pages; the rest is cut (the agent can read the
+ * file under /mnt/skills). */
+#define SKILLS_DOC_MAX ((size_t)32 << 10)
 
 /* The top-level scalar values of the front matter at the start of text
  * (len bytes): an object of strings (nested values are skipped; a key seen
- * twice keeps its first value) into *out (caller decrefs). FAWN_ENOENT when
- * text does not start with a front matter block, FAWN_EINVAL when the block
- * is not a YAML mapping. */
+ * twice keeps its first value) into *out (caller decrefs), except
+ * allowed-tools (SKILLS_KEY_TOOLS): an array of 0..SKILLS_TOOLS_MAX
+ * non-empty strings. FAWN_ENOENT when text does not start with a front
+ * matter block, FAWN_EINVAL when the block is not a YAML mapping or
+ * allowed-tools is anything but such a list. */
 FAWN_MUST_CHECK int skills_front_matter(json_t **out, const char *text, size_t len);
 
 /* The skills under dir (a path; a directory that does not exist has none),
  * sorted by category then name: a new array of {"name", "category",
- * "description", "license"} (the last two "" when SKILL.md does not say)
- * into *out (caller decrefs). At most SKILLS_LIST_MAX; FAWN_EIO when dir
- * cannot be read. */
+ * "description", "license", "path", "allowed_tools"?} (description and
+ * license "" when SKILL.md does not say; path the skill's directory
+ * relative to dir; allowed_tools only when the front matter lists them)
+ * into *out (caller decrefs). A skill whose front matter is malformed is
+ * left out. At most SKILLS_LIST_MAX; FAWN_EIO when dir cannot be read. */
 FAWN_MUST_CHECK int skills_list(json_t **out, const char *dir);
+
+/* Whether name is a skill name DeerFlow accepts: 1..SKILLS_NAME_MAX bytes
+ * of [a-z0-9-], no hyphen first, last or twice in a row. */
+bool skills_name_valid(const char *name);
+
+/* The skills under dir that `role` may use (authorization `skills` rules:
+ * a skill the role is denied is not in it), as skills_list gives them plus
+ * "enabled" (false when states, an object {name: bool} or NULL, holds
+ * false for its name) and "editable" (false) into *out (caller decrefs). */
+FAWN_MUST_CHECK int skills_catalog(json_t **out, const char *dir, const json_t *states,
+                                   const authz_policy *policy, const char *role);
+
+/* The skill named name in catalog (borrowed), or NULL. */
+json_t *skills_find(const json_t *catalog, const char *name);
+
+/* A catalog entry as DeerFlow's API shows a skill: a new object {name,
+ * description, license, category, enabled, editable}, NULL when memory ran
+ * out. */
+json_t *skills_view(const json_t *skill);
+
+/* The text of a catalog entry's SKILL.md under dir, at most SKILLS_DOC_MAX
+ * bytes (cut on a character boundary, then *cut is true) into *out
+ * (caller frees). Nothing is followed through a symlink. FAWN_ENOENT when
+ * it is gone or not a regular file, FAWN_EINVAL when it is not UTF-8 text
+ * (or holds a NUL). */
+FAWN_MUST_CHECK int skills_doc_read(char **out, bool *cut, const char *dir, const json_t *skill);
 
 #endif

@@ -168,6 +168,13 @@ static const migration migrations[] = {
      "  AND c.thread_id = thread_messages.thread_id AND thread_messages.seq BETWEEN "
      "  json_extract(s.value, '$[0]') AND json_extract(s.value, '$[1]'));",
      NULL},
+    /* 8: skills an administrator enabled or disabled (a skill without a row
+     * is enabled) */
+    {"CREATE TABLE skill_states ("
+     "  name TEXT PRIMARY KEY,"
+     "  enabled INTEGER NOT NULL CHECK (enabled IN (0, 1)),"
+     "  updated_at_ms INTEGER NOT NULL);",
+     NULL},
 };
 
 int sq_err(sqlite3 *db, int rc, const char *what) {

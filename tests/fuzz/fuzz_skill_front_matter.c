@@ -6,7 +6,8 @@
  *   (not a YAML mapping), and a refusal hands out nothing;
  * - only text that starts with a line "---" has front matter;
  * - every value is a string of valid UTF-8 without NUL, at most
- *   SKILLS_TEXT_MAX bytes. */
+ *   SKILLS_TEXT_MAX bytes, but allowed-tools: a list of at most
+ *   SKILLS_TOOLS_MAX such strings, none empty. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,14 @@
 #include "base/json.h"
 #include "skills/skills.h"
 #include "fuzz_support.h"
+
+/* v is a string of valid UTF-8 without NUL, at most SKILLS_TEXT_MAX bytes. */
+static void text_check(const json_t *v) {
+    check(json_is_string(v));
+    const char *s = json_string_value(v);
+    size_t n = json_string_length(v);
+    check(n <= SKILLS_TEXT_MAX && strlen(s) == n && fawn_utf8_valid(s, n));
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > SKILLS_HEAD_MAX)
@@ -31,11 +40,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *key;
     json_t *v;
     json_object_foreach(fm, key, v) {
-        check(json_is_string(v));
-        const char *s = json_string_value(v);
-        size_t n = json_string_length(v);
-        check(n <= SKILLS_TEXT_MAX && strlen(s) == n && fawn_utf8_valid(s, n));
         check(fawn_utf8_valid(key, strlen(key)));
+        if (strcmp(key, SKILLS_KEY_TOOLS) == 0) {
+            check(json_is_array(v) && json_array_size(v) <= SKILLS_TOOLS_MAX);
+            size_t i;
+            json_t *item;
+            json_array_foreach(v, i, item) {
+                check(json_is_string(item) && json_string_length(item) > 0);
+                text_check(item);
+            }
+            continue;
+        }
+        text_check(v);
     }
     json_decref(fm);
     return 0;

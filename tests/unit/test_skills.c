@@ -103,8 +103,9 @@ static void skills_are_listed_two_levels_deep_without_following_links(void **sta
     assert_int_equal(skills_list(&list, root), 0);
     char *dump = json_dumps(list, JSON_COMPACT);
     assert_string_equal(dump, "[{\"name\":\"beta\",\"category\":\"custom\",\"description\":\"\","
-                              "\"license\":\"\"},{\"name\":\"alpha\",\"category\":\"public\","
-                              "\"description\":\"First skill\",\"license\":\"Apache-2.0\"}]");
+                              "\"license\":\"\",\"path\":\"custom/beta\"},{\"name\":\"alpha\","
+                              "\"category\":\"public\",\"description\":\"First skill\",\"license\":"
+                              "\"Apache-2.0\",\"path\":\"alpha\"}]");
     free(dump);
     json_decref(list);
     /* A directory that does not exist has no skills; a file is not one. */
@@ -120,10 +121,146 @@ static void skills_are_listed_two_levels_deep_without_following_links(void **sta
     assert_int_equal(system(cmd), 0);
 }
 
+static void allowed_tools_are_a_bounded_list_of_names(void **state) {
+    assert_string_equal(matter("---\nname: a\nallowed-tools: [bash, read_file]\n---\n"),
+                        "{\"allowed-tools\":[\"bash\",\"read_file\"],\"name\":\"a\"}");
+    assert_string_equal(matter("---\nallowed-tools: []\n---\n"), "{\"allowed-tools\":[]}");
+    /* Any other shape is refused whole: a restriction that cannot be read
+     * is not dropped silently. */
+    assert_string_equal(matter("---\nallowed-tools: bash\n---\n"), "EINVAL");
+    assert_string_equal(matter("---\nallowed-tools: {a: b}\n---\n"), "EINVAL");
+    assert_string_equal(matter("---\nallowed-tools: [bash, [x]]\n---\n"), "EINVAL");
+    assert_string_equal(matter("---\nallowed-tools: [bash, \"\"]\n---\n"), "EINVAL");
+    char text[1024] = "---\nallowed-tools: [";
+    for (int i = 0; i <= SKILLS_TOOLS_MAX; i++)
+        strcat(text, i ? ", t" : "t");
+    strcat(text, "]\n---\n");
+    assert_string_equal(matter(text), "EINVAL");
+}
+
+static void skill_names_follow_the_hyphen_case_rule(void **state) {
+    const char *good[] = {"a", "pdf", "deep-research", "x1-2y"};
+    const char *bad[] = {"",    "-a",   "a-",  "a--b", "A",        "a_b",
+                         "a.b", "../x", "a b", "a/b",  "\xc3\xa9", NULL};
+    for (size_t i = 0; i < ARRAY_LEN(good); i++)
+        assert_true(skills_name_valid(good[i]));
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++)
+        assert_false(skills_name_valid(bad[i]));
+    char longest[SKILLS_NAME_MAX + 2];
+    memset(longest, 'a', SKILLS_NAME_MAX);
+    longest[SKILLS_NAME_MAX] = '\0';
+    assert_true(skills_name_valid(longest));
+    strcat(longest, "a");
+    assert_false(skills_name_valid(longest));
+}
+
+/* A skills directory with skills a (tools listed), b and broken (a front
+ * matter that is not YAML); its path in root. */
+static void catalog_dir(char root[32]) {
+    char path[256];
+    strcpy(root, "/tmp/fawn-skills-XXXXXX");
+    assert_non_null(mkdtemp(root));
+    const char *dirs[] = {"a", "b", "broken"};
+    for (size_t i = 0; i < ARRAY_LEN(dirs); i++) {
+        snprintf(path, sizeof path, "%s/%s", root, dirs[i]);
+        assert_int_equal(mkdir(path, 0755), 0);
+    }
+    snprintf(path, sizeof path, "%s/a/SKILL.md", root);
+    write_text(path, "---\nname: a\ndescription: A\nallowed-tools: [bash]\n---\nDo A.\n");
+    snprintf(path, sizeof path, "%s/b/SKILL.md", root);
+    write_text(path, "---\nname: b\ndescription: B\n---\nDo B.\n");
+    snprintf(path, sizeof path, "%s/broken/SKILL.md", root);
+    write_text(path, "---\nallowed-tools: bash\n---\n");
+}
+
+static void remove_dir(const char *root) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void catalog_hides_denied_skills_and_shows_states(void **state) {
+    char root[32];
+    catalog_dir(root);
+    json_t *section = json_loads("{\"enabled\": true, \"roles\": {\"admin\": {}, \"user\": "
+                                 "{\"skills\": {\"deny\": [\"a\"]}}}}",
+                                 0, NULL);
+    authz_policy *policy;
+    assert_int_equal(authz_policy_load(&policy, section), 0);
+    json_decref(section);
+    json_t *states = json_loads("{\"b\": false}", 0, NULL), *list = (json_t *)"poison";
+    assert_int_equal(skills_catalog(&list, root, states, policy, "admin"), 0);
+    assert_int_equal(json_array_size(list), 2); /* broken is left out */
+    json_t *a = skills_find(list, "a"), *b = skills_find(list, "b");
+    assert_true(json_is_true(json_object_get(a, "enabled")));
+    assert_true(json_is_false(json_object_get(b, "enabled")));
+    assert_string_equal(json_string_value(json_array_get(json_object_get(a, "allowed_tools"), 0)),
+                        "bash");
+    assert_null(skills_find(list, "broken"));
+    json_t *view = skills_view(a);
+    char *dump = json_dumps(view, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(dump, "{\"category\":\"public\",\"description\":\"A\",\"editable\":false,"
+                              "\"enabled\":true,\"license\":\"\",\"name\":\"a\"}");
+    free(dump);
+    json_decref(view);
+    json_decref(list);
+    /* The user's role is denied a: it does not see it at all. */
+    assert_int_equal(skills_catalog(&list, root, states, policy, "user"), 0);
+    assert_int_equal(json_array_size(list), 1);
+    assert_null(skills_find(list, "a"));
+    json_decref(list);
+    json_decref(states);
+    authz_policy_free(policy);
+    remove_dir(root);
+}
+
+static void skill_text_is_bounded_and_never_read_through_a_link(void **state) {
+    char root[32], path[256];
+    catalog_dir(root);
+    json_t *list;
+    /* Without a policy nothing can be decided: no skill is shown. */
+    assert_int_equal(skills_catalog(&list, root, NULL, NULL, NULL), 0);
+    assert_int_equal(json_array_size(list), 0);
+    json_decref(list);
+    authz_policy *open_policy;
+    assert_int_equal(authz_policy_load(&open_policy, NULL), 0);
+    assert_int_equal(skills_catalog(&list, root, NULL, open_policy, "user"), 0);
+    char *text = (char *)"poison";
+    bool cut = true;
+    assert_int_equal(skills_doc_read(&text, &cut, root, skills_find(list, "b")), 0);
+    assert_string_equal(text, "---\nname: b\ndescription: B\n---\nDo B.\n");
+    assert_false(cut);
+    free(text);
+    /* Longer than SKILLS_DOC_MAX: cut on a character boundary. */
+    char *big = malloc(SKILLS_DOC_MAX + 16);
+    memset(big, 'x', SKILLS_DOC_MAX - 1);
+    strcpy(big + SKILLS_DOC_MAX - 1, "\xc3\xa9 more");
+    snprintf(path, sizeof path, "%s/b/SKILL.md", root);
+    write_text(path, big);
+    free(big);
+    assert_int_equal(skills_doc_read(&text, &cut, root, skills_find(list, "b")), 0);
+    assert_true(cut);
+    assert_int_equal(strlen(text), SKILLS_DOC_MAX - 1);
+    free(text);
+    /* Replaced by a symlink after the listing: refused, nothing handed out. */
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(symlink("/etc/passwd", path), 0);
+    text = (char *)"poison";
+    assert_true(skills_doc_read(&text, &cut, root, skills_find(list, "b")) < 0);
+    assert_null(text);
+    json_decref(list);
+    authz_policy_free(open_policy);
+    remove_dir(root);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(front_matter_gives_top_level_strings),
         cmocka_unit_test(skills_are_listed_two_levels_deep_without_following_links),
+        cmocka_unit_test(allowed_tools_are_a_bounded_list_of_names),
+        cmocka_unit_test(skill_names_follow_the_hyphen_case_rule),
+        cmocka_unit_test(catalog_hides_denied_skills_and_shows_states),
+        cmocka_unit_test(skill_text_is_bounded_and_never_read_through_a_link),
     };
     return cmocka_run_group_tests_name("skills", tests, NULL, NULL);
 }
