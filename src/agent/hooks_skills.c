@@ -29,8 +29,8 @@
 #define SKILLS_ALWAYS_TOOL "read_file"
 
 /* Slash commands of DeerFlow's composer that are never a skill. */
-static const char *const reserved_names[] = {"bootstrap", "goal",   "help",  "memory",
-                                             "models",    "new",    "status"};
+static const char *const reserved_names[] = {"bootstrap", "goal", "help",  "memory",
+                                             "models",    "new",  "status"};
 
 /* The skill name text starts with ("/name" then whitespace or the end)
  * into name; false when it names none. */
@@ -180,7 +180,8 @@ static bool tool_allowed(const json_t *tools, const char *name) {
 /* The skill becomes the run's active one: its allowed-tools, when it lists
  * them, bound the tools offered from now on. */
 static void skill_activate(agent_loop *run, const json_t *skill) {
-    snprintf(run->skill, sizeof run->skill, "%s", json_string_value(json_object_get(skill, "name")));
+    snprintf(run->skill, sizeof run->skill, "%s",
+             json_string_value(json_object_get(skill, "name")));
     run->skill_tools = json_incref(json_object_get(skill, "allowed_tools"));
     for (size_t i = json_array_size(run->tools); run->skill_tools && i-- > 0;) {
         const json_t *fn = json_object_get(json_array_get(run->tools, i), "function");

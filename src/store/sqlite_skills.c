@@ -9,9 +9,10 @@ int store_skill_state_set(store *s, const char *name, bool enabled) {
         return fawn_err(FAWN_EINVAL, "invalid skill name");
     sqlite3_stmt *st;
     sqlite3 *db = sq_write_begin(s);
-    int r = sq_prepare(db, &st,
-                       "INSERT INTO skill_states (name, enabled, updated_at_ms) VALUES (?1, ?2, ?3) "
-                       "ON CONFLICT (name) DO UPDATE SET enabled = ?2, updated_at_ms = ?3");
+    int r = sq_prepare(
+        db, &st,
+        "INSERT INTO skill_states (name, enabled, updated_at_ms) VALUES (?1, ?2, ?3) "
+        "ON CONFLICT (name) DO UPDATE SET enabled = ?2, updated_at_ms = ?3");
     if (r == 0) {
         sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 2, enabled);
