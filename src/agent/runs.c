@@ -141,6 +141,7 @@ static void run_execute(run_manager *m, run_entry *e) {
         .recursion_limit = e->recursion_limit,
         .command_timeout_s = m->limits.command_timeout_s,
         .skills_dir = m->limits.skills_dir,
+        .home = m->limits.home,
         .input = e->input,
         .title = e->title,
         .checkpoint_id = e->checkpoint_id,

@@ -44,6 +44,7 @@ typedef struct runs_limits {
     uint32_t per_user_running_max; /* workers one user holds at once */
     uint32_t command_timeout_s;    /* a tool's command (sandbox.exec_timeout_s) */
     const char *skills_dir;        /* the skills runs offer (borrowed; NULL: none) */
+    const char *home;              /* $FAWN_HOME, where users' own skills are (borrowed) */
 } runs_limits;
 
 /* Starts limits->workers workers. Everything passed is borrowed and must

@@ -2,12 +2,16 @@
  * fawn has, and the settings pages' read routes (DeerFlow's shapes), each
  * answered as it is in this fawn. */
 #include "gateway/internal.h"
+#include "paths/paths.h"
 #include "skills/skills.h"
 
 /* Why the Lark integration answers "not installed". */
 #define LARK_ABSENT "fawn has no Lark CLI integration"
 /* A skill's PUT body is {"enabled": bool}. */
 #define SKILL_PUT_BODY_MAX 1024
+/* A custom skill's PUT body: {"content": SKILL.md of at most
+ * SKILLS_HEAD_MAX bytes}, each byte escaped at most six times over. */
+#define CUSTOM_PUT_BODY_MAX (6 * SKILLS_HEAD_MAX + 1024)
 
 /* Optional features of DeerFlow's UI: custom agents, live browser control
  * and durable MCP tasks. fawn has none of them. */
@@ -53,13 +57,19 @@ static int route_mcp_config(gw_request *rq) {
  * sandbox's /mnt/skills, read-only: no one edits them here (editable
  * false). */
 
-/* The caller's catalog (skills_catalog) into *out. */
+/* The caller's catalog (skills_catalog: the skills directory's and the
+ * caller's own) into *out. */
 static int skills_of_caller(json_t **out, gw_request *rq) {
+    *out = NULL;
+    char user[24], custom[PATH_MAX];
+    paths_user_dir_name(user, rq->who.user.id);
     json_t *states = NULL;
-    int r = store_skill_states(rq->g->st, &states);
+    int r = skills_user_dir(custom, rq->g->cfg->home, user);
     if (r == 0)
-        r = skills_catalog(out, rq->g->cfg->sandbox.skills_dir, states, app_policy(rq->g->app),
-                           rq->who.user.role);
+        r = store_skill_states(rq->g->st, &states);
+    skills_dirs dirs = {.shared = rq->g->cfg->sandbox.skills_dir, .custom = custom};
+    if (r == 0)
+        r = skills_catalog(out, &dirs, states, app_policy(rq->g->app), rq->who.user.role);
     json_decref(states);
     return r;
 }
@@ -119,6 +129,116 @@ static int route_skill_put(gw_request *rq) {
     return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, view);
 }
 
+/* ---- the caller's own skills (category custom) ----
+ * Each user writes, reads and deletes their own, under their home directory
+ * (SKILLS_USER_REL): no one sees another's. A name the role is denied
+ * cannot be written; one the skills directory already has cannot either
+ * (it is read-only). */
+
+/* The caller's own skills, as GET /api/skills shows them. */
+static int route_custom_list(gw_request *rq) {
+    json_t *catalog = NULL;
+    int r = skills_of_caller(&catalog, rq);
+    if (r < 0)
+        return r;
+    json_t *list = json_array();
+    size_t i;
+    json_t *skill;
+    json_array_foreach(catalog, i, skill) {
+        if (list && json_is_true(json_object_get(skill, "custom")))
+            json_array_append_new(list, skills_view(skill));
+    }
+    json_decref(catalog);
+    return gw_respond_json(rq, MHD_HTTP_OK, json_pack("{s:o?}", "skills", list));
+}
+
+/* The caller's own skill the route names (borrowed from *catalog, which
+ * the caller decrefs); FAWN_ENOENT "Custom skill '...' not found". */
+static int custom_named(json_t **catalog, json_t **out, gw_request *rq) {
+    int r = skill_named(catalog, out, rq);
+    if (r == 0 && !json_is_true(json_object_get(*out, "custom")))
+        r = FAWN_ENOENT;
+    if (r == FAWN_ENOENT)
+        r = fawn_err(FAWN_ENOENT, "Custom skill '%s' not found",
+                     skills_name_valid(rq->params[0]) ? rq->params[0] : "");
+    return r;
+}
+
+/* The skill as GET shows it, with its SKILL.md as content. */
+static int respond_custom(gw_request *rq) {
+    json_t *catalog = NULL, *skill = NULL;
+    char *text = NULL;
+    bool cut = false;
+    char user[24], custom[PATH_MAX];
+    paths_user_dir_name(user, rq->who.user.id);
+    int r = skills_user_dir(custom, rq->g->cfg->home, user);
+    skills_dirs dirs = {.shared = rq->g->cfg->sandbox.skills_dir, .custom = custom};
+    if (r == 0)
+        r = custom_named(&catalog, &skill, rq);
+    if (r == 0)
+        r = skills_doc_read(&text, &cut, &dirs, skill);
+    json_t *view = r == 0 ? skills_view(skill) : NULL;
+    if (view)
+        json_object_set_new(view, "content", json_string(text));
+    free(text);
+    json_decref(catalog);
+    return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, view);
+}
+
+static int route_custom_get(gw_request *rq) { return respond_custom(rq); }
+
+/* Whether the caller may write a skill of this name: a valid name their
+ * role may use, not one of the skills directory's. */
+static int custom_writable(gw_request *rq, const char *name) {
+    if (!skills_name_valid(name))
+        return fawn_err(FAWN_EINVAL,
+                        "Skill name must be hyphen-case using lowercase letters, "
+                        "digits and hyphens only, at most %d characters",
+                        SKILLS_NAME_MAX);
+    if (authz_check(app_policy(rq->g->app), rq->who.user.role, AUTHZ_SKILLS, name) < 0)
+        return fawn_err(FAWN_EPERM, "Permission denied: skill %s", name);
+    json_t *shared = NULL;
+    int r = skills_list(&shared, rq->g->cfg->sandbox.skills_dir);
+    if (r == 0 && skills_find(shared, name))
+        r = fawn_err(FAWN_EEXIST, "'%s' is a built-in skill: a custom skill needs another name",
+                     name);
+    json_decref(shared);
+    return r;
+}
+
+/* {"content": SKILL.md}: writes the caller's skill (new or replaced),
+ * validated as DeerFlow validates it (skills_doc_check). */
+static int route_custom_put(gw_request *rq) {
+    const char *name = rq->params[0];
+    json_t *body = NULL;
+    int r = gw_body_json(&body, rq);
+    const json_t *content = json_object_get(body, "content");
+    if (r == 0 && !json_is_string(content))
+        r = fawn_err(FAWN_EINVAL, "content must be the SKILL.md text");
+    if (r == 0)
+        r = custom_writable(rq, name);
+    if (r == 0)
+        r = skills_doc_check(name, json_string_value(content), json_string_length(content));
+    char user[24];
+    paths_user_dir_name(user, rq->who.user.id);
+    if (r == 0)
+        r = skills_custom_write(rq->g->cfg->home, user, name, json_string_value(content),
+                                json_string_length(content));
+    json_decref(body);
+    return r < 0 ? r : respond_custom(rq);
+}
+
+static int route_custom_delete(gw_request *rq) {
+    char user[24];
+    paths_user_dir_name(user, rq->who.user.id);
+    json_t *catalog = NULL, *skill = NULL;
+    int r = custom_named(&catalog, &skill, rq);
+    json_decref(catalog);
+    if (r == 0)
+        r = skills_custom_remove(rq->g->cfg->home, user, rq->params[0]);
+    return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, json_pack("{s:b}", "success", 1));
+}
+
 /* IM channels a user can bind: fawn has none, so there are no providers
  * and no connections. */
 static int route_channel_providers(gw_request *rq) {
@@ -153,6 +273,11 @@ const gw_route gw_settings_routes[] = {
     READ_ROUTE("/api/memory", route_memory),
     READ_ROUTE("/api/mcp/config", route_mcp_config),
     READ_ROUTE("/api/skills", route_skills),
+    READ_ROUTE("/api/skills/custom", route_custom_list),
+    READ_ROUTE("/api/skills/custom/{}", route_custom_get),
+    {"PUT", "/api/skills/custom/{}", route_custom_put, GW_SIGNED_IN, GW_BODY_BUFFER,
+     CUSTOM_PUT_BODY_MAX, NULL},
+    {"DELETE", "/api/skills/custom/{}", route_custom_delete, GW_SIGNED_IN, GW_BODY_NONE, 0, NULL},
     READ_ROUTE("/api/skills/{}", route_skill_get),
     {"PUT", "/api/skills/{}", route_skill_put, AUTHZ_SKILLS_WRITE, GW_BODY_BUFFER,
      SKILL_PUT_BODY_MAX, NULL},

@@ -18,6 +18,8 @@
 /* The category of skills directly in the skills directory: shared by every
  * user, read-only, as DeerFlow's public skills are. */
 #define TOP_CATEGORY "public"
+/* The category of a user's own skills (under their home directory). */
+#define CUSTOM_CATEGORY "custom"
 
 /* ---- front matter ---- */
 
@@ -130,8 +132,19 @@ static int value_read(json_t **out, yaml_parser_t *p, const yaml_event_t *key,
     return node_skip(p, value);
 }
 
-/* One key and its value, or the mapping's end (*done). */
-static int pair_read(json_t *obj, bool *done, yaml_parser_t *p) {
+/* The kind of a value whose first event is ev, as validation names it. */
+static const char *value_kind(const yaml_event_t *ev) {
+    switch (ev->type) {
+    case YAML_SCALAR_EVENT: return ev->data.scalar.length > SKILLS_TEXT_MAX ? "long text" : "text";
+    case YAML_SEQUENCE_START_EVENT: return "list";
+    case YAML_MAPPING_START_EVENT: return "mapping";
+    default: return "alias";
+    }
+}
+
+/* One key and its value, or the mapping's end (*done); kinds (or NULL)
+ * gets the kind of each key's first value. */
+static int pair_read(json_t *obj, json_t *kinds, bool *done, yaml_parser_t *p) {
     yaml_event_t key, value;
     int r = event_next(p, &key);
     if (r < 0)
@@ -145,6 +158,9 @@ static int pair_read(json_t *obj, bool *done, yaml_parser_t *p) {
                     fawn_utf8_valid(k, strlen(k)) && !json_object_get(obj, k);
         if (keep)
             json_object_set(obj, k, v);
+        bool named = k && strlen(k) == key.data.scalar.length && fawn_utf8_valid(k, strlen(k));
+        if (r == 0 && kinds && named && !json_object_get(kinds, k))
+            json_object_set_new(kinds, k, json_string(value_kind(&value)));
         json_decref(v);
         yaml_event_delete(&value);
     }
@@ -171,7 +187,9 @@ static int mapping_open(bool *empty, yaml_parser_t *p) {
     return r;
 }
 
-int skills_front_matter(json_t **out, const char *text, size_t len) {
+/* skills_front_matter, with the kind of every top-level key's value into
+ * kinds (or NULL). */
+static int front_matter_read(json_t **out, json_t *kinds, const char *text, size_t len) {
     *out = NULL;
     const char *block;
     size_t n;
@@ -185,7 +203,7 @@ int skills_front_matter(json_t **out, const char *text, size_t len) {
     bool empty = false, done = false;
     int r = obj ? mapping_open(&empty, &p) : fawn_err(FAWN_ENOMEM, "out of memory");
     while (r == 0 && !empty && !done)
-        r = pair_read(obj, &done, &p);
+        r = pair_read(obj, kinds, &done, &p);
     yaml_parser_delete(&p);
     if (r < 0) {
         json_decref(obj);
@@ -193,6 +211,109 @@ int skills_front_matter(json_t **out, const char *text, size_t len) {
     }
     *out = obj;
     return 0;
+}
+
+int skills_front_matter(json_t **out, const char *text, size_t len) {
+    return front_matter_read(out, NULL, text, len);
+}
+
+/* ---- validation of a SKILL.md written through the API ---- */
+
+/* The front matter keys DeerFlow accepts. */
+static const char *const known_keys[] = {"name",           "description",      "license",
+                                         SKILLS_KEY_TOOLS, "required-secrets", "secrets-autonomous",
+                                         "metadata",       "compatibility",    "version",
+                                         "author"};
+
+static bool key_known(const char *key) {
+    for (size_t i = 0; i < ARRAY_LEN(known_keys); i++)
+        if (strcmp(key, known_keys[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Every key of kinds is a known one. */
+static int keys_check(const json_t *kinds) {
+    const char *key;
+    json_t *kind;
+    json_object_foreach((json_t *)kinds, key, kind) {
+        if (!key_known(key))
+            return fawn_err(FAWN_EINVAL, "Unexpected key in SKILL.md frontmatter: %.64s", key);
+    }
+    return 0;
+}
+
+static bool kind_is(const json_t *kinds, const char *key, const char *kind) {
+    const char *k = json_string_value(json_object_get(kinds, key));
+    return k && strcmp(k, kind) == 0;
+}
+
+/* name: present, text, a valid skill name equal to the one asked for. */
+static int name_check(const json_t *fm, const json_t *kinds, const char *name) {
+    const char *given = json_string_value(json_object_get(fm, "name"));
+    if (!json_object_get(kinds, "name"))
+        return fawn_err(FAWN_EINVAL, "Missing 'name' in frontmatter");
+    if (!kind_is(kinds, "name", "text") || !given)
+        return fawn_err(FAWN_EINVAL, "Name must be a string");
+    if (!skills_name_valid(given))
+        return fawn_err(FAWN_EINVAL,
+                        "Name should be hyphen-case (lowercase letters, digits and "
+                        "single hyphens inside), at most %d characters",
+                        SKILLS_NAME_MAX);
+    if (strcmp(given, name) != 0)
+        return fawn_err(FAWN_EINVAL, "Frontmatter name '%s' must match requested skill name '%s'",
+                        given, name);
+    return 0;
+}
+
+/* description: present, text of at most SKILLS_TEXT_MAX bytes, no angle
+ * brackets. */
+static int description_check(const json_t *fm, const json_t *kinds) {
+    const char *d = json_string_value(json_object_get(fm, "description"));
+    if (!json_object_get(kinds, "description"))
+        return fawn_err(FAWN_EINVAL, "Missing 'description' in frontmatter");
+    if (kind_is(kinds, "description", "long text"))
+        return fawn_err(FAWN_EINVAL, "Description is too long (at most %d bytes)", SKILLS_TEXT_MAX);
+    if (!kind_is(kinds, "description", "text") || !d)
+        return fawn_err(FAWN_EINVAL, "Description must be a string");
+    if (strpbrk(d, "<>"))
+        return fawn_err(FAWN_EINVAL, "Description cannot contain angle brackets (< or >)");
+    return 0;
+}
+
+/* required-secrets, when present, is a list; secrets-autonomous a boolean. */
+static int secrets_check(const json_t *fm, const json_t *kinds) {
+    static const char *const booleans[] = {"true", "false", "True", "False", "TRUE", "FALSE"};
+    if (json_object_get(kinds, "required-secrets") && !kind_is(kinds, "required-secrets", "list"))
+        return fawn_err(FAWN_EINVAL, "required-secrets in SKILL.md must be a list");
+    const char *autonomous = json_string_value(json_object_get(fm, "secrets-autonomous"));
+    bool ok = !json_object_get(kinds, "secrets-autonomous");
+    for (size_t i = 0; !ok && autonomous && i < ARRAY_LEN(booleans); i++)
+        ok = strcmp(autonomous, booleans[i]) == 0;
+    return ok ? 0 : fawn_err(FAWN_EINVAL, "secrets-autonomous in SKILL.md must be a boolean");
+}
+
+int skills_doc_check(const char *name, const char *text, size_t len) {
+    if (len > SKILLS_HEAD_MAX)
+        return fawn_err(FAWN_EINVAL, "SKILL.md is larger than %zu bytes", SKILLS_HEAD_MAX);
+    if (memchr(text, '\0', len) || !fawn_utf8_valid(text, len))
+        return fawn_err(FAWN_EINVAL, "SKILL.md is not UTF-8 text");
+    json_t *fm = NULL, *kinds = json_object();
+    int r = kinds ? front_matter_read(&fm, kinds, text, len)
+                  : fawn_err(FAWN_ENOMEM, "out of memory");
+    if (r == FAWN_ENOENT)
+        r = fawn_err(FAWN_EINVAL, "No YAML frontmatter found");
+    if (r == 0)
+        r = keys_check(kinds);
+    if (r == 0)
+        r = name_check(fm, kinds, name);
+    if (r == 0)
+        r = description_check(fm, kinds);
+    if (r == 0)
+        r = secrets_check(fm, kinds);
+    json_decref(fm);
+    json_decref(kinds);
+    return r;
 }
 
 /* ---- the walk ---- */
@@ -268,7 +389,9 @@ static bool name_shown(const char *name) {
 
 typedef struct walk {
     json_t *list;
-    size_t seen; /* directory entries looked at */
+    size_t seen;     /* directory entries looked at */
+    const char *top; /* the category of the skills at the top */
+    bool flat;       /* only the top: no category directories */
 } walk;
 
 static bool walk_full(const walk *w) {
@@ -289,11 +412,11 @@ static int walk_entry(walk *w, int dirfd, const char *name, const char *category
         return 0;
     char path[2 * NAME_MAX + 2];
     snprintf(path, sizeof path, "%s%s%s", category ? category : "", category ? "/" : "", name);
-    json_t *skill = skill_read(fd, name, category ? category : TOP_CATEGORY, path);
+    json_t *skill = skill_read(fd, name, category ? category : w->top, path);
     if (skill)
         return json_array_append_new(w->list, skill) == 0 ? 0
                                                           : fawn_err(FAWN_ENOMEM, "out of memory");
-    return category ? 0 : walk_dir(w, fd, name);
+    return category || w->flat ? 0 : walk_dir(w, fd, name);
 }
 
 /* The entries of dirfd (category: the directory's, NULL at the top). */
@@ -340,9 +463,11 @@ static int list_sort(json_t *list) {
     return 0;
 }
 
-int skills_list(json_t **out, const char *dir) {
+/* The skills under dir whose top-level ones are of category top (flat: no
+ * category directories below). */
+static int list_in(json_t **out, const char *dir, const char *top, bool flat) {
     *out = NULL;
-    walk w = {.list = json_array()};
+    walk w = {.list = json_array(), .top = top, .flat = flat};
     if (!w.list)
         return fawn_err(FAWN_ENOMEM, "out of memory");
     _cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -375,24 +500,45 @@ bool skills_name_valid(const char *name) {
     return true;
 }
 
-int skills_catalog(json_t **out, const char *dir, const json_t *states, const authz_policy *policy,
-                   const char *role) {
-    *out = NULL;
-    json_t *found = NULL, *list = json_array();
-    int r = list ? skills_list(&found, dir) : fawn_err(FAWN_ENOMEM, "out of memory");
+int skills_list(json_t **out, const char *dir) { return list_in(out, dir, TOP_CATEGORY, false); }
+
+int skills_custom_list(json_t **out, const char *dir) {
+    return list_in(out, dir, CUSTOM_CATEGORY, true);
+}
+
+/* The skills of found that role may use appended to list, with their
+ * state, and editable (and custom) when custom. */
+static int catalog_add(json_t *list, json_t *found, const json_t *states,
+                       const authz_policy *policy, const char *role, bool custom) {
     size_t i;
     json_t *skill;
-    json_array_foreach(r == 0 ? found : NULL, i, skill) {
+    json_array_foreach(found, i, skill) {
         const char *name = json_string_value(json_object_get(skill, "name"));
         if (authz_check(policy, role, AUTHZ_SKILLS, name) < 0)
             continue;
         const json_t *state = json_object_get(states, name);
         json_object_set_new(skill, "enabled", json_boolean(!json_is_false(state)));
-        json_object_set_new(skill, "editable", json_false());
+        json_object_set_new(skill, "editable", json_boolean(custom));
+        json_object_set_new(skill, "custom", json_boolean(custom));
         if (json_array_append(list, skill) < 0)
-            r = fawn_err(FAWN_ENOMEM, "out of memory");
+            return fawn_err(FAWN_ENOMEM, "out of memory");
     }
-    json_decref(found);
+    return 0;
+}
+
+int skills_catalog(json_t **out, const skills_dirs *dirs, const json_t *states,
+                   const authz_policy *policy, const char *role) {
+    *out = NULL;
+    json_t *shared = NULL, *custom = NULL, *list = json_array();
+    int r = list ? skills_list(&shared, dirs->shared) : fawn_err(FAWN_ENOMEM, "out of memory");
+    if (r == 0 && dirs->custom)
+        r = skills_custom_list(&custom, dirs->custom);
+    if (r == 0)
+        r = catalog_add(list, shared, states, policy, role, false);
+    if (r == 0)
+        r = catalog_add(list, custom, states, policy, role, true);
+    json_decref(shared);
+    json_decref(custom);
     if (r < 0) {
         json_decref(list);
         return r;
@@ -452,13 +598,70 @@ static int doc_read(char **out, bool *cut, int fd) {
     return 0;
 }
 
-int skills_doc_read(char **out, bool *cut, const char *dir, const json_t *skill) {
+int skills_doc_read(char **out, bool *cut, const skills_dirs *dirs, const json_t *skill) {
     *out = NULL;
     *cut = false;
     const char *path = json_string_value(json_object_get(skill, "path"));
+    const char *dir = json_is_true(json_object_get(skill, "custom")) ? dirs->custom : dirs->shared;
+    if (!dir)
+        return fawn_err(FAWN_ENOENT, "no skills directory");
     _cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 || !path)
         return fawn_err_sys(FAWN_ENOENT, errno, "open the skills directory");
     _cleanup_close_ int md = doc_open(fd, path);
     return md < 0 ? md : doc_read(out, cut, md);
+}
+
+/* ---- a user's own skills ---- */
+
+int skills_user_dir(char out[PATH_MAX], const char *home, const char *user) {
+    if ((size_t)snprintf(out, PATH_MAX, "%s/" SKILLS_USER_REL, home, user) >= PATH_MAX) {
+        out[0] = '\0';
+        return fawn_err(FAWN_EINVAL, "home path too long");
+    }
+    return 0;
+}
+
+int skills_custom_write(const char *home, const char *user, const char *name, const char *text,
+                        size_t len) {
+    if (!skills_name_valid(name) || !fawn_id_valid(user))
+        return fawn_err(FAWN_EINVAL, "invalid skill name");
+    char rel[PATH_MAX];
+    snprintf(rel, sizeof rel, SKILLS_USER_REL "/%s", user, name);
+    _cleanup_close_ int homefd = open(home, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (homefd < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "open the home directory");
+    _cleanup_close_ int dirfd = fsx_mkdirs_beneath(homefd, rel);
+    if (dirfd < 0)
+        return dirfd;
+    fsx_staged s = {0};
+    struct stat st;
+    int r = fsx_staged_open(&s, dirfd, FSX_STAGING_WRITE, FSX_USER_FILE_MODE);
+    if (r == 0)
+        r = fsx_staged_write(&s, text, len);
+    if (r == 0)
+        r = fsx_staged_commit(&st, &s, SKILL_FILE, FSX_COMMIT_REPLACE, SKILL_FILE);
+    fsx_staged_abort(&s);
+    return r;
+}
+
+int skills_custom_remove(const char *home, const char *user, const char *name) {
+    if (!skills_name_valid(name) || !fawn_id_valid(user))
+        return fawn_err(FAWN_ENOENT, "no such skill");
+    char rel[PATH_MAX];
+    snprintf(rel, sizeof rel, SKILLS_USER_REL, user);
+    _cleanup_close_ int homefd = open(home, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    _cleanup_close_ int skillsfd = homefd < 0
+                                       ? -1
+                                       : fsx_open_beneath(homefd, rel, O_RDONLY | O_DIRECTORY, 0,
+                                                          FSX_NO_SYMLINKS);
+    _cleanup_close_ int fd = skillsfd < 0 ? -1
+                                          : fsx_open_beneath(skillsfd, name, O_RDONLY | O_DIRECTORY,
+                                                             0, FSX_NO_SYMLINKS);
+    if (fd < 0 || unlinkat(fd, SKILL_FILE, 0) < 0)
+        return fawn_err(FAWN_ENOENT, "Custom skill '%s' not found", name);
+    if (unlinkat(skillsfd, name, AT_REMOVEDIR) < 0) /* a file left beside it: the skill is gone */
+        log_warn("skills", "%s: directory of the removed skill %s kept: %s", rel, name,
+                 strerror(errno));
+    return 0;
 }

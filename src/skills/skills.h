@@ -16,6 +16,7 @@
 #define FAWN_SKILLS_H
 
 #include <jansson.h>
+#include <limits.h>
 #include <stddef.h>
 
 #include "authz/authz.h"
@@ -64,11 +65,25 @@ FAWN_MUST_CHECK int skills_list(json_t **out, const char *dir);
  * of [a-z0-9-], no hyphen first, last or twice in a row. */
 bool skills_name_valid(const char *name);
 
-/* The skills under dir that `role` may use (authorization `skills` rules:
- * a skill the role is denied is not in it), as skills_list gives them plus
- * "enabled" (false when states, an object {name: bool} or NULL, holds
- * false for its name) and "editable" (false) into *out (caller decrefs). */
-FAWN_MUST_CHECK int skills_catalog(json_t **out, const char *dir, const json_t *states,
+/* A user's own skills: directories holding SKILL.md directly in dir
+ * (SKILLS_USER_REL under the home directory), category "custom"; otherwise
+ * as skills_list. */
+FAWN_MUST_CHECK int skills_custom_list(json_t **out, const char *dir);
+
+/* Where a catalog's skills are: the skills directory, and the user's own
+ * skills directory (NULL: none). */
+typedef struct skills_dirs {
+    const char *shared;
+    const char *custom;
+} skills_dirs;
+
+/* The skills of dirs that `role` may use (authorization `skills` rules: a
+ * skill the role is denied is not in it), as skills_list gives them (the
+ * shared ones, then the user's own) plus "enabled" (false when states, an
+ * object {name: bool} or NULL, holds false for its name), "editable" and
+ * "custom" (true for the user's own) into *out (caller decrefs). Without a
+ * policy nothing can be decided: the catalog is empty. */
+FAWN_MUST_CHECK int skills_catalog(json_t **out, const skills_dirs *dirs, const json_t *states,
                                    const authz_policy *policy, const char *role);
 
 /* The skill named name in catalog (borrowed), or NULL. */
@@ -79,11 +94,45 @@ json_t *skills_find(const json_t *catalog, const char *name);
  * out. */
 json_t *skills_view(const json_t *skill);
 
-/* The text of a catalog entry's SKILL.md under dir, at most SKILLS_DOC_MAX
+/* The text of a catalog entry's SKILL.md under dirs, at most SKILLS_DOC_MAX
  * bytes (cut on a character boundary, then *cut is true) into *out
  * (caller frees). Nothing is followed through a symlink. FAWN_ENOENT when
  * it is gone or not a regular file, FAWN_EINVAL when it is not UTF-8 text
  * (or holds a NUL). */
-FAWN_MUST_CHECK int skills_doc_read(char **out, bool *cut, const char *dir, const json_t *skill);
+FAWN_MUST_CHECK int skills_doc_read(char **out, bool *cut, const skills_dirs *dirs,
+                                    const json_t *skill);
+
+/* ---- a user's own skills, written through the API ---- */
+
+/* A user's skills directory under the home directory ("%s": the user's
+ * directory name, paths_user_dir_name). */
+#define SKILLS_USER_REL "users/%s/skills"
+
+/* The path of user's skills directory under home into out; FAWN_EINVAL
+ * (out "") when it does not fit. */
+FAWN_MUST_CHECK int skills_user_dir(char out[PATH_MAX], const char *home, const char *user);
+
+/* Validates text (len bytes) as the SKILL.md of the skill named name, as
+ * DeerFlow does: at most SKILLS_HEAD_MAX bytes of UTF-8 without NUL, a
+ * front matter (skills_front_matter) whose keys are among name,
+ * description, license, allowed-tools, required-secrets,
+ * secrets-autonomous, metadata, compatibility, version and author; name
+ * present, text, a valid skill name equal to name; description present,
+ * text of at most SKILLS_TEXT_MAX bytes without '<' or '>';
+ * required-secrets a list and secrets-autonomous a boolean when present.
+ * 0, or FAWN_EINVAL with the reason. */
+FAWN_MUST_CHECK int skills_doc_check(const char *name, const char *text, size_t len);
+
+/* Writes text (len bytes, checked by the caller) as the SKILL.md of user's
+ * skill name under home, creating its directories (never through a
+ * symlink) and replacing the file whole through the staging writer
+ * (fsx_staged_*). FAWN_EINVAL for a bad name or user; fsx errors. */
+FAWN_MUST_CHECK int skills_custom_write(const char *home, const char *user, const char *name,
+                                        const char *text, size_t len);
+
+/* Removes user's skill name under home (its SKILL.md, then its directory
+ * when that is empty), never through a symlink. FAWN_ENOENT "Custom skill
+ * 'NAME' not found" when it has none. */
+FAWN_MUST_CHECK int skills_custom_remove(const char *home, const char *user, const char *name);
 
 #endif

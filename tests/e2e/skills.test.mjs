@@ -146,4 +146,56 @@ describe('skills', () => {
     const { requests } = await run(admin, '/secret go', reply('ok'));
     assert.ok(systemText(requests[0]).includes('SECRET-BODY'));
   });
+
+  it("custom skills: each user's own, validated as DeerFlow does, used in that user's runs only", async () => {
+    const carol = await setupUser(srv, 'carol');
+    const doc = '---\nname: my-notes\ndescription: Keep my notes tidy\nallowed-tools: [read_file]\n---\nMY-NOTES-BODY\n';
+    const put = await api('PUT', '/api/skills/custom/my-notes', { content: doc }, bob);
+    assert.equal(put.status, 200, put.text);
+    assert.deepEqual(put.json, {
+      name: 'my-notes', description: 'Keep my notes tidy', license: '', category: 'custom', enabled: true, editable: true, content: doc,
+    });
+    assert.deepEqual((await api('GET', '/api/skills/custom', undefined, bob)).json.skills.map((k) => k.name), ['my-notes']);
+    assert.ok((await api('GET', '/api/skills', undefined, bob)).json.skills.some((k) => k.name === 'my-notes' && k.editable));
+    assert.equal((await api('GET', '/api/skills/custom/my-notes', undefined, bob)).json.content, doc);
+    // Another user sees none of it and cannot touch it.
+    assert.deepEqual((await api('GET', '/api/skills/custom', undefined, carol)).json.skills, []);
+    assert.ok(!(await api('GET', '/api/skills', undefined, carol)).json.skills.some((k) => k.name === 'my-notes'));
+    assert.equal((await api('GET', '/api/skills/custom/my-notes', undefined, carol)).status, 404);
+    assert.equal((await api('GET', '/api/skills/my-notes', undefined, carol)).status, 404);
+    assert.equal((await api('DELETE', '/api/skills/custom/my-notes', undefined, carol)).status, 404);
+    // Hostile names and front matter are refused; nothing is written.
+    const refused = [
+      ['..%2Fescape', doc, 400], ['My_Notes', doc, 400], ['a--b', doc, 400],
+      ['other', doc, 400], // the front matter names my-notes
+      ['x', '---\nname: x\ndescription: <script>alert(1)</script>\n---\n', 400],
+      ['x', '---\nname: x\ndescription: d\nhooks: rm -rf /\n---\n', 400],
+      ['x', '---\nname: x\ndescription: d\nallowed-tools: bash\n---\n', 400],
+      ['x', 'no front matter', 400],
+      ['x', `---\nname: x\ndescription: d\n---\n${'a'.repeat(70 * 1024)}`, 400],
+      ['x', 42, 400],
+      ['pdf', '---\nname: pdf\ndescription: mine now\n---\n', 409],
+      ['secret', '---\nname: secret\ndescription: denied to users\n---\n', 403],
+    ];
+    for (const [name, content, status] of refused) {
+      const r = await api('PUT', `/api/skills/custom/${name}`, { content }, bob);
+      assert.equal(r.status, status, `${name}: ${r.text}`);
+    }
+    assert.deepEqual((await api('GET', '/api/skills/custom', undefined, bob)).json.skills.map((k) => k.name), ['my-notes']);
+    // Listed and activated in bob's runs, with its allowed-tools; not in carol's.
+    const mine = await run(bob, '/my-notes tidy up', reply('ok'));
+    const system = systemText(mine.requests[0]);
+    assert.match(system, /- "my-notes": "Keep my notes tidy" \(the user's own: activated with \/my-notes\)/);
+    assert.ok(system.includes('<<<BEGIN SKILL my-notes>>>') && system.includes('MY-NOTES-BODY'));
+    assert.deepEqual(toolNames(mine.requests[0]), ['read_file']);
+    const theirs = await run(carol, '/my-notes tidy up', reply('ok'));
+    assert.ok(!systemText(theirs.requests[0]).includes('my-notes'));
+    // Edited, then deleted by its owner.
+    const edited = doc.replace('tidy', 'short');
+    assert.equal((await api('PUT', '/api/skills/custom/my-notes', { content: edited }, bob)).json.description, 'Keep my notes short');
+    const del = await api('DELETE', '/api/skills/custom/my-notes', undefined, bob);
+    assert.deepEqual([del.status, del.json], [200, { success: true }]);
+    assert.equal((await api('GET', '/api/skills/custom/my-notes', undefined, bob)).status, 404);
+    assert.equal((await api('DELETE', '/api/skills/custom/my-notes', undefined, bob)).status, 404);
+  });
 });

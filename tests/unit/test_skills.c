@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,7 +190,8 @@ static void catalog_hides_denied_skills_and_shows_states(void **state) {
     assert_int_equal(authz_policy_load(&policy, section), 0);
     json_decref(section);
     json_t *states = json_loads("{\"b\": false}", 0, NULL), *list = (json_t *)"poison";
-    assert_int_equal(skills_catalog(&list, root, states, policy, "admin"), 0);
+    skills_dirs dirs = {.shared = root};
+    assert_int_equal(skills_catalog(&list, &dirs, states, policy, "admin"), 0);
     assert_int_equal(json_array_size(list), 2); /* broken is left out */
     json_t *a = skills_find(list, "a"), *b = skills_find(list, "b");
     assert_true(json_is_true(json_object_get(a, "enabled")));
@@ -205,7 +207,7 @@ static void catalog_hides_denied_skills_and_shows_states(void **state) {
     json_decref(view);
     json_decref(list);
     /* The user's role is denied a: it does not see it at all. */
-    assert_int_equal(skills_catalog(&list, root, states, policy, "user"), 0);
+    assert_int_equal(skills_catalog(&list, &dirs, states, policy, "user"), 0);
     assert_int_equal(json_array_size(list), 1);
     assert_null(skills_find(list, "a"));
     json_decref(list);
@@ -218,16 +220,17 @@ static void skill_text_is_bounded_and_never_read_through_a_link(void **state) {
     char root[32], path[256];
     catalog_dir(root);
     json_t *list;
+    skills_dirs dirs = {.shared = root};
     /* Without a policy nothing can be decided: no skill is shown. */
-    assert_int_equal(skills_catalog(&list, root, NULL, NULL, NULL), 0);
+    assert_int_equal(skills_catalog(&list, &dirs, NULL, NULL, NULL), 0);
     assert_int_equal(json_array_size(list), 0);
     json_decref(list);
     authz_policy *open_policy;
     assert_int_equal(authz_policy_load(&open_policy, NULL), 0);
-    assert_int_equal(skills_catalog(&list, root, NULL, open_policy, "user"), 0);
+    assert_int_equal(skills_catalog(&list, &dirs, NULL, open_policy, "user"), 0);
     char *text = (char *)"poison";
     bool cut = true;
-    assert_int_equal(skills_doc_read(&text, &cut, root, skills_find(list, "b")), 0);
+    assert_int_equal(skills_doc_read(&text, &cut, &dirs, skills_find(list, "b")), 0);
     assert_string_equal(text, "---\nname: b\ndescription: B\n---\nDo B.\n");
     assert_false(cut);
     free(text);
@@ -238,7 +241,7 @@ static void skill_text_is_bounded_and_never_read_through_a_link(void **state) {
     snprintf(path, sizeof path, "%s/b/SKILL.md", root);
     write_text(path, big);
     free(big);
-    assert_int_equal(skills_doc_read(&text, &cut, root, skills_find(list, "b")), 0);
+    assert_int_equal(skills_doc_read(&text, &cut, &dirs, skills_find(list, "b")), 0);
     assert_true(cut);
     assert_int_equal(strlen(text), SKILLS_DOC_MAX - 1);
     free(text);
@@ -246,11 +249,107 @@ static void skill_text_is_bounded_and_never_read_through_a_link(void **state) {
     assert_int_equal(unlink(path), 0);
     assert_int_equal(symlink("/etc/passwd", path), 0);
     text = (char *)"poison";
-    assert_true(skills_doc_read(&text, &cut, root, skills_find(list, "b")) < 0);
+    assert_true(skills_doc_read(&text, &cut, &dirs, skills_find(list, "b")) < 0);
     assert_null(text);
     json_decref(list);
     authz_policy_free(open_policy);
     remove_dir(root);
+}
+
+/* The reason skills_doc_check gives for text as the SKILL.md of name, or
+ * "ok". */
+static const char *doc_verdict(const char *name, const char *text) {
+    static char shown[512];
+    int r = skills_doc_check(name, text, strlen(text));
+    snprintf(shown, sizeof shown, "%s", r == 0 ? "ok" : r == FAWN_EINVAL ? fawn_errmsg() : "other");
+    return shown;
+}
+
+static void written_skills_are_validated_as_deerflow_does(void **state) {
+    assert_string_equal(doc_verdict("my-skill", "---\nname: my-skill\ndescription: Does a "
+                                                "thing\nlicense: MIT\nallowed-tools: [bash]\n"
+                                                "metadata: {a: 1}\n---\n# Body\n"),
+                        "ok");
+    const char *const refused[][3] = {
+        {"x", "no front matter\n", "No YAML frontmatter found"},
+        {"x", "---\nname: x\n---\n", "Missing 'description' in frontmatter"},
+        {"x", "---\ndescription: d\n---\n", "Missing 'name' in frontmatter"},
+        {"x", "---\nname: y\ndescription: d\n---\n", "Frontmatter name 'y' must match"},
+        {"x", "---\nname: [x]\ndescription: d\n---\n", "Name must be a string"},
+        {"x", "---\nname: X_1\ndescription: d\n---\n", "Name should be hyphen-case"},
+        {"x", "---\nname: x\ndescription: <b>d</b>\n---\n", "angle brackets"},
+        {"x", "---\nname: x\ndescription: {a: b}\n---\n", "Description must be a string"},
+        {"x", "---\nname: x\ndescription: d\nevil: 1\n---\n", "Unexpected key"},
+        {"x", "---\nname: x\ndescription: d\nallowed-tools: bash\n---\n", "allowed-tools"},
+        {"x", "---\nname: x\ndescription: d\nrequired-secrets: K\n---\n", "must be a list"},
+        {"x", "---\nname: x\ndescription: d\nsecrets-autonomous: maybe\n---\n", "boolean"},
+        {"x", "---\nname: x\ndescription: [unclosed\n---\n", "not YAML"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(refused); i++)
+        check_contains(refused[i][1], doc_verdict(refused[i][0], refused[i][1]), refused[i][2]);
+    /* Sizes: a description past SKILLS_TEXT_MAX, a file past SKILLS_HEAD_MAX,
+     * a NUL, bytes that are not UTF-8. */
+    char *text = malloc(SKILLS_HEAD_MAX + 64);
+    snprintf(text, 64, "---\nname: x\ndescription: ");
+    size_t at = strlen(text);
+    memset(text + at, 'd', SKILLS_TEXT_MAX + 1);
+    strcpy(text + at + SKILLS_TEXT_MAX + 1, "\n---\n");
+    check_contains("long", doc_verdict("x", text), "Description is too long");
+    memset(text, 'a', SKILLS_HEAD_MAX + 1);
+    memcpy(text, "---\nname: x\ndescription: d\n---\n", 31);
+    assert_int_equal(skills_doc_check("x", text, SKILLS_HEAD_MAX + 1), FAWN_EINVAL);
+    assert_int_equal(skills_doc_check("x", text, SKILLS_HEAD_MAX), 0);
+    free(text);
+    assert_int_equal(skills_doc_check("x", "---\nname: x\ndescription: d\n---\n\0", 33),
+                     FAWN_EINVAL);
+    check_contains("utf8", doc_verdict("x", "---\nname: x\ndescription: d\n---\n\xff"), "UTF-8");
+}
+
+static void custom_skills_live_under_their_user_and_never_through_links(void **state) {
+    char home[] = "/tmp/fawn-skills-home-XXXXXX", dir[PATH_MAX], path[PATH_MAX + 64];
+    assert_non_null(mkdtemp(home));
+    const char *text = "---\nname: mine\ndescription: Mine\n---\nbody\n";
+    assert_int_equal(skills_custom_write(home, "7", "mine", text, strlen(text)), 0);
+    assert_int_equal(skills_custom_write(home, "7", "../x", text, strlen(text)), FAWN_EINVAL);
+    assert_int_equal(skills_custom_write(home, "../7", "mine", text, strlen(text)), FAWN_EINVAL);
+    assert_int_equal(skills_user_dir(dir, home, "7"), 0);
+    json_t *list = NULL;
+    assert_int_equal(skills_custom_list(&list, dir), 0);
+    char *dump = json_dumps(list, JSON_COMPACT);
+    assert_string_equal(dump, "[{\"name\":\"mine\",\"category\":\"custom\",\"description\":"
+                              "\"Mine\",\"license\":\"\",\"path\":\"mine\"}]");
+    free(dump);
+    json_decref(list);
+    /* Another user's directory holds none of them. */
+    assert_int_equal(skills_user_dir(dir, home, "8"), 0);
+    assert_int_equal(skills_custom_list(&list, dir), 0);
+    assert_int_equal(json_array_size(list), 0);
+    json_decref(list);
+    assert_int_equal(skills_custom_remove(home, "8", "mine"), FAWN_ENOENT);
+    /* A user's skills directory replaced by a symlink is never written
+     * through nor removed from. */
+    snprintf(path, sizeof path, "%s/users/9", home);
+    assert_int_equal(mkdir(path, 0755), 0);
+    snprintf(path, sizeof path, "%s/users/9/skills", home);
+    snprintf(dir, sizeof dir, "%s/users/7/skills", home);
+    assert_int_equal(symlink(dir, path), 0);
+    assert_true(skills_custom_write(home, "9", "mine", text, strlen(text)) < 0);
+    assert_int_equal(skills_custom_remove(home, "9", "mine"), FAWN_ENOENT);
+    /* Replaced whole, then removed with its directory. */
+    const char *next = "---\nname: mine\ndescription: Changed\n---\n";
+    assert_int_equal(skills_custom_write(home, "7", "mine", next, strlen(next)), 0);
+    snprintf(path, sizeof path, "%s/users/7/skills/mine/SKILL.md", home);
+    FILE *f = fopen(path, "r");
+    char got[128] = "";
+    assert_non_null(f);
+    assert_true(fread(got, 1, sizeof got - 1, f) > 0);
+    fclose(f);
+    assert_string_equal(got, next);
+    assert_int_equal(skills_custom_remove(home, "7", "mine"), 0);
+    snprintf(path, sizeof path, "%s/users/7/skills/mine", home);
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(skills_custom_remove(home, "7", "mine"), FAWN_ENOENT);
+    remove_dir(home);
 }
 
 int main(void) {
@@ -261,6 +360,8 @@ int main(void) {
         cmocka_unit_test(skill_names_follow_the_hyphen_case_rule),
         cmocka_unit_test(catalog_hides_denied_skills_and_shows_states),
         cmocka_unit_test(skill_text_is_bounded_and_never_read_through_a_link),
+        cmocka_unit_test(written_skills_are_validated_as_deerflow_does),
+        cmocka_unit_test(custom_skills_live_under_their_user_and_never_through_links),
     };
     return cmocka_run_group_tests_name("skills", tests, NULL, NULL);
 }
