@@ -1,6 +1,10 @@
 /* What a web client asks before it shows a page: which optional features
  * fawn has, and the settings pages' read routes (DeerFlow's shapes), each
  * answered as it is in this fawn. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
 #include "gateway/internal.h"
 #include "paths/paths.h"
 #include "skills/skills.h"
@@ -12,6 +16,8 @@
 /* A custom skill's PUT body: {"content": SKILL.md of at most
  * SKILLS_HEAD_MAX bytes}, each byte escaped at most six times over. */
 #define CUSTOM_PUT_BODY_MAX (6 * SKILLS_HEAD_MAX + 1024)
+/* What an installable archive's name ends with. */
+#define SKILLS_ARCHIVE_SUFFIX ".skill"
 
 /* Optional features of DeerFlow's UI: custom agents, live browser control
  * and durable MCP tasks. fawn has none of them. */
@@ -239,6 +245,77 @@ static int route_custom_delete(gw_request *rq) {
     return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, json_pack("{s:b}", "success", 1));
 }
 
+/* ---- POST /api/skills/install: a .skill archive from a thread's outputs ---- */
+
+/* The archive at the virtual path (with or without its leading '/') in the
+ * caller's thread: a regular file ending in .skill under
+ * /mnt/user-data/outputs, at most SKILLS_ARCHIVE_MAX bytes, into *data. */
+static int archive_load(char **data, size_t *len, gw_request *rq, const char *thread_id,
+                        const char *path) {
+    *data = NULL;
+    *len = 0;
+    store_thread t = {0};
+    char full[VPATH_MAX + 2];
+    snprintf(full, sizeof full, "%s%s", path[0] == '/' ? "" : "/", path);
+    size_t n = strlen(full);
+    if (n < sizeof SKILLS_ARCHIVE_SUFFIX ||
+        strcmp(full + n - strlen(SKILLS_ARCHIVE_SUFFIX), SKILLS_ARCHIVE_SUFFIX) != 0)
+        return fawn_err(FAWN_EINVAL, "Only " SKILLS_ARCHIVE_SUFFIX " files can be installed");
+    int r = store_thread_get(rq->g->st, &t, rq->who.user.id, thread_id);
+    if (r == FAWN_ENOENT)
+        r = fawn_err(FAWN_ENOENT, "Thread not found");
+    _cleanup_close_ int user_data = -1, fd = -1;
+    if (r == 0)
+        r = gw_thread_files_open(&user_data, rq, &t, false);
+    store_thread_clear(&t);
+    vpath_roots roots = {.user_data_fd = user_data, .skills_fd = -1};
+    vpath_target target;
+    struct stat st;
+    if (r == 0 && (r = vpath_resolve(&target, &roots, full, false)) == 0 &&
+        !vpath_in_dir(&target.vp, "outputs"))
+        r = fawn_err(FAWN_EINVAL, "Only files under /mnt/user-data/outputs can be installed");
+    if (r == 0)
+        r = vpath_open_regular(&fd, &st, &target);
+    if (r == 0 && (r = fawn_read_all(data, len, fd, SKILLS_ARCHIVE_MAX)) == FAWN_E2BIG)
+        r = fawn_err(FAWN_EINVAL, "Skill archive is larger than %zu bytes", SKILLS_ARCHIVE_MAX);
+    if (r < 0) {
+        free(*data);
+        *data = NULL;
+    }
+    return r;
+}
+
+/* {"thread_id", "path"}: installs the archive as one of the caller's own
+ * skills (a name their role may use, not one of the skills directory's). */
+static int route_skill_install(gw_request *rq) {
+    json_t *body = NULL;
+    char *data = NULL;
+    size_t len = 0;
+    skills_archive a = {0};
+    int r = gw_body_json(&body, rq);
+    const char *thread_id = json_string_value(json_object_get(body, "thread_id"));
+    const char *path = json_string_value(json_object_get(body, "path"));
+    if (r == 0 && (!thread_id || !fawn_id_valid(thread_id) || !path || strlen(path) > VPATH_MAX))
+        r = fawn_err(FAWN_EINVAL, "thread_id and path are required");
+    if (r == 0)
+        r = archive_load(&data, &len, rq, thread_id, path);
+    if (r == 0)
+        r = skills_archive_read(&a, data, len);
+    free(data);
+    if (r == 0)
+        r = custom_writable(rq, a.name);
+    char user[24];
+    paths_user_dir_name(user, rq->who.user.id);
+    if (r == 0)
+        r = skills_archive_install(rq->g->cfg->home, user, &a);
+    json_t *answer = r == 0 ? json_pack("{s:b, s:s, s:s+}", "success", 1, "skill_name", a.name,
+                                        "message", a.name, " installed")
+                            : NULL;
+    skills_archive_clear(&a);
+    json_decref(body);
+    return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, answer);
+}
+
 /* IM channels a user can bind: fawn has none, so there are no providers
  * and no connections. */
 static int route_channel_providers(gw_request *rq) {
@@ -278,6 +355,8 @@ const gw_route gw_settings_routes[] = {
     {"PUT", "/api/skills/custom/{}", route_custom_put, GW_SIGNED_IN, GW_BODY_BUFFER,
      CUSTOM_PUT_BODY_MAX, NULL},
     {"DELETE", "/api/skills/custom/{}", route_custom_delete, GW_SIGNED_IN, GW_BODY_NONE, 0, NULL},
+    {"POST", "/api/skills/install", route_skill_install, AUTHZ_THREADS_READ, GW_BODY_BUFFER,
+     SKILL_PUT_BODY_MAX + VPATH_MAX, NULL},
     READ_ROUTE("/api/skills/{}", route_skill_get),
     {"PUT", "/api/skills/{}", route_skill_put, AUTHZ_SKILLS_WRITE, GW_BODY_BUFFER,
      SKILL_PUT_BODY_MAX, NULL},

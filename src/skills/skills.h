@@ -135,4 +135,51 @@ FAWN_MUST_CHECK int skills_custom_write(const char *home, const char *user, cons
  * 'NAME' not found" when it has none. */
 FAWN_MUST_CHECK int skills_custom_remove(const char *home, const char *user, const char *name);
 
+/* ---- .skill archives: a skill as a zip, installed as a user's own ----
+ * An archive is hostile input: it is read from memory, at most
+ * SKILLS_ARCHIVE_MAX bytes; at most SKILLS_ARCHIVE_ENTRIES_MAX entries;
+ * each file at most SKILLS_ARCHIVE_FILE_MAX bytes uncompressed, all of them
+ * at most SKILLS_ARCHIVE_TOTAL_MAX and at most SKILLS_ARCHIVE_RATIO_MAX
+ * times the archive (a zip bomb stops at the first byte past a bound,
+ * whatever its headers claim). Entry names are relative paths of plain
+ * names (no "..", ".", empty component, backslash, colon or control
+ * character; at most 8 deep); links, devices and other special entries
+ * are refused; dotfiles and __MACOSX are skipped; executable binaries
+ * (ELF, PE, Mach-O) are refused. */
+
+#define SKILLS_ARCHIVE_MAX ((size_t)8 << 20)
+#define SKILLS_ARCHIVE_ENTRIES_MAX 512
+#define SKILLS_ARCHIVE_FILE_MAX ((size_t)4 << 20)
+#define SKILLS_ARCHIVE_TOTAL_MAX ((size_t)16 << 20)
+/* Text compresses about tenfold; a hundredfold is a bomb. */
+#define SKILLS_ARCHIVE_RATIO_MAX 100
+
+typedef struct skills_archive_file {
+    char *path; /* relative to the skill's directory */
+    char *data;
+    size_t size;
+} skills_archive_file;
+
+typedef struct skills_archive {
+    char name[SKILLS_NAME_MAX + 1]; /* from SKILL.md's front matter */
+    skills_archive_file *files;
+    size_t n;
+} skills_archive;
+
+/* Reads the zip archive data (len bytes) into *out (cleared first; the
+ * caller clears it with skills_archive_clear). The skill is the archive's
+ * only top directory, or its top when files sit there; it must hold a
+ * SKILL.md that skills_doc_check accepts under the name its front matter
+ * gives. FAWN_EINVAL with the reason for anything else (nothing is kept). */
+FAWN_MUST_CHECK int skills_archive_read(skills_archive *out, const void *data, size_t len);
+
+void skills_archive_clear(skills_archive *a);
+
+/* Installs a as user's own skill under home: written whole into a hidden
+ * staging directory (never through a symlink), then renamed into place.
+ * FAWN_EEXIST "Skill 'NAME' already exists" when the user has one of that
+ * name; fsx errors (nothing is left). */
+FAWN_MUST_CHECK int skills_archive_install(const char *home, const char *user,
+                                           const skills_archive *a);
+
 #endif

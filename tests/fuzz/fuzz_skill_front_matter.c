@@ -7,7 +7,9 @@
  * - only text that starts with a line "---" has front matter;
  * - every value is a string of valid UTF-8 without NUL, at most
  *   SKILLS_TEXT_MAX bytes, but allowed-tools: a list of at most
- *   SKILLS_TOOLS_MAX such strings, none empty. */
+ *   SKILLS_TOOLS_MAX such strings, none empty;
+ * - the validation of a SKILL.md written through the API
+ *   (skills_doc_check) accepts or refuses with FAWN_EINVAL, nothing else. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > SKILLS_HEAD_MAX)
         return 0;
     const char *text = (const char *)data;
+    int checked = skills_doc_check("fuzz", text, size);
+    check(checked == 0 || checked == FAWN_EINVAL);
     json_t *fm = (json_t *)data;
     int r = skills_front_matter(&fm, text, size);
     check(r == 0 || r == FAWN_ENOENT || r == FAWN_EINVAL);

@@ -7,6 +7,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -352,6 +355,173 @@ static void custom_skills_live_under_their_user_and_never_through_links(void **s
     remove_dir(home);
 }
 
+/* ---- archives ---- */
+
+typedef struct zip_entry {
+    const char *path;
+    mode_t type; /* AE_IFREG, AE_IFDIR, AE_IFLNK, AE_IFCHR */
+    const char *data;
+    size_t size; /* of data, or of zeros when data is NULL */
+} zip_entry;
+
+/* A zip (deflated) of entries into a new buffer (*len bytes; caller frees). */
+static char *zip_make(size_t *len, const zip_entry *entries, size_t n) {
+    size_t cap = (size_t)1 << 20;
+    char *buf = malloc(cap);
+    struct archive *w = archive_write_new();
+    assert_int_equal(archive_write_set_format_zip(w), ARCHIVE_OK);
+    assert_int_equal(archive_write_set_options(w, "zip:compression=deflate"), ARCHIVE_OK);
+    assert_int_equal(archive_write_open_memory(w, buf, cap, len), ARCHIVE_OK);
+    for (size_t i = 0; i < n; i++) {
+        struct archive_entry *e = archive_entry_new();
+        archive_entry_set_pathname(e, entries[i].path);
+        archive_entry_set_filetype(e, entries[i].type);
+        archive_entry_set_perm(e, 0644);
+        if (entries[i].type == AE_IFLNK)
+            archive_entry_set_symlink(e, "/etc/passwd");
+        bool data = entries[i].type == AE_IFREG;
+        archive_entry_set_size(e, data ? (la_int64_t)entries[i].size : 0);
+        assert_int_equal(archive_write_header(w, e), ARCHIVE_OK);
+        char *zeros = data && !entries[i].data ? calloc(1, entries[i].size + 1) : NULL;
+        if (data)
+            assert_int_equal(
+                archive_write_data(w, entries[i].data ? entries[i].data : zeros, entries[i].size),
+                (la_ssize_t)entries[i].size);
+        free(zeros);
+        archive_entry_free(e);
+    }
+    assert_int_equal(archive_write_close(w), ARCHIVE_OK);
+    archive_write_free(w);
+    return buf;
+}
+
+/* Sets the unix mode the central directory of zip records for name (the
+ * zip writer makes no device entries; a hostile archive can). */
+static void zip_set_mode(char *zip, size_t len, const char *name, uint32_t mode) {
+    size_t n = strlen(name);
+    for (size_t i = 0; i + 46 + n <= len; i++)
+        if (memcmp(zip + i, "PK\x01\x02", 4) == 0 && memcmp(zip + i + 46, name, n) == 0) {
+            uint32_t attr = mode << 16;
+            for (int k = 0; k < 4; k++)
+                zip[i + 38 + k] = (char)(attr >> (8 * k));
+            return;
+        }
+    fail_msg("no central directory entry for %s", name);
+}
+
+#define DOC "---\nname: zipped\ndescription: From a zip\n---\nBody\n"
+#define FILE_OF(p, text)                                                                           \
+    { p, AE_IFREG, text, sizeof text - 1 }
+
+/* skills_archive_read's verdict on a zip of entries: "ok NAME n" or the
+ * reason. */
+static const char *archive_verdict(const zip_entry *entries, size_t n) {
+    static char shown[512];
+    size_t len = 0;
+    char *zip = zip_make(&len, entries, n);
+    skills_archive a;
+    POISON(a);
+    int r = skills_archive_read(&a, zip, len);
+    if (r == 0)
+        snprintf(shown, sizeof shown, "ok %s %zu", a.name, a.n);
+    else
+        snprintf(shown, sizeof shown, "%s", r == FAWN_EINVAL ? fawn_errmsg() : "other");
+    if (r < 0)
+        assert_int_equal(a.n, 0);
+    skills_archive_clear(&a);
+    free(zip);
+    return shown;
+}
+
+static void archives_are_read_within_bounds(void **state) {
+    /* DeerFlow's two layouts; dotfiles and __MACOSX skipped. */
+    zip_entry top[] = {FILE_OF("SKILL.md", DOC), FILE_OF("scripts/run.sh", "echo hi\n"),
+                       FILE_OF(".DS_Store", "x"), FILE_OF("__MACOSX/._SKILL.md", "x")};
+    assert_string_equal(archive_verdict(top, ARRAY_LEN(top)), "ok zipped 2");
+    zip_entry nested[] = {{"zipped/", AE_IFDIR, NULL, 0},
+                          FILE_OF("zipped/SKILL.md", DOC),
+                          FILE_OF("zipped/references/a.md", "a")};
+    assert_string_equal(archive_verdict(nested, ARRAY_LEN(nested)), "ok zipped 2");
+    /* Hostile entries, each refused whole. */
+    const struct {
+        zip_entry e;
+        const char *why;
+    } hostile[] = {
+        {FILE_OF("../evil", "x"), "unsafe member path"},
+        {FILE_OF("/etc/evil", "x"), "unsafe member path"},
+        {FILE_OF("a/../../evil", "x"), "unsafe member path"},
+        {FILE_OF("a\\..\\evil", "x"), "unsafe member path"},
+        {FILE_OF("run.sh:stream", "x"), "unsafe member path"},
+        {FILE_OF("a//b", "x"), "unsafe member path"},
+        {FILE_OF("a/b/c/d/e/f/g/h/i", "x"), "unsafe member path"},
+        {{"link", AE_IFLNK, NULL, 0}, "link or a special file"},
+        {FILE_OF("tool", "\x7f"
+                         "ELF\x02\x01"),
+         "executable binary"},
+        {FILE_OF("SKILL.md", "---\nname: x\n---\n"), "Missing 'description'"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(hostile); i++) {
+        zip_entry two[] = {FILE_OF("SKILL.md", DOC), hostile[i].e};
+        bool doc = strcmp(hostile[i].e.path, "SKILL.md") == 0;
+        check_contains(hostile[i].e.path, archive_verdict(doc ? two + 1 : two, doc ? 1 : 2),
+                       hostile[i].why);
+    }
+    /* A device entry (its mode set in the central directory). */
+    zip_entry dev[] = {FILE_OF("SKILL.md", DOC), FILE_OF("dev", "x")};
+    size_t len = 0;
+    char *zip = zip_make(&len, dev, 2);
+    zip_set_mode(zip, len, "dev", S_IFCHR | 0644);
+    skills_archive a;
+    assert_int_equal(skills_archive_read(&a, zip, len), FAWN_EINVAL);
+    check_contains("device", fawn_errmsg(), "link or a special file");
+    free(zip);
+    zip_entry none[] = {FILE_OF("README.md", "x")};
+    check_contains("no doc", archive_verdict(none, 1), "no SKILL.md");
+    zip_entry dup[] = {FILE_OF("SKILL.md", DOC), FILE_OF("SKILL.md", DOC)};
+    check_contains("twice", archive_verdict(dup, 2), "twice");
+    /* A bomb: megabytes of zeros that deflate to a few KiB stop at the ratio. */
+    zip_entry bomb[] = {FILE_OF("SKILL.md", DOC), {"zeros", AE_IFREG, NULL, (size_t)2 << 20}};
+    check_contains("bomb", archive_verdict(bomb, 2), "too large uncompressed");
+    /* Too many entries. */
+    zip_entry *many = calloc(SKILLS_ARCHIVE_ENTRIES_MAX + 1, sizeof *many);
+    char(*names)[16] = calloc(SKILLS_ARCHIVE_ENTRIES_MAX + 1, sizeof *names);
+    for (size_t i = 0; i <= SKILLS_ARCHIVE_ENTRIES_MAX; i++) {
+        snprintf(names[i], sizeof names[i], i ? "f%zu" : "SKILL.md", i);
+        many[i] = (zip_entry){names[i], AE_IFREG, i ? "x" : DOC, i ? 1 : sizeof DOC - 1};
+    }
+    check_contains("many", archive_verdict(many, SKILLS_ARCHIVE_ENTRIES_MAX + 1), "more than");
+    free(many);
+    free(names);
+    /* Not a zip at all, and an archive past SKILLS_ARCHIVE_MAX unread. */
+    assert_int_equal(skills_archive_read(&a, "not a zip", 9), FAWN_EINVAL);
+    assert_int_equal(skills_archive_read(&a, "", SKILLS_ARCHIVE_MAX + 1), FAWN_EINVAL);
+}
+
+static void archives_install_once_through_a_staging_directory(void **state) {
+    char home[] = "/tmp/fawn-skills-arch-XXXXXX", path[PATH_MAX];
+    assert_non_null(mkdtemp(home));
+    zip_entry files[] = {FILE_OF("zipped/SKILL.md", DOC), FILE_OF("zipped/scripts/run.sh", "x\n")};
+    size_t len = 0;
+    char *zip = zip_make(&len, files, ARRAY_LEN(files));
+    skills_archive a;
+    assert_int_equal(skills_archive_read(&a, zip, len), 0);
+    free(zip);
+    assert_int_equal(skills_archive_install(home, "7", &a), 0);
+    snprintf(path, sizeof path, "%s/users/7/skills/zipped/scripts/run.sh", home);
+    assert_int_equal(access(path, R_OK), 0);
+    assert_int_equal(skills_archive_install(home, "7", &a), FAWN_EEXIST);
+    /* Nothing is left behind by the refusal: only the installed skill. */
+    snprintf(path, sizeof path, "%s/users/7/skills", home);
+    DIR *d = opendir(path);
+    size_t entries = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        entries += e->d_name[0] != '.';
+    closedir(d);
+    assert_int_equal(entries, 1);
+    skills_archive_clear(&a);
+    remove_dir(home);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(front_matter_gives_top_level_strings),
@@ -362,6 +532,8 @@ int main(void) {
         cmocka_unit_test(skill_text_is_bounded_and_never_read_through_a_link),
         cmocka_unit_test(written_skills_are_validated_as_deerflow_does),
         cmocka_unit_test(custom_skills_live_under_their_user_and_never_through_links),
+        cmocka_unit_test(archives_are_read_within_bounds),
+        cmocka_unit_test(archives_install_once_through_a_staging_directory),
     };
     return cmocka_run_group_tests_name("skills", tests, NULL, NULL);
 }
