@@ -107,8 +107,9 @@ static int entry_data(char **data, size_t *n, reading *rd) {
         rd->total += (size_t)got;
         if (b.len + (size_t)got > SKILLS_ARCHIVE_FILE_MAX || rd->total > SKILLS_ARCHIVE_TOTAL_MAX ||
             rd->total > SKILLS_ARCHIVE_RATIO_MAX * rd->archive_len) {
-            r = fawn_err(FAWN_EINVAL, "Skill archive is too large uncompressed (a member past "
-                                      "%zu bytes, %zu in all, or %d times the archive)",
+            r = fawn_err(FAWN_EINVAL,
+                         "Skill archive is too large uncompressed (a member past "
+                         "%zu bytes, %zu in all, or %d times the archive)",
                          SKILLS_ARCHIVE_FILE_MAX, SKILLS_ARCHIVE_TOTAL_MAX,
                          SKILLS_ARCHIVE_RATIO_MAX);
             break;
@@ -304,8 +305,8 @@ static int staged_install(int skillsfd, const skills_archive *a) {
     fawn_random_hex(staging + strlen(staging), 8);
     if (mkdirat(skillsfd, staging, 0755) < 0)
         return fawn_err_sys(FAWN_EIO, errno, "create the staging directory");
-    _cleanup_close_ int stagefd =
-        fsx_open_beneath(skillsfd, staging, O_RDONLY | O_DIRECTORY, 0, FSX_NO_SYMLINKS);
+    _cleanup_close_ int stagefd = fsx_open_beneath(skillsfd, staging, O_RDONLY | O_DIRECTORY, 0,
+                                                   FSX_NO_SYMLINKS);
     int r = stagefd >= 0 ? 0 : stagefd;
     for (size_t i = 0; r == 0 && i < a->n; i++)
         r = file_write(stagefd, &a->files[i]);
