@@ -5,6 +5,7 @@
 // offered and called; a role denied a skill neither sees nor uses it;
 // hostile names and front matter are refused or kept as inert text.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -69,7 +70,7 @@ describe('skills', () => {
     const thread = await client.threads.create();
     const first = fake.requests.length;
     const values = await client.runs.wait(thread.thread_id, 'lead_agent', { input: human(text) });
-    return { values, requests: fake.requests.slice(first).map((r) => r.body) };
+    return { values, threadId: thread.thread_id, requests: fake.requests.slice(first).map((r) => r.body) };
   }
 
   it('enable and disable: administrators only, for everyone, reflected by GET', async () => {
@@ -197,5 +198,74 @@ describe('skills', () => {
     assert.deepEqual([del.status, del.json], [200, { success: true }]);
     assert.equal((await api('GET', '/api/skills/custom/my-notes', undefined, bob)).status, 404);
     assert.equal((await api('DELETE', '/api/skills/custom/my-notes', undefined, bob)).status, 404);
+  });
+
+  /**
+   * A zip of files ({path: text}) written into the thread's outputs as name;
+   * mode, when given, is the unix mode recorded for an entry (a symlink or a
+   * device, as a hostile archive records it).
+   */
+  function zipInto(who, threadId, name, files, modes = {}) {
+    const outputs = path.join(srv.home, 'users', who.id, 'threads', threadId, 'user-data', 'outputs');
+    fs.mkdirSync(outputs, { recursive: true });
+    const script = `
+import json, sys, zipfile
+files, modes = json.load(sys.stdin)
+dest = sys.argv[1]
+with zipfile.ZipFile(dest, 'w', zipfile.ZIP_DEFLATED) as z:
+    for name, text in files.items():
+        info = zipfile.ZipInfo(name)
+        info.compress_type = zipfile.ZIP_DEFLATED
+        info.create_system = 3
+        info.external_attr = int(modes.get(name, 0o100644)) << 16
+        z.writestr(info, text)
+`;
+    execFileSync('python3', ['-c', script, path.join(outputs, name)], { input: JSON.stringify([files, modes]) });
+  }
+
+  it('installs a .skill archive from a thread\'s outputs as the caller\'s own; hostile archives refused', async () => {
+    const dave = await setupUser(srv, 'dave');
+    const { threadId } = await run(dave, 'make me a skill', reply('made'));
+    const doc = '---\nname: zipped\ndescription: Installed from an archive\nallowed-tools: [bash]\n---\nZIPPED-BODY\n';
+    zipInto(dave, threadId, 'zipped.skill', { 'zipped/SKILL.md': doc, 'zipped/scripts/run.sh': 'echo hi\n' });
+    const install = (p, who = dave, thread = threadId) => api('POST', '/api/skills/install', { thread_id: thread, path: p }, who);
+    const ok = await install('mnt/user-data/outputs/zipped.skill');
+    assert.equal(ok.status, 200, ok.text);
+    assert.deepEqual([ok.json.success, ok.json.skill_name], [true, 'zipped']);
+    assert.equal((await install('/mnt/user-data/outputs/zipped.skill')).status, 409, 'installed once');
+    const mine = await api('GET', '/api/skills/custom/zipped', undefined, dave);
+    assert.equal(mine.json.content, doc);
+    assert.equal((await api('GET', '/api/skills/custom/zipped', undefined, bob)).status, 404, "not another user's");
+    assert.equal((await install('/mnt/user-data/outputs/zipped.skill', bob)).status, 404, "another user's thread");
+    // Activated by its slash command, its allowed-tools enforced.
+    const used = await run(dave, '/zipped go', reply('ok'));
+    assert.ok(systemText(used.requests[0]).includes('ZIPPED-BODY'));
+    assert.deepEqual(toolNames(used.requests[0]), ['bash', 'read_file']);
+    // Hostile archives: each refused, nothing installed.
+    const good = (name) => `---\nname: ${name}\ndescription: d\n---\n`;
+    const hostile = {
+      'slip.skill': [{ 'SKILL.md': good('slip'), '../../escape.txt': 'x' }],
+      'abs.skill': [{ 'SKILL.md': good('abs'), '/etc/cron.d/x': 'x' }],
+      'link.skill': [{ 'SKILL.md': good('link'), 'link': '/etc/passwd' }, { link: 0o120777 }],
+      'dev.skill': [{ 'SKILL.md': good('dev'), 'dev': '' }, { dev: 0o020644 }],
+      'bomb.skill': [{ 'SKILL.md': good('bomb'), 'zeros': '\0'.repeat(3 << 20) }],
+      'elf.skill': [{ 'SKILL.md': good('elf'), 'tool': '\x7fELF\x02\x01\x01' }],
+      'nodoc.skill': [{ 'README.md': 'x' }],
+      'badname.skill': [{ 'SKILL.md': '---\nname: ../x\ndescription: d\n---\n' }],
+      'badkey.skill': [{ 'SKILL.md': '---\nname: badkey\ndescription: d\nhooks: x\n---\n' }],
+    };
+    for (const [name, [files, modes]] of Object.entries(hostile)) {
+      zipInto(dave, threadId, name, files, modes);
+      const r = await install(`/mnt/user-data/outputs/${name}`);
+      assert.equal(r.status, 400, `${name}: ${r.text}`);
+    }
+    fs.writeFileSync(path.join(srv.home, 'users', dave.id, 'threads', threadId, 'user-data', 'outputs', 'junk.skill'), 'not a zip');
+    assert.equal((await install('/mnt/user-data/outputs/junk.skill')).status, 400);
+    assert.equal((await install('/mnt/user-data/outputs/missing.skill')).status, 404);
+    assert.equal((await install('/mnt/user-data/workspace/zipped.skill')).status, 400, 'outputs only');
+    assert.equal((await install('/mnt/user-data/outputs/zipped.zip')).status, 400, '.skill only');
+    assert.equal((await install('/mnt/user-data/outputs/../../../etc/passwd.skill')).status, 400);
+    assert.deepEqual((await api('GET', '/api/skills/custom', undefined, dave)).json.skills.map((k) => k.name), ['zipped']);
+    assert.deepEqual(fs.readdirSync(path.join(srv.home, 'users', dave.id, 'skills')), ['zipped'], 'no staging left behind');
   });
 });
