@@ -61,17 +61,11 @@ static int entry_path_check(bool *ignored, const char *path) {
 
 /* Executable binaries (ELF, PE, Mach-O) are refused, as DeerFlow does. */
 static bool executable_magic(const char *data, size_t n) {
-    static const char *const magics[] = {"\x7f"
-                                         "ELF",
-                                         "MZ",
-                                         "\xfe\xed\xfa\xce",
-                                         "\xfe\xed\xfa\xcf",
-                                         "\xce\xfa\xed\xfe",
-                                         "\xcf\xfa\xed\xfe",
-                                         "\xca\xfe\xba\xbe",
-                                         "\xbe\xba\xfe\xca",
-                                         "\xca\xfe\xba\xbf",
-                                         "\xbf\xba\xfe\xca"};
+    static const char *const magics[] = {"\177ELF",          "MZ",
+                                         "\xfe\xed\xfa\xce", "\xfe\xed\xfa\xcf",
+                                         "\xce\xfa\xed\xfe", "\xcf\xfa\xed\xfe",
+                                         "\xca\xfe\xba\xbe", "\xbe\xba\xfe\xca",
+                                         "\xca\xfe\xba\xbf", "\xbf\xba\xfe\xca"};
     for (size_t i = 0; i < ARRAY_LEN(magics); i++) {
         size_t m = strlen(magics[i]);
         if (n >= m && memcmp(data, magics[i], m) == 0)

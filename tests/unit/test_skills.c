@@ -455,9 +455,7 @@ static void archives_are_read_within_bounds(void **state) {
         {FILE_OF("a//b", "x"), "unsafe member path"},
         {FILE_OF("a/b/c/d/e/f/g/h/i", "x"), "unsafe member path"},
         {{"link", AE_IFLNK, NULL, 0}, "link or a special file"},
-        {FILE_OF("tool", "\x7f"
-                         "ELF\x02\x01"),
-         "executable binary"},
+        {FILE_OF("tool", "\177ELF\x02\x01"), "executable binary"},
         {FILE_OF("SKILL.md", "---\nname: x\n---\n"), "Missing 'description'"},
     };
     for (size_t i = 0; i < ARRAY_LEN(hostile); i++) {
