@@ -244,6 +244,66 @@ int skills_archive_read(skills_archive *out, const void *data, size_t len) {
     return r;
 }
 
+/* Whether the entry at path is member: the same path, or member in the
+ * archive's top directory (DeerFlow's name/SKILL.md layout). */
+static bool member_is(const char *path, const char *member) {
+    if (strcmp(path, member) == 0)
+        return true;
+    size_t top = strcspn(path, "/");
+    return path[top] == '/' && strcmp(path + top + 1, member) == 0;
+}
+
+/* Reads entries until member, which is kept in rd->out as its one file;
+ * the others are skipped unread but counted. */
+static int member_find(reading *rd, const char *member) {
+    for (;;) {
+        struct archive_entry *e;
+        int st = archive_read_next_header(rd->ar, &e);
+        if (st == ARCHIVE_EOF)
+            return fawn_err(FAWN_ENOENT, "File '%s' not found in skill archive", member);
+        if (st != ARCHIVE_OK)
+            return fawn_err(FAWN_EINVAL, "Not a valid skill archive: %s",
+                            archive_error_string(rd->ar) ?: "unreadable");
+        if (++rd->entries > SKILLS_ARCHIVE_ENTRIES_MAX)
+            return fawn_err(FAWN_EINVAL, "Skill archive contains more than %d entries",
+                            SKILLS_ARCHIVE_ENTRIES_MAX);
+        const char *path = archive_entry_pathname(e);
+        bool ignored = false;
+        if (!path || entry_path_check(&ignored, path) < 0 || ignored || !member_is(path, member))
+            continue;
+        if (archive_entry_filetype(e) != AE_IFREG || archive_entry_hardlink(e) ||
+            archive_entry_symlink(e))
+            return fawn_err(FAWN_ENOENT, "File '%s' not found in skill archive", member);
+        return file_keep(rd, path);
+    }
+}
+
+int skills_archive_member(char **out, size_t *n, const void *data, size_t len, const char *member) {
+    *out = NULL;
+    *n = 0;
+    bool ignored = false;
+    if (len > SKILLS_ARCHIVE_MAX)
+        return fawn_err(FAWN_EINVAL, "Skill archive is larger than %zu bytes", SKILLS_ARCHIVE_MAX);
+    if (entry_path_check(&ignored, member) < 0 || ignored)
+        return fawn_err(FAWN_ENOENT, "File not found in skill archive");
+    skills_archive a = {0};
+    reading rd = {.ar = archive_read_new(), .archive_len = len, .out = &a};
+    if (!rd.ar)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    int r = archive_read_support_format_zip(rd.ar) == ARCHIVE_OK &&
+                    archive_read_open_memory(rd.ar, data, len) == ARCHIVE_OK
+                ? member_find(&rd, member)
+                : fawn_err(FAWN_EINVAL, "Not a valid skill archive: %s",
+                           archive_error_string(rd.ar) ?: "unreadable");
+    archive_read_free(rd.ar);
+    if (r == 0) {
+        *out = steal_ptr(a.files[0].data);
+        *n = a.files[0].size;
+    }
+    skills_archive_clear(&a);
+    return r;
+}
+
 void skills_archive_clear(skills_archive *a) {
     for (size_t i = 0; i < a->n; i++) {
         free(a->files[i].path);

@@ -175,6 +175,15 @@ FAWN_MUST_CHECK int skills_archive_read(skills_archive *out, const void *data, s
 
 void skills_archive_clear(skills_archive *a);
 
+/* The file member (a relative path, as an entry name must be) of the zip
+ * archive data (len bytes): the entry of that path, or of that path in the
+ * archive's top directory, read within the bounds above, into *out (*n
+ * bytes; caller frees). FAWN_ENOENT "File 'MEMBER' not found in skill
+ * archive" when there is no such regular file, FAWN_EINVAL for an archive
+ * that cannot be read or passes a bound. */
+FAWN_MUST_CHECK int skills_archive_member(char **out, size_t *n, const void *data, size_t len,
+                                          const char *member);
+
 /* Installs a as user's own skill under home: written whole into a hidden
  * staging directory (never through a symlink), then renamed into place.
  * FAWN_EEXIST "Skill 'NAME' already exists" when the user has one of that

@@ -237,6 +237,15 @@ with zipfile.ZipFile(dest, 'w', zipfile.ZIP_DEFLATED) as z:
     assert.equal(mine.json.content, doc);
     assert.equal((await api('GET', '/api/skills/custom/zipped', undefined, bob)).status, 404, "not another user's");
     assert.equal((await install('/mnt/user-data/outputs/zipped.skill', bob)).status, 404, "another user's thread");
+    // Its files are served from inside the archive, as DeerFlow serves them.
+    const base = `/api/threads/${threadId}/artifacts/mnt/user-data/outputs/zipped.skill`;
+    const member = await api('GET', `${base}/SKILL.md`, undefined, dave);
+    assert.equal(member.status, 200, member.text);
+    assert.equal(member.text, doc);
+    assert.match(member.headers['content-type'], /^text\/markdown/);
+    assert.equal((await api('GET', `${base}/zipped/scripts/run.sh`, undefined, dave)).text, 'echo hi\n');
+    assert.equal((await api('GET', `${base}/nope.md`, undefined, dave)).status, 404);
+    assert.equal((await api('GET', `${base}/SKILL.md`, undefined, bob)).status, 404, "another user's thread");
     // Activated by its slash command, its allowed-tools enforced.
     const used = await run(dave, '/zipped go', reply('ok'));
     assert.ok(systemText(used.requests[0]).includes('ZIPPED-BODY'));

@@ -495,6 +495,34 @@ static void archives_are_read_within_bounds(void **state) {
     assert_int_equal(skills_archive_read(&a, "", SKILLS_ARCHIVE_MAX + 1), FAWN_EINVAL);
 }
 
+static void archive_members_are_read_one_at_a_time(void **state) {
+    zip_entry files[] = {FILE_OF("zipped/SKILL.md", DOC),
+                         FILE_OF("zipped/refs/a.md", "A\n"),
+                         {"zipped/link", AE_IFLNK, NULL, 0}};
+    size_t len = 0, n = 99;
+    char *zip = zip_make(&len, files, ARRAY_LEN(files)), *data = (char *)"poison";
+    assert_int_equal(skills_archive_member(&data, &n, zip, len, "SKILL.md"), 0);
+    assert_int_equal(n, sizeof DOC - 1);
+    assert_memory_equal(data, DOC, n);
+    free(data);
+    assert_int_equal(skills_archive_member(&data, &n, zip, len, "zipped/refs/a.md"), 0);
+    assert_memory_equal(data, "A\n", 2);
+    free(data);
+    const char *missing[] = {"nope", "link", "../SKILL.md", "/SKILL.md", ".hidden", "refs//a.md"};
+    for (size_t i = 0; i < ARRAY_LEN(missing); i++) {
+        data = (char *)"poison";
+        assert_int_equal(skills_archive_member(&data, &n, zip, len, missing[i]), FAWN_ENOENT);
+        assert_null(data);
+        assert_int_equal(n, 0);
+    }
+    free(zip);
+    zip_entry bomb[] = {{"zeros", AE_IFREG, NULL, (size_t)2 << 20}};
+    zip = zip_make(&len, bomb, 1);
+    assert_int_equal(skills_archive_member(&data, &n, zip, len, "zeros"), FAWN_EINVAL);
+    free(zip);
+    assert_int_equal(skills_archive_member(&data, &n, "junk", 4, "SKILL.md"), FAWN_EINVAL);
+}
+
 static void archives_install_once_through_a_staging_directory(void **state) {
     char home[] = "/tmp/fawn-skills-arch-XXXXXX", path[PATH_MAX];
     assert_non_null(mkdtemp(home));
@@ -531,6 +559,7 @@ int main(void) {
         cmocka_unit_test(written_skills_are_validated_as_deerflow_does),
         cmocka_unit_test(custom_skills_live_under_their_user_and_never_through_links),
         cmocka_unit_test(archives_are_read_within_bounds),
+        cmocka_unit_test(archive_members_are_read_one_at_a_time),
         cmocka_unit_test(archives_install_once_through_a_staging_directory),
     };
     return cmocka_run_group_tests_name("skills", tests, NULL, NULL);
