@@ -6,7 +6,9 @@
  * - a skill has a valid name, at most SKILLS_ARCHIVE_ENTRIES_MAX files,
  *   each at most SKILLS_ARCHIVE_FILE_MAX bytes, SKILLS_ARCHIVE_TOTAL_MAX in
  *   all, and relative paths with no "..", empty or hidden component;
- * - it holds a SKILL.md. */
+ * - it holds a SKILL.md;
+ * - one member (as artifact GET reads x.skill/SKILL.md) is a file of at most
+ *   SKILLS_ARCHIVE_FILE_MAX bytes, FAWN_ENOENT or FAWN_EINVAL. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +30,18 @@ static bool path_plain(const char *path) {
     return true;
 }
 
+/* The member read of skills_archive_member keeps its contract. */
+static void member_check(const uint8_t *data, size_t size) {
+    char *text = (char *)data;
+    size_t n = 1;
+    int r = skills_archive_member(&text, &n, data, size, "SKILL.md");
+    check(r == 0 || r == FAWN_ENOENT || r == FAWN_EINVAL);
+    check(r == 0 ? n <= SKILLS_ARCHIVE_FILE_MAX && text != NULL : text == NULL && n == 0);
+    free(text);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    member_check(data, size);
     skills_archive a;
     memset(&a, 0xA5, sizeof a);
     int r = skills_archive_read(&a, data, size);
