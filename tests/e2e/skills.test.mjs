@@ -225,9 +225,15 @@ with zipfile.ZipFile(dest, 'w', zipfile.ZIP_DEFLATED) as z:
 
   it('installs a .skill archive from a thread\'s outputs as the caller\'s own; hostile archives refused', async () => {
     const dave = await setupUser(srv, 'dave');
-    const { threadId } = await run(dave, 'make me a skill', reply('made'));
     const doc = '---\nname: zipped\ndescription: Installed from an archive\nallowed-tools: [bash]\n---\nZIPPED-BODY\n';
-    zipInto(dave, threadId, 'zipped.skill', { 'zipped/SKILL.md': doc, 'zipped/scripts/run.sh': 'echo hi\n' });
+    // The agent makes the archive in its sandbox, in the thread's outputs.
+    const pack = 'import sys, zipfile\nz = zipfile.ZipFile("/mnt/user-data/outputs/zipped.skill", "w", zipfile.ZIP_DEFLATED)\n' +
+      `z.writestr("zipped/SKILL.md", ${JSON.stringify(doc)})\nz.writestr("zipped/scripts/run.sh", "echo hi\\n")\nz.close()\n`;
+    const made = await run(dave, 'make me a skill',
+      reply('', [call('bash', { description: 'pack the skill', command: `python3 - <<'EOF'\n${pack}EOF` })]), reply('made'));
+    const threadId = made.threadId;
+    const packed = made.requests[1].messages.find((m) => m.role === 'tool');
+    assert.equal(JSON.parse(packed.content).tool_status.status, 'success', packed.content);
     const install = (p, who = dave, thread = threadId) => api('POST', '/api/skills/install', { thread_id: thread, path: p }, who);
     const ok = await install('mnt/user-data/outputs/zipped.skill');
     assert.equal(ok.status, 200, ok.text);
