@@ -12,6 +12,7 @@
 
 #include "agent/agent.h"
 #include "tools/tools.h"
+#include "skills/skills.h"
 #include "base/base.h"
 
 /* One model call as hooks see it. */
@@ -83,6 +84,8 @@ typedef struct agent_loop {
     char *uploads_note;   /* uploads: what the model is told of them, or NULL */
     bool memory_checked;  /* memory: the owner's facts were read */
     char *memory_context; /* memory: the hidden context given to the model, or NULL */
+    json_t *skill_tools;  /* skills: allowed-tools of the active skill, or NULL (no limit) */
+    char skill[SKILLS_NAME_MAX + 1]; /* skills: the active skill's name, or "" */
 } agent_loop;
 
 /* The chain (hooks.c): the order the run walks the hooks in. */
@@ -95,7 +98,8 @@ extern const agent_hook hook_input_sanitization, hook_uploads, hook_dangling_too
 extern const agent_hook hook_memory;                                            /* hooks_memory.c */
 extern const agent_hook hook_tool_output_budget, hook_tool_authorization, hook_read_before_write,
     hook_delivery_check, hook_loop_detection, hook_clarification,
-    hook_tool_errors; /* hooks_tools.c */
+    hook_tool_errors;                /* hooks_tools.c */
+extern const agent_hook hook_skills; /* hooks_skills.c */
 
 /* ---- run_context.c: what a hook may ask of its run ---- */
 
@@ -154,6 +158,15 @@ FAWN_MUST_CHECK int agent_box_write(agent_loop *run, const char *path, const cha
  * list of one text part gives the text a string gives. *out is new (NULL
  * on failure); FAWN_EINVAL for other content, FAWN_ENOMEM. */
 FAWN_MUST_CHECK int agent_input_fence(json_t **out, const json_t *content);
+
+/* Appends the n bytes of text to b defanged as agent_input_fence defangs
+ * the user's text (read on from a newline): what is written holds neither
+ * "<<<" nor ">>>", so untrusted text between fawn's markers cannot open or
+ * close one. */
+FAWN_MUST_CHECK int agent_text_defang(fbuf *b, const char *text, size_t n);
+
+/* Appends text as a JSON string whose '<' and '>' are escaped too. */
+FAWN_MUST_CHECK int agent_text_quote(fbuf *b, const char *text);
 
 /* Files one uploads note names; past it, it says how many more there are. */
 #define AGENT_UPLOADS_NOTE_FILES_MAX 10

@@ -13,12 +13,12 @@
  * the rule at agent_hook (before_* and sandbox_acquired first to last,
  * wrap_* nested with the first outermost, after_* last to first), so the
  * hooks run as:
- *   before_agent      dangling_tool_calls
+ *   before_agent      dangling_tool_calls, then skills
  *   sandbox_acquired  delivery_check (outputs as the run found them)
  *   before_model      input_sanitization, then uploads, then memory
  *   wrap_model        model_errors > empty_final_retry > the model
  *   after_model       finish_reasons, then loop_detection
- *   wrap_tool         tool_output_budget > tool_authorization > read_before_write
+ *   wrap_tool         tool_output_budget > tool_authorization > skills > read_before_write
  *                     > delivery_check > loop_detection > clarification
  *                     > tool_errors > the tool
  *   after_agent       title, then delivery_check
@@ -30,11 +30,22 @@
  * uploads note goes before the fenced user text, outside the fence; the
  * memory context goes after the system prompt, fenced on its own. */
 const agent_hook *const agent_hooks[] = {
-    &hook_input_sanitization,  &hook_uploads,           &hook_tool_output_budget,
-    &hook_dangling_tool_calls, &hook_model_errors,      &hook_tool_authorization,
-    &hook_read_before_write,   &hook_delivery_check,    &hook_title,
-    &hook_loop_detection,      &hook_empty_final_retry, &hook_finish_reasons,
-    &hook_clarification,       &hook_tool_errors,       &hook_memory,
+    &hook_input_sanitization,
+    &hook_uploads,
+    &hook_tool_output_budget,
+    &hook_dangling_tool_calls,
+    &hook_model_errors,
+    &hook_tool_authorization,
+    &hook_skills,
+    &hook_read_before_write,
+    &hook_delivery_check,
+    &hook_title,
+    &hook_loop_detection,
+    &hook_empty_final_retry,
+    &hook_finish_reasons,
+    &hook_clarification,
+    &hook_tool_errors,
+    &hook_memory,
 };
 const size_t agent_hooks_count = ARRAY_LEN(agent_hooks);
 
@@ -83,6 +94,11 @@ static int defang_append(fbuf *b, fence_run *run, const char *text, size_t n) {
             r = fbuf_append(b, p++, 1);
     }
     return r;
+}
+
+int agent_text_defang(fbuf *b, const char *text, size_t n) {
+    fence_run run = {.last = '\n'};
+    return defang_append(b, &run, text, n);
 }
 
 /* The text of a text part ({"type": "text", "text": "..."}), or NULL. */
@@ -188,8 +204,7 @@ const agent_hook hook_input_sanitization = {.name = "input_sanitization",
 
 #define UPLOADS_DIR VPATH_USER_DATA "/uploads"
 
-/* Appends text as a JSON string with '<' and '>' escaped too. */
-static int quoted_append(fbuf *b, const char *text) {
+int agent_text_quote(fbuf *b, const char *text) {
     json_t *s = json_string(text);
     char *q = s ? json_dumps(s, JSON_ENCODE_ANY) : NULL;
     json_decref(s);
@@ -243,7 +258,7 @@ static int note_lines(fbuf *b, size_t *named, size_t *more, const json_t *files,
         snprintf(path, sizeof path, "%s/%s", UPLOADS_DIR, name);
         r = fbuf_printf(b, "- ");
         if (r == 0)
-            r = quoted_append(b, path);
+            r = agent_text_quote(b, path);
         if (r == 0)
             r = fbuf_printf(b, " (%lld bytes)\n",
                             (long long)json_integer_value(json_object_get(e, "size")));

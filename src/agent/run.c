@@ -221,6 +221,7 @@ static void run_free(agent_loop *run) {
     json_decref(run->presented);
     json_decref(run->outputs_before);
     json_decref(run->recent_calls);
+    json_decref(run->skill_tools);
     free(run->uploads_note);
     free(run->memory_context);
     free(run->error);

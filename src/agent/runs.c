@@ -144,6 +144,8 @@ static agent_params params_of(run_manager *m, run_entry *e, const sbx_cancel *ca
         .model_name = e->has_model ? e->model : NULL,
         .recursion_limit = e->recursion_limit,
         .command_timeout_s = m->limits.command_timeout_s,
+        .skills_dir = m->limits.skills_dir,
+        .home = m->limits.home,
         .input = e->input,
         .title = e->title,
         .checkpoint_id = e->checkpoint_id,

@@ -61,7 +61,9 @@ static int executor_start(app *a) {
                           .per_user_active_max = rc->per_user_active_max,
                           .per_user_running_max = rc->per_user_running_max,
                           .command_timeout_s = a->cfg->sandbox.exec_timeout_s,
-                          .memory = &a->cfg->memory};
+                          .memory = &a->cfg->memory,
+                          .skills_dir = a->cfg->sandbox.skills_dir,
+                          .home = a->cfg->home};
     return runs_new(&a->runs, a->st, a->sandboxes, a->models, a->policy, &limits);
 }
 

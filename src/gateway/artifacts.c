@@ -4,9 +4,11 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include "base/fsx.h"
 #include "base/json.h"
 #include "paths/paths.h"
+#include "skills/skills.h"
 
 /* A single range is at most "bytes=" and two 20-digit numbers; a longer value
  * is padding or a list and is ignored without being read through. */
@@ -21,6 +24,8 @@
 #define SHA256_HEX_LEN 64
 
 #define MSG_TRAVERSAL "Access denied: path traversal detected"
+/* Where a path goes on inside a .skill archive (DeerFlow's marker). */
+#define SKILL_ARCHIVE_MARK ".skill/"
 #define MSG_ONLY_OUTPUTS "Only files under " VPATH_USER_DATA "/outputs are allowed"
 
 /* ---- paths ---- */
@@ -356,6 +361,70 @@ static void get_apply_range(artifact_response *out, const char *range_header) {
     }
 }
 
+/* Fills out for the file name of size bytes open as fd (taken). */
+static void get_fill(artifact_response *out, const char *name, uint64_t size, int fd,
+                     const char *range_header, bool download) {
+    const media_type *mt = media_type_for(name);
+    snprintf(out->content_type, sizeof out->content_type, "%s%s", mt->type,
+             mt->text ? "; charset=utf-8" : "");
+    disposition_build(out->content_disposition, sizeof out->content_disposition,
+                      download || media_type_active(mt->type), name);
+    out->size = size;
+    get_apply_range(out, range_header);
+    if (out->status != 416)
+        out->fd = fd;
+    else
+        close(fd);
+}
+
+/* The n bytes of data in an anonymous memory file, open for reading at
+ * *fd: an archive member is served as a file is. */
+static int memory_file(int *fd, const char *data, size_t n) {
+    *fd = memfd_create("skill-member", MFD_CLOEXEC);
+    if (*fd < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "memfd_create");
+    int r = fawn_write_all(*fd, data, n);
+    if (r < 0) {
+        close(*fd);
+        *fd = -1;
+    }
+    return r;
+}
+
+/* A file inside a .skill archive of the user-data (DeerFlow's
+ * outputs/x.skill/SKILL.md): the archive at the path up to the marker,
+ * the member after it, read within the archive bounds (skills.h). */
+static int get_member(artifact_response *out, const vpath_roots *roots, const vpath_target *t,
+                      const char *range_header, bool download) {
+    const char *mark = strstr(t->shown, SKILL_ARCHIVE_MARK);
+    char archive[VPATH_SHOWN_MAX];
+    snprintf(archive, sizeof archive, "%.*s", (int)(mark - t->shown + strlen(".skill")), t->shown);
+    const char *member = mark + strlen(SKILL_ARCHIVE_MARK);
+    const vpath_roots user_data_only = {.user_data_fd = roots->user_data_fd, .skills_fd = -1};
+    vpath_target at;
+    struct stat st;
+    _cleanup_close_ int fd = -1;
+    char *zip = NULL, *data = NULL;
+    size_t len = 0, n = 0;
+    int r = vpath_resolve(&at, &user_data_only, archive, false);
+    if (r == 0 && (r = vpath_open_regular(&fd, &st, &at)) < 0)
+        r = get_open_err(r, &at);
+    if (r == 0 && (r = fawn_read_all(&zip, &len, fd, SKILLS_ARCHIVE_MAX)) == FAWN_E2BIG)
+        r = fawn_err(FAWN_EINVAL, "Skill archive is larger than %zu bytes", SKILLS_ARCHIVE_MAX);
+    if (r == 0)
+        r = skills_archive_member(&data, &n, zip, len, member);
+    int mfd = -1;
+    if (r == 0)
+        r = memory_file(&mfd, data, n);
+    free(zip);
+    free(data);
+    if (r < 0)
+        return r;
+    const char *slash = strrchr(member, '/');
+    get_fill(out, slash ? slash + 1 : member, n, mfd, range_header, download);
+    return 0;
+}
+
 int artifact_get(artifact_response *out, const vpath_roots *roots, const char *encoded_tail,
                  const char *range_header, bool download) {
     *out = (artifact_response){.fd = -1};
@@ -366,17 +435,11 @@ int artifact_get(artifact_response *out, const vpath_roots *roots, const char *e
     _cleanup_close_ int fd = -1;
     struct stat st;
     if ((r = vpath_open_regular(&fd, &st, &t)) < 0)
-        return get_open_err(r, &t);
-    const char *name = vpath_target_name(&t);
-    const media_type *mt = media_type_for(name);
-    snprintf(out->content_type, sizeof out->content_type, "%s%s", mt->type,
-             mt->text ? "; charset=utf-8" : "");
-    disposition_build(out->content_disposition, sizeof out->content_disposition,
-                      download || media_type_active(mt->type), name);
-    out->size = (uint64_t)st.st_size;
-    get_apply_range(out, range_header);
-    if (out->status != 416)
-        out->fd = steal_fd(fd);
+        return strstr(t.shown, SKILL_ARCHIVE_MARK)
+                   ? get_member(out, roots, &t, range_header, download)
+                   : get_open_err(r, &t);
+    get_fill(out, vpath_target_name(&t), (uint64_t)st.st_size, steal_fd(fd), range_header,
+             download);
     return 0;
 }
 

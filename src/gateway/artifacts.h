@@ -69,12 +69,19 @@ typedef struct artifact_response {
  * (status 200, the whole file). Send the body with artifact_body_read, which
  * tells a file that shrank while it was being sent.
  *
+ * A path that goes on past a file whose name ends in ".skill" (x.skill/M)
+ * names M inside that zip archive (skills_archive_member: M itself or
+ * M in its top directory, read within the archive bounds), served from
+ * memory as a file is: its media type by its name, ranges, disposition.
+ *
  * Returns 0 with out filled, or (out->fd = -1) the path errors above and:
  *   FAWN_EINVAL "Path must start with /mnt/user-data" for any other path,
+ *               an archive that cannot be read or passes a bound,
  *               "Path is not a file: P" for a directory or special file;
  *   FAWN_ENOENT "Artifact not found: P" for a missing file, a staging file,
  *               anything under /mnt/skills, and /mnt/user-data entries other
- *               than its three directories;
+ *               than its three directories; "File 'M' not found in skill
+ *               archive" for an archive without M;
  *   FAWN_EIO. */
 FAWN_MUST_CHECK int artifact_get(artifact_response *out, const vpath_roots *roots,
                                  const char *encoded_tail, const char *range_header, bool download);

@@ -183,6 +183,13 @@ static const migration migrations[] = {
      "  UNIQUE (owner_id, content_key));"
      "CREATE INDEX memory_facts_by_owner ON memory_facts(owner_id, created_at_ms);",
      NULL},
+    /* 9: skills an administrator enabled or disabled (a skill without a row
+     * is enabled) */
+    {"CREATE TABLE skill_states ("
+     "  name TEXT PRIMARY KEY,"
+     "  enabled INTEGER NOT NULL CHECK (enabled IN (0, 1)),"
+     "  updated_at_ms INTEGER NOT NULL);",
+     NULL},
 };
 
 int sq_err(sqlite3 *db, int rc, const char *what) {

@@ -470,5 +470,17 @@ FAWN_MUST_CHECK int store_fact_delete(store *s, int64_t owner_id, const char *id
  * FAWN_EEXIST naming a duplicate content. */
 FAWN_MUST_CHECK int store_fact_replace(store *s, int64_t owner_id, const store_fact *facts,
                                        size_t n, size_t max);
+/* ---- skill states (sqlite_skills.c) ---- */
+
+/* Longest skill name kept (DeerFlow's limit on a skill's name). */
+#define STORE_SKILL_NAME_MAX 64
+
+/* Records that skill `name` (1..STORE_SKILL_NAME_MAX bytes) is enabled or
+ * not, for every user. FAWN_EINVAL for a bad name. */
+FAWN_MUST_CHECK int store_skill_state_set(store *s, const char *name, bool enabled);
+
+/* The recorded states: a new object {name: true|false} into *out (caller
+ * decrefs); a skill it does not name has no recorded state. */
+FAWN_MUST_CHECK int store_skill_states(store *s, json_t **out);
 
 #endif

@@ -492,13 +492,13 @@ describe("DeerFlow's web UI against fawn", () => {
       assert.deepEqual(await get('/api/mcp/config'), { mcp_servers: {} });
     });
 
-    it("GET /api/skills: the skills directory's skills the role may use, read-only and not given to the agent", async () => {
+    it("GET /api/skills: the skills directory's skills the role may use, enabled unless disabled, read-only", async () => {
       const all = await get('/api/skills');
       assert.deepEqual(all.skills.map((k) => [k.category, k.name]), [
         ['custom', '<b onmouseover=alert(1)>'], ['custom', 'secret-skill'], ['public', 'pdf'],
       ]);
       assert.deepEqual(all.skills[2], {
-        name: 'pdf', category: 'public', description: 'Read and fill PDF forms', license: 'Apache-2.0', enabled: false, editable: false,
+        name: 'pdf', category: 'public', description: 'Read and fill PDF forms', license: 'Apache-2.0', enabled: true, editable: false,
       });
       assert.equal(all.skills[0].description, '<script>alert(1)</script>', 'text, as the file says it');
       const bobs = await get('/api/skills', bob);

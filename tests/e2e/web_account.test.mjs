@@ -116,8 +116,8 @@ describe('web UI: account and administration', () => {
     await page.getByText('2 skills.').waitFor();
     const rows = page.locator('table.grid tbody tr');
     const cells = async (i) => rows.nth(i).locator('td').allTextContents();
-    assert.deepEqual(await cells(0), [HOSTILE_SKILL, 'custom', HOSTILE_DESCRIPTION, '<b>MIT</b>', 'no']);
-    assert.deepEqual(await cells(1), ['pdf', 'public', 'Read and fill PDF forms', 'Apache-2.0', 'no']);
+    assert.deepEqual(await cells(0), [HOSTILE_SKILL, 'custom', HOSTILE_DESCRIPTION, '<b>MIT</b>', 'yes']);
+    assert.deepEqual(await cells(1), ['pdf', 'public', 'Read and fill PDF forms', 'Apache-2.0', 'yes']);
     assert.equal(await page.locator('table.grid img, table.grid script, table.grid a, table.grid b').count(), 0, 'no markup from the files');
     assert.equal(await page.locator('table.grid button, table.grid input').count(), 0, 'read-only');
     await screenshot(page, 'skills');

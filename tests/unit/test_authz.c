@@ -647,7 +647,8 @@ static void test_permission_name(void **state) {
     assert_null(authz_permission_name(AUTHZ_THREADS_READ | AUTHZ_THREADS_WRITE));
     assert_null(authz_permission_name(AUTHZ_ROUTES_ALL));
     assert_string_equal(authz_permission_name(AUTHZ_SANDBOXES_READ), "sandboxes:read");
-    assert_null(authz_permission_name(1u << 7));
+    assert_string_equal(authz_permission_name(AUTHZ_SKILLS_WRITE), "skills:write");
+    assert_null(authz_permission_name(1u << 8));
     assert_null(authz_permission_name(1u << 31));
     assert_null(authz_permission_name(UINT_MAX));
     /* Every name a route permission bit has is accepted in config. */
@@ -721,8 +722,7 @@ static void test_admin_permissions_are_explicit(void **state) {
                   "\"ops\": {\"routes\": {\"allow\": [\"sandboxes:read\"]}},"
                   "\"denied\": {\"routes\": {\"allow\": [\"sandboxes:read\"], "
                   "\"deny\": [\"sandboxes:read\"]}}, \"user\": {}}}");
-    assert_int_equal(authz_route_permissions(p, "admin"),
-                     AUTHZ_THREADS_READ | AUTHZ_SANDBOXES_READ);
+    assert_int_equal(authz_route_permissions(p, "admin"), AUTHZ_THREADS_READ | AUTHZ_ROUTES_ADMIN);
     assert_int_equal(authz_route_permissions(p, "star"), AUTHZ_ROUTES_ALL);
     assert_int_equal(authz_route_permissions(p, "ops"), AUTHZ_SANDBOXES_READ);
     assert_int_equal(authz_route_permissions(p, "denied"), 0);

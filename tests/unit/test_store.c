@@ -61,12 +61,12 @@ static void migrations_bring_schema_current(void **state) {
     fx *x = *state;
     int v = 0;
     assert_int_equal(store_schema_version(x->s, &v), 0);
-    assert_int_equal(v, 8);
+    assert_int_equal(v, 9);
     /* Reopening applies nothing twice. */
     store *again;
     assert_int_equal(store_open(&again, x->path), 0);
     assert_int_equal(store_schema_version(again, &v), 0);
-    assert_int_equal(v, 8);
+    assert_int_equal(v, 9);
     store_close(again);
 }
 
@@ -1201,6 +1201,7 @@ static int64_t make_v5_database(const char *path) {
     snprintf(sql, sizeof sql,
              "DROP TABLE memory_facts;"
              "DROP TABLE thread_messages; ALTER TABLE checkpoints DROP COLUMN message_spans;"
+             "DROP TABLE skill_states;"
              "PRAGMA user_version = 5;"
              "INSERT INTO checkpoints VALUES (%" PRId64 ", 't5', 'c1', '', 'r5', 1, '%s', '{}', 1);"
              "INSERT INTO checkpoints VALUES (%" PRId64
@@ -1228,7 +1229,7 @@ static void migration_moves_whole_states_into_message_rows(void **state) {
     assert_int_equal(store_open(&s, path), 0);
     int v;
     assert_int_equal(store_schema_version(s, &v), 0);
-    assert_int_equal(v, 8);
+    assert_int_equal(v, 9);
     store_checkpoint *list;
     size_t n, omitted;
     assert_int_equal(store_checkpoint_list(s, &list, &n, owner, "t5", NULL, 10), 0);
@@ -1328,6 +1329,29 @@ static void mode_is(const char *path, mode_t want) {
     assert_int_equal(stat(path, &st), 0);
     if ((st.st_mode & 07777) != want)
         fail_msg("%s: mode %04o, want %04o", path, (unsigned)(st.st_mode & 07777), (unsigned)want);
+}
+
+/* Skill states: the last one set for a name wins; a bad name is refused. */
+static void skill_states_keep_the_last_setting(void **state) {
+    fx *x = *state;
+    json_t *states = (json_t *)"poison";
+    assert_int_equal(store_skill_states(x->s, &states), 0);
+    assert_int_equal(json_object_size(states), 0);
+    json_decref(states);
+    assert_int_equal(store_skill_state_set(x->s, "pdf", false), 0);
+    assert_int_equal(store_skill_state_set(x->s, "web", true), 0);
+    assert_int_equal(store_skill_state_set(x->s, "web", false), 0);
+    assert_int_equal(store_skill_state_set(x->s, "pdf", true), 0);
+    char longest[STORE_SKILL_NAME_MAX + 2];
+    memset(longest, 'a', sizeof longest - 1);
+    longest[sizeof longest - 1] = '\0';
+    assert_int_equal(store_skill_state_set(x->s, longest, true), FAWN_EINVAL);
+    assert_int_equal(store_skill_state_set(x->s, "", true), FAWN_EINVAL);
+    assert_int_equal(store_skill_states(x->s, &states), 0);
+    char *dump = json_dumps(states, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(dump, "{\"pdf\":true,\"web\":false}");
+    free(dump);
+    json_decref(states);
 }
 
 /* The database and its journal files are 0600 whatever the umask and
@@ -1507,6 +1531,7 @@ int main(void) {
         cmocka_unit_test(memory_facts_are_owner_scoped_and_bounded),
         cmocka_unit_test(memory_facts_are_validated),
         cmocka_unit_test(memory_import_is_all_or_nothing),
+        cmocka_unit_test(skill_states_keep_the_last_setting),
     };
     return cmocka_run_group_tests_name("store", tests, setup, teardown);
 }
