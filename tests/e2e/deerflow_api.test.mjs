@@ -11,7 +11,7 @@ import { after, before, describe, it } from './lib/test.mjs';
 import { Client } from '@langchain/langgraph-sdk';
 import { z } from 'zod';
 
-import { FawnServer, multipart, request, sanitizerReport, setupAdmin, setupUser } from './lib/server.mjs';
+import { FawnServer, multipart, request, sanitizerReport, setupAdmin, setupUser, skillsDirWith } from './lib/server.mjs';
 import { FakeOpenAI, call, reply } from './lib/fake_openai.mjs';
 
 function sdk(srv, token, base = '/api') {
@@ -87,14 +87,11 @@ describe("DeerFlow's web UI against fawn", () => {
 
   before(async () => {
     fake = await FakeOpenAI.start();
-    skillsDir = fs.mkdtempSync(path.join(os.tmpdir(), 'fawn-e2e-skills-'));
-    const skill = (rel, text) => {
-      fs.mkdirSync(path.join(skillsDir, rel), { recursive: true });
-      fs.writeFileSync(path.join(skillsDir, rel, 'SKILL.md'), text);
-    };
-    skill('pdf', '---\nname: pdf\ndescription: Read and fill PDF forms\nlicense: Apache-2.0\n---\n# PDF\n');
-    skill('custom/secret-skill', '---\ndescription: Only for admins\n---\n');
-    skill('custom/<b onmouseover=alert(1)>', '---\ndescription: "<script>alert(1)</script>"\n---\n');
+    skillsDir = skillsDirWith({
+      pdf: '---\nname: pdf\ndescription: Read and fill PDF forms\nlicense: Apache-2.0\n---\n# PDF\n',
+      'custom/secret-skill': '---\ndescription: Only for admins\n---\n',
+      'custom/<b onmouseover=alert(1)>': '---\ndescription: "<script>alert(1)</script>"\n---\n',
+    });
     srv = await FawnServer.start({
       models: [fake.model()],
       sandbox: { skills_dir: skillsDir },

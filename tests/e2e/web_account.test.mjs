@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from './lib/test.mjs';
 
-import { ADMIN_NAME, ADMIN_PASSWORD, FawnServer, client, login, request, setupAdmin, setupUser } from './lib/server.mjs';
+import { ADMIN_NAME, ADMIN_PASSWORD, FawnServer, client, login, request, setupAdmin, setupUser, skillsDirWith } from './lib/server.mjs';
 import { FakeOpenAI, call, reply } from './lib/fake_openai.mjs';
 import { assertClean, launch, openPage, runEnded, screenshot, sendMessage, signInBrowser, threadIdOf } from './lib/browser.mjs';
 
@@ -25,13 +25,10 @@ describe('web UI: account and administration', () => {
 
   before(async () => {
     fake = await FakeOpenAI.start();
-    skillsDir = fs.mkdtempSync(path.join(os.tmpdir(), 'fawn-e2e-skills-'));
-    const skill = (rel, text) => {
-      fs.mkdirSync(path.join(skillsDir, rel), { recursive: true });
-      fs.writeFileSync(path.join(skillsDir, rel, 'SKILL.md'), text);
-    };
-    skill('pdf', '---\nname: pdf\ndescription: Read and fill PDF forms\nlicense: Apache-2.0\n---\n# PDF\n');
-    skill(`custom/${HOSTILE_SKILL}`, `---\ndescription: ${JSON.stringify(HOSTILE_DESCRIPTION)}\nlicense: "<b>MIT</b>"\n---\n`);
+    skillsDir = skillsDirWith({
+      pdf: '---\nname: pdf\ndescription: Read and fill PDF forms\nlicense: Apache-2.0\n---\n# PDF\n',
+      [`custom/${HOSTILE_SKILL}`]: `---\ndescription: ${JSON.stringify(HOSTILE_DESCRIPTION)}\nlicense: "<b>MIT</b>"\n---\n`,
+    });
     srv = await FawnServer.start({ models: [fake.model('fake')], sandbox: { skills_dir: skillsDir } });
     await setupAdmin(srv);
     browser = await launch();

@@ -41,6 +41,19 @@ export const ADMIN_PASSWORD = 'correct horse battery staple';
 // Text a sanitizer prints when it finds something.
 const SANITIZER_MARKS = ['ERROR: AddressSanitizer', 'ERROR: LeakSanitizer', 'runtime error:'];
 
+/**
+ * A new temporary skills directory holding each skill of skills, an object
+ * {relative directory: SKILL.md text}. The caller removes it (fs.rmSync).
+ */
+export function skillsDirWith(skills) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fawn-e2e-skills-'));
+  for (const [rel, text] of Object.entries(skills)) {
+    fs.mkdirSync(path.join(dir, rel), { recursive: true });
+    fs.writeFileSync(path.join(dir, rel, 'SKILL.md'), text);
+  }
+  return dir;
+}
+
 export function sanitizerReport(text) {
   return SANITIZER_MARKS.some((m) => text.includes(m));
 }
