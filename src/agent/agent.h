@@ -39,6 +39,8 @@
  * whole conversation. Called on the run's thread. */
 typedef void (*agent_emit_fn)(void *ctx, const char *event, char *data);
 
+typedef struct agent_subagents agent_subagents;
+
 typedef struct agent_params {
     store *st;
     sbx_manager *sandboxes;
@@ -66,6 +68,9 @@ typedef struct agent_params {
     /* memory.*: the owner's facts go to the model when enabled and
      * injection_enabled (NULL: memory is off). */
     const fawn_memory_config *memory;
+    /* The sub-agent types the lead may delegate to with `task` (NULL, or
+     * not enabled: no task tool). */
+    const agent_subagents *subagents;
 } agent_params;
 
 typedef struct agent_outcome {
@@ -154,5 +159,47 @@ FAWN_MUST_CHECK int agent_state_save(char checkpoint_id[STORE_RUN_ID_MAX + 1], c
                                      const json_t *values, const char *metadata);
 /* The sandbox scope of a run's lead agent (its own shell session). */
 void agent_scope(char out[SBX_SCOPE_MAX + 1], const char *run_id);
+/* The sandbox scope of the n-th sub-agent (1, 2, ...) a run starts: a shell
+ * session of its own beside the lead's. */
+void agent_task_scope(char out[SBX_SCOPE_MAX + 1], const char *run_id, unsigned n);
+
+/* ---- sub-agents (subagent_types.c) ---- */
+
+/* The tool the lead delegates with: task(description, prompt, subagent_type). */
+#define AGENT_TASK_TOOL "task"
+/* The longest a sub-agent may be given (subagents.timeout_s, a type's timeout_s). */
+#define AGENT_TASK_TIMEOUT_MAX_S 86400
+
+/* A kind of sub-agent: its own system prompt, tools and limits. */
+typedef struct subagent_type {
+    char name[65];       /* [A-Za-z0-9_-]{1,64} */
+    char *description;   /* what the lead is told of it */
+    char *system_prompt; /* the sub-agent's own */
+    json_t *tools;       /* names of the built-in tools it may have (RBAC applies too) */
+    json_t *skills;      /* names of the skills it is offered, or NULL: every one the lead is */
+    char model[MODEL_NAME_MAX + 1]; /* its model, or "": the lead's */
+    uint32_t max_turns;             /* model calls it may make */
+    uint32_t timeout_s;             /* how long it may take */
+} subagent_type;
+
+/* The types from the configuration's subagents section: the built-in
+ * general-purpose (bash, ls, read_file, write_file, str_replace, glob,
+ * grep; 150 turns) and bash (bash, ls, read_file, write_file, str_replace;
+ * 60 turns), then each of subagents.custom ({name, description,
+ * system_prompt, tools?, skills?, model? (a configured model or inherit),
+ * max_turns?, timeout_s?}). A sub-agent never has task, ask_clarification
+ * or present_files. FAWN_ECONFIG naming the bad key; FAWN_ENOMEM. */
+FAWN_MUST_CHECK int agent_subagents_new(agent_subagents **out, const fawn_subagents_config *cfg,
+                                        const model_registry *models);
+void agent_subagents_free(agent_subagents *s);
+/* Whether runs offer the task tool (s not NULL and subagents.enabled). */
+bool agent_subagents_enabled(const agent_subagents *s);
+/* The limits (subagents.*; its custom is NULL). */
+const fawn_subagents_config *agent_subagents_limits(const agent_subagents *s);
+/* The types, in the order the lead is told of them. */
+size_t agent_subagents_count(const agent_subagents *s);
+const subagent_type *agent_subagent_at(const agent_subagents *s, size_t i);
+/* The type named name, or NULL. */
+const subagent_type *agent_subagent_type(const agent_subagents *s, const char *name);
 
 #endif

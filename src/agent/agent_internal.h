@@ -29,13 +29,18 @@ typedef struct agent_model_call {
     bool streamed;  /* text of the reply went out as chunks */
 } agent_model_call;
 
+/* One sub-agent at work (hooks_subagents.c). */
+typedef struct agent_task agent_task;
+
 /* One tool call as hooks see it. */
 typedef struct agent_tool_call {
     const char *id;
     const char *name;
     const json_t *args;
     tool_result result;
-    int code; /* the tool, or a hook answering for it, failed outright: FAWN_E* */
+    int code;         /* the tool, or a hook answering for it, failed outright: FAWN_E* */
+    agent_task *task; /* a task call started by agent_tasks_run: the sub-agent it runs */
+    bool done;        /* answered already (agent_tasks_run): the run loop leaves it */
 } agent_tool_call;
 
 /* A hook: any member may be NULL. before_* and sandbox_acquired run first
@@ -44,7 +49,12 @@ typedef struct agent_tool_call {
  * to answer itself); after_* run last to first. A before_model that sets
  * call->code (and call->error, malloc'd) fails the call: the hooks after it
  * and the model are not called, and the run ends with that error. The
- * chain and the order each point runs it in are in hooks.c (agent_hooks). */
+ * chain and the order each point runs it in are in hooks.c (agent_hooks).
+ *
+ * The task calls of one reply walk wrap_tool at the same time, each on a
+ * thread of its own (agent_tasks_run), while the run's thread waits: for a
+ * call to a tool it does not handle, a wrap_tool reads the run's state and
+ * never changes it. */
 typedef struct agent_hook {
     const char *name;
     void (*before_agent)(struct agent_loop *run);
@@ -86,11 +96,16 @@ typedef struct agent_loop {
     char *memory_context; /* memory: the hidden context given to the model, or NULL */
     json_t *skill_tools;  /* skills: allowed-tools of the active skill, or NULL (no limit) */
     char skill[SKILLS_NAME_MAX + 1]; /* skills: the active skill's name, or "" */
+    agent_task *task;                /* the sub-agent this loop runs, or NULL: the lead */
+    unsigned tasks_started;          /* sub-agents the run has started (the lead's loop) */
 } agent_loop;
 
-/* The chain (hooks.c): the order the run walks the hooks in. */
+/* The chains (hooks.c): the order the lead's loop walks the hooks in, and
+ * a sub-agent's. */
 extern const agent_hook *const agent_hooks[];
 extern const size_t agent_hooks_count;
+extern const agent_hook *const agent_task_hooks[];
+extern const size_t agent_task_hooks_count;
 
 /* The hooks, by the file that defines them. */
 extern const agent_hook hook_input_sanitization, hook_uploads, hook_dangling_tool_calls,
@@ -98,8 +113,9 @@ extern const agent_hook hook_input_sanitization, hook_uploads, hook_dangling_too
 extern const agent_hook hook_memory;                                            /* hooks_memory.c */
 extern const agent_hook hook_tool_output_budget, hook_tool_authorization, hook_read_before_write,
     hook_delivery_check, hook_loop_detection, hook_clarification,
-    hook_tool_errors;                /* hooks_tools.c */
-extern const agent_hook hook_skills; /* hooks_skills.c */
+    hook_tool_errors;                   /* hooks_tools.c */
+extern const agent_hook hook_skills;    /* hooks_skills.c */
+extern const agent_hook hook_subagents; /* hooks_subagents.c */
 
 /* ---- run_context.c: what a hook may ask of its run ---- */
 
@@ -179,6 +195,48 @@ FAWN_MUST_CHECK int agent_text_quote(fbuf *b, const char *text);
  * close the note), with the size listed. *out (malloc'd) is NULL when no
  * file is named. */
 FAWN_MUST_CHECK int agent_uploads_note(char **out, const json_t *files, const json_t *entries);
+
+/* ---- run.c: a sub-agent's loop ---- */
+
+/* How a sub-agent's loop ended. */
+typedef struct agent_task_end {
+    char *answer; /* the text of its last reply (malloc'd), or NULL */
+    char *error;  /* why it failed (malloc'd), or NULL */
+    char stop_reason[32];
+    bool cancelled;
+} agent_task_end;
+
+void agent_task_end_clear(agent_task_end *end);
+
+/* Runs a sub-agent to its end in a context of its own: p (the lead's
+ * parameters with the sub-agent's model, turns, cancel and emit), the
+ * chain agent_task_hooks, system_prompt, the tools it may use (names;
+ * RBAC `tools` filters them too) and the task's prompt as its only human
+ * message; its commands run in sandbox scope `scope`. Nothing goes to the
+ * thread's state: each new message goes to agent_task_step. */
+void agent_task_loop(agent_task_end *end, const agent_params *p, agent_task *task,
+                     const char *scope, const char *system_prompt, const json_t *tools,
+                     const char *prompt);
+
+/* ---- hooks_subagents.c ---- */
+
+/* Starts the task calls among calls[0..n) of the lead's reply, each on a
+ * thread of its own walking the chain (the sub-agent runs at its end), and
+ * waits for them all: at most subagents.max_concurrent per reply and
+ * subagents.max_per_run per run start, the others are answered at once;
+ * a sub-agent past its timeout, or of a run cancelled, is stopped and its
+ * commands killed. Each task call ends answered (done). Does nothing in a
+ * sub-agent's loop or when the run offers no task tool. */
+void agent_tasks_run(agent_loop *run, agent_tool_call *calls, size_t n);
+/* A sub-agent's new message (borrowed): a task_running event. */
+void agent_task_step(agent_task *task, const json_t *msg);
+/* The id receipts of the sub-agent's tool calls are filed under: "<task
+ * call id>/<tool call id>" (out holds STORE receipt ids). */
+void agent_task_receipt_id(char *out, size_t size, const agent_task *task, const char *call_id);
+/* The schema of the task tool for the lead (new), naming the types of s. */
+json_t *agent_task_schema(const agent_subagents *s);
+/* The skills a sub-agent is offered (its type's list), or NULL: all. */
+const json_t *agent_task_skills(const agent_task *task);
 
 /* ---- messages.c ---- */
 

@@ -20,7 +20,7 @@
  *   after_model       finish_reasons, then loop_detection
  *   wrap_tool         tool_output_budget > tool_authorization > skills > read_before_write
  *                     > delivery_check > loop_detection > clarification
- *                     > tool_errors > the tool
+ *                     > tool_errors > subagents (task calls) > the tool
  *   after_agent       title, then delivery_check
  * So a reply cut for length or safety has its tool calls cleared before
  * loop detection counts them; an empty reply is retried inside the model
@@ -28,7 +28,9 @@
  * every outer hook a result to read; a denied call is never checked for
  * read-before-write; the budget saves the text every inner hook wrote; the
  * uploads note goes before the fenced user text, outside the fence; the
- * memory context goes after the system prompt, fenced on its own. */
+ * memory context goes after the system prompt, fenced on its own; a task
+ * call is authorized, checked against the active skill and counted for
+ * loops like any other before its sub-agent starts. */
 const agent_hook *const agent_hooks[] = {
     &hook_input_sanitization,
     &hook_uploads,
@@ -46,8 +48,19 @@ const agent_hook *const agent_hooks[] = {
     &hook_clarification,
     &hook_tool_errors,
     &hook_memory,
+    &hook_subagents,
 };
 const size_t agent_hooks_count = ARRAY_LEN(agent_hooks);
+
+/* A sub-agent's chain: the lead's, less what is about the thread and the
+ * user (its history, uploads, title, memory, delivery, clarification) and
+ * delegation. */
+const agent_hook *const agent_task_hooks[] = {
+    &hook_tool_output_budget, &hook_model_errors,   &hook_tool_authorization, &hook_skills,
+    &hook_read_before_write,  &hook_loop_detection, &hook_empty_final_retry,  &hook_finish_reasons,
+    &hook_tool_errors,
+};
+const size_t agent_task_hooks_count = ARRAY_LEN(agent_task_hooks);
 
 /* ---- input sanitization: the latest user text, fenced (request only) ----
  * Whatever the shape of the message's content, its text is fenced the same

@@ -47,10 +47,27 @@ static void budget_wrap(agent_loop *run, agent_tool_call *call, size_t next) {
 
 const agent_hook hook_tool_output_budget = {.name = "tool_output_budget", .wrap_tool = budget_wrap};
 
-/* ---- tool authorization: RBAC `tools` ---- */
+/* ---- tool authorization: RBAC `tools`, and sandbox:execute for each call ----
+ * Read at each call, not once per run: a role changed while the run goes
+ * applies to its next call, the lead's or a sub-agent's. */
+
+/* May the owner, with the role they have now, make this call? 0, or
+ * FAWN_EPERM (a gone owner included) with the reason; store errors. */
+static int call_permitted(agent_loop *run, const char *tool) {
+    store_user owner;
+    int r = store_user_get(run->p->st, &owner, run->p->owner_id);
+    if (r == FAWN_ENOENT)
+        return fawn_err(FAWN_EPERM, "Permission denied: the run's user no longer exists");
+    if (r == 0)
+        r = authz_check(run->p->policy, owner.role, AUTHZ_TOOLS, tool);
+    const tool_def *t = tool_find(tool);
+    if (r == 0 && t && t->sandbox)
+        r = authz_sandbox_execute(run->p->policy, owner.role);
+    return r;
+}
 
 static void authz_wrap(agent_loop *run, agent_tool_call *call, size_t next) {
-    if (authz_check(run->p->policy, run->p->role, AUTHZ_TOOLS, call->name) < 0) {
+    if (call_permitted(run, call->name) < 0) {
         call->code = tool_fail(&call->result, TOOL_DENIED, "denied", false, "Error: %s",
                                fawn_errmsg());
         return;

@@ -219,11 +219,16 @@ json_t *agent_tool_message(const agent_tool_call *call) {
     char id[40];
     agent_message_id(id);
     const tool_status *st = &call->result.status;
-    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:{s:o}, s:{}}", "type", "tool", "content",
-                     call->result.text ? call->result.text : "", "tool_call_id", call->id, "name",
-                     call->name, "id", id, "status",
-                     st->outcome == TOOL_SUCCESS ? "success" : "error", "additional_kwargs",
-                     "tool_status", tool_status_json(st), "response_metadata");
+    json_t *m = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:{s:o}, s:{}}", "type", "tool",
+                          "content", call->result.text ? call->result.text : "", "tool_call_id",
+                          call->id, "name", call->name, "id", id, "status",
+                          st->outcome == TOOL_SUCCESS ? "success" : "error", "additional_kwargs",
+                          "tool_status", tool_status_json(st), "response_metadata");
+    /* A task's sub-agent facts (status, brief, sha256) go with its message. */
+    json_t *subagent = json_object_get(call->result.facts, "subagent");
+    if (m && json_is_object(subagent))
+        json_object_update(json_object_get(m, "additional_kwargs"), subagent);
+    return m;
 }
 
 /* The request-only projection of a stored tool message: its exact text and

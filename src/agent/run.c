@@ -6,7 +6,7 @@
 #include "agent/agent_internal.h"
 #include "base/json.h"
 
-static const char system_prompt[] =
+static const char lead_prompt[] =
     "You are fawn's lead agent. You work for the user in a Linux sandbox that holds this "
     "conversation's files:\n"
     "- /mnt/user-data/uploads: files the user gave you\n"
@@ -22,8 +22,13 @@ void agent_outcome_clear(agent_outcome *o) {
     memset(o, 0, sizeof *o);
 }
 
-/* A new message as the three stream modes carry it. */
+/* A new message as the three stream modes carry it (a sub-agent's: as a
+ * task_running event). */
 static void emit_message(agent_loop *run, const char *node, json_t *msg) {
+    if (run->task) {
+        agent_task_step(run->task, msg);
+        return;
+    }
     agent_emit_tuple(run, node, msg);
     agent_emit(run, "updates", json_pack("{s:{s:[O]}}", node, "messages", msg));
 }
@@ -51,6 +56,8 @@ static int load_state(agent_loop *run) {
  * final). With state_out, its state reference is handed there (the caller
  * frees it): the values event carries it. */
 static int checkpoint(agent_loop *run, const char *source, int step, char **state_out) {
+    if (run->task) /* a sub-agent's messages are its own, never the thread's */
+        return 0;
     json_t *meta = json_pack("{s:s, s:i, s:s}", "source", source, "step", step, "run_id",
                              run->p->run_id);
     char *metadata = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
@@ -64,27 +71,47 @@ static int checkpoint(agent_loop *run, const char *source, int step, char **stat
 
 /* A checkpoint, then the values event with its state's reference. */
 static int checkpoint_and_emit(agent_loop *run, const char *source, int step) {
+    if (run->task)
+        return 0;
     char *state = NULL;
     int r = checkpoint(run, source, step, &state);
     agent_emit_text(run, "values", state);
     return r;
 }
 
-/* The schemas of the tools the run's role may use. */
-static json_t *allowed_tools(const agent_params *p) {
+static bool name_listed(const json_t *names, const char *name) {
+    size_t i;
+    json_t *n;
+    json_array_foreach(names, i, n) {
+        if (strcmp(json_string_value(n), name) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* The schemas of the tools the run's role may use: the built-in ones (of
+ * names only, when not NULL), and task when the run offers it. */
+static json_t *allowed_tools(const agent_params *p, const json_t *names) {
     json_t *list = json_array();
     for (size_t i = 0; list && i < tool_count(); i++) {
         const tool_def *t = tool_at(i);
-        if (authz_check(p->policy, p->role, AUTHZ_TOOLS, t->name) == 0)
+        if ((!names || name_listed(names, t->name)) &&
+            authz_check(p->policy, p->role, AUTHZ_TOOLS, t->name) == 0)
             json_array_append_new(list, tool_openai_schema(t));
     }
+    if (list && agent_subagents_enabled(p->subagents) &&
+        authz_check(p->policy, p->role, AUTHZ_TOOLS, AGENT_TASK_TOOL) == 0)
+        json_array_append_new(list, agent_task_schema(p->subagents));
     return list;
 }
 
 static void record_receipt(agent_loop *run, const agent_tool_call *call) {
     store_receipt rc = {0};
     snprintf(rc.run_id, sizeof rc.run_id, "%s", run->p->run_id);
-    snprintf(rc.tool_call_id, sizeof rc.tool_call_id, "%s", call->id);
+    if (run->task)
+        agent_task_receipt_id(rc.tool_call_id, sizeof rc.tool_call_id, run->task, call->id);
+    else
+        snprintf(rc.tool_call_id, sizeof rc.tool_call_id, "%s", call->id);
     snprintf(rc.tool_name, sizeof rc.tool_name, "%s", call->name);
     snprintf(rc.status, sizeof rc.status, "%s", tool_outcome_name(call->result.status.outcome));
     char *args = json_dumps(call->args, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
@@ -137,32 +164,56 @@ static json_t *model_step(agent_loop *run) {
     return ai;
 }
 
-/* Runs every tool call of ai through the hooks, appending the results. */
+/* Answers each call of calls[0..n) not answered yet, in order, through
+ * the hooks. */
+static void tools_call(agent_loop *run, agent_tool_call *calls, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        agent_tool_call *call = &calls[i];
+        if (call->done)
+            continue;
+        if (agent_cancelled(run))
+            call->code = tool_fail(&call->result, TOOL_CANCELLED, "cancelled", false,
+                                   "Error: cancelled");
+        else
+            agent_next_tool(run, call, 0);
+        call->done = true;
+    }
+}
+
+/* Runs every tool call of ai through the hooks (the task calls first, at
+ * the same time), appending the results in the order of the calls. */
 static void tool_step(agent_loop *run, const json_t *ai) {
-    size_t i;
-    json_t *c;
-    json_array_foreach(json_object_get(ai, "tool_calls"), i, c) {
-        agent_tool_call call = {
+    const json_t *list = json_object_get(ai, "tool_calls");
+    size_t n = json_array_size(list);
+    agent_tool_call *calls = calloc(n ? n : 1, sizeof *calls);
+    if (!calls) {
+        agent_stop(run, "", "out of memory running the tool calls");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const json_t *c = json_array_get(list, i);
+        calls[i] = (agent_tool_call){
             .id = json_string_value(json_object_get(c, "id")) ?: "",
             .name = json_string_value(json_object_get(c, "name")) ?: "",
             .args = json_object_get(c, "args"),
         };
-        if (agent_cancelled(run))
-            call.code = tool_fail(&call.result, TOOL_CANCELLED, "cancelled", false,
-                                  "Error: cancelled");
-        else
-            agent_next_tool(run, &call, 0);
-        if (call.code < 0) /* not even an error text could be made: the message is empty */
-            log_warn("agent", "run %s: tool %s gave no answer: %s", run->p->run_id, call.name,
+    }
+    agent_tasks_run(run, calls, n);
+    tools_call(run, calls, n);
+    for (size_t i = 0; i < n; i++) {
+        agent_tool_call *call = &calls[i];
+        if (call->code < 0) /* not even an error text could be made: the message is empty */
+            log_warn("agent", "run %s: tool %s gave no answer: %s", run->p->run_id, call->name,
                      fawn_errmsg());
-        json_t *msg = agent_tool_message(&call);
-        record_receipt(run, &call);
-        tool_result_clear(&call.result);
+        json_t *msg = agent_tool_message(call);
+        record_receipt(run, call);
+        tool_result_clear(&call->result);
         if (msg) {
             json_array_append_new(run->messages, msg);
             emit_message(run, "tools", msg);
         }
     }
+    free(calls);
 }
 
 /* ---- the run's own hook points (model_step walks before_model and
@@ -189,10 +240,8 @@ static void hooks_sandbox_acquired(void *ctx, tool_env *env) {
             run->hooks[i]->sandbox_acquired(run);
 }
 
-static void run_setup(agent_loop *run, const agent_params *p) {
-    run->hooks = agent_hooks;
-    run->hooks_count = agent_hooks_count;
-    agent_scope(run->scope, p->run_id);
+/* The loop's parts: hooks, scope, tool environment, system prompt. */
+static void run_setup(agent_loop *run, const agent_params *p, const char *prompt) {
     run->env = (tool_env){
         .sandboxes = p->sandboxes,
         .req = {.who = {.user = p->user_dir, .role = p->role},
@@ -208,7 +257,7 @@ static void run_setup(agent_loop *run, const agent_params *p) {
     };
     run->reads = json_object();
     run->presented = json_array();
-    run->request = json_pack("[{s:s, s:s}]", "role", "system", "content", system_prompt);
+    run->request = json_pack("[{s:s, s:s}]", "role", "system", "content", prompt);
     run->recent_calls = json_array();
 }
 
@@ -276,12 +325,15 @@ int agent_run(agent_outcome *out, const agent_params *p) {
     run.model = model_registry_resolve(p->models, p->model_name);
     if (!run.model)
         return fawn_err(FAWN_ENOENT, "no model is configured");
-    run_setup(&run, p);
+    run.hooks = agent_hooks;
+    run.hooks_count = agent_hooks_count;
+    agent_scope(run.scope, p->run_id);
+    run_setup(&run, p, lead_prompt);
     int r = load_state(&run);
     if (r == 0 && !run.checkpoint_id[0]) /* the thread's root: its state before any message */
         r = checkpoint(&run, "input", -1, NULL);
     run.messages = json_object_get(run.values, "messages");
-    run.tools = r == 0 ? allowed_tools(p) : NULL;
+    run.tools = r == 0 ? allowed_tools(p, NULL) : NULL;
     if (r == 0 && (!run.tools || !run.reads || !run.presented || !run.recent_calls || !run.request))
         r = fawn_err(FAWN_ENOMEM, "out of memory");
     if (r == 0)
@@ -306,4 +358,71 @@ int agent_run(agent_outcome *out, const agent_params *p) {
         outcome_fill(out, &run);
     run_free(&run);
     return r;
+}
+
+/* ---- a sub-agent ---- */
+
+void agent_task_end_clear(agent_task_end *end) {
+    free(end->answer);
+    free(end->error);
+    memset(end, 0, sizeof *end);
+}
+
+/* The text of an AI message: its content string, or its text parts. */
+static char *reply_text(const json_t *ai) {
+    const json_t *content = json_object_get(ai, "content");
+    if (json_is_string(content))
+        return strdup(json_string_value(content));
+    fbuf b = {0};
+    size_t i;
+    json_t *part;
+    json_array_foreach(content, i, part) {
+        const char *text = json_string_value(json_object_get(part, "text"));
+        if (text && fbuf_printf(&b, "%s", text) < 0) {
+            fbuf_free(&b);
+            return NULL;
+        }
+    }
+    return b.data ? fbuf_steal(&b) : strdup("");
+}
+
+static void task_end_fill(agent_task_end *end, agent_loop *run) {
+    snprintf(end->stop_reason, sizeof end->stop_reason, "%s", run->stop_reason);
+    end->cancelled = agent_cancelled(run);
+    end->error = run->error;
+    run->error = NULL;
+    const json_t *last = json_array_get(run->messages, json_array_size(run->messages) - 1);
+    if (!end->error && !end->cancelled &&
+        strcmp(json_string_value(json_object_get(last, "type")) ?: "", "ai") == 0)
+        end->answer = reply_text(last);
+    if (!end->error && !end->cancelled && !end->answer)
+        end->error = strdup(run->stop_reason[0] ? run->stop_reason : "no final answer");
+}
+
+void agent_task_loop(agent_task_end *end, const agent_params *p, agent_task *task,
+                     const char *scope, const char *system_prompt, const json_t *tools,
+                     const char *prompt) {
+    memset(end, 0, sizeof *end);
+    agent_loop run = {
+        .p = p, .task = task, .hooks = agent_task_hooks, .hooks_count = agent_task_hooks_count};
+    snprintf(run.scope, sizeof run.scope, "%s", scope);
+    run.model = model_registry_resolve(p->models, p->model_name);
+    run_setup(&run, p, system_prompt);
+    char id[40];
+    agent_message_id(id);
+    run.values = json_pack("{s:[{s:s, s:s, s:s}], s:[]}", "messages", "type", "human", "content",
+                           prompt, "id", id, "artifacts");
+    run.messages = json_object_get(run.values, "messages");
+    run.tools = allowed_tools(p, tools);
+    if (!run.model || !run.values || !run.tools || !run.reads || !run.presented ||
+        !run.recent_calls || !run.request) {
+        end->error = strdup(run.model ? "out of memory" : "no model is configured");
+        run_free(&run);
+        return;
+    }
+    hooks_before_agent(&run);
+    if (run_loop(&run) == 0)
+        hooks_after_agent(&run);
+    task_end_fill(end, &run);
+    run_free(&run);
 }

@@ -141,7 +141,10 @@ static void call_model(agent_loop *run, agent_model_call *call) {
                          .messages = call->request,
                          .tools = call->tools,
                          .call_index = run->model_calls++};
-    model_hooks hooks = {.on_retry = model_retry_event, .on_delta = model_delta_event, .ctx = call};
+    /* A sub-agent's replies go out whole, as task_running events. */
+    model_hooks hooks = {.on_retry = model_retry_event,
+                         .on_delta = run->task ? NULL : model_delta_event,
+                         .ctx = call};
     call->code = model_entry_complete(&call->reply, &call->why, run->model, &req, &hooks,
                                       run->p->cancel ? &run->p->cancel->cancelled : NULL);
     if (call->code < 0)

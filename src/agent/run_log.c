@@ -7,7 +7,9 @@
 #include "agent/runs_internal.h"
 
 /* Events written to the store at once at most; a batch is also written at
- * every "values" event (a checkpoint) and at the end. */
+ * every "values" event (a checkpoint), every custom event (a sub-agent's
+ * steps are read from the store by task id while the run goes) and at the
+ * end. */
 #define LOG_BATCH 64
 
 typedef struct log_waiter {
@@ -155,7 +157,7 @@ int run_log_append_text(run_log *l, const char *event, char *text) {
     slot->data = text;
     wake_locked(l, 0);
     bool flush = strcmp(event, "values") == 0 || strcmp(event, "metadata") == 0 ||
-                 seq - l->persisted_seq >= LOG_BATCH;
+                 strcmp(event, "custom") == 0 || seq - l->persisted_seq >= LOG_BATCH;
     pthread_mutex_unlock(&l->lock);
     return flush ? run_log_flush(l) : 0;
 }

@@ -153,14 +153,29 @@ static agent_params params_of(run_manager *m, run_entry *e, const sbx_cancel *ca
         .emit = emit_to_log,
         .emit_ctx = e,
         .memory = m->limits.memory,
+        .subagents = m->limits.subagents,
     };
+}
+
+/* The role e's owner has as e starts (not the one it was accepted with):
+ * FAWN_EPERM when the owner is gone. */
+static int role_at_start(run_manager *m, run_entry *e) {
+    store_user owner;
+    int r = store_user_get(m->st, &owner, e->owner_id);
+    if (r == FAWN_ENOENT)
+        return fawn_err(FAWN_EPERM, "the run's user no longer exists");
+    if (r == 0)
+        snprintf(e->role, sizeof e->role, "%s", owner.role);
+    return r;
 }
 
 static void run_execute(run_manager *m, run_entry *e) {
     status_record(m, e, "running", NULL);
     agent_params p = params_of(m, e, &e->cancel);
     agent_outcome out;
-    int r = atomic_load(&e->cancel.cancelled) ? FAWN_ECANCELED : agent_run(&out, &p);
+    int r = atomic_load(&e->cancel.cancelled) ? FAWN_ECANCELED : role_at_start(m, e);
+    if (r == 0)
+        r = agent_run(&out, &p);
     if (r < 0) {
         memset(&out, 0, sizeof out);
         bool stopped = r == FAWN_ECANCELED;
@@ -310,15 +325,28 @@ int runs_new(run_manager **out, store *st, sbx_manager *sandboxes, const model_r
     return 0;
 }
 
-/* Kills the command a cancelled run may be waiting for: its scope's shell
- * session, through the manager's record of the lease the run holds (no
+static void kill_scope(run_manager *m, const run_entry *e, const char *scope) {
+    int r = sbx_kill_scope(m->sandboxes, e->user_dir, e->thread_id, scope, RUNS_KILL_TIMEOUT_MS);
+    if (r < 0 && r != FAWN_ENOENT)
+        log_warn("runs", "run %s: a command of %s could not be killed: %s", e->run_id, scope,
+                 fawn_errmsg());
+}
+
+/* Kills the commands a cancelled run may be waiting for: its scopes' shell
+ * sessions (the lead's and each sub-agent's; a scope no lease holds costs
+ * a lookup), through the manager's record of the leases the run holds (no
  * acquisition: stopping never passes the gate again). */
 static void kill_commands(run_manager *m, const run_entry *e) {
     char scope[SBX_SCOPE_MAX + 1];
     agent_scope(scope, e->run_id);
-    int r = sbx_kill_scope(m->sandboxes, e->user_dir, e->thread_id, scope, RUNS_KILL_TIMEOUT_MS);
-    if (r < 0 && r != FAWN_ENOENT)
-        log_warn("runs", "run %s: its command could not be killed: %s", e->run_id, fawn_errmsg());
+    kill_scope(m, e, scope);
+    unsigned tasks = agent_subagents_enabled(m->limits.subagents)
+                         ? agent_subagents_limits(m->limits.subagents)->max_per_run
+                         : 0;
+    for (unsigned i = 1; i <= tasks; i++) {
+        agent_task_scope(scope, e->run_id, i);
+        kill_scope(m, e, scope);
+    }
 }
 
 /* Ends e, a run no worker took, as interrupted with why (lock held; it is

@@ -89,3 +89,7 @@ int agent_state_save(char checkpoint_id[STORE_RUN_ID_MAX + 1], char **state, sto
 void agent_scope(char out[SBX_SCOPE_MAX + 1], const char *run_id) {
     snprintf(out, SBX_SCOPE_MAX + 1, "%s:%s", run_id, AGENT_ASSISTANT_ID);
 }
+
+void agent_task_scope(char out[SBX_SCOPE_MAX + 1], const char *run_id, unsigned n) {
+    snprintf(out, SBX_SCOPE_MAX + 1, "%s:task-%u", run_id, n);
+}

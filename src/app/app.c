@@ -18,11 +18,12 @@
 struct app {
     const fawn_config *cfg;
     store *st;
-    authz_policy *policy;   /* every authorization decision */
-    model_registry *models; /* the configured models */
-    sbx_provider *provider; /* where sandboxes run */
-    sbx_manager *sandboxes; /* the one way to a sandbox */
-    run_manager *runs;      /* agent runs and their event logs */
+    authz_policy *policy;       /* every authorization decision */
+    model_registry *models;     /* the configured models */
+    agent_subagents *subagents; /* the sub-agent types runs may delegate to */
+    sbx_provider *provider;     /* where sandboxes run */
+    sbx_manager *sandboxes;     /* the one way to a sandbox */
+    run_manager *runs;          /* agent runs and their event logs */
 };
 
 /* Says once how the threads' disk limit is held on this host
@@ -63,7 +64,8 @@ static int executor_start(app *a) {
                           .command_timeout_s = a->cfg->sandbox.exec_timeout_s,
                           .memory = &a->cfg->memory,
                           .skills_dir = a->cfg->sandbox.skills_dir,
-                          .home = a->cfg->home};
+                          .home = a->cfg->home,
+                          .subagents = a->subagents};
     return runs_new(&a->runs, a->st, a->sandboxes, a->models, a->policy, &limits);
 }
 
@@ -77,6 +79,8 @@ int app_open(app **out, const fawn_config *cfg, store *st) {
     int r = authz_policy_load(&a->policy, cfg->authorization);
     if (r == 0)
         r = model_registry_load(&a->models, cfg->models);
+    if (r == 0)
+        r = agent_subagents_new(&a->subagents, &cfg->subagents, a->models);
     if (r == 0) {
         disk_quota_log(cfg);
         r = sandboxes_start(a);
@@ -102,6 +106,7 @@ void app_close(app *a) {
     runs_free(a->runs);
     sbx_manager_free(a->sandboxes);
     sbx_provider_close(a->provider);
+    agent_subagents_free(a->subagents);
     model_registry_free(a->models);
     authz_policy_free(a->policy);
     free(a);

@@ -1,4 +1,5 @@
-/* fawn user add: create a user in the store from the shell. */
+/* fawn user add | role: create a user in the store from the shell, or
+ * give one another role. */
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,32 +12,36 @@
 #include "store/store.h"
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: fawn user add --username NAME [--admin] [--config FILE]\n\n"
-                 "Creates a user in $FAWN_HOME/fawn.db (role admin with --admin, else user).\n"
+    fprintf(out, "usage: fawn user add --username NAME [--admin] [--config FILE]\n"
+                 "       fawn user role --username NAME --role ROLE [--config FILE]\n\n"
+                 "add creates a user in $FAWN_HOME/fawn.db (role admin with --admin, else user).\n"
                  "The password is read from the first line of standard input, so it never\n"
-                 "appears in a command line or the shell's history.\n");
+                 "appears in a command line or the shell's history.\n"
+                 "role gives a user another role: the next request, and the next tool call of\n"
+                 "a run already going, are decided by it.\n");
 }
 
 typedef struct user_args {
-    const char *username, *config;
+    const char *command, *username, *config, *role;
     bool admin;
 } user_args;
 
 static int parse_args(user_args *a, int argc, char **argv) {
-    static const struct option opts[] = {{"username", required_argument, 0, 'u'},
-                                         {"admin", no_argument, 0, 'a'},
-                                         {"config", required_argument, 0, 'c'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"username", required_argument, 0, 'u'}, {"admin", no_argument, 0, 'a'},
+        {"role", required_argument, 0, 'r'},     {"config", required_argument, 0, 'c'},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     *a = (user_args){0};
-    if (argc < 2 || strcmp(argv[1], "add") != 0)
-        return fawn_err(FAWN_EINVAL, "expected 'add'");
+    if (argc < 2 || (strcmp(argv[1], "add") != 0 && strcmp(argv[1], "role") != 0))
+        return fawn_err(FAWN_EINVAL, "expected 'add' or 'role'");
+    a->command = argv[1];
     int c;
     optind = 2;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'u': a->username = optarg; break;
         case 'a': a->admin = true; break;
+        case 'r': a->role = optarg; break;
         case 'c': a->config = optarg; break;
         case 'h': usage(stdout); exit(0);
         default: return fawn_err(FAWN_EINVAL, "unknown option");
@@ -45,6 +50,12 @@ static int parse_args(user_args *a, int argc, char **argv) {
     if (!a->username || !auth_username_valid(a->username))
         return fawn_err(FAWN_EINVAL, "--username must be 1 to %d letters, digits or . _ @ + -",
                         STORE_NAME_MAX);
+    bool role = strcmp(a->command, "role") == 0;
+    if (role && (!a->role || strlen(a->role) > STORE_ROLE_MAX || !fawn_id_valid(a->role)))
+        return fawn_err(FAWN_EINVAL, "--role must be 1 to %d letters, digits, _ or -",
+                        STORE_ROLE_MAX);
+    if (!role && a->role)
+        return fawn_err(FAWN_EINVAL, "--role is for 'fawn user role'");
     return 0;
 }
 
@@ -59,21 +70,41 @@ static int read_password(char *out, size_t outsz) {
     return 0;
 }
 
+static int store_of(store **st, const fawn_config *cfg) {
+    *st = NULL;
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/fawn.db", cfg->home) >= (int)sizeof path)
+        return fawn_err(FAWN_EINVAL, "home path too long");
+    return store_open(st, path);
+}
+
 static int add_user(const user_args *a, const fawn_config *cfg) {
-    char password[AUTH_PASSWORD_MAX + 2], hash[AUTH_HASH_MAX], path[4096];
+    char password[AUTH_PASSWORD_MAX + 2], hash[AUTH_HASH_MAX];
     int r = read_password(password, sizeof password);
     if (r == 0)
         r = auth_password_hash(hash, password);
     memset(password, 0, sizeof password);
-    if (r == 0 && snprintf(path, sizeof path, "%s/fawn.db", cfg->home) >= (int)sizeof path)
-        r = fawn_err(FAWN_EINVAL, "home path too long");
     store *st = NULL;
     store_user u;
-    if (r == 0 && (r = store_open(&st, path)) == 0)
+    if (r == 0 && (r = store_of(&st, cfg)) == 0)
         r = store_user_create(st, &u, a->username, hash, a->admin ? AUTHZ_ADMIN_ROLE : "user");
     store_close(st);
     if (r == 0)
         printf("created %s %s (id %lld)\n", u.role, u.username, (long long)u.id);
+    return r;
+}
+
+static int set_role(const user_args *a, const fawn_config *cfg) {
+    store *st = NULL;
+    store_user u;
+    int r = store_of(&st, cfg);
+    if (r == 0)
+        r = store_user_get_by_name(st, &u, a->username);
+    if (r == 0)
+        r = store_user_set_role(st, u.id, a->role);
+    store_close(st);
+    if (r == 0)
+        printf("%s now has role %s\n", u.username, a->role);
     return r;
 }
 
@@ -88,7 +119,7 @@ int cli_user(int argc, char **argv) {
     }
     r = config_load(&cfg, a.config);
     if (r == 0)
-        r = add_user(&a, &cfg);
+        r = strcmp(a.command, "add") == 0 ? add_user(&a, &cfg) : set_role(&a, &cfg);
     if (r < 0)
         fprintf(stderr, "fawn user: %s\n", fawn_errmsg());
     config_free(&cfg);

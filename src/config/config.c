@@ -371,6 +371,18 @@ static const config_key memory_keys[] = {
     {0},
 };
 
+static const config_key subagents_keys[] = {
+    KEY_SCALAR("enabled", subagents.enabled, set_bool, "true"),
+    /* Each sub-agent holds a worker thread, a shell session and model
+     * calls; 16 at once is past what one reply can usefully split into. */
+    KEY_INT("max_concurrent", subagents.max_concurrent, set_u32, "3", 1, 16),
+    KEY_INT("max_per_run", subagents.max_per_run, set_u32, "6", 1, 50),
+    /* A day: past any task one model reply should wait for. */
+    KEY_INT("timeout_s", subagents.timeout_s, set_u32, "1800", 1, 86400),
+    KEY_LIST("custom", subagents.custom),
+    {0},
+};
+
 static const config_key root_keys[] = {
     KEY_SCALAR("home", home, set_string, NULL),
     KEY_SCALAR("log_level", log_level, set_log_level, "info"),
@@ -380,6 +392,7 @@ static const config_key root_keys[] = {
     KEY_SECTION("uploads", uploads_keys),
     KEY_SECTION("runs", runs_keys),
     KEY_SECTION("memory", memory_keys),
+    KEY_SECTION("subagents", subagents_keys),
     KEY_TREE("authorization", authorization),
     KEY_LIST("models", models),
     {0},
@@ -1013,6 +1026,7 @@ void config_free(fawn_config *cfg) {
     free(cfg->sandbox.skills_dir);
     json_decref(cfg->authorization);
     json_decref(cfg->models);
+    json_decref(cfg->subagents.custom);
     json_decref(cfg->server.trusted_proxies);
     json_decref(cfg->sandbox.remote);
     json_decref(cfg->sandbox.env_passthrough);

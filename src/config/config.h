@@ -108,6 +108,17 @@ typedef struct fawn_memory_config {
                                       to the model (2000) */
 } fawn_memory_config;
 
+typedef struct fawn_subagents_config {
+    bool enabled;            /* subagents.enabled: the lead agent may delegate with `task` (true) */
+    uint32_t max_concurrent; /* subagents.max_concurrent: sub-agents one model reply starts (3) */
+    uint32_t max_per_run;    /* subagents.max_per_run: sub-agents one run starts in all (6) */
+    uint32_t timeout_s;      /* subagents.timeout_s: a sub-agent's time, unless its type sets
+                                one (1800) */
+    /* subagents.custom: the custom types as JSON (an array of objects, as
+     * authorization), or NULL; src/agent validates it. */
+    json_t *custom;
+} fawn_subagents_config;
+
 typedef struct fawn_config {
     char *home;      /* home: state directory (default $FAWN_HOME or ./.fawn) */
     char *log_level; /* log_level: debug|info|warn|error (default info) */
@@ -117,6 +128,7 @@ typedef struct fawn_config {
     fawn_uploads_config uploads;
     fawn_runs_config runs;
     fawn_memory_config memory;
+    fawn_subagents_config subagents;
     /* authorization: the section as JSON (mappings -> objects, sequences ->
      * arrays, plain true/false -> booleans, plain null -> null, other
      * scalars -> strings), or NULL when absent; src/authz validates it. */

@@ -512,6 +512,102 @@ static int route_run_receipts(gw_request *rq) {
     return gw_respond_json(rq, MHD_HTTP_OK, json_pack("{s:o}", "receipts", list));
 }
 
+/* ---- GET .../events: a run's stored events, filtered ---- */
+
+/* Events one answer holds by default and at most (DeerFlow's figures). */
+#define EVENTS_LIMIT_DEFAULT 500
+#define EVENTS_LIMIT_MAX 2000
+/* Event types one filter may name. */
+#define EVENTS_TYPES_MAX 16
+
+/* What an event is for readers: a custom event by its own type (a
+ * sub-agent's task_* in category subagent), another by its name. */
+static json_t *event_json(const store_run *run, const store_event *ev) {
+    json_t *content = json_loads(ev->data ? ev->data : "null", JSON_DECODE_ANY, NULL);
+    const char *custom = strcmp(ev->event, "custom") == 0
+                             ? json_string_value(json_object_get(content, "type"))
+                             : NULL;
+    const char *type = custom ? custom : ev->event;
+    const char *category = !custom                            ? ev->event
+                           : strncmp(custom, "task_", 5) == 0 ? "subagent"
+                                                              : "custom";
+    json_t *task = json_object_get(content, "task_id");
+    json_t *out = json_pack("{s:I, s:s, s:s, s:s, s:s, s:o*, s:{s:O?}}", "seq", (json_int_t)ev->seq,
+                            "run_id", run->run_id, "thread_id", run->thread_id, "event_type", type,
+                            "category", category, "content", content, "metadata", "task_id",
+                            json_is_string(task) ? task : NULL);
+    json_t *meta = json_object_get(out, "metadata");
+    if (meta && json_is_null(json_object_get(meta, "task_id")))
+        json_object_del(meta, "task_id");
+    return out;
+}
+
+static bool event_wanted(const json_t *e, char *const *types, size_t n_types, const char *task) {
+    const char *type = json_string_value(json_object_get(e, "event_type"));
+    bool ok = n_types == 0;
+    for (size_t i = 0; i < n_types && !ok; i++)
+        ok = strcmp(types[i], type) == 0;
+    const char *id = json_string_value(json_object_get(json_object_get(e, "metadata"), "task_id"));
+    return ok && (!task || (id && strcmp(id, task) == 0));
+}
+
+/* Appends to list the events of store after seq `after` that pass the
+ * filters, until it holds limit; *last gets the last seq read. */
+static int events_collect(json_t *list, int64_t *last, gw_request *rq, const store_run *run,
+                          int64_t after, size_t limit, char *const *types, size_t n_types) {
+    *last = after;
+    for (;;) {
+        store_event *ev = NULL;
+        size_t n = 0;
+        int r = store_event_read(rq->g->st, &ev, &n, run->run_id, *last, RUN_FETCH_MAX);
+        for (size_t i = 0; i < n; i++) {
+            json_t *e = r == 0 ? event_json(run, &ev[i]) : NULL;
+            if (e && json_array_size(list) < limit &&
+                event_wanted(e, types, n_types, gw_query(rq, "task_id")))
+                json_array_append(list, e);
+            json_decref(e);
+            *last = ev[i].seq;
+            free(ev[i].data);
+        }
+        free(ev);
+        if (r < 0 || n < RUN_FETCH_MAX || json_array_size(list) >= limit)
+            return r;
+    }
+}
+
+static int route_run_events(gw_request *rq) {
+    int64_t limit = 0, after = 0, last = 0;
+    int r = gw_query_int(&limit, rq, "limit", EVENTS_LIMIT_DEFAULT, 1, EVENTS_LIMIT_MAX);
+    if (r == 0)
+        r = gw_query_int(&after, rq, "after_seq", 0, 0, INT64_MAX);
+    char *types_text = strdup(gw_query(rq, "event_types") ?: "");
+    char *types[EVENTS_TYPES_MAX];
+    size_t n_types = 0;
+    for (char *save = NULL, *t = strtok_r(types_text, ",", &save); r == 0 && t;
+         t = strtok_r(NULL, ",", &save))
+        if (n_types < EVENTS_TYPES_MAX)
+            types[n_types++] = t;
+        else
+            r = fawn_err(FAWN_EINVAL, "event_types names at most %d types", EVENTS_TYPES_MAX);
+    if (r == FAWN_EINVAL || !types_text) {
+        free(types_text);
+        return types_text ? gw_respond_detail(rq, MHD_HTTP_UNPROCESSABLE_CONTENT, fawn_errmsg())
+                          : FAWN_ENOMEM;
+    }
+    store_run run;
+    r = run_resolve(&run, rq);
+    json_t *list = json_array();
+    if (r == 0 && list)
+        r = events_collect(list, &last, rq, &run, after, (size_t)limit, types, n_types);
+    store_run_clear(&run);
+    free(types_text);
+    if (r < 0 || !list) {
+        json_decref(list);
+        return r < 0 ? r : FAWN_ENOMEM;
+    }
+    return gw_respond_json(rq, MHD_HTTP_OK, list);
+}
+
 #define RUN_BODY GW_BODY_BUFFER, GW_JSON_BODY_MAX, NULL
 #define NO_BODY GW_BODY_NONE, 0, NULL
 
@@ -524,6 +620,7 @@ const gw_route gw_run_routes[] = {
     {"GET", "/api/threads/{}/runs/{}/join", route_run_join, AUTHZ_RUNS_READ, NO_BODY},
     {"GET", "/api/threads/{}/runs/{}/stream", route_run_join_stream, AUTHZ_RUNS_READ, NO_BODY},
     {"GET", "/api/threads/{}/runs/{}/receipts", route_run_receipts, AUTHZ_RUNS_READ, NO_BODY},
+    {"GET", "/api/threads/{}/runs/{}/events", route_run_events, AUTHZ_RUNS_READ, NO_BODY},
     {"GET", "/api/threads/{}/runs/{}/workspace-changes", route_run_workspace_changes,
      AUTHZ_RUNS_READ, NO_BODY},
     {"POST", "/api/threads/{}/runs/{}/cancel", route_run_cancel, AUTHZ_RUNS_CANCEL, NO_BODY},

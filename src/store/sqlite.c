@@ -519,6 +519,21 @@ int store_user_set_password(store *s, int64_t id, const char *password_hash) {
     return r;
 }
 
+int store_user_set_role(store *s, int64_t id, const char *role) {
+    if (!sq_text_ok(role, STORE_ROLE_MAX))
+        return fawn_err(FAWN_EINVAL, "role is required and bounded");
+    sqlite3_stmt *st;
+    sqlite3 *db = sq_write_begin(s);
+    int r = sq_prepare(db, &st, "UPDATE users SET role = ?2 WHERE id = ?1");
+    if (r == 0) {
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_text(st, 2, role, -1, SQLITE_STATIC);
+        r = sq_step_done(db, st, true, "set role");
+    }
+    sq_write_end(s);
+    return r;
+}
+
 int store_user_revoke_sessions(store *s, int64_t id) {
     sqlite3_stmt *st;
     sqlite3 *db = sq_write_begin(s);

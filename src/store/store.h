@@ -61,6 +61,10 @@ FAWN_MUST_CHECK int store_user_get_by_role(store *s, store_user *out, const char
 FAWN_MUST_CHECK int store_user_count(store *s, int64_t *out, const char *role);
 /* Replaces the password hash and bumps token_version (revoking sessions). */
 FAWN_MUST_CHECK int store_user_set_password(store *s, int64_t id, const char *password_hash);
+/* Gives the user another role: every later check of the user reads it
+ * (requests, and each tool call of a run already going). FAWN_ENOENT when
+ * there is no such user. */
+FAWN_MUST_CHECK int store_user_set_role(store *s, int64_t id, const char *role);
 /* Bumps token_version alone (log out everywhere). */
 FAWN_MUST_CHECK int store_user_revoke_sessions(store *s, int64_t id);
 

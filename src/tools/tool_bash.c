@@ -119,6 +119,7 @@ static int bash_run(tool_result *res, tool_env *env, const json_t *args) {
 
 const tool_def tool_bash = {
     .name = "bash",
+    .sandbox = true,
     .description =
         "Execute a bash command in a Linux sandbox. The thread's files are under "
         "/mnt/user-data: workspace (scratch), uploads (the user's files) and outputs (files "

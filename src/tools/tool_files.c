@@ -309,6 +309,7 @@ static int grep_run(tool_result *res, tool_env *env, const json_t *args) {
 
 const tool_def tool_ls = {
     .name = "ls",
+    .sandbox = true,
     .description = "List the files and directories under a path, two levels deep.",
     .parameters =
         "{\"type\":\"object\",\"properties\":{" DESCRIPTION_PARAM ","
@@ -319,6 +320,7 @@ const tool_def tool_ls = {
 
 const tool_def tool_read_file = {
     .name = "read_file",
+    .sandbox = true,
     .description = "Read a text file, optionally a range of lines (1-based, inclusive).",
     .parameters = "{\"type\":\"object\",\"properties\":{" DESCRIPTION_PARAM ","
                   "\"path\":{\"type\":\"string\"},"
@@ -329,6 +331,7 @@ const tool_def tool_read_file = {
 
 const tool_def tool_write_file = {
     .name = "write_file",
+    .sandbox = true,
     .description = "Write text to a file (created with its directories, or replaced; "
                    "append adds to its end). An existing file must be read first.",
     .parameters = "{\"type\":\"object\",\"properties\":{" DESCRIPTION_PARAM ","
@@ -340,6 +343,7 @@ const tool_def tool_write_file = {
 
 const tool_def tool_str_replace = {
     .name = "str_replace",
+    .sandbox = true,
     .description = "Replace a unique string in a file (or every occurrence with replace_all). "
                    "The file must be read first.",
     .parameters = "{\"type\":\"object\",\"properties\":{" DESCRIPTION_PARAM ","
@@ -351,6 +355,7 @@ const tool_def tool_str_replace = {
 
 const tool_def tool_glob = {
     .name = "glob",
+    .sandbox = true,
     .description = "Find files whose path below a directory matches a glob pattern "
                    "(** spans directories).",
     .parameters = "{\"type\":\"object\",\"properties\":{" DESCRIPTION_PARAM ","
@@ -363,6 +368,7 @@ const tool_def tool_glob = {
 
 const tool_def tool_grep = {
     .name = "grep",
+    .sandbox = true,
     .description = "Search file contents below a path for a regular expression (or a literal "
                    "string); glob filters the files.",
     .parameters = "{\"type\":\"object\",\"properties\":{" DESCRIPTION_PARAM ","

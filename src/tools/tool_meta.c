@@ -101,6 +101,7 @@ static int clarify_run(tool_result *res, tool_env *env, const json_t *args) {
 
 const tool_def tool_present_files = {
     .name = "present_files",
+    .sandbox = true,
     .description = "Hand files to the user. Every file you create under /mnt/user-data/outputs "
                    "must be presented before you finish.",
     .parameters = "{\"type\":\"object\",\"properties\":{\"filepaths\":{\"type\":\"array\","

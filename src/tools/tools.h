@@ -59,7 +59,8 @@ typedef struct tool_result {
     /* Facts other parts of the run rely on, or NULL: read_file of a whole
      * file {"read": path, "sha256"}; write_file/str_replace {"written": path,
      * "sha256" of the whole new content (absent for appends)};
-     * present_files {"presented": [paths]}. */
+     * present_files {"presented": [paths]}; the agent's task tool
+     * {"subagent": {...}}, what its message's additional_kwargs carry. */
     json_t *facts;
 } tool_result;
 
@@ -105,6 +106,7 @@ typedef struct tool_def {
     const char *name;
     const char *description;
     const char *parameters; /* JSON Schema of the arguments, as text */
+    bool sandbox;           /* it works in the sandbox: each call needs sandbox:execute */
     /* Runs the tool with args (a JSON object). Always fills out (status
      * included); returns 0, or FAWN_ENOMEM when even that failed. */
     int (*run)(tool_result *out, tool_env *env, const json_t *args);

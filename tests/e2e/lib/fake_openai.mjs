@@ -47,6 +47,7 @@ export function stall(ms = 3 * STALL_TIMEOUT_S * 1000) {
 export class FakeOpenAI {
   constructor() {
     this.steps = [];
+    this.routes = [];
     this.requests = [];
     this.sockets = new Set();
   }
@@ -70,6 +71,25 @@ export class FakeOpenAI {
   }
 
   /**
+   * Queues answers for the requests whose first user message contains
+   * marker (a sub-agent's task prompt, say), played in order before the
+   * common queue is consulted; once they are used up, such requests take
+   * from the common queue.
+   */
+  route(marker, ...steps) {
+    let r = this.routes.find((x) => x.marker === marker);
+    if (!r) this.routes.push((r = { marker, steps: [] }));
+    r.steps.push(...steps);
+  }
+
+  #nextStep(body) {
+    const first = body?.messages?.find((m) => m.role === 'user');
+    const text = typeof first?.content === 'string' ? first.content : JSON.stringify(first?.content ?? '');
+    const r = this.routes.find((x) => x.steps.length && text.includes(x.marker));
+    return (r ? r.steps.shift() : this.steps.shift()) || reply('done');
+  }
+
+  /**
    * The model entry of config.yaml for this server. Its stall timeout is
    * one only a stall() step reaches: a loaded host may leave seconds between
    * the chunks of a reply, and a stall detected there would retry the call
@@ -90,7 +110,7 @@ export class FakeOpenAI {
     let parsed = null;
     try { parsed = JSON.parse(body); } catch { /* kept as null */ }
     this.requests.push({ path: req.url, headers: req.headers, body: parsed });
-    const step = this.steps.shift() || reply('done');
+    const step = this.#nextStep(parsed);
     if (step.kind === 'fail') {
       res.writeHead(step.status, { 'Content-Type': 'application/json', ...step.headers });
       res.end(JSON.stringify({ error: { message: 'fake failure', ...step.error } }));
