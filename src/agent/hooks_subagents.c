@@ -34,9 +34,9 @@ struct agent_task {
     sbx_cancel cancel;         /* set to stop it: the run's cancel, or its timeout */
     atomic_bool timed_out;
     int64_t deadline_ms; /* set before its thread starts */
-    bool finished;      /* under batch->lock */
-    bool killed;        /* its scope's commands were killed (the run's thread only) */
-    unsigned steps;     /* task_running events sent */
+    bool finished;       /* under batch->lock */
+    bool killed;         /* its scope's commands were killed (the run's thread only) */
+    unsigned steps;      /* task_running events sent */
     pthread_t thread;
     bool thread_started;
 };
@@ -73,9 +73,9 @@ void agent_task_step(agent_task *task, const json_t *msg) {
     pthread_mutex_lock(&task->batch->lock);
     unsigned n = ++task->steps;
     pthread_mutex_unlock(&task->batch->lock);
-    task_event(task, "task_running",
-               json_pack("{s:O, s:i, s:i}", "message", msg, "message_index", n, "total_messages",
-                         n));
+    task_event(
+        task, "task_running",
+        json_pack("{s:O, s:i, s:i}", "message", msg, "message_index", n, "total_messages", n));
 }
 
 /* ---- the lead's view ---- */
@@ -107,11 +107,11 @@ json_t *agent_task_schema(const agent_subagents *s) {
                                      "type", "function", "function", "name", AGENT_TASK_TOOL,
                                      "description", d.data, d.len, "parameters", "type", "object",
                                      "properties", "description", "type", "string", "description",
-                                     "A short (3-5 word) description of the task", "prompt",
-                                     "type", "string", "description",
-                                     "Everything the sub-agent needs to do the task", "subagent_type",
-                                     "type", "string", "enum", names, "required", "description",
-                                     "prompt", "subagent_type")
+                                     "A short (3-5 word) description of the task", "prompt", "type",
+                                     "string", "description",
+                                     "Everything the sub-agent needs to do the task",
+                                     "subagent_type", "type", "string", "enum", names, "required",
+                                     "description", "prompt", "subagent_type")
                          : NULL;
     json_decref(names);
     fbuf_free(&d);
@@ -337,8 +337,8 @@ static size_t batch_admit(agent_loop *run, task_batch *b, agent_tool_call *calls
                          "Do the rest yourself.");
         else {
             agent_task *t = &b->tasks[admitted++];
-            *t = (agent_task){.lead = run, .batch = b, .call = &calls[i],
-                              .index = ++run->tasks_started};
+            *t = (agent_task){
+                .lead = run, .batch = b, .call = &calls[i], .index = ++run->tasks_started};
             calls[i].task = t;
         }
     }
@@ -363,8 +363,8 @@ void agent_tasks_run(agent_loop *run, agent_tool_call *calls, size_t n) {
         agent_task *t = &b.tasks[i];
         const subagent_type *type = agent_subagent_type(
             run->p->subagents, json_string_value(json_object_get(t->call->args, "subagent_type")));
-        uint32_t timeout_s =
-            type ? type->timeout_s : agent_subagents_limits(run->p->subagents)->timeout_s;
+        uint32_t timeout_s = type ? type->timeout_s
+                                  : agent_subagents_limits(run->p->subagents)->timeout_s;
         t->deadline_ms = fawn_now_ms() + (int64_t)timeout_s * 1000;
         t->thread_started = pthread_create(&t->thread, NULL, task_main, t) == 0;
         if (!t->thread_started)

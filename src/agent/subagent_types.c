@@ -36,7 +36,7 @@ static const char bash_prompt[] =
     "between commands), check their results, and answer the lead agent with a short report "
     "of what ran and what it printed that matters. You cannot ask the user anything.";
 
-static const char *const general_tools[] = {"bash", "ls",   "read_file", "write_file",
+static const char *const general_tools[] = {"bash",        "ls",   "read_file", "write_file",
                                             "str_replace", "glob", "grep"};
 static const char *const bash_tools[] = {"bash", "ls", "read_file", "write_file", "str_replace"};
 
@@ -145,8 +145,7 @@ static int model_get(subagent_type *t, const json_t *v, size_t i, const model_re
     if (!name)
         return custom_fail(i, "model", "must be a model name or inherit");
     if (strcmp(name, "inherit") != 0 && !model_registry_get(models, name))
-        return fawn_err(FAWN_ECONFIG, "subagents.custom[%zu].model: no model is named %s", i,
-                        name);
+        return fawn_err(FAWN_ECONFIG, "subagents.custom[%zu].model: no model is named %s", i, name);
     snprintf(t->model, sizeof t->model, "%s", strcmp(name, "inherit") == 0 ? "" : name);
     return 0;
 }
@@ -197,8 +196,8 @@ static int custom_add(agent_subagents *s, const json_t *o, size_t i, const model
     if (r == 0)
         r = model_get(t, json_object_get(o, "model"), i, models);
     if (r == 0)
-        r = count_get(&t->max_turns, json_object_get(o, "max_turns"), i, "max_turns",
-                      GENERAL_TURNS, CUSTOM_TURNS_MAX);
+        r = count_get(&t->max_turns, json_object_get(o, "max_turns"), i, "max_turns", GENERAL_TURNS,
+                      CUSTOM_TURNS_MAX);
     if (r == 0)
         r = count_get(&t->timeout_s, json_object_get(o, "timeout_s"), i, "timeout_s",
                       s->limits.timeout_s, AGENT_TASK_TIMEOUT_MAX_S);
@@ -253,9 +252,7 @@ void agent_subagents_free(agent_subagents *s) {
 
 bool agent_subagents_enabled(const agent_subagents *s) { return s && s->limits.enabled; }
 
-const fawn_subagents_config *agent_subagents_limits(const agent_subagents *s) {
-    return &s->limits;
-}
+const fawn_subagents_config *agent_subagents_limits(const agent_subagents *s) { return &s->limits; }
 
 size_t agent_subagents_count(const agent_subagents *s) { return s ? s->n : 0; }
 

@@ -1428,6 +1428,89 @@ static void cancel_kills_the_command_through_the_runs_own_lease(void **state) {
     model_registry_free(models);
 }
 
+/* subagents: the built-in types, and each custom type checked at start. */
+static agent_subagents *subagents_from(const char *yaml, int expect) {
+    fawn_config cfg;
+    assert_int_equal(config_load_string(&cfg, yaml, strlen(yaml)), 0);
+    model_registry *models;
+    assert_int_equal(model_registry_load(&models, NULL), 0); /* the demo script */
+    agent_subagents *s = (agent_subagents *)1;
+    int r = agent_subagents_new(&s, &cfg.subagents, models);
+    if (r != expect)
+        fail_msg("%s: %d (%s)", yaml, r, fawn_errmsg());
+    if (r < 0)
+        assert_null(s);
+    model_registry_free(models);
+    config_free(&cfg);
+    return s;
+}
+
+static void subagent_types_are_built_in_and_checked_from_config(void **state) {
+    (void)state;
+    agent_subagents *s = subagents_from("subagents: {timeout_s: 90}\n", 0);
+    assert_true(agent_subagents_enabled(s));
+    assert_int_equal(agent_subagents_count(s), 2);
+    const subagent_type *gp = agent_subagent_type(s, "general-purpose");
+    const subagent_type *bash = agent_subagent_type(s, "bash");
+    assert_non_null(gp);
+    assert_non_null(bash);
+    assert_int_equal(gp->max_turns, 150);
+    assert_int_equal(bash->max_turns, 60);
+    assert_int_equal(gp->timeout_s, 90);
+    assert_int_equal(json_array_size(bash->tools), 5);
+    assert_int_equal(agent_subagents_limits(s)->max_concurrent, 3);
+    assert_int_equal(agent_subagents_limits(s)->max_per_run, 6);
+    json_t *schema = agent_task_schema(s);
+    const json_t *types = json_object_get(
+        json_object_get(
+            json_object_get(json_object_get(json_object_get(schema, "function"), "parameters"),
+                            "properties"),
+            "subagent_type"),
+        "enum");
+    assert_int_equal(json_array_size(types), 2);
+    json_decref(schema);
+    agent_subagents_free(s);
+
+    s = subagents_from("subagents:\n  custom:\n    - name: reader\n      description: reads\n"
+                       "      system_prompt: Read.\n      tools: [read_file, ls]\n"
+                       "      skills: [a-skill]\n      model: demo\n      max_turns: 7\n"
+                       "      timeout_s: 3\n",
+                       0);
+    const subagent_type *reader = agent_subagent_at(s, 2);
+    assert_string_equal(reader->name, "reader");
+    assert_string_equal(reader->model, "demo");
+    assert_int_equal(reader->max_turns, 7);
+    assert_int_equal(reader->timeout_s, 3);
+    assert_int_equal(json_array_size(reader->tools), 2);
+    assert_int_equal(json_array_size(reader->skills), 1);
+    agent_subagents_free(s);
+
+    s = subagents_from("subagents: {enabled: false}\n", 0);
+    assert_false(agent_subagents_enabled(s));
+    agent_subagents_free(s);
+
+    static const char *const bad[] = {
+        "subagents: {custom: [{name: x, description: d, system_prompt: p, colour: red}]}\n",
+        "subagents: {custom: [{name: bash, description: d, system_prompt: p}]}\n",
+        "subagents: {custom: [{name: 'a b', description: d, system_prompt: p}]}\n",
+        "subagents: {custom: [{name: x, system_prompt: p}]}\n",
+        "subagents: {custom: [{name: x, description: d, system_prompt: p, tools: [task]}]}\n",
+        "subagents: {custom: [{name: x, description: d, system_prompt: p, tools: "
+        "[present_files]}]}\n",
+        "subagents: {custom: [{name: x, description: d, system_prompt: p, tools: [nope]}]}\n",
+        "subagents: {custom: [{name: x, description: d, system_prompt: p, model: nope}]}\n",
+        "subagents: {custom: [{name: x, description: d, system_prompt: p, max_turns: 0}]}\n",
+        "subagents: {custom: [{name: x, description: d, system_prompt: p, max_turns: 1001}]}\n",
+        "subagents: {custom: [{name: x, description: d, system_prompt: p, timeout_s: -1}]}\n",
+        "subagents: {custom: [{name: x, description: d, system_prompt: p, timeout_s: "
+        "99999999999}]}\n",
+        "subagents: {custom: [{name: x, description: d, system_prompt: p},"
+        " {name: x, description: d, system_prompt: p}]}\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        subagents_from(bad[i], FAWN_ECONFIG);
+}
+
 int main(void) {
     if (!mkdtemp(tmpdir))
         return 1;
@@ -1456,6 +1539,7 @@ int main(void) {
         cmocka_unit_test(long_runs_store_each_message_once),
         cmocka_unit_test(runs_start_from_the_root_or_an_earlier_checkpoint),
         cmocka_unit_test(cancel_kills_the_command_through_the_runs_own_lease),
+        cmocka_unit_test(subagent_types_are_built_in_and_checked_from_config),
     };
     int failed = cmocka_run_group_tests_name("agent", tests, NULL, NULL);
     char cmd[128];
