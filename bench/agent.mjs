@@ -9,6 +9,12 @@
 //  2. 1000 concurrent SSE readers of one run: events delivered per second to
 //     all of them, and the gateway's resident memory with them connected
 //     against before. Target: under 50 MiB added.
+//  3. Sub-agents: a lead that hands 60 commands to 3 sub-agents (20 each, one
+//     per step, all three at once, each in its own shell session) against
+//     one agent running the same 60 commands in turn, both timed end to end.
+//     Each command waits 50 ms, as most agent commands wait (builds, tests,
+//     downloads); commands that only burn CPU could not go below 1/cores.
+//     Target: 0.4x or less.
 // Usage: node bench/agent.mjs FAWN_BIN ROUNDS READERS
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -45,6 +51,11 @@ function call(port, method, p, { body, token, agent } = {}) {
 }
 
 const bashStep = (i) => ({ content: '', tool_calls: [{ name: 'bash', args: { description: 'step', command: `true ${i}` } }] });
+// The sub-agents figure: its commands, per sub-agent and in all.
+const TASKS = 3;
+const TASK_STEPS = 20;
+const waitStep = (i) => ({ content: '', tool_calls: [{ name: 'bash', args: { description: 'step', command: `sleep 0.05; echo ${i}` } }] });
+const taskCall = (i) => ({ name: 'task', args: { description: `part ${i}`, prompt: `part ${i}`, subagent_type: 'bench' } });
 
 function writeFixtures(home) {
   const steps = { replies: [...Array.from({ length: STEPS }, (_, i) => bashStep(i)), { content: 'done' }] };
@@ -54,6 +65,12 @@ function writeFixtures(home) {
   fs.writeFileSync(path.join(home, 'steps.json'), JSON.stringify(steps));
   fs.writeFileSync(path.join(home, 'warm.json'), JSON.stringify({ replies: [bashStep(-1), { content: 'warm' }] }));
   fs.writeFileSync(path.join(home, 'readers.json'), JSON.stringify(readers));
+  const all = TASKS * TASK_STEPS;
+  fs.writeFileSync(path.join(home, 'serial.json'), JSON.stringify({ replies: [...Array.from({ length: all }, (_, i) => waitStep(i)), { content: 'done' }] }));
+  // Each sub-agent's calls count from 0: the three play the same script.
+  fs.writeFileSync(path.join(home, 'part.json'), JSON.stringify({ replies: [...Array.from({ length: TASK_STEPS }, (_, i) => waitStep(i)), { content: 'part done' }] }));
+  fs.writeFileSync(path.join(home, 'fanout.json'), JSON.stringify({ replies: [
+    { content: '', tool_calls: Array.from({ length: TASKS }, (_, i) => taskCall(i)) }, { content: 'done' }] }));
 }
 
 async function startServer(home, port) {
@@ -68,7 +85,12 @@ async function startServer(home, port) {
     'models:',
     `  - {name: steps, provider: script, fixture: ${path.join(home, 'steps.json')}}`,
     `  - {name: warm, provider: script, fixture: ${path.join(home, 'warm.json')}}`,
-    `  - {name: readers, provider: script, fixture: ${path.join(home, 'readers.json')}}`, ''].join('\n'));
+    `  - {name: readers, provider: script, fixture: ${path.join(home, 'readers.json')}}`,
+    `  - {name: serial, provider: script, fixture: ${path.join(home, 'serial.json')}}`,
+    `  - {name: fanout, provider: script, fixture: ${path.join(home, 'fanout.json')}}`,
+    `  - {name: part, provider: script, fixture: ${path.join(home, 'part.json')}}`,
+    'subagents:', '  custom:',
+    '    - {name: bench, description: runs its part, system_prompt: Run your part., tools: [bash], model: part}', ''].join('\n'));
   // FAWN_BENCH_WRAP (e.g. "perf record -g -o /tmp/perf.data") runs the server under a profiler.
   const wrap = (process.env.FAWN_BENCH_WRAP || '').split(' ').filter(Boolean);
   const argv = [...wrap, fawnBin, 'serve', '--config', config];
@@ -84,15 +106,16 @@ function rssKiB(pid) {
   return Number(m[1]);
 }
 
-/** A run of the script `model` on thread, waited for: its wall time in ms. */
-async function timedRun(port, token, thread, model, steps) {
+/** A run of the script `model` on thread, waited for: its wall time in ms,
+ * once its last `steps` tool results (of `tool`) have all succeeded. */
+async function timedRun(port, token, thread, model, steps, tool = 'bash') {
   const t0 = process.hrtime.bigint();
   const out = await call(port, 'POST', `/api/threads/${thread}/runs/wait`, { token,
     body: { assistant_id: 'lead_agent', input: { messages: [{ type: 'human', content: 'go' }] },
       context: { model_name: model }, config: { recursion_limit: 1000 } } });
   const ms = Number(process.hrtime.bigint() - t0) / 1e6;
-  const tools = out.messages.slice(-2 * steps - 1).filter((m) => m.type === 'tool');
-  if (tools.length !== steps || tools.some((m) => m.additional_kwargs.tool_status.status !== 'success'))
+  const tools = out.messages.filter((m) => m.type === 'tool').slice(-steps);
+  if (tools.length !== steps || tools.some((m) => m.name !== tool || m.additional_kwargs.tool_status.status !== 'success'))
     throw new Error(`the run did not make ${steps} successful steps: ${JSON.stringify(out).slice(0, 300)}`);
   return ms;
 }
@@ -157,6 +180,26 @@ async function stepOverhead(port, token, home, userId) {
   console.log(`agent step: overhead per tool step ${overhead.toFixed(3)} ms (target < 2 ms; ` +
     `${((run - oneShot) / STEPS).toFixed(3)} ms against one-shot execs); run/bare ratio ` +
     `${(run / bare).toFixed(2)}x (median of ${ROUNDS})`);
+}
+
+// Each round: two new threads, their sandboxes started by a one-step run;
+// on one the serial run, on the other the run that fans out.
+async function parallelSubagents(port, token) {
+  const serial = [];
+  const fanout = [];
+  for (let r = 0; r < ROUNDS; r++) {
+    for (const [name, times, steps, tool] of [['serial', serial, TASKS * TASK_STEPS, 'bash'], ['fanout', fanout, TASKS, 'task']]) {
+      const thread = `bench-${name}-${r}`;
+      await call(port, 'POST', '/api/threads', { token, body: { thread_id: thread } });
+      await timedRun(port, token, thread, 'warm', 1);
+      times.push(await timedRun(port, token, thread, name, steps, tool));
+    }
+  }
+  const one = median(serial);
+  const three = median(fanout);
+  console.log(`sub-agents: ${TASKS * TASK_STEPS} commands of 50 ms by one agent in turn ${one.toFixed(0)} ms; ` +
+    `by ${TASKS} sub-agents at once (${TASK_STEPS} each) ${three.toFixed(0)} ms`);
+  console.log(`sub-agents: ratio ${(three / one).toFixed(2)}x (target <= 0.4x; median of ${ROUNDS})`);
 }
 
 /** Opens one SSE reader of the run; resolves with its event count at the end. */
@@ -264,6 +307,7 @@ async function main() {
       req.end(data);
     });
     await stepOverhead(port, token, home, String(admin.id));
+    await parallelSubagents(port, token);
     await manyReaders(port, token, server.pid);
   } finally {
     server.kill('SIGTERM');
