@@ -132,7 +132,8 @@ void agent_next_model(agent_loop *run, agent_model_call *call, size_t next);
  * at the end). */
 void agent_next_tool(agent_loop *run, agent_tool_call *call, size_t next);
 
-/* Whether the run has been asked to stop (agent_params.cancel). */
+/* Whether the run has been asked to stop (agent_params.cancel; for a
+ * sub-agent, also the run it works for). */
 bool agent_cancelled(const agent_loop *run);
 /* Ends the run after this step with stop_reason (and error, when not NULL:
  * the run's status becomes error; a first error is kept). */
@@ -228,6 +229,9 @@ void agent_task_loop(agent_task_end *end, const agent_params *p, agent_task *tas
  * commands killed. Each task call ends answered (done). Does nothing in a
  * sub-agent's loop or when the run offers no task tool. */
 void agent_tasks_run(agent_loop *run, agent_tool_call *calls, size_t n);
+/* Whether the run the sub-agent works for has been cancelled (its own
+ * cancel flag follows within a moment; a sub-agent's loop reads both). */
+bool agent_task_lead_cancelled(const agent_task *task);
 /* A sub-agent's new message (borrowed): a task_running event. */
 void agent_task_step(agent_task *task, const json_t *msg);
 /* The id receipts of the sub-agent's tool calls are filed under: "<task

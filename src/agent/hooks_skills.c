@@ -213,6 +213,22 @@ static int prompt_extend(const json_t **active, agent_loop *run, const skills_di
     return r;
 }
 
+/* Leaves in catalog the skills named in names (NULL: all): a sub-agent's
+ * type may offer it fewer skills than the lead has. */
+static void catalog_keep_only(json_t *catalog, const json_t *names) {
+    for (size_t i = json_array_size(catalog); names && i-- > 0;) {
+        const char *name = json_string_value(json_object_get(json_array_get(catalog, i), "name"));
+        bool listed = false;
+        size_t k;
+        json_t *n;
+        json_array_foreach(names, k, n) {
+            listed |= name && strcmp(json_string_value(n), name) == 0;
+        }
+        if (!listed)
+            json_array_remove(catalog, i);
+    }
+}
+
 static void skills_before_agent(agent_loop *run) {
     if (!run->p->skills_dir)
         return;
@@ -228,6 +244,8 @@ static void skills_before_agent(agent_loop *run) {
         r = store_skill_states(run->p->st, &states);
     if (r == 0)
         r = skills_catalog(&catalog, &dirs, states, run->p->policy, run->p->role);
+    if (r == 0 && run->task)
+        catalog_keep_only(catalog, agent_task_skills(run->task));
     if (r == 0)
         r = prompt_extend(&active, run, &dirs, catalog);
     if (r == 0 && active)

@@ -80,6 +80,8 @@ void agent_task_step(agent_task *task, const json_t *msg) {
 
 /* ---- the lead's view ---- */
 
+bool agent_task_lead_cancelled(const agent_task *task) { return agent_cancelled(task->lead); }
+
 void agent_task_receipt_id(char *out, size_t size, const agent_task *task, const char *call_id) {
     snprintf(out, size, "%s/%s", task->call->id, call_id);
 }

@@ -12,6 +12,8 @@
 #include "base/json.h"
 
 bool agent_cancelled(const agent_loop *run) {
+    if (run->task && agent_task_lead_cancelled(run->task))
+        return true;
     return run->p->cancel && atomic_load(&run->p->cancel->cancelled);
 }
 

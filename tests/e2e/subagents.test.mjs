@@ -7,9 +7,10 @@
 // tool call, the lead's or a sub-agent's, and a queued run starts with the
 // role its user has then.
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import { after, before, describe, it } from './lib/test.mjs';
 
-import { FawnServer, hostProcs, request, runFawn, setupAdmin, setupUser, sha256, uniqueSleep, waitFor } from './lib/server.mjs';
+import { FawnServer, hostProcs, request, runFawn, setupAdmin, setupUser, sha256, skillsDirWith, uniqueSleep, waitFor } from './lib/server.mjs';
 import { FakeOpenAI, call, held, reply } from './lib/fake_openai.mjs';
 
 const human = (content) => ({ messages: [{ type: 'human', content }] });
@@ -22,12 +23,21 @@ describe('sub-agents', () => {
   let fake;
   let admin;
   let bob;
+  let skillsDir;
 
   before(async () => {
     fake = await FakeOpenAI.start();
+    skillsDir = skillsDirWith({
+      alpha: '---\nname: alpha\ndescription: The first skill\n---\n# Alpha\n',
+      beta: '---\nname: beta\ndescription: The second skill\n---\n# Beta\n',
+    });
     srv = await FawnServer.start({
       models: [fake.model()],
-      subagents: { custom: [{ name: 'quick', description: 'answers fast', system_prompt: 'Be quick.', tools: ['bash'], timeout_s: 3 }] },
+      sandbox: { skills_dir: skillsDir },
+      subagents: { custom: [
+        { name: 'quick', description: 'answers fast', system_prompt: 'Be quick.', tools: ['bash'], timeout_s: 3 },
+        { name: 'reader', description: 'reads', system_prompt: 'You read files for the lead.', tools: ['read_file', 'ls'], skills: ['alpha'], max_turns: 2 },
+      ] },
       authorization: {
         enabled: true,
         roles: { admin: {}, user: {}, nobody: { sandbox: { deny: ['execute'] } } },
@@ -39,6 +49,7 @@ describe('sub-agents', () => {
   after(async () => {
     await srv?.stop();
     await fake?.stop();
+    fs.rmSync(skillsDir, { recursive: true, force: true });
   });
 
   const api = (method, p, body, who = admin) => request(srv, method, p, { bearer: who.token, body });
@@ -149,6 +160,31 @@ describe('sub-agents', () => {
     assert.equal(answers.filter((a) => a.additional_kwargs.subagent_status === 'completed').length, 6);
     const started = await events(tid, run.run_id, '?event_types=task_started');
     assert.equal(started.length, 6);
+  });
+
+  it('a custom type has its own prompt, tools, skills and turns, and sees none of the lead history', async () => {
+    const tid = await thread();
+    fake.queue(reply('noted'));
+    await runWait(tid, 'SECRET-LEAD-HISTORY');
+    const asked = fake.requests.length;
+    fake.route('READ-1', reply('', [call('ls', { description: 'look', path: '/mnt/user-data' })]), reply('', [call('ls', { description: 'again', path: '/mnt/user-data' })]));
+    fake.queue(reply('', [task('READ-1', 'reader')]), reply('ok'));
+    const run = await runWait(tid, 'read something');
+    assert.equal(run.status, 'success');
+    const sub = fake.requests.slice(asked).filter((r) => JSON.stringify(r.body.messages).includes('READ-1: do your part') && r.body.messages[0].content.startsWith('You read files'));
+    assert.equal(sub.length, 2, 'two turns, its max_turns');
+    const body = sub[0].body;
+    assert.deepEqual(body.tools.map((t) => t.function.name).sort(), ['ls', 'read_file']);
+    assert.match(body.messages[0].content, /alpha/);
+    assert.doesNotMatch(body.messages[0].content, /beta/);
+    assert.ok(!JSON.stringify(body.messages).includes('SECRET-LEAD-HISTORY'));
+    // The lead is offered task with every type; the second turn cap fails the task.
+    const lead = fake.requests.at(-1).body;
+    const taskTool = lead.tools.find((t) => t.function.name === 'task');
+    assert.deepEqual(taskTool.function.parameters.properties.subagent_type.enum, ['general-purpose', 'bash', 'quick', 'reader']);
+    const [a] = toolAnswers(await messages(tid), 'task');
+    assert.equal(a.additional_kwargs.subagent_status, 'failed');
+    assert.match(a.content, /^Task failed\. Error: Recursion limit of 2 model calls reached/);
   });
 
   it('an unknown type is answered with the types there are', async () => {
