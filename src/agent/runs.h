@@ -47,8 +47,9 @@ typedef struct runs_limits {
      * turn read for facts by agent_memory_extract, on its worker, after
      * its stream has ended and its thread is free. */
     const fawn_memory_config *memory;
-    const char *skills_dir; /* the skills runs offer (borrowed; NULL: none) */
-    const char *home;       /* $FAWN_HOME, where users' own skills are (borrowed) */
+    const fawn_compaction_config *compaction; /* compaction.* (borrowed; NULL: off) */
+    const char *skills_dir;                   /* the skills runs offer (borrowed; NULL: none) */
+    const char *home; /* $FAWN_HOME, where users' own skills are (borrowed) */
 } runs_limits;
 
 /* Starts limits->workers workers. Everything passed is borrowed and must

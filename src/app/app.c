@@ -62,6 +62,7 @@ static int executor_start(app *a) {
                           .per_user_running_max = rc->per_user_running_max,
                           .command_timeout_s = a->cfg->sandbox.exec_timeout_s,
                           .memory = &a->cfg->memory,
+                          .compaction = &a->cfg->compaction,
                           .skills_dir = a->cfg->sandbox.skills_dir,
                           .home = a->cfg->home};
     return runs_new(&a->runs, a->st, a->sandboxes, a->models, a->policy, &limits);

@@ -84,21 +84,21 @@ static int route_messages_page(gw_request *rq) {
     return gw_queue(rq, MHD_HTTP_OK, gw_json_text_response(fbuf_steal(&out)));
 }
 
-/* DeerFlow's ThreadTokenUsageResponse. Every answer is the lead agent's
- * (fawn has no sub-agents or middleware that call a model), and no
- * context_usage: fawn knows no model's context window. */
+/* DeerFlow's ThreadTokenUsageResponse (store_thread_token_usage), without
+ * context_usage. */
 static json_t *usage_json(const char *thread_id, const store_token_usage *u) {
     json_t *by_model = json_object();
     for (size_t i = 0; by_model && i < u->n_models; i++)
         json_object_set_new(by_model, u->models[i].model,
                             json_pack("{s:I, s:I}", "tokens", (json_int_t)u->models[i].tokens,
                                       "runs", (json_int_t)u->models[i].runs));
-    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:o?, s:{s:I, s:i, s:i}, s:n}", "thread_id",
+    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:o?, s:{s:I, s:I, s:I}, s:n}", "thread_id",
                      thread_id, "total_tokens", (json_int_t)u->total_tokens, "total_input_tokens",
                      (json_int_t)u->input_tokens, "total_output_tokens",
                      (json_int_t)u->output_tokens, "total_runs", (json_int_t)u->runs, "by_model",
-                     by_model, "by_caller", "lead_agent", (json_int_t)u->total_tokens, "subagent",
-                     0, "middleware", 0, "context_usage");
+                     by_model, "by_caller", "lead_agent", (json_int_t)u->lead_agent_tokens,
+                     "subagent", (json_int_t)u->subagent_tokens, "middleware",
+                     (json_int_t)u->middleware_tokens, "context_usage");
 }
 
 static int route_token_usage(gw_request *rq) {
