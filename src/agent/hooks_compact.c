@@ -139,7 +139,8 @@ static int request_rebuild(json_t *request, const char *summary, const json_t *m
 
 /* Bytes the model would read: request and tool schemas as JSON. */
 static size_t request_bytes(const json_t *request, const json_t *tools) {
-    char *a = json_dumps(request, JSON_COMPACT), *b = tools ? json_dumps(tools, JSON_COMPACT) : NULL;
+    char *a = json_dumps(request, JSON_COMPACT),
+         *b = tools ? json_dumps(tools, JSON_COMPACT) : NULL;
     size_t n = (a ? strlen(a) : 0) + (b ? strlen(b) : 0);
     free(a);
     free(b);
@@ -263,8 +264,8 @@ static int summarize(char **summary, model_reply *reply, const summarize_job *jo
                                          summarizer_prompt, "role", "user", "content", text)
                              : NULL;
     /* What replay and record fixtures key on: the call's own question. */
-    json_t *conversation =
-        r == 0 ? json_pack("[{s:s, s:s}]", "type", "human", "content", text) : NULL;
+    json_t *conversation = r == 0 ? json_pack("[{s:s, s:s}]", "type", "human", "content", text)
+                                  : NULL;
     if (r == 0 && (!request || !conversation))
         r = fawn_err(FAWN_ENOMEM, "out of memory");
     model_request req = {
@@ -301,7 +302,8 @@ static int state_keep(json_t *values, const json_t *messages, size_t *split, con
  * message with an id (the state names it), keeping the split's rules. */
 static size_t split_at_id(const json_t *messages, size_t from, size_t keep_recent) {
     size_t split = agent_compact_split(messages, from, keep_recent);
-    while (split > from && !json_is_string(json_object_get(json_array_get(messages, split - 1), "id")))
+    while (split > from &&
+           !json_is_string(json_object_get(json_array_get(messages, split - 1), "id")))
         split = agent_compact_split(messages, from, json_array_size(messages) - split + 1);
     return split;
 }
@@ -375,9 +377,9 @@ static int thread_request_bytes(size_t *bytes, const json_t *values, const char 
     *bytes = 0;
     json_t *request = json_pack("[{s:s, s:s}]", "role", "system", "content", "");
     const json_t *messages = json_object_get(values, "messages");
-    int r = !request                ? fawn_err(FAWN_ENOMEM, "out of memory")
-            : summary               ? request_rebuild(request, summary, messages, from)
-                                    : agent_request_extend(request, messages, 0);
+    int r = !request  ? fawn_err(FAWN_ENOMEM, "out of memory")
+            : summary ? request_rebuild(request, summary, messages, from)
+                      : agent_request_extend(request, messages, 0);
     if (r == 0)
         *bytes = request_bytes(request, NULL);
     json_decref(request);

@@ -63,12 +63,12 @@ int agent_usage_json(char **out, agent_usage *u) {
     pthread_mutex_lock(&u->lock);
     for (size_t i = 0; list && i < u->n; i++) {
         const agent_usage_bucket *b = &u->buckets[i];
-        json_array_append_new(
-            list, json_pack("{s:s, s:s, s:I, s:I, s:I, s:I}", "caller", b->caller, "model",
-                            b->model, "input_tokens", (json_int_t)b->input_tokens,
-                            "output_tokens", (json_int_t)b->output_tokens, "total_tokens",
-                            (json_int_t)(b->input_tokens + b->output_tokens), "calls",
-                            (json_int_t)b->calls));
+        json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:I, s:I, s:I}", "caller", b->caller,
+                                              "model", b->model, "input_tokens",
+                                              (json_int_t)b->input_tokens, "output_tokens",
+                                              (json_int_t)b->output_tokens, "total_tokens",
+                                              (json_int_t)(b->input_tokens + b->output_tokens),
+                                              "calls", (json_int_t)b->calls));
     }
     pthread_mutex_unlock(&u->lock);
     *out = list ? json_dumps(list, JSON_COMPACT) : NULL;
