@@ -354,7 +354,7 @@ static void compact_before_model(agent_loop *run, agent_model_call *call) {
     size_t from;
     agent_compact_find(&summary, &from, run->values, run->messages);
     int r = summary ? request_rebuild(call->request, summary, run->messages, from) : 0;
-    if (r == 0 && !run->compact_failed &&
+    if (r == 0 && !run->compact_failed && run->model->context_window > 0 &&
         agent_compact_due(request_bytes(call->request, call->tools), run->model->context_window,
                           c->trigger_ratio)) {
         compact_run(run, summary, from);

@@ -207,3 +207,35 @@ describe('compaction and token usage', () => {
     assert.equal((await stateOf(t)).compaction, undefined);
   });
 });
+
+describe('compaction disabled', () => {
+  let srv;
+  let fake;
+  let alice;
+
+  before(async () => {
+    fake = await FakeOpenAI.start();
+    srv = await FawnServer.start({ models: [fake.model('fake', { context_window: 1000 })], compaction: { enabled: false } });
+    alice = await setupAdmin(srv);
+  });
+  after(async () => {
+    await srv?.stop();
+    await fake?.stop();
+  });
+
+  it('sends the whole conversation past the window, and refuses compaction on demand', async () => {
+    const api = (method, p, body) => request(srv, method, p, { bearer: alice.token, body });
+    const t = (await api('POST', '/api/threads', {})).json.thread_id;
+    fake.queue(reply('One'), reply('Two'));
+    for (const text of [long('NOTE-ONE'), 'Second']) {
+      const done = await api('POST', `/api/threads/${t}/runs/wait`, { assistant_id: 'lead_agent', input: human(text) });
+      assert.equal(done.status, 200, done.text);
+    }
+    assert.equal(fake.requests.length, 2);
+    assert.match(JSON.stringify(fake.requests[1].body.messages), /NOTE-ONE/);
+    const refused = await api('POST', `/api/threads/${t}/compact`, {});
+    assert.equal(refused.status, 409, refused.text);
+    assert.equal(refused.json.detail, 'Context compaction is disabled.');
+    assert.equal(fake.requests.length, 2);
+  });
+});

@@ -1112,7 +1112,7 @@ static void memory_extraction_keeps_new_facts_within_the_max(void **state) {
 static json_t *spec_messages(const char *spec) {
     json_t *list = json_array();
     for (size_t i = 0; spec[i]; i++) {
-        char id[16];
+        char id[24];
         snprintf(id, sizeof id, "m%zu", i);
         const char *type = spec[i] == 'h' ? "human" : spec[i] == 't' ? "tool" : "ai";
         json_t *m = json_pack("{s:s, s:s, s:s}", "type", type, "content", "x", "id", id);
@@ -1229,15 +1229,19 @@ static void usage_counts_calls_from_every_thread(void **state) {
         pthread_join(threads[i], NULL);
     agent_usage_count(&u, "middleware:memory", "m",
                       &(model_reply){.prompt_tokens = -1, .completion_tokens = -1});
+    /* The threads made the first two pairs in their own order. */
     char *text;
     assert_int_equal(agent_usage_json(&text, &u), 0);
-    assert_string_equal(text, "[{\"caller\":\"lead\",\"model\":\"m\",\"input_tokens\":22000,"
-                              "\"output_tokens\":14000,\"total_tokens\":36000,\"calls\":2000},"
-                              "{\"caller\":\"subagent:bash\",\"model\":\"m\",\"input_tokens\":"
-                              "22000,\"output_tokens\":14000,\"total_tokens\":36000,\"calls\":"
-                              "2000},{\"caller\":\"middleware:memory\",\"model\":\"m\","
-                              "\"input_tokens\":0,\"output_tokens\":0,\"total_tokens\":0,"
-                              "\"calls\":1}]");
+    for (size_t i = 0; i < 2; i++)
+        assert_non_null(strstr(
+            text, (const char *[]){"{\"caller\":\"lead\",\"model\":\"m\",\"input_tokens\":22000,"
+                                   "\"output_tokens\":14000,\"total_tokens\":36000,\"calls\":2000}",
+                                   "{\"caller\":\"subagent:bash\",\"model\":\"m\",\"input_tokens\":"
+                                   "22000,\"output_tokens\":14000,\"total_tokens\":36000,"
+                                   "\"calls\":2000}"}[i]));
+    assert_non_null(strstr(text, "},{\"caller\":\"middleware:memory\",\"model\":\"m\","
+                                 "\"input_tokens\":0,\"output_tokens\":0,\"total_tokens\":0,"
+                                 "\"calls\":1}]"));
     free(text);
     model_reply one = {.prompt_tokens = 1, .completion_tokens = 1};
     for (int i = 0; i < 2 * AGENT_USAGE_BUCKETS_MAX; i++) {
