@@ -48,8 +48,8 @@ typedef void (*agent_emit_fn)(void *ctx, const char *event, char *data);
 /* Callers' names are short words; longer ones are cut. */
 #define AGENT_USAGE_CALLER_MAX 64
 /* (caller, model) pairs counted apart; past AGENT_USAGE_BUCKETS_MAX - 3, a
- * new pair is counted under its caller's class ("lead", "subagent",
- * "middleware") and model "", for which the last three are kept. */
+ * new pair is counted under its caller's class ("lead", "subagent:other",
+ * "middleware:other") and model "", for which the last three are kept. */
 #define AGENT_USAGE_BUCKETS_MAX STORE_USAGE_BUCKETS_MAX
 
 typedef struct agent_usage_bucket {

@@ -16,12 +16,12 @@ void agent_usage_init(agent_usage *u) {
 
 void agent_usage_destroy(agent_usage *u) { pthread_mutex_destroy(&u->lock); }
 
-/* The class of a caller: "lead", "subagent" or "middleware" (each its own
- * class). */
+/* The bucket a caller is folded into: "lead", "subagent:other" or
+ * "middleware:other" (each its own). */
 static const char *caller_class(const char *caller) {
     if (strcmp(caller, "lead") == 0)
         return "lead";
-    return strncmp(caller, "subagent", 8) == 0 ? "subagent" : "middleware";
+    return strncmp(caller, "subagent:", 9) == 0 ? "subagent:other" : "middleware:other";
 }
 
 /* The bucket of (caller, model), made when new (lock held); a table past

@@ -1255,8 +1255,9 @@ static void usage_counts_calls_from_every_thread(void **state) {
     for (size_t i = 0; i < u.n; i++)
         calls += u.buckets[i].calls;
     assert_int_equal(calls, 4001 + 4 * AGENT_USAGE_BUCKETS_MAX);
-    assert_string_equal(u.buckets[u.n - 1].caller, "middleware");
-    assert_string_equal(u.buckets[u.n - 2].caller, "subagent");
+    assert_string_equal(u.buckets[u.n - 1].caller, "middleware:other");
+    assert_string_equal(u.buckets[u.n - 1].model, "");
+    assert_string_equal(u.buckets[u.n - 2].caller, "subagent:other");
     agent_usage_destroy(&u);
 }
 
