@@ -184,6 +184,12 @@ typedef struct agent_compact_outcome {
  * the store's errors. The caller keeps runs off the thread. */
 FAWN_MUST_CHECK int agent_compact(agent_compact_outcome *out, const agent_params *p, bool force);
 
+/* The tokens the messages of a thread state (values) take as the model is
+ * sent them (the summary instead of the messages it covers), estimated at
+ * AGENT_COMPACT_BYTES_PER_TOKEN bytes a token. FAWN_EINVAL for a message
+ * agent_message_check refuses; FAWN_ENOMEM. */
+FAWN_MUST_CHECK int agent_context_tokens(int64_t *tokens, const json_t *values);
+
 /* A new message id (a UUID) in out. */
 void agent_message_id(char out[40]);
 

@@ -386,6 +386,16 @@ static int thread_request_bytes(size_t *bytes, const json_t *values, const char 
     return r;
 }
 
+int agent_context_tokens(int64_t *tokens, const json_t *values) {
+    *tokens = 0;
+    const char *summary;
+    size_t from, bytes;
+    agent_compact_find(&summary, &from, values, json_object_get(values, "messages"));
+    int r = thread_request_bytes(&bytes, values, summary, from);
+    *tokens = r == 0 ? (int64_t)(bytes / AGENT_COMPACT_BYTES_PER_TOKEN) : 0;
+    return r;
+}
+
 /* Summarizes the thread's state in values; out says what was done. */
 static int compact_values(agent_compact_outcome *out, json_t *values, const agent_params *p,
                           const model_entry *model, bool force) {

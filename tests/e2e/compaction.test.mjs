@@ -69,6 +69,10 @@ describe('compaction and token usage', () => {
     assert.equal(fake.requests.length, 2);
     assert.match(JSON.stringify(fake.requests[1].body.messages), /NOTE-ONE/);
     assert.equal((await stateOf(t)).compaction, undefined);
+    const before = (await api('GET', `/api/threads/${t}/token-usage`)).json.context_usage;
+    assert.equal(before.max_context_tokens, 50000);
+    assert.ok(before.token_count > (2 * LONG) / 4, JSON.stringify(before));
+    assert.equal(before.percentage, Math.floor((before.token_count * 1000) / 50000) / 10);
     // One model call, with the fake model's usage.
     assert.equal(first.total_input_tokens, 11);
     assert.equal(first.total_output_tokens, 7);
@@ -136,6 +140,10 @@ describe('compaction and token usage', () => {
     assert.equal(thread.json.total_runs, 3);
     assert.deepEqual(thread.json.by_caller, { lead_agent: 54, subagent: 0, middleware: 18 });
     assert.deepEqual(thread.json.by_model, { fake: { tokens: 72, runs: 3 } });
+    // The context the model is sent now: the summary, not the first notes.
+    const now = thread.json.context_usage;
+    assert.ok(now.token_count > LONG / 4 && now.token_count < (LONG / 4) * 1.5, JSON.stringify(now));
+    assert.equal(now.percentage, Math.floor((now.token_count * 1000) / 50000) / 10);
 
     // On demand: the summary grows by what came after it (the earlier
     // summary is given to the model), and the next run is sent the new one.
