@@ -150,7 +150,8 @@ static size_t request_bytes(const json_t *request, const json_t *tools) {
 /* ---- the summary ---- */
 
 /* Appends the text of content (a string, or the text parts of a list),
- * defanged, at most COMPACT_MESSAGE_TEXT_MAX bytes of it. */
+ * defanged, at most COMPACT_MESSAGE_TEXT_MAX bytes of it (whole
+ * characters). */
 static int content_append(fbuf *b, const json_t *content) {
     fbuf text = {0};
     int r = 0;
@@ -162,6 +163,8 @@ static int content_append(fbuf *b, const json_t *content) {
             r = fbuf_append(&text, json_string_value(t), json_string_length(t));
     }
     size_t n = text.len < COMPACT_MESSAGE_TEXT_MAX ? text.len : COMPACT_MESSAGE_TEXT_MAX;
+    while (n > 0 && n < text.len && ((unsigned char)text.data[n] & 0xc0) == 0x80)
+        n--; /* cut at a character's start: the transcript stays UTF-8 */
     if (r == 0 && n)
         r = agent_text_defang(b, text.data, n);
     if (r == 0 && n < text.len)

@@ -1300,7 +1300,12 @@ static void compaction_summarizes_older_turns_and_the_run_goes_on(void **state) 
                       .usage = &usage};
     for (int run = 0; run < 3; run++) {
         collected c = {.events = json_array()};
-        json_t *input = json_pack("[{s:s, s:s}]", "type", "human", "content", "Hello");
+        /* Longer than the transcript keeps of a message, cut within a
+         * character of two bytes. */
+        char text[1 + 2 * 3000 + 1] = "x";
+        for (int i = 0; i < 3000; i++)
+            memcpy(text + 1 + 2 * i, "\xc3\xa9", 3);
+        json_t *input = json_pack("[{s:s, s:s}]", "type", "human", "content", text);
         p.input = input;
         p.emit = collect;
         p.emit_ctx = &c;
