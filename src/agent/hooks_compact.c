@@ -8,7 +8,10 @@
  * run's model, with the earlier summary, and the thread state keeps the
  * summary and the id of the last message it covers (AGENT_COMPACT_KEY):
  * later calls and runs build on it, so each summary reads only what came
- * after the last. The thread's messages are never changed: only what the
+ * after the last. The summary's call is one of the run's model calls (it
+ * counts in agent_outcome.model_calls and toward the recursion limit; a
+ * script fixture answers it with its next reply) and its usage is counted
+ * as middleware:compaction. The thread's messages are never changed: only what the
  * model is sent is. A request with a summary is: the system prompt, the
  * summary (fenced: it is model output that read untrusted text), the
  * current user message when the summary covers it, then the messages
