@@ -40,6 +40,41 @@
 typedef void (*agent_emit_fn)(void *ctx, const char *event, char *data);
 
 typedef struct agent_subagents agent_subagents;
+/* ---- token accounting (usage.c) ----
+ * What a run's model calls cost, by caller and model: "lead" (the lead
+ * agent), "subagent:<type>", "middleware:<what>" (calls hooks make:
+ * compaction summaries, memory extraction). Calls come from several
+ * threads (sub-agents run on their own): the sums are guarded by a lock. */
+
+/* Callers' names are short words; longer ones are cut. */
+#define AGENT_USAGE_CALLER_MAX 64
+/* (caller, model) pairs counted apart; past AGENT_USAGE_BUCKETS_MAX - 3, a
+ * new pair is counted under its caller's class ("lead", "subagent:other",
+ * "middleware:other") and model "", for which the last three are kept. */
+#define AGENT_USAGE_BUCKETS_MAX STORE_USAGE_BUCKETS_MAX
+
+typedef struct agent_usage_bucket {
+    char caller[AGENT_USAGE_CALLER_MAX + 1];
+    char model[MODEL_NAME_MAX + 1];
+    int64_t input_tokens, output_tokens, calls;
+} agent_usage_bucket;
+
+typedef struct agent_usage {
+    pthread_mutex_t lock;
+    agent_usage_bucket buckets[AGENT_USAGE_BUCKETS_MAX];
+    size_t n;
+} agent_usage;
+
+void agent_usage_init(agent_usage *u);
+void agent_usage_destroy(agent_usage *u);
+/* Counts one model call of caller to model with reply's usage (a reply
+ * without usage counts the call, with no tokens). Safe from any thread;
+ * u NULL counts nothing. */
+void agent_usage_count(agent_usage *u, const char *caller, const char *model,
+                       const model_reply *reply);
+/* The counts as the JSON list a run record keeps (store_run.token_usage):
+ * *out malloc'd text. FAWN_ENOMEM. */
+FAWN_MUST_CHECK int agent_usage_json(char **out, agent_usage *u);
 
 typedef struct agent_params {
     store *st;
@@ -71,6 +106,9 @@ typedef struct agent_params {
     /* The sub-agent types the lead may delegate to with `task` (NULL, or
      * not enabled: no task tool). */
     const agent_subagents *subagents;
+    /* compaction.* (NULL: never compacted). */
+    const fawn_compaction_config *compaction;
+    agent_usage *usage; /* where the run's model calls are counted (NULL: not counted) */
 } agent_params;
 
 typedef struct agent_outcome {
@@ -128,6 +166,33 @@ FAWN_MUST_CHECK int agent_input_messages(json_t **out, const json_t *input);
  * nothing unless p->memory->enabled. Never fails: what goes wrong (the
  * model, a malformed answer, the store) is logged naming the run. */
 void agent_memory_extract(const agent_params *p, const char *checkpoint_id, unsigned call_index);
+
+/* ---- compaction on demand (hooks_compact.c) ---- */
+
+typedef struct agent_compact_outcome {
+    bool compacted;
+    char reason[32];           /* when not: below_threshold, not_enough_messages */
+    size_t removed_messages;   /* messages the model is no longer sent (the summary covers them) */
+    size_t preserved_messages; /* messages it is still sent whole */
+    int64_t total_tokens;      /* what the summary cost */
+    char checkpoint_id[STORE_RUN_ID_MAX + 1]; /* the checkpoint written ("" when none) */
+} agent_compact_outcome;
+
+/* Summarizes the older messages of p's thread (its owner's newest state)
+ * with p's model as a run's compaction does (hooks_compact.c), whether
+ * the context passes compaction.trigger_ratio or not unless !force, and
+ * writes the state with the summary as the thread's next checkpoint. Uses
+ * p's st, models, model_name, owner_id, thread_id and compaction (the rest
+ * may be zero). FAWN_EPERM when compaction is disabled; FAWN_EBUSY when the
+ * thread got a checkpoint meanwhile (a run, an update); the model's and
+ * the store's errors. The caller keeps runs off the thread. */
+FAWN_MUST_CHECK int agent_compact(agent_compact_outcome *out, const agent_params *p, bool force);
+
+/* The tokens the messages of a thread state (values) take as the model is
+ * sent them (the summary instead of the messages it covers), estimated at
+ * AGENT_COMPACT_BYTES_PER_TOKEN bytes a token. FAWN_EINVAL for a message
+ * agent_message_check refuses; FAWN_ENOMEM. */
+FAWN_MUST_CHECK int agent_context_tokens(int64_t *tokens, const json_t *values);
 
 /* A new message id (a UUID) in out. */
 void agent_message_id(char out[40]);

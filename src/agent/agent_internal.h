@@ -4,7 +4,9 @@
  * The files call one way, downward:
  *   runs.c → run.c → hooks.c → hooks_tools.c → run_context.c
  * run.c also calls run_context.c and messages.c; runs.c calls
- * hooks_memory.c's agent_memory_extract after a run; the hooks reach the run
+ * hooks_memory.c's agent_memory_extract after a run; the gateway calls
+ * hooks_compact.c's agent_compact; every model call is counted through
+ * usage.c (agent_usage_add, agent_usage_count); the hooks reach the run
  * only through run_context.c (agent_next_model/tool, agent_stop, events,
  * the sandbox), which walks the chain run.c put in agent_loop.hooks. */
 #ifndef FAWN_AGENT_INTERNAL_H
@@ -98,6 +100,8 @@ typedef struct agent_loop {
     char skill[SKILLS_NAME_MAX + 1]; /* skills: the active skill's name, or "" */
     agent_task *task;                /* the sub-agent this loop runs, or NULL: the lead */
     unsigned tasks_started;          /* sub-agents the run has started (the lead's loop) */
+    const char *caller;              /* token accounting: NULL (the lead) or "subagent:<type>" */
+    bool compact_failed;             /* compaction: a summary failed; not tried again this run */
 } agent_loop;
 
 /* The chains (hooks.c): the order the lead's loop walks the hooks in, and
@@ -116,6 +120,7 @@ extern const agent_hook hook_tool_output_budget, hook_tool_authorization, hook_r
     hook_tool_errors;                   /* hooks_tools.c */
 extern const agent_hook hook_skills;    /* hooks_skills.c */
 extern const agent_hook hook_subagents; /* hooks_subagents.c */
+extern const agent_hook hook_compact;   /* hooks_compact.c */
 
 /* ---- run_context.c: what a hook may ask of its run ---- */
 
@@ -160,6 +165,41 @@ FAWN_MUST_CHECK int agent_box_list(json_t **entries, agent_loop *run, const char
 /* Writes text to a file in the run's sandbox (taken on first use).
  * FAWN_EIO when the box refuses; sandbox errors. */
 FAWN_MUST_CHECK int agent_box_write(agent_loop *run, const char *path, const char *text);
+
+/* ---- usage.c ---- */
+
+/* Counts one model call of the run (agent_usage_count on the run's
+ * agent_params.usage) by caller (NULL: run->caller, the lead when that is
+ * NULL too) to model. Safe from any thread. */
+void agent_usage_add(agent_loop *run, const char *caller, const char *model,
+                     const model_reply *reply);
+
+/* ---- hooks_compact.c ---- */
+
+/* The thread state's key that keeps the summary: {"summary": text,
+ * "through": the id of the last message it covers, "messages": how many
+ * messages it covers}. */
+#define AGENT_COMPACT_KEY "compaction"
+/* What a token is taken for when the context is estimated, bytes. */
+#define AGENT_COMPACT_BYTES_PER_TOKEN 4
+
+/* Where the messages[from..) of a thread split for a summary, keeping
+ * keep_recent: the summary covers [from, split), the model is sent
+ * [split, n) whole. split is at most n - keep_recent (from when there are
+ * no more), never the index of a tool message (its call stays with it)
+ * and never right after an AI message with tool calls (its results stay
+ * with it). */
+size_t agent_compact_split(const json_t *messages, size_t from, size_t keep_recent);
+/* Whether a request of request_bytes passes ratio of context_window
+ * (tokens; 0: unknown, never). */
+bool agent_compact_due(size_t request_bytes, uint32_t context_window, double ratio);
+/* The summary values (the thread state) keep for messages, and where it
+ * ends: *from is the index after the message its "through" names, and
+ * *summary (borrowed) its text; *from 0 and *summary NULL when values
+ * keep none, or the message it names is not in messages (a fork, an
+ * edit). */
+void agent_compact_find(const char **summary, size_t *from, const json_t *values,
+                        const json_t *messages);
 
 /* ---- hooks.c ---- */
 
@@ -232,6 +272,8 @@ void agent_tasks_run(agent_loop *run, agent_tool_call *calls, size_t n);
 /* Whether the run the sub-agent works for has been cancelled (its own
  * cancel flag follows within a moment; a sub-agent's loop reads both). */
 bool agent_task_lead_cancelled(const agent_task *task);
+/* The caller its model calls are counted under: "subagent:<type>". */
+const char *agent_task_caller(const agent_task *task);
 /* A sub-agent's new message (borrowed): a task_running event. */
 void agent_task_step(agent_task *task, const json_t *msg);
 /* The id receipts of the sub-agent's tool calls are filed under: "<task

@@ -15,7 +15,7 @@
  * hooks run as:
  *   before_agent      dangling_tool_calls, then skills
  *   sandbox_acquired  delivery_check (outputs as the run found them)
- *   before_model      input_sanitization, then uploads, then memory
+ *   before_model      compact, then input_sanitization, then uploads, then memory
  *   wrap_model        model_errors > empty_final_retry > the model
  *   after_model       finish_reasons, then loop_detection
  *   wrap_tool         tool_output_budget > tool_authorization > skills > read_before_write
@@ -28,10 +28,13 @@
  * every outer hook a result to read; a denied call is never checked for
  * read-before-write; the budget saves the text every inner hook wrote; the
  * uploads note goes before the fenced user text, outside the fence; the
- * memory context goes after the system prompt, fenced on its own; a task
+ * memory context goes after the system prompt, fenced on its own; the
+ * compacted request (a summary instead of older messages) is what every
+ * other hook sees, so the current user message is fenced in it; a task
  * call is authorized, checked against the active skill and counted for
  * loops like any other before its sub-agent starts. */
 const agent_hook *const agent_hooks[] = {
+    &hook_compact,
     &hook_input_sanitization,
     &hook_uploads,
     &hook_tool_output_budget,

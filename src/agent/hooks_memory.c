@@ -69,6 +69,8 @@ static char *extract_answer(const agent_params *p, const json_t *request, unsign
                 ? model_entry_complete(&reply, &why, model, &req, &(model_hooks){0},
                                        p->cancel ? &p->cancel->cancelled : NULL)
                 : fawn_err(FAWN_ENOENT, "no model");
+    if (r == 0)
+        agent_usage_count(p->usage, "middleware:memory", model->name, &reply);
     const char *text = json_string_value(json_object_get(reply.message, "content"));
     char *answer = r == 0 && text ? strdup(text) : NULL;
     if (r < 0 || !text)

@@ -37,6 +37,8 @@ struct agent_task {
     bool finished;       /* under batch->lock */
     bool killed;         /* its scope's commands were killed (the run's thread only) */
     unsigned steps;      /* task_running events sent */
+    /* its model calls are counted under subagent:<type> (cut to AGENT_USAGE_CALLER_MAX) */
+    char caller[sizeof "subagent:" + sizeof((subagent_type *)0)->name];
     pthread_t thread;
     bool thread_started;
 };
@@ -81,6 +83,8 @@ void agent_task_step(agent_task *task, const json_t *msg) {
 /* ---- the lead's view ---- */
 
 bool agent_task_lead_cancelled(const agent_task *task) { return agent_cancelled(task->lead); }
+
+const char *agent_task_caller(const agent_task *task) { return task->caller; }
 
 void agent_task_receipt_id(char *out, size_t size, const agent_task *task, const char *call_id) {
     snprintf(out, size, "%s/%s", task->call->id, call_id);
@@ -227,6 +231,7 @@ static int task_execute(tool_result *out, agent_task *t) {
     task_event(t, "task_started",
                json_pack("{s:s, s:s, s:s}", "description", description, "subagent_type",
                          t->type->name, "model_name", model));
+    snprintf(t->caller, sizeof t->caller, "subagent:%s", t->type->name);
     agent_params p = task_params(t, model);
     char scope[SBX_SCOPE_MAX + 1];
     agent_task_scope(scope, p.run_id, t->index);

@@ -403,8 +403,11 @@ void agent_task_loop(agent_task_end *end, const agent_params *p, agent_task *tas
                      const char *scope, const char *system_prompt, const json_t *tools,
                      const char *prompt) {
     memset(end, 0, sizeof *end);
-    agent_loop run = {
-        .p = p, .task = task, .hooks = agent_task_hooks, .hooks_count = agent_task_hooks_count};
+    agent_loop run = {.p = p,
+                      .task = task,
+                      .caller = agent_task_caller(task),
+                      .hooks = agent_task_hooks,
+                      .hooks_count = agent_task_hooks_count};
     snprintf(run.scope, sizeof run.scope, "%s", scope);
     run.model = model_registry_resolve(p->models, p->model_name);
     run_setup(&run, p, system_prompt);

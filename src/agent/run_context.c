@@ -151,6 +151,8 @@ static void call_model(agent_loop *run, agent_model_call *call) {
                                       run->p->cancel ? &run->p->cancel->cancelled : NULL);
     if (call->code < 0)
         call->error = strdup(fawn_errmsg());
+    else
+        agent_usage_add(run, NULL, run->model->name, &call->reply);
 }
 
 void agent_next_model(agent_loop *run, agent_model_call *call, size_t next) {

@@ -32,6 +32,7 @@ typedef struct run_entry {
     bool succeeded;       /* the run ended in success (memory reads its turn) */
     unsigned model_calls; /* the run's calls to its model */
     char last_checkpoint[STORE_RUN_ID_MAX + 1]; /* the run's last checkpoint */
+    agent_usage usage;                          /* what the run's model calls cost */
 } run_entry;
 
 static run_entry *entry_of(runq_item *it) {
@@ -60,6 +61,7 @@ struct run_manager {
 };
 
 static void entry_free(run_entry *e) {
+    agent_usage_destroy(&e->usage);
     json_decref(e->input);
     json_decref(e->title);
     run_log_close(e->log);
@@ -154,6 +156,8 @@ static agent_params params_of(run_manager *m, run_entry *e, const sbx_cancel *ca
         .emit_ctx = e,
         .memory = m->limits.memory,
         .subagents = m->limits.subagents,
+        .compaction = m->limits.compaction,
+        .usage = &e->usage,
     };
 }
 
@@ -167,6 +171,14 @@ static int role_at_start(run_manager *m, run_entry *e) {
     if (r == 0)
         snprintf(e->role, sizeof e->role, "%s", owner.role);
     return r;
+}
+
+/* Writes what e's model calls have cost so far to its record. */
+static void usage_record(run_manager *m, run_entry *e) {
+    char *usage = NULL;
+    if (agent_usage_json(&usage, &e->usage) < 0 || store_run_set_usage(m->st, e->run_id, usage) < 0)
+        log_warn("runs", "run %s: token usage not recorded: %s", e->run_id, fawn_errmsg());
+    free(usage);
 }
 
 static void run_execute(run_manager *m, run_entry *e) {
@@ -183,7 +195,8 @@ static void run_execute(run_manager *m, run_entry *e) {
         out.error = strdup(stopped ? "Run cancelled" : fawn_errmsg());
     }
     /* The record is final before the stream ends: a client that has seen
-     * `end` reads the run's final status. */
+     * `end` reads the run's final status and cost. */
+    usage_record(m, e);
     status_record(m, e, out.status, strcmp(out.status, "success") == 0 ? NULL : out.error);
     thread_status_record(m, e, thread_status_after(out.status));
     if (out.stop_reason[0])
@@ -231,6 +244,8 @@ static void *worker_main(void *arg) {
         if (e->succeeded) {
             agent_params p = params_of(m, e, &m->stop);
             agent_memory_extract(&p, e->last_checkpoint, e->model_calls);
+            if (p.memory && p.memory->enabled)
+                usage_record(m, e); /* with the extraction's call */
         }
         entry_free(e);
         pthread_mutex_lock(&m->lock);
@@ -462,6 +477,7 @@ static int entry_new(run_entry **out, run_manager *m, const run_request *rq) {
     run_entry *e = calloc(1, sizeof *e);
     if (!e)
         return fawn_err(FAWN_ENOMEM, "out of memory");
+    agent_usage_init(&e->usage);
     fawn_random_uuid(e->run_id);
     e->owner_id = rq->owner_id;
     snprintf(e->thread_id, sizeof e->thread_id, "%s", rq->thread_id);

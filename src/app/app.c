@@ -63,6 +63,7 @@ static int executor_start(app *a) {
                           .per_user_running_max = rc->per_user_running_max,
                           .command_timeout_s = a->cfg->sandbox.exec_timeout_s,
                           .memory = &a->cfg->memory,
+                          .compaction = &a->cfg->compaction,
                           .skills_dir = a->cfg->sandbox.skills_dir,
                           .home = a->cfg->home,
                           .subagents = a->subagents};

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -211,6 +212,24 @@ static int set_bool(void *field, const config_key *key, const config_scalar *v) 
     return 0;
 }
 
+/* Digits a ratio may have after its point: a thousandth is finer than any
+ * threshold needs. */
+#define CONFIG_RATIO_DECIMALS_MAX 3
+
+/* A share written as a decimal ("0.8", "1", "1.0"): above 0, at most 1. */
+static int set_ratio(void *field, const config_key *key, const config_scalar *v) {
+    (void)key;
+    const char *t = v->text;
+    size_t whole = strspn(t, "0123456789");
+    size_t frac = t[whole] == '.' ? strspn(t + whole + 1, "0123456789") : 0;
+    size_t len = whole + (t[whole] == '.' ? 1 + frac : 0);
+    double r = whole && !t[len] && frac <= CONFIG_RATIO_DECIMALS_MAX ? strtod(t, NULL) : -1;
+    if (!(r > 0 && r <= 1))
+        return scalar_fail(v, "must be a decimal above 0 and at most 1 (e.g. 0.8)");
+    *(double *)field = r;
+    return 0;
+}
+
 static const char *const network_names[] = {[FAWN_NET_NONE] = "none", [FAWN_NET_HOST] = "host"};
 
 static int set_provider(void *field, const config_key *key, const config_scalar *v) {
@@ -383,6 +402,17 @@ static const config_key subagents_keys[] = {
     {0},
 };
 
+static const config_key compaction_keys[] = {
+    KEY_SCALAR("enabled", compaction.enabled, set_bool, "true"),
+    /* 0.8 leaves a fifth of the window for the reply and the turns that
+     * come before the next check. */
+    KEY_SCALAR("trigger_ratio", compaction.trigger_ratio, set_ratio, "0.8"),
+    /* 1 keeps at least the newest message; 1000 is past any window worth
+     * compacting. */
+    KEY_INT("keep_recent_messages", compaction.keep_recent_messages, set_u32, "10", 1, 1000),
+    {0},
+};
+
 static const config_key root_keys[] = {
     KEY_SCALAR("home", home, set_string, NULL),
     KEY_SCALAR("log_level", log_level, set_log_level, "info"),
@@ -393,6 +423,7 @@ static const config_key root_keys[] = {
     KEY_SECTION("runs", runs_keys),
     KEY_SECTION("memory", memory_keys),
     KEY_SECTION("subagents", subagents_keys),
+    KEY_SECTION("compaction", compaction_keys),
     KEY_TREE("authorization", authorization),
     KEY_LIST("models", models),
     {0},

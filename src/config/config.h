@@ -118,6 +118,14 @@ typedef struct fawn_subagents_config {
      * authorization), or NULL; src/agent validates it. */
     json_t *custom;
 } fawn_subagents_config;
+typedef struct fawn_compaction_config {
+    bool enabled;                  /* compaction.enabled: a run whose context passes the share
+                                      below of its model's context_window has its older turns
+                                      summarized (true; models without context_window never) */
+    double trigger_ratio;          /* compaction.trigger_ratio: that share, 0 < r <= 1 (0.8) */
+    uint32_t keep_recent_messages; /* compaction.keep_recent_messages: newest messages always
+                                      sent whole (10) */
+} fawn_compaction_config;
 
 typedef struct fawn_config {
     char *home;      /* home: state directory (default $FAWN_HOME or ./.fawn) */
@@ -129,6 +137,7 @@ typedef struct fawn_config {
     fawn_runs_config runs;
     fawn_memory_config memory;
     fawn_subagents_config subagents;
+    fawn_compaction_config compaction;
     /* authorization: the section as JSON (mappings -> objects, sequences ->
      * arrays, plain true/false -> booleans, plain null -> null, other
      * scalars -> strings), or NULL when absent; src/authz validates it. */

@@ -84,21 +84,69 @@ static int route_messages_page(gw_request *rq) {
     return gw_queue(rq, MHD_HTTP_OK, gw_json_text_response(fbuf_steal(&out)));
 }
 
-/* DeerFlow's ThreadTokenUsageResponse. Every answer is the lead agent's
- * (fawn has no sub-agents or middleware that call a model), and no
- * context_usage: fawn knows no model's context window. */
-static json_t *usage_json(const char *thread_id, const store_token_usage *u) {
+/* The model of the thread's latest run that counted a lead call (the
+ * entry of its token_usage), else the first configured one. */
+static const model_entry *thread_model(gw_request *rq, const char *thread_id) {
+    store_run *runs = NULL;
+    size_t n = 0;
+    const model_registry *models = app_models(rq->g->app);
+    const char *name = NULL;
+    json_t *usage = NULL;
+    if (store_run_list(rq->g->st, &runs, &n, rq->who.user.id, thread_id, 1, 0) == 0 && n)
+        usage = json_loads(runs[0].token_usage, 0, NULL);
+    size_t i;
+    json_t *e;
+    json_array_foreach(usage, i, e) {
+        const char *caller = json_string_value(json_object_get(e, "caller"));
+        if (!name && caller && strcmp(caller, "lead") == 0)
+            name = json_string_value(json_object_get(e, "model"));
+    }
+    const model_entry *model = name ? model_registry_get(models, name) : NULL;
+    json_decref(usage);
+    for (i = 0; i < n; i++)
+        store_run_clear(&runs[i]);
+    free(runs);
+    return model ? model : model_registry_resolve(models, NULL);
+}
+
+/* DeerFlow's context_usage: what the thread's newest state takes of its
+ * model's context window (agent_context_tokens), or null when the model
+ * has no context_window. */
+static int context_usage_json(json_t **out, gw_request *rq, const char *thread_id) {
+    *out = NULL;
+    const model_entry *model = thread_model(rq, thread_id);
+    if (!model || !model->context_window)
+        return 0;
+    json_t *values = NULL;
+    char checkpoint[STORE_RUN_ID_MAX + 1];
+    int64_t tokens = 0;
+    int r = agent_state_load(&values, checkpoint, rq->g->st, rq->who.user.id, thread_id);
+    if (r == 0)
+        r = agent_context_tokens(&tokens, values);
+    json_decref(values);
+    /* A percentage to a tenth (rounded down), as DeerFlow gives it. */
+    double percent = (double)(tokens * 1000 / model->context_window) / 10;
+    *out = r == 0 ? json_pack("{s:I, s:I, s:f}", "token_count", (json_int_t)tokens,
+                              "max_context_tokens", (json_int_t)model->context_window, "percentage",
+                              percent)
+                  : NULL;
+    return r;
+}
+
+/* DeerFlow's ThreadTokenUsageResponse (store_thread_token_usage). */
+static json_t *usage_json(const char *thread_id, const store_token_usage *u, json_t *context) {
     json_t *by_model = json_object();
     for (size_t i = 0; by_model && i < u->n_models; i++)
         json_object_set_new(by_model, u->models[i].model,
                             json_pack("{s:I, s:I}", "tokens", (json_int_t)u->models[i].tokens,
                                       "runs", (json_int_t)u->models[i].runs));
-    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:o?, s:{s:I, s:i, s:i}, s:n}", "thread_id",
+    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:o?, s:{s:I, s:I, s:I}, s:o?}", "thread_id",
                      thread_id, "total_tokens", (json_int_t)u->total_tokens, "total_input_tokens",
                      (json_int_t)u->input_tokens, "total_output_tokens",
                      (json_int_t)u->output_tokens, "total_runs", (json_int_t)u->runs, "by_model",
-                     by_model, "by_caller", "lead_agent", (json_int_t)u->total_tokens, "subagent",
-                     0, "middleware", 0, "context_usage");
+                     by_model, "by_caller", "lead_agent", (json_int_t)u->lead_agent_tokens,
+                     "subagent", (json_int_t)u->subagent_tokens, "middleware",
+                     (json_int_t)u->middleware_tokens, "context_usage", context);
 }
 
 static int route_token_usage(gw_request *rq) {
@@ -106,9 +154,12 @@ static int route_token_usage(gw_request *rq) {
     int r = gw_thread_resolve(&t, rq, false);
     store_thread_clear(&t);
     store_token_usage u;
+    json_t *context = NULL;
     if (r == 0)
         r = store_thread_token_usage(rq->g->st, &u, rq->who.user.id, rq->params[0]);
-    return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, usage_json(rq->params[0], &u));
+    if (r == 0)
+        r = context_usage_json(&context, rq, rq->params[0]);
+    return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, usage_json(rq->params[0], &u, context));
 }
 
 const gw_route gw_message_routes[] = {

@@ -215,17 +215,73 @@ static int run_args_read(run_args *a, gw_request *rq, bool streaming) {
     return r;
 }
 
+/* A count of a token_usage entry: 0 unless a positive integer. */
+static int64_t usage_count(const json_t *entry, const char *key) {
+    const json_t *v = json_object_get(entry, key);
+    return json_is_integer(v) && json_integer_value(v) > 0 ? json_integer_value(v) : 0;
+}
+
+/* Adds what entry counts to the {input_tokens, output_tokens,
+ * total_tokens, calls} object of key in map. */
+static void usage_add_to(json_t *map, const char *key, const json_t *entry) {
+    static const char *const counts[] = {"input_tokens", "output_tokens", "total_tokens", "calls"};
+    json_t *sum = json_object_get(map, key);
+    if (!sum && json_object_set_new(map, key, sum = json_object()) < 0)
+        return;
+    for (size_t i = 0; i < ARRAY_LEN(counts); i++)
+        json_object_set_new(
+            sum, counts[i],
+            json_integer(usage_count(sum, counts[i]) + usage_count(entry, counts[i])));
+}
+
+/* DeerFlow's token fields of a run record (total_input_tokens,
+ * total_output_tokens, total_tokens, llm_call_count, lead_agent_tokens,
+ * subagent_tokens, middleware_tokens), and fawn's breakdowns by model and
+ * by caller, summed from the run's token_usage (store_run). */
+static json_t *run_usage_json(const char *usage) {
+    json_t *list = usage ? json_loads(usage, 0, NULL) : NULL;
+    json_t *by_model = json_object(), *by_caller = json_object();
+    int64_t in = 0, out = 0, total = 0, calls = 0, bucket[3] = {0};
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e) {
+        const char *caller = json_string_value(json_object_get(e, "caller"));
+        const char *model = json_string_value(json_object_get(e, "model"));
+        in += usage_count(e, "input_tokens");
+        out += usage_count(e, "output_tokens");
+        total += usage_count(e, "total_tokens");
+        calls += usage_count(e, "calls");
+        bucket[!caller || strcmp(caller, "lead") == 0 ? 0
+               : strncmp(caller, "subagent:", 9) == 0 ? 1
+                                                      : 2] += usage_count(e, "total_tokens");
+        usage_add_to(by_model, model ? model : "", e);
+        usage_add_to(by_caller, caller ? caller : "", e);
+    }
+    json_decref(list);
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o?, s:o?}", "total_input_tokens",
+                     (json_int_t)in, "total_output_tokens", (json_int_t)out, "total_tokens",
+                     (json_int_t)total, "llm_call_count", (json_int_t)calls, "lead_agent_tokens",
+                     (json_int_t)bucket[0], "subagent_tokens", (json_int_t)bucket[1],
+                     "middleware_tokens", (json_int_t)bucket[2], "token_usage_by_model", by_model,
+                     "token_usage_by_caller", by_caller);
+}
+
 static json_t *run_json(const store_run *run) {
     char created[40], updated[40];
     gw_iso_time(created, run->created_at_ms);
     gw_iso_time(updated, run->updated_at_ms);
     json_t *kwargs = json_loads(run->kwargs, 0, NULL);
     json_t *meta = json_loads(run->metadata, 0, NULL);
-    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:s, s:s?}", "run_id", run->run_id,
-                     "thread_id", run->thread_id, "assistant_id", run->assistant_id, "created_at",
-                     created, "updated_at", updated, "status", run->status, "metadata",
-                     meta ? meta : json_object(), "kwargs", kwargs ? kwargs : json_object(),
-                     "multitask_strategy", "reject", "error", run->error);
+    json_t *out = json_pack(
+        "{s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:s, s:s?}", "run_id", run->run_id, "thread_id",
+        run->thread_id, "assistant_id", run->assistant_id, "created_at", created, "updated_at",
+        updated, "status", run->status, "metadata", meta ? meta : json_object(), "kwargs",
+        kwargs ? kwargs : json_object(), "multitask_strategy", "reject", "error", run->error);
+    json_t *usage = run_usage_json(run->token_usage);
+    if (out && usage)
+        json_object_update(out, usage);
+    json_decref(usage);
+    return out;
 }
 
 /* The thread a run goes to: the route's, or for stateless runs the one the

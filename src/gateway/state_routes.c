@@ -244,6 +244,64 @@ static int route_state_update(gw_request *rq) {
     return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, answer);
 }
 
+/* ---- compaction on demand ---- */
+
+/* DeerFlow's ThreadCompactResponse. */
+static json_t *compact_json(const char *thread_id, const agent_compact_outcome *o) {
+    return json_pack(
+        "{s:s, s:b, s:s?, s:I, s:I, s:b, s:s?, s:I}", "thread_id", thread_id, "compacted",
+        o->compacted, "reason", o->reason[0] ? o->reason : NULL, "removed_message_count",
+        (json_int_t)o->removed_messages, "preserved_message_count",
+        (json_int_t)o->preserved_messages, "summary_updated", o->compacted, "checkpoint_id",
+        o->checkpoint_id[0] ? o->checkpoint_id : NULL, "total_tokens", (json_int_t)o->total_tokens);
+}
+
+/* Summarizes the thread's older messages for the model now (agent_compact)
+ * with the model the body names ({force?, model_name?, agent_name?}: fawn
+ * has one agent, agent_name changes nothing; force defaults to
+ * true: whether or not the context passes compaction.trigger_ratio). The
+ * model answers while the request waits (the model's own timeouts bound
+ * it). 409 while a run is active or when compaction is disabled. */
+static int route_compact(gw_request *rq) {
+    static const char *const keys[] = {"force", "model_name", "agent_name", NULL};
+    store_thread t;
+    int r = gw_thread_resolve(&t, rq, false);
+    if (r < 0)
+        return r;
+    json_t *body = NULL;
+    bool force = true;
+    const char *model = NULL;
+    agent_compact_outcome o;
+    r = runs_thread_busy(app_runs(rq->g->app), rq->who.user.id, t.id)
+            ? fawn_err(FAWN_EBUSY, "Thread has a run in flight. Compact after the run finishes.")
+            : gw_body_json(&body, rq);
+    if (r == 0)
+        r = fjson_check_keys(body, keys);
+    if (r == 0)
+        r = fjson_get_bool(&force, body, "force", false);
+    if (r == 0)
+        r = fjson_get_string(&model, body, "model_name", false);
+    const model_entry *e = r == 0 ? model_registry_resolve(app_models(rq->g->app), model) : NULL;
+    if (r == 0 && e)
+        r = authz_check(app_policy(rq->g->app), rq->who.user.role, AUTHZ_MODELS, e->name);
+    agent_params p = {.st = rq->g->st,
+                      .models = app_models(rq->g->app),
+                      .owner_id = rq->who.user.id,
+                      .thread_id = t.id,
+                      .model_name = e ? e->name : NULL,
+                      .compaction = &app_config(rq->g->app)->compaction};
+    if (r == 0)
+        r = agent_compact(&o, &p, force);
+    json_t *answer = r == 0 ? compact_json(t.id, &o) : NULL;
+    json_decref(body);
+    store_thread_clear(&t);
+    if (r == FAWN_EINVAL)
+        return gw_respond_detail(rq, MHD_HTTP_UNPROCESSABLE_CONTENT, fawn_errmsg());
+    if (r == FAWN_EPERM && !p.compaction->enabled)
+        return gw_respond_detail(rq, MHD_HTTP_CONFLICT, "Context compaction is disabled.");
+    return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, answer);
+}
+
 /* ---- assistants ---- */
 
 static json_t *assistant_json(void) {
@@ -268,6 +326,8 @@ static int route_assistant_get(gw_request *rq) {
 const gw_route gw_state_routes[] = {
     {"GET", "/api/threads/{}/state", route_state_get, AUTHZ_THREADS_READ, GW_BODY_NONE, 0, NULL},
     {"POST", "/api/threads/{}/state", route_state_update, AUTHZ_THREADS_WRITE, GW_BODY_BUFFER,
+     GW_JSON_BODY_MAX, NULL},
+    {"POST", "/api/threads/{}/compact", route_compact, AUTHZ_THREADS_WRITE, GW_BODY_BUFFER,
      GW_JSON_BODY_MAX, NULL},
     {"POST", "/api/threads/{}/history", route_history, AUTHZ_THREADS_READ, GW_BODY_BUFFER,
      GW_JSON_BODY_MAX, NULL},

@@ -294,7 +294,8 @@ typedef struct model_entry {
     char *display_name; /* defaults to name */
     model_config cfg;   /* its strings point into this entry */
     bool supports_thinking, supports_vision;
-    json_t *extra_body; /* owned; cfg.extra_body points to it */
+    uint32_t context_window; /* tokens the model reads; 0: not configured */
+    json_t *extra_body;      /* owned; cfg.extra_body points to it */
     enum model_provider provider;
     model_fixture *fixture; /* script, replay, record */
     model_breaker *breaker; /* openai, record: shared by every run */
@@ -309,6 +310,7 @@ typedef struct model_registry model_registry;
 /* Validates the models list (config.h: an array of objects whose scalars
  * are strings or booleans): keys name, display_name, provider (openai,
  * script, replay, record), fixture, model, base_url, api_key, max_tokens,
+ * context_window,
  * stall_timeout_s, total_timeout_s, supports_thinking, supports_vision,
  * extra_body. name is required; model and base_url (http or https) for
  * openai and record; fixture (a JSON file, read now; record creates it) for

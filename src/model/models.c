@@ -23,6 +23,7 @@ static const char *const entry_keys[] = {"name",
                                          "base_url",
                                          "api_key",
                                          "max_tokens",
+                                         "context_window",
                                          "stall_timeout_s",
                                          "total_timeout_s",
                                          "supports_thinking",
@@ -119,6 +120,8 @@ static int endpoint_load(model_entry *e, const json_t *o, size_t i) {
         r = string_take(&api_key, o, "api_key", false, i);
     if (r == 0)
         r = number_take(&e->cfg.max_tokens, o, "max_tokens", 1, MODEL_MAX_TOKENS_MAX, i);
+    if (r == 0)
+        r = number_take(&e->context_window, o, "context_window", 1, MODEL_MAX_TOKENS_MAX, i);
     if (r == 0)
         r = number_take(&e->cfg.stall_timeout_ms, o, "stall_timeout_s", 1000, MODEL_TIMEOUT_MAX_S,
                         i);

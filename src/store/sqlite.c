@@ -190,6 +190,11 @@ static const migration migrations[] = {
      "  enabled INTEGER NOT NULL CHECK (enabled IN (0, 1)),"
      "  updated_at_ms INTEGER NOT NULL);",
      NULL},
+    /* 10: what each run's model calls cost: a list of {caller, model,
+     * input_tokens, output_tokens, total_tokens, calls} */
+    {"ALTER TABLE runs ADD COLUMN token_usage TEXT NOT NULL DEFAULT '[]' "
+     "CHECK (json_valid(token_usage));",
+     NULL},
 };
 
 int sq_err(sqlite3 *db, int rc, const char *what) {

@@ -19,12 +19,15 @@ void store_run_clear(store_run *r) {
     free(r->kwargs);
     free(r->metadata);
     free(r->error);
+    free(r->token_usage);
     memset(r, 0, sizeof *r);
 }
 
 #define RUN_COLUMNS                                                                                \
     "run_id, owner_id, thread_id, assistant_id, status, kwargs, metadata, error, created_at_ms, "  \
     "updated_at_ms"
+/* What a read gets: the columns above, then what the run cost. */
+#define RUN_READ_COLUMNS RUN_COLUMNS ", token_usage"
 
 static void read_run(void *row, sqlite3_stmt *st) {
     store_run *r = row;
@@ -39,11 +42,12 @@ static void read_run(void *row, sqlite3_stmt *st) {
     r->error = sq_dup_col(st, 7);
     r->created_at_ms = sqlite3_column_int64(st, 8);
     r->updated_at_ms = sqlite3_column_int64(st, 9);
+    r->token_usage = sq_dup_col(st, 10);
 }
 
 /* A row read by read_run lacks a text it must have: memory ran out. */
 static int run_row_check(const store_run *r) {
-    return r->kwargs && r->metadata ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+    return r->kwargs && r->metadata && r->token_usage ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
 }
 
 int store_run_create(store *s, const store_run *run) {
@@ -87,7 +91,7 @@ int store_run_get(store *s, store_run *out, int64_t owner_id, const char *thread
     sqlite3_stmt *st;
     sqlite3 *db = sq_read_begin(s);
     int r = sq_prepare(db, &st,
-                       "SELECT " RUN_COLUMNS " FROM runs WHERE run_id = ?1 AND owner_id = ?2 "
+                       "SELECT " RUN_READ_COLUMNS " FROM runs WHERE run_id = ?1 AND owner_id = ?2 "
                        "AND thread_id = ?3");
     if (r == 0) {
         sqlite3_bind_text(st, 1, run_id, -1, SQLITE_STATIC);
@@ -118,7 +122,8 @@ int store_run_list(store *s, store_run **out, size_t *n, int64_t owner_id, const
     sqlite3_stmt *st;
     sqlite3 *db = sq_read_begin(s);
     int r = sq_prepare(db, &st,
-                       "SELECT " RUN_COLUMNS " FROM runs WHERE owner_id = ?1 AND thread_id = ?2 "
+                       "SELECT " RUN_READ_COLUMNS
+                       " FROM runs WHERE owner_id = ?1 AND thread_id = ?2 "
                        "ORDER BY created_at_ms DESC, rowid DESC LIMIT ?3 OFFSET ?4");
     if (r == 0) {
         sqlite3_bind_int64(st, 1, owner_id);
@@ -152,6 +157,32 @@ int store_run_set_status(store *s, const char *run_id, const char *status, const
         sqlite3_bind_text(st, 3, error, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, fawn_wall_ms());
         r = sq_step_done(db, st, true, "set run status");
+    }
+    sq_write_end(s);
+    return r;
+}
+
+/* Whether usage is a list of at most STORE_USAGE_BUCKETS_MAX objects. */
+static bool usage_valid(const char *usage) {
+    json_t *list = usage ? json_loads(usage, 0, NULL) : NULL;
+    bool ok = json_is_array(list) && json_array_size(list) <= STORE_USAGE_BUCKETS_MAX;
+    for (size_t i = 0; ok && i < json_array_size(list); i++)
+        ok = json_is_object(json_array_get(list, i));
+    json_decref(list);
+    return ok;
+}
+
+int store_run_set_usage(store *s, const char *run_id, const char *usage) {
+    if (!usage_valid(usage))
+        return fawn_err(FAWN_EINVAL, "a run's token usage is a list of at most %d objects",
+                        STORE_USAGE_BUCKETS_MAX);
+    sqlite3_stmt *st;
+    sqlite3 *db = sq_write_begin(s);
+    int r = sq_prepare(db, &st, "UPDATE runs SET token_usage = ?2 WHERE run_id = ?1");
+    if (r == 0) {
+        sqlite3_bind_text(st, 1, run_id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, usage, -1, SQLITE_STATIC);
+        r = sq_step_done(db, st, true, "set run token usage");
     }
     sq_write_end(s);
     return r;

@@ -921,21 +921,34 @@ int store_message_page(store *s, store_message **out, size_t *n, bool *has_more,
 /* ---- token usage ---- */
 
 /* The totals row first (model NULL), then one row per model, costliest
- * first: model, runs, input, output, total tokens. */
+ * first: model, runs, input, output, total tokens; the totals row then has
+ * the lead agent's, the sub-agents' and middleware's total tokens. The
+ * lead agent's answers are counted from the messages the runs wrote; the
+ * other callers' from the runs' token_usage. */
 #define USAGE_SQL                                                                                  \
-    "WITH ai AS (SELECT run_id, json_extract(body, '$.response_metadata.model_name') AS m, "       \
+    "WITH ai AS (SELECT run_id, 'lead' AS c, "                                                     \
+    "  json_extract(body, '$.response_metadata.model_name') AS m, "                                \
     "  json_extract(body, '$.usage_metadata.input_tokens') AS i, "                                 \
     "  json_extract(body, '$.usage_metadata.output_tokens') AS o, "                                \
     "  json_extract(body, '$.usage_metadata.total_tokens') AS t FROM thread_messages "             \
     "  WHERE owner_id = ?1 AND thread_id = ?2 AND run_id != '' "                                   \
-    "  AND json_extract(body, '$.type') = 'ai'), "                                                 \
-    "counted AS (SELECT run_id, CASE WHEN typeof(m) = 'text' THEN m ELSE '' END AS m, "            \
+    "  AND json_extract(body, '$.type') = 'ai' "                                                   \
+    "  UNION ALL SELECT runs.run_id, json_extract(u.value, '$.caller'), "                          \
+    "  json_extract(u.value, '$.model'), json_extract(u.value, '$.input_tokens'), "                \
+    "  json_extract(u.value, '$.output_tokens'), json_extract(u.value, '$.total_tokens') "         \
+    "  FROM runs, json_each(runs.token_usage) AS u WHERE runs.owner_id = ?1 "                      \
+    "  AND runs.thread_id = ?2 AND json_extract(u.value, '$.caller') != 'lead'), "                 \
+    "counted AS (SELECT run_id, CASE WHEN c = 'lead' THEN 0 "                                      \
+    "  WHEN typeof(c) = 'text' AND c LIKE 'subagent:%' THEN 1 ELSE 2 END AS c, "                   \
+    "  CASE WHEN typeof(m) = 'text' THEN m ELSE '' END AS m, "                                     \
     "  CASE WHEN typeof(i) = 'integer' AND i > 0 THEN i ELSE 0 END AS i, "                         \
     "  CASE WHEN typeof(o) = 'integer' AND o > 0 THEN o ELSE 0 END AS o, "                         \
     "  CASE WHEN typeof(t) = 'integer' AND t > 0 THEN t ELSE 0 END AS t FROM ai) "                 \
-    "SELECT NULL, COUNT(DISTINCT run_id), TOTAL(i), TOTAL(o), TOTAL(t) FROM counted "              \
+    "SELECT NULL, COUNT(DISTINCT run_id), TOTAL(i), TOTAL(o), TOTAL(t), "                          \
+    "  TOTAL(CASE WHEN c = 0 THEN t END), TOTAL(CASE WHEN c = 1 THEN t END), "                     \
+    "  TOTAL(CASE WHEN c = 2 THEN t END) FROM counted "                                            \
     "UNION ALL SELECT * FROM (SELECT m, COUNT(DISTINCT run_id), TOTAL(i), TOTAL(o), "              \
-    "  TOTAL(t) AS tokens FROM counted GROUP BY m ORDER BY tokens DESC LIMIT ?3)"
+    "  TOTAL(t) AS tokens, 0, 0, 0 FROM counted GROUP BY m ORDER BY tokens DESC LIMIT ?3)"
 
 /* A TOTAL() column as a count: clamped to 0 … INT64_MAX. */
 static int64_t total_col(sqlite3_stmt *st, int col) {
@@ -949,6 +962,9 @@ static void usage_row(store_token_usage *out, sqlite3_stmt *st) {
         out->input_tokens = total_col(st, 2);
         out->output_tokens = total_col(st, 3);
         out->total_tokens = total_col(st, 4);
+        out->lead_agent_tokens = total_col(st, 5);
+        out->subagent_tokens = total_col(st, 6);
+        out->middleware_tokens = total_col(st, 7);
     } else if (out->n_models < STORE_USAGE_MODELS_MAX) {
         store_model_usage *m = &out->models[out->n_models++];
         sq_copy_col(m->model, sizeof m->model, st, 0);

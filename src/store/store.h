@@ -219,6 +219,9 @@ FAWN_MUST_CHECK int store_token_authenticate(store *s, store_user *user, int64_t
 #define STORE_RUN_ID_MAX 64
 /* Runs one listing returns at most. */
 #define STORE_RUNS_LIST_MAX 1000
+/* Entries of a run's token_usage: (caller, model) pairs one run makes are
+ * a few; 64 bounds what one row holds. */
+#define STORE_USAGE_BUCKETS_MAX 64
 
 typedef struct store_run {
     char run_id[STORE_RUN_ID_MAX + 1];
@@ -230,6 +233,11 @@ typedef struct store_run {
     char *metadata;  /* JSON object (malloc'd) */
     char *error;     /* NULL, or why the run failed (malloc'd) */
     int64_t created_at_ms, updated_at_ms;
+    /* JSON list of what its model calls cost (malloc'd; "[]" until the run
+     * ends): {caller, model, input_tokens, output_tokens, total_tokens,
+     * calls} per caller ("lead", "subagent:<type>", "middleware:<what>")
+     * and model. store_run_create ignores it. */
+    char *token_usage;
 } store_run;
 
 void store_run_clear(store_run *r);
@@ -248,6 +256,10 @@ FAWN_MUST_CHECK int store_run_list(store *s, store_run **out, size_t *n, int64_t
 /* Sets a run's status and error (NULL clears it). */
 FAWN_MUST_CHECK int store_run_set_status(store *s, const char *run_id, const char *status,
                                          const char *error);
+/* Sets a run's token_usage (store_run) to usage, a JSON list of at most
+ * STORE_USAGE_BUCKETS_MAX objects. FAWN_EINVAL for other text;
+ * FAWN_ENOENT for an unknown run. */
+FAWN_MUST_CHECK int store_run_set_usage(store *s, const char *run_id, const char *usage);
 /* Ends runs a previous process left pending or running: status error with
  * reason, their threads idle. *n (may be NULL) is how many. */
 FAWN_MUST_CHECK int store_run_abandon_unfinished(store *s, size_t *n, const char *reason);
@@ -358,6 +370,8 @@ typedef struct store_model_usage {
 
 typedef struct store_token_usage {
     int64_t input_tokens, output_tokens, total_tokens;
+    /* total_tokens by caller: the lead agent, sub-agents, middleware */
+    int64_t lead_agent_tokens, subagent_tokens, middleware_tokens;
     int64_t runs; /* runs that wrote the answers */
     store_model_usage models[STORE_USAGE_MODELS_MAX];
     size_t n_models; /* costliest first */
@@ -366,7 +380,10 @@ typedef struct store_token_usage {
 /* The token counts of the owner's thread: the sums of the usage_metadata
  * of every AI message row a run wrote (every branch the thread kept,
  * regenerated answers included; a count that is not a positive integer is
- * 0, a sum past INT64_MAX is INT64_MAX), and per model. All zeros for a
+ * 0, a sum past INT64_MAX is INT64_MAX), the lead agent's, and of the
+ * entries of its runs' token_usage whose caller is not "lead" (sub-agents
+ * and middleware, whose answers are not the thread's messages), and per
+ * model. All zeros for a
  * thread without such rows, or that is not the owner's. */
 FAWN_MUST_CHECK int store_thread_token_usage(store *s, store_token_usage *out, int64_t owner_id,
                                              const char *thread_id);

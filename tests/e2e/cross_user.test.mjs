@@ -70,6 +70,8 @@ function routes(outputsSha) {
     ['GET', '/api/threads/T/state'],
     ['POST', '/api/threads/T/state', { values: { title: 'stolen' } }],
     ['POST', '/api/threads/T/history', { limit: 10 }],
+    ['POST', '/api/threads/T/compact', { force: true }],
+    ['GET', '/api/threads/T/token-usage'],
     ['GET', '/api/threads/T/messages/page'],
     ['GET', '/api/threads/T/messages/page?before_seq=3&limit=2'],
     ['POST', '/api/threads/T/runs', RUN_BODY],

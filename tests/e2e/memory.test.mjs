@@ -88,6 +88,13 @@ describe('memory', () => {
     assert.match(ask.messages[1].content, /^<<<BEGIN CONVERSATION DATA>>>\n/);
     assert.match(ask.messages[1].content, /I am Ana/);
     assert.match(ask.messages[1].content, /Nice to meet you, Ana\./);
+    // The run's record counts the extraction call as middleware.
+    const record = await waitFor(async () => {
+      const runs = await api('GET', `/api/threads/${first}/runs`);
+      return runs.json[0].llm_call_count === 2 ? runs.json[0] : null;
+    }, undefined, 'the extraction call in the run record');
+    assert.deepEqual([record.lead_agent_tokens, record.middleware_tokens, record.total_tokens], [18, 18, 36]);
+    assert.deepEqual(record.token_usage_by_caller['middleware:memory'], { input_tokens: 11, output_tokens: 7, total_tokens: 18, calls: 1 });
 
     // A new thread: every model request of its run carries the facts and
     // the date in the system prompt, fenced; a malformed extraction answer

@@ -131,6 +131,13 @@ describe('sub-agents', () => {
     for (const t of ai.tool_calls) assert.equal(sub.filter((r) => r.tool_call_id.startsWith(`${t.id}/`)).length, 2);
     assert.equal(rc.json.receipts.filter((r) => r.tool_name === 'task').length, 3);
 
+    // Each call is counted for its caller: the lead's 2, each sub-agent's 3 (11 in, 7 out each).
+    const record = (await api('GET', `/api/threads/${tid}/runs/${run.run_id}`)).json;
+    assert.equal(record.lead_agent_tokens, 2 * 18);
+    assert.equal(record.subagent_tokens, 9 * 18);
+    assert.deepEqual(record.token_usage_by_caller['subagent:general-purpose'], { input_tokens: 6 * 11, output_tokens: 6 * 7, total_tokens: 6 * 18, calls: 6 });
+    assert.equal(record.token_usage_by_caller['subagent:bash'].calls, 3);
+
     // Another user reads none of it.
     const other = await api('GET', `/api/threads/${tid}/runs/${run.run_id}/events`, undefined, bob);
     assert.equal(other.status, 404);

@@ -4,6 +4,7 @@
  * users, caps), the run loop over a script model (dangling tool calls, title, checkpoints,
  * recursion limit, each message stored once however many steps list it) and the run executor's
  * cancel over a fault-injecting sandbox provider. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1104,6 +1105,254 @@ static void memory_extraction_keeps_new_facts_within_the_max(void **state) {
     model_registry_free(models);
 }
 
+/* ---- compaction and token accounting ---- */
+
+/* Messages from a compact spec: h human, a ai, c ai with a tool call, t
+ * tool, each with an id. */
+static json_t *spec_messages(const char *spec) {
+    json_t *list = json_array();
+    for (size_t i = 0; spec[i]; i++) {
+        char id[24];
+        snprintf(id, sizeof id, "m%zu", i);
+        const char *type = spec[i] == 'h' ? "human" : spec[i] == 't' ? "tool" : "ai";
+        json_t *m = json_pack("{s:s, s:s, s:s}", "type", type, "content", "x", "id", id);
+        if (spec[i] == 'c')
+            json_object_set_new(m, "tool_calls",
+                                json_pack("[{s:s, s:s, s:{}}]", "id", "c", "name", "ls", "args"));
+        if (spec[i] == 't')
+            json_object_set_new(m, "tool_call_id", json_string("c"));
+        json_array_append_new(list, m);
+    }
+    return list;
+}
+
+static size_t split_of(const char *spec, size_t from, size_t keep) {
+    json_t *m = spec_messages(spec);
+    size_t split = agent_compact_split(m, from, keep);
+    json_decref(m);
+    return split;
+}
+
+/* The split keeps the newest messages, and never puts a tool result on
+ * the other side of its call: with calls whose results come in one or
+ * several messages, at every keep, the message at the split is no tool
+ * result and the one before it calls no tool. */
+static void compaction_never_splits_a_call_from_its_results(void **state) {
+    (void)state;
+    assert_int_equal(split_of("hahaha", 0, 2), 4);
+    assert_int_equal(split_of("hahaha", 0, 6), 0);
+    assert_int_equal(split_of("hahaha", 0, 10), 0);
+    assert_int_equal(split_of("hahaha", 3, 2), 4);
+    assert_int_equal(split_of("hahaha", 4, 2), 4);
+    /* h c t t a: keeping 2 would split c's results apart: the split goes
+     * before c */
+    assert_int_equal(split_of("hctta", 0, 2), 1);
+    assert_int_equal(split_of("hctta", 0, 3), 1);
+    assert_int_equal(split_of("hctta", 0, 1), 4);
+    assert_int_equal(split_of("hahctctta", 0, 1), 8);
+    assert_int_equal(split_of("hahctctta", 0, 2), 5);
+    const char *specs[] = {"hctahctthcttta", "hccttcthct", "ctctctctct", "hahahctttttt"};
+    for (size_t k = 0; k < ARRAY_LEN(specs); k++) {
+        json_t *m = spec_messages(specs[k]);
+        for (size_t keep = 1; keep <= strlen(specs[k]) + 1; keep++) {
+            size_t split = agent_compact_split(m, 0, keep);
+            assert_true(split + keep <= strlen(specs[k]) || split == 0);
+            if (split > 0 && split < strlen(specs[k])) {
+                assert_true(specs[k][split] != 't');
+                assert_true(specs[k][split - 1] != 'c');
+            }
+        }
+        json_decref(m);
+    }
+}
+
+/* Due past the ratio of the window, at 4 bytes a token; never without a
+ * window. */
+static void compaction_is_due_past_the_share_of_the_window(void **state) {
+    (void)state;
+    assert_false(agent_compact_due(400, 100, 1.0));
+    assert_true(agent_compact_due(404, 100, 1.0));
+    assert_false(agent_compact_due(320, 100, 0.8));
+    assert_true(agent_compact_due(324, 100, 0.8));
+    assert_false(agent_compact_due(SIZE_MAX, 0, 0.1));
+}
+
+/* The state key names the last message its summary covers; a state whose
+ * key names a message the thread no longer has (an edit, a fork), or
+ * that is malformed, has no summary. */
+static void compaction_state_key_names_where_the_summary_ends(void **state) {
+    (void)state;
+    json_t *m = spec_messages("hahah");
+    json_t *values = json_pack("{s:O, s:{s:s, s:s, s:i}}", "messages", m, AGENT_COMPACT_KEY,
+                               "summary", "S", "through", "m1", "messages", 2);
+    const char *summary;
+    size_t from;
+    agent_compact_find(&summary, &from, values, m);
+    assert_string_equal(summary, "S");
+    assert_int_equal(from, 2);
+    json_object_set_new(json_object_get(values, AGENT_COMPACT_KEY), "through", json_string("gone"));
+    agent_compact_find(&summary, &from, values, m);
+    assert_null(summary);
+    assert_int_equal(from, 0);
+    json_object_set_new(values, AGENT_COMPACT_KEY, json_string("not an object"));
+    agent_compact_find(&summary, &from, values, m);
+    assert_null(summary);
+    json_decref(values);
+    json_decref(m);
+}
+
+typedef struct usage_worker {
+    agent_usage *u;
+    const char *caller;
+} usage_worker;
+
+static void *usage_count_many(void *arg) {
+    usage_worker *w = arg;
+    model_reply reply = {.prompt_tokens = 11, .completion_tokens = 7};
+    for (int i = 0; i < 1000; i++)
+        agent_usage_count(w->u, w->caller, "m", &reply);
+    return NULL;
+}
+
+/* Calls counted from several threads at once are all counted, by caller
+ * and model; a reply without usage counts the call alone; past the
+ * table's pairs, new ones are counted under their caller's class. */
+static void usage_counts_calls_from_every_thread(void **state) {
+    (void)state;
+    agent_usage u;
+    agent_usage_init(&u);
+    pthread_t threads[4];
+    usage_worker w[4] = {{&u, "lead"}, {&u, "subagent:bash"}, {&u, "lead"}, {&u, "subagent:bash"}};
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, usage_count_many, &w[i]), 0);
+    for (size_t i = 0; i < 4; i++)
+        pthread_join(threads[i], NULL);
+    agent_usage_count(&u, "middleware:memory", "m",
+                      &(model_reply){.prompt_tokens = -1, .completion_tokens = -1});
+    /* The threads made the first two pairs in their own order. */
+    char *text;
+    assert_int_equal(agent_usage_json(&text, &u), 0);
+    for (size_t i = 0; i < 2; i++)
+        assert_non_null(strstr(
+            text, (const char *[]){"{\"caller\":\"lead\",\"model\":\"m\",\"input_tokens\":22000,"
+                                   "\"output_tokens\":14000,\"total_tokens\":36000,\"calls\":2000}",
+                                   "{\"caller\":\"subagent:bash\",\"model\":\"m\",\"input_tokens\":"
+                                   "22000,\"output_tokens\":14000,\"total_tokens\":36000,"
+                                   "\"calls\":2000}"}[i]));
+    assert_non_null(strstr(text, "},{\"caller\":\"middleware:memory\",\"model\":\"m\","
+                                 "\"input_tokens\":0,\"output_tokens\":0,\"total_tokens\":0,"
+                                 "\"calls\":1}]"));
+    free(text);
+    model_reply one = {.prompt_tokens = 1, .completion_tokens = 1};
+    for (int i = 0; i < 2 * AGENT_USAGE_BUCKETS_MAX; i++) {
+        char caller[32];
+        snprintf(caller, sizeof caller, "subagent:t%d", i);
+        agent_usage_count(&u, caller, "m", &one);
+        agent_usage_count(&u, "middleware:x", caller + 9, &one);
+    }
+    assert_int_equal(u.n, AGENT_USAGE_BUCKETS_MAX - 1); /* the lead's fold is not needed */
+    int64_t calls = 0;
+    for (size_t i = 0; i < u.n; i++)
+        calls += u.buckets[i].calls;
+    assert_int_equal(calls, 4001 + 4 * AGENT_USAGE_BUCKETS_MAX);
+    assert_string_equal(u.buckets[u.n - 1].caller, "middleware:other");
+    assert_string_equal(u.buckets[u.n - 1].model, "");
+    assert_string_equal(u.buckets[u.n - 2].caller, "subagent:other");
+    agent_usage_destroy(&u);
+}
+
+/* A run whose request passes the window's share summarizes the older
+ * turns with one more call to its model (a script: its next reply), keeps
+ * the summary in the state and every message in the history, counts the
+ * summary's call as middleware, and answers; the next run summarizes
+ * only what came after the summary, building on it. */
+static void compaction_summarizes_older_turns_and_the_run_goes_on(void **state) {
+    (void)state;
+    write_file("compact.json", "{\"replies\":[{\"content\":\"SUMMARY one\"},"
+                               "{\"content\":\"Second answer\"}]}");
+    char models_json[512];
+    snprintf(models_json, sizeof models_json,
+             "[{\"name\":\"s\",\"provider\":\"script\",\"fixture\":\"%s/compact.json\","
+             "\"context_window\":\"50\"}]",
+             tmpdir);
+    json_t *list = json_loads(models_json, 0, NULL);
+    model_registry *models;
+    assert_int_equal(model_registry_load(&models, list), 0);
+    json_decref(list);
+    authz_policy *policy;
+    assert_int_equal(authz_policy_load(&policy, NULL), 0);
+    store *st = open_store_with_run("rc");
+    store_user u;
+    assert_int_equal(store_user_get_by_name(st, &u, "u"), 0);
+    fawn_compaction_config compaction = {
+        .enabled = true, .trigger_ratio = 0.5, .keep_recent_messages = 1};
+    agent_usage usage;
+    agent_usage_init(&usage);
+    agent_params p = {.st = st,
+                      .models = models,
+                      .policy = policy,
+                      .owner_id = u.id,
+                      .user_dir = "1",
+                      .role = "user",
+                      .thread_id = "t",
+                      .run_id = "rc",
+                      .recursion_limit = 5,
+                      .usage = &usage};
+    for (int run = 0; run < 3; run++) {
+        collected c = {.events = json_array()};
+        /* Longer than the transcript keeps of a message, cut within a
+         * character of two bytes. */
+        char text[1 + 2 * 3000 + 1] = "x";
+        for (int i = 0; i < 3000; i++)
+            memcpy(text + 1 + 2 * i, "\xc3\xa9", 3);
+        json_t *input = json_pack("[{s:s, s:s}]", "type", "human", "content", text);
+        p.input = input;
+        p.emit = collect;
+        p.emit_ctx = &c;
+        p.compaction = run == 0 ? NULL : &compaction; /* the first run is not compacted */
+        agent_outcome out;
+        assert_int_equal(agent_run(&out, &p), 0);
+        assert_string_equal(out.status, "success");
+        assert_int_equal(out.model_calls, run == 0 ? 1 : 2);
+        json_t *values = latest_state(st, u.id, "t");
+        json_t *msgs = json_object_get(values, "messages");
+        assert_int_equal(json_array_size(msgs), 2 * (run + 1)); /* every message kept */
+        const json_t *kept = json_object_get(values, AGENT_COMPACT_KEY);
+        if (run > 0) {
+            /* everything before this run's input, whose answer comes after */
+            assert_string_equal(json_string_value(json_object_get(kept, "summary")), "SUMMARY one");
+            assert_string_equal(
+                json_string_value(json_object_get(kept, "through")),
+                json_string_value(json_object_get(json_array_get(msgs, 2 * run - 1), "id")));
+            assert_int_equal(json_integer_value(json_object_get(kept, "messages")), 2 * run);
+            char *events = json_dumps(c.events, JSON_COMPACT);
+            assert_non_null(strstr(events, "\"type\":\"context_compacted\""));
+            free(events);
+        } else {
+            assert_null(kept);
+        }
+        assert_string_equal(
+            json_string_value(json_object_get(json_array_get(msgs, 2 * run + 1), "content")),
+            run == 0 ? "SUMMARY one" : "Second answer");
+        json_decref(values);
+        agent_outcome_clear(&out);
+        json_decref(c.events);
+        json_decref(input);
+    }
+    char *text;
+    assert_int_equal(agent_usage_json(&text, &usage), 0);
+    assert_non_null(strstr(text, "{\"caller\":\"lead\",\"model\":\"s\",\"input_tokens\":0,"
+                                 "\"output_tokens\":0,\"total_tokens\":0,\"calls\":3}"));
+    assert_non_null(strstr(text, "{\"caller\":\"middleware:compaction\",\"model\":\"s\","
+                                 "\"input_tokens\":0,\"output_tokens\":0,\"total_tokens\":0,"
+                                 "\"calls\":2}"));
+    free(text);
+    agent_usage_destroy(&usage);
+    store_close(st);
+    authz_policy_free(policy);
+    model_registry_free(models);
+}
+
 /* The thread's checkpoints, newest first (*n of them; clear each, free). */
 static store_checkpoint *all_checkpoints(store *st, int64_t owner, size_t *n) {
     store_checkpoint *list;
@@ -1536,6 +1785,11 @@ int main(void) {
         cmocka_unit_test(event_log_fetch_past_its_end),
         cmocka_unit_test(run_loop_repairs_history_titles_and_checkpoints),
         cmocka_unit_test(memory_extraction_keeps_new_facts_within_the_max),
+        cmocka_unit_test(compaction_never_splits_a_call_from_its_results),
+        cmocka_unit_test(compaction_is_due_past_the_share_of_the_window),
+        cmocka_unit_test(compaction_state_key_names_where_the_summary_ends),
+        cmocka_unit_test(usage_counts_calls_from_every_thread),
+        cmocka_unit_test(compaction_summarizes_older_turns_and_the_run_goes_on),
         cmocka_unit_test(long_runs_store_each_message_once),
         cmocka_unit_test(runs_start_from_the_root_or_an_earlier_checkpoint),
         cmocka_unit_test(cancel_kills_the_command_through_the_runs_own_lease),

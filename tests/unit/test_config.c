@@ -152,6 +152,9 @@ static void assert_default_values(const fawn_config *cfg) {
     assert_true(cfg->memory.injection_enabled);
     assert_int_equal(cfg->memory.max_facts, 100);
     assert_int_equal(cfg->memory.max_injection_tokens, 2000);
+    assert_true(cfg->compaction.enabled);
+    assert_true(cfg->compaction.trigger_ratio == 0.8);
+    assert_int_equal(cfg->compaction.keep_recent_messages, 10);
     assert_null(cfg->authorization);
 }
 
@@ -300,6 +303,7 @@ static const struct range_case range_cases[] = {
     {"server.request_head_timeout_s", 1, 600, NULL},
     {"memory.max_facts", 1, 1000, NULL},
     {"memory.max_injection_tokens", 100, 32000, NULL},
+    {"compaction.keep_recent_messages", 1, 1000, NULL},
 };
 
 static void test_numeric_ranges(void **state) {
@@ -324,6 +328,29 @@ static void test_numeric_ranges(void **state) {
         }
         yaml_for_path(yaml, sizeof yaml, c->path, "[1]", NULL);
         refuse2(yaml, c->path, "expected a single value, got a sequence");
+    }
+}
+
+/* A ratio is a plain decimal above 0 and at most 1, with up to three
+ * decimals. */
+static void test_compaction_ratio(void **state) {
+    (void)state;
+    static const char *const good[] = {"0.8", "1", "1.0", "0.001", "0.5"};
+    static const double values[] = {0.8, 1, 1, 0.001, 0.5};
+    for (size_t i = 0; i < ARRAY_LEN(good); i++) {
+        char yaml[128];
+        snprintf(yaml, sizeof yaml, "compaction:\n  trigger_ratio: %s\n", good[i]);
+        fawn_config cfg;
+        accept(&cfg, yaml);
+        assert_true(cfg.compaction.trigger_ratio == values[i]);
+        config_free(&cfg);
+    }
+    static const char *const bad[] = {"0",    "0.0",    "1.5", "2",   "-0.5", ".5",  "0.8x",
+                                      "1e-1", "0.0001", "nan", "inf", "0x1",  "0,5", "\"\""};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        char yaml[128];
+        snprintf(yaml, sizeof yaml, "compaction:\n  trigger_ratio: %s\n", bad[i]);
+        refuse2(yaml, "compaction.trigger_ratio", "must be a decimal above 0 and at most 1");
     }
 }
 
@@ -956,6 +983,7 @@ int main(void) {
         cmocka_unit_test(test_full_file),
         cmocka_unit_test(test_flow_style_and_home_derivation),
         cmocka_unit_test(test_numeric_ranges),
+        cmocka_unit_test(test_compaction_ratio),
         cmocka_unit_test(test_connection_caps_cross_check),
         cmocka_unit_test(test_integer_syntax),
         cmocka_unit_test(test_exec_timeout_cross_check),

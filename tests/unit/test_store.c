@@ -61,12 +61,12 @@ static void migrations_bring_schema_current(void **state) {
     fx *x = *state;
     int v = 0;
     assert_int_equal(store_schema_version(x->s, &v), 0);
-    assert_int_equal(v, 9);
+    assert_int_equal(v, 10);
     /* Reopening applies nothing twice. */
     store *again;
     assert_int_equal(store_open(&again, x->path), 0);
     assert_int_equal(store_schema_version(again, &v), 0);
-    assert_int_equal(v, 9);
+    assert_int_equal(v, 10);
     store_close(again);
 }
 
@@ -864,6 +864,65 @@ static void token_usage_sums_what_runs_wrote(void **state) {
     assert_int_equal(u.runs, 0);
 }
 
+/* A run's token usage is a bounded list of objects, kept with the run and
+ * read back with it; the thread's usage adds its runs' sub-agent and
+ * middleware entries (not their lead entries: the lead's answers are the
+ * thread's messages) to the lead's answers, by caller and model. */
+static void token_usage_adds_what_runs_recorded_besides_the_lead(void **state) {
+    fx *x = *state;
+    make_thread(x, x->alice, "tu2");
+    add_run(x, x->alice, "tu2", "ru1");
+    store_run r;
+    assert_int_equal(store_run_get(x->s, &r, x->alice, "tu2", "ru1"), 0);
+    assert_string_equal(r.token_usage, "[]");
+    store_run_clear(&r);
+    assert_int_equal(store_run_set_usage(x->s, "ru1", "{}"), FAWN_EINVAL);
+    assert_int_equal(store_run_set_usage(x->s, "ru1", "[1]"), FAWN_EINVAL);
+    assert_int_equal(store_run_set_usage(x->s, "ru1", "[{}"), FAWN_EINVAL);
+    assert_int_equal(store_run_set_usage(x->s, "gone", "[]"), FAWN_ENOENT);
+    char big[64 * (STORE_USAGE_BUCKETS_MAX + 1) + 8] = "[";
+    for (int i = 0; i <= STORE_USAGE_BUCKETS_MAX; i++)
+        strcat(big, i ? ",{}" : "{}");
+    strcat(big, "]");
+    assert_int_equal(store_run_set_usage(x->s, "ru1", big), FAWN_EINVAL);
+    const char *usage =
+        "[{\"caller\":\"lead\",\"model\":\"m1\",\"input_tokens\":100,\"output_tokens\":50,"
+        "\"total_tokens\":150,\"calls\":1},"
+        "{\"caller\":\"subagent:bash\",\"model\":\"m2\",\"input_tokens\":20,\"output_tokens\":10,"
+        "\"total_tokens\":30,\"calls\":2},"
+        "{\"caller\":\"middleware:compaction\",\"model\":\"m1\",\"input_tokens\":4,"
+        "\"output_tokens\":3,\"total_tokens\":7,\"calls\":1}]";
+    assert_int_equal(store_run_set_usage(x->s, "ru1", usage), 0);
+    store_run *list;
+    size_t n;
+    assert_int_equal(store_run_list(x->s, &list, &n, x->alice, "tu2", 10, 0), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(list[0].token_usage, usage);
+    store_run_clear(&list[0]);
+    free(list);
+    const char *a1 = "{\"type\":\"ai\",\"id\":\"a1\",\"response_metadata\":{\"model_name\":\"m1\"},"
+                     "\"usage_metadata\":{\"input_tokens\":10,\"output_tokens\":5,"
+                     "\"total_tokens\":15}}";
+    put_messages(x, x->alice, "tu2", "ru1", 100, (const char *[]){a1}, 1);
+    store_token_usage u;
+    assert_int_equal(store_thread_token_usage(x->s, &u, x->alice, "tu2"), 0);
+    assert_int_equal(u.input_tokens, 34);
+    assert_int_equal(u.output_tokens, 18);
+    assert_int_equal(u.total_tokens, 52);
+    assert_int_equal(u.lead_agent_tokens, 15);
+    assert_int_equal(u.subagent_tokens, 30);
+    assert_int_equal(u.middleware_tokens, 7);
+    assert_int_equal(u.runs, 1);
+    assert_int_equal(u.n_models, 2);
+    assert_string_equal(u.models[0].model, "m2");
+    assert_int_equal(u.models[0].tokens, 30);
+    assert_string_equal(u.models[1].model, "m1");
+    assert_int_equal(u.models[1].tokens, 22);
+    assert_int_equal(u.models[1].runs, 1);
+    assert_int_equal(store_thread_token_usage(x->s, &u, x->bob, "tu2"), 0);
+    assert_int_equal(u.total_tokens, 0);
+}
+
 static void checkpoints_and_receipts_follow_the_thread(void **state) {
     fx *x = *state;
     make_thread(x, x->alice, "rt3");
@@ -1202,6 +1261,7 @@ static int64_t make_v5_database(const char *path) {
              "DROP TABLE memory_facts;"
              "DROP TABLE thread_messages; ALTER TABLE checkpoints DROP COLUMN message_spans;"
              "DROP TABLE skill_states;"
+             "ALTER TABLE runs DROP COLUMN token_usage;"
              "PRAGMA user_version = 5;"
              "INSERT INTO checkpoints VALUES (%" PRId64 ", 't5', 'c1', '', 'r5', 1, '%s', '{}', 1);"
              "INSERT INTO checkpoints VALUES (%" PRId64
@@ -1229,7 +1289,7 @@ static void migration_moves_whole_states_into_message_rows(void **state) {
     assert_int_equal(store_open(&s, path), 0);
     int v;
     assert_int_equal(store_schema_version(s, &v), 0);
-    assert_int_equal(v, 9);
+    assert_int_equal(v, 10);
     store_checkpoint *list;
     size_t n, omitted;
     assert_int_equal(store_checkpoint_list(s, &list, &n, owner, "t5", NULL, 10), 0);
@@ -1521,6 +1581,7 @@ int main(void) {
         cmocka_unit_test(threads_carry_their_title_and_ids_narrow_a_search),
         cmocka_unit_test(message_pages_walk_the_newest_state_backwards),
         cmocka_unit_test(token_usage_sums_what_runs_wrote),
+        cmocka_unit_test(token_usage_adds_what_runs_recorded_besides_the_lead),
         cmocka_unit_test(checkpoints_and_receipts_follow_the_thread),
         cmocka_unit_test(message_origins_follow_the_lineage),
         cmocka_unit_test(checkpoints_store_each_message_once),
