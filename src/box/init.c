@@ -302,6 +302,25 @@ static void exec_in_path(char *const *argv, char *const *envp) {
     errno = denied ? EACCES : ENOENT;
 }
 
+/* Sets PWD in envp to the cwd, as bash exports it to what it runs (the
+ * physical path: the box passes no PWD to a shell either). The entry is
+ * static and envp has room for one more entry (INIT_MAX_WORDS + 1 slots):
+ * the vfork child writes both while the init waits, allocation-free. */
+static void env_put_pwd(char **envp) {
+    static char entry[sizeof "PWD=" + PATH_MAX];
+    memcpy(entry, "PWD=", 4);
+    if (!getcwd(entry + 4, sizeof entry - 4))
+        return;
+    size_t i = 0;
+    while (envp[i] && strncmp(envp[i], "PWD=", 4) != 0)
+        i++;
+    if (!envp[i] && i >= INIT_MAX_WORDS)
+        return;
+    if (!envp[i])
+        envp[i + 1] = NULL;
+    envp[i] = entry;
+}
+
 /* In the command's process: never returns. */
 static _Noreturn void exec_command(exec_job *j) {
     sigset_t none;
@@ -321,6 +340,7 @@ static _Noreturn void exec_command(exec_job *j) {
     if (chdir(j->cwd) < 0 && chdir(DEFAULT_CWD) < 0 && chdir("/") < 0)
         _exit(125);
     if (j->mode == INIT_RUN_DIRECT) {
+        env_put_pwd(j->envp);
         exec_in_path(j->argv, j->envp);
         int e = errno;
         dprintf(2, "%s: %s\n", j->argv[0], e == ENOENT ? "command not found" : strerror(e));

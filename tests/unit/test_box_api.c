@@ -1082,6 +1082,24 @@ static void test_session_plain_command_direct(void **state) {
     session_delete(t, "s-plain");
 }
 
+/* A plain-words command gets PWD, the cwd it runs in, as bash exports it. */
+static void test_plain_command_sees_pwd(void **state) {
+    api_ctx *t = *state;
+    char *out = run_stdout(t, NULL, "printenv PWD");
+    assert_string_equal(out, WS "\n");
+    free(out);
+    json_t *r = exec_body(t, json_pack("{s:s, s:s, s:{s:s}}", "command", "printenv PWD", "cwd",
+                                       "/tmp", "env", "PWD", "/elsewhere"));
+    assert_string_equal(jstr(r, "stdout"), "/tmp\n");
+    json_decref(r);
+    session_create(t, "s-pwd");
+    free(run_stdout(t, "s-pwd", "cd /mnt/user-data/outputs"));
+    out = run_stdout(t, "s-pwd", "printenv PWD");
+    assert_string_equal(out, "/mnt/user-data/outputs\n");
+    free(out);
+    session_delete(t, "s-pwd");
+}
+
 /* A script without "#!" run as plain words is run by the shell, as bash
  * runs it, in a session as in a one-shot command. */
 static void test_plain_command_script_without_interpreter(void **state) {
@@ -1703,6 +1721,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_session_state_persists, delete_all_sessions),
         cmocka_unit_test_teardown(test_session_plain_command_direct, delete_all_sessions),
         cmocka_unit_test_teardown(test_session_request_cwd_env_use_shell, delete_all_sessions),
+        cmocka_unit_test_teardown(test_plain_command_sees_pwd, delete_all_sessions),
         cmocka_unit_test_teardown(test_plain_command_script_without_interpreter,
                                   delete_all_sessions),
         cmocka_unit_test_teardown(test_session_state_without_subshell, delete_all_sessions),
