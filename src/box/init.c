@@ -273,7 +273,8 @@ static void exec_file(const char *path, char *const *argv, char *const *envp) {
 /* execve()s argv[0] as bash would find it: as given when it holds a '/',
  * else in each directory of the command's PATH. Returns only on failure,
  * with errno ENOENT when nothing was found (EACCES when something was found
- * but could not be run). Allocation-free: runs in a vfork child. */
+ * but could not be run, ENOEXEC when neither it nor the shell for it could
+ * be). Allocation-free: runs in a vfork child. */
 static void exec_in_path(char *const *argv, char *const *envp) {
     if (strchr(argv[0], '/')) {
         exec_file(argv[0], argv, envp);
