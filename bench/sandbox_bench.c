@@ -6,6 +6,10 @@
  *                (and vs. python's subprocess.run, measured by bench/sandbox)
  *   managed exec acquire + exec /bin/true + release through the sandbox
  *                manager on a warm thread, vs. the warm exec above
+ *   session exec /bin/true in a shell session of a warm box (created once,
+ *                as the manager creates a scope's session), vs. the same
+ *                command as a one-shot exec, interleaved; and the same for
+ *                a command that needs the shell (cd /tmp && /bin/true)
  *   idle memory  proportional and private resident memory per idle box,
  *                and the whole machine's memory delta, for N idle boxes
  *
@@ -279,6 +283,63 @@ static void bench_warm(const fawn_config *cfg, int rounds) {
         die("stopping the warm sandbox");
 }
 
+/* Creates shell session id in the box behind c, as the sandbox manager
+ * creates a scope's session. */
+static void session_create(box_conn *c, const char *id) {
+    json_t *body = json_pack("{s:s}", "id", id), *reply = NULL;
+    int status = 0;
+    if (box_conn_call(&reply, &status, c, "POST", "/v1/shell/sessions", body, 10000) < 0 ||
+        (status != 200 && status != 201))
+        die("creating a shell session");
+    json_decref(reply);
+    json_decref(body);
+}
+
+/* Medians of command in session "bench" and as a one-shot exec on the box
+ * behind c, taking turns so the machine's noise hits both. */
+static void session_pair(double *in_session_us, double *oneshot_us, box_conn *c,
+                         const char *command, int rounds) {
+    json_t *oneshot = json_pack("{s:s}", "command", command);
+    json_t *in_session = json_pack("{s:s, s:s}", "command", command, "session_id", "bench");
+    double *ses = calloc((size_t)rounds, sizeof *ses), *one = calloc((size_t)rounds, sizeof *one);
+    for (int i = 0; i < 50; i++) /* warm up both */
+        fawn_exec_us(c, in_session), fawn_exec_us(c, oneshot);
+    for (int i = 0; i < rounds; i++) {
+        ses[i] = fawn_exec_us(c, in_session);
+        one[i] = fawn_exec_us(c, oneshot);
+    }
+    *in_session_us = median(ses, (size_t)rounds);
+    *oneshot_us = median(one, (size_t)rounds);
+    json_decref(oneshot);
+    json_decref(in_session);
+    free(ses);
+    free(one);
+}
+
+/* A command in a shell session against the same command as a one-shot exec
+ * on the same warm box: /bin/true (plain words), then a command that needs
+ * the shell (whose state the session's shell reports as it exits). */
+static void bench_session(const fawn_config *cfg, int rounds) {
+    local_box b;
+    fawn_cold_us(cfg, "session", &b, NULL);
+    box_conn conn;
+    box_conn_init(&conn, b.socket_path);
+    session_create(&conn, "bench");
+    double a, o, sa, so;
+    session_pair(&a, &o, &conn, "/bin/true", rounds);
+    session_pair(&sa, &so, &conn, "cd /tmp && /bin/true", rounds);
+    box_conn_close(&conn);
+    printf("session_exec_us: %.0f (/bin/true in a shell session)\noneshot_exec_us: %.0f (the same, "
+           "no session, taking turns)\nsession_exec_ratio_vs_oneshot: %.2f (target <= 1.20)\n",
+           a, o, a / o);
+    printf("session_shell_exec_us: %.0f (cd /tmp && /bin/true in a shell session)\n"
+           "oneshot_shell_exec_us: %.0f (the same, no session, taking turns)\n"
+           "session_shell_exec_ratio_vs_oneshot: %.2f\n",
+           sa, so, sa / so);
+    if (local_box_stop(cfg, "bench", "session") < 0)
+        die("stopping the session sandbox");
+}
+
 static void bench_idle(const fawn_config *cfg, int n) {
     long before = mem_available_kb();
     pid_t *pids = calloc((size_t)n, sizeof *pids);
@@ -322,6 +383,7 @@ int main(int argc, char **argv) {
     bench_cold(&cfg, rounds / 4 > 10 ? rounds / 4 : 10);
     bench_warm(&cfg, rounds);
     bench_managed(&cfg, rounds);
+    bench_session(&cfg, rounds);
     bench_idle(&cfg, idle);
     config_free(&cfg);
     char cmd[64];

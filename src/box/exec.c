@@ -549,8 +549,8 @@ typedef struct pipes {
     int out[2], err[2], state[2];
 } pipes;
 
-/* Sends an exec message: the pipes (and the state pipe of a session), the
- * payload inline when it is small, else in a memfd. */
+/* Sends an exec message: the pipes (and the state pipe of a session's
+ * shell), the payload inline when it is small, else in a memfd. */
 static int send_job(session *s, uint32_t mode, const fbuf *payload, const pipes *p) {
     bool inline_payload = payload->len <= INIT_INLINE_MAX;
     _cleanup_close_ int memfd = -1;
@@ -562,9 +562,10 @@ static int send_job(session *s, uint32_t mode, const fbuf *payload, const pipes 
         if (r < 0)
             return r;
     }
+    bool has_state = p->state[1] >= 0;
     int fds[4] = {p->out[1], p->err[1]};
     uint32_t n = 2;
-    if (s->persistent)
+    if (has_state)
         fds[n++] = p->state[1];
     if (!inline_payload)
         fds[n++] = memfd;
@@ -573,7 +574,7 @@ static int send_job(session *s, uint32_t mode, const fbuf *payload, const pipes 
                        .n_fds = n,
                        .payload_len = (uint32_t)payload->len,
                        .inline_payload = inline_payload,
-                       .has_state = s->persistent};
+                       .has_state = has_state};
     char cbuf[CMSG_SPACE(sizeof fds)];
     memset(cbuf, 0, sizeof cbuf);
     struct iovec iov[2] = {
@@ -600,6 +601,7 @@ typedef struct run_state {
     capture out, err;
     fbuf state;
     bool state_overflow;
+    bool want_state;              /* a session's shell reports its state on fd_state */
     int64_t deadline_ms;          /* the command's deadline */
     int fd_out, fd_err, fd_state; /* read ends, -1 when closed */
     bool have_status;
@@ -838,10 +840,24 @@ static int pipes_open(pipes *p, bool with_state) {
     return 0;
 }
 
+/* True when the command runs without a shell: plain words (see
+ * is_plain_command). In a session, only when the request sets neither cwd nor
+ * variables: then the command cannot change the session's state (a program
+ * cannot change its parent shell's cwd or variables, and plain words hold no
+ * builtin, assignment or background job), so there is none to read back and
+ * the session stays as it was. Under a shell a request's cwd and variables
+ * become part of the state the shell reports; such a command still runs
+ * under one. */
+static bool run_direct(const session *s, const box_exec_request *req) {
+    if (s->persistent && (req->cwd || req->n_env))
+        return false;
+    return is_plain_command(req->command);
+}
+
 /* Starts the command: init (if needed), then the exec message. */
-static int launch(box_exec_ctx *ctx, session *s, const box_exec_request *req, pipes *p) {
-    bool direct = !s->persistent && is_plain_command(req->command);
-    uint32_t mode = s->persistent ? INIT_RUN_SESSION : direct ? INIT_RUN_DIRECT : INIT_RUN_SHELL;
+static int launch(box_exec_ctx *ctx, session *s, const box_exec_request *req, pipes *p,
+                  bool direct) {
+    uint32_t mode = direct ? INIT_RUN_DIRECT : s->persistent ? INIT_RUN_SESSION : INIT_RUN_SHELL;
     const char *cwd = req->cwd ? req->cwd : s->cwd ? s->cwd : DEFAULT_CWD;
     fbuf payload = {.limit = BOX_COMMAND_MAX + 2 * BOX_ENV_BYTES_MAX + 8192};
     int r = build_payload(&payload, cwd, req->command, direct, s->env ? s->env : ctx->cfg.base_env,
@@ -935,7 +951,7 @@ static enum wait_outcome run_started(box_exec_ctx *ctx, run_state *st, session *
     *kill_confirmed = true;
     if (outcome == WAIT_TIMEOUT)
         *kill_confirmed = init_kill_and_confirm(s);
-    if (outcome == WAIT_DONE && s->persistent && !st->state_overflow)
+    if (outcome == WAIT_DONE && st->want_state && !st->state_overflow)
         session_take_state(s, &st->state);
     bool keep = outcome == WAIT_DONE && (s->persistent || st->status.namespace_empty);
     if (!keep && outcome == WAIT_DONE && !s->persistent)
@@ -977,12 +993,14 @@ int box_exec_run(json_t **out, box_exec_ctx *ctx, const box_exec_request *req) {
     uint64_t limit = req->max_output_bytes ? req->max_output_bytes : ctx->cfg.max_output_bytes;
     run_state st = {
         .state = {.limit = STATE_MAX_BYTES}, .fd_out = -1, .fd_err = -1, .fd_state = -1};
+    bool direct = run_direct(s, req);
+    st.want_state = s->persistent && !direct;
     pipes p;
-    r = pipes_open(&p, s->persistent);
+    r = pipes_open(&p, st.want_state);
     capture_init(&st.out, limit);
     capture_init(&st.err, limit);
     if (r == 0)
-        r = launch(ctx, s, req, &p);
+        r = launch(ctx, s, req, &p, direct);
     if (r == 0) {
         pipes_hand_over(&p, &st);
         bool confirmed;

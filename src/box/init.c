@@ -31,12 +31,23 @@
 
 /* Defines the state-saving EXIT trap of a session shell: on exit, bash writes
  * its cwd and every exported variable, NUL-separated, ending with an empty
- * entry, to fd 3. The box parses that (bounded) to carry the session on. */
+ * entry, to fd 3. The box parses that (bounded) to carry the session on.
+ * The variables are listed without a subshell (a fork per command): the
+ * names of the set variables by their first character ("${!A@}" ... in the
+ * order `compgen -e` gives), those with the export attribute kept; quoted,
+ * so that the command's IFS does not matter, and with nounset off (`local -`
+ * restores the options), under which a prefix no variable has fails. */
 static const char session_prelude[] =
-    "__fawn_state() { builtin printf '%s\\0' \"$PWD\"; local __fawn_n; "
-    "for __fawn_n in $(builtin compgen -e); do "
-    "builtin printf '%s=%s\\0' \"$__fawn_n\" \"${!__fawn_n}\"; done; "
-    "builtin printf '\\0'; } >&3 2>/dev/null\n"
+    "__fawn_state() { local - __fawn_n; builtin set +u; builtin printf '%s\\0' \"$PWD\"; "
+    "for __fawn_n in \"${!A@}\" \"${!B@}\" \"${!C@}\" \"${!D@}\" \"${!E@}\" \"${!F@}\" "
+    "\"${!G@}\" \"${!H@}\" \"${!I@}\" \"${!J@}\" \"${!K@}\" \"${!L@}\" \"${!M@}\" \"${!N@}\" "
+    "\"${!O@}\" \"${!P@}\" \"${!Q@}\" \"${!R@}\" \"${!S@}\" \"${!T@}\" \"${!U@}\" \"${!V@}\" "
+    "\"${!W@}\" \"${!X@}\" \"${!Y@}\" \"${!Z@}\" \"${!_@}\" \"${!a@}\" \"${!b@}\" \"${!c@}\" "
+    "\"${!d@}\" \"${!e@}\" \"${!f@}\" \"${!g@}\" \"${!h@}\" \"${!i@}\" \"${!j@}\" \"${!k@}\" "
+    "\"${!l@}\" \"${!m@}\" \"${!n@}\" \"${!o@}\" \"${!p@}\" \"${!q@}\" \"${!r@}\" \"${!s@}\" "
+    "\"${!t@}\" \"${!u@}\" \"${!v@}\" \"${!w@}\" \"${!x@}\" \"${!y@}\" \"${!z@}\"; do "
+    "[[ ${!__fawn_n@a} == *x* ]] && builtin printf '%s=%s\\0' \"$__fawn_n\" \"${!__fawn_n}\"; "
+    "done; builtin printf '\\0'; } >&3 2>/dev/null\n"
     "trap __fawn_state EXIT\n";
 
 typedef struct exec_job {
@@ -239,13 +250,34 @@ static const char *path_of(char *const *envp) {
     return "/usr/bin:/bin";
 }
 
+/* execve()s path with argv; a file the kernel cannot run (a script without
+ * "#!") is run by the shell instead, as bash does. Returns only on failure.
+ * The shell's argv is built in static memory, not on the stack of the init
+ * (a box thread's small stack, cloned): the vfork child writes it while the
+ * init waits, and nothing else uses it. */
+static void exec_file(const char *path, char *const *argv, char *const *envp) {
+    static char *sh_argv[INIT_MAX_WORDS + 2];
+    execve(path, argv, envp);
+    if (errno != ENOEXEC)
+        return;
+    size_t n = 0;
+    sh_argv[n++] = (char *)shell_path();
+    sh_argv[n++] = (char *)path;
+    for (size_t i = 1; argv[i] && n <= INIT_MAX_WORDS; i++)
+        sh_argv[n++] = argv[i];
+    sh_argv[n] = NULL;
+    execve(sh_argv[0], sh_argv, envp);
+    errno = ENOEXEC;
+}
+
 /* execve()s argv[0] as bash would find it: as given when it holds a '/',
  * else in each directory of the command's PATH. Returns only on failure,
  * with errno ENOENT when nothing was found (EACCES when something was found
- * but could not be run). Allocation-free: runs in a vfork child. */
+ * but could not be run, ENOEXEC when neither it nor the shell for it could
+ * be). Allocation-free: runs in a vfork child. */
 static void exec_in_path(char *const *argv, char *const *envp) {
     if (strchr(argv[0], '/')) {
-        execve(argv[0], argv, envp);
+        exec_file(argv[0], argv, envp);
         return;
     }
     bool denied = false;
@@ -259,7 +291,9 @@ static void exec_in_path(char *const *argv, char *const *envp) {
             memcpy(candidate, d, dlen);
             candidate[dlen] = '/';
             memcpy(candidate + dlen + 1, argv[0], name_len + 1);
-            execve(candidate, argv, envp);
+            exec_file(candidate, argv, envp);
+            if (errno == ENOEXEC)
+                return;
             denied |= errno == EACCES;
         }
         dir += len;
@@ -267,6 +301,25 @@ static void exec_in_path(char *const *argv, char *const *envp) {
             break;
     }
     errno = denied ? EACCES : ENOENT;
+}
+
+/* Sets PWD in envp to the cwd, as bash exports it to what it runs (the
+ * physical path: the box passes no PWD to a shell either). The entry is
+ * static and envp has room for one more entry (INIT_MAX_WORDS + 1 slots):
+ * the vfork child writes both while the init waits, allocation-free. */
+static void env_put_pwd(char **envp) {
+    static char entry[sizeof "PWD=" + PATH_MAX];
+    memcpy(entry, "PWD=", 4);
+    if (!getcwd(entry + 4, sizeof entry - 4))
+        return;
+    size_t i = 0;
+    while (envp[i] && strncmp(envp[i], "PWD=", 4) != 0)
+        i++;
+    if (!envp[i] && i >= INIT_MAX_WORDS)
+        return;
+    if (!envp[i])
+        envp[i + 1] = NULL;
+    envp[i] = entry;
 }
 
 /* In the command's process: never returns. */
@@ -288,6 +341,7 @@ static _Noreturn void exec_command(exec_job *j) {
     if (chdir(j->cwd) < 0 && chdir(DEFAULT_CWD) < 0 && chdir("/") < 0)
         _exit(125);
     if (j->mode == INIT_RUN_DIRECT) {
+        env_put_pwd(j->envp);
         exec_in_path(j->argv, j->envp);
         int e = errno;
         dprintf(2, "%s: %s\n", j->argv[0], e == ENOENT ? "command not found" : strerror(e));

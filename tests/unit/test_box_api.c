@@ -1043,6 +1043,127 @@ static void test_session_state_persists(void **state) {
     session_delete(t, "s-state");
 }
 
+/* What a command run as "grep PPid /proc/self/status" prints when the init
+ * (PID 1 of the command's namespace) started it itself, with no shell between. */
+#define PPID_OF_INIT "PPid:\t1\n"
+
+/* Plain words in a session run without a shell, as one-shot ones do: in the
+ * session's cwd, with its variables, leaving its state as it was. */
+static void test_session_plain_command_direct(void **state) {
+    api_ctx *t = *state;
+    session_create(t, "s-plain");
+    free(run_stdout(t, "s-plain", "mkdir -p " WS "/pd && cd " WS "/pd && export PV='x y'"));
+    char *out = run_stdout(t, "s-plain", "grep PPid /proc/self/status");
+    assert_string_equal(out, PPID_OF_INIT);
+    free(out);
+    out = run_stdout(t, "s-plain", "/bin/pwd");
+    assert_string_equal(out, WS "/pd\n");
+    free(out);
+    out = run_stdout(t, "s-plain", "printenv PV");
+    assert_string_equal(out, "x y\n");
+    free(out);
+    /* A failing or missing program reports as under bash, and keeps the state. */
+    json_t *r = run_in(t, "s-plain", "ls /no-such-dir");
+    assert_int_equal(jint(r, "exit_code"), 2);
+    json_decref(r);
+    r = run_in(t, "s-plain", "no-such-program-here");
+    assert_int_equal(jint(r, "exit_code"), 127);
+    check_contains("missing program", jstr(r, "stderr"), "command not found");
+    json_decref(r);
+    out = run_stdout(t, "s-plain", "pwd; echo \"$PV\"");
+    assert_string_equal(out, WS "/pd\nx y\n");
+    free(out);
+    /* Shell syntax and builtins still go through the session's shell. */
+    out = run_stdout(t, "s-plain", "cd /tmp");
+    free(out);
+    out = run_stdout(t, "s-plain", "/bin/pwd");
+    assert_string_equal(out, "/tmp\n");
+    free(out);
+    session_delete(t, "s-plain");
+}
+
+/* A plain-words command gets PWD, the cwd it runs in, as bash exports it. */
+static void test_plain_command_sees_pwd(void **state) {
+    api_ctx *t = *state;
+    char *out = run_stdout(t, NULL, "printenv PWD");
+    assert_string_equal(out, WS "\n");
+    free(out);
+    json_t *r = exec_body(t, json_pack("{s:s, s:s, s:{s:s}}", "command", "printenv PWD", "cwd",
+                                       "/tmp", "env", "PWD", "/elsewhere"));
+    assert_string_equal(jstr(r, "stdout"), "/tmp\n");
+    json_decref(r);
+    session_create(t, "s-pwd");
+    free(run_stdout(t, "s-pwd", "cd /mnt/user-data/outputs"));
+    out = run_stdout(t, "s-pwd", "printenv PWD");
+    assert_string_equal(out, "/mnt/user-data/outputs\n");
+    free(out);
+    session_delete(t, "s-pwd");
+}
+
+/* A script without "#!" run as plain words is run by the shell, as bash
+ * runs it, in a session as in a one-shot command. */
+static void test_plain_command_script_without_interpreter(void **state) {
+    api_ctx *t = *state;
+    session_create(t, "s-script");
+    free(run_stdout(t, "s-script",
+                    "cd " WS " && printf 'echo \"from script: $0 $1 $2\"\\n' > bare.sh && "
+                    "chmod +x bare.sh"));
+    char *out = run_stdout(t, "s-script", "./bare.sh one two");
+    assert_string_equal(out, "from script: ./bare.sh one two\n");
+    free(out);
+    out = run_stdout(t, NULL, WS "/bare.sh x");
+    assert_string_equal(out, "from script: " WS "/bare.sh x \n");
+    free(out);
+    session_delete(t, "s-script");
+}
+
+/* The shell of a session's command reports the state without starting any
+ * other process: PIDs are handed out in order in the session's namespace, so
+ * the next command's shell has the next one. */
+static void test_session_state_without_subshell(void **state) {
+    api_ctx *t = *state;
+    session_create(t, "s-pids");
+    char *first = run_stdout(t, "s-pids", "echo $$");
+    char *second = run_stdout(t, "s-pids", "echo $$");
+    assert_int_equal(atol(second), atol(first) + 1);
+    free(first);
+    free(second);
+    session_delete(t, "s-pids");
+}
+
+/* The state is reported whatever the command did to the shell's IFS and
+ * options (nounset included). */
+static void test_session_state_after_ifs_and_nounset(void **state) {
+    api_ctx *t = *state;
+    session_create(t, "s-opts");
+    free(run_stdout(t, "s-opts", "set -euo pipefail; IFS=,; cd /tmp; export OPT_KEPT='a,b c'"));
+    char *out = run_stdout(t, "s-opts", "pwd; echo \"$OPT_KEPT\"");
+    assert_string_equal(out, "/tmp\na,b c\n");
+    free(out);
+    session_delete(t, "s-opts");
+}
+
+/* A session command with a request cwd or variables runs under the shell,
+ * which reports the cwd as the session's (and the variables as part of its
+ * environment), exactly as for any other command. */
+static void test_session_request_cwd_env_use_shell(void **state) {
+    api_ctx *t = *state;
+    session_create(t, "s-req");
+    json_t *r = exec_body(t, json_pack("{s:s, s:s, s:s}", "command", "grep PPid /proc/self/status",
+                                       "session_id", "s-req", "cwd", "/mnt/user-data/outputs"));
+    assert_string_equal(jstr(r, "status"), "completed");
+    assert_string_not_equal(jstr(r, "stdout"), PPID_OF_INIT);
+    json_decref(r);
+    char *out = run_stdout(t, "s-req", "/bin/pwd");
+    assert_string_equal(out, "/mnt/user-data/outputs\n");
+    free(out);
+    r = exec_body(t, json_pack("{s:s, s:s, s:{s:s}}", "command", "printenv ONCE", "session_id",
+                               "s-req", "env", "ONCE", "1"));
+    assert_string_equal(jstr(r, "stdout"), "1\n");
+    json_decref(r);
+    session_delete(t, "s-req");
+}
+
 static void test_sessions_isolated(void **state) {
     api_ctx *t = *state;
     session_create(t, "s-one");
@@ -1261,6 +1382,30 @@ static void test_session_kill_running_command(void **state) {
     assert_string_equal(out, "usable\n");
     free(out);
     session_delete(t, "s-kill-run");
+}
+
+/* A session's plain command is killed by a session kill, and the session
+ * goes on with its state. */
+static void test_session_kill_plain_command(void **state) {
+    api_ctx *t = *state;
+    session_create(t, "s-kill-plain");
+    free(run_stdout(t, "s-kill-plain", "cd /tmp && export KP=1"));
+    exec_job job = {
+        .socket_path = t->box.socket_path, .session = "s-kill-plain", .command = "sleep 30"};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, exec_thread, &job), 0);
+    bool busy = session_becomes_busy(t, "s-kill-plain");
+    json_decref(call_ok(t, "POST", "/v1/shell/sessions/s-kill-plain/kill", NULL));
+    pthread_join(th, NULL);
+    assert_true(busy);
+    assert_int_equal(job.status, 200);
+    assert_string_equal(jstr(job.reply, "status"), "killed");
+    assert_int_equal(jint(job.reply, "exit_code"), 137);
+    json_decref(job.reply);
+    char *out = run_stdout(t, "s-kill-plain", "pwd; echo $KP");
+    assert_string_equal(out, "/tmp\n1\n");
+    free(out);
+    session_delete(t, "s-kill-plain");
 }
 
 static void test_session_delete(void **state) {
@@ -1574,12 +1719,20 @@ int main(void) {
         cmocka_unit_test_teardown(test_malformed_http, delete_all_sessions),
         cmocka_unit_test_teardown(test_session_create, delete_all_sessions),
         cmocka_unit_test_teardown(test_session_state_persists, delete_all_sessions),
+        cmocka_unit_test_teardown(test_session_plain_command_direct, delete_all_sessions),
+        cmocka_unit_test_teardown(test_session_request_cwd_env_use_shell, delete_all_sessions),
+        cmocka_unit_test_teardown(test_plain_command_sees_pwd, delete_all_sessions),
+        cmocka_unit_test_teardown(test_plain_command_script_without_interpreter,
+                                  delete_all_sessions),
+        cmocka_unit_test_teardown(test_session_state_without_subshell, delete_all_sessions),
+        cmocka_unit_test_teardown(test_session_state_after_ifs_and_nounset, delete_all_sessions),
         cmocka_unit_test_teardown(test_sessions_isolated, delete_all_sessions),
         cmocka_unit_test_teardown(test_sessions_run_concurrently, delete_all_sessions),
         cmocka_unit_test_teardown(test_session_busy_conflict, delete_all_sessions),
         cmocka_unit_test_teardown(test_session_timeout_isolated, delete_all_sessions),
         cmocka_unit_test_teardown(test_session_kill, delete_all_sessions),
         cmocka_unit_test_teardown(test_session_kill_running_command, delete_all_sessions),
+        cmocka_unit_test_teardown(test_session_kill_plain_command, delete_all_sessions),
         cmocka_unit_test_teardown(test_session_delete, delete_all_sessions),
         cmocka_unit_test_teardown(test_session_limit, delete_all_sessions),
         cmocka_unit_test_teardown(test_files_round_trip, delete_all_sessions),
