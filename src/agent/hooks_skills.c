@@ -10,7 +10,9 @@
  * prompt between fawn's markers (request only: the stored messages keep
  * the user's words), and when its front matter lists allowed-tools, only
  * those and read_file are offered to the model and every other call is
- * refused. Skill text is untrusted: bounded (SKILLS_DOC_MAX), names and
+ * refused. The same catalog decides what the sandbox shows under
+ * /mnt/skills (skills_view_sync, before the run's first command). Skill
+ * text is untrusted: bounded (SKILLS_DOC_MAX), names and
  * descriptions quoted, the document defanged, so it opens or closes no
  * marker. */
 #include <ctype.h>
@@ -213,11 +215,21 @@ static int prompt_extend(const json_t **active, agent_loop *run, const skills_di
     return r;
 }
 
+/* The user's sandbox view (/mnt/skills) made to hold exactly the enabled
+ * skills of catalog (NULL: none), before any of the run's commands. */
+static void view_sync(agent_loop *run, const skills_dirs *dirs, const json_t *catalog) {
+    if (run->p->home && run->p->user_dir &&
+        skills_view_sync(run->p->home, run->p->user_dir, dirs, catalog) < 0)
+        log_warn("agent", "run %s: /mnt/skills holds no skills: %s", run->p->run_id, fawn_errmsg());
+}
+
 static void skills_before_agent(agent_loop *run) {
-    if (!run->p->skills_dir)
-        return;
     char custom[PATH_MAX];
     skills_dirs dirs = {.shared = run->p->skills_dir};
+    if (!run->p->skills_dir) {
+        view_sync(run, &dirs, NULL);
+        return;
+    }
     json_t *states = NULL, *catalog = NULL;
     const json_t *active = NULL;
     int r = 0;
@@ -228,6 +240,7 @@ static void skills_before_agent(agent_loop *run) {
         r = store_skill_states(run->p->st, &states);
     if (r == 0)
         r = skills_catalog(&catalog, &dirs, states, run->p->policy, run->p->role);
+    view_sync(run, &dirs, catalog);
     if (r == 0)
         r = prompt_extend(&active, run, &dirs, catalog);
     if (r == 0 && active)

@@ -159,6 +159,7 @@ static int serve_tcp(const box_args *a, const fawn_config *cfg, const char *toke
     local_launch_spec spec = {.cfg = cfg,
                               .sandbox_id = sandbox_id,
                               .user_data = a->user_data,
+                              .skills = cfg->sandbox.skills_dir,
                               .listen_fd = fd,
                               .log_fd = STDERR_FILENO,
                               .token = token,
