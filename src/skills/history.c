@@ -22,13 +22,14 @@
 /* DeerFlow's timestamp: ISO 8601 in UTC with microseconds. */
 #define TS_LEN sizeof "2026-01-01T00:00:00.000000+00:00"
 
-/* The user's skills directory under home (made when create), O_DIRECTORY,
- * never through a symlink; FAWN_ENOENT when it is not there. */
-static int user_skills_open(const char *home, const char *user, const char *name, bool create) {
+/* The directory under home holding user's skill histories (made when
+ * create), O_DIRECTORY, never through a symlink; FAWN_ENOENT when it is
+ * not there, FAWN_EINVAL for a bad user or skill name. */
+static int history_dir_open(const char *home, const char *user, const char *name, bool create) {
     if (!skills_name_valid(name) || !fawn_id_valid(user))
         return fawn_err(FAWN_EINVAL, "invalid skill name");
     char rel[PATH_MAX];
-    snprintf(rel, sizeof rel, SKILLS_USER_REL, user);
+    snprintf(rel, sizeof rel, SKILLS_HISTORY_REL, user);
     _cleanup_close_ int homefd = open(home, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (homefd < 0)
         return fawn_err_sys(FAWN_EIO, errno, "open the home directory");
@@ -38,17 +39,18 @@ static int user_skills_open(const char *home, const char *user, const char *name
 
 int skills_custom_read(char **out, const char *home, const char *user, const char *name) {
     *out = NULL;
-    _cleanup_close_ int dirfd = user_skills_open(home, user, name, false);
-    char rel[SKILLS_NAME_MAX + sizeof SKILL_FILE + 2];
-    snprintf(rel, sizeof rel, "%s/" SKILL_FILE, name);
-    _cleanup_close_ int fd =
-        dirfd < 0 ? -1
-                  : fsx_open_beneath(dirfd, rel, O_RDONLY | O_NONBLOCK | O_NOCTTY, 0,
-                                     FSX_NO_SYMLINKS);
+    bool valid = skills_name_valid(name) && fawn_id_valid(user);
+    char rel[PATH_MAX];
+    snprintf(rel, sizeof rel, SKILLS_USER_REL "/%s/" SKILL_FILE, valid ? user : "-",
+             valid ? name : "-");
+    _cleanup_close_ int homefd = valid ? open(home, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    _cleanup_close_ int fd = homefd < 0
+                                 ? -1
+                                 : fsx_open_beneath(homefd, rel, O_RDONLY | O_NONBLOCK | O_NOCTTY,
+                                                    0, FSX_NO_SYMLINKS);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-        return fawn_err(FAWN_ENOENT, "Custom skill '%s' not found",
-                        skills_name_valid(name) ? name : "");
+        return fawn_err(FAWN_ENOENT, "Custom skill '%s' not found", valid ? name : "");
     char *text = NULL;
     size_t n = 0;
     int r = fawn_read_all(&text, &n, fd, SKILLS_HEAD_MAX);
@@ -71,8 +73,8 @@ static int history_load(json_t **out, int dirfd, const char *name) {
     *out = NULL;
     char file[SKILLS_NAME_MAX + sizeof HISTORY_SUFFIX];
     history_name(file, name);
-    _cleanup_close_ int fd =
-        fsx_open_beneath(dirfd, file, O_RDONLY | O_NONBLOCK | O_NOCTTY, 0, FSX_NO_SYMLINKS);
+    _cleanup_close_ int fd = fsx_open_beneath(dirfd, file, O_RDONLY | O_NONBLOCK | O_NOCTTY, 0,
+                                              FSX_NO_SYMLINKS);
     if (fd < 0)
         return fd == FAWN_ENOENT ? fd : fawn_err(FAWN_EIO, "the history of %s is unreadable", name);
     char *text = NULL;
@@ -90,15 +92,10 @@ static int history_load(json_t **out, int dirfd, const char *name) {
 
 int skills_history_read(json_t **out, const char *home, const char *user, const char *name) {
     *out = NULL;
-    _cleanup_close_ int skills = user_skills_open(home, user, name, false);
-    _cleanup_close_ int dirfd = skills < 0 ? -1
-                                           : fsx_open_beneath(skills, SKILLS_HISTORY_DIR,
-                                                              O_RDONLY | O_DIRECTORY, 0,
-                                                              FSX_NO_SYMLINKS);
+    _cleanup_close_ int dirfd = history_dir_open(home, user, name, false);
     if (dirfd < 0)
-        return dirfd == FAWN_ENOENT || skills == FAWN_ENOENT || skills == FAWN_EINVAL
-                   ? fawn_err(FAWN_ENOENT, "no history")
-                   : dirfd;
+        return dirfd == FAWN_ENOENT || dirfd == FAWN_EINVAL ? fawn_err(FAWN_ENOENT, "no history")
+                                                            : dirfd;
     return history_load(out, dirfd, name);
 }
 
@@ -154,12 +151,9 @@ static int history_store(int dirfd, const char *name, json_t *list) {
 
 int skills_history_append(const char *home, const char *user, const char *name,
                           const json_t *entry) {
-    _cleanup_close_ int skills = user_skills_open(home, user, name, true);
-    if (skills < 0)
-        return skills;
     if (!json_is_object(entry))
         return fawn_err(FAWN_EINVAL, "a history entry is an object");
-    _cleanup_close_ int dirfd = fsx_mkdirs_beneath(skills, SKILLS_HISTORY_DIR);
+    _cleanup_close_ int dirfd = history_dir_open(home, user, name, true);
     if (dirfd < 0)
         return dirfd;
     while (flock(dirfd, LOCK_EX) < 0) /* released when dirfd closes */

@@ -138,8 +138,9 @@ FAWN_MUST_CHECK int skills_custom_remove(const char *home, const char *user, con
 
 /* ---- a user's own skills: their history (DeerFlow's shapes) ----
  * Each change of a user's skill through the API is recorded in a history
- * of that skill, kept in the user's skills directory (SKILLS_HISTORY_DIR,
- * hidden from listings), one file per skill: a JSON array of entries
+ * of that skill, kept beside the user's skills (SKILLS_HISTORY_REL under
+ * the home directory; it outlives a deleted skill), one file NAME.json per
+ * skill: a JSON array of entries
  * {"ts", "action", "author", "thread_id", "file_path", "prev_content",
  * "new_content"} (plus "rollback_from_ts" for a rollback), oldest first.
  * The file is rewritten whole through the staging writer (a crash leaves
@@ -147,7 +148,7 @@ FAWN_MUST_CHECK int skills_custom_remove(const char *home, const char *user, con
  * and it keeps the newest SKILLS_HISTORY_ENTRIES_MAX entries within
  * SKILLS_HISTORY_BYTES_MAX bytes (older ones are dropped). */
 
-#define SKILLS_HISTORY_DIR ".history"
+#define SKILLS_HISTORY_REL "users/%s/skills-history"
 /* Entries kept per skill, and bytes of one skill's history: a SKILL.md is
  * at most SKILLS_HEAD_MAX bytes and an entry holds two of them. */
 #define SKILLS_HISTORY_ENTRIES_MAX 50

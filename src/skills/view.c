@@ -140,16 +140,16 @@ static int bytes_copy(int out, int in, budget *b) {
 /* A new copy of the regular file name of src in dst (executable when the
  * source is executable by its owner; no other bit carried over). */
 static int file_copy(int dst, int src, const char *name, budget *b) {
-    _cleanup_close_ int in =
-        openat(src, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    _cleanup_close_ int in = openat(src, name,
+                                    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     struct stat st;
     if (in < 0 || fstat(in, &st) < 0)
         return fawn_err_sys(FAWN_EIO, errno, "open a skill's file");
     if (!S_ISREG(st.st_mode))
         return 0;
     mode_t mode = st.st_mode & S_IXUSR ? VIEW_EXEC_MODE : VIEW_FILE_MODE;
-    _cleanup_close_ int out =
-        openat(dst, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    _cleanup_close_ int out = openat(dst, name,
+                                     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (out < 0 || fchmod(out, mode) < 0)
         return fawn_err_sys(FAWN_EIO, errno, "create a file in the skills view");
     return bytes_copy(out, in, b);
@@ -242,10 +242,11 @@ static int skill_stage(int stage, const skills_dirs *dirs, const json_t *skill, 
         return 0;
     }
     _cleanup_close_ int root = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    _cleanup_close_ int src =
-        root < 0 ? -1
-                 : fsx_open_beneath(root, json_string_value(json_object_get(skill, "path")),
-                                    O_RDONLY | O_DIRECTORY, 0, FSX_NO_SYMLINKS);
+    _cleanup_close_ int src = root < 0
+                                  ? -1
+                                  : fsx_open_beneath(
+                                        root, json_string_value(json_object_get(skill, "path")),
+                                        O_RDONLY | O_DIRECTORY, 0, FSX_NO_SYMLINKS);
     if (src < 0)
         return fawn_err(FAWN_EIO, "skill %s cannot be read", rel);
     const char *base = NULL;
@@ -378,8 +379,8 @@ int skills_view_sync(const char *home, const char *user, const skills_dirs *dirs
     _cleanup_close_ int userfd = user_dir_open(home, user);
     if (userfd < 0)
         return userfd;
-    _cleanup_close_ int lock =
-        openat(userfd, LOCK_NAME, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    _cleanup_close_ int lock = openat(userfd, LOCK_NAME, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC,
+                                      0600);
     if (lock < 0)
         return fawn_err_sys(FAWN_EIO, errno, "open the skills view's lock");
     while (flock(lock, LOCK_EX) < 0)

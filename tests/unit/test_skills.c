@@ -389,7 +389,7 @@ static void history_is_per_user_bounded_and_rewritten_whole(void **state) {
     json_t *large = json_pack("{s:s, s:s}", "action", "human_edit", "prev_content", big);
     for (int i = 0; i < 6; i++)
         assert_int_equal(skills_history_append(home, "7", "big", large), 0);
-    snprintf(path, sizeof path, "%s/users/7/skills/.history/big.json", home);
+    snprintf(path, sizeof path, "%s/users/7/skills-history/big.json", home);
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
     assert_true((size_t)st.st_size <= SKILLS_HISTORY_BYTES_MAX);
@@ -406,12 +406,12 @@ static void history_is_per_user_bounded_and_rewritten_whole(void **state) {
     assert_int_equal(json_array_size(list), 3);
     json_decref(list);
     /* No staging file is left in the history directory. */
-    snprintf(path, sizeof path, "test $(ls -A %s/users/7/skills/.history | wc -l) -eq 2", home);
+    snprintf(path, sizeof path, "test $(ls -A %s/users/7/skills-history | wc -l) -eq 2", home);
     assert_int_equal(system(path), 0);
     /* A history file replaced by a symlink is not read through. */
     char target[PATH_MAX];
-    snprintf(path, sizeof path, "%s/users/7/skills/.history/mine.json", home);
-    snprintf(target, sizeof target, "%s/users/7/skills/.history/big.json", home);
+    snprintf(path, sizeof path, "%s/users/7/skills-history/mine.json", home);
+    snprintf(target, sizeof target, "%s/users/7/skills-history/big.json", home);
     assert_int_equal(unlink(path), 0);
     assert_int_equal(symlink(target, path), 0);
     assert_true(skills_history_read(&list, home, "7", "mine") < 0);

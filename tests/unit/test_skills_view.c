@@ -134,8 +134,8 @@ static void view_holds_exactly_the_enabled_skills_the_role_may_use(void **state)
     assert_true(exists_at(f->view, "open/scripts/run.sh"));
     assert_true(exists_at(f->view, "public/cat/SKILL.md"));
     assert_true(exists_at(f->view, "custom/mine/SKILL.md"));
-    assert_false(exists_at(f->view, "off")); /* disabled */
-    assert_false(exists_at(f->view, "secret")); /* the role is denied it */
+    assert_false(exists_at(f->view, "off"));           /* disabled */
+    assert_false(exists_at(f->view, "secret"));        /* the role is denied it */
     assert_false(exists_at(f->view, "custom/theirs")); /* bob's own */
     /* Copies, not links: their own inodes, modes normalized. */
     char src[PATH_MAX + 32], dst[PATH_MAX + 32];
