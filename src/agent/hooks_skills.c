@@ -77,14 +77,17 @@ static const json_t *skill_activated(const agent_loop *run, const json_t *catalo
     return json_is_true(json_object_get(skill, "enabled")) ? skill : NULL;
 }
 
-/* The virtual path of a catalog entry's SKILL.md. */
+/* The virtual path of a catalog entry's SKILL.md in the sandbox
+ * (skills_view_path: the user's own are under custom/). */
 static void skill_location(char out[VPATH_MAX + 1], const json_t *skill) {
-    snprintf(out, VPATH_MAX + 1, VPATH_SKILLS "/%s/SKILL.md",
-             json_string_value(json_object_get(skill, "path")));
+    char rel[PATH_MAX];
+    if (skills_view_path(rel, skill) < 0)
+        rel[0] = '\0';
+    snprintf(out, VPATH_MAX + 1, VPATH_SKILLS "/%.*s/SKILL.md", VPATH_MAX / 2, rel);
 }
 
-/* One line of the list: - "name": "description" (file "location"), or
- * for the user's own skills (not in the sandbox) (activated with /name). */
+/* One line of the list: - "name": "description" (file "location"), the
+ * user's own skills saying they are activated with /name. */
 static int list_line(fbuf *b, const json_t *skill) {
     char location[VPATH_MAX + 1];
     bool custom = json_is_true(json_object_get(skill, "custom"));
@@ -97,10 +100,10 @@ static int list_line(fbuf *b, const json_t *skill) {
     if (r == 0)
         r = agent_text_quote(b, json_string_value(json_object_get(skill, "description")));
     if (r == 0 && custom)
-        return fbuf_printf(b, " (the user's own: activated with /%s)\n",
-                           json_string_value(json_object_get(skill, "name")));
+        r = fbuf_printf(b, " (the user's own: activated with /%s;",
+                        json_string_value(json_object_get(skill, "name")));
     if (r == 0)
-        r = fbuf_printf(b, " (file ");
+        r = fbuf_printf(b, custom ? " file " : " (file ");
     if (r == 0)
         r = agent_text_quote(b, location);
     return r == 0 ? fbuf_printf(b, ")\n") : r;

@@ -183,7 +183,7 @@ describe('skills', () => {
     // Listed and activated in bob's runs, with its allowed-tools; not in carol's.
     const mine = await run(bob, '/my-notes tidy up', reply('ok'));
     const system = systemText(mine.requests[0]);
-    assert.match(system, /- "my-notes": "Keep my notes tidy" \(the user's own: activated with \/my-notes\)/);
+    assert.match(system, /- "my-notes": "Keep my notes tidy" \(the user's own: activated with \/my-notes; file "\/mnt\/skills\/custom\/my-notes\/SKILL\.md"\)/);
     assert.ok(system.includes('<<<BEGIN SKILL my-notes>>>') && system.includes('MY-NOTES-BODY'));
     assert.deepEqual(toolNames(mine.requests[0]), ['read_file']);
     const theirs = await run(carol, '/my-notes tidy up', reply('ok'));
