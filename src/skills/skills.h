@@ -207,7 +207,10 @@ FAWN_MUST_CHECK int skills_view_ensure(char out[PATH_MAX], const char *home, con
  * skills_catalog built it over dirs; NULL: none), copied from dirs: built whole in a
  * hidden staging directory beside it, then swapped in entry by entry (the
  * view directory itself stays, so running sandboxes see the change).
- * Syncs of one user are serialized (a lock file beside the view). Fails
+ * Syncs of one user are serialized (a lock file beside the view). A sync
+ * whose sources (the catalog's view paths, and what stat says of every
+ * entry of their trees) are those the view was last built from does
+ * nothing. Fails
  * closed: on any error (a bound passed, a source unreadable) the view is
  * emptied, or when even that fails, made unreadable (mode 0) until a sync
  * succeeds; the error is returned. A skill whose view path another holds

@@ -21,6 +21,10 @@
 #define VIEW_NAME "skills-view"
 #define STAGING_NAME ".skills-view.staging"
 #define LOCK_NAME ".skills-view.lock"
+/* The signature of the sources the view was last built from (see
+ * view_signature): a sync whose sources have the same one has nothing to
+ * do. Removed before a rebuild, written after one succeeded. */
+#define MANIFEST_NAME ".skills-view.manifest"
 /* Sandboxes run as another host uid: the view is readable by all, and
  * writable by no one but fawn (and mounted read-only). */
 #define VIEW_DIR_MODE 0755
@@ -355,6 +359,120 @@ static void view_close(int view) {
                   strerror(errno));
 }
 
+/* ---- skipping a rebuild that would change nothing ----
+ * A view's sources are summed up by what stat says of every entry of every
+ * enabled skill's tree (name, type, size, inode, change and modification
+ * times: a file fawn replaces gets a new inode, one edited in place new
+ * times) and by the catalog (view paths): no file is read. A source that
+ * changes while a view is built changes the signature the next sync
+ * computes, which then rebuilds it. */
+
+static int sig_dir(fbuf *sig, int dir, unsigned depth, size_t *seen);
+
+/* What st says of the entry name, as one line of sig. */
+static int sig_stat(fbuf *sig, const struct stat *st, const char *name, unsigned depth) {
+    return fbuf_printf(sig, "%u %zu:%s %o %lld %llu %lld.%09ld %lld.%09ld\n", depth, strlen(name),
+                       name, (unsigned)st->st_mode, (long long)st->st_size,
+                       (unsigned long long)st->st_ino, (long long)st->st_mtim.tv_sec,
+                       st->st_mtim.tv_nsec, (long long)st->st_ctim.tv_sec, st->st_ctim.tv_nsec);
+}
+
+/* One entry of dir summed up into sig (a directory with its tree). */
+static int sig_entry(fbuf *sig, int dir, const char *name, unsigned depth, size_t *seen) {
+    struct stat st;
+    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return 0;
+    if (++*seen > SKILLS_VIEW_ENTRIES_MAX || depth > SKILLS_VIEW_DEPTH_MAX)
+        return fawn_err(FAWN_E2BIG, "a skill's tree passes the view's bounds");
+    if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "stat a skill's file");
+    int r = sig_stat(sig, &st, name, depth);
+    if (r < 0 || !S_ISDIR(st.st_mode))
+        return r;
+    _cleanup_close_ int sub = openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    return sub < 0 ? fawn_err_sys(FAWN_EIO, errno, "open a skill's directory")
+                   : sig_dir(sig, sub, depth + 1, seen);
+}
+
+static int sig_dir(fbuf *sig, int dir, unsigned depth, size_t *seen) {
+    int copy = dup(dir);
+    DIR *d = copy >= 0 ? fdopendir(copy) : NULL;
+    if (!d) {
+        if (copy >= 0)
+            close(copy);
+        return fawn_err_sys(FAWN_EIO, errno, "read a skill's directory");
+    }
+    struct dirent *e;
+    int r = 0;
+    while (r == 0 && (e = readdir(d)))
+        r = sig_entry(sig, dir, e->d_name, depth, seen);
+    closedir(d);
+    return r;
+}
+
+/* The catalog entry skill (enabled), its view path and its tree, summed
+ * up into sig. */
+static int sig_skill(fbuf *sig, const skills_dirs *dirs, const json_t *skill, size_t *seen) {
+    bool custom = json_is_true(json_object_get(skill, "custom"));
+    const char *dir = custom ? dirs->custom : dirs->shared;
+    char rel[PATH_MAX];
+    int r = skills_view_path(rel, skill);
+    if (r < 0 || !dir)
+        return r < 0 ? r : fawn_err(FAWN_EINVAL, "no directory for skill %s", rel);
+    _cleanup_close_ int root = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    _cleanup_close_ int src = root < 0
+                                  ? -1
+                                  : fsx_open_beneath(
+                                        root, json_string_value(json_object_get(skill, "path")),
+                                        O_RDONLY | O_DIRECTORY, 0, FSX_NO_SYMLINKS);
+    struct stat st;
+    if (src < 0 || fstat(src, &st) < 0)
+        return fawn_err(FAWN_EIO, "skill %s cannot be read", rel);
+    r = fbuf_printf(sig, "skill %d %zu:%s\n", custom, strlen(rel), rel);
+    if (r == 0)
+        r = sig_stat(sig, &st, rel, 0);
+    return r < 0 ? r : sig_dir(sig, src, 1, seen);
+}
+
+/* The signature of the view catalog's enabled skills would make (64 hex
+ * digits) into out; an error when a source cannot be summed up (the
+ * rebuild then says what is wrong). */
+static int view_signature(char out[65], const skills_dirs *dirs, const json_t *catalog) {
+    fbuf sig = {0};
+    size_t seen = 0, i;
+    json_t *skill;
+    int r = fbuf_printf(&sig, "fawn skills view 1\n");
+    json_array_foreach(catalog, i, skill) {
+        if (r == 0 && json_is_true(json_object_get(skill, "enabled")))
+            r = sig_skill(&sig, dirs, skill, &seen);
+    }
+    if (r == 0)
+        fawn_sha256_hex(out, sig.data, sig.len);
+    fbuf_free(&sig);
+    return r;
+}
+
+/* Whether the manifest in userfd records sig. */
+static bool manifest_matches(int userfd, const char sig[65]) {
+    _cleanup_close_ int fd = openat(userfd, MANIFEST_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    char got[66];
+    ssize_t n = fd < 0 ? -1 : read(fd, got, sizeof got);
+    return n == 64 && memcmp(got, sig, 64) == 0;
+}
+
+/* Records sig as the manifest in userfd (through the staging writer). */
+static int manifest_write(int userfd, const char sig[65]) {
+    fsx_staged s = {0};
+    struct stat st;
+    int r = fsx_staged_open(&s, userfd, FSX_STAGING_WRITE, 0600);
+    if (r == 0)
+        r = fsx_staged_write(&s, sig, 64);
+    if (r == 0)
+        r = fsx_staged_commit(&st, &s, MANIFEST_NAME, FSX_COMMIT_REPLACE, MANIFEST_NAME);
+    fsx_staged_abort(&s);
+    return r;
+}
+
 /* Builds the next view in a fresh staging directory of userfd and swaps it
  * into view. */
 static int view_rebuild(int userfd, int view, const skills_dirs *dirs, const json_t *catalog) {
@@ -390,9 +508,17 @@ int skills_view_sync(const char *home, const char *user, const skills_dirs *dirs
     _cleanup_close_ int view = subdir_make(userfd, VIEW_NAME, VIEW_DIR_MODE, &made);
     if (view < 0)
         return view;
-    int r = view_rebuild(userfd, view, dirs, catalog);
+    char sig[65];
+    bool summed = view_signature(sig, dirs, catalog) == 0;
+    if (summed && manifest_matches(userfd, sig))
+        return 0;
+    int r = unlinkat(userfd, MANIFEST_NAME, 0) == 0 || errno == ENOENT
+                ? view_rebuild(userfd, view, dirs, catalog)
+                : fawn_err_sys(FAWN_EIO, errno, "remove the skills view's manifest");
     if (r == 0 && fchmod(view, VIEW_DIR_MODE) < 0)
         r = fawn_err_sys(FAWN_EIO, errno, "open the skills view");
+    if (r == 0 && summed && manifest_write(userfd, sig) < 0)
+        log_warn("skills", "the skills view is rebuilt at each run: %s", fawn_errmsg());
     if (r < 0) {
         char why[256];
         snprintf(why, sizeof why, "%s", fawn_errmsg());

@@ -211,6 +211,43 @@ static void a_change_applies_at_the_next_sync_in_the_same_directory(void **state
     assert_int_equal(entries(f->view), 0);
 }
 
+static void an_unchanged_view_is_not_rebuilt_and_an_edit_is_seen(void **state) {
+    fixture *f = *state;
+    char dst[PATH_MAX + 32];
+    struct stat first, again;
+    snprintf(dst, sizeof dst, "%s/open/SKILL.md", f->view);
+    assert_int_equal(sync_as(f, "alice", "user", "{}"), 0);
+    assert_int_equal(stat(dst, &first), 0);
+    /* Same sources: the same copy stays (nothing was rebuilt). */
+    assert_int_equal(sync_as(f, "alice", "user", "{}"), 0);
+    assert_int_equal(stat(dst, &again), 0);
+    assert_int_equal(first.st_ino, again.st_ino);
+    /* A file edited in place (same size) is seen at the next sync. */
+    write_at(f->shared, "open/SKILL.md", "---\nname: open\ndescription: open skill\n---\nDo IT.\n",
+             0644);
+    assert_int_equal(sync_as(f, "alice", "user", "{}"), 0);
+    FILE *in = fopen(dst, "r");
+    char got[128] = "";
+    assert_non_null(in);
+    assert_true(fread(got, 1, sizeof got - 1, in) > 0);
+    fclose(in);
+    assert_non_null(strstr(got, "Do IT."));
+    /* A file added deep in a skill's tree, and the user's own skill
+     * rewritten by fawn, too. */
+    write_at(f->shared, "open/scripts/new.sh", "echo new\n", 0644);
+    const char *mine = "---\nname: mine\ndescription: Mine\n---\nMINE 2\n";
+    assert_int_equal(skills_custom_write(f->home, "alice", "mine", mine, strlen(mine)), 0);
+    assert_int_equal(sync_as(f, "alice", "user", "{}"), 0);
+    assert_true(exists_at(f->view, "open/scripts/new.sh"));
+    snprintf(dst, sizeof dst, "%s/custom/mine/SKILL.md", f->view);
+    in = fopen(dst, "r");
+    memset(got, 0, sizeof got);
+    assert_non_null(in);
+    assert_true(fread(got, 1, sizeof got - 1, in) > 0);
+    fclose(in);
+    assert_non_null(strstr(got, "MINE 2"));
+}
+
 static void an_error_leaves_nothing_stale_visible(void **state) {
     fixture *f = *state;
     assert_int_equal(sync_as(f, "alice", "user", "{}"), 0);
@@ -269,6 +306,8 @@ int main(void) {
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(a_change_applies_at_the_next_sync_in_the_same_directory,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(an_unchanged_view_is_not_rebuilt_and_an_edit_is_seen, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(an_error_leaves_nothing_stale_visible, setup, teardown),
         cmocka_unit_test(view_paths_keep_the_skills_directory_layout),
     };
