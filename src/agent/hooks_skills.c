@@ -74,7 +74,7 @@ static const json_t *skill_activated(const agent_loop *run, const json_t *catalo
         !slash_name(name, content_start(json_object_get(last, "content"))))
         return NULL;
     const json_t *skill = skills_find(catalog, name);
-    return json_is_true(json_object_get(skill, "enabled")) ? skill : NULL;
+    return skills_offered(skill) ? skill : NULL;
 }
 
 /* The virtual path of a catalog entry's SKILL.md in the sandbox
@@ -118,7 +118,7 @@ static int list_lines(fbuf *lines, size_t *more, const json_t *catalog) {
     int r = 0;
     json_array_foreach(catalog, i, skill) {
         fbuf line = {0};
-        if (r < 0 || !json_is_true(json_object_get(skill, "enabled")))
+        if (r < 0 || !skills_offered(skill))
             continue;
         r = list_line(&line, skill);
         if (r == 0 && lines->len + line.len > SKILLS_PROMPT_MAX)

@@ -87,6 +87,12 @@ typedef struct skills_dirs {
 FAWN_MUST_CHECK int skills_catalog(json_t **out, const skills_dirs *dirs, const json_t *states,
                                    const authz_policy *policy, const char *role);
 
+/* Whether a catalog entry is offered to the runs the catalog was made for:
+ * listed in their prompt, activated by /name, and copied into their
+ * sandbox's /mnt/skills (skills_view_sync). The one rule: the catalog holds
+ * what the role may use, and of those the enabled ones are offered. */
+bool skills_offered(const json_t *skill);
+
 /* The skill named name in catalog (borrowed), or NULL. */
 json_t *skills_find(const json_t *catalog, const char *name);
 

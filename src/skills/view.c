@@ -273,7 +273,7 @@ static int view_stage(int stage, const skills_dirs *dirs, const json_t *catalog)
     json_t *skill;
     int r = 0;
     json_array_foreach(catalog, i, skill) {
-        if (r == 0 && json_is_true(json_object_get(skill, "enabled")))
+        if (r == 0 && skills_offered(skill))
             r = skill_stage(stage, dirs, skill, &b);
     }
     return r;
@@ -443,7 +443,7 @@ static int view_signature(char out[65], const skills_dirs *dirs, const json_t *c
     json_t *skill;
     int r = fbuf_printf(&sig, "fawn skills view 1\n");
     json_array_foreach(catalog, i, skill) {
-        if (r == 0 && json_is_true(json_object_get(skill, "enabled")))
+        if (r == 0 && skills_offered(skill))
             r = sig_skill(&sig, dirs, skill, &seen);
     }
     if (r == 0)
