@@ -90,9 +90,9 @@ typedef struct agent_params {
     int recursion_limit;        /* 1..AGENT_RECURSION_MAX */
     uint32_t command_timeout_s; /* a bash command's timeout (> 0) */
     const char *skills_dir;     /* sandbox.skills_dir: the skills offered (NULL: none) */
-    const char *home;           /* $FAWN_HOME: the owner's own skills are under it (NULL: none) */
-    const json_t *input;        /* messages to add first (array), or NULL */
-    const json_t *title;        /* the title (a string, or null) the input sets, or NULL */
+    const char *home;    /* $FAWN_HOME: the owner's own skills and skills view (NULL: none) */
+    const json_t *input; /* messages to add first (array), or NULL */
+    const json_t *title; /* the title (a string, or null) the input sets, or NULL */
     /* The checkpoint of the thread the run starts from (NULL or "": the
      * newest). From an older one, the run forks: its checkpoints follow
      * that one, and the later ones stay in the history. */

@@ -10,7 +10,9 @@
  * prompt between fawn's markers (request only: the stored messages keep
  * the user's words), and when its front matter lists allowed-tools, only
  * those and read_file are offered to the model and every other call is
- * refused. Skill text is untrusted: bounded (SKILLS_DOC_MAX), names and
+ * refused. The same catalog decides what the sandbox shows under
+ * /mnt/skills (skills_view_sync, before the run's first command). Skill
+ * text is untrusted: bounded (SKILLS_DOC_MAX), names and
  * descriptions quoted, the document defanged, so it opens or closes no
  * marker. */
 #include <ctype.h>
@@ -72,17 +74,20 @@ static const json_t *skill_activated(const agent_loop *run, const json_t *catalo
         !slash_name(name, content_start(json_object_get(last, "content"))))
         return NULL;
     const json_t *skill = skills_find(catalog, name);
-    return json_is_true(json_object_get(skill, "enabled")) ? skill : NULL;
+    return skills_offered(skill) ? skill : NULL;
 }
 
-/* The virtual path of a catalog entry's SKILL.md. */
+/* The virtual path of a catalog entry's SKILL.md in the sandbox
+ * (skills_view_path: the user's own are under custom/). */
 static void skill_location(char out[VPATH_MAX + 1], const json_t *skill) {
-    snprintf(out, VPATH_MAX + 1, VPATH_SKILLS "/%s/SKILL.md",
-             json_string_value(json_object_get(skill, "path")));
+    char rel[PATH_MAX];
+    if (skills_view_path(rel, skill) < 0)
+        rel[0] = '\0';
+    snprintf(out, VPATH_MAX + 1, VPATH_SKILLS "/%.*s/SKILL.md", VPATH_MAX / 2, rel);
 }
 
-/* One line of the list: - "name": "description" (file "location"), or
- * for the user's own skills (not in the sandbox) (activated with /name). */
+/* One line of the list: - "name": "description" (file "location"), the
+ * user's own skills saying they are activated with /name. */
 static int list_line(fbuf *b, const json_t *skill) {
     char location[VPATH_MAX + 1];
     bool custom = json_is_true(json_object_get(skill, "custom"));
@@ -95,10 +100,10 @@ static int list_line(fbuf *b, const json_t *skill) {
     if (r == 0)
         r = agent_text_quote(b, json_string_value(json_object_get(skill, "description")));
     if (r == 0 && custom)
-        return fbuf_printf(b, " (the user's own: activated with /%s)\n",
-                           json_string_value(json_object_get(skill, "name")));
+        r = fbuf_printf(b, " (the user's own: activated with /%s;",
+                        json_string_value(json_object_get(skill, "name")));
     if (r == 0)
-        r = fbuf_printf(b, " (file ");
+        r = fbuf_printf(b, custom ? " file " : " (file ");
     if (r == 0)
         r = agent_text_quote(b, location);
     return r == 0 ? fbuf_printf(b, ")\n") : r;
@@ -113,7 +118,7 @@ static int list_lines(fbuf *lines, size_t *more, const json_t *catalog) {
     int r = 0;
     json_array_foreach(catalog, i, skill) {
         fbuf line = {0};
-        if (r < 0 || !json_is_true(json_object_get(skill, "enabled")))
+        if (r < 0 || !skills_offered(skill))
             continue;
         r = list_line(&line, skill);
         if (r == 0 && lines->len + line.len > SKILLS_PROMPT_MAX)
@@ -229,11 +234,22 @@ static void catalog_keep_only(json_t *catalog, const json_t *names) {
     }
 }
 
+/* The user's sandbox view (/mnt/skills) made to hold exactly the enabled
+ * skills of catalog (NULL: none), before any of the run's commands. */
+static void view_sync(agent_loop *run, const skills_dirs *dirs, const json_t *catalog) {
+    if (run->p->home && run->p->user_dir &&
+        skills_view_sync(run->p->home, run->p->user_dir, dirs, catalog) < 0)
+        log_warn("agent", "run %s: /mnt/skills holds no skills: %s", run->p->run_id, fawn_errmsg());
+}
+
 static void skills_before_agent(agent_loop *run) {
-    if (!run->p->skills_dir)
-        return;
     char custom[PATH_MAX];
     skills_dirs dirs = {.shared = run->p->skills_dir};
+    if (!run->p->skills_dir) {
+        if (!run->task)
+            view_sync(run, &dirs, NULL);
+        return;
+    }
     json_t *states = NULL, *catalog = NULL;
     const json_t *active = NULL;
     int r = 0;
@@ -244,6 +260,8 @@ static void skills_before_agent(agent_loop *run) {
         r = store_skill_states(run->p->st, &states);
     if (r == 0)
         r = skills_catalog(&catalog, &dirs, states, run->p->policy, run->p->role);
+    if (!run->task) /* the view is the lead's: a sub-agent sees the same files */
+        view_sync(run, &dirs, catalog);
     if (r == 0 && run->task)
         catalog_keep_only(catalog, agent_task_skills(run->task));
     if (r == 0)

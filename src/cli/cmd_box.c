@@ -27,7 +27,7 @@
 static void usage(FILE *out) {
     fprintf(out,
             "usage: fawn box --listen HOST:PORT --token-file PATH [--user-data DIR]\n"
-            "                [--idle-exit SECONDS] [--config FILE]\n\n"
+            "                [--skills-dir DIR] [--idle-exit SECONDS] [--config FILE]\n\n"
             "Serves the box API (docs/box-api.md) over TCP for remote placement: as the\n"
             "entry point of a container, a pod or a VM, or on a plain host. The box runs\n"
             "in a fresh sandbox like the local provider's, with DIR (default\n"
@@ -37,7 +37,10 @@ static void usage(FILE *out) {
             "With --idle-exit, it exits once no request has come for that long (give it\n"
             "the gateway's sandbox.idle_timeout_s: the gateway talks to the boxes it holds\n"
             "more often), and it exits at once when DIR's workspace, uploads or outputs\n"
-            "directory is deleted.\n",
+            "directory is deleted. --skills-dir names the directory shown read-only at\n"
+            "/mnt/skills (default sandbox.skills_dir): give it the FAWN_SKILLS_DIR the\n"
+            "gateway passes to the create command, which holds only the skills the\n"
+            "user's runs may see.\n",
             BOX_TOKEN_MIN);
 }
 
@@ -83,7 +86,8 @@ static int read_token(char *out, const char *path) {
 
 typedef struct box_args {
     const char *listen, *token_file, *config, *user_data;
-    uint32_t idle_exit_s; /* 0 = never */
+    const char *skills_dir; /* NULL: sandbox.skills_dir */
+    uint32_t idle_exit_s;   /* 0 = never */
 } box_args;
 
 /* The longest --idle-exit: sandbox.idle_timeout_s's own bound (a week). */
@@ -106,6 +110,7 @@ static int parse_args(box_args *a, int argc, char **argv) {
         {"config", required_argument, 0, 'c'},
         {"user-data", required_argument, 0, 'u'},
         {"idle-exit", required_argument, 0, 'i'},
+        {"skills-dir", required_argument, 0, 's'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -117,6 +122,7 @@ static int parse_args(box_args *a, int argc, char **argv) {
         case 't': a->token_file = optarg; break;
         case 'c': a->config = optarg; break;
         case 'u': a->user_data = optarg; break;
+        case 's': a->skills_dir = optarg; break;
         case 'i':
             if (parse_idle_exit(&a->idle_exit_s, optarg) < 0)
                 return FAWN_EINVAL;
@@ -159,6 +165,7 @@ static int serve_tcp(const box_args *a, const fawn_config *cfg, const char *toke
     local_launch_spec spec = {.cfg = cfg,
                               .sandbox_id = sandbox_id,
                               .user_data = a->user_data,
+                              .skills = a->skills_dir ? a->skills_dir : cfg->sandbox.skills_dir,
                               .listen_fd = fd,
                               .log_fd = STDERR_FILENO,
                               .token = token,

@@ -194,6 +194,34 @@ static int custom_writable(gw_request *rq, const char *name) {
     return r;
 }
 
+/* Records a change of the caller's skill name in its history (DeerFlow's
+ * entry; prev and next NULL for none, from_ts only for a rollback). The
+ * change is made: a history that cannot be written is logged. */
+static void history_record(gw_request *rq, const char *name, const char *action, const char *prev,
+                           const char *next, const char *from_ts) {
+    char user[24];
+    paths_user_dir_name(user, rq->who.user.id);
+    json_t *entry = json_pack("{s:s, s:s, s:n, s:s, s:s?, s:s?}", "action", action, "author",
+                              "human", "thread_id", "file_path", "SKILL.md", "prev_content", prev,
+                              "new_content", next);
+    if (entry && from_ts)
+        json_object_set_new(entry, "rollback_from_ts", json_string(from_ts));
+    if (!entry || skills_history_append(rq->g->cfg->home, user, name, entry) < 0)
+        log_warn("skills", "the history of %s's skill %s misses a change: %s", user, name,
+                 entry ? fawn_errmsg() : "out of memory");
+    json_decref(entry);
+}
+
+/* Whether the caller may see their skill name's history: a valid name
+ * their role may use (FAWN_ENOENT, FAWN_EPERM). */
+static int custom_allowed(gw_request *rq, const char *name) {
+    if (!skills_name_valid(name))
+        return fawn_err(FAWN_ENOENT, "Custom skill '' not found");
+    return authz_check(app_policy(rq->g->app), rq->who.user.role, AUTHZ_SKILLS, name) < 0
+               ? fawn_err(FAWN_EPERM, "Permission denied: skill %s", name)
+               : 0;
+}
+
 /* {"content": SKILL.md}: writes the caller's skill (new or replaced),
  * validated as DeerFlow validates it (skills_doc_check). */
 static int route_custom_put(gw_request *rq) {
@@ -207,11 +235,17 @@ static int route_custom_put(gw_request *rq) {
         r = custom_writable(rq, name);
     if (r == 0)
         r = skills_doc_check(name, json_string_value(content), json_string_length(content));
-    char user[24];
+    char user[24], *prev = NULL;
     paths_user_dir_name(user, rq->who.user.id);
+    if (r == 0 && skills_custom_read(&prev, rq->g->cfg->home, user, name) < 0)
+        prev = NULL; /* a new skill */
     if (r == 0)
         r = skills_custom_write(rq->g->cfg->home, user, name, json_string_value(content),
                                 json_string_length(content));
+    if (r == 0)
+        history_record(rq, name, prev ? "human_edit" : "human_create", prev,
+                       json_string_value(content), NULL);
+    free(prev);
     json_decref(body);
     return r < 0 ? r : respond_custom(rq);
 }
@@ -222,9 +256,103 @@ static int route_custom_delete(gw_request *rq) {
     json_t *catalog = NULL, *skill = NULL;
     int r = custom_named(&catalog, &skill, rq);
     json_decref(catalog);
+    char *prev = NULL;
+    if (r == 0 && skills_custom_read(&prev, rq->g->cfg->home, user, rq->params[0]) < 0)
+        prev = NULL;
     if (r == 0)
         r = skills_custom_remove(rq->g->cfg->home, user, rq->params[0]);
+    if (r == 0)
+        history_record(rq, rq->params[0], "human_delete", prev, NULL, NULL);
+    free(prev);
     return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, json_pack("{s:b}", "success", 1));
+}
+
+/* GET: the history of the caller's own skill, oldest first: {"history":
+ * [...]} ([] for a skill with none recorded). */
+static int route_custom_history(gw_request *rq) {
+    const char *name = rq->params[0];
+    char user[24], *text = NULL;
+    paths_user_dir_name(user, rq->who.user.id);
+    json_t *history = NULL;
+    int r = custom_allowed(rq, name);
+    if (r == 0 &&
+        (r = skills_history_read(&history, rq->g->cfg->home, user, name)) == FAWN_ENOENT) {
+        r = skills_custom_read(&text, rq->g->cfg->home, user, name);
+        history = r == 0 ? json_array() : NULL;
+    }
+    free(text);
+    if (r == FAWN_ENOENT || r == FAWN_EPERM)
+        r = fawn_err(FAWN_ENOENT, "Custom skill '%s' not found", name);
+    return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, json_pack("{s:o}", "history", history));
+}
+
+/* The entry of history that {"history_index": n} (default -1, the newest;
+ * negative counts from the end) selects (borrowed) into *out. */
+static int history_pick(const json_t **out, const json_t *history, const json_t *body) {
+    *out = NULL;
+    const json_t *index = json_object_get(body, "history_index");
+    if (index && !json_is_integer(index))
+        return fawn_err(FAWN_EINVAL, "history_index must be an integer");
+    json_int_t i = index ? json_integer_value(index) : -1, n = (json_int_t)json_array_size(history);
+    if (i < 0)
+        i += n;
+    if (i < 0 || i >= n)
+        return fawn_err(FAWN_EINVAL, "history_index is out of range");
+    *out = json_array_get(history, (size_t)i);
+    return 0;
+}
+
+/* The history of the caller's skill name, which must hold an entry: into
+ * *out (caller decrefs). */
+static int history_of(json_t **out, gw_request *rq, const char *user, const char *name) {
+    char *text = NULL;
+    int r = skills_history_read(out, rq->g->cfg->home, user, name);
+    if (r == FAWN_ENOENT && skills_custom_read(&text, rq->g->cfg->home, user, name) == 0)
+        r = fawn_err(FAWN_EINVAL, "Custom skill '%s' has no history", name);
+    else if (r == FAWN_ENOENT)
+        r = fawn_err(FAWN_ENOENT, "Custom skill '%s' not found", name);
+    else if (r == 0 && json_array_size(*out) == 0)
+        r = fawn_err(FAWN_EINVAL, "Custom skill '%s' has no history", name);
+    free(text);
+    return r;
+}
+
+/* POST {"history_index"?}: the caller's skill written back as it was
+ * before the selected change (its "prev_content"), validated again, and
+ * recorded as a rollback; answered as GET answers. */
+static int route_custom_rollback(gw_request *rq) {
+    const char *name = rq->params[0];
+    char user[24], *current = NULL;
+    paths_user_dir_name(user, rq->who.user.id);
+    json_t *body = NULL, *history = NULL;
+    const json_t *entry = NULL;
+    int r = custom_allowed(rq, name);
+    if (r == FAWN_EPERM)
+        r = fawn_err(FAWN_ENOENT, "Custom skill '%s' not found", name);
+    if (r == 0)
+        r = gw_body_json(&body, rq);
+    if (r == 0)
+        r = history_of(&history, rq, user, name);
+    if (r == 0)
+        r = history_pick(&entry, history, body);
+    const char *target = json_string_value(json_object_get(entry, "prev_content"));
+    if (r == 0 && !target)
+        r = fawn_err(FAWN_EINVAL, "Selected history entry has no previous content to roll back to");
+    if (r == 0)
+        r = custom_writable(rq, name);
+    if (r == 0)
+        r = skills_doc_check(name, target, strlen(target));
+    if (r == 0 && skills_custom_read(&current, rq->g->cfg->home, user, name) < 0)
+        current = NULL;
+    if (r == 0)
+        r = skills_custom_write(rq->g->cfg->home, user, name, target, strlen(target));
+    if (r == 0)
+        history_record(rq, name, "rollback", current, target,
+                       json_string_value(json_object_get(entry, "ts")));
+    free(current);
+    json_decref(history);
+    json_decref(body);
+    return r < 0 ? r : respond_custom(rq);
 }
 
 /* ---- POST /api/skills/install: a .skill archive from a thread's outputs ---- */
@@ -290,12 +418,31 @@ static int route_skill_install(gw_request *rq) {
     paths_user_dir_name(user, rq->who.user.id);
     if (r == 0)
         r = skills_archive_install(rq->g->cfg->home, user, &a);
+    char *doc = NULL;
+    if (r == 0 && skills_custom_read(&doc, rq->g->cfg->home, user, a.name) == 0)
+        history_record(rq, a.name, "human_install", NULL, doc, NULL);
+    free(doc);
     json_t *answer = r == 0 ? json_pack("{s:b, s:s, s:s+}", "success", 1, "skill_name", a.name,
                                         "message", a.name, " installed")
                             : NULL;
     skills_archive_clear(&a);
     json_decref(body);
     return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, answer);
+}
+
+/* POST /api/skills/reload (DeerFlow's answer): fawn keeps no skills
+ * cache, every run reads the skills directory again; the reload checks
+ * that it can be read. */
+static int route_skills_reload(gw_request *rq) {
+    json_t *shared = NULL;
+    int r = skills_list(&shared, rq->g->cfg->sandbox.skills_dir);
+    json_decref(shared);
+    return r < 0 ? r
+                 : gw_respond_json(rq, MHD_HTTP_OK,
+                                   json_pack("{s:b, s:s, s:s}", "success", 1, "scope", "process",
+                                             "message",
+                                             "Skills are read at the start of each run: "
+                                             "subsequent runs see the latest skills."));
 }
 
 /* IM channels a user can bind: fawn has none, so there are no providers
@@ -336,6 +483,10 @@ const gw_route gw_settings_routes[] = {
     {"PUT", "/api/skills/custom/{}", route_custom_put, GW_SIGNED_IN, GW_BODY_BUFFER,
      CUSTOM_PUT_BODY_MAX, NULL},
     {"DELETE", "/api/skills/custom/{}", route_custom_delete, GW_SIGNED_IN, GW_BODY_NONE, 0, NULL},
+    READ_ROUTE("/api/skills/custom/{}/history", route_custom_history),
+    {"POST", "/api/skills/custom/{}/rollback", route_custom_rollback, GW_SIGNED_IN, GW_BODY_BUFFER,
+     SKILL_PUT_BODY_MAX, NULL},
+    {"POST", "/api/skills/reload", route_skills_reload, AUTHZ_SKILLS_WRITE, GW_BODY_NONE, 0, NULL},
     {"POST", "/api/skills/install", route_skill_install, AUTHZ_THREADS_READ, GW_BODY_BUFFER,
      SKILL_PUT_BODY_MAX + VPATH_MAX, NULL},
     READ_ROUTE("/api/skills/{}", route_skill_get),

@@ -12,11 +12,11 @@ json_t *launch_spec_to_json(const local_launch_spec *s) {
     for (size_t i = 0; env && i < sc->n_env; i++)
         json_array_append_new(env, json_pack("[ss]", sc->env[i].name, sc->env[i].value));
     return json_pack(
-        "{s:s, s:s, s:s, s:s*, s:I, s:s, s:s, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, "
+        "{s:s, s:s, s:s, s:s*, s:I, s:s, s:s*, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, "
         "s:I, s:I, s:I, s:I, s:b}",
         "home", s->cfg->home, "sandbox_id", s->sandbox_id, "user_data", s->user_data, "token",
         s->token, "idle_exit_s", (json_int_t)s->idle_exit_s, "network",
-        sc->network == FAWN_NET_NONE ? "none" : "host", "skills_dir", sc->skills_dir, "env", env,
+        sc->network == FAWN_NET_NONE ? "none" : "host", "skills_dir", s->skills, "env", env,
         "limits", "memory_mb", (json_int_t)lim->memory_mb, "pids", (json_int_t)lim->pids, "nproc",
         (json_int_t)lim->nproc, "open_files", (json_int_t)lim->open_files, "file_size_mb",
         (json_int_t)lim->file_size_mb, "address_space_mb", (json_int_t)lim->address_space_mb,
@@ -113,7 +113,7 @@ int launch_spec_from_json(launch_spec_copy *out, const char *json, size_t len) {
         cfg->home = cfg->sandbox.skills_dir = NULL;
         r = take_string(&cfg->home, o, "home");
     }
-    if (r == 0)
+    if (r == 0 && json_is_string(json_object_get(o, "skills_dir")))
         r = take_string(&cfg->sandbox.skills_dir, o, "skills_dir");
     if (r == 0)
         r = take_string(&out->sandbox_id, o, "sandbox_id");
@@ -135,6 +135,7 @@ int launch_spec_from_json(launch_spec_copy *out, const char *json, size_t len) {
     out->spec.cfg = cfg;
     out->spec.sandbox_id = out->sandbox_id;
     out->spec.user_data = out->user_data;
+    out->spec.skills = cfg->sandbox.skills_dir;
     out->spec.token = out->token;
     if (r < 0)
         launch_spec_free(out);

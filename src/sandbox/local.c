@@ -26,6 +26,7 @@
 #include "sandbox/local.h"
 #include "sandbox/quota.h"
 #include "sandbox/user_data.h"
+#include "skills/skills.h"
 
 static int run_path(char *out, const fawn_config *cfg, const char *sandbox_id, const char *ext) {
     int n = snprintf(out, PATH_MAX, "%s/run/%s%s", cfg->home, sandbox_id, ext);
@@ -102,7 +103,7 @@ static int open_plan(launch *l) {
         .workspace = l->dirs[0],
         .uploads = l->dirs[1],
         .outputs = l->dirs[2],
-        .skills = cfg->sandbox.skills_dir,
+        .skills = l->p->skills,
         .etc = l->etc,
         .network_none = cfg->sandbox.network == FAWN_NET_NONE,
         .tmp_size_mb = cfg->sandbox.limits.tmp_size_mb,
@@ -504,7 +505,10 @@ static int open_log(int *out, const fawn_config *cfg, const char *sandbox_id) {
 
 static int start_box(local_box *out, const local_spec *spec, const char *user_data) {
     _cleanup_close_ int log_fd = -1, listen_fd = -1;
-    int r = open_log(&log_fd, spec->cfg, out->sandbox_id);
+    char skills[PATH_MAX];
+    int r = skills_view_ensure(skills, spec->cfg->home, spec->user);
+    if (r == 0)
+        r = open_log(&log_fd, spec->cfg, out->sandbox_id);
     if (r == 0) {
         unlink(out->socket_path);
         r = listen_unix(&listen_fd, out->socket_path);
@@ -512,6 +516,7 @@ static int start_box(local_box *out, const local_spec *spec, const char *user_da
     local_launch_spec ls = {.cfg = spec->cfg,
                             .sandbox_id = out->sandbox_id,
                             .user_data = user_data,
+                            .skills = skills,
                             .listen_fd = listen_fd,
                             .log_fd = log_fd,
                             .idle_exit_s = spec->idle_exit_s,

@@ -59,7 +59,8 @@ typedef struct local_spec {
 } local_spec;
 
 /* Returns the thread's running box, or starts one: creates the thread's
- * directories (as sbx_user_data_open in manager.h), then launches `fawn box`
+ * directories (as sbx_user_data_open in manager.h) and the user's skills
+ * view (skills_view_ensure: mounted at /mnt/skills), then launches `fawn box`
  * in fresh namespaces (see box/box.h) with cgroup limits, and waits for it
  * to be ready. Starts for one sandbox are serialized with a lock file. */
 FAWN_MUST_CHECK int local_box_ensure(local_box *out, const local_spec *spec);
@@ -69,6 +70,7 @@ typedef struct local_launch_spec {
     const fawn_config *cfg;
     const char *sandbox_id; /* [A-Za-z0-9_-]{1,64}: names its host uid and cgroup */
     const char *user_data;  /* host directory holding workspace/, uploads/, outputs/ (created) */
+    const char *skills;     /* host directory mounted read-only at /mnt/skills, or NULL */
     int listen_fd;          /* a listening socket the box serves on (borrowed) */
     int log_fd;             /* the box's stdout and stderr (borrowed) */
     const char *token;      /* bearer token every request must carry, or NULL */

@@ -155,6 +155,7 @@ int sbx_provider_open(sbx_provider **out, const fawn_config *cfg, const char *fa
         return local_provider_new(out, cfg, fawn_bin);
     remote_provider_config rc;
     int r = remote_config_from_json(&rc, cfg->sandbox.remote);
+    rc.home = cfg->home;
     if (r == 0)
         r = remote_provider_new(out, &rc);
     remote_config_free(&rc);

@@ -15,6 +15,7 @@
 #include "paths/paths.h"
 #include "sandbox/client.h"
 #include "sandbox/remote.h"
+#include "skills/skills.h"
 
 #define REMOTE_ENDPOINT_PREFIX "tcp:"
 /* Arguments copied per command: configuration, but still bounded. */
@@ -45,11 +46,12 @@ typedef struct remote_provider {
     char **argv[OP_COUNT];
     uint32_t command_timeout_ms, start_timeout_ms, health_timeout_ms;
     char **env_passthrough; /* NULL-terminated, or NULL */
+    char *home;             /* where users' skills views are, or NULL */
 } remote_provider;
 
 /* The variables a command gets (NULL: not set). */
 typedef struct command_env {
-    const char *sandbox_id, *user, *thread, *generation;
+    const char *sandbox_id, *user, *thread, *generation, *skills_dir;
 } command_env;
 
 static bool is_cancelled(const sbx_cancel *cancel) {
@@ -80,7 +82,7 @@ static int err_wrap(int code, const char *context) {
 
 /* The variables the provider sets, in command_env's order. */
 static const char *const env_names[] = {"FAWN_SANDBOX_ID", "FAWN_USER", "FAWN_THREAD",
-                                        "FAWN_GENERATION"};
+                                        "FAWN_GENERATION", "FAWN_SKILLS_DIR"};
 
 /* Host variables every command gets: where to find programs and how to
  * speak, never credentials. */
@@ -119,7 +121,7 @@ static bool host_entry_passes(const char *entry, char *const *passthrough) {
 
 /* Fills e (the caller frees it with spawn_env_free, also after an error). */
 static int spawn_env_build(spawn_env *e, const command_env *ce, char *const *passthrough) {
-    const char *values[] = {ce->sandbox_id, ce->user, ce->thread, ce->generation};
+    const char *values[] = {ce->sandbox_id, ce->user, ce->thread, ce->generation, ce->skills_dir};
     size_t n = 0, k = 0;
     while (environ && environ[n])
         n++;
@@ -596,7 +598,13 @@ static int remote_create(void *ctx, sbx_box *out, const char *user, const char *
         return r;
     if (is_cancelled(cancel))
         return cancelled_err();
-    command_env ce = {.sandbox_id = box.sandbox_id, .user = user, .thread = thread};
+    char skills[PATH_MAX];
+    if (rp->home && (r = skills_view_ensure(skills, rp->home, user)) < 0)
+        return r;
+    command_env ce = {.sandbox_id = box.sandbox_id,
+                      .user = user,
+                      .thread = thread,
+                      .skills_dir = rp->home ? skills : NULL};
     json_t *o = NULL;
     r = command_run(&o, rp, OP_CREATE, &ce, cancel);
     if (r == 0)
@@ -772,6 +780,8 @@ int remote_provider_new(sbx_provider **out, const remote_provider_config *cfg) {
     while (cfg->env_passthrough && cfg->env_passthrough[n_pass])
         n_pass++;
     int r = strings_copy(&rp->env_passthrough, cfg->env_passthrough, n_pass);
+    if (r == 0 && cfg->home && !(rp->home = strdup(cfg->home)))
+        r = fawn_err(FAWN_ENOMEM, "out of memory");
     for (int op = 0; op < OP_COUNT; op++) {
         if (r == 0)
             r = argv_copy(&rp->argv[op], *argvs[op], (enum remote_op)op);
@@ -791,5 +801,6 @@ void remote_provider_free(sbx_provider *p) {
     for (int op = 0; op < OP_COUNT; op++)
         argv_free(rp->argv[op]);
     argv_free(rp->env_passthrough);
+    free(rp->home);
     free(rp);
 }

@@ -11,6 +11,12 @@
  * process's environment plus:
  *   FAWN_SANDBOX_ID  the sandbox (16 hex digits)       create, status, destroy
  *   FAWN_USER, FAWN_THREAD  whose sandbox it is         create
+ *   FAWN_SKILLS_DIR  the user's skills view on this host  create, with home
+ *                    (skills_view_ensure): what the box should show read-only
+ *                    at /mnt/skills (`fawn box --skills-dir`). It holds
+ *                    exactly the skills the user's runs may see, refreshed at
+ *                    each run's start; a box on a host that does not share
+ *                    this directory shows what its own --skills-dir holds.
  *   FAWN_GENERATION  the generation to remove           destroy, when known
  * (inherited variables of those names are removed). A command succeeds when
  * it exits 0 within command_timeout_ms having printed one JSON object (at
@@ -68,6 +74,9 @@ typedef struct remote_provider_config {
      * besides these, a command's environment holds only the host's PATH, HOME,
      * LANG, LC_ALL, TZ and TMPDIR and the variables the provider sets. */
     char **env_passthrough;
+    /* $FAWN_HOME, whose users' skills views create names in FAWN_SKILLS_DIR
+     * (NULL: the variable is not set). */
+    const char *home;
 } remote_provider_config;
 
 /* A remote provider over cfg's commands (copied: cfg may go away). The

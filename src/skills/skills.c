@@ -547,6 +547,8 @@ int skills_catalog(json_t **out, const skills_dirs *dirs, const json_t *states,
     return 0;
 }
 
+bool skills_offered(const json_t *skill) { return json_is_true(json_object_get(skill, "enabled")); }
+
 json_t *skills_find(const json_t *catalog, const char *name) {
     size_t i;
     json_t *skill;

@@ -18,6 +18,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "authz/authz.h"
 #include "base/base.h"
@@ -86,6 +87,12 @@ typedef struct skills_dirs {
 FAWN_MUST_CHECK int skills_catalog(json_t **out, const skills_dirs *dirs, const json_t *states,
                                    const authz_policy *policy, const char *role);
 
+/* Whether a catalog entry is offered to the runs the catalog was made for:
+ * listed in their prompt, activated by /name, and copied into their
+ * sandbox's /mnt/skills (skills_view_sync). The one rule: the catalog holds
+ * what the role may use, and of those the enabled ones are offered. */
+bool skills_offered(const json_t *skill);
+
 /* The skill named name in catalog (borrowed), or NULL. */
 json_t *skills_find(const json_t *catalog, const char *name);
 
@@ -134,6 +141,89 @@ FAWN_MUST_CHECK int skills_custom_write(const char *home, const char *user, cons
  * when that is empty), never through a symlink. FAWN_ENOENT "Custom skill
  * 'NAME' not found" when it has none. */
 FAWN_MUST_CHECK int skills_custom_remove(const char *home, const char *user, const char *name);
+
+/* ---- a user's own skills: their history (DeerFlow's shapes) ----
+ * Each change of a user's skill through the API is recorded in a history
+ * of that skill, kept beside the user's skills (SKILLS_HISTORY_REL under
+ * the home directory; it outlives a deleted skill), one file NAME.json per
+ * skill: a JSON array of entries
+ * {"ts", "action", "author", "thread_id", "file_path", "prev_content",
+ * "new_content"} (plus "rollback_from_ts" for a rollback), oldest first.
+ * The file is rewritten whole through the staging writer (a crash leaves
+ * the old history or the new one), appends of one user are serialized,
+ * and it keeps the newest SKILLS_HISTORY_ENTRIES_MAX entries within
+ * SKILLS_HISTORY_BYTES_MAX bytes (older ones are dropped). */
+
+#define SKILLS_HISTORY_REL "users/%s/skills-history"
+/* Entries kept per skill, and bytes of one skill's history: a SKILL.md is
+ * at most SKILLS_HEAD_MAX bytes and an entry holds two of them. */
+#define SKILLS_HISTORY_ENTRIES_MAX 50
+#define SKILLS_HISTORY_BYTES_MAX ((size_t)4 << 20)
+
+/* The current SKILL.md of user's skill name under home (at most
+ * SKILLS_HEAD_MAX bytes, NUL-terminated) into *out (caller frees), never
+ * through a symlink. FAWN_ENOENT when the user has no such skill. */
+FAWN_MUST_CHECK int skills_custom_read(char **out, const char *home, const char *user,
+                                       const char *name);
+
+/* The history of user's skill name under home (a new array, oldest first)
+ * into *out (caller decrefs). FAWN_ENOENT when it has none recorded;
+ * FAWN_EIO when the file is unreadable or not such an array. */
+FAWN_MUST_CHECK int skills_history_read(json_t **out, const char *home, const char *user,
+                                        const char *name);
+
+/* Appends entry (an object, borrowed; its "ts" set to now) to the history
+ * of user's skill name under home, dropping the oldest entries past the
+ * bounds. FAWN_EINVAL for a bad name or user, or an entry that alone
+ * passes SKILLS_HISTORY_BYTES_MAX; fsx errors. */
+FAWN_MUST_CHECK int skills_history_append(const char *home, const char *user, const char *name,
+                                          const json_t *entry);
+
+/* ---- the sandbox's view: what /mnt/skills shows a user's runs ----
+ * A directory per user (SKILLS_VIEW_REL under the home directory) that
+ * sandboxes mount read-only at /mnt/skills. It holds copies (never links:
+ * a write through one could reach the source) of exactly the enabled
+ * skills of the user's catalog (skills_catalog: what the role may use),
+ * each at its skills_view_path; nothing else. Only regular files and
+ * directories are copied (a symlink, FIFO or device in a skill's tree is
+ * left out, never followed), within the bounds below. */
+
+#define SKILLS_VIEW_REL "users/%s/skills-view"
+/* Where the user's own skills appear in the view (DeerFlow's
+ * /mnt/skills/custom/NAME). */
+#define SKILLS_VIEW_CUSTOM "custom"
+/* Files and directories copied (all skills together), their bytes, and the
+ * depth of a skill's tree: a skill is instructions with a few scripts and
+ * references, and a view past these bounds is not built (it is emptied). */
+#define SKILLS_VIEW_ENTRIES_MAX 10000
+#define SKILLS_VIEW_BYTES_MAX ((uint64_t)256 << 20)
+#define SKILLS_VIEW_DEPTH_MAX 16
+
+/* The path below /mnt/skills of a catalog entry's directory into out:
+ * "custom/NAME" for the user's own, its "path" for the skills directory's.
+ * FAWN_EINVAL (out "") when the entry has no valid path. */
+FAWN_MUST_CHECK int skills_view_path(char out[PATH_MAX], const json_t *skill);
+
+/* The path of user's view under home into out, created (mode 0755, never
+ * through a symlink) when missing: what a sandbox mounts at /mnt/skills.
+ * FAWN_EINVAL (out "") for a bad user or a path that does not fit. */
+FAWN_MUST_CHECK int skills_view_ensure(char out[PATH_MAX], const char *home, const char *user);
+
+/* Makes user's view hold exactly the enabled skills of catalog (as
+ * skills_catalog built it over dirs; NULL: none), copied from dirs: built whole in a
+ * hidden staging directory beside it, then swapped in entry by entry (the
+ * view directory itself stays, so running sandboxes see the change).
+ * Syncs of one user are serialized (a lock file beside the view). A sync
+ * whose sources (the catalog's view paths, and what stat says of every
+ * entry of their trees) are those the view was last built from does
+ * nothing. Fails
+ * closed: on any error (a bound passed, a source unreadable) the view is
+ * emptied, or when even that fails, made unreadable (mode 0) until a sync
+ * succeeds; the error is returned. A skill whose view path another holds
+ * already (a user's own skill named as a shared one in "custom/") is left
+ * out. */
+FAWN_MUST_CHECK int skills_view_sync(const char *home, const char *user, const skills_dirs *dirs,
+                                     const json_t *catalog);
 
 /* ---- .skill archives: a skill as a zip, installed as a user's own ----
  * An archive is hostile input: it is read from memory, at most

@@ -11,7 +11,9 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from './lib/test.mjs';
 
-import { FAWN_BIN, FawnServer, eventually, request, setupAdmin, setupUser } from './lib/server.mjs';
+import { Client } from '@langchain/langgraph-sdk';
+import { FAWN_BIN, FawnServer, eventually, request, setupAdmin, setupUser, skillsDirWith } from './lib/server.mjs';
+import { FakeOpenAI, call, reply } from './lib/fake_openai.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const SCRIPT = path.resolve(here, '..', 'remote', 'loopback-provider.sh');
@@ -24,13 +26,22 @@ describe('remote placement', () => {
   let srv;
   let admin;
   let state;
+  let fake;
+  let skillsDir;
 
   before(async () => {
     state = fs.mkdtempSync(path.join(fs.realpathSync('/tmp'), 'fawn-e2e-remote-'));
+    fake = await FakeOpenAI.start();
+    skillsDir = skillsDirWith({
+      shown: '---\nname: shown\ndescription: Shown\n---\nSHOWN-BODY\n',
+      hidden: '---\nname: hidden\ndescription: Hidden\n---\nHIDDEN-BODY\n',
+    });
     const command = (op) => [SCRIPT, op];
     srv = await FawnServer.start(
       {
+        models: [fake.model()],
         sandbox: {
+          skills_dir: skillsDir,
           provider: 'remote',
           remote: {
             create_command: command('create'),
@@ -54,6 +65,8 @@ describe('remote placement', () => {
       spawnSync(SCRIPT, ['destroy'], { env: { ...env, FAWN_SANDBOX_ID: sid }, stdio: 'ignore' });
     }
     fs.rmSync(state, { recursive: true, force: true });
+    await fake?.stop();
+    if (skillsDir) fs.rmSync(skillsDir, { recursive: true, force: true });
   });
 
   it('copies uploads into the thread\'s box, shows it, adopts it after kill -9, destroys it with the thread', async () => {
@@ -96,6 +109,28 @@ describe('remote placement', () => {
     await eventually(() => assert.equal(fs.existsSync(path.join(state, sid)), false));
     const after = await request(srv, 'GET', '/api/sandboxes', { bearer: admin.token });
     assert.equal(after.json.sandboxes.find((s) => s.thread_id === 'far'), undefined);
+  });
+
+  /* The create command gets the user's skills view; the loopback control
+   * plane hands it to the box, which shows only the enabled skills. */
+  it('a remote box shows only the enabled skills at /mnt/skills, read-only', async () => {
+    assert.equal((await request(srv, 'PUT', '/api/skills/hidden', { bearer: admin.token, body: { enabled: false } })).status, 200);
+    fake.queue(reply('', [call('bash', {
+      description: 'look',
+      command: 'ls -A /mnt/skills; cat /mnt/skills/shown/SKILL.md; (echo x > /mnt/skills/new) 2>/dev/null && echo WROTE; echo END',
+    })]));
+    fake.queue(reply('seen'));
+    const client = new Client({
+      apiUrl: `${srv.base}/api`,
+      defaultHeaders: { Authorization: `Bearer ${admin.token}` },
+      callerOptions: { maxRetries: 0 },
+    });
+    const thread = await client.threads.create();
+    const first = fake.requests.length;
+    await client.runs.wait(thread.thread_id, 'lead_agent', { input: { messages: [{ type: 'human', content: 'look' }] } });
+    const tool = fake.requests[first + 1].body.messages.find((m) => m.role === 'tool');
+    assert.ok(tool.content.includes('SHOWN-BODY') && tool.content.includes('END'), tool.content);
+    assert.doesNotMatch(tool.content, /hidden|WROTE/);
   });
 
   /* sandbox:execute is checked on every acquisition: once the user's role

@@ -183,7 +183,7 @@ describe('skills', () => {
     // Listed and activated in bob's runs, with its allowed-tools; not in carol's.
     const mine = await run(bob, '/my-notes tidy up', reply('ok'));
     const system = systemText(mine.requests[0]);
-    assert.match(system, /- "my-notes": "Keep my notes tidy" \(the user's own: activated with \/my-notes\)/);
+    assert.match(system, /- "my-notes": "Keep my notes tidy" \(the user's own: activated with \/my-notes; file "\/mnt\/skills\/custom\/my-notes\/SKILL\.md"\)/);
     assert.ok(system.includes('<<<BEGIN SKILL my-notes>>>') && system.includes('MY-NOTES-BODY'));
     assert.deepEqual(toolNames(mine.requests[0]), ['read_file']);
     const theirs = await run(carol, '/my-notes tidy up', reply('ok'));
@@ -279,5 +279,85 @@ with zipfile.ZipFile(dest, 'w', zipfile.ZIP_DEFLATED) as z:
     assert.equal((await install('/mnt/user-data/outputs/../../../etc/passwd.skill')).status, 400);
     assert.deepEqual((await api('GET', '/api/skills/custom', undefined, dave)).json.skills.map((k) => k.name), ['zipped']);
     assert.deepEqual(fs.readdirSync(path.join(srv.home, 'users', dave.id, 'skills')), ['zipped'], 'no staging left behind');
+  });
+
+  /** What a bash command printed in a run of who's (the tool message's text). */
+  async function sandboxSays(who, command) {
+    const done = await run(who, 'look', reply('', [call('bash', { description: 'look', command })]), reply('seen'));
+    return done.requests[1].messages.find((m) => m.role === 'tool').content;
+  }
+
+  it('/mnt/skills in the sandbox: only enabled skills the role may use, the user\'s own under custom/, read-only', async () => {
+    const erin = await setupUser(srv, 'erin');
+    const own = '---\nname: erins\ndescription: Erin\'s own\n---\nERINS-BODY\n';
+    assert.equal((await api('PUT', '/api/skills/custom/erins', { content: own }, erin)).status, 200);
+    assert.equal((await api('PUT', '/api/skills/notes', { enabled: false })).status, 200);
+    const look = 'ls -A /mnt/skills; echo ---; ls -A /mnt/skills/custom; echo ---; cat /mnt/skills/pdf/SKILL.md; ' +
+      'cat /mnt/skills/custom/erins/SKILL.md; echo ---; ' +
+      '(echo x > /mnt/skills/pdf/SKILL.md) 2>/dev/null && echo WROTE-OLD; ' +
+      '(echo x > /mnt/skills/planted) 2>/dev/null && echo WROTE-NEW; ' +
+      '(mkdir /mnt/skills/custom/dir) 2>/dev/null && echo WROTE-DIR; echo END';
+    const seen = JSON.parse(await sandboxSays(erin, look));
+    const text = JSON.stringify(seen);
+    assert.ok(text.includes(PDF_MARK), `enabled skill readable: ${text}`);
+    assert.ok(text.includes('ERINS-BODY'), `the user's own under custom/: ${text}`);
+    assert.ok(text.includes('END'), text);
+    assert.doesNotMatch(text, /notes|secret|loose|zipped|my-notes/, 'disabled, denied, malformed and other users\' skills absent');
+    assert.doesNotMatch(text, /WROTE-/, 'read-only');
+    assert.ok(!fs.readFileSync(path.join(skillsDir, 'pdf', 'SKILL.md'), 'utf8').startsWith('x'));
+    // Another user never sees erin's own skill.
+    const other = JSON.stringify(JSON.parse(await sandboxSays(bob, 'ls -AR /mnt/skills; echo END')));
+    assert.match(other, /pdf/);
+    assert.doesNotMatch(other, /erins|secret/);
+    // Enabled again: there at the next run; and the user's own deleted: gone.
+    assert.equal((await api('PUT', '/api/skills/notes', { enabled: true })).status, 200);
+    assert.equal((await api('DELETE', '/api/skills/custom/erins', undefined, erin)).status, 200);
+    const again = JSON.stringify(JSON.parse(await sandboxSays(erin, 'ls -A /mnt/skills /mnt/skills/custom; echo END')));
+    assert.match(again, /notes/);
+    assert.doesNotMatch(again, /erins/);
+  });
+
+  it('custom skill history and rollback: DeerFlow\'s shapes, per user', async () => {
+    const fay = await setupUser(srv, 'fay');
+    const v1 = '---\nname: draft\ndescription: First\n---\nV1\n';
+    const v2 = '---\nname: draft\ndescription: Second\n---\nV2\n';
+    assert.equal((await api('GET', '/api/skills/custom/draft/history', undefined, fay)).status, 404);
+    assert.equal((await api('PUT', '/api/skills/custom/draft', { content: v1 }, fay)).status, 200);
+    assert.equal((await api('PUT', '/api/skills/custom/draft', { content: v2 }, fay)).status, 200);
+    const hist = await api('GET', '/api/skills/custom/draft/history', undefined, fay);
+    assert.equal(hist.status, 200, hist.text);
+    assert.deepEqual(hist.json.history.map((h) => [h.action, h.author, h.thread_id, h.file_path, h.prev_content, h.new_content]),
+      [['human_create', 'human', null, 'SKILL.md', null, v1], ['human_edit', 'human', null, 'SKILL.md', v1, v2]]);
+    assert.match(hist.json.history[0].ts, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00$/);
+    // Another user can neither read nor roll it back.
+    assert.equal((await api('GET', '/api/skills/custom/draft/history', undefined, bob)).status, 404);
+    assert.equal((await api('POST', '/api/skills/custom/draft/rollback', {}, bob)).status, 404);
+    // Bad indexes.
+    for (const body of [{ history_index: 5 }, { history_index: -3 }, { history_index: 'x' }, { history_index: 0 }])
+      assert.equal((await api('POST', '/api/skills/custom/draft/rollback', body, fay)).status, 400, JSON.stringify(body));
+    // The default: the newest change undone.
+    const back = await api('POST', '/api/skills/custom/draft/rollback', {}, fay);
+    assert.equal(back.status, 200, back.text);
+    assert.deepEqual([back.json.content, back.json.description, back.json.category], [v1, 'First', 'custom']);
+    const after = (await api('GET', '/api/skills/custom/draft/history', undefined, fay)).json.history;
+    assert.equal(after.length, 3);
+    assert.deepEqual([after[2].action, after[2].prev_content, after[2].new_content, after[2].rollback_from_ts],
+      ['rollback', v2, v1, after[1].ts]);
+    // Deleted: its history stays, and a rollback brings it back.
+    assert.equal((await api('DELETE', '/api/skills/custom/draft', undefined, fay)).status, 200);
+    const gone = (await api('GET', '/api/skills/custom/draft/history', undefined, fay)).json.history;
+    assert.deepEqual([gone.length, gone[3].action, gone[3].prev_content, gone[3].new_content], [4, 'human_delete', v1, null]);
+    const restored = await api('POST', '/api/skills/custom/draft/rollback', { history_index: -1 }, fay);
+    assert.equal(restored.status, 200, restored.text);
+    assert.equal((await api('GET', '/api/skills/custom/draft', undefined, fay)).json.content, v1);
+    assert.equal((await api('GET', '/api/skills/custom/..%2Fdraft/history', undefined, fay)).status, 404);
+    assert.equal((await api('POST', '/api/skills/custom/pdf/rollback', {}, fay)).status, 404);
+  });
+
+  it('reload: administrators only, DeerFlow\'s answer', async () => {
+    assert.equal((await api('POST', '/api/skills/reload', undefined, bob)).status, 403);
+    const r = await api('POST', '/api/skills/reload');
+    assert.equal(r.status, 200, r.text);
+    assert.deepEqual([r.json.success, r.json.scope, typeof r.json.message], [true, 'process', 'string']);
   });
 });

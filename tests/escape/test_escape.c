@@ -45,6 +45,7 @@
 #include "base/json.h"
 #include "config/config.h"
 #include "paths/paths.h"
+#include "skills/skills.h"
 #include "sandbox/client.h"
 #include "sandbox/local.h"
 #include "sandbox/user_data.h"
@@ -462,7 +463,20 @@ static int setup_config(escape_ctx *c) {
     return 0;
 }
 
+/* user's /mnt/skills made to hold the demo skill, as a run's start makes it. */
+static int skills_show_demo(escape_ctx *c, const char *user) {
+    skills_dirs dirs = {.shared = c->cfg.sandbox.skills_dir};
+    json_t *catalog = json_pack("[{s:s, s:s, s:b}]", "name", "demo", "path", "demo", "enabled", 1);
+    int r = catalog ? skills_view_sync(c->home, user, &dirs, catalog) : -1;
+    json_decref(catalog);
+    if (r < 0)
+        print_error("the skills view of %s: %s\n", user, fawn_errmsg());
+    return r;
+}
+
 static int start_box(local_box *box, escape_ctx *c, const char *user, const char *thread) {
+    if (skills_show_demo(c, user) < 0)
+        return -1;
     local_spec spec = {.cfg = &c->cfg,
                        .user = user,
                        .thread = thread,
@@ -824,6 +838,8 @@ static void test_write_outside_user_data(void **state) {
     snprintf(path, sizeof path, "%s/x", c->a_user_data);
     assert_false(host_exists(path));
     snprintf(path, sizeof path, "%s/skills/x", c->home);
+    assert_false(host_exists(path));
+    snprintf(path, sizeof path, "%s/users/%s/skills-view/x", c->home, c->a_user);
     assert_false(host_exists(path));
     char *skill = strf("%s/skills/demo/SKILL.md", c->home);
     char *content = host_read(skill);

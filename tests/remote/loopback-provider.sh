@@ -140,8 +140,10 @@ start_box() {
         port=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
         port_in_use "$port" && continue
         echo "$port" >"$dir/port"
+        # The gateway's view of the user's skills is on this host: shown as is.
         setsid "$FAWN_BIN" box --listen "127.0.0.1:$port" --token-file "$dir/token" \
-            --user-data "$dir/user-data" </dev/null >>"$dir/log" 2>&1 &
+            --user-data "$dir/user-data" ${FAWN_SKILLS_DIR:+--skills-dir "$FAWN_SKILLS_DIR"} \
+            </dev/null >>"$dir/log" 2>&1 &
         pid=$!
         proc_id "$pid" >"$dir/pid" || continue
         until=$((SECONDS + LISTEN_WAIT_S))

@@ -722,8 +722,9 @@ static void commands_get_their_environment(void **state) {
     char *destroy[] = SH("[ -z \"${FAWN_USER+x}${FAWN_THREAD+x}\" ] || exit 9; "
                          "printf %s-%s \"$FAWN_SANDBOX_ID\" \"$FAWN_GENERATION\" > \"$MARKER\"; "
                          "echo '{}'");
-    char *create[] = SH("printf '%s %s %s %s' \"$FAWN_USER\" \"$FAWN_THREAD\" \"$FAWN_SANDBOX_ID\" "
-                        "\"${GITHUB_PAT-unset}\" > \"$MARKER.create\"; "
+    char *create[] = SH("printf '%s %s %s %s %s' \"$FAWN_USER\" \"$FAWN_THREAD\" "
+                        "\"$FAWN_SANDBOX_ID\" \"${GITHUB_PAT-unset}\" \"$FAWN_SKILLS_DIR\" > "
+                        "\"$MARKER.create\"; "
                         "echo '{\"endpoint\": \"tcp:127.0.0.1:1\"}'");
     remote_provider_config cfg = {.create_argv = create,
                                   .status_argv = status,
@@ -731,7 +732,8 @@ static void commands_get_their_environment(void **state) {
                                   .list_argv = status,
                                   .command_timeout_ms = 5000,
                                   .start_timeout_ms = 2000,
-                                  .env_passthrough = marker_passthrough};
+                                  .env_passthrough = marker_passthrough,
+                                  .home = tmp};
     sbx_provider *p;
     assert_int_equal(remote_provider_new(&p, &cfg), 0);
     const char *id = "0123456789abcdef";
@@ -747,7 +749,8 @@ static void commands_get_their_environment(void **state) {
     free(content);
     assert_int_equal(probe(p, id, NULL), SBX_ABSENT);
 
-    /* create sees the user and thread (its output lacks a token: refused). */
+    /* create sees the user and thread, and the user's skills view (made
+     * for it); its output lacks a token: refused. */
     unlink(marker);
     sbx_box box;
     char sid[17], *create_marker = strf("%s.create", marker), *expect;
@@ -756,8 +759,13 @@ static void commands_get_their_environment(void **state) {
     fd = open(create_marker, O_RDONLY);
     assert_int_equal(fawn_read_all(&content, NULL, fd, 1024), 0);
     close(fd);
-    expect = strf("%s env %s unset", USER_ID, sid);
+    expect = strf("%s env %s unset %s/users/%s/skills-view", USER_ID, sid, tmp, USER_ID);
     assert_string_equal(content, expect);
+    struct stat view;
+    char *view_path = strf("%s/users/%s/skills-view", tmp, USER_ID);
+    assert_int_equal(stat(view_path, &view), 0);
+    assert_true(S_ISDIR(view.st_mode));
+    free(view_path);
     free(content);
     free(expect);
     free(create_marker);

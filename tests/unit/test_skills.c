@@ -355,6 +355,75 @@ static void custom_skills_live_under_their_user_and_never_through_links(void **s
     remove_dir(home);
 }
 
+static void history_is_per_user_bounded_and_rewritten_whole(void **state) {
+    char home[] = "/tmp/fawn-skills-hist-XXXXXX", path[PATH_MAX];
+    assert_non_null(mkdtemp(home));
+    json_t *list = (json_t *)"poison";
+    assert_int_equal(skills_history_read(&list, home, "7", "mine"), FAWN_ENOENT);
+    assert_null(list);
+    char *text = (char *)"poison";
+    assert_int_equal(skills_custom_read(&text, home, "7", "mine"), FAWN_ENOENT);
+    assert_null(text);
+    for (int i = 0; i < SKILLS_HISTORY_ENTRIES_MAX + 5; i++) {
+        json_t *entry = json_pack("{s:s, s:i, s:s}", "action", "human_edit", "n", i, "ts", "x");
+        assert_int_equal(skills_history_append(home, "7", "mine", entry), 0);
+        json_decref(entry);
+    }
+    assert_int_equal(skills_history_read(&list, home, "7", "mine"), 0);
+    assert_int_equal(json_array_size(list), SKILLS_HISTORY_ENTRIES_MAX); /* oldest dropped */
+    json_t *first = json_array_get(list, 0);
+    assert_int_equal(json_integer_value(json_object_get(first, "n")), 5);
+    const char *ts = json_string_value(json_object_get(first, "ts"));
+    assert_int_equal(strlen(ts), strlen("2026-01-01T00:00:00.000000+00:00")); /* set here */
+    json_decref(list);
+    /* Another user has none of it; bad names and users are refused. */
+    assert_int_equal(skills_history_read(&list, home, "8", "mine"), FAWN_ENOENT);
+    assert_int_equal(skills_history_read(&list, home, "7", "../7/mine"), FAWN_ENOENT);
+    json_t *small = json_pack("{s:s}", "action", "x");
+    assert_int_equal(skills_history_append(home, "../8", "mine", small), FAWN_EINVAL);
+    assert_int_equal(skills_history_append(home, "7", "Mine", small), FAWN_EINVAL);
+    /* Bytes: entries of 1 MiB each keep the history within its bound. */
+    char *big = malloc((size_t)1 << 20);
+    memset(big, 'a', ((size_t)1 << 20) - 1);
+    big[((size_t)1 << 20) - 1] = '\0';
+    json_t *large = json_pack("{s:s, s:s}", "action", "human_edit", "prev_content", big);
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(skills_history_append(home, "7", "big", large), 0);
+    snprintf(path, sizeof path, "%s/users/7/skills-history/big.json", home);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_true((size_t)st.st_size <= SKILLS_HISTORY_BYTES_MAX);
+    assert_int_equal(skills_history_read(&list, home, "7", "big"), 0);
+    assert_int_equal(json_array_size(list), 3);
+    json_decref(list);
+    /* An entry larger than the bound alone is refused; the history stays. */
+    char *huge = malloc(SKILLS_HISTORY_BYTES_MAX + 2);
+    memset(huge, 'b', SKILLS_HISTORY_BYTES_MAX + 1);
+    huge[SKILLS_HISTORY_BYTES_MAX + 1] = '\0';
+    json_t *too = json_pack("{s:s}", "prev_content", huge);
+    assert_int_equal(skills_history_append(home, "7", "big", too), FAWN_EINVAL);
+    assert_int_equal(skills_history_read(&list, home, "7", "big"), 0);
+    assert_int_equal(json_array_size(list), 3);
+    json_decref(list);
+    /* No staging file is left in the history directory. */
+    snprintf(path, sizeof path, "test $(ls -A %s/users/7/skills-history | wc -l) -eq 2", home);
+    assert_int_equal(system(path), 0);
+    /* A history file replaced by a symlink is not read through. */
+    char target[PATH_MAX];
+    snprintf(path, sizeof path, "%s/users/7/skills-history/mine.json", home);
+    snprintf(target, sizeof target, "%s/users/7/skills-history/big.json", home);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(symlink(target, path), 0);
+    assert_true(skills_history_read(&list, home, "7", "mine") < 0);
+    assert_null(list);
+    json_decref(too);
+    json_decref(large);
+    json_decref(small);
+    free(huge);
+    free(big);
+    remove_dir(home);
+}
+
 /* ---- archives ---- */
 
 typedef struct zip_entry {
@@ -558,6 +627,7 @@ int main(void) {
         cmocka_unit_test(skill_text_is_bounded_and_never_read_through_a_link),
         cmocka_unit_test(written_skills_are_validated_as_deerflow_does),
         cmocka_unit_test(custom_skills_live_under_their_user_and_never_through_links),
+        cmocka_unit_test(history_is_per_user_bounded_and_rewritten_whole),
         cmocka_unit_test(archives_are_read_within_bounds),
         cmocka_unit_test(archive_members_are_read_one_at_a_time),
         cmocka_unit_test(archives_install_once_through_a_staging_directory),
