@@ -11,8 +11,13 @@
 #include "agent/agent_internal.h"
 #include "base/json.h"
 
-/* The lead is told this much of a sub-agent's answer (and its sha256). */
+/* The lead is told this much of a sub-agent's answer (and its sha256) or
+ * error: a task's answer never reaches the output budget (12000), which
+ * would write to the lead's sandbox from the task's thread. */
 #define TASK_BRIEF_MAX 2000
+/* Of an unknown type's name, the lead is shown this many bytes (a type's
+ * name has at most 64). */
+#define TYPE_NAME_SHOWN 64
 /* How often the waiting run's thread looks at its cancel flag. */
 #define TASK_WAIT_TICK_MS 100
 /* The kill of a stopped sub-agent's command. */
@@ -36,7 +41,7 @@ struct agent_task {
     int64_t deadline_ms; /* set before its thread starts */
     bool finished;       /* under batch->lock */
     bool killed;         /* its scope's commands were killed (the run's thread only) */
-    unsigned steps;      /* task_running events sent */
+    unsigned steps;      /* task_running events sent (its own thread only) */
     /* its model calls are counted under subagent:<type> (cut to AGENT_USAGE_CALLER_MAX) */
     char caller[sizeof "subagent:" + sizeof((subagent_type *)0)->name];
     pthread_t thread;
@@ -45,19 +50,16 @@ struct agent_task {
 
 /* ---- events (every one under the batch's lock: several threads emit) ---- */
 
-static void lead_emit_locked(agent_task *t, const char *event, char *data) {
-    const agent_params *p = t->lead->p;
-    if (data && p->emit)
-        p->emit(p->emit_ctx, event, data);
-    else
-        free(data);
-}
-
 /* agent_params' emit of a sub-agent: to the lead's receiver, in turn. */
 static void task_emit(void *ctx, const char *event, char *data) {
     agent_task *t = ctx;
+    const agent_params *p = t->lead->p;
+    if (!data || !p->emit) {
+        free(data);
+        return;
+    }
     pthread_mutex_lock(&t->batch->lock);
-    lead_emit_locked(t, event, data);
+    p->emit(p->emit_ctx, event, data);
     pthread_mutex_unlock(&t->batch->lock);
 }
 
@@ -72,9 +74,7 @@ static void task_event(agent_task *t, const char *type, json_t *fields) {
 }
 
 void agent_task_step(agent_task *task, const json_t *msg) {
-    pthread_mutex_lock(&task->batch->lock);
     unsigned n = ++task->steps;
-    pthread_mutex_unlock(&task->batch->lock);
     task_event(
         task, "task_running",
         json_pack("{s:O, s:i, s:i}", "message", msg, "message_index", n, "total_messages", n));
@@ -177,9 +177,10 @@ static int task_result(tool_result *out, agent_task *t, const char *status,
     if (end->answer)
         fawn_sha256_hex(sha, end->answer, strlen(end->answer));
     int r;
+    char *text = NULL;
     if (strcmp(status, "completed") == 0)
-        r = brief ? tool_fail(out, TOOL_SUCCESS, "", false, "Task Succeeded. Result: %s", brief)
-                  : fawn_err(FAWN_ENOMEM, "out of memory");
+        r = tool_succeed(
+            out, brief && asprintf(&text, "Task Succeeded. Result: %s", brief) >= 0 ? text : NULL);
     else if (strcmp(status, "timed_out") == 0)
         r = tool_fail(out, TOOL_TIMEOUT, "timeout", true,
                       "Task timed out. Error: the sub-agent did not finish within %u s",
@@ -187,8 +188,8 @@ static int task_result(tool_result *out, agent_task *t, const char *status,
     else if (strcmp(status, "cancelled") == 0)
         r = tool_fail(out, TOOL_CANCELLED, "cancelled", false, "Task cancelled by user.");
     else
-        r = tool_fail(out, TOOL_ERROR, "subagent_failed", true, "Task failed. Error: %s",
-                      end->error ? end->error : "the sub-agent failed");
+        r = tool_fail(out, TOOL_ERROR, "subagent_failed", true, "Task failed. Error: %.*s",
+                      TASK_BRIEF_MAX, end->error ? end->error : "the sub-agent failed");
     out->status.truncated = cut;
     if (r == 0)
         out->facts = json_pack("{s:{s:s, s:s, s:s, s:s?, s:s?, s:s?}}", "subagent",

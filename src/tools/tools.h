@@ -125,6 +125,9 @@ json_t *tool_openai_schema(const tool_def *t);
  * are not an object become recoverable errors. */
 FAWN_MUST_CHECK int tool_run(tool_result *out, tool_env *env, const char *name, const json_t *args);
 
+/* Sets r to success with text (taken; NULL means out of memory). */
+FAWN_MUST_CHECK int tool_succeed(tool_result *r, char *text);
+
 /* Middle truncation: keeps the first and last parts of text so the result
  * is at most max characters plus a marker naming what was left out.
  * Returns a new string; *truncated says whether anything was cut. */

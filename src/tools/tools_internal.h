@@ -11,8 +11,6 @@ extern const tool_def tool_bash, tool_ls, tool_read_file, tool_write_file, tool_
 /* 30 s: a file operation of the box; commands have their own timeout. */
 #define TOOL_FILE_CALL_TIMEOUT_MS 30000
 
-/* Sets r to success with text (taken; NULL means out of memory). */
-FAWN_MUST_CHECK int tool_succeed(tool_result *r, char *text);
 /* r for a sandbox that could not be reached or used (code from the manager
  * or the lease): denied, cancelled, timeout or a sandbox error. */
 FAWN_MUST_CHECK int tool_sandbox_failure(tool_result *r, int code);
