@@ -1,0 +1,60 @@
+/* research: what the research tools (web search, web fetch) and the
+ * sandbox's egress may reach on the network.
+ *
+ * The rule is an allow-list, decided on the address a connection is about
+ * to be made to (after DNS, so no name can point fawn somewhere else
+ * between the check and the connect): a globally reachable unicast address
+ * (not private, loopback, link-local, shared, documentation, multicast or
+ * otherwise special, in IPv4 or IPv6, IPv4-mapped and 6to4/Teredo forms
+ * included), or one the operator allows by address range or by the host
+ * name the URL names.
+ *
+ * Every out-parameter is set on every path, failures included. */
+#ifndef FAWN_RESEARCH_H
+#define FAWN_RESEARCH_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "base/base.h"
+
+/* Entries one allow-list may hold, and the longest host name (DNS's). */
+#define NET_ALLOW_MAX 256
+#define NET_HOST_MAX 253
+
+/* One operator entry: a host name, or an address range; a port or any. */
+typedef struct net_allow_entry {
+    char host[NET_HOST_MAX + 1]; /* lowercase DNS name, or "" for an address range */
+    uint8_t addr[16];            /* the range's address (IPv4 as ::ffff:a.b.c.d) */
+    unsigned prefix;             /* bits of addr that must match (0..128) */
+    uint16_t port;               /* 0: any port */
+} net_allow_entry;
+
+typedef struct net_allowlist {
+    net_allow_entry *entries;
+    size_t n;
+} net_allowlist;
+
+/* Reads an allow-list from list (NULL: empty), an array of texts, each
+ * "HOST", "HOST:PORT", "ADDR", "ADDR/BITS", "[V6ADDR]:PORT" or
+ * "ADDR/BITS:PORT" (an IPv6 range with a port in brackets:
+ * "[fd00::/8]:443"). where names the list in messages ("web.allow").
+ * FAWN_ECONFIG naming the bad entry; *out is empty on failure. Free with
+ * net_allowlist_free. */
+FAWN_MUST_CHECK int net_allowlist_parse(net_allowlist *out, const json_t *list, const char *where);
+void net_allowlist_free(net_allowlist *al);
+
+/* Whether sa (AF_INET or AF_INET6) is a globally reachable unicast
+ * address. An IPv4-mapped, 6to4 or Teredo IPv6 address is judged by the
+ * IPv4 address it carries (Teredo's never counts). */
+bool net_addr_public(const struct sockaddr *sa);
+
+/* Whether a connection to sa may be made for a URL naming host (as the
+ * URL has it, without brackets; may be NULL): a public address, an
+ * address in a range of al (and its port, when the entry names one), or a
+ * host al names (and its port). */
+bool net_connect_allowed(const net_allowlist *al, const char *host, const struct sockaddr *sa);
+
+#endif

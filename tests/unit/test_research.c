@@ -1,0 +1,127 @@
+/* research: the network allow-list the research tools connect through. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "support.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <string.h>
+
+#include "research/research.h"
+
+/* A socket address for text (IPv4 or IPv6) and port. */
+static struct sockaddr_storage sockaddr_of(const char *text, uint16_t port) {
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, text, &in->sin_addr) == 1) {
+        in->sin_family = AF_INET;
+        in->sin_port = htons(port);
+    } else if (inet_pton(AF_INET6, text, &in6->sin6_addr) == 1) {
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons(port);
+    } else {
+        fail_msg("not an address: %s", text);
+    }
+    return ss;
+}
+
+static bool public(const char *text) {
+    struct sockaddr_storage ss = sockaddr_of(text, 80);
+    return net_addr_public((struct sockaddr *)&ss);
+}
+
+static void only_globally_reachable_addresses_are_public(void **state) {
+    (void)state;
+    static const char *const global[] = {"8.8.8.8", "1.1.1.1", "93.184.216.34", "2606:4700::1111",
+                                         "2a00:1450:4001::200e", "::ffff:8.8.8.8",
+                                         "2002:808:808::1"};
+    for (size_t i = 0; i < ARRAY_LEN(global); i++)
+        if (!public(global[i]))
+            fail_msg("%s must be public", global[i]);
+    static const char *const special[] = {
+        "127.0.0.1", "127.255.255.254", "0.0.0.0", "10.1.2.3", "172.16.0.1", "172.31.255.255",
+        "192.168.1.1", "169.254.169.254", "169.254.0.1", "100.64.0.1", "100.127.255.255",
+        "192.0.0.170", "192.0.2.1", "198.18.0.1", "198.51.100.7", "203.0.113.9", "224.0.0.1",
+        "239.255.255.250", "240.0.0.1", "255.255.255.255", "::", "::1", "fe80::1", "fc00::1",
+        "fd00:ec2::254", "ff02::1", "::ffff:127.0.0.1", "::ffff:169.254.169.254",
+        "::ffff:10.0.0.1", "64:ff9b::7f00:1", "2002:7f00:1::", "2002:a9fe:a9fe::1",
+        "2001::1", "2001:0:4136:e378:8000:63bf:3fff:fdd2", "2001:db8::1", "3fff::1",
+        "100::1", "::127.0.0.1"};
+    for (size_t i = 0; i < ARRAY_LEN(special); i++)
+        if (public(special[i]))
+            fail_msg("%s must not be public", special[i]);
+    struct sockaddr unix_addr = {.sa_family = AF_UNIX};
+    assert_false(net_addr_public(&unix_addr));
+    assert_false(net_addr_public(NULL));
+}
+
+static bool allowed(const net_allowlist *al, const char *host, const char *addr, uint16_t port) {
+    struct sockaddr_storage ss = sockaddr_of(addr, port);
+    return net_connect_allowed(al, host, (struct sockaddr *)&ss);
+}
+
+static void the_allow_list_opens_named_hosts_ranges_and_ports_only(void **state) {
+    (void)state;
+    json_t *list = json_loads("[\"127.0.0.1:8123\", \"Intranet.Example\", \"wiki.example:8443\","
+                              " \"10.20.0.0/16\", \"[fd00::/8]:443\", \"fd12::7\", \"192.168.5.5\"]",
+                              0, NULL);
+    net_allowlist al;
+    assert_int_equal(net_allowlist_parse(&al, list, "web.allow"), 0);
+    json_decref(list);
+    assert_int_equal(al.n, 7);
+
+    assert_true(allowed(&al, "127.0.0.1", "127.0.0.1", 8123));
+    assert_false(allowed(&al, "127.0.0.1", "127.0.0.1", 8124)); /* another port */
+    assert_false(allowed(&al, "localhost", "127.0.0.2", 8123)); /* another address */
+    assert_true(allowed(&al, "intranet.example", "10.9.9.9", 80));
+    assert_true(allowed(&al, "INTRANET.example", "192.168.0.3", 443));
+    assert_false(allowed(&al, "intranet.example.evil", "10.9.9.9", 80));
+    assert_true(allowed(&al, "wiki.example", "10.0.0.5", 8443));
+    assert_false(allowed(&al, "wiki.example", "10.0.0.5", 443));
+    assert_true(allowed(&al, "any.example", "10.20.3.4", 80));
+    assert_false(allowed(&al, "any.example", "10.21.3.4", 80));
+    assert_true(allowed(&al, NULL, "fd00::1", 443));
+    assert_false(allowed(&al, NULL, "fd00::1", 80));
+    assert_true(allowed(&al, NULL, "fd12::7", 22));
+    assert_true(allowed(&al, NULL, "::ffff:192.168.5.5", 80));
+    /* The metadata address is reachable only when named. */
+    assert_false(allowed(&al, "intranet.example.", "169.254.169.254", 80));
+    assert_false(allowed(&al, NULL, "169.254.169.254", 80));
+    /* A public address needs no entry. */
+    assert_true(allowed(&al, "example.com", "93.184.216.34", 443));
+    assert_true(allowed(NULL, NULL, "93.184.216.34", 443));
+    assert_false(allowed(NULL, "localhost", "127.0.0.1", 80));
+    net_allowlist_free(&al);
+
+    static const char *const bad[] = {
+        "[\"\"]", "[\"host:0\"]", "[\"host:65536\"]", "[\"host:\"]", "[\"-host\"]",
+        "[\"host-.example\"]", "[\"a..b\"]", "[\"10.0.0.0/33\"]", "[\"fd00::/129\"]",
+        "[\"[fd00::1]x\"]", "[\"[fd00::1\"]", "[\"ho st\"]", "[\"10.0.0.1/-1\"]", "[\"10.0.0.1/\"]",
+        "[42]", "{\"a\": 1}", "[\"host:+80\"]",
+        "[\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.example\"]"};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        json_t *b = json_loads(bad[i], JSON_DECODE_ANY, NULL);
+        assert_non_null(b);
+        al.n = 99;
+        assert_int_equal(net_allowlist_parse(&al, b, "web.allow"), FAWN_ECONFIG);
+        assert_int_equal(al.n, 0);
+        assert_null(al.entries);
+        json_decref(b);
+    }
+    assert_int_equal(net_allowlist_parse(&al, NULL, "web.allow"), 0);
+    assert_int_equal(al.n, 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(only_globally_reachable_addresses_are_public),
+        cmocka_unit_test(the_allow_list_opens_named_hosts_ranges_and_ports_only),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
