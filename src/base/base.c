@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <curl/curl.h>
+#include <pthread.h>
 #include <sodium.h>
 
 /* Error messages longer than this are cut; they are for humans. */
@@ -312,4 +314,17 @@ int fawn_set_cmdline(const char *title) {
     memcpy(area, title, n);
     memset(area + n, 0, size - n);
     return 0;
+}
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_result;
+
+static void curl_init_once(void) { curl_init_result = curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+int fawn_curl_init(void) {
+    pthread_once(&curl_once, curl_init_once);
+    return curl_init_result == CURLE_OK
+               ? 0
+               : fawn_err(FAWN_EIO, "HTTP client initialization failed: %s",
+                          curl_easy_strerror(curl_init_result));
 }

@@ -150,4 +150,8 @@ void fawn_random_uuid(char out[37]);
  * no longer uses its argv (a freshly cloned child). Returns 0 or FAWN_EIO. */
 FAWN_MUST_CHECK int fawn_set_cmdline(const char *title);
 
+/* libcurl's global initialization, done once for the process whoever asks
+ * first (the model client, the research tools). FAWN_EIO when it failed. */
+FAWN_MUST_CHECK int fawn_curl_init(void);
+
 #endif

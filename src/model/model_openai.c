@@ -50,11 +50,6 @@ typedef struct attempt {
     enum model_failure fail_why;
 } attempt;
 
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_result;
-
-static void curl_init_once(void) { curl_init_result = curl_global_init(CURL_GLOBAL_DEFAULT); }
-
 void model_reply_clear(model_reply *reply) {
     json_decref(reply->message);
     memset(reply, 0, sizeof *reply);
@@ -640,8 +635,7 @@ int model_attempt(model_reply *out, enum model_failure *why, int64_t *retry_afte
     int r = check_config(cfg, messages);
     if (r < 0)
         return r;
-    pthread_once(&curl_once, curl_init_once);
-    if (curl_init_result != CURLE_OK)
+    if (fawn_curl_init() < 0)
         return fawn_err(FAWN_EIO, "model %s: HTTP client initialization failed", cfg->name);
     attempt *a = attempt_new(cfg, on_delta, ctx, cancel);
     if (!a)

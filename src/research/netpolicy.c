@@ -54,21 +54,21 @@ typedef struct range {
 /* IPv4 ranges that are not globally reachable (the IANA special-purpose
  * registry; its few global exceptions inside them are refused too). */
 static const range v4_special[] = {
-    {{0, 0, 0, 0}, 8},          /* "this network" */
-    {{10, 0, 0, 0}, 8},         /* private */
-    {{100, 64, 0, 0}, 10},      /* shared (carrier-grade NAT) */
-    {{127, 0, 0, 0}, 8},        /* loopback */
-    {{169, 254, 0, 0}, 16},     /* link-local, cloud metadata */
-    {{172, 16, 0, 0}, 12},      /* private */
-    {{192, 0, 0, 0}, 24},       /* IETF protocol assignments */
-    {{192, 0, 2, 0}, 24},       /* documentation */
-    {{192, 88, 99, 0}, 24},     /* 6to4 relay anycast */
-    {{192, 168, 0, 0}, 16},     /* private */
-    {{198, 18, 0, 0}, 15},      /* benchmarking */
-    {{198, 51, 100, 0}, 24},    /* documentation */
-    {{203, 0, 113, 0}, 24},     /* documentation */
-    {{224, 0, 0, 0}, 4},        /* multicast */
-    {{240, 0, 0, 0}, 4},        /* reserved, broadcast */
+    {{0, 0, 0, 0}, 8},       /* "this network" */
+    {{10, 0, 0, 0}, 8},      /* private */
+    {{100, 64, 0, 0}, 10},   /* shared (carrier-grade NAT) */
+    {{127, 0, 0, 0}, 8},     /* loopback */
+    {{169, 254, 0, 0}, 16},  /* link-local, cloud metadata */
+    {{172, 16, 0, 0}, 12},   /* private */
+    {{192, 0, 0, 0}, 24},    /* IETF protocol assignments */
+    {{192, 0, 2, 0}, 24},    /* documentation */
+    {{192, 88, 99, 0}, 24},  /* 6to4 relay anycast */
+    {{192, 168, 0, 0}, 16},  /* private */
+    {{198, 18, 0, 0}, 15},   /* benchmarking */
+    {{198, 51, 100, 0}, 24}, /* documentation */
+    {{203, 0, 113, 0}, 24},  /* documentation */
+    {{224, 0, 0, 0}, 4},     /* multicast */
+    {{240, 0, 0, 0}, 4},     /* reserved, broadcast */
 };
 
 static bool v4_public(const uint8_t a[4]) {

@@ -14,6 +14,7 @@
 #define FAWN_RESEARCH_H
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -56,5 +57,41 @@ bool net_addr_public(const struct sockaddr *sa);
  * address in a range of al (and its port, when the entry names one), or a
  * host al names (and its port). */
 bool net_connect_allowed(const net_allowlist *al, const char *host, const struct sockaddr *sa);
+
+/* ---- fetching a page (fetch.c) ---- */
+
+/* Redirects one fetch follows at most. */
+#define WEB_REDIRECTS_MAX 5
+/* The longest URL fetched (and each redirect's). */
+#define WEB_URL_MAX 8192
+
+typedef struct web_fetch_limits {
+    size_t max_bytes; /* of the (decoded) body kept; past it the page is cut */
+    int timeout_ms;   /* the whole fetch, redirects included */
+} web_fetch_limits;
+
+typedef struct web_page {
+    char *final_url;        /* after redirects (malloc'd) */
+    char content_type[128]; /* its media type, lowercase, without parameters ("" when none) */
+    char charset[64];       /* the Content-Type's charset, lowercase ("" when none) */
+    long status;            /* the last answer's HTTP status */
+    char *body;             /* the body, NUL-terminated (malloc'd; may hold NULs) */
+    size_t len;
+    bool truncated; /* cut at max_bytes */
+    int redirects;  /* followed */
+} web_page;
+
+void web_page_clear(web_page *page);
+
+/* GETs url (http or https, no user name or password in it) without the
+ * host's proxy settings, following at most WEB_REDIRECTS_MAX redirects,
+ * each to http or https; every connection, the first and each redirect's,
+ * is to an address net_connect_allowed lets through for the URL's host.
+ * cancel (may be NULL) stops it. *out holds the last answer whatever its
+ * status. FAWN_EINVAL for a URL that is not one of those (naming why),
+ * FAWN_EPERM when an address was refused (naming the host), FAWN_ETIMEDOUT,
+ * FAWN_ECANCELED, FAWN_EIO for the network and too many redirects. */
+FAWN_MUST_CHECK int web_fetch(web_page *out, const char *url, const net_allowlist *al,
+                              const web_fetch_limits *lim, const atomic_bool *cancel);
 
 #endif

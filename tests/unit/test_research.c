@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "research/research.h"
+#include "unit/fake_http.h"
 
 /* A socket address for text (IPv4 or IPv6) and port. */
 static struct sockaddr_storage sockaddr_of(const char *text, uint16_t port) {
@@ -38,21 +39,54 @@ static bool public(const char *text) {
 
 static void only_globally_reachable_addresses_are_public(void **state) {
     (void)state;
-    static const char *const global[] = {"8.8.8.8", "1.1.1.1", "93.184.216.34", "2606:4700::1111",
-                                         "2a00:1450:4001::200e", "::ffff:8.8.8.8",
+    static const char *const global[] = {"8.8.8.8",
+                                         "1.1.1.1",
+                                         "93.184.216.34",
+                                         "2606:4700::1111",
+                                         "2a00:1450:4001::200e",
+                                         "::ffff:8.8.8.8",
                                          "2002:808:808::1"};
     for (size_t i = 0; i < ARRAY_LEN(global); i++)
         if (!public(global[i]))
             fail_msg("%s must be public", global[i]);
-    static const char *const special[] = {
-        "127.0.0.1", "127.255.255.254", "0.0.0.0", "10.1.2.3", "172.16.0.1", "172.31.255.255",
-        "192.168.1.1", "169.254.169.254", "169.254.0.1", "100.64.0.1", "100.127.255.255",
-        "192.0.0.170", "192.0.2.1", "198.18.0.1", "198.51.100.7", "203.0.113.9", "224.0.0.1",
-        "239.255.255.250", "240.0.0.1", "255.255.255.255", "::", "::1", "fe80::1", "fc00::1",
-        "fd00:ec2::254", "ff02::1", "::ffff:127.0.0.1", "::ffff:169.254.169.254",
-        "::ffff:10.0.0.1", "64:ff9b::7f00:1", "2002:7f00:1::", "2002:a9fe:a9fe::1",
-        "2001::1", "2001:0:4136:e378:8000:63bf:3fff:fdd2", "2001:db8::1", "3fff::1",
-        "100::1", "::127.0.0.1"};
+    static const char *const special[] = {"127.0.0.1",
+                                          "127.255.255.254",
+                                          "0.0.0.0",
+                                          "10.1.2.3",
+                                          "172.16.0.1",
+                                          "172.31.255.255",
+                                          "192.168.1.1",
+                                          "169.254.169.254",
+                                          "169.254.0.1",
+                                          "100.64.0.1",
+                                          "100.127.255.255",
+                                          "192.0.0.170",
+                                          "192.0.2.1",
+                                          "198.18.0.1",
+                                          "198.51.100.7",
+                                          "203.0.113.9",
+                                          "224.0.0.1",
+                                          "239.255.255.250",
+                                          "240.0.0.1",
+                                          "255.255.255.255",
+                                          "::",
+                                          "::1",
+                                          "fe80::1",
+                                          "fc00::1",
+                                          "fd00:ec2::254",
+                                          "ff02::1",
+                                          "::ffff:127.0.0.1",
+                                          "::ffff:169.254.169.254",
+                                          "::ffff:10.0.0.1",
+                                          "64:ff9b::7f00:1",
+                                          "2002:7f00:1::",
+                                          "2002:a9fe:a9fe::1",
+                                          "2001::1",
+                                          "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+                                          "2001:db8::1",
+                                          "3fff::1",
+                                          "100::1",
+                                          "::127.0.0.1"};
     for (size_t i = 0; i < ARRAY_LEN(special); i++)
         if (public(special[i]))
             fail_msg("%s must not be public", special[i]);
@@ -68,9 +102,10 @@ static bool allowed(const net_allowlist *al, const char *host, const char *addr,
 
 static void the_allow_list_opens_named_hosts_ranges_and_ports_only(void **state) {
     (void)state;
-    json_t *list = json_loads("[\"127.0.0.1:8123\", \"Intranet.Example\", \"wiki.example:8443\","
-                              " \"10.20.0.0/16\", \"[fd00::/8]:443\", \"fd12::7\", \"192.168.5.5\"]",
-                              0, NULL);
+    json_t *list = json_loads(
+        "[\"127.0.0.1:8123\", \"Intranet.Example\", \"wiki.example:8443\","
+        " \"10.20.0.0/16\", \"[fd00::/8]:443\", \"fd12::7\", \"192.168.5.5\"]",
+        0, NULL);
     net_allowlist al;
     assert_int_equal(net_allowlist_parse(&al, list, "web.allow"), 0);
     json_decref(list);
@@ -100,10 +135,23 @@ static void the_allow_list_opens_named_hosts_ranges_and_ports_only(void **state)
     net_allowlist_free(&al);
 
     static const char *const bad[] = {
-        "[\"\"]", "[\"host:0\"]", "[\"host:65536\"]", "[\"host:\"]", "[\"-host\"]",
-        "[\"host-.example\"]", "[\"a..b\"]", "[\"10.0.0.0/33\"]", "[\"fd00::/129\"]",
-        "[\"[fd00::1]x\"]", "[\"[fd00::1\"]", "[\"ho st\"]", "[\"10.0.0.1/-1\"]", "[\"10.0.0.1/\"]",
-        "[42]", "{\"a\": 1}", "[\"host:+80\"]",
+        "[\"\"]",
+        "[\"host:0\"]",
+        "[\"host:65536\"]",
+        "[\"host:\"]",
+        "[\"-host\"]",
+        "[\"host-.example\"]",
+        "[\"a..b\"]",
+        "[\"10.0.0.0/33\"]",
+        "[\"fd00::/129\"]",
+        "[\"[fd00::1]x\"]",
+        "[\"[fd00::1\"]",
+        "[\"ho st\"]",
+        "[\"10.0.0.1/-1\"]",
+        "[\"10.0.0.1/\"]",
+        "[42]",
+        "{\"a\": 1}",
+        "[\"host:+80\"]",
         "[\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.example\"]"};
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         json_t *b = json_loads(bad[i], JSON_DECODE_ANY, NULL);
@@ -118,10 +166,181 @@ static void the_allow_list_opens_named_hosts_ranges_and_ports_only(void **state)
     assert_int_equal(al.n, 0);
 }
 
+/* ---- web_fetch against a fake web on loopback ---- */
+
+static const web_fetch_limits small = {.max_bytes = 64, .timeout_ms = 60000};
+
+/* An allow-list naming the fake server's port on 127.0.0.1 only. */
+static net_allowlist allow_port(uint16_t port) {
+    char entry[64];
+    snprintf(entry, sizeof entry, "[\"127.0.0.1:%u\"]", port);
+    json_t *list = json_loads(entry, 0, NULL);
+    net_allowlist al;
+    assert_int_equal(net_allowlist_parse(&al, list, "web.allow"), 0);
+    json_decref(list);
+    return al;
+}
+
+static char *url_of(const fake_server *s, const char *path) {
+    return strf("http://127.0.0.1:%u%s", s->port, path);
+}
+
+static void fetch_reads_a_page_and_cuts_it_at_the_cap(void **state) {
+    (void)state;
+    const response page[] = {
+        {.head = "HTTP/1.1 200 OK\r\nContent-Type: Text/HTML; Charset=\"ISO-8859-1\"",
+         .body = "<html><body><p>hello</p></body></html>"}};
+    fake_server *s = server_start(page, ARRAY_LEN(page));
+    net_allowlist al = allow_port(s->port);
+    char *url = url_of(s, "/a");
+    web_page p;
+    assert_int_equal(web_fetch(&p, url, &al, &small, NULL), 0);
+    assert_int_equal(p.status, 200);
+    assert_string_equal(p.content_type, "text/html");
+    assert_string_equal(p.charset, "iso-8859-1");
+    assert_string_equal(p.body, "<html><body><p>hello</p></body></html>");
+    assert_false(p.truncated);
+    assert_string_equal(p.final_url, url);
+    check_contains("request", s->request, "GET /a HTTP/1.1");
+    web_page_clear(&p);
+    server_stop(s);
+
+    static char big[100000];
+    memset(big, 'x', sizeof big - 1);
+    const response huge[] = {
+        {.head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain", .body = big, .chunk = 4096}};
+    s = server_start(huge, ARRAY_LEN(huge));
+    net_allowlist_free(&al);
+    al = allow_port(s->port);
+    free(url);
+    url = url_of(s, "/big");
+    assert_int_equal(web_fetch(&p, url, &al, &small, NULL), 0);
+    assert_true(p.truncated);
+    assert_int_equal(p.len, small.max_bytes);
+    assert_int_equal(strlen(p.body), small.max_bytes);
+    web_page_clear(&p);
+    server_stop(s);
+    net_allowlist_free(&al);
+    free(url);
+}
+
+static void fetch_refuses_what_the_allow_list_does_not_open(void **state) {
+    (void)state;
+    const response ok[] = {
+        {.head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain", .body = "secret"}};
+    fake_server *s = server_start(ok, ARRAY_LEN(ok));
+    char *url = url_of(s, "/");
+    web_page p;
+    /* Loopback without an entry, by address, by name, and in other spellings. */
+    assert_int_equal(web_fetch(&p, url, NULL, &small, NULL), FAWN_EPERM);
+    assert_null(p.body);
+    char *forms[] = {strf("http://localhost:%u/", s->port), strf("http://2130706433:%u/", s->port),
+                     strf("http://0x7f.1:%u/", s->port),
+                     strf("http://[::ffff:127.0.0.1]:%u/", s->port)};
+    for (size_t i = 0; i < ARRAY_LEN(forms); i++) {
+        int r = web_fetch(&p, forms[i], NULL, &small, NULL);
+        if (r != FAWN_EPERM && r != FAWN_EINVAL)
+            fail_msg("%s: %d (%s)", forms[i], r, fawn_errmsg());
+        web_page_clear(&p);
+        free(forms[i]);
+    }
+    assert_int_equal(atomic_load(&s->served), 0);
+
+    /* Not http(s), or with credentials. */
+    const char *bad[] = {"file:///etc/passwd",          "ftp://example.com/", "gopher://127.0.0.1/",
+                         "http://user:pw@example.com/", "not a url",          "http://"};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        assert_int_equal(web_fetch(&p, bad[i], NULL, &small, NULL), FAWN_EINVAL);
+        web_page_clear(&p);
+    }
+    server_stop(s);
+    free(url);
+}
+
+static void each_redirect_is_checked_again(void **state) {
+    (void)state;
+    /* An allowed server that redirects to loopback on another port, to the
+     * metadata address, and to a file URL: each refused; a redirect to
+     * itself is followed. */
+    fake_server *target = server_start(
+        (const response[]){
+            {.head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain", .body = "inside"}},
+        1);
+    char *to_target = strf("HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:%u/", target->port);
+    const response hops[] = {
+        {.head = to_target, .body = ""},
+        {.head = "HTTP/1.1 301 Moved\r\nLocation: http://169.254.169.254/latest/meta-data/",
+         .body = ""},
+        {.head = "HTTP/1.1 302 Found\r\nLocation: file:///etc/passwd", .body = ""},
+        {.head = "HTTP/1.1 302 Found\r\nLocation: /final", .body = ""},
+        {.head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain", .body = "landed"},
+    };
+    fake_server *s = server_start(hops, ARRAY_LEN(hops));
+    net_allowlist al = allow_port(s->port);
+    char *url = url_of(s, "/start");
+    web_page p;
+    assert_int_equal(web_fetch(&p, url, &al, &small, NULL), FAWN_EPERM);
+    web_page_clear(&p);
+    assert_int_equal(web_fetch(&p, url, &al, &small, NULL), FAWN_EPERM);
+    check_contains("refusal", fawn_errmsg(), "169.254.169.254");
+    web_page_clear(&p);
+    assert_int_equal(web_fetch(&p, url, &al, &small, NULL), FAWN_EINVAL);
+    web_page_clear(&p);
+    assert_int_equal(web_fetch(&p, url, &al, &small, NULL), 0);
+    assert_string_equal(p.body, "landed");
+    assert_int_equal(p.redirects, 1);
+    char *final = url_of(s, "/final");
+    assert_string_equal(p.final_url, final);
+    web_page_clear(&p);
+    assert_int_equal(atomic_load(&target->served), 0);
+    server_stop(s);
+    server_stop(target);
+    net_allowlist_free(&al);
+    free(url);
+    free(final);
+    free(to_target);
+
+    /* A redirect loop ends after WEB_REDIRECTS_MAX. */
+    const response loop[] = {{.head = "HTTP/1.1 302 Found\r\nLocation: /again", .body = ""}};
+    s = server_start(loop, ARRAY_LEN(loop));
+    al = allow_port(s->port);
+    url = url_of(s, "/again");
+    assert_int_equal(web_fetch(&p, url, &al, &small, NULL), FAWN_EIO);
+    check_contains("loop", fawn_errmsg(), "redirects");
+    assert_int_equal(atomic_load(&s->served), WEB_REDIRECTS_MAX + 1);
+    web_page_clear(&p);
+    server_stop(s);
+    net_allowlist_free(&al);
+    free(url);
+}
+
+static void a_slow_page_times_out_and_a_cancel_stops_it(void **state) {
+    (void)state;
+    const response slow[] = {
+        {"HTTP/1.1 200 OK\r\nContent-Type: text/plain", "abc", 1, 0, END_HANG}};
+    fake_server *s = server_start(slow, ARRAY_LEN(slow));
+    net_allowlist al = allow_port(s->port);
+    char *url = url_of(s, "/slow");
+    const web_fetch_limits quick = {.max_bytes = 64, .timeout_ms = 200};
+    web_page p;
+    assert_int_equal(web_fetch(&p, url, &al, &quick, NULL), FAWN_ETIMEDOUT);
+    web_page_clear(&p);
+    atomic_bool cancel = true;
+    assert_int_equal(web_fetch(&p, url, &al, &small, &cancel), FAWN_ECANCELED);
+    web_page_clear(&p);
+    server_stop(s);
+    net_allowlist_free(&al);
+    free(url);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(only_globally_reachable_addresses_are_public),
         cmocka_unit_test(the_allow_list_opens_named_hosts_ranges_and_ports_only),
+        cmocka_unit_test(fetch_reads_a_page_and_cuts_it_at_the_cap),
+        cmocka_unit_test(fetch_refuses_what_the_allow_list_does_not_open),
+        cmocka_unit_test(each_redirect_is_checked_again),
+        cmocka_unit_test(a_slow_page_times_out_and_a_cancel_stops_it),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

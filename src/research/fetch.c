@@ -1,0 +1,214 @@
+/* Fetching a web page through the allow-list (research.h). Redirects are
+ * followed here, not by libcurl, so each hop's URL is checked (scheme,
+ * credentials) and its host is the one the allow-list reads. */
+#include <ctype.h>
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "research/research.h"
+
+/* The fetcher's name in requests. */
+#define WEB_USER_AGENT "fawn-web-fetch/1 (+https://github.com/fawn)"
+
+void web_page_clear(web_page *page) {
+    free(page->final_url);
+    free(page->body);
+    memset(page, 0, sizeof *page);
+}
+
+typedef struct hop {
+    const net_allowlist *al;
+    char host[NET_HOST_MAX + 1]; /* the hop's URL host, without brackets */
+    bool refused;                /* an address was refused */
+    web_page *page;
+    size_t max_bytes;
+    const atomic_bool *cancel;
+} hop;
+
+/* libcurl's socket opener: the one place a connection's address is decided. */
+static curl_socket_t open_checked(void *ctx, curlsocktype purpose, struct curl_sockaddr *addr) {
+    hop *h = ctx;
+    (void)purpose;
+    if (!net_connect_allowed(h->al, h->host, &addr->addr)) {
+        h->refused = true;
+        return CURL_SOCKET_BAD;
+    }
+    return socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+}
+
+static size_t body_write(char *data, size_t size, size_t n, void *ctx) {
+    hop *h = ctx;
+    web_page *p = h->page;
+    size_t len = size * n, room = h->max_bytes - p->len;
+    size_t take = len < room ? len : room;
+    char *grown = realloc(p->body, p->len + take + 1);
+    if (!grown)
+        return 0;
+    p->body = grown;
+    memcpy(p->body + p->len, data, take);
+    p->len += take;
+    p->body[p->len] = '\0';
+    if (take < len) {
+        p->truncated = true;
+        return 0; /* stops the transfer: the rest is not wanted */
+    }
+    return len;
+}
+
+static int progress_check(void *ctx, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un) {
+    hop *h = ctx;
+    (void)dt, (void)dn, (void)ut, (void)un;
+    return h->cancel && atomic_load(h->cancel);
+}
+
+/* The hop's host from url, checking what a fetched URL may be. */
+static int url_check(hop *h, const char *url) {
+    if (strlen(url) > WEB_URL_MAX)
+        return fawn_err(FAWN_EINVAL, "the URL is longer than %d bytes", WEB_URL_MAX);
+    CURLU *u = curl_url();
+    char *scheme = NULL, *host = NULL, *user = NULL, *password = NULL;
+    int r = u ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+    if (r == 0 && curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK)
+        r = fawn_err(FAWN_EINVAL, "not a URL: %.200s", url);
+    if (r == 0 && (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+                   (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)))
+        r = fawn_err(FAWN_EINVAL, "only http and https URLs are fetched");
+    if (r == 0 && (curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK ||
+                   curl_url_get(u, CURLUPART_PASSWORD, &password, 0) == CURLUE_OK))
+        r = fawn_err(FAWN_EINVAL, "a URL with a user name or password is not fetched");
+    if (r == 0 && curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK)
+        r = fawn_err(FAWN_EINVAL, "the URL names no host");
+    if (r == 0) {
+        size_t n = strlen(host);
+        bool bracketed = n >= 2 && host[0] == '[' && host[n - 1] == ']';
+        if (n - (bracketed ? 2 : 0) > NET_HOST_MAX)
+            r = fawn_err(FAWN_EINVAL, "the URL's host name is too long");
+        else
+            snprintf(h->host, sizeof h->host, "%.*s", (int)(n - (bracketed ? 2 : 0)),
+                     host + (bracketed ? 1 : 0));
+    }
+    curl_free(scheme);
+    curl_free(host);
+    curl_free(user);
+    curl_free(password);
+    curl_url_cleanup(u);
+    return r;
+}
+
+/* "text/HTML; charset=UTF-8" → content_type "text/html", charset "utf-8". */
+static void content_type_split(web_page *p, const char *value) {
+    p->content_type[0] = p->charset[0] = '\0';
+    if (!value)
+        return;
+    size_t n = strcspn(value, ";");
+    while (n > 0 && isspace((unsigned char)value[n - 1]))
+        n--;
+    for (size_t i = 0; i < n && i < sizeof p->content_type - 1; i++)
+        p->content_type[i] = (char)tolower((unsigned char)value[i]);
+    p->content_type[n < sizeof p->content_type - 1 ? n : sizeof p->content_type - 1] = '\0';
+    const char *cs = strcasestr(value, "charset=");
+    if (!cs)
+        return;
+    cs += strlen("charset=");
+    cs += *cs == '"';
+    size_t k = 0;
+    while (cs[k] && cs[k] != '"' && cs[k] != ';' && !isspace((unsigned char)cs[k]) &&
+           k < sizeof p->charset - 1) {
+        p->charset[k] = (char)tolower((unsigned char)cs[k]);
+        k++;
+    }
+    p->charset[k] = '\0';
+}
+
+static int curl_failure(CURLcode c, const hop *h, const char *url) {
+    if (h->refused)
+        return fawn_err(FAWN_EPERM, "the address of %s is not one fawn may reach", h->host);
+    if (c == CURLE_ABORTED_BY_CALLBACK)
+        return fawn_err(FAWN_ECANCELED, "cancelled");
+    if (c == CURLE_OPERATION_TIMEDOUT)
+        return fawn_err(FAWN_ETIMEDOUT, "fetching %.200s timed out", url);
+    return fawn_err(FAWN_EIO, "fetching %.200s failed: %s", url, curl_easy_strerror(c));
+}
+
+/* One request; *next gets the redirect's URL (malloc'd) when it is one. */
+static int hop_fetch(char **next, hop *h, CURL *c, const char *url, long deadline_ms) {
+    *next = NULL;
+    int r = url_check(h, url);
+    if (r < 0)
+        return r;
+    web_page *p = h->page;
+    free(p->body);
+    p->body = NULL;
+    p->len = 0;
+    p->truncated = false;
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, deadline_ms > 0 ? deadline_ms : 1L);
+    CURLcode cc = curl_easy_perform(c);
+    if (cc != CURLE_OK && !(cc == CURLE_WRITE_ERROR && p->truncated))
+        return curl_failure(cc, h, url);
+    char *ctype = NULL, *redirect = NULL;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &p->status);
+    curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ctype);
+    content_type_split(p, ctype);
+    free(p->final_url);
+    p->final_url = strdup(url);
+    if (!p->final_url)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    if (p->status >= 300 && p->status < 400 &&
+        curl_easy_getinfo(c, CURLINFO_REDIRECT_URL, &redirect) == CURLE_OK && redirect &&
+        !(*next = strdup(redirect)))
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    return 0;
+}
+
+static CURL *client_new(hop *h) {
+    CURL *c = curl_easy_init();
+    if (!c)
+        return NULL;
+    curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, open_checked);
+    curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, h);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, body_write);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, h);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, progress_check);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, h);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(c, CURLOPT_PROXY, ""); /* never the host's proxy settings */
+    curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
+    curl_easy_setopt(c, CURLOPT_USERAGENT, WEB_USER_AGENT);
+    curl_easy_setopt(c, CURLOPT_NETRC, (long)CURL_NETRC_IGNORED);
+    return c;
+}
+
+int web_fetch(web_page *out, const char *url, const net_allowlist *al,
+              const web_fetch_limits *lim, const atomic_bool *cancel) {
+    memset(out, 0, sizeof *out);
+    int r = fawn_curl_init();
+    if (r < 0)
+        return r;
+    hop h = {.al = al, .page = out, .max_bytes = lim->max_bytes, .cancel = cancel};
+    CURL *c = client_new(&h);
+    if (!c)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    int64_t deadline = fawn_now_ms() + lim->timeout_ms;
+    char *current = strdup(url);
+    r = current ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+    while (r == 0) {
+        char *next = NULL;
+        r = hop_fetch(&next, &h, c, current, (long)(deadline - fawn_now_ms()));
+        free(current);
+        current = next;
+        if (r < 0 || !next)
+            break;
+        if (++out->redirects > WEB_REDIRECTS_MAX)
+            r = fawn_err(FAWN_EIO, "more than %d redirects", WEB_REDIRECTS_MAX);
+    }
+    free(current);
+    curl_easy_cleanup(c);
+    return r;
+}
