@@ -185,8 +185,8 @@ static CURL *client_new(hop *h) {
     return c;
 }
 
-int web_fetch(web_page *out, const char *url, const net_allowlist *al,
-              const web_fetch_limits *lim, const atomic_bool *cancel) {
+int web_fetch(web_page *out, const char *url, const net_allowlist *al, const web_fetch_limits *lim,
+              const atomic_bool *cancel) {
     memset(out, 0, sizeof *out);
     int r = fawn_curl_init();
     if (r < 0)

@@ -94,4 +94,21 @@ void web_page_clear(web_page *page);
 FAWN_MUST_CHECK int web_fetch(web_page *out, const char *url, const net_allowlist *al,
                               const web_fetch_limits *lim, const atomic_bool *cancel);
 
+/* ---- a page as text (html.c) ---- */
+
+/* The largest HTML page turned into text (bytes, as fetched). */
+#define WEB_HTML_MAX (2 << 20)
+
+/* The readable text of an HTML page: parsed as browsers do (gumbo), from
+ * charset (the Content-Type's; NULL or "": the page's own <meta> charset,
+ * else UTF-8; bytes that are not valid in it become U+FFFD). Its title,
+ * then its main content (<main>, else the first <article>, else <body>)
+ * as Markdown-like text: headings as #, list items as -, <pre> fenced,
+ * links with an http(s) or relative target as [text](target), table cells
+ * separated by |; scripts, styles, forms, navigation, asides, footers and
+ * embedded objects left out. *out is valid UTF-8 (malloc'd). FAWN_E2BIG
+ * past WEB_HTML_MAX, FAWN_EUNSUP for a charset glibc does not know,
+ * FAWN_ENOMEM. */
+FAWN_MUST_CHECK int web_html_text(char **out, const char *html, size_t len, const char *charset);
+
 #endif

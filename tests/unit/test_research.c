@@ -333,6 +333,95 @@ static void a_slow_page_times_out_and_a_cancel_stops_it(void **state) {
     free(url);
 }
 
+/* ---- web_html_text ---- */
+
+static char *page_text(const char *html, const char *charset) {
+    char *out = NULL;
+    int r = web_html_text(&out, html, strlen(html), charset);
+    if (r < 0)
+        fail_msg("web_html_text: %d (%s)", r, fawn_errmsg());
+    return out;
+}
+
+static void html_becomes_the_main_contents_text(void **state) {
+    (void)state;
+    char *t = page_text(
+        "<!doctype html><html><head><title> The  Title </title><style>p{color:red}</style>"
+        "<script>alert('x')</script></head><body><nav><a href=/home>Home</a></nav>"
+        "<main><h1>Big   heading</h1><p>First <b>bold</b>\n paragraph with a "
+        "<a href=\"https://example.com/x\">link</a> and <a href=\"javascript:evil()\">no link</a>."
+        "</p><ul><li>one</li><li>two<ul><li>nested</li></ul></li></ul>"
+        "<pre>  keep\n    spacing</pre><table><tr><td>a</td><td>b</td></tr></table>"
+        "<form><input value=secret></form><p>line<br>break</p></main>"
+        "<footer>copyright</footer></body></html>",
+        NULL);
+    assert_string_equal(t,
+                        "Title: The Title\n\n"
+                        "# Big heading\n\n"
+                        "First bold paragraph with a [link](https://example.com/x) and no link.\n\n"
+                        "- one\n- two\n  - nested\n\n"
+                        "```\n  keep\n    spacing\n```\n\n"
+                        "a | b |\n\n"
+                        "line\nbreak");
+    free(t);
+    /* Without <main>: the article; without either: the body. */
+    t = page_text("<body><div>menu</div><article><p>story</p></article></body>", NULL);
+    assert_string_equal(t, "story");
+    free(t);
+    t = page_text("just text, no tags", NULL);
+    assert_string_equal(t, "just text, no tags");
+    free(t);
+}
+
+static void charsets_and_broken_bytes_end_as_valid_utf8(void **state) {
+    (void)state;
+    char *t = page_text("<p>caf\xe9</p>", "iso-8859-1");
+    assert_string_equal(t, "caf\xc3\xa9");
+    free(t);
+    t = page_text("<meta charset=\"windows-1252\"><p>\x93quoted\x94</p>", NULL);
+    assert_string_equal(t, "\xe2\x80\x9cquoted\xe2\x80\x9d");
+    free(t);
+    t = page_text("<p>bad \xff\xfe utf-8 \xe2\x82</p>", "utf-8");
+    json_t *valid = json_string(t); /* jansson accepts valid UTF-8 only */
+    assert_non_null(valid);
+    json_decref(valid);
+    check_contains("replaced", t, "bad \xef\xbf\xbd\xef\xbf\xbd utf-8");
+    free(t);
+    char *out = (char *)1;
+    assert_int_equal(web_html_text(&out, "<p>x</p>", 8, "no-such-charset"), FAWN_EUNSUP);
+    assert_null(out);
+}
+
+static void deep_and_huge_pages_are_bounded(void **state) {
+    (void)state;
+    /* 300 000 nested elements: quadratic for an HTML5 parser, and past any
+     * stack for one that recurses; the tags past the bound are dropped. */
+    size_t depth = 300000;
+    fbuf b = {0};
+    for (size_t i = 0; i < depth; i++)
+        assert_int_equal(fbuf_append(&b, "<div>", 5), 0);
+    assert_int_equal(fbuf_append(&b, "deep", 4), 0);
+    char *out = NULL;
+    assert_int_equal(web_html_text(&out, b.data, b.len, NULL), 0);
+    assert_string_equal(out, "deep");
+    free(out);
+    fbuf_free(&b);
+    /* Unclosed elements count as open: past the bound their tags go, never their text. */
+    for (size_t i = 0; i < 1000; i++)
+        assert_int_equal(fbuf_printf(&b, "<p class='a>b'>p%zu", i), 0);
+    assert_int_equal(web_html_text(&out, b.data, b.len, NULL), 0);
+    check_contains("first", out, "p0\n\np1\n\n");
+    check_contains("last", out, "p998 p999");
+    check_lacks("attribute", out, "b'");
+    free(out);
+    fbuf_free(&b);
+    static char big[WEB_HTML_MAX + 1];
+    memset(big, 'a', sizeof big);
+    out = (char *)1;
+    assert_int_equal(web_html_text(&out, big, sizeof big, NULL), FAWN_E2BIG);
+    assert_null(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(only_globally_reachable_addresses_are_public),
@@ -341,6 +430,9 @@ int main(void) {
         cmocka_unit_test(fetch_refuses_what_the_allow_list_does_not_open),
         cmocka_unit_test(each_redirect_is_checked_again),
         cmocka_unit_test(a_slow_page_times_out_and_a_cancel_stops_it),
+        cmocka_unit_test(html_becomes_the_main_contents_text),
+        cmocka_unit_test(charsets_and_broken_bytes_end_as_valid_utf8),
+        cmocka_unit_test(deep_and_huge_pages_are_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
