@@ -243,7 +243,6 @@ FAWN_MUST_CHECK int agent_uploads_note(char **out, const json_t *files, const js
 typedef struct agent_task_end {
     char *answer; /* the text of its last reply (malloc'd), or NULL */
     char *error;  /* why it failed (malloc'd), or NULL */
-    char stop_reason[32];
     bool cancelled;
 } agent_task_end;
 

@@ -240,7 +240,8 @@ static void hooks_sandbox_acquired(void *ctx, tool_env *env) {
             run->hooks[i]->sandbox_acquired(run);
 }
 
-/* The loop's parts: hooks, scope, tool environment, system prompt. */
+/* The loop's tool environment (over run->scope, which the caller set with
+ * its hooks), the hooks' own state and the system prompt. */
 static void run_setup(agent_loop *run, const agent_params *p, const char *prompt) {
     run->env = (tool_env){
         .sandboxes = p->sandboxes,
@@ -387,7 +388,6 @@ static char *reply_text(const json_t *ai) {
 }
 
 static void task_end_fill(agent_task_end *end, agent_loop *run) {
-    snprintf(end->stop_reason, sizeof end->stop_reason, "%s", run->stop_reason);
     end->cancelled = agent_cancelled(run);
     end->error = run->error;
     run->error = NULL;

@@ -254,19 +254,35 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-static void kill_commands(run_manager *m, const run_entry *e);
+/* What killing a run's commands needs of it, copied under the lock so the
+ * kill happens unlocked. */
+typedef struct kill_target {
+    char run_id[37];
+    char thread_id[65];
+    char user_dir[65];
+} kill_target;
+
+static kill_target kill_target_of(const run_entry *e) {
+    kill_target k;
+    memcpy(k.run_id, e->run_id, sizeof k.run_id);
+    memcpy(k.thread_id, e->thread_id, sizeof k.thread_id);
+    memcpy(k.user_dir, e->user_dir, sizeof k.user_dir);
+    return k;
+}
+
+static void kill_commands(run_manager *m, const kill_target *k);
 
 /* Kills again, once, the commands of every cancelled run still going: a
  * cancel that came just before its command started would otherwise miss
- * it. The entries are copied, so the kills happen unlocked. */
+ * it. */
 static void kill_cancelled_locked(run_manager *m) {
-    run_entry *copies = calloc(m->limits.workers, sizeof *copies);
+    kill_target *copies = calloc(m->limits.workers, sizeof *copies);
     if (!copies)
         return; /* the next round tries again */
     size_t n = 0;
     for (run_entry *e = m->live; e && n < m->limits.workers; e = e->next_live)
         if (e->item.state == RUNQ_RUNNING && atomic_load(&e->cancel.cancelled))
-            copies[n++] = *e;
+            copies[n++] = kill_target_of(e);
     pthread_mutex_unlock(&m->lock);
     for (size_t i = 0; i < n; i++)
         kill_commands(m, &copies[i]);
@@ -340,10 +356,10 @@ int runs_new(run_manager **out, store *st, sbx_manager *sandboxes, const model_r
     return 0;
 }
 
-static void kill_scope(run_manager *m, const run_entry *e, const char *scope) {
-    int r = sbx_kill_scope(m->sandboxes, e->user_dir, e->thread_id, scope, RUNS_KILL_TIMEOUT_MS);
+static void kill_scope(run_manager *m, const kill_target *k, const char *scope) {
+    int r = sbx_kill_scope(m->sandboxes, k->user_dir, k->thread_id, scope, RUNS_KILL_TIMEOUT_MS);
     if (r < 0 && r != FAWN_ENOENT)
-        log_warn("runs", "run %s: a command of %s could not be killed: %s", e->run_id, scope,
+        log_warn("runs", "run %s: a command of %s could not be killed: %s", k->run_id, scope,
                  fawn_errmsg());
 }
 
@@ -351,16 +367,16 @@ static void kill_scope(run_manager *m, const run_entry *e, const char *scope) {
  * sessions (the lead's and each sub-agent's; a scope no lease holds costs
  * a lookup), through the manager's record of the leases the run holds (no
  * acquisition: stopping never passes the gate again). */
-static void kill_commands(run_manager *m, const run_entry *e) {
+static void kill_commands(run_manager *m, const kill_target *k) {
     char scope[SBX_SCOPE_MAX + 1];
-    agent_scope(scope, e->run_id);
-    kill_scope(m, e, scope);
+    agent_scope(scope, k->run_id);
+    kill_scope(m, k, scope);
     unsigned tasks = agent_subagents_enabled(m->limits.subagents)
                          ? agent_subagents_limits(m->limits.subagents)->max_per_run
                          : 0;
     for (unsigned i = 1; i <= tasks; i++) {
-        agent_task_scope(scope, e->run_id, i);
-        kill_scope(m, e, scope);
+        agent_task_scope(scope, k->run_id, i);
+        kill_scope(m, k, scope);
     }
 }
 
@@ -385,17 +401,16 @@ static void entry_end_unstarted_locked(run_manager *m, run_entry *e, const char 
 }
 
 /* Stops e (lock held). A run still waiting ends at once, and e is freed;
- * a running one's worker ends it, its command killed here (with a copy of
- * what the kill needs, so it happens unlocked). */
+ * a running one's worker ends it, its commands killed here (unlocked). */
 static void cancel_entry(run_manager *m, run_entry *e) {
     atomic_store(&e->cancel.cancelled, true);
     if (e->item.state == RUNQ_WAITING) {
         entry_end_unstarted_locked(m, e, "Run cancelled");
         return;
     }
-    run_entry copy = *e;
+    kill_target k = kill_target_of(e);
     pthread_mutex_unlock(&m->lock);
-    kill_commands(m, &copy);
+    kill_commands(m, &k);
     pthread_mutex_lock(&m->lock);
 }
 

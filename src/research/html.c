@@ -80,27 +80,51 @@ static void text(writer *w, const char *s) {
 /* Elements whose content is never text of the page. */
 static bool dropped(GumboTag t) {
     switch (t) {
-    case GUMBO_TAG_SCRIPT: case GUMBO_TAG_STYLE: case GUMBO_TAG_NOSCRIPT:
-    case GUMBO_TAG_TEMPLATE: case GUMBO_TAG_SVG: case GUMBO_TAG_MATH: case GUMBO_TAG_IFRAME:
-    case GUMBO_TAG_OBJECT: case GUMBO_TAG_EMBED: case GUMBO_TAG_HEAD: case GUMBO_TAG_FORM:
-    case GUMBO_TAG_BUTTON: case GUMBO_TAG_SELECT: case GUMBO_TAG_TEXTAREA: case GUMBO_TAG_CANVAS:
-    case GUMBO_TAG_NAV: case GUMBO_TAG_ASIDE: case GUMBO_TAG_FOOTER:
-        return true;
-    default:
-        return false;
+    case GUMBO_TAG_SCRIPT:
+    case GUMBO_TAG_STYLE:
+    case GUMBO_TAG_NOSCRIPT:
+    case GUMBO_TAG_TEMPLATE:
+    case GUMBO_TAG_SVG:
+    case GUMBO_TAG_MATH:
+    case GUMBO_TAG_IFRAME:
+    case GUMBO_TAG_OBJECT:
+    case GUMBO_TAG_EMBED:
+    case GUMBO_TAG_HEAD:
+    case GUMBO_TAG_FORM:
+    case GUMBO_TAG_BUTTON:
+    case GUMBO_TAG_SELECT:
+    case GUMBO_TAG_TEXTAREA:
+    case GUMBO_TAG_CANVAS:
+    case GUMBO_TAG_NAV:
+    case GUMBO_TAG_ASIDE:
+    case GUMBO_TAG_FOOTER: return true;
+    default: return false;
     }
 }
 
 static bool is_block(GumboTag t) {
     switch (t) {
-    case GUMBO_TAG_P: case GUMBO_TAG_DIV: case GUMBO_TAG_SECTION: case GUMBO_TAG_ARTICLE:
-    case GUMBO_TAG_MAIN: case GUMBO_TAG_HEADER: case GUMBO_TAG_BLOCKQUOTE: case GUMBO_TAG_UL:
-    case GUMBO_TAG_OL: case GUMBO_TAG_TABLE: case GUMBO_TAG_TR: case GUMBO_TAG_DL:
-    case GUMBO_TAG_DT: case GUMBO_TAG_DD: case GUMBO_TAG_FIGURE: case GUMBO_TAG_FIGCAPTION:
-    case GUMBO_TAG_HR: case GUMBO_TAG_ADDRESS: case GUMBO_TAG_DETAILS: case GUMBO_TAG_SUMMARY:
-        return true;
-    default:
-        return false;
+    case GUMBO_TAG_P:
+    case GUMBO_TAG_DIV:
+    case GUMBO_TAG_SECTION:
+    case GUMBO_TAG_ARTICLE:
+    case GUMBO_TAG_MAIN:
+    case GUMBO_TAG_HEADER:
+    case GUMBO_TAG_BLOCKQUOTE:
+    case GUMBO_TAG_UL:
+    case GUMBO_TAG_OL:
+    case GUMBO_TAG_TABLE:
+    case GUMBO_TAG_TR:
+    case GUMBO_TAG_DL:
+    case GUMBO_TAG_DT:
+    case GUMBO_TAG_DD:
+    case GUMBO_TAG_FIGURE:
+    case GUMBO_TAG_FIGCAPTION:
+    case GUMBO_TAG_HR:
+    case GUMBO_TAG_ADDRESS:
+    case GUMBO_TAG_DETAILS:
+    case GUMBO_TAG_SUMMARY: return true;
+    default: return false;
     }
 }
 
@@ -275,7 +299,7 @@ static void convert(job *j) {
 
 /* ---- bounding the nesting ---- */
 
-static const char *const void_tags[] = {"area", "base", "br",   "col",   "embed", "hr",    "img",
+static const char *const void_tags[] = {"area",  "base", "br",   "col",   "embed",  "hr",    "img",
                                         "input", "link", "meta", "param", "source", "track", "wbr"};
 
 static bool void_tag(const char *name, size_t n) {
