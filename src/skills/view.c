@@ -193,8 +193,10 @@ static int entry_copy(int dst, int src, const char *name, unsigned depth, budget
     return r;
 }
 
-static int dir_copy(int dst, int src, unsigned depth, budget *b) {
-    int copy = dup(src);
+/* Calls each(ctx, name) for every entry of dir (read through a copy of the
+ * fd, so dir stays as it is), until one fails. */
+static int dir_each(int dir, int (*each)(void *ctx, const char *name), void *ctx) {
+    int copy = dup(dir);
     DIR *d = copy >= 0 ? fdopendir(copy) : NULL;
     if (!d) {
         if (copy >= 0)
@@ -204,9 +206,25 @@ static int dir_copy(int dst, int src, unsigned depth, budget *b) {
     struct dirent *e;
     int r = 0;
     while (r == 0 && (e = readdir(d)))
-        r = entry_copy(dst, src, e->d_name, depth, b);
+        r = each(ctx, e->d_name);
     closedir(d);
     return r;
+}
+
+typedef struct copy_ctx {
+    int dst, src;
+    unsigned depth;
+    budget *b;
+} copy_ctx;
+
+static int copy_each(void *ctx, const char *name) {
+    copy_ctx *c = ctx;
+    return entry_copy(c->dst, c->src, name, c->depth, c->b);
+}
+
+static int dir_copy(int dst, int src, unsigned depth, budget *b) {
+    copy_ctx c = {.dst = dst, .src = src, .depth = depth, .b = b};
+    return dir_each(src, copy_each, &c);
 }
 
 /* ---- staging the view ---- */
@@ -394,20 +412,21 @@ static int sig_entry(fbuf *sig, int dir, const char *name, unsigned depth, size_
                    : sig_dir(sig, sub, depth + 1, seen);
 }
 
+typedef struct sig_ctx {
+    fbuf *sig;
+    int dir;
+    unsigned depth;
+    size_t *seen;
+} sig_ctx;
+
+static int sig_each(void *ctx, const char *name) {
+    sig_ctx *c = ctx;
+    return sig_entry(c->sig, c->dir, name, c->depth, c->seen);
+}
+
 static int sig_dir(fbuf *sig, int dir, unsigned depth, size_t *seen) {
-    int copy = dup(dir);
-    DIR *d = copy >= 0 ? fdopendir(copy) : NULL;
-    if (!d) {
-        if (copy >= 0)
-            close(copy);
-        return fawn_err_sys(FAWN_EIO, errno, "read a skill's directory");
-    }
-    struct dirent *e;
-    int r = 0;
-    while (r == 0 && (e = readdir(d)))
-        r = sig_entry(sig, dir, e->d_name, depth, seen);
-    closedir(d);
-    return r;
+    sig_ctx c = {.sig = sig, .dir = dir, .depth = depth, .seen = seen};
+    return dir_each(dir, sig_each, &c);
 }
 
 /* The catalog entry skill (enabled), its view path and its tree, summed
