@@ -21,6 +21,7 @@
 #include "config/config.h"
 #include "model/model.h"
 #include "authz/authz.h"
+#include "research/research.h"
 #include "sandbox/manager.h"
 #include "store/store.h"
 #include "base/base.h"
@@ -109,6 +110,7 @@ typedef struct agent_params {
     /* compaction.* (NULL: never compacted). */
     const fawn_compaction_config *compaction;
     agent_usage *usage; /* where the run's model calls are counted (NULL: not counted) */
+    web_service *web;   /* the web tools' service (NULL: no web tools) */
 } agent_params;
 
 typedef struct agent_outcome {

@@ -115,8 +115,8 @@ extern const size_t agent_task_hooks_count;
 extern const agent_hook hook_input_sanitization, hook_uploads, hook_dangling_tool_calls,
     hook_model_errors, hook_empty_final_retry, hook_finish_reasons, hook_title; /* hooks.c */
 extern const agent_hook hook_memory;                                            /* hooks_memory.c */
-extern const agent_hook hook_tool_output_budget, hook_tool_authorization, hook_read_before_write,
-    hook_delivery_check, hook_loop_detection, hook_clarification,
+extern const agent_hook hook_tool_output_budget, hook_remote_content, hook_tool_authorization,
+    hook_read_before_write, hook_delivery_check, hook_loop_detection, hook_clarification,
     hook_tool_errors;                   /* hooks_tools.c */
 extern const agent_hook hook_skills;    /* hooks_skills.c */
 extern const agent_hook hook_subagents; /* hooks_subagents.c */
@@ -221,6 +221,13 @@ FAWN_MUST_CHECK int agent_input_fence(json_t **out, const json_t *content);
  * "<<<" nor ">>>", so untrusted text between fawn's markers cannot open or
  * close one. */
 FAWN_MUST_CHECK int agent_text_defang(fbuf *b, const char *text, size_t n);
+
+/* Appends the n bytes of untrusted text from outside (a web page, a search
+ * result) to b as agent_text_defang does, and with every '<' that opens
+ * markup (a letter, '/', '!', '?' or '|' after it) written "&lt;": a page
+ * cannot open or close fawn's markers, nor pass for a tag fawn or a chat
+ * template gives meaning to ("<system>", "</uploaded_files>", "<|im_start|>"). */
+FAWN_MUST_CHECK int agent_text_neutralize(fbuf *b, const char *text, size_t n);
 
 /* Appends text as a JSON string whose '<' and '>' are escaped too. */
 FAWN_MUST_CHECK int agent_text_quote(fbuf *b, const char *text);

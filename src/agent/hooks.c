@@ -18,7 +18,8 @@
  *   before_model      compact, then input_sanitization, then uploads, then memory
  *   wrap_model        model_errors > empty_final_retry > the model
  *   after_model       finish_reasons, then loop_detection
- *   wrap_tool         tool_output_budget > tool_authorization > skills > read_before_write
+ *   wrap_tool         tool_output_budget > remote_content > tool_authorization > skills
+ *                     > read_before_write
  *                     > delivery_check > loop_detection > clarification
  *                     > tool_errors > subagents (task calls) > the tool
  *   after_agent       title, then delivery_check
@@ -26,7 +27,9 @@
  * loop detection counts them; an empty reply is retried inside the model
  * error handling, which sees only the retry's result; tool_errors gives
  * every outer hook a result to read; a denied call is never checked for
- * read-before-write; the budget saves the text every inner hook wrote; the
+ * read-before-write; the budget saves the text every inner hook wrote,
+ * a web page's already neutralized (so reading the saved file back gives
+ * no more than the model was told); the
  * uploads note goes before the fenced user text, outside the fence; the
  * memory context goes after the system prompt, fenced on its own; the
  * compacted request (a summary instead of older messages) is what every
@@ -34,23 +37,15 @@
  * call is authorized, checked against the active skill and counted for
  * loops like any other before its sub-agent starts. */
 const agent_hook *const agent_hooks[] = {
-    &hook_compact,
-    &hook_input_sanitization,
-    &hook_uploads,
-    &hook_tool_output_budget,
-    &hook_dangling_tool_calls,
-    &hook_model_errors,
-    &hook_tool_authorization,
-    &hook_skills,
-    &hook_read_before_write,
-    &hook_delivery_check,
-    &hook_title,
-    &hook_loop_detection,
-    &hook_empty_final_retry,
-    &hook_finish_reasons,
-    &hook_clarification,
-    &hook_tool_errors,
-    &hook_memory,
+    &hook_compact,        &hook_input_sanitization,
+    &hook_uploads,        &hook_tool_output_budget,
+    &hook_remote_content, &hook_dangling_tool_calls,
+    &hook_model_errors,   &hook_tool_authorization,
+    &hook_skills,         &hook_read_before_write,
+    &hook_delivery_check, &hook_title,
+    &hook_loop_detection, &hook_empty_final_retry,
+    &hook_finish_reasons, &hook_clarification,
+    &hook_tool_errors,    &hook_memory,
     &hook_subagents,
 };
 const size_t agent_hooks_count = ARRAY_LEN(agent_hooks);
@@ -59,8 +54,15 @@ const size_t agent_hooks_count = ARRAY_LEN(agent_hooks);
  * user (its history, uploads, title, memory, delivery, clarification) and
  * delegation. */
 const agent_hook *const agent_task_hooks[] = {
-    &hook_tool_output_budget, &hook_model_errors,   &hook_tool_authorization, &hook_skills,
-    &hook_read_before_write,  &hook_loop_detection, &hook_empty_final_retry,  &hook_finish_reasons,
+    &hook_tool_output_budget,
+    &hook_remote_content,
+    &hook_model_errors,
+    &hook_tool_authorization,
+    &hook_skills,
+    &hook_read_before_write,
+    &hook_loop_detection,
+    &hook_empty_final_retry,
+    &hook_finish_reasons,
     &hook_tool_errors,
 };
 const size_t agent_task_hooks_count = ARRAY_LEN(agent_task_hooks);
@@ -87,17 +89,32 @@ static size_t control_len(const unsigned char *p, const unsigned char *end) {
     return *p == 0xc2 && p + 1 < end && p[1] >= 0x80 && p[1] <= 0x9f ? 2 : 0;
 }
 
+/* Whether the '<' at p opens something a reader could take for markup: a
+ * tag, a closing tag, a declaration or a chat template's token ("<|"). */
+static bool tag_open(const unsigned char *p, const unsigned char *end) {
+    return *p == '<' && p + 1 < end &&
+           (isalpha(p[1]) || p[1] == '/' || p[1] == '!' || p[1] == '?' || p[1] == '|');
+}
+
 /* Appends the n bytes of text to b, going on from run: control characters
  * are dropped and a third '<' or '>' in a row gets a space before it, so
  * what is written, read on from what run saw, holds neither "<<<" nor
- * ">>>": nothing in it can open or close the fence. */
-static int defang_append(fbuf *b, fence_run *run, const char *text, size_t n) {
+ * ">>>": nothing in it can open or close the fence. With tags, a '<' that
+ * opens markup is written "&lt;". */
+static int defang_append(fbuf *b, fence_run *run, const char *text, size_t n, bool tags) {
     const unsigned char *p = (const unsigned char *)text, *end = p + n;
     int r = 0;
     while (r == 0 && p < end) {
         size_t skip = control_len(p, end);
         if (skip) {
             p += skip;
+            continue;
+        }
+        if (tags && tag_open(p, end)) {
+            r = fbuf_append(b, "&lt;", 4);
+            run->last = ';';
+            run->repeat = 1;
+            p++;
             continue;
         }
         if ((*p == '<' || *p == '>') && *p == run->last && run->repeat == 2) {
@@ -114,7 +131,12 @@ static int defang_append(fbuf *b, fence_run *run, const char *text, size_t n) {
 
 int agent_text_defang(fbuf *b, const char *text, size_t n) {
     fence_run run = {.last = '\n'};
-    return defang_append(b, &run, text, n);
+    return defang_append(b, &run, text, n, false);
+}
+
+int agent_text_neutralize(fbuf *b, const char *text, size_t n) {
+    fence_run run = {.last = '\n'};
+    return defang_append(b, &run, text, n, true);
 }
 
 /* The text of a text part ({"type": "text", "text": "..."}), or NULL. */
@@ -148,7 +170,7 @@ static int parts_fence(json_t **out, const json_t *parts) {
         json_t *part = json_array_get(parts, i);
         const json_t *text = part_text(part);
         if (text)
-            r = defang_append(&b, &run, json_string_value(text), json_string_length(text));
+            r = defang_append(&b, &run, json_string_value(text), json_string_length(text), false);
         else if ((r = text_flush(*out, &b)) == 0 && json_array_append(*out, part) < 0)
             r = fawn_err(FAWN_ENOMEM, "out of memory");
     }

@@ -47,6 +47,33 @@ static void budget_wrap(agent_loop *run, agent_tool_call *call, size_t next) {
 
 const agent_hook hook_tool_output_budget = {.name = "tool_output_budget", .wrap_tool = budget_wrap};
 
+/* ---- remote content: what a web tool brings is neutralized ----
+ * A page or a search result is written by whoever runs the site: its text
+ * reaches the model neutralized (agent_text_neutralize), errors included,
+ * since they can quote the site too. */
+
+static void remote_wrap(agent_loop *run, agent_tool_call *call, size_t next) {
+    agent_next_tool(run, call, next);
+    const tool_def *t = tool_find(call->name);
+    const char *text = call->result.text;
+    if (!t || !t->remote_content || !text)
+        return;
+    fbuf b = {0};
+    char *safe = agent_text_neutralize(&b, text, strlen(text)) == 0
+                     ? (b.data ? fbuf_steal(&b) : strdup(""))
+                     : NULL;
+    fbuf_free(&b);
+    if (!safe) {
+        call->code = tool_fail(&call->result, TOOL_ERROR, "internal", false,
+                               "Error: the result could not be made safe to read");
+        return;
+    }
+    free(call->result.text);
+    call->result.text = safe;
+}
+
+const agent_hook hook_remote_content = {.name = "remote_content", .wrap_tool = remote_wrap};
+
 /* ---- tool authorization: RBAC `tools`, and sandbox:execute for each call ----
  * Read at each call, not once per run: a role changed while the run goes
  * applies to its next call, the lead's or a sub-agent's. */

@@ -89,13 +89,13 @@ static bool name_listed(const json_t *names, const char *name) {
     return false;
 }
 
-/* The schemas of the tools the run's role may use: the built-in ones (of
- * names only, when not NULL), and task when the run offers it. */
+/* The schemas of the tools the run's role may use: the built-in ones
+ * offered (of names only, when not NULL), and task when the run offers it. */
 static json_t *allowed_tools(const agent_params *p, const json_t *names) {
     json_t *list = json_array();
     for (size_t i = 0; list && i < tool_count(); i++) {
         const tool_def *t = tool_at(i);
-        if ((!names || name_listed(names, t->name)) &&
+        if ((!names || name_listed(names, t->name)) && tool_offered(t, p->web) &&
             authz_check(p->policy, p->role, AUTHZ_TOOLS, t->name) == 0)
             json_array_append_new(list, tool_openai_schema(t));
     }
@@ -120,9 +120,12 @@ static void record_receipt(agent_loop *run, const agent_tool_call *call) {
     const char *text = call->result.text ? call->result.text : "";
     fawn_sha256_hex(rc.output_sha256, text, strlen(text));
     rc.output_bytes = (int64_t)strlen(text);
+    json_t *evidence = json_object_get(call->result.facts, "evidence");
+    rc.evidence = evidence ? json_dumps(evidence, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     if (store_receipt_add(run->p->st, &rc) < 0)
         log_warn("agent", "run %s: receipt of %s not recorded: %s", run->p->run_id, call->id,
                  fawn_errmsg());
+    free(rc.evidence);
 }
 
 /* ---- one step ---- */
@@ -253,6 +256,7 @@ static void run_setup(agent_loop *run, const agent_params *p, const char *prompt
                 .cancel = p->cancel},
         .cancel = p->cancel ? &p->cancel->cancelled : NULL,
         .command_timeout_s = p->command_timeout_s,
+        .web = p->web,
         .on_acquire = hooks_sandbox_acquired,
         .on_acquire_ctx = run,
     };

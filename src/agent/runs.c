@@ -156,6 +156,7 @@ static agent_params params_of(run_manager *m, run_entry *e, const sbx_cancel *ca
         .emit_ctx = e,
         .memory = m->limits.memory,
         .subagents = m->limits.subagents,
+        .web = m->limits.web,
         .compaction = m->limits.compaction,
         .usage = &e->usage,
     };

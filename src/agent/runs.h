@@ -50,6 +50,7 @@ typedef struct runs_limits {
     const char *skills_dir;           /* the skills runs offer (borrowed; NULL: none) */
     const char *home;                 /* $FAWN_HOME, where users' own skills are (borrowed) */
     const agent_subagents *subagents; /* what runs may delegate to (borrowed; NULL: nothing) */
+    web_service *web;                 /* the web tools' service (borrowed; NULL: none) */
     const fawn_compaction_config *compaction; /* compaction.* (borrowed; NULL: off) */
 } runs_limits;
 

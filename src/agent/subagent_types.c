@@ -37,7 +37,7 @@ static const char bash_prompt[] =
     "of what ran and what it printed that matters. You cannot ask the user anything.";
 
 static const char *const general_tools[] = {"bash",        "ls",   "read_file", "write_file",
-                                            "str_replace", "glob", "grep"};
+                                            "str_replace", "glob", "grep",      "web_fetch"};
 static const char *const bash_tools[] = {"bash", "ls", "read_file", "write_file", "str_replace"};
 
 /* Tools a sub-agent is never given: it cannot delegate, ask the user or

@@ -21,6 +21,7 @@ struct app {
     authz_policy *policy;       /* every authorization decision */
     model_registry *models;     /* the configured models */
     agent_subagents *subagents; /* the sub-agent types runs may delegate to */
+    web_service *web;           /* the web tools' allow-list, limits and rate */
     sbx_provider *provider;     /* where sandboxes run */
     sbx_manager *sandboxes;     /* the one way to a sandbox */
     run_manager *runs;          /* agent runs and their event logs */
@@ -66,7 +67,8 @@ static int executor_start(app *a) {
                           .compaction = &a->cfg->compaction,
                           .skills_dir = a->cfg->sandbox.skills_dir,
                           .home = a->cfg->home,
-                          .subagents = a->subagents};
+                          .subagents = a->subagents,
+                          .web = a->web};
     return runs_new(&a->runs, a->st, a->sandboxes, a->models, a->policy, &limits);
 }
 
@@ -82,6 +84,8 @@ int app_open(app **out, const fawn_config *cfg, store *st) {
         r = model_registry_load(&a->models, cfg->models);
     if (r == 0)
         r = agent_subagents_new(&a->subagents, &cfg->subagents, a->models);
+    if (r == 0)
+        r = web_service_open(&a->web, &cfg->web);
     if (r == 0) {
         disk_quota_log(cfg);
         r = sandboxes_start(a);
@@ -108,6 +112,7 @@ void app_close(app *a) {
     sbx_manager_free(a->sandboxes);
     sbx_provider_close(a->provider);
     agent_subagents_free(a->subagents);
+    web_service_free(a->web);
     model_registry_free(a->models);
     authz_policy_free(a->policy);
     free(a);

@@ -413,6 +413,21 @@ static const config_key compaction_keys[] = {
     {0},
 };
 
+static const config_key web_keys[] = {
+    KEY_SCALAR("fetch_enabled", web.fetch_enabled, set_bool, "true"),
+    /* A second reaches a nearby page; 300 s is past any page worth waiting
+     * for while a run holds its worker. */
+    KEY_INT("fetch_timeout_s", web.fetch_timeout_s, set_u32, "20", 1, 300),
+    /* 1 KiB up to 2 MiB, the largest page turned into text (WEB_HTML_MAX). */
+    KEY_INT("fetch_max_kb", web.fetch_max_kb, set_u64, "2048", 1, 2048),
+    /* A researching run makes a call every few seconds; 10000 a minute is
+     * past any model's pace, so it only bounds what a loop can send. */
+    KEY_INT("rate_limit_per_minute", web.rate_per_minute, set_u32, "30", 1, 10000),
+    KEY_LIST("allow", web.allow),
+    KEY_TREE("search", web.search),
+    {0},
+};
+
 static const config_key root_keys[] = {
     KEY_SCALAR("home", home, set_string, NULL),
     KEY_SCALAR("log_level", log_level, set_log_level, "info"),
@@ -424,6 +439,7 @@ static const config_key root_keys[] = {
     KEY_SECTION("memory", memory_keys),
     KEY_SECTION("subagents", subagents_keys),
     KEY_SECTION("compaction", compaction_keys),
+    KEY_SECTION("web", web_keys),
     KEY_TREE("authorization", authorization),
     KEY_LIST("models", models),
     {0},
@@ -1058,6 +1074,8 @@ void config_free(fawn_config *cfg) {
     json_decref(cfg->authorization);
     json_decref(cfg->models);
     json_decref(cfg->subagents.custom);
+    json_decref(cfg->web.allow);
+    json_decref(cfg->web.search);
     json_decref(cfg->server.trusted_proxies);
     json_decref(cfg->sandbox.remote);
     json_decref(cfg->sandbox.env_passthrough);

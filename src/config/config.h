@@ -127,6 +127,18 @@ typedef struct fawn_compaction_config {
                                       sent whole (10) */
 } fawn_compaction_config;
 
+typedef struct fawn_web_config {
+    bool fetch_enabled;       /* web.fetch_enabled: the web_fetch tool is offered (true) */
+    uint32_t fetch_timeout_s; /* web.fetch_timeout_s: one fetch, redirects included (20) */
+    uint64_t fetch_max_kb;    /* web.fetch_max_kb: body bytes of a page kept (2048) */
+    uint32_t rate_per_minute; /* web.rate_limit_per_minute: web tool calls of one user (30) */
+    json_t *allow;            /* web.allow: internal hosts and ranges the web tools may reach
+                                 (JSON array of strings, see src/research), or NULL */
+    /* web.search: the search backend as JSON (an object), or NULL: no
+     * web_search; src/research validates it. */
+    json_t *search;
+} fawn_web_config;
+
 typedef struct fawn_config {
     char *home;      /* home: state directory (default $FAWN_HOME or ./.fawn) */
     char *log_level; /* log_level: debug|info|warn|error (default info) */
@@ -138,6 +150,7 @@ typedef struct fawn_config {
     fawn_memory_config memory;
     fawn_subagents_config subagents;
     fawn_compaction_config compaction;
+    fawn_web_config web;
     /* authorization: the section as JSON (mappings -> objects, sequences ->
      * arrays, plain true/false -> booleans, plain null -> null, other
      * scalars -> strings), or NULL when absent; src/authz validates it. */

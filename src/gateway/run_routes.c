@@ -557,14 +557,15 @@ static int route_run_receipts(gw_request *rq) {
     for (size_t i = 0; i < n; i++) {
         char created[40];
         gw_iso_time(created, rcs[i].created_at_ms);
-        json_array_append_new(list,
-                              json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:s}", "tool_call_id",
-                                        rcs[i].tool_call_id, "tool_name", rcs[i].tool_name,
-                                        "status", rcs[i].status, "args_sha256", rcs[i].args_sha256,
-                                        "output_sha256", rcs[i].output_sha256, "output_bytes",
-                                        (json_int_t)rcs[i].output_bytes, "created_at", created));
+        json_t *evidence = rcs[i].evidence ? json_loads(rcs[i].evidence, 0, NULL) : NULL;
+        json_array_append_new(
+            list, json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:s, s:o?}", "tool_call_id",
+                            rcs[i].tool_call_id, "tool_name", rcs[i].tool_name, "status",
+                            rcs[i].status, "args_sha256", rcs[i].args_sha256, "output_sha256",
+                            rcs[i].output_sha256, "output_bytes", (json_int_t)rcs[i].output_bytes,
+                            "created_at", created, "evidence", evidence));
     }
-    free(rcs);
+    store_receipts_free(rcs, n);
     return gw_respond_json(rq, MHD_HTTP_OK, json_pack("{s:o}", "receipts", list));
 }
 

@@ -363,9 +363,7 @@ static int nesting_bound(fbuf *out, const char *html, size_t len) {
 
 /* ---- charsets ---- */
 
-/* The bytes of html in UTF-8, from charset (NULL or "": UTF-8 as it is,
- * invalid bytes replaced); an unknown charset is FAWN_EUNSUP. */
-static int to_utf8(char **out, size_t *out_len, const char *html, size_t len, const char *charset) {
+int web_text_utf8(char **out, size_t *out_len, const char *html, size_t len, const char *charset) {
     *out = NULL;
     *out_len = 0;
     bool utf8 = !charset || !*charset || strcasecmp(charset, "utf-8") == 0 ||
@@ -435,7 +433,7 @@ int web_html_text(char **out, const char *html, size_t len, const char *charset)
     char *utf8 = NULL;
     size_t utf8_len = 0;
     fbuf bounded = {0};
-    int r = to_utf8(&utf8, &utf8_len, html, len, charset);
+    int r = web_text_utf8(&utf8, &utf8_len, html, len, charset);
     if (r == 0)
         r = nesting_bound(&bounded, utf8, utf8_len);
     j.html = bounded.data ? bounded.data : "";

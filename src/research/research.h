@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 
 #include "base/base.h"
+#include "config/config.h"
 
 /* Entries one allow-list may hold, and the longest host name (DNS's). */
 #define NET_ALLOW_MAX 256
@@ -110,5 +111,38 @@ FAWN_MUST_CHECK int web_fetch(web_page *out, const char *url, const net_allowlis
  * past WEB_HTML_MAX, FAWN_EUNSUP for a charset glibc does not know,
  * FAWN_ENOMEM. */
 FAWN_MUST_CHECK int web_html_text(char **out, const char *html, size_t len, const char *charset);
+
+/* text[0..len) in UTF-8 (malloc'd, NUL-terminated, *out_len bytes), from
+ * charset (NULL or "": UTF-8; bytes not valid in it become U+FFFD).
+ * FAWN_EUNSUP for a charset glibc does not know, FAWN_ENOMEM. */
+FAWN_MUST_CHECK int web_text_utf8(char **out, size_t *out_len, const char *text, size_t len,
+                                  const char *charset);
+
+/* ---- the research tools' service (service.c) ----
+ * What the web tools share in one gateway: the configuration (web.*) read
+ * once, and each user's rate limit. */
+
+/* Users whose rate is tracked at once; past it the one idle longest is
+ * forgotten (its next call starts with a full allowance). 4096 users a
+ * minute is past what one gateway serves. */
+#define WEB_RATE_USERS_MAX 4096
+
+typedef struct web_service web_service;
+
+/* Builds the service from web.* (the allow-list checked here: FAWN_ECONFIG
+ * naming the bad entry). Free with web_service_free. */
+FAWN_MUST_CHECK int web_service_open(web_service **out, const fawn_web_config *cfg);
+void web_service_free(web_service *s);
+
+/* Whether web_fetch is offered (s may be NULL: no). */
+bool web_service_fetch_enabled(const web_service *s);
+/* The allow-list and limits every fetch uses. */
+const net_allowlist *web_service_allow(const web_service *s);
+web_fetch_limits web_service_fetch_limits(const web_service *s);
+
+/* Takes one call from user's allowance (web.rate_limit_per_minute, refilled
+ * evenly over the minute). 0, or FAWN_EBUSY with *retry_after_ms the wait
+ * until the next call is allowed. Thread-safe. */
+FAWN_MUST_CHECK int web_service_admit(int64_t *retry_after_ms, web_service *s, const char *user);
 
 #endif

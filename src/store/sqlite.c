@@ -195,6 +195,10 @@ static const migration migrations[] = {
     {"ALTER TABLE runs ADD COLUMN token_usage TEXT NOT NULL DEFAULT '[]' "
      "CHECK (json_valid(token_usage));",
      NULL},
+    /* 11: what a receipt's tool saw outside (a fetched page's URLs and hash) */
+    {"ALTER TABLE receipts ADD COLUMN evidence TEXT "
+     "CHECK (evidence IS NULL OR json_valid(evidence));",
+     NULL},
 };
 
 int sq_err(sqlite3 *db, int rc, const char *what) {

@@ -325,14 +325,15 @@ int store_receipt_add(store *s, const store_receipt *rc) {
     sqlite3 *db = sq_write_begin(s);
     int r = sq_prepare(db, &st,
                        "INSERT INTO receipts (run_id, tool_call_id, tool_name, status, "
-                       "args_sha256, output_sha256, output_bytes, created_at_ms) "
-                       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+                       "args_sha256, output_sha256, output_bytes, created_at_ms, evidence) "
+                       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
     if (r == 0) {
         const char *texts[] = {rc->run_id, rc->tool_call_id, rc->tool_name,
                                rc->status, rc->args_sha256,  rc->output_sha256};
         sq_bind_texts(st, texts, ARRAY_LEN(texts));
         sqlite3_bind_int64(st, 7, rc->output_bytes);
         sqlite3_bind_int64(st, 8, rc->created_at_ms ? rc->created_at_ms : fawn_wall_ms());
+        sqlite3_bind_text(st, 9, rc->evidence, -1, SQLITE_STATIC);
         r = sq_step_done(db, st, false, "add receipt");
     }
     sq_write_end(s);
@@ -350,6 +351,7 @@ static void read_receipt(void *row, sqlite3_stmt *st) {
     sq_copy_col(rc->output_sha256, sizeof rc->output_sha256, st, 5);
     rc->output_bytes = sqlite3_column_int64(st, 6);
     rc->created_at_ms = sqlite3_column_int64(st, 7);
+    rc->evidence = sq_dup_col(st, 8);
 }
 
 int store_receipt_list(store *s, store_receipt **out, size_t *n, const char *run_id) {
@@ -360,7 +362,7 @@ int store_receipt_list(store *s, store_receipt **out, size_t *n, const char *run
     sqlite3 *db = sq_read_begin(s);
     int r = sq_prepare(db, &st,
                        "SELECT run_id, tool_call_id, tool_name, status, args_sha256, "
-                       "output_sha256, output_bytes, created_at_ms FROM receipts "
+                       "output_sha256, output_bytes, created_at_ms, evidence FROM receipts "
                        "WHERE run_id = ?1 ORDER BY rowid");
     if (r == 0) {
         sqlite3_bind_text(st, 1, run_id, -1, SQLITE_STATIC);
@@ -369,4 +371,10 @@ int store_receipt_list(store *s, store_receipt **out, size_t *n, const char *run
     }
     sq_read_end(s, db);
     return sq_rows_hand_out((void **)out, n, &rows, sizeof(store_receipt), r);
+}
+
+void store_receipts_free(store_receipt *rcs, size_t n) {
+    for (size_t i = 0; rcs && i < n; i++)
+        free(rcs[i].evidence);
+    free(rcs);
 }

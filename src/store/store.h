@@ -426,13 +426,19 @@ typedef struct store_receipt {
     char output_sha256[65];
     int64_t output_bytes;
     int64_t created_at_ms;
+    /* What the tool saw outside, as a JSON object's text (a fetched page's
+     * URL, final URL and content hash), or NULL; malloc'd in a list. */
+    char *evidence;
 } store_receipt;
 
 /* Records a receipt (a tool call id already recorded for the run is FAWN_EEXIST). */
 FAWN_MUST_CHECK int store_receipt_add(store *s, const store_receipt *rc);
-/* The run's receipts in the order they were written (malloc'd array). */
+/* The run's receipts in the order they were written (free with
+ * store_receipts_free). */
 FAWN_MUST_CHECK int store_receipt_list(store *s, store_receipt **out, size_t *n,
                                        const char *run_id);
+/* Frees a list store_receipt_list gave (rcs may be NULL). */
+void store_receipts_free(store_receipt *rcs, size_t n);
 
 /* ---- memory: facts about a user, kept across threads ----
  * A fact belongs to one owner: every function takes the owner and never

@@ -9,7 +9,7 @@
 
 static const tool_def *const builtin_tools[] = {
     &tool_bash, &tool_ls,   &tool_read_file,     &tool_write_file,        &tool_str_replace,
-    &tool_glob, &tool_grep, &tool_present_files, &tool_ask_clarification,
+    &tool_glob, &tool_grep, &tool_present_files, &tool_ask_clarification, &tool_web_fetch,
 };
 
 size_t tool_count(void) { return ARRAY_LEN(builtin_tools); }
@@ -21,6 +21,10 @@ const tool_def *tool_find(const char *name) {
         if (strcmp(builtin_tools[i]->name, name) == 0)
             return builtin_tools[i];
     return NULL;
+}
+
+bool tool_offered(const tool_def *t, const web_service *web) {
+    return !t->offered || t->offered(web);
 }
 
 json_t *tool_openai_schema(const tool_def *t) {
@@ -37,11 +41,14 @@ const char *tool_outcome_name(enum tool_outcome o) {
 }
 
 json_t *tool_status_json(const tool_status *st) {
-    return json_pack("{s:s, s:s?, s:o, s:b, s:I, s:b}", "status", tool_outcome_name(st->outcome),
-                     "error_type", st->error_type[0] ? st->error_type : NULL, "exit_code",
-                     st->exit_code >= 0 ? json_integer(st->exit_code) : json_null(), "recoverable",
-                     st->recoverable, "duration_ms", (json_int_t)st->duration_ms, "truncated",
-                     st->truncated);
+    json_t *j = json_pack(
+        "{s:s, s:s?, s:o, s:b, s:I, s:b}", "status", tool_outcome_name(st->outcome), "error_type",
+        st->error_type[0] ? st->error_type : NULL, "exit_code",
+        st->exit_code >= 0 ? json_integer(st->exit_code) : json_null(), "recoverable",
+        st->recoverable, "duration_ms", (json_int_t)st->duration_ms, "truncated", st->truncated);
+    if (j && st->retry_after_ms > 0)
+        json_object_set_new(j, "retry_after_ms", json_integer(st->retry_after_ms));
+    return j;
 }
 
 void tool_result_clear(tool_result *r) {
@@ -133,7 +140,7 @@ int tool_run(tool_result *out, tool_env *env, const char *name, const json_t *ar
     int64_t start = fawn_now_ms();
     const tool_def *t = tool_find(name);
     int r;
-    if (!t)
+    if (!t || !tool_offered(t, env->web))
         r = tool_fail(out, TOOL_ERROR, "unknown_tool", true, "Error: Tool '%s' does not exist",
                       name ? name : "");
     else if (!json_is_object(args))

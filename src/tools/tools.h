@@ -5,7 +5,8 @@
  *
  * Names, parameters and limits follow DeerFlow's tools: bash, ls, glob,
  * grep, read_file, write_file, str_replace, present_files,
- * ask_clarification.
+ * ask_clarification; and web_search and web_fetch, which the gateway runs
+ * itself (never with a sandbox's network) through the research service.
  *
  * Every out-parameter is set on every path, failures included (NULL, 0, a
  * zeroed result before anything can fail); tool_fail alone writes into a
@@ -18,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "research/research.h"
 #include "sandbox/manager.h"
 #include "base/base.h"
 
@@ -47,8 +49,9 @@ enum tool_outcome {
 typedef struct tool_status {
     enum tool_outcome outcome;
     char error_type[32];
-    int exit_code;    /* bash: the command's code; -1 when none */
-    bool recoverable; /* the model can fix it by calling differently */
+    int exit_code;          /* bash: the command's code; -1 when none */
+    int64_t retry_after_ms; /* rate_limited: when a call may succeed again; 0 when unknown */
+    bool recoverable;       /* the model can fix it by calling differently */
     int64_t duration_ms;
     bool truncated; /* the text is shortened */
 } tool_status;
@@ -60,14 +63,16 @@ typedef struct tool_result {
      * file {"read": path, "sha256"}; write_file/str_replace {"written": path,
      * "sha256" of the whole new content (absent for appends)};
      * present_files {"presented": [paths]}; the agent's task tool
-     * {"subagent": {...}}, what its message's additional_kwargs carry. */
+     * {"subagent": {...}}, what its message's additional_kwargs carry;
+     * web_fetch and web_search {"evidence": {...}}, what the call's receipt
+     * keeps (the URLs asked and reached, the content's hash). */
     json_t *facts;
 } tool_result;
 
 /* "success", "error", "timeout", "denied", "cancelled". */
 const char *tool_outcome_name(enum tool_outcome o);
 /* The status as a JSON object {status, error_type, exit_code, recoverable,
- * duration_ms, truncated} (new reference). */
+ * duration_ms, truncated, and retry_after_ms when known} (new reference). */
 json_t *tool_status_json(const tool_status *st);
 /* Frees r->text and r->facts and zeroes r. */
 void tool_result_clear(tool_result *r);
@@ -85,6 +90,7 @@ typedef struct tool_env {
     sbx_lease *lease; /* NULL until a tool needs the sandbox */
     const atomic_bool *cancel;
     uint32_t command_timeout_s; /* a bash command's timeout (sandbox.exec_timeout_s) */
+    web_service *web;           /* the web tools' service (NULL: no web tools) */
     /* Called once, right after the lease is first taken (the delivery
      * check snapshots outputs then); may be NULL. */
     void (*on_acquire)(void *ctx, struct tool_env *env);
@@ -107,6 +113,11 @@ typedef struct tool_def {
     const char *description;
     const char *parameters; /* JSON Schema of the arguments, as text */
     bool sandbox;           /* it works in the sandbox: each call needs sandbox:execute */
+    /* Its text comes from outside (a web page, a search engine): the agent
+     * neutralizes it before the model reads it. */
+    bool remote_content;
+    /* Whether it is offered with this service (NULL: always). */
+    bool (*offered)(const web_service *web);
     /* Runs the tool with args (a JSON object). Always fills out (status
      * included); returns 0, or FAWN_ENOMEM when even that failed. */
     int (*run)(tool_result *out, tool_env *env, const json_t *args);
@@ -117,6 +128,8 @@ size_t tool_count(void);
 const tool_def *tool_at(size_t i);
 /* The tool named name, or NULL. */
 const tool_def *tool_find(const char *name);
+/* Whether t is offered where web is the web tools' service (may be NULL). */
+bool tool_offered(const tool_def *t, const web_service *web);
 /* {"type":"function","function":{"name","description","parameters"}} for t
  * (new reference; NULL when out of memory). */
 json_t *tool_openai_schema(const tool_def *t);

@@ -61,12 +61,12 @@ static void migrations_bring_schema_current(void **state) {
     fx *x = *state;
     int v = 0;
     assert_int_equal(store_schema_version(x->s, &v), 0);
-    assert_int_equal(v, 10);
+    assert_int_equal(v, 11);
     /* Reopening applies nothing twice. */
     store *again;
     assert_int_equal(store_open(&again, x->path), 0);
     assert_int_equal(store_schema_version(again, &v), 0);
-    assert_int_equal(v, 10);
+    assert_int_equal(v, 11);
     store_close(again);
 }
 
@@ -956,18 +956,27 @@ static void checkpoints_and_receipts_follow_the_thread(void **state) {
     snprintf(rc.status, sizeof rc.status, "success");
     assert_int_equal(store_receipt_add(x->s, &rc), 0);
     assert_int_equal(store_receipt_add(x->s, &rc), FAWN_EEXIST);
+    /* A receipt may keep evidence, a JSON object; anything else is refused. */
+    snprintf(rc.tool_call_id, sizeof rc.tool_call_id, "call_2");
+    rc.evidence = "{\"final_url\":\"https://example.org/\"}";
+    assert_int_equal(store_receipt_add(x->s, &rc), 0);
+    snprintf(rc.tool_call_id, sizeof rc.tool_call_id, "call_3");
+    rc.evidence = "{not json";
+    assert_int_not_equal(store_receipt_add(x->s, &rc), 0);
     store_receipt *rcs;
     assert_int_equal(store_receipt_list(x->s, &rcs, &n, "rc1"), 0);
-    assert_int_equal(n, 1);
+    assert_int_equal(n, 2);
     assert_string_equal(rcs[0].tool_name, "bash");
-    free(rcs);
+    assert_null(rcs[0].evidence);
+    assert_string_equal(rcs[1].evidence, "{\"final_url\":\"https://example.org/\"}");
+    store_receipts_free(rcs, n);
     /* Deleting the thread deletes its runs, events, checkpoints and receipts. */
     assert_int_equal(store_thread_delete(x->s, x->alice, "rt3"), 0);
     store_run got;
     assert_int_equal(store_run_get(x->s, &got, x->alice, "rt3", "rc1"), FAWN_ENOENT);
     assert_int_equal(store_receipt_list(x->s, &rcs, &n, "rc1"), 0);
     assert_int_equal(n, 0);
-    free(rcs);
+    store_receipts_free(rcs, n);
     make_thread(x, x->alice, "rt3");
     assert_int_equal(store_checkpoint_latest(x->s, &latest, x->alice, "rt3"), FAWN_ENOENT);
 }
@@ -1262,6 +1271,7 @@ static int64_t make_v5_database(const char *path) {
              "DROP TABLE thread_messages; ALTER TABLE checkpoints DROP COLUMN message_spans;"
              "DROP TABLE skill_states;"
              "ALTER TABLE runs DROP COLUMN token_usage;"
+             "ALTER TABLE receipts DROP COLUMN evidence;"
              "PRAGMA user_version = 5;"
              "INSERT INTO checkpoints VALUES (%" PRId64 ", 't5', 'c1', '', 'r5', 1, '%s', '{}', 1);"
              "INSERT INTO checkpoints VALUES (%" PRId64
@@ -1289,7 +1299,7 @@ static void migration_moves_whole_states_into_message_rows(void **state) {
     assert_int_equal(store_open(&s, path), 0);
     int v;
     assert_int_equal(store_schema_version(s, &v), 0);
-    assert_int_equal(v, 10);
+    assert_int_equal(v, 11);
     store_checkpoint *list;
     size_t n, omitted;
     assert_int_equal(store_checkpoint_list(s, &list, &n, owner, "t5", NULL, 10), 0);
