@@ -29,7 +29,16 @@ static void budget_wrap(agent_loop *run, agent_tool_call *call, size_t next) {
     safe[k] = '\0';
     snprintf(path, sizeof path, "%s/%s.txt", BUDGET_DIR, k ? safe : "output");
     if (agent_box_write(run, path, text) < 0) {
+        /* No sandbox to keep it in (a role without one, say): the model
+         * still gets no more than the budget. */
         log_warn("agent", "run %s: tool output not saved: %s", run->p->run_id, fawn_errmsg());
+        bool cut;
+        char *kept = tool_truncate_middle(text, BUDGET_MAX_CHARS, &cut);
+        if (kept) {
+            free(call->result.text);
+            call->result.text = kept;
+            call->result.status.truncated = true;
+        }
         return;
     }
     size_t head = fawn_utf8_char_start(text, BUDGET_HEAD),

@@ -12,8 +12,8 @@
 
 /* The media types given to the model as text (besides text/... ). */
 static const char *const text_types[] = {
-    "application/json", "application/xml",        "application/javascript",
-    "application/x-yaml", "application/yaml",     "application/rss+xml",
+    "application/json",     "application/xml",     "application/javascript",
+    "application/x-yaml",   "application/yaml",    "application/rss+xml",
     "application/atom+xml", "application/ld+json", "application/x-ndjson",
 };
 
@@ -32,9 +32,8 @@ static bool is_text(const char *type) {
 
 /* r for a call the rate limit refused. */
 static int tool_web_rate_limited(tool_result *r, int64_t retry_after_ms) {
-    int f = tool_fail(r, TOOL_ERROR, "rate_limited", false,
-                      "Error: %s; try again in %lld s", fawn_errmsg(),
-                      (long long)((retry_after_ms + 999) / 1000));
+    int f = tool_fail(r, TOOL_ERROR, "rate_limited", false, "Error: %s; try again in %lld s",
+                      fawn_errmsg(), (long long)((retry_after_ms + 999) / 1000));
     r->status.retry_after_ms = retry_after_ms;
     return f;
 }
@@ -51,7 +50,8 @@ static int fetch_failure(tool_result *r, int code) {
                          fawn_errmsg());
     case FAWN_ETIMEDOUT:
         return tool_fail(r, TOOL_TIMEOUT, "timeout", true, "Error: %s", fawn_errmsg());
-    case FAWN_ECANCELED: return tool_fail(r, TOOL_CANCELLED, "cancelled", false, "Error: cancelled");
+    case FAWN_ECANCELED:
+        return tool_fail(r, TOOL_CANCELLED, "cancelled", false, "Error: cancelled");
     case FAWN_ENOMEM: return code;
     default: return tool_fail(r, TOOL_ERROR, "network", true, "Error: %s", fawn_errmsg());
     }
@@ -76,9 +76,9 @@ static json_t *fetch_evidence(const char *url, const web_page *page) {
     fawn_sha256_hex(sha, page->body ? page->body : "", page->len);
     return json_pack("{s:{s:s, s:s, s:I, s:s, s:s, s:I, s:b, s:i}}", "evidence", "url", url,
                      "final_url", page->final_url ? page->final_url : url, "http_status",
-                     (json_int_t)page->status, "content_type", page->content_type,
-                     "content_sha256", sha, "bytes", (json_int_t)page->len, "truncated",
-                     page->truncated, "redirects", page->redirects);
+                     (json_int_t)page->status, "content_type", page->content_type, "content_sha256",
+                     sha, "bytes", (json_int_t)page->len, "truncated", page->truncated, "redirects",
+                     page->redirects);
 }
 
 /* The answer from a page that came: its text, or why there is none. */
@@ -95,8 +95,9 @@ static int fetch_answer(tool_result *r, const web_page *page) {
                          "HTML and text",
                          where, fawn_errmsg(), page->len);
     if (c < 0)
-        return c == FAWN_ENOMEM ? c : tool_fail(r, TOOL_ERROR, "unreadable", true, "Error: %s",
-                                                 fawn_errmsg());
+        return c == FAWN_ENOMEM
+                   ? c
+                   : tool_fail(r, TOOL_ERROR, "unreadable", true, "Error: %s", fawn_errmsg());
     char *out;
     if (asprintf(&out, "URL: %s\n%s\n%s", where,
                  page->truncated ? "[The page was cut at the size limit.]\n" : "",

@@ -422,6 +422,39 @@ static void deep_and_huge_pages_are_bounded(void **state) {
     assert_null(out);
 }
 
+/* Each user has web.rate_limit_per_minute calls a minute, refilled evenly:
+ * past it a call is refused with the wait until the next; other users are
+ * not touched, and the table of users stays bounded. */
+static void each_user_has_a_rate_limit(void **state) {
+    fawn_web_config cfg = {
+        .fetch_enabled = true, .fetch_timeout_s = 5, .fetch_max_kb = 64, .rate_per_minute = 2};
+    web_service *s;
+    assert_int_equal(web_service_open(&s, &cfg), 0);
+    int64_t wait = -1;
+    assert_int_equal(web_service_admit(&wait, s, "alice"), 0);
+    assert_int_equal(wait, 0);
+    assert_int_equal(web_service_admit(&wait, s, "alice"), 0);
+    assert_int_equal(web_service_admit(&wait, s, "alice"), FAWN_EBUSY);
+    /* One call comes back every 30 s. */
+    assert_true(wait > 0 && wait <= 30000);
+    assert_int_equal(web_service_admit(&wait, s, "bob"), 0);
+    /* Many other users push alice out of the table only when it is full,
+     * and then she starts again with a full allowance. */
+    char user[32];
+    for (int i = 0; i < WEB_RATE_USERS_MAX; i++) {
+        snprintf(user, sizeof user, "u%d", i);
+        assert_int_equal(web_service_admit(&wait, s, user), 0);
+    }
+    assert_int_equal(web_service_admit(&wait, s, "alice"), 0);
+    web_service_free(s);
+    /* An allow-list that does not parse is refused at open. */
+    cfg.allow = json_pack("[s]", "not a host!");
+    s = (web_service *)1;
+    assert_int_equal(web_service_open(&s, &cfg), FAWN_ECONFIG);
+    assert_null(s);
+    json_decref(cfg.allow);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(only_globally_reachable_addresses_are_public),
@@ -433,6 +466,7 @@ int main(void) {
         cmocka_unit_test(html_becomes_the_main_contents_text),
         cmocka_unit_test(charsets_and_broken_bytes_end_as_valid_utf8),
         cmocka_unit_test(deep_and_huge_pages_are_bounded),
+        cmocka_unit_test(each_user_has_a_rate_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
