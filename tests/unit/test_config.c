@@ -155,6 +155,12 @@ static void assert_default_values(const fawn_config *cfg) {
     assert_true(cfg->compaction.enabled);
     assert_true(cfg->compaction.trigger_ratio == 0.8);
     assert_int_equal(cfg->compaction.keep_recent_messages, 10);
+    assert_true(cfg->web.fetch_enabled);
+    assert_int_equal(cfg->web.fetch_timeout_s, 20);
+    assert_int_equal(cfg->web.fetch_max_kb, 2048);
+    assert_int_equal(cfg->web.rate_per_minute, 30);
+    assert_null(cfg->web.allow);
+    assert_null(cfg->web.search);
     assert_null(cfg->authorization);
 }
 
@@ -304,6 +310,9 @@ static const struct range_case range_cases[] = {
     {"memory.max_facts", 1, 1000, NULL},
     {"memory.max_injection_tokens", 100, 32000, NULL},
     {"compaction.keep_recent_messages", 1, 1000, NULL},
+    {"web.fetch_timeout_s", 1, 300, NULL},
+    {"web.fetch_max_kb", 1, 2048, NULL},
+    {"web.rate_limit_per_minute", 1, 10000, NULL},
 };
 
 static void test_numeric_ranges(void **state) {
@@ -969,6 +978,12 @@ static void test_example_file(void **state) {
         "injection_enabled:",
         "max_facts:",
         "max_injection_tokens:",
+        "web:",
+        "fetch_enabled:",
+        "fetch_timeout_s:",
+        "fetch_max_kb:",
+        "rate_limit_per_minute:",
+        "allow:",
     };
     for (size_t i = 0; i < ARRAY_LEN(keys); i++)
         if (!strstr(text, keys[i]))
