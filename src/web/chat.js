@@ -44,7 +44,7 @@ export function textOf(content) {
 /** A short line that says what a tool call does. */
 function callSummary(call) {
   const a = call.args && typeof call.args === 'object' ? call.args : {};
-  const first = [a.description, a.command, a.path, a.pattern, a.question, Array.isArray(a.filepaths) ? a.filepaths.join(', ') : null]
+  const first = [a.description, a.command, a.path, a.pattern, a.question, a.url, a.query, Array.isArray(a.filepaths) ? a.filepaths.join(', ') : null]
     .find((v) => typeof v === 'string' && v.trim());
   const line = (first || '').split('\n')[0];
   return line.length > 120 ? `${line.slice(0, 117)}…` : line;
