@@ -180,7 +180,9 @@ static char *text_plain(const char *s, size_t max, bool markup) {
         } else if (markup && c == '<' && (k = tag_length(s + i)) > 0) {
             i += k; /* a tag is no space, nor eats one */
         } else if (markup && c == '&' && (k = entity_decode(dec, &len, s + i)) > 0) {
-            if (len == 1 && dec[0] == ' ')
+            bool c0 = len == 1 && ((unsigned char)dec[0] <= ' ' || dec[0] == 0x7f);
+            bool c1 = len == 2 && (unsigned char)dec[0] == 0xc2 && (unsigned char)dec[1] < 0xa0;
+            if (c0 || c1) /* "&#10;", "&nbsp;", "&#133;": a space */
                 t.space = true;
             else
                 text_put(&t, dec, len);

@@ -175,13 +175,14 @@ static void brave_gets_with_its_token_and_loses_its_markup(void **state) {
     (void)state;
     const response reply[] = {
         {.head = JSON_OK,
-         .body = "{\"type\": \"search\", \"query\": {\"original\": \"c pointers\"},"
-                 " \"web\": {\"type\": \"search\", \"results\": ["
-                 "{\"title\": \"<strong>C</strong> Pointers &amp; Arrays\","
-                 " \"url\": \"https://example.com/c\", \"description\": \"Learn <strong>C</strong>"
-                 " pointers: a&lt;b, it&#x27;s &#8220;easy&#8221; &nbsp;<em>really</em>. 1 < 2\","
-                 " \"page_age\": \"2024-01-01\", \"extra_snippets\": []}]},"
-                 " \"mixed\": {\"type\": \"mixed\"}}"},
+         .body =
+             "{\"type\": \"search\", \"query\": {\"original\": \"c pointers\"},"
+             " \"web\": {\"type\": \"search\", \"results\": ["
+             "{\"title\": \"<strong>C</strong> Pointers &amp; Arrays\","
+             " \"url\": \"https://example.com/c\", \"description\": \"Learn <strong>C</strong>"
+             " pointers: a&lt;b, it&#x27;s &#8220;easy&#8221; &nbsp;<em>really</em>.&#10;1 < 2\","
+             " \"page_age\": \"2024-01-01\", \"extra_snippets\": []}]},"
+             " \"mixed\": {\"type\": \"mixed\"}}"},
         {.head = JSON_OK, .body = "{\"type\": \"search\", \"query\": {\"original\": \"zzz\"}}"}};
     fake_server *s = server_start(reply, ARRAY_LEN(reply));
     web_search_config cfg = config_at("brave", s, "", ", \"api_key\": \"BSA-token\"");
