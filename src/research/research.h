@@ -234,8 +234,8 @@ FAWN_MUST_CHECK int web_search_parse(web_search_result *out, enum web_search_bac
 /* Searches the web through cfg's backend for query (non-empty, at most
  * WEB_SEARCH_QUERY_MAX bytes of UTF-8 without control characters) for at
  * most max_results hits (0: cfg's max_results; capped at
- * WEB_SEARCH_MAX_RESULTS), connecting only where al lets it (as
- * web_http_do: the resolved address, no proxy), following no redirect,
+ * WEB_SEARCH_MAX_RESULTS), connecting only where al lets it (decided on
+ * the resolved address, as web_fetch does; never the host's proxy), following no redirect,
  * reading at most WEB_SEARCH_REPLY_MAX bytes within cfg's timeout. cancel
  * (may be NULL) stops it.
  *
