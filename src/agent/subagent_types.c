@@ -36,8 +36,9 @@ static const char bash_prompt[] =
     "between commands), check their results, and answer the lead agent with a short report "
     "of what ran and what it printed that matters. You cannot ask the user anything.";
 
-static const char *const general_tools[] = {"bash",        "ls",   "read_file", "write_file",
-                                            "str_replace", "glob", "grep",      "web_fetch"};
+static const char *const general_tools[] = {"bash",       "ls",          "read_file",
+                                            "write_file", "str_replace", "glob",
+                                            "grep",       "web_search",  "web_fetch"};
 static const char *const bash_tools[] = {"bash", "ls", "read_file", "write_file", "str_replace"};
 
 /* Tools a sub-agent is never given: it cannot delegate, ask the user or

@@ -118,6 +118,143 @@ FAWN_MUST_CHECK int web_html_text(char **out, const char *html, size_t len, cons
 FAWN_MUST_CHECK int web_text_utf8(char **out, size_t *out_len, const char *text, size_t len,
                                   const char *charset);
 
+/* ---- searching (search.c) ---- */
+
+/* The search backends. Each has its own request and reply shape; all are
+ * answered as the same hits:
+ *   searxng  GET  {url}/search?q=..&format=json&pageno=1   (self-hosted, no key)
+ *   tavily   POST {url}/search  {"query","max_results",..}, Authorization: Bearer KEY
+ *   brave    GET  {url}/res/v1/web/search?q=..&count=N,    X-Subscription-Token: KEY
+ *   serper   POST {url}/search  {"q","num"},               X-API-KEY: KEY */
+enum web_search_backend {
+    WEB_SEARCH_SEARXNG,
+    WEB_SEARCH_TAVILY,
+    WEB_SEARCH_BRAVE,
+    WEB_SEARCH_SERPER,
+};
+#define WEB_SEARCH_BACKENDS 4
+
+/* Hits one search answers with at most (Brave's own cap on count). */
+#define WEB_SEARCH_MAX_RESULTS 20
+/* The longest query, in bytes (DeerFlow's clients cut theirs at 400). */
+#define WEB_SEARCH_QUERY_MAX 400
+/* A hit's title and snippet at most, in bytes (cut at a character). */
+#define WEB_SEARCH_TITLE_MAX 512
+#define WEB_SEARCH_SNIPPET_MAX 2048
+/* The largest reply read: Brave's full answer (web, news, videos,
+ * discussions) for 20 hits is a few hundred KiB; past this it is an error. */
+#define WEB_SEARCH_REPLY_MAX (2 << 20)
+/* A backend's API key at most (bytes). */
+#define WEB_SEARCH_KEY_MAX 512
+/* Timeout (seconds) of one search by default and at most. */
+#define WEB_SEARCH_TIMEOUT_DEFAULT_S 20
+#define WEB_SEARCH_TIMEOUT_MAX_S 120
+/* Hits asked for when the caller does not say. */
+#define WEB_SEARCH_RESULTS_DEFAULT 5
+
+typedef struct web_search_config {
+    enum web_search_backend backend;
+    char *url;        /* base URL, no trailing '/' (malloc'd) */
+    char *api_key;    /* (malloc'd) NULL for a SearXNG without one */
+    char *key_header; /* SearXNG only: the header that carries api_key bare
+                         (malloc'd); NULL: "Authorization: Bearer KEY" */
+    int timeout_s;
+    unsigned max_results;
+} web_search_config;
+
+/* Reads one backend from obj, {"backend": "searxng"|"tavily"|"brave"|
+ * "serper", "url": base URL (http or https, no credentials, query or
+ * fragment; required for searxng, else the service's own), "api_key":
+ * text (required but for searxng; printable ASCII, at most
+ * WEB_SEARCH_KEY_MAX bytes), "key_header": header name (searxng only),
+ * "timeout_s": 1..WEB_SEARCH_TIMEOUT_MAX_S (WEB_SEARCH_TIMEOUT_DEFAULT_S),
+ * "max_results": 1..WEB_SEARCH_MAX_RESULTS (WEB_SEARCH_RESULTS_DEFAULT)}.
+ * FAWN_ECONFIG naming the key (where + ".api_key") for an unknown key, a
+ * wrong type or value, a missing one; *out is empty on failure. The
+ * message never holds the key's value. Free with web_search_config_free. */
+FAWN_MUST_CHECK int web_search_config_parse(web_search_config *out, const json_t *obj,
+                                            const char *where);
+void web_search_config_free(web_search_config *cfg);
+
+/* "searxng", "tavily", "brave", "serper". */
+const char *web_search_backend_name(enum web_search_backend b);
+
+/* What a failed search was, for the tool's status:
+ *   auth          the key was refused (401, 403, Brave's SUBSCRIPTION_TOKEN_INVALID)
+ *   quota         the plan or credit is used up (402, Tavily's 432/433, Brave's
+ *                 429 at its monthly quota, Serper's "Not enough credits")
+ *   rate_limited  too many requests now (429); retry_after_ms says how long
+ *   transient     5xx, 408, a timeout, a connection that failed, a reply
+ *                 that is not the service's JSON or is too large: try again
+ *   invalid       the query was refused (400, 422) or is not one fawn sends
+ *   refused       the backend's address is not one the allow-list opens
+ *   backend       the backend answered something else (a redirect, 404):
+ *                 its configuration needs a look */
+enum web_search_failure {
+    WEB_SEARCH_OK = 0,
+    WEB_SEARCH_AUTH,
+    WEB_SEARCH_QUOTA,
+    WEB_SEARCH_RATE_LIMITED,
+    WEB_SEARCH_TRANSIENT,
+    WEB_SEARCH_INVALID,
+    WEB_SEARCH_REFUSED,
+    WEB_SEARCH_BACKEND,
+};
+
+/* "ok", "auth", "quota", "rate_limited", "transient", "invalid",
+ * "refused", "backend". */
+const char *web_search_failure_name(enum web_search_failure f);
+
+/* A message's room, in bytes with its NUL. */
+#define WEB_SEARCH_MESSAGE_MAX 256
+
+typedef struct web_search_hit {
+    char *title;   /* plain UTF-8, one line, at most WEB_SEARCH_TITLE_MAX bytes */
+    char *url;     /* http or https, at most WEB_URL_MAX bytes */
+    char *snippet; /* plain UTF-8, one line, at most WEB_SEARCH_SNIPPET_MAX bytes */
+} web_search_hit;
+
+typedef struct web_search_result {
+    web_search_hit *hits; /* malloc'd, n of them (NULL when none) */
+    size_t n;
+    enum web_search_failure failure;      /* WEB_SEARCH_OK: hits is the answer */
+    int64_t retry_after_ms;               /* the backend's Retry-After (capped at an hour) or -1 */
+    char message[WEB_SEARCH_MESSAGE_MAX]; /* for a failure: what happened, in a line of
+                                             UTF-8, naming the backend, never the key */
+} web_search_result;
+
+void web_search_result_clear(web_search_result *r);
+
+/* Reads a backend's answer, apart from the network (so it can be fuzzed):
+ * status and retry_after_ms (-1: none) as the HTTP answer had them, body
+ * (len bytes, NUL-terminated or not). On a 200 the hits, at most
+ * max_results (capped at WEB_SEARCH_MAX_RESULTS), each with a title and
+ * snippet made plain (Brave's tags stripped, whitespace runs one space) and
+ * bounded, and those whose URL is not http(s) left out; otherwise the
+ * failure, its message holding the service's own words without any
+ * occurrence of secret (may be NULL). Returns 0 (the answer, a failure
+ * included, in *out) or FAWN_ENOMEM (*out empty). */
+FAWN_MUST_CHECK int web_search_parse(web_search_result *out, enum web_search_backend b, long status,
+                                     int64_t retry_after_ms, const char *body, size_t len,
+                                     unsigned max_results, const char *secret);
+
+/* Searches the web through cfg's backend for query (non-empty, at most
+ * WEB_SEARCH_QUERY_MAX bytes of UTF-8 without control characters) for at
+ * most max_results hits (0: cfg's max_results; capped at
+ * WEB_SEARCH_MAX_RESULTS), connecting only where al lets it (decided on
+ * the resolved address, as web_fetch does; never the host's proxy), following no redirect,
+ * reading at most WEB_SEARCH_REPLY_MAX bytes within cfg's timeout. cancel
+ * (may be NULL) stops it.
+ *
+ * Returns 0 when the search ran to an answer: out->failure is WEB_SEARCH_OK
+ * with out->hits (maybe none), or the failure with its message (a bad
+ * query is WEB_SEARCH_INVALID, without a request). FAWN_ECANCELED when
+ * cancel stopped it, FAWN_ENOMEM; *out is then empty. Free *out with
+ * web_search_result_clear. */
+FAWN_MUST_CHECK int web_search(web_search_result *out, const web_search_config *cfg,
+                               const char *query, unsigned max_results, const net_allowlist *al,
+                               const atomic_bool *cancel);
+
 /* ---- the research tools' service (service.c) ----
  * What the web tools share in one gateway: the configuration (web.*) read
  * once, and each user's rate limit. */
@@ -129,13 +266,17 @@ FAWN_MUST_CHECK int web_text_utf8(char **out, size_t *out_len, const char *text,
 
 typedef struct web_service web_service;
 
-/* Builds the service from web.* (the allow-list checked here: FAWN_ECONFIG
- * naming the bad entry). Free with web_service_free. */
+/* Builds the service from web.* (the allow-list and the search backend
+ * checked here: FAWN_ECONFIG naming the bad key). Free with
+ * web_service_free. */
 FAWN_MUST_CHECK int web_service_open(web_service **out, const fawn_web_config *cfg);
 void web_service_free(web_service *s);
 
 /* Whether web_fetch is offered (s may be NULL: no). */
 bool web_service_fetch_enabled(const web_service *s);
+/* The search backend web_search uses, or NULL when none is configured (or
+ * s is NULL): then web_search is not offered. */
+const web_search_config *web_service_search(const web_service *s);
 /* The allow-list and limits every fetch uses. */
 const net_allowlist *web_service_allow(const web_service *s);
 web_fetch_limits web_service_fetch_limits(const web_service *s);

@@ -16,6 +16,8 @@ typedef struct rate_bucket {
 
 struct web_service {
     bool fetch_enabled;
+    bool search_enabled;
+    web_search_config search;
     net_allowlist allow;
     web_fetch_limits fetch;
     int64_t per_minute;
@@ -33,7 +35,12 @@ int web_service_open(web_service **out, const fawn_web_config *cfg) {
         return fawn_err(FAWN_ENOMEM, "out of memory");
     }
     int r = net_allowlist_parse(&s->allow, cfg->allow, "web.allow");
+    if (r == 0 && cfg->search) {
+        r = web_search_config_parse(&s->search, cfg->search, "web.search");
+        s->search_enabled = r == 0;
+    }
     if (r < 0) {
+        net_allowlist_free(&s->allow);
         free(s);
         free(buckets);
         return r;
@@ -52,12 +59,16 @@ void web_service_free(web_service *s) {
     if (!s)
         return;
     net_allowlist_free(&s->allow);
+    web_search_config_free(&s->search);
     pthread_mutex_destroy(&s->lock);
     free(s->buckets);
     free(s);
 }
 
 bool web_service_fetch_enabled(const web_service *s) { return s && s->fetch_enabled; }
+const web_search_config *web_service_search(const web_service *s) {
+    return s && s->search_enabled ? &s->search : NULL;
+}
 const net_allowlist *web_service_allow(const web_service *s) { return &s->allow; }
 web_fetch_limits web_service_fetch_limits(const web_service *s) { return s->fetch; }
 

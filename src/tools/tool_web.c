@@ -1,8 +1,10 @@
-/* web_fetch: a web page read by the gateway (never with a sandbox's
- * network) through the research service: its address rules, its limits
- * and the caller's rate limit. HTML becomes readable text; other text
- * types are given as they are; anything else is answered with what it is.
- * Each result carries the evidence its receipt keeps. */
+/* The web tools, run by the gateway (never with a sandbox's network)
+ * through the research service: its address rules, its limits and the
+ * caller's rate limit, which both tools share. web_search asks the
+ * configured backend and answers its hits as JSON; web_fetch reads a page:
+ * HTML becomes readable text, other text types are given as they are,
+ * anything else is answered with what it is. Each result carries the
+ * evidence its receipt keeps. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +131,95 @@ static int web_fetch_run(tool_result *res, tool_env *env, const json_t *args) {
 }
 
 static bool web_fetch_offered(const web_service *web) { return web_service_fetch_enabled(web); }
+
+/* ---- web_search ---- */
+
+/* The tool's error words by search failure: whether calling again (or
+ * differently) can help is the backend's to say. */
+static int search_failure(tool_result *r, const web_search_result *res) {
+    static const struct {
+        const char *word;
+        bool recoverable;
+    } words[] = {
+        [WEB_SEARCH_AUTH] = {"auth", false},
+        [WEB_SEARCH_QUOTA] = {"quota", false},
+        [WEB_SEARCH_RATE_LIMITED] = {"rate_limited", false},
+        [WEB_SEARCH_TRANSIENT] = {"transient", true},
+        [WEB_SEARCH_INVALID] = {"invalid_arguments", true},
+        [WEB_SEARCH_REFUSED] = {"blocked", false},
+        [WEB_SEARCH_BACKEND] = {"backend", false},
+    };
+    unsigned f = res->failure;
+    bool known = f < ARRAY_LEN(words) && words[f].word;
+    int c = tool_fail(r, TOOL_ERROR, known ? words[f].word : "backend",
+                      known && words[f].recoverable, "Error: the search failed: %s", res->message);
+    if (res->failure == WEB_SEARCH_RATE_LIMITED && res->retry_after_ms > 0)
+        r->status.retry_after_ms = res->retry_after_ms;
+    return c;
+}
+
+/* The hits as the model reads them, [{"title","url","snippet"}], and the
+ * evidence {"backend", "query", "urls"}. */
+static int search_answer(tool_result *r, const web_search_config *cfg, const char *query,
+                         const web_search_result *res) {
+    json_t *hits = json_array(), *urls = json_array();
+    for (size_t i = 0; hits && urls && i < res->n; i++) {
+        const web_search_hit *h = &res->hits[i];
+        json_array_append_new(hits, json_pack("{s:s, s:s, s:s}", "title", h->title, "url", h->url,
+                                              "snippet", h->snippet));
+        json_array_append_new(urls, json_string(h->url));
+    }
+    char *text = hits ? json_dumps(hits, JSON_INDENT(1)) : NULL;
+    json_decref(hits);
+    r->facts = urls ? json_pack("{s:{s:s, s:s, s:o}}", "evidence", "backend",
+                                web_search_backend_name(cfg->backend), "query", query, "urls", urls)
+                    : NULL;
+    if (!r->facts) {
+        free(text);
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    }
+    return tool_succeed(r, text);
+}
+
+static int web_search_run(tool_result *res, tool_env *env, const json_t *args) {
+    const char *query;
+    int64_t max;
+    int r;
+    if ((r = tool_arg_string(&query, res, args, "query", true)) != 0 ||
+        (r = tool_arg_int(&max, res, args, "max_results", 0, 1, WEB_SEARCH_MAX_RESULTS)) != 0)
+        return r < 0 ? r : 0;
+    int64_t wait_ms;
+    if (web_service_admit(&wait_ms, env->web, env->req.who.user) < 0)
+        return tool_web_rate_limited(res, wait_ms);
+    const web_search_config *cfg = web_service_search(env->web);
+    web_search_result found;
+    r = web_search(&found, cfg, query, (unsigned)max, web_service_allow(env->web), env->cancel);
+    if (r == FAWN_ECANCELED)
+        r = tool_fail(res, TOOL_CANCELLED, "cancelled", false, "Error: cancelled");
+    else if (r == 0 && found.failure != WEB_SEARCH_OK)
+        r = search_failure(res, &found);
+    else if (r == 0)
+        r = search_answer(res, cfg, query, &found);
+    web_search_result_clear(&found);
+    return r;
+}
+
+static bool web_search_offered(const web_service *web) { return web_service_search(web) != NULL; }
+
+const tool_def tool_web_search = {
+    .name = "web_search",
+    .remote_content = true,
+    .offered = web_search_offered,
+    .description = "Search the web. Answers a JSON list of results, each with title, url and "
+                   "snippet; read a result's page with web_fetch.",
+    .parameters = "{\"type\":\"object\",\"properties\":{\"query\":{\"type\":\"string\","
+                  "\"description\":\"What to search for.\"},\"max_results\":{\"type\":"
+                  "\"integer\",\"minimum\":1,\"maximum\":20,\"description\":\"How many "
+                  "results (the configured number when absent).\"}},\"required\":[\"query\"]}",
+    .run = web_search_run,
+};
+
+/* ---- web_fetch ---- */
 
 const tool_def tool_web_fetch = {
     .name = "web_fetch",

@@ -8,8 +8,9 @@
 #include "tools/tools_internal.h"
 
 static const tool_def *const builtin_tools[] = {
-    &tool_bash, &tool_ls,   &tool_read_file,     &tool_write_file,        &tool_str_replace,
-    &tool_glob, &tool_grep, &tool_present_files, &tool_ask_clarification, &tool_web_fetch,
+    &tool_bash,      &tool_ls,   &tool_read_file,     &tool_write_file,        &tool_str_replace,
+    &tool_glob,      &tool_grep, &tool_present_files, &tool_ask_clarification, &tool_web_search,
+    &tool_web_fetch,
 };
 
 size_t tool_count(void) { return ARRAY_LEN(builtin_tools); }

@@ -6,7 +6,8 @@
 #include "base/base.h"
 
 extern const tool_def tool_bash, tool_ls, tool_read_file, tool_write_file, tool_str_replace,
-    tool_glob, tool_grep, tool_present_files, tool_ask_clarification, tool_web_fetch;
+    tool_glob, tool_grep, tool_present_files, tool_ask_clarification, tool_web_search,
+    tool_web_fetch;
 
 /* 30 s: a file operation of the box; commands have their own timeout. */
 #define TOOL_FILE_CALL_TIMEOUT_MS 30000
