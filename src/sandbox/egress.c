@@ -201,17 +201,30 @@ typedef struct conn_state {
     size_t len;
 } conn_state;
 
+/* "host:port" of the request, an IPv6 address in brackets. */
+static const char *target_text(char *out, size_t outsz, const egress_request *r) {
+    bool v6 = strchr(r->host, ':') != NULL;
+    snprintf(out, outsz, "%s%s%s:%u", v6 ? "[" : "", r->host[0] ? r->host : "?", v6 ? "]" : "",
+             (unsigned)r->port);
+    return out;
+}
+
 static void audit_refused(const conn_state *s, const char *why) {
-    log_info("egress", "sandbox %s %s %s:%u via %s: refused (%s)", s->c->sb->id,
-             s->req.connect ? "CONNECT" : "http", s->req.host[0] ? s->req.host : "?",
-             (unsigned)s->req.port, s->addr, why);
+    char target[NET_HOST_MAX + 16];
+    log_info("egress", "sandbox %s %s %s via %s: refused (%s)", s->c->sb->id,
+             s->req.connect ? "CONNECT" : "http", target_text(target, sizeof target, &s->req),
+             s->addr, why);
 }
 
 /* ---- a connection ---- */
 
-/* Writes an HTTP answer to the sandbox's client (best effort: it may be gone). */
+/* Writes an HTTP answer to the sandbox's client (best effort: it may be
+ * gone). What it sent and nobody read is discarded first: a close with
+ * unread bytes would reset the connection and lose the answer. */
 static void answer(int fd, int status, const char *reason, const char *why) {
     char text[512];
+    for (int i = 0; i < 8 && recv(fd, text, sizeof text, MSG_DONTWAIT) > 0; i++) {
+    }
     int n = snprintf(text, sizeof text,
                      "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nConnection: close\r\n"
                      "Content-Length: %zu\r\n\r\n%s\n",
@@ -429,13 +442,13 @@ static int start_plain(conn_state *s) {
 }
 
 /* Moves one read's bytes from one side to the other: the bytes moved, 0
- * at the end of that direction, RELAY_NOTHING when nothing was there, -1
- * on error. */
+ * at the end of that direction (a reset included), RELAY_NOTHING when
+ * nothing was there, -1 when the other side cannot take them. */
 #define RELAY_NOTHING (-2)
 static ssize_t relay_once(int from, int to, char *buf, size_t cap, int timeout_ms) {
     ssize_t n = recv(from, buf, cap, MSG_DONTWAIT);
     if (n < 0)
-        return errno == EAGAIN || errno == EINTR ? RELAY_NOTHING : -1;
+        return errno == EAGAIN || errno == EINTR ? RELAY_NOTHING : 0;
     if (n > 0 && !send_all(to, buf, (size_t)n, timeout_ms))
         return -1;
     return n;
@@ -479,7 +492,7 @@ static const char *relay(conn_state *s) {
         if (pf[0].revents) {
             ssize_t m = relay_once(c->upstream, c->client, buf, EGRESS_RELAY_CHUNK,
                                    lim->idle_timeout_ms);
-            if (m == -1)
+            if (m < 0 && m != RELAY_NOTHING)
                 return "write to the sandbox failed";
             down_open = m != 0;
             s->down += (uint64_t)(m > 0 ? m : 0);
@@ -487,7 +500,7 @@ static const char *relay(conn_state *s) {
         if (s->up + s->down > lim->max_bytes)
             return "byte cap reached";
     }
-    return "closed";
+    return "the target ended it";
 }
 
 static void serve(conn_state *s) {
@@ -509,14 +522,14 @@ static void serve(conn_state *s) {
         return;
     if ((s->req.connect ? start_tunnel(s) : start_plain(s)) < 0)
         return;
-    log_info("egress", "sandbox %s %s %s:%u via %s: allowed", c->sb->id,
-             s->req.connect ? "CONNECT" : "http", s->req.host, (unsigned)s->req.port, s->addr);
+    char target[NET_HOST_MAX + 16];
+    target_text(target, sizeof target, &s->req);
+    const char *kind = s->req.connect ? "CONNECT" : "http";
+    log_info("egress", "sandbox %s %s %s via %s: allowed", c->sb->id, kind, target, s->addr);
     const char *end = relay(s);
     log_info("egress",
-             "sandbox %s %s %s:%u via %s: closed (%s), %" PRIu64 " bytes sent, %" PRIu64
-             " received",
-             c->sb->id, s->req.connect ? "CONNECT" : "http", s->req.host, (unsigned)s->req.port,
-             s->addr, end, s->up, s->down);
+             "sandbox %s %s %s via %s: closed (%s), %" PRIu64 " bytes sent, %" PRIu64 " received",
+             c->sb->id, kind, target, s->addr, end, s->up, s->down);
 }
 
 /* Unlinks c from its sandbox and closes its descriptors (under the lock,

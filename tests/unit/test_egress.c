@@ -27,7 +27,8 @@ static void test_connect_parsed(void **state) {
     assert_false(r.literal);
     assert_string_equal(r.host, "registry.npmjs.org");
     assert_int_equal(r.port, 443);
-    assert_int_equal(r.head_len, strlen("CONNECT Registry.NPMJS.org:443 HTTP/1.1\r\nHost: x\r\n\r\n"));
+    assert_int_equal(r.head_len,
+                     strlen("CONNECT Registry.NPMJS.org:443 HTTP/1.1\r\nHost: x\r\n\r\n"));
     assert_null(r.forward);
     egress_request_clear(&r);
     assert_int_equal(parse(&r, "CONNECT [::1]:8443 HTTP/1.1\r\n\r\n"), 0);
@@ -42,19 +43,19 @@ static void test_connect_parsed(void **state) {
 
 static void test_connect_refused_forms(void **state) {
     const char *const bad[] = {
-        "CONNECT example.com HTTP/1.1\r\n\r\n",         /* no port */
-        "CONNECT example.com:0 HTTP/1.1\r\n\r\n",       /* port 0 */
-        "CONNECT example.com:65536 HTTP/1.1\r\n\r\n",   /* past 65535 */
-        "CONNECT exa_mple.com:443 HTTP/1.1\r\n\r\n",    /* not a DNS name */
-        "CONNECT [fe80::1%eth0]:443 HTTP/1.1\r\n\r\n",  /* a zone */
-        "CONNECT [::1:443 HTTP/1.1\r\n\r\n",            /* no bracket */
-        "CONNECT example.com:443 HTTP/2.0\r\n\r\n",     /* version */
-        "CONNECT example.com:443 HTTP/1.1\nHost: x\r\n\r\n", /* bare LF */
-        "CONNECT example.com:443 HTTP/1.1\r\nA: b\rc\r\n\r\n", /* bare CR */
-        "connect example.com:443 HTTP/1.1\r\n\r\n",     /* method case */
+        "CONNECT example.com HTTP/1.1\r\n\r\n",                  /* no port */
+        "CONNECT example.com:0 HTTP/1.1\r\n\r\n",                /* port 0 */
+        "CONNECT example.com:65536 HTTP/1.1\r\n\r\n",            /* past 65535 */
+        "CONNECT exa_mple.com:443 HTTP/1.1\r\n\r\n",             /* not a DNS name */
+        "CONNECT [fe80::1%eth0]:443 HTTP/1.1\r\n\r\n",           /* a zone */
+        "CONNECT [::1:443 HTTP/1.1\r\n\r\n",                     /* no bracket */
+        "CONNECT example.com:443 HTTP/2.0\r\n\r\n",              /* version */
+        "CONNECT example.com:443 HTTP/1.1\nHost: x\r\n\r\n",     /* bare LF */
+        "CONNECT example.com:443 HTTP/1.1\r\nA: b\rc\r\n\r\n",   /* bare CR */
+        "connect example.com:443 HTTP/1.1\r\n\r\n",              /* method case */
         "GET /index.html HTTP/1.1\r\nHost: example.com\r\n\r\n", /* origin form */
-        "GET https://example.com/ HTTP/1.1\r\n\r\n",    /* scheme */
-        "GET http://user:pw@example.com/ HTTP/1.1\r\n\r\n", /* user info */
+        "GET https://example.com/ HTTP/1.1\r\n\r\n",             /* scheme */
+        "GET http://user:pw@example.com/ HTTP/1.1\r\n\r\n",      /* user info */
     };
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         egress_request r;
@@ -138,9 +139,9 @@ static size_t hello(uint8_t *out, const char *sni, bool twice) {
     size_t n = 0;
     body[n++] = 3, body[n++] = 3;
     memset(body + n, 7, 32), n += 32;
-    body[n++] = 0;                                  /* session id */
+    body[n++] = 0;                                                    /* session id */
     body[n++] = 0, body[n++] = 2, body[n++] = 0x13, body[n++] = 0x01; /* one suite */
-    body[n++] = 1, body[n++] = 0;                   /* null compression */
+    body[n++] = 1, body[n++] = 0;                                     /* null compression */
     size_t ext_at = n;
     n += 2;
     for (int k = 0; sni && k < (twice ? 2 : 1); k++) {
