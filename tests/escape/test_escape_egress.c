@@ -108,9 +108,10 @@ static void *fake_conn_main(void *arg) {
             char reply[256];
             char body[64];
             snprintf(body, sizeof body, "hello-from-fake-web-%u\n", (unsigned)c->port);
-            int m = snprintf(reply, sizeof reply,
-                             "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                             strlen(body), body);
+            int m = snprintf(
+                reply, sizeof reply,
+                "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                strlen(body), body);
             (void)!send(c->fd, reply, (size_t)m, MSG_NOSIGNAL);
             answered = true;
             shutdown(c->fd, SHUT_WR);
@@ -174,8 +175,8 @@ static int fake_web_start(fake_web *w) {
 static void fake_web_stop(fake_web *w) {
     atomic_store(&w->stop, true);
     pthread_join(w->thread, NULL);
-    for (int64_t end = fawn_now_ms() + FAKE_READ_MS; atomic_load(&w->open) > 0 &&
-                                                     fawn_now_ms() < end;)
+    for (int64_t end = fawn_now_ms() + FAKE_READ_MS;
+         atomic_load(&w->open) > 0 && fawn_now_ms() < end;)
         usleep(10000);
     for (int i = 0; i < N_SERVERS; i++)
         if (w->fd[i] >= 0)
@@ -204,8 +205,8 @@ static void runf(run *r, egress_ctx *c, const char *fmt, ...) {
     json_t *body = json_pack("{s:s, s:i}", "command", cmd, "timeout_s", QUICK_S);
     json_t *reply = NULL;
     int status = 0;
-    int rc = c->provider->call(c->provider->ctx, &reply, &status, &c->box, "POST",
-                               "/v1/shell/exec", body, QUICK_S * 1000 + CALL_SLACK_MS);
+    int rc = c->provider->call(c->provider->ctx, &reply, &status, &c->box, "POST", "/v1/shell/exec",
+                               body, QUICK_S * 1000 + CALL_SLACK_MS);
     json_decref(body);
     if (rc < 0 || status != 200)
         fail_msg("exec of \"%s\": %s (HTTP %d)", cmd, fawn_errmsg(), status);
@@ -224,7 +225,8 @@ static void runf(run *r, egress_ctx *c, const char *fmt, ...) {
  * sends direct): prints the HTTP status of the answer and of a CONNECT
  * (000 when none), never fails. */
 #define NO_NO_PROXY "env -u NO_PROXY -u no_proxy "
-#define CURL NO_NO_PROXY "curl -s -o /dev/null -w '%%{http_code} %%{http_connect}\\n' --max-time 30 "
+#define CURL                                                                                       \
+    NO_NO_PROXY "curl -s -o /dev/null -w '%%{http_code} %%{http_connect}\\n' --max-time 30 "
 
 static void check_curl(egress_ctx *c, const char *want, const char *url) {
     run r;
@@ -307,8 +309,8 @@ static int setup_config(egress_ctx *c) {
     snprintf(entries[2], sizeof entries[2], "localhost:%u", (unsigned)p[REBIND]);
     snprintf(entries[3], sizeof entries[3], "127.0.0.1/32:%u", (unsigned)p[HOLD]);
     snprintf(tls, sizeof tls, "%u", (unsigned)p[WEB]);
-    c->cfg.sandbox.egress.allow =
-        json_pack("[s, s, s, s]", entries[0], entries[1], entries[2], entries[3]);
+    c->cfg.sandbox.egress.allow = json_pack("[s, s, s, s]", entries[0], entries[1], entries[2],
+                                            entries[3]);
     c->cfg.sandbox.egress.tls_ports = json_pack("[s]", tls);
     c->cfg.sandbox.egress.max_connections = CAP;
     return c->cfg.home && c->cfg.sandbox.egress.allow ? 0 : -1;
@@ -409,7 +411,8 @@ static void test_commands_are_told_the_proxy(void **state) {
     egress_ctx *c = *state;
     run r;
     runf(&r, c, "echo $HTTP_PROXY $https_proxy $NO_PROXY");
-    assert_string_equal(r.out, "http://127.0.0.1:3128 http://127.0.0.1:3128 localhost,127.0.0.1,::1\n");
+    assert_string_equal(r.out,
+                        "http://127.0.0.1:3128 http://127.0.0.1:3128 localhost,127.0.0.1,::1\n");
     run_free(&r);
 }
 
