@@ -18,13 +18,22 @@
 #include "config/config.h"
 #include "base/base.h"
 
+/* Where commands of a network allowlist sandbox find the gateway's egress
+ * proxy (src/sandbox/egress.h): 127.0.0.1 of their own network namespace,
+ * on the port squid made customary for HTTP proxies. */
+#define BOX_EGRESS_PROXY_PORT 3128
+#define BOX_EGRESS_PROXY_URL "http://127.0.0.1:3128"
+
+/* "none", "host" or "allowlist". */
+const char *box_network_name(enum fawn_network_mode mode);
+
 /* What a launcher tells a box: limits, the command environment, and facts
  * about its isolation that the box reports as capabilities. */
 typedef struct box_settings {
     box_exec_config exec; /* exec.base_env points at env below */
     box_file_limits files;
     char **env;            /* NAME=VALUE, NULL-terminated, malloc'd */
-    char network[8];       /* "none" | "host" (reported) */
+    char network[12];      /* "none" | "host" | "allowlist" (reported) */
     uint64_t memory_bytes; /* cgroup memory limit in force, 0 = none (reported) */
     uint64_t pids_max;     /* cgroup pids limit in force, 0 = none (reported) */
     char cgroup[8];        /* "v2" | "v1" | "none" (reported) */
@@ -35,8 +44,8 @@ typedef struct box_settings {
 } box_settings;
 
 /* Settings from configuration: limits, and the command environment (fixed
- * sandbox values plus sandbox.environment and sandbox.env_passthrough; see
- * box_env_build).
+ * sandbox values plus sandbox.environment and sandbox.env_passthrough, and
+ * for network allowlist the proxy variables; see box_env_build).
  * cgroup names the limits actually in force ("v2", "v1" or "none"); with
  * "none", RLIMIT_AS stands in for the memory limit. Free with
  * box_settings_free. */

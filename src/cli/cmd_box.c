@@ -191,6 +191,9 @@ int cli_box(int argc, char **argv) {
         r = read_token(token, a.token_file);
     if (r == 0)
         r = config_load(&cfg, a.config);
+    if (r == 0 && cfg.sandbox.network == FAWN_NET_ALLOWLIST)
+        r = fawn_err(FAWN_ECONFIG, "sandbox.network allowlist is served by a gateway's local "
+                                   "provider, not by a box on its own: use none or host");
     if (r < 0) {
         fprintf(stderr, "fawn box: %s\n", fawn_errmsg());
         if (r == FAWN_EINVAL)

@@ -130,6 +130,10 @@ static int run_exec(const sandbox_args *a, const fawn_config *cfg) {
     local_spec spec = {
         .cfg = cfg, .user = a->user, .thread = a->thread, .idle_exit_s = CLI_IDLE_EXIT_S};
     int r = local_box_ensure(&b, &spec);
+    /* Only a gateway serves the egress proxy: from here an allowlist
+     * sandbox's commands have no way out (a gateway restarts the box). */
+    if (r == 0 && b.egress_fd >= 0)
+        close(b.egress_fd);
     if (r == 0 && a->session)
         r = create_session(&b, a->session);
     if (r < 0)

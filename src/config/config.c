@@ -230,7 +230,8 @@ static int set_ratio(void *field, const config_key *key, const config_scalar *v)
     return 0;
 }
 
-static const char *const network_names[] = {[FAWN_NET_NONE] = "none", [FAWN_NET_HOST] = "host"};
+static const char *const network_names[] = {
+    [FAWN_NET_NONE] = "none", [FAWN_NET_HOST] = "host", [FAWN_NET_ALLOWLIST] = "allowlist"};
 
 static int set_provider(void *field, const config_key *key, const config_scalar *v) {
     if (strcmp(v->text, "local") == 0)
@@ -249,7 +250,7 @@ static int set_network(void *field, const config_key *key, const config_scalar *
             return 0;
         }
     }
-    return scalar_fail(v, "must be one of none|host");
+    return scalar_fail(v, "must be one of none|host|allowlist");
 }
 
 /* ---- schema ---- */
@@ -296,8 +297,25 @@ static const config_key limits_keys[] = {
     {0},
 };
 
+static const config_key egress_keys[] = {
+    KEY_LIST("allow", sandbox.egress.allow),
+    KEY_LIST("tls_ports", sandbox.egress.tls_ports),
+    /* A package manager opens a few connections at once (apt 1 per mirror,
+     * pip and npm up to 16): 32 leaves room; each costs the gateway a thread
+     * and two descriptors, so 1024 bounds what one sandbox can make it hold. */
+    KEY_INT("max_connections", sandbox.egress.max_connections, set_u32, "32", 1, 1024),
+    /* A download or a stalled mirror answers well within 2 minutes; a held
+     * connection that says nothing only costs a slot. A day at most. */
+    KEY_INT("idle_timeout_s", sandbox.egress.idle_timeout_s, set_u32, "120", 1, 86400),
+    /* 4 GiB carries any package or image layer; it bounds what one
+     * connection moves through the gateway. 1 TiB at most. */
+    KEY_INT("max_connection_mb", sandbox.egress.max_connection_mb, set_u64, "4096", 1, 1048576),
+    {0},
+};
+
 static const config_key sandbox_keys[] = {
     KEY_SCALAR("network", sandbox.network, set_network, "none"),
+    KEY_SECTION("egress", egress_keys),
     KEY_SCALAR("skills_dir", sandbox.skills_dir, set_string, NULL),
     KEY_MAPPING("environment", parse_sandbox_environment),
     KEY_LIST("env_passthrough", sandbox.env_passthrough),
@@ -490,9 +508,19 @@ static int check_connection_caps(const fawn_config *cfg, const char *source) {
                        sv->max_connections_per_address, sv->max_connections);
 }
 
-static const config_check config_checks[] = {check_exec_timeouts, check_upload_sizes,
-                                             check_remote_provider, check_runs_running_max,
-                                             check_connection_caps};
+/* A remote box's network is its host's: no egress proxy of this gateway can
+ * stand between its commands and the network. */
+static int check_remote_network(const fawn_config *cfg, const char *source) {
+    if (cfg->sandbox.provider != FAWN_PROVIDER_REMOTE || cfg->sandbox.network != FAWN_NET_ALLOWLIST)
+        return 0;
+    return config_fail(source, 0, "sandbox.network",
+                       "allowlist needs sandbox.provider local (a remote provider's sandboxes "
+                       "reach the network from their own hosts, outside this gateway's proxy)");
+}
+
+static const config_check config_checks[] = {check_exec_timeouts,    check_upload_sizes,
+                                             check_remote_provider,  check_remote_network,
+                                             check_runs_running_max, check_connection_caps};
 
 static void *key_field(fawn_config *cfg, const config_key *key) {
     return (char *)cfg + key->offset;
@@ -1079,6 +1107,8 @@ void config_free(fawn_config *cfg) {
     json_decref(cfg->server.trusted_proxies);
     json_decref(cfg->sandbox.remote);
     json_decref(cfg->sandbox.env_passthrough);
+    json_decref(cfg->sandbox.egress.allow);
+    json_decref(cfg->sandbox.egress.tls_ports);
     for (size_t i = 0; i < cfg->sandbox.n_env && i < CONFIG_MAX_ENV; i++) {
         free(cfg->sandbox.env[i].name);
         free(cfg->sandbox.env[i].value);

@@ -16,7 +16,7 @@
 
 #include "base/base.h"
 
-enum fawn_network_mode { FAWN_NET_NONE, FAWN_NET_HOST };
+enum fawn_network_mode { FAWN_NET_NONE, FAWN_NET_HOST, FAWN_NET_ALLOWLIST };
 enum fawn_provider { FAWN_PROVIDER_LOCAL, FAWN_PROVIDER_REMOTE };
 
 /* Most environment variables injected into a sandbox. */
@@ -39,8 +39,23 @@ typedef struct fawn_sandbox_limits {
                                   (default 10240; see src/sandbox/quota.h) */
 } fawn_sandbox_limits;
 
+/* sandbox.egress: what network allowlist lets commands reach, through the
+ * gateway's egress proxy (src/sandbox/egress.h). */
+typedef struct fawn_egress_config {
+    json_t *allow;              /* sandbox.egress.allow: entries as net_allowlist_parse reads them
+                                   (JSON array of strings), or NULL (nothing is reachable) */
+    json_t *tls_ports;          /* sandbox.egress.tls_ports: ports whose tunnels must open with a
+                                   TLS ClientHello naming the host (JSON array), or NULL: 443 */
+    uint32_t max_connections;   /* sandbox.egress.max_connections: one sandbox's at once (32) */
+    uint32_t idle_timeout_s;    /* sandbox.egress.idle_timeout_s: a connection with no byte
+                                   either way is closed after this (120) */
+    uint64_t max_connection_mb; /* sandbox.egress.max_connection_mb: bytes one connection carries,
+                                   both ways together (4096) */
+} fawn_egress_config;
+
 typedef struct fawn_sandbox_config {
-    enum fawn_network_mode network;   /* sandbox.network: none | host (default none) */
+    enum fawn_network_mode network;   /* sandbox.network: none | host | allowlist (default none) */
+    fawn_egress_config egress;        /* sandbox.egress.* (network allowlist) */
     char *skills_dir;                 /* sandbox.skills_dir (default "$home/skills") */
     fawn_env_var env[CONFIG_MAX_ENV]; /* sandbox.environment (NAME: value), then the host's
                                          values of sandbox.env_passthrough's names */

@@ -128,6 +128,28 @@ bool net_connect_allowed(const net_allowlist *al, const char *host, const struct
     return false;
 }
 
+bool net_range_listed(const net_allowlist *al, const struct sockaddr *sa) {
+    uint8_t a[16];
+    uint16_t port;
+    if (!addr_of(a, &port, sa))
+        return false;
+    for (size_t i = 0; al && i < al->n; i++) {
+        const net_allow_entry *e = &al->entries[i];
+        if (!e->host[0] && entry_port_ok(e, port) && prefix_match(a, e->addr, e->prefix))
+            return true;
+    }
+    return false;
+}
+
+bool net_host_listed(const net_allowlist *al, const char *host, uint16_t port) {
+    for (size_t i = 0; al && host && i < al->n; i++) {
+        const net_allow_entry *e = &al->entries[i];
+        if (e->host[0] && entry_port_ok(e, port) && strcasecmp(e->host, host) == 0)
+            return true;
+    }
+    return false;
+}
+
 /* A DNS name: labels of letters, digits and hyphens (not at either end),
  * 1..63 bytes each, 253 in all; stored lowercase. */
 static bool name_parse(char out[NET_HOST_MAX + 1], const char *s, size_t n) {

@@ -59,6 +59,13 @@ bool net_addr_public(const struct sockaddr *sa);
  * host al names (and its port). */
 bool net_connect_allowed(const net_allowlist *al, const char *host, const struct sockaddr *sa);
 
+/* Whether al holds an address range that holds sa (and its port, when the
+ * entry names one); a public address counts only when a range holds it. */
+bool net_range_listed(const net_allowlist *al, const struct sockaddr *sa);
+
+/* Whether al names host (a DNS name, compared without case) for port. */
+bool net_host_listed(const net_allowlist *al, const char *host, uint16_t port);
+
 /* ---- fetching a page (fetch.c) ---- */
 
 /* Redirects one fetch follows at most. */

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "base/json.h"
+#include "box/box.h"
 #include "sandbox/launch_spec.h"
 
 json_t *launch_spec_to_json(const local_launch_spec *s) {
@@ -16,15 +17,14 @@ json_t *launch_spec_to_json(const local_launch_spec *s) {
         "s:I, s:I, s:I, s:I, s:b}",
         "home", s->cfg->home, "sandbox_id", s->sandbox_id, "user_data", s->user_data, "token",
         s->token, "idle_exit_s", (json_int_t)s->idle_exit_s, "network",
-        sc->network == FAWN_NET_NONE ? "none" : "host", "skills_dir", s->skills, "env", env,
-        "limits", "memory_mb", (json_int_t)lim->memory_mb, "pids", (json_int_t)lim->pids, "nproc",
-        (json_int_t)lim->nproc, "open_files", (json_int_t)lim->open_files, "file_size_mb",
-        (json_int_t)lim->file_size_mb, "address_space_mb", (json_int_t)lim->address_space_mb,
-        "tmp_size_mb", (json_int_t)lim->tmp_size_mb, "disk_mb", (json_int_t)lim->disk_mb,
-        "exec_timeout_s", (json_int_t)sc->exec_timeout_s, "exec_max_timeout_s",
-        (json_int_t)sc->exec_max_timeout_s, "exec_max_output_bytes",
-        (json_int_t)sc->exec_max_output_bytes, "max_sessions", (json_int_t)sc->max_sessions,
-        "die_with_launcher", s->die_with_launcher);
+        box_network_name(sc->network), "skills_dir", s->skills, "env", env, "limits", "memory_mb",
+        (json_int_t)lim->memory_mb, "pids", (json_int_t)lim->pids, "nproc", (json_int_t)lim->nproc,
+        "open_files", (json_int_t)lim->open_files, "file_size_mb", (json_int_t)lim->file_size_mb,
+        "address_space_mb", (json_int_t)lim->address_space_mb, "tmp_size_mb",
+        (json_int_t)lim->tmp_size_mb, "disk_mb", (json_int_t)lim->disk_mb, "exec_timeout_s",
+        (json_int_t)sc->exec_timeout_s, "exec_max_timeout_s", (json_int_t)sc->exec_max_timeout_s,
+        "exec_max_output_bytes", (json_int_t)sc->exec_max_output_bytes, "max_sessions",
+        (json_int_t)sc->max_sessions, "die_with_launcher", s->die_with_launcher);
 }
 
 static int take_string(char **out, const json_t *o, const char *key) {
@@ -124,7 +124,9 @@ int launch_spec_from_json(launch_spec_copy *out, const char *json, size_t len) {
     if (r == 0)
         r = fjson_get_string(&network, o, "network", true);
     if (r == 0)
-        cfg->sandbox.network = strcmp(network, "none") == 0 ? FAWN_NET_NONE : FAWN_NET_HOST;
+        cfg->sandbox.network = strcmp(network, "host") == 0        ? FAWN_NET_HOST
+                               : strcmp(network, "allowlist") == 0 ? FAWN_NET_ALLOWLIST
+                                                                   : FAWN_NET_NONE;
     if (r == 0)
         r = parse_env(&cfg->sandbox, json_object_get(o, "env"));
     if (r == 0)

@@ -22,6 +22,7 @@
 #include "base/json.h"
 #include "paths/paths.h"
 #include "sandbox/client.h"
+#include "sandbox/egress.h"
 #include "sandbox/launch_spec.h"
 #include "sandbox/local.h"
 #include "sandbox/quota.h"
@@ -96,7 +97,7 @@ static int open_plan(launch *l) {
     if (r == 0)
         r = sbx_dir_ensure(run_dir, 0700);
     if (r == 0)
-        r = box_etc_prepare(l->etc, run_dir, cfg->sandbox.network == FAWN_NET_NONE);
+        r = box_etc_prepare(l->etc, run_dir, cfg->sandbox.network != FAWN_NET_HOST);
     if (r < 0)
         return r;
     l->plan = (box_mount_plan){
@@ -105,7 +106,7 @@ static int open_plan(launch *l) {
         .outputs = l->dirs[2],
         .skills = l->p->skills,
         .etc = l->etc,
-        .network_none = cfg->sandbox.network == FAWN_NET_NONE,
+        .network_none = cfg->sandbox.network != FAWN_NET_HOST,
         .tmp_size_mb = cfg->sandbox.limits.tmp_size_mb,
     };
     return 0;
@@ -245,18 +246,23 @@ static int await_ready(launch *l, char generation[33]) {
 }
 
 /* Clones the child into its namespaces. A network namespace from the pool
- * is entered by this (single) thread just for the clone, so the child
- * inherits it; otherwise the clone creates one. */
+ * (or, for network allowlist, the one its proxy listens in, which it must
+ * have) is entered by this (single) thread just for the clone, so the
+ * child inherits it; otherwise the clone creates one. */
 static pid_t clone_child(const launch *l) {
     int flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD;
     if (l->via_helper)
         flags |= CLONE_PARENT; /* the box is the launcher's child, not the helper's */
-    bool none = l->p->cfg->sandbox.network == FAWN_NET_NONE;
+    enum fawn_network_mode mode = l->p->cfg->sandbox.network;
     _cleanup_close_ int home = l->pooled_netns >= 0
                                    ? open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)
                                    : -1;
-    if (home < 0 || setns(l->pooled_netns, CLONE_NEWNET) < 0)
-        return (pid_t)syscall(SYS_clone, flags | (none ? CLONE_NEWNET : 0), NULL, NULL, NULL, 0);
+    if (home < 0 || setns(l->pooled_netns, CLONE_NEWNET) < 0) {
+        if (mode == FAWN_NET_ALLOWLIST) /* never without its proxy */
+            return -1;
+        int own = mode == FAWN_NET_NONE ? CLONE_NEWNET : 0;
+        return (pid_t)syscall(SYS_clone, flags | own, NULL, NULL, NULL, 0);
+    }
     pid_t pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, 0);
     if (pid != 0 && setns(home, CLONE_NEWNET) < 0) {
         /* This process would go on in the sandbox's network: nothing sane is left. */
@@ -478,6 +484,12 @@ int local_launch(pid_t *pid, char generation[33], const local_launch_spec *spec)
         r = open_plan(&l);
     if (r == 0 && spec->netns && spec->cfg->sandbox.network == FAWN_NET_NONE)
         l.pooled_netns = netns_pool_take(spec->netns);
+    if (r == 0 && spec->cfg->sandbox.network == FAWN_NET_ALLOWLIST)
+        r = spec->egress_netns > STDERR_FILENO &&
+                    (l.pooled_netns = fcntl(spec->egress_netns, F_DUPFD_CLOEXEC, 3)) >= 0
+                ? 0
+                : fawn_err(FAWN_EINVAL, "network allowlist needs the namespace its proxy "
+                                        "listens in (egress_netns_new)");
     if (r == 0)
         r = may_clone_self(spec->cfg) ? spawn(&l, pid, generation)
                                       : spawn_via_helper(&l, pid, generation);
@@ -504,9 +516,11 @@ static int open_log(int *out, const fawn_config *cfg, const char *sandbox_id) {
 }
 
 static int start_box(local_box *out, const local_spec *spec, const char *user_data) {
-    _cleanup_close_ int log_fd = -1, listen_fd = -1;
+    _cleanup_close_ int log_fd = -1, listen_fd = -1, netns = -1, egress_fd = -1;
     char skills[PATH_MAX];
     int r = skills_view_ensure(skills, spec->cfg->home, spec->user);
+    if (r == 0 && spec->cfg->sandbox.network == FAWN_NET_ALLOWLIST)
+        r = egress_netns_new(&netns, &egress_fd);
     if (r == 0)
         r = open_log(&log_fd, spec->cfg, out->sandbox_id);
     if (r == 0) {
@@ -521,12 +535,15 @@ static int start_box(local_box *out, const local_spec *spec, const char *user_da
                             .log_fd = log_fd,
                             .idle_exit_s = spec->idle_exit_s,
                             .netns = spec->netns,
+                            .egress_netns = netns,
                             .fawn_bin = spec->fawn_bin};
     if (r == 0)
         r = local_launch(&out->pid, out->generation, &ls);
     if (r < 0)
         unlink(out->socket_path);
     out->started = r == 0;
+    if (r == 0)
+        out->egress_fd = steal_fd(egress_fd);
     return r;
 }
 
@@ -590,6 +607,7 @@ int local_box_ensure(local_box *out, const local_spec *spec) {
     _cleanup_close_ int lock_fd = -1;
     char user_data[PATH_MAX];
     int r = prepare(out, spec->cfg, spec->user, spec->thread, &lock_fd);
+    out->egress_fd = -1;
     if (r == 0)
         r = paths_user_data_dir(user_data, spec->cfg->home, spec->user, spec->thread);
     if (r < 0 || box_alive(out))

@@ -26,6 +26,9 @@ typedef struct local_box {
     char generation[33];        /* the running box's generation id */
     bool started;               /* true when this call started it */
     pid_t pid;                  /* host pid when started by this call, else 0 */
+    int egress_fd; /* network allowlist, when this call started it: the socket listening at
+                      127.0.0.1:EGRESS_PROXY_PORT inside its network, for the caller to serve
+                      (egress_proxy_add) or close; else -1 */
 } local_box;
 
 /* Network namespaces (loopback up) created ahead of need, so a sandbox with
@@ -62,7 +65,9 @@ typedef struct local_spec {
  * directories (as sbx_user_data_open in manager.h) and the user's skills
  * view (skills_view_ensure: mounted at /mnt/skills), then launches `fawn box`
  * in fresh namespaces (see box/box.h) with cgroup limits, and waits for it
- * to be ready. Starts for one sandbox are serialized with a lock file. */
+ * to be ready; with network allowlist, in a namespace of egress_netns_new
+ * whose proxy socket it hands back (out->egress_fd). Starts for one
+ * sandbox are serialized with a lock file. */
 FAWN_MUST_CHECK int local_box_ensure(local_box *out, const local_spec *spec);
 
 /* What local_launch needs: one sandbox's box, serving on listen_fd. */
@@ -76,6 +81,8 @@ typedef struct local_launch_spec {
     const char *token;      /* bearer token every request must carry, or NULL */
     uint32_t idle_exit_s;   /* 0 = never */
     netns_pool *netns;      /* optional (see netns_pool) */
+    int egress_netns;       /* network allowlist: the namespace egress_netns_new made, which the
+                               box enters (borrowed; not a standard stream); else unused */
     const char *fawn_bin;   /* as in local_spec */
     bool die_with_launcher; /* the box is killed when its launcher dies (fawn box --listen) */
 } local_launch_spec;

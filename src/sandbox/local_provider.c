@@ -1,7 +1,13 @@
 /* The local provider for the sandbox manager: boxes in fresh namespaces on
  * this host (local.c), reached through their unix sockets under
  * $FAWN_HOME/run. A box is absent once its socket is gone and its cgroup
- * (when cgroups are in use) has been emptied and removed. */
+ * (when cgroups are in use) has been emptied and removed.
+ *
+ * With network allowlist the provider runs the egress proxy (egress.h):
+ * a box it started has its listener there until it is destroyed; a box it
+ * did not start (another process's, or one from before a restart) has no
+ * proxy, so it is not healthy and is not adopted: it is stopped and
+ * started anew. */
 #include <dirent.h>
 #include <errno.h>
 #include <poll.h>
@@ -14,6 +20,7 @@
 #include <unistd.h>
 
 #include "sandbox/client.h"
+#include "sandbox/egress.h"
 #include "sandbox/local.h"
 #include "sandbox/manager.h"
 
@@ -52,6 +59,7 @@ typedef struct local_provider {
     child_box *children;
     size_t n_children, cap_children;
     cached_conn conns[LOCAL_CONNS_MAX];
+    egress_proxy *egress; /* network allowlist: the boxes' proxy, else NULL */
 } local_provider;
 
 /* Takes box's cached connection (or a free slot for one), marking it in
@@ -200,8 +208,18 @@ static int local_create(void *ctx, sbx_box *out, const char *user, const char *t
                        .idle_exit_s = lp->cfg->sandbox.idle_timeout_s};
     local_box lb;
     int r = local_box_ensure(&lb, &spec);
+    if (r == 0 && lp->egress && !lb.started && !egress_proxy_serves(lp->egress, lb.sandbox_id)) {
+        /* Running without this gateway's proxy: started anew, with it. */
+        r = local_box_stop_id(lp->cfg, lb.sandbox_id);
+        if (r == 0)
+            r = local_box_ensure(&lb, &spec);
+    }
     if (r == 0 && lb.started && lb.pid > 0)
         r = child_add(lp, lb.sandbox_id, lb.pid);
+    if (r == 0 && lb.egress_fd >= 0 && lp->egress)
+        r = egress_proxy_add(lp->egress, lb.sandbox_id, steal_fd(lb.egress_fd));
+    if (lb.egress_fd >= 0)
+        close(lb.egress_fd);
     if (r < 0)
         return r;
     memcpy(out->sandbox_id, lb.sandbox_id, sizeof out->sandbox_id);
@@ -236,6 +254,9 @@ static int local_health(void *ctx, const sbx_box *box) {
     const char *path = socket_of(box);
     if (!path)
         return fawn_err(FAWN_EINVAL, "not a local box");
+    local_provider *lp = ctx;
+    if (lp->egress && !egress_proxy_serves(lp->egress, box->sandbox_id))
+        return fawn_err(FAWN_ENOENT, "no egress proxy serves it");
     if (conn_alive(ctx, box))
         return 0;
     char generation[SBX_GENERATION_LEN + 1];
@@ -258,6 +279,8 @@ static int local_destroy(void *ctx, const char *sandbox_id, const char *generati
     if (state == SBX_RUNNING && generation[0] && strcmp(running, generation) != 0)
         return 0;
     int r = local_box_stop_id(lp->cfg, sandbox_id);
+    if (lp->egress)
+        egress_proxy_remove(lp->egress, sandbox_id);
     pid_t child = child_take(lp, sandbox_id);
     if (r == 0 && child > 0)
         r = child_reap(child);
@@ -332,6 +355,18 @@ static int local_call_file(void *ctx, json_t **reply, int *status, const sbx_box
                             fawn_now_ms() + timeout_ms);
 }
 
+/* The proxy of network allowlist, from sandbox.egress; refused where
+ * sandbox namespaces cannot be made (not root). */
+static int egress_start(egress_proxy **out, const fawn_config *cfg) {
+    *out = NULL;
+    if (geteuid() != 0)
+        return fawn_err(FAWN_EUNSUP, "sandbox.network allowlist needs fawn to run as root (the "
+                                     "gateway makes each sandbox's network namespace)");
+    egress_policy policy;
+    int r = egress_policy_from_config(&policy, cfg);
+    return r < 0 ? r : egress_proxy_new(out, &policy);
+}
+
 int local_provider_new(sbx_provider **out, const fawn_config *cfg, const char *fawn_bin) {
     *out = NULL;
     local_provider *lp = calloc(1, sizeof *lp);
@@ -339,6 +374,11 @@ int local_provider_new(sbx_provider **out, const fawn_config *cfg, const char *f
         return fawn_err(FAWN_ENOMEM, "out of memory");
     lp->cfg = cfg;
     lp->fawn_bin = fawn_bin;
+    int r = cfg->sandbox.network == FAWN_NET_ALLOWLIST ? egress_start(&lp->egress, cfg) : 0;
+    if (r < 0) {
+        free(lp);
+        return r;
+    }
     pthread_mutex_init(&lp->mu, NULL);
     for (size_t i = 0; i < LOCAL_CONNS_MAX; i++)
         lp->conns[i].conn.fd = -1;
@@ -360,6 +400,7 @@ void local_provider_free(sbx_provider *p) {
     if (!p)
         return;
     local_provider *lp = p->ctx;
+    egress_proxy_free(lp->egress);
     for (size_t i = 0; i < LOCAL_CONNS_MAX; i++)
         box_conn_close(&lp->conns[i].conn);
     pthread_mutex_destroy(&lp->mu);

@@ -137,7 +137,10 @@ typedef struct sbx_provider {
 
 /* The local provider: boxes in fresh namespaces on this host (local.c),
  * started through fawn_bin's launch helper when the caller is
- * multithreaded (NULL: this program). cfg must outlive it. */
+ * multithreaded (NULL: this program), and with sandbox.network allowlist
+ * the egress proxy their commands reach the network through (egress.h;
+ * FAWN_EUNSUP when not root, FAWN_ECONFIG for a bad sandbox.egress). cfg
+ * must outlive it. */
 FAWN_MUST_CHECK int local_provider_new(sbx_provider **out, const fawn_config *cfg,
                                        const char *fawn_bin);
 void local_provider_free(sbx_provider *p);

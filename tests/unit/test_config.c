@@ -554,8 +554,9 @@ static void test_enums(void **state) {
            "log_level: must be one of debug|info|warn|error (got 'verbose')");
     refuse("log_level: INFO\n", "log_level: must be one of");
     refuse("sandbox:\n  network: bridge\n",
-           "<string>:2: sandbox.network: must be one of none|host (got 'bridge')");
-    refuse("sandbox:\n  network: \"host \"\n", "sandbox.network: must be one of none|host");
+           "<string>:2: sandbox.network: must be one of none|host|allowlist (got 'bridge')");
+    refuse("sandbox:\n  network: \"host \"\n",
+           "sandbox.network: must be one of none|host|allowlist");
     static const char *const levels[] = {"debug", "info", "warn", "error"};
     for (size_t i = 0; i < ARRAY_LEN(levels); i++) {
         char yaml[64];
