@@ -638,14 +638,24 @@ static size_t listeners_collect(egress_proxy *p, struct pollfd *pf, egress_sandb
 /* Sandboxes one proxy serves at once: every running sandbox of a gateway
  * (sandbox.replicas is at most 100000; past this many a start fails). */
 #define EGRESS_SANDBOXES_MAX 4096
+/* How long the acceptor waits when the process is out of descriptors:
+ * long enough not to spin, short enough that a freed one is used soon. */
+#define EGRESS_FD_WAIT_MS 100
 
 static void accept_ready(egress_proxy *p, struct pollfd *pf, egress_sandbox **sbs, size_t n) {
     for (size_t i = 0; i < n; i++) {
         if (!pf[i].revents)
             continue;
         int fd = accept4(pf[i].fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd >= 0)
+        if (fd >= 0) {
             conn_start(p, sbs[i], fd);
+        } else if (errno == EMFILE || errno == ENFILE) {
+            /* The connection stays queued and poll would report it at once
+             * again: wait for descriptors to free rather than spin. */
+            log_warn("egress", "out of file descriptors: waiting to accept");
+            usleep(EGRESS_FD_WAIT_MS * 1000);
+            return;
+        }
     }
 }
 
