@@ -44,7 +44,8 @@ int sched_cron_next(int64_t *out, const sched_cron *c, const sched_zone *z, int6
         int64_t y;
         int m, d;
         sched_civil_from_days(day, &y, &m, &d);
-        if (sched_cron_matches_day(c, m, d, sched_weekday(day)) && day_next(out, c, z, day, from, after))
+        if (sched_cron_matches_day(c, m, d, sched_weekday(day)) &&
+            day_next(out, c, z, day, from, after))
             return 0;
     }
     return fawn_err(FAWN_EINVAL, "the cron schedule never runs");

@@ -77,8 +77,8 @@ typedef struct zone_rule {
 
 struct sched_zone {
     size_t n_trans;
-    int64_t *at;    /* transition times, ascending */
-    uint8_t *type;  /* the local time type from at[i] on */
+    int64_t *at;   /* transition times, ascending */
+    uint8_t *type; /* the local time type from at[i] on */
     size_t n_types;
     int32_t *utoff; /* each type's offset east of UTC */
     bool has_rule;  /* the footer's rule holds after the last transition */
@@ -147,7 +147,8 @@ int32_t sched_zone_offset(const sched_zone *z, int64_t t) {
 
 int64_t sched_zone_utc_of(const sched_zone *z, int64_t local) {
     local = clamp_time(local);
-    int32_t before = sched_zone_offset(z, local - 86400), after = sched_zone_offset(z, local + 86400);
+    int32_t before = sched_zone_offset(z, local - 86400),
+            after = sched_zone_offset(z, local + 86400);
     int64_t ta = local - before, tb = local - after;
     bool a_ok = sched_zone_offset(z, ta) == before, b_ok = sched_zone_offset(z, tb) == after;
     if (a_ok && b_ok)

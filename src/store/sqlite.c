@@ -199,6 +199,60 @@ static const migration migrations[] = {
     {"ALTER TABLE receipts ADD COLUMN evidence TEXT "
      "CHECK (evidence IS NULL OR json_valid(evidence));",
      NULL},
+    /* 12: reserved for the MCP client's migration (developed on another
+     * branch at the same time). This placeholder only keeps the numbering:
+     * when the two are merged, the MCP migration takes this slot and this
+     * entry goes. */
+    {"SELECT 1;", NULL},
+    /* 13: scheduled tasks and their runs (sqlite_schedules.c). A task's
+     * claim_id names its claimed run not yet started; a scheduled
+     * occurrence is run at most once (the unique index); a run's reported
+     * status is its agent run's once started. */
+    {"CREATE TABLE scheduled_tasks ("
+     "  id TEXT PRIMARY KEY,"
+     "  owner_id INTEGER NOT NULL,"
+     "  title TEXT NOT NULL,"
+     "  prompt TEXT NOT NULL,"
+     "  schedule_type TEXT NOT NULL CHECK (schedule_type IN ('once', 'cron')),"
+     "  schedule_spec TEXT NOT NULL,"
+     "  timezone TEXT NOT NULL,"
+     "  context_mode TEXT NOT NULL"
+     "    CHECK (context_mode IN ('fresh_thread_per_run', 'reuse_thread')),"
+     "  thread_id TEXT,"
+     "  status TEXT NOT NULL CHECK (status IN ('enabled', 'paused', 'completed', 'stopped')),"
+     "  stop_reason TEXT,"
+     "  next_run_at_ms INTEGER,"
+     "  claim_id TEXT,"
+     "  lease_owner TEXT,"
+     "  lease_until_ms INTEGER,"
+     "  last_run_at_ms INTEGER,"
+     "  last_run_id TEXT,"
+     "  last_thread_id TEXT,"
+     "  last_error TEXT,"
+     "  run_count INTEGER NOT NULL DEFAULT 0,"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  updated_at_ms INTEGER NOT NULL);"
+     "CREATE INDEX scheduled_tasks_by_owner ON scheduled_tasks(owner_id, created_at_ms);"
+     "CREATE INDEX scheduled_tasks_due ON scheduled_tasks(status, next_run_at_ms);"
+     "CREATE TABLE scheduled_task_runs ("
+     "  id TEXT PRIMARY KEY,"
+     "  task_id TEXT NOT NULL REFERENCES scheduled_tasks(id) ON DELETE CASCADE,"
+     "  owner_id INTEGER NOT NULL,"
+     "  thread_id TEXT NOT NULL,"
+     "  run_id TEXT,"
+     "  scheduled_for_ms INTEGER NOT NULL,"
+     "  trigger TEXT NOT NULL CHECK (trigger IN ('scheduled', 'manual')),"
+     "  triggered_by INTEGER,"
+     "  status TEXT NOT NULL CHECK (status IN ('claimed', 'started', 'skipped', 'failed')),"
+     "  error TEXT,"
+     "  started_at_ms INTEGER,"
+     "  ended_at_ms INTEGER,"
+     "  created_at_ms INTEGER NOT NULL);"
+     "CREATE UNIQUE INDEX scheduled_task_runs_once ON scheduled_task_runs(task_id, "
+     "  scheduled_for_ms) WHERE trigger = 'scheduled';"
+     "CREATE INDEX scheduled_task_runs_by_task ON scheduled_task_runs(task_id, created_at_ms);"
+     "CREATE INDEX scheduled_task_runs_by_status ON scheduled_task_runs(status);",
+     NULL},
 };
 
 int sq_err(sqlite3 *db, int rc, const char *what) {

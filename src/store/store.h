@@ -497,6 +497,169 @@ FAWN_MUST_CHECK int store_fact_delete(store *s, int64_t owner_id, const char *id
  * FAWN_EEXIST naming a duplicate content. */
 FAWN_MUST_CHECK int store_fact_replace(store *s, int64_t owner_id, const store_fact *facts,
                                        size_t n, size_t max);
+/* ---- scheduled tasks (sqlite_schedules.c) ----
+ * A task belongs to one owner: every function a client's request reaches
+ * takes the owner, and another owner's task id is FAWN_ENOENT. The
+ * scheduler's functions (due, claim, start, fail, reclaim) take no owner:
+ * they act on the task as stored and run it as its owner.
+ *
+ * Claims: an occurrence is claimed in one transaction that checks the
+ * task is still due for exactly that occurrence (its next_run_at), not
+ * leased, and not running another run; inserts the task run ("claimed",
+ * unique per (task, scheduled occurrence)); advances next_run_at; and
+ * leases the task to the claimer. Whoever loses that compare-and-swap
+ * (another thread, another gateway on the same database) claims nothing.
+ * A claimer that dies before it starts the run leaves the claim and its
+ * lease: once the lease has expired another claimer takes the claim over
+ * (store_task_reclaim), finds whether the run was started after all
+ * (store_task_claim_find_run) and records or starts it — so a claimed
+ * occurrence is neither lost nor started twice. */
+
+#define STORE_TASK_ID_MAX 48
+/* DeerFlow's column sizes: a title of 255 bytes; a prompt is one
+ * message, 32 KiB holds any a person writes for a recurring task. */
+#define STORE_TASK_TITLE_MAX 255
+#define STORE_TASK_PROMPT_MAX (32 * 1024)
+/* A schedule's text (a cron expression or a run_at time) and zone name. */
+#define STORE_TASK_SPEC_MAX 256
+#define STORE_TASK_ZONE_MAX 64
+/* Tasks one owner may hold: bounds every listing and what the
+ * scheduler scans for one user. */
+#define STORE_TASKS_PER_OWNER_MAX 200
+/* Task runs one listing returns at most (DeerFlow's limit). */
+#define STORE_TASK_RUNS_LIST_MAX 200
+/* Longest stop reason or error kept with a task or run. */
+#define STORE_TASK_ERROR_MAX 1024
+
+typedef struct store_task {
+    char id[STORE_TASK_ID_MAX + 1];
+    int64_t owner_id;
+    char *title, *prompt;                        /* malloc'd */
+    char schedule_type[8];                       /* once | cron */
+    char schedule_spec[STORE_TASK_SPEC_MAX + 1]; /* run_at text, or the cron expression */
+    char timezone[STORE_TASK_ZONE_MAX + 1];
+    char context_mode[24];                /* fresh_thread_per_run | reuse_thread */
+    char thread_id[65];                   /* reuse_thread's thread ("" none) */
+    char status[16];                      /* enabled | paused | completed | stopped */
+    char *stop_reason;                    /* why stopped (malloc'd, or NULL) */
+    int64_t next_run_at_ms;               /* 0: none */
+    char claim_id[STORE_TASK_ID_MAX + 1]; /* a claimed run not yet started ("" none) */
+    char lease_owner[80];                 /* "" none */
+    int64_t lease_until_ms;
+    int64_t last_run_at_ms; /* 0: never */
+    char last_run_id[37], last_thread_id[65];
+    char *last_error;  /* malloc'd, or NULL */
+    int64_t run_count; /* runs started */
+    int64_t created_at_ms, updated_at_ms;
+} store_task;
+
+void store_task_clear(store_task *t);
+
+/* Records t as a new task (id, owner and every field a client sets, its
+ * status and next_run_at; the rest start empty, times are now).
+ * FAWN_EINVAL naming a field out of its bounds; FAWN_EEXIST for an id in
+ * use; FAWN_E2BIG when the owner has STORE_TASKS_PER_OWNER_MAX tasks. */
+FAWN_MUST_CHECK int store_task_create(store *s, const store_task *t);
+/* The owner's task id (caller clears *out). */
+FAWN_MUST_CHECK int store_task_get(store *s, store_task *out, int64_t owner_id, const char *id);
+/* The owner's tasks (those of thread_id only, when not NULL), newest
+ * first: *out is a malloc'd array of *n (clear each, then free it). */
+FAWN_MUST_CHECK int store_task_list(store *s, store_task **out, size_t *n, int64_t owner_id,
+                                    const char *thread_id);
+/* Writes the fields a client may change (title, prompt, schedule_type,
+ * schedule_spec, timezone, context_mode, thread_id, status, stop_reason,
+ * next_run_at) of the owner's task t->id; updated_at becomes now. */
+FAWN_MUST_CHECK int store_task_update(store *s, const store_task *t);
+/* Deletes the owner's task and its run history. */
+FAWN_MUST_CHECK int store_task_delete(store *s, int64_t owner_id, const char *id);
+
+/* What a task run is (store_task_run.status): a claim not yet started,
+ * an agent run (whose own record gives the status reported), or an
+ * occurrence that never became a run. */
+typedef struct store_task_run {
+    char id[STORE_TASK_ID_MAX + 1];
+    char task_id[STORE_TASK_ID_MAX + 1];
+    int64_t owner_id;
+    char thread_id[65];
+    char run_id[37]; /* the agent run ("" until started) */
+    int64_t scheduled_for_ms;
+    char trigger[16];     /* scheduled | manual */
+    int64_t triggered_by; /* the user who triggered a manual run (0: the scheduler) */
+    /* queued (claimed) | running | success | failed | interrupted | skipped,
+     * read through the agent run's status once started */
+    char status[16];
+    char *error;                                       /* malloc'd, or NULL */
+    int64_t started_at_ms, ended_at_ms, created_at_ms; /* 0: not yet */
+} store_task_run;
+
+void store_task_run_clear(store_task_run *r);
+
+/* The task's runs, newest first, limit clamped to
+ * 1..STORE_TASK_RUNS_LIST_MAX (caller clears each, frees the array).
+ * FAWN_ENOENT when the owner has no such task. */
+FAWN_MUST_CHECK int store_task_run_list(store *s, store_task_run **out, size_t *n, int64_t owner_id,
+                                        const char *task_id, size_t limit, size_t offset);
+/* Scheduled-task runs active now, all tasks together: claimed, or
+ * started and whose agent run is pending or running. */
+FAWN_MUST_CHECK int store_task_runs_active(store *s, int64_t *out);
+
+/* Enabled tasks whose next_run_at is at or before now, unclaimed and not
+ * leased, and tasks whose claim's lease has expired (claim_id set),
+ * oldest due first, at most limit (1..STORE_TASKS_PER_OWNER_MAX). */
+FAWN_MUST_CHECK int store_task_due(store *s, store_task **out, size_t *n, int64_t now_ms,
+                                   size_t limit);
+
+/* What a claim did. */
+enum store_claim {
+    STORE_CLAIM_TAKEN,   /* the run is claimed: start it */
+    STORE_CLAIM_SKIPPED, /* a previous run is active: the occurrence is recorded skipped */
+    STORE_CLAIM_FULL,    /* max_active runs are active: nothing changed */
+    STORE_CLAIM_ACTIVE,  /* (manual) a previous run is active: nothing changed */
+    STORE_CLAIM_LOST,    /* someone else claimed it, or it changed: nothing changed */
+};
+
+typedef struct store_claim_req {
+    const char *task_id;
+    int64_t owner_id;      /* manual: the owner the caller authenticated (0: any) */
+    const char *trigger;   /* scheduled | manual */
+    int64_t triggered_by;  /* manual: who */
+    int64_t due_ms;        /* scheduled: the next_run_at the caller read (the occurrence) */
+    int64_t next_ms;       /* scheduled: the next occurrence after it (0: none) */
+    const char *claim_id;  /* the new task run's id */
+    const char *thread_id; /* the thread the run will go to */
+    const char *lease_owner;
+    int64_t now_ms, lease_ms;
+    int64_t max_active; /* scheduled-task runs active at once, all tasks */
+} store_claim_req;
+
+/* Claims one run of a task as said above; *out says what happened and
+ * *task (may be NULL; caller clears it) gets the task as it now is. FAWN_ENOENT when no
+ * such task (of owner_id, when given). */
+FAWN_MUST_CHECK int store_task_claim(store *s, enum store_claim *out, store_task *task,
+                                     const store_claim_req *req);
+/* Takes over a claim whose lease expired: the task keeps claim_id and is
+ * leased to lease_owner until now + lease. FAWN_ESTALE when the claim is
+ * no longer that one or its lease is still held. */
+FAWN_MUST_CHECK int store_task_reclaim(store *s, const char *task_id, const char *claim_id,
+                                       const char *lease_owner, int64_t now_ms, int64_t lease_ms);
+/* The agent run started for claim claim_id on the owner's thread, if one
+ * was (run_id "" when none). */
+FAWN_MUST_CHECK int store_task_claim_find_run(store *s, char run_id[37], int64_t owner_id,
+                                              const char *thread_id, const char *claim_id);
+/* Records that claim claim_id of task_id became agent run run_id at
+ * now: the run is started, the task's claim and lease are released,
+ * last_run_* are set and run_count grows; a once task whose scheduled
+ * occurrence this was is completed. FAWN_ESTALE when the task no longer
+ * holds that claim (the run is still recorded). */
+FAWN_MUST_CHECK int store_task_claim_started(store *s, const char *task_id, const char *claim_id,
+                                             const char *run_id, int64_t now_ms);
+/* Records that claim claim_id of task_id could not start: the run fails
+ * with error, the claim and lease are released and last_error is set;
+ * with stop_reason (not NULL) the task is stopped with it. */
+FAWN_MUST_CHECK int store_task_claim_failed(store *s, const char *task_id, const char *claim_id,
+                                            const char *error, const char *stop_reason,
+                                            int64_t now_ms);
+
 /* ---- skill states (sqlite_skills.c) ---- */
 
 /* Longest skill name kept (DeerFlow's limit on a skill's name). */

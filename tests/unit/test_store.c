@@ -61,12 +61,12 @@ static void migrations_bring_schema_current(void **state) {
     fx *x = *state;
     int v = 0;
     assert_int_equal(store_schema_version(x->s, &v), 0);
-    assert_int_equal(v, 11);
+    assert_int_equal(v, 13); /* 12: reserved for the MCP client; 13: scheduled tasks */
     /* Reopening applies nothing twice. */
     store *again;
     assert_int_equal(store_open(&again, x->path), 0);
     assert_int_equal(store_schema_version(again, &v), 0);
-    assert_int_equal(v, 11);
+    assert_int_equal(v, 13);
     store_close(again);
 }
 
@@ -1272,6 +1272,7 @@ static int64_t make_v5_database(const char *path) {
              "DROP TABLE skill_states;"
              "ALTER TABLE runs DROP COLUMN token_usage;"
              "ALTER TABLE receipts DROP COLUMN evidence;"
+             "DROP TABLE scheduled_task_runs; DROP TABLE scheduled_tasks;"
              "PRAGMA user_version = 5;"
              "INSERT INTO checkpoints VALUES (%" PRId64 ", 't5', 'c1', '', 'r5', 1, '%s', '{}', 1);"
              "INSERT INTO checkpoints VALUES (%" PRId64
@@ -1299,7 +1300,7 @@ static void migration_moves_whole_states_into_message_rows(void **state) {
     assert_int_equal(store_open(&s, path), 0);
     int v;
     assert_int_equal(store_schema_version(s, &v), 0);
-    assert_int_equal(v, 11);
+    assert_int_equal(v, 13);
     store_checkpoint *list;
     size_t n, omitted;
     assert_int_equal(store_checkpoint_list(s, &list, &n, owner, "t5", NULL, 10), 0);
@@ -1572,6 +1573,215 @@ static void memory_import_is_all_or_nothing(void **state) {
     assert_int_equal(store_fact_replace(x->s, x->bob, NULL, 0, 10), 0);
 }
 
+/* ---- scheduled tasks ---- */
+
+static void make_task(fx *x, int64_t owner, const char *id, int64_t next_ms) {
+    store_task t = {.owner_id = owner,
+                    .title = "Daily digest",
+                    .prompt = "Summarize my day",
+                    .next_run_at_ms = next_ms};
+    snprintf(t.id, sizeof t.id, "%s", id);
+    snprintf(t.schedule_type, sizeof t.schedule_type, "cron");
+    snprintf(t.schedule_spec, sizeof t.schedule_spec, "* * * * *");
+    snprintf(t.timezone, sizeof t.timezone, "UTC");
+    snprintf(t.context_mode, sizeof t.context_mode, "fresh_thread_per_run");
+    snprintf(t.status, sizeof t.status, "enabled");
+    assert_int_equal(store_task_create(x->s, &t), 0);
+}
+
+static store_claim_req claim_req(const char *task, const char *trigger, const char *claim,
+                                 const char *lease_owner, int64_t due, int64_t now) {
+    return (store_claim_req){.task_id = task,
+                             .trigger = trigger,
+                             .due_ms = due,
+                             .next_ms = due + 60000,
+                             .claim_id = claim,
+                             .thread_id = "sth",
+                             .lease_owner = lease_owner,
+                             .now_ms = now,
+                             .lease_ms = 120000,
+                             .max_active = 3};
+}
+
+static void tasks_are_owner_scoped_and_checked(void **state) {
+    fx *x = *state;
+    make_task(x, x->alice, "task-own", 5000);
+    store_task t;
+    assert_int_equal(store_task_get(x->s, &t, x->bob, "task-own"), FAWN_ENOENT);
+    assert_int_equal(store_task_get(x->s, &t, x->alice, "task-own"), 0);
+    assert_string_equal(t.title, "Daily digest");
+    assert_true(t.next_run_at_ms == 5000);
+    t.owner_id = x->bob; /* bob cannot change or delete alice's task */
+    assert_int_equal(store_task_update(x->s, &t), FAWN_ENOENT);
+    assert_int_equal(store_task_delete(x->s, x->bob, "task-own"), FAWN_ENOENT);
+    t.owner_id = x->alice;
+    snprintf(t.status, sizeof t.status, "running");
+    assert_int_equal(store_task_update(x->s, &t), FAWN_EINVAL);
+    snprintf(t.status, sizeof t.status, "paused");
+    free(t.title);
+    t.title = strdup("");
+    assert_int_equal(store_task_update(x->s, &t), FAWN_EINVAL);
+    free(t.title);
+    t.title = strdup("\xff\xfe");
+    assert_int_equal(store_task_update(x->s, &t), FAWN_EINVAL);
+    store_task_clear(&t);
+    store_task *list;
+    size_t n;
+    assert_int_equal(store_task_list(x->s, &list, &n, x->bob, NULL), 0);
+    assert_int_equal(n, 0);
+    free(list);
+    store_task_run *runs;
+    assert_int_equal(store_task_run_list(x->s, &runs, &n, x->bob, "task-own", 10, 0), FAWN_ENOENT);
+    assert_int_equal(store_task_delete(x->s, x->alice, "task-own"), 0);
+}
+
+/* One occurrence, two claimers; the winner dies before starting the run;
+ * a later claimer takes the claim over once its lease has expired, finds
+ * the run started (or not) and records it once. */
+static void claims_run_each_occurrence_once(void **state) {
+    fx *x = *state;
+    make_task(x, x->alice, "task-c", 1000000);
+    enum store_claim how;
+    store_task t;
+    store_claim_req q = claim_req("task-c", "scheduled", "c1", "g1", 1000000, 1000500);
+    assert_int_equal(store_task_claim(x->s, &how, &t, &q), 0);
+    assert_int_equal(how, STORE_CLAIM_TAKEN);
+    assert_string_equal(t.claim_id, "c1");
+    assert_true(t.next_run_at_ms == 1060000);
+    store_task_clear(&t);
+    q = claim_req("task-c", "scheduled", "c2", "g2", 1000000, 1000600);
+    assert_int_equal(store_task_claim(x->s, &how, NULL, &q), 0);
+    assert_int_equal(how, STORE_CLAIM_LOST);
+    /* leased: not due; the lease expired: due again, as an orphan claim */
+    store_task *due;
+    size_t n;
+    assert_int_equal(store_task_due(x->s, &due, &n, 1070000, 10), 0);
+    assert_int_equal(n, 0);
+    free(due);
+    int64_t later = 1000500 + 120000 + 1;
+    assert_int_equal(store_task_due(x->s, &due, &n, later, 10), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(due[0].claim_id, "c1");
+    store_task_clear(&due[0]);
+    free(due);
+    assert_int_equal(store_task_reclaim(x->s, "task-c", "c1", "g2", later, 120000), 0);
+    assert_int_equal(store_task_reclaim(x->s, "task-c", "c1", "g3", later + 1, 120000),
+                     FAWN_ESTALE);
+    char run_id[37];
+    make_thread(x, x->alice, "sth");
+    assert_int_equal(store_task_claim_find_run(x->s, run_id, x->alice, "sth", "c1"), 0);
+    assert_string_equal(run_id, "");
+    store_run r = {
+        .owner_id = x->alice, .metadata = "{\"scheduled_task_run_id\":\"c1\"}", .kwargs = "{}"};
+    snprintf(r.run_id, sizeof r.run_id, "sr1");
+    snprintf(r.thread_id, sizeof r.thread_id, "sth");
+    snprintf(r.assistant_id, sizeof r.assistant_id, "lead_agent");
+    assert_int_equal(store_run_create(x->s, &r), 0);
+    assert_int_equal(store_task_claim_find_run(x->s, run_id, x->alice, "sth", "c1"), 0);
+    assert_string_equal(run_id, "sr1");
+    assert_int_equal(store_task_claim_started(x->s, "task-c", "c1", "sr1", later), 0);
+    /* the first claimer wakes up: its claim is gone */
+    assert_int_equal(store_task_claim_started(x->s, "task-c", "c1", "sr1", later), FAWN_ESTALE);
+    assert_int_equal(store_task_get(x->s, &t, x->alice, "task-c"), 0);
+    assert_string_equal(t.claim_id, "");
+    assert_true(t.run_count == 1);
+    assert_string_equal(t.last_run_id, "sr1");
+    store_task_clear(&t);
+    int64_t active;
+    assert_int_equal(store_task_runs_active(x->s, &active), 0);
+    assert_true(active == 1);
+    /* the next occurrence while that run is active: skipped */
+    q = claim_req("task-c", "scheduled", "c3", "g2", 1060000, later + 10);
+    assert_int_equal(store_task_claim(x->s, &how, &t, &q), 0);
+    assert_int_equal(how, STORE_CLAIM_SKIPPED);
+    assert_true(t.next_run_at_ms == 1120000);
+    assert_string_equal(t.claim_id, "");
+    store_task_clear(&t);
+    /* a manual trigger while it is active: refused, nothing recorded */
+    q = claim_req("task-c", "manual", "c4", "g2", 0, later + 20);
+    assert_int_equal(store_task_claim(x->s, &how, NULL, &q), 0);
+    assert_int_equal(how, STORE_CLAIM_ACTIVE);
+    assert_int_equal(store_run_set_status(x->s, "sr1", "success", NULL), 0);
+    assert_int_equal(store_task_runs_active(x->s, &active), 0);
+    assert_true(active == 0);
+    q.max_active = 0; /* the budget is full: nothing changes */
+    assert_int_equal(store_task_claim(x->s, &how, NULL, &q), 0);
+    assert_int_equal(how, STORE_CLAIM_FULL);
+    q.max_active = 3;
+    q.triggered_by = x->alice;
+    assert_int_equal(store_task_claim(x->s, &how, NULL, &q), 0);
+    assert_int_equal(how, STORE_CLAIM_TAKEN);
+    assert_int_equal(
+        store_task_claim_failed(x->s, "task-c", "c4", "no model", "the role changed", later + 30),
+        0);
+    assert_int_equal(store_task_get(x->s, &t, x->alice, "task-c"), 0);
+    assert_string_equal(t.status, "stopped");
+    assert_string_equal(t.stop_reason, "the role changed");
+    assert_true(t.next_run_at_ms == 1120000);
+    /* an occurrence already run is never run again, even if re-armed */
+    snprintf(t.status, sizeof t.status, "enabled");
+    t.next_run_at_ms = 1000000;
+    assert_int_equal(store_task_update(x->s, &t), 0);
+    store_task_clear(&t);
+    q = claim_req("task-c", "scheduled", "c5", "g2", 1000000, later + 40);
+    assert_int_equal(store_task_claim(x->s, &how, &t, &q), 0);
+    assert_int_equal(how, STORE_CLAIM_LOST);
+    assert_true(t.next_run_at_ms == 1060000);
+    store_task_clear(&t);
+    store_task_run *runs;
+    assert_int_equal(store_task_run_list(x->s, &runs, &n, x->alice, "task-c", 10, 0), 0);
+    assert_int_equal(n, 3); /* manual c4 failed, c3 skipped, c1 success */
+    assert_string_equal(runs[0].status, "failed");
+    assert_string_equal(runs[0].trigger, "manual");
+    assert_true(runs[0].triggered_by == x->alice);
+    assert_string_equal(runs[1].status, "skipped");
+    assert_string_equal(runs[2].status, "success");
+    assert_string_equal(runs[2].run_id, "sr1");
+    for (size_t i = 0; i < n; i++)
+        store_task_run_clear(&runs[i]);
+    free(runs);
+    assert_int_equal(store_task_delete(x->s, x->alice, "task-c"), 0);
+}
+
+typedef struct claimer {
+    store *s;
+    char claim[16];
+    enum store_claim how;
+} claimer;
+
+static void *claim_main(void *arg) {
+    claimer *c = arg;
+    store_claim_req q = claim_req("task-race", "scheduled", c->claim, c->claim, 2000000, 2000001);
+    if (store_task_claim(c->s, &c->how, NULL, &q) < 0)
+        c->how = (enum store_claim) - 1;
+    return NULL;
+}
+
+/* Eight claimers, on two handles of the database (two gateways): one
+ * takes the occurrence. */
+static void concurrent_claimers_take_one(void **state) {
+    fx *x = *state;
+    make_task(x, x->alice, "task-race", 2000000);
+    store *other;
+    assert_int_equal(store_open(&other, x->path), 0);
+    claimer c[8];
+    pthread_t th[8];
+    for (int i = 0; i < 8; i++) {
+        c[i] = (claimer){.s = i % 2 ? other : x->s};
+        snprintf(c[i].claim, sizeof c[i].claim, "race%d", i);
+        assert_int_equal(pthread_create(&th[i], NULL, claim_main, &c[i]), 0);
+    }
+    int taken = 0;
+    for (int i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        assert_true(c[i].how == STORE_CLAIM_TAKEN || c[i].how == STORE_CLAIM_LOST);
+        taken += c[i].how == STORE_CLAIM_TAKEN;
+    }
+    assert_int_equal(taken, 1);
+    store_close(other);
+    assert_int_equal(store_task_delete(x->s, x->alice, "task-race"), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(migrations_bring_schema_current),
@@ -1603,6 +1813,9 @@ int main(void) {
         cmocka_unit_test(memory_facts_are_validated),
         cmocka_unit_test(memory_import_is_all_or_nothing),
         cmocka_unit_test(skill_states_keep_the_last_setting),
+        cmocka_unit_test(tasks_are_owner_scoped_and_checked),
+        cmocka_unit_test(claims_run_each_occurrence_once),
+        cmocka_unit_test(concurrent_claimers_take_one),
     };
     return cmocka_run_group_tests_name("store", tests, setup, teardown);
 }
