@@ -111,6 +111,9 @@ typedef struct agent_params {
     const fawn_compaction_config *compaction;
     agent_usage *usage; /* where the run's model calls are counted (NULL: not counted) */
     web_service *web;   /* the web tools' service (NULL: no web tools) */
+    /* ask_clarification is not offered, and a call of it is denied: no one
+     * is there to answer (a scheduled task's run). */
+    bool no_clarification;
 } agent_params;
 
 typedef struct agent_outcome {
@@ -234,6 +237,8 @@ void agent_task_scope(char out[SBX_SCOPE_MAX + 1], const char *run_id, unsigned 
 
 /* The tool the lead delegates with: task(description, prompt, subagent_type). */
 #define AGENT_TASK_TOOL "task"
+/* The tool that asks the user a question (tools/tool_meta.c). */
+#define AGENT_CLARIFICATION_TOOL "ask_clarification"
 /* The longest a sub-agent may be given (subagents.timeout_s, a type's timeout_s). */
 #define AGENT_TASK_TIMEOUT_MAX_S 86400
 

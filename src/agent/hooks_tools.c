@@ -90,6 +90,9 @@ const agent_hook hook_remote_content = {.name = "remote_content", .wrap_tool = r
 /* May the owner, with the role they have now, make this call? 0, or
  * FAWN_EPERM (a gone owner included) with the reason; store errors. */
 static int call_permitted(agent_loop *run, const char *tool) {
+    if (run->p->no_clarification && strcmp(tool, AGENT_CLARIFICATION_TOOL) == 0)
+        return fawn_err(FAWN_EPERM, "%s is not available: no one can answer in this run",
+                        AGENT_CLARIFICATION_TOOL);
     store_user owner;
     int r = store_user_get(run->p->st, &owner, run->p->owner_id);
     if (r == FAWN_ENOENT)

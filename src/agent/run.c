@@ -96,6 +96,7 @@ static json_t *allowed_tools(const agent_params *p, const json_t *names) {
     for (size_t i = 0; list && i < tool_count(); i++) {
         const tool_def *t = tool_at(i);
         if ((!names || name_listed(names, t->name)) && tool_offered(t, p->web) &&
+            !(p->no_clarification && strcmp(t->name, AGENT_CLARIFICATION_TOOL) == 0) &&
             authz_check(p->policy, p->role, AUTHZ_TOOLS, t->name) == 0)
             json_array_append_new(list, tool_openai_schema(t));
     }

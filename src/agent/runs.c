@@ -27,6 +27,7 @@ typedef struct run_entry {
     json_t *input;
     json_t *title;                            /* or NULL */
     char checkpoint_id[STORE_RUN_ID_MAX + 1]; /* "": the newest */
+    bool no_clarification;
     sbx_cancel cancel;
     run_log *log;         /* the entry's reference */
     bool succeeded;       /* the run ended in success (memory reads its turn) */
@@ -159,6 +160,7 @@ static agent_params params_of(run_manager *m, run_entry *e, const sbx_cancel *ca
         .web = m->limits.web,
         .compaction = m->limits.compaction,
         .usage = &e->usage,
+        .no_clarification = e->no_clarification,
     };
 }
 
@@ -502,6 +504,7 @@ static int entry_new(run_entry **out, run_manager *m, const run_request *rq) {
     e->has_model = rq->model_name != NULL;
     snprintf(e->model, sizeof e->model, "%s", rq->model_name ? rq->model_name : "");
     e->recursion_limit = rq->recursion_limit;
+    e->no_clarification = rq->no_clarification;
     e->input = rq->input ? json_deep_copy(rq->input) : json_array();
     e->title = rq->title ? json_deep_copy(rq->title) : NULL;
     snprintf(e->checkpoint_id, sizeof e->checkpoint_id, "%s",

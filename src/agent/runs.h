@@ -81,6 +81,7 @@ typedef struct run_request {
     const char *kwargs;        /* JSON object text stored with the run */
     const char *metadata;      /* JSON object text, or NULL */
     bool interrupt;            /* multitask_strategy interrupt: cancel the active run first */
+    bool no_clarification;     /* the run never offers or runs ask_clarification */
 } run_request;
 
 /* Records a pending run, marks the thread busy and queues the run; its

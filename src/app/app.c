@@ -1,6 +1,7 @@
 /* The application core: the services, built once in dependency order, and
  * the one way a run is started on behalf of a user. */
 #include "app/app.h"
+#include "app/app_internal.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
@@ -14,18 +15,6 @@
 
 /* Health checks and session requests the sandbox manager sends a box. */
 #define APP_SANDBOX_CALL_TIMEOUT_MS 5000
-
-struct app {
-    const fawn_config *cfg;
-    store *st;
-    authz_policy *policy;       /* every authorization decision */
-    model_registry *models;     /* the configured models */
-    agent_subagents *subagents; /* the sub-agent types runs may delegate to */
-    web_service *web;           /* the web tools' allow-list, limits and rate */
-    sbx_provider *provider;     /* where sandboxes run */
-    sbx_manager *sandboxes;     /* the one way to a sandbox */
-    run_manager *runs;          /* agent runs and their event logs */
-};
 
 /* Says once how the threads' disk limit is held on this host
  * (sandbox/quota.h). */
@@ -92,6 +81,8 @@ int app_open(app **out, const fawn_config *cfg, store *st) {
     }
     if (r == 0)
         r = executor_start(a);
+    if (r == 0 && cfg->schedules.enabled)
+        r = app_scheduler_start(&a->scheduler, a);
     if (r < 0) {
         app_close(a);
         return r;
@@ -101,13 +92,16 @@ int app_open(app **out, const fawn_config *cfg, store *st) {
 }
 
 void app_stop(app *a) {
-    if (a)
-        runs_stop(a->runs);
+    if (!a)
+        return;
+    app_scheduler_stop(a->scheduler); /* no run starts after this */
+    runs_stop(a->runs);
 }
 
 void app_close(app *a) {
     if (!a)
         return;
+    app_scheduler_free(a->scheduler);
     runs_free(a->runs);
     sbx_manager_free(a->sandboxes);
     sbx_provider_close(a->provider);
@@ -164,6 +158,7 @@ int app_run_start(char run_id[37], app *a, const store_user *user, const app_run
                        .checkpoint_id = spec->checkpoint_id,
                        .kwargs = spec->kwargs,
                        .metadata = spec->metadata,
-                       .interrupt = spec->interrupt};
+                       .interrupt = spec->interrupt,
+                       .no_clarification = spec->no_clarification};
     return runs_start(run_id, a->runs, &req);
 }

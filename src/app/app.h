@@ -60,6 +60,8 @@ typedef struct app_run_spec {
     const char *kwargs;        /* JSON object text stored with the run */
     const char *metadata;      /* JSON object text, or NULL */
     bool interrupt;            /* cancel the thread's active run first, instead of refusing */
+    bool no_clarification;     /* ask_clarification is neither offered nor run: nobody is
+                                  there to answer (scheduled runs) */
 } app_run_spec;
 
 /* Starts a run on behalf of user: the model must be one the user's role
@@ -69,6 +71,32 @@ typedef struct app_run_spec {
  * thread is busy or a limit is reached). run_id gets the new run's id. */
 FAWN_MUST_CHECK int app_run_start(char run_id[37], app *a, const store_user *user,
                                   const app_run_spec *spec);
+
+/* ---- scheduled tasks (scheduler.c) ----
+ * The scheduler: a thread that, every schedules.poll_interval_s or when
+ * woken, claims the due occurrences of tasks in the store (store.h,
+ * "scheduled tasks") and starts each as a run of its owner through
+ * app_run_start, with the owner's role as it is then. A run is started
+ * at most once per occurrence whatever dies when: see scheduler.c. */
+
+/* What a manual trigger did. */
+enum app_trigger {
+    APP_TRIGGER_STARTED, /* the run is started (run_id) */
+    APP_TRIGGER_ACTIVE,  /* the task's previous run is still active */
+    APP_TRIGGER_FULL,    /* schedules.max_concurrent_runs runs are active */
+};
+
+/* Runs user's task task_id now (a trial run; a paused task stays
+ * paused), as user, recording user as who triggered it, under the same
+ * budget as scheduled runs. FAWN_ENOENT when user has no such task; a
+ * run that could not start is recorded failed and its error returned
+ * (FAWN_EPERM when the user's role may not run it). run_id gets the run
+ * and thread_id its thread on APP_TRIGGER_STARTED. */
+FAWN_MUST_CHECK int app_schedule_trigger(enum app_trigger *out, char run_id[37], char thread_id[65],
+                                         app *a, const store_user *user, const char *task_id);
+
+/* Tells the scheduler a task changed: it looks for due tasks now. */
+void app_schedule_kick(app *a);
 
 /* Opens the user-data directory of the user's thread (caller closes
  * *fd_out); with create, makes it first as a sandbox start would

@@ -446,6 +446,16 @@ static const config_key web_keys[] = {
     {0},
 };
 
+static const config_key schedules_keys[] = {
+    KEY_SCALAR("enabled", schedules.enabled, set_bool, "true"),
+    /* DeerFlow's bounds: each run holds a worker of runs.workers. */
+    KEY_INT("max_concurrent_runs", schedules.max_concurrent_runs, set_u32, "3", 1, 32),
+    /* A task runs at most this late after its minute; 60 s is the
+     * finest a schedule can be, so polling slower would skip minutes. */
+    KEY_INT("poll_interval_s", schedules.poll_interval_s, set_u32, "5", 1, 30),
+    {0},
+};
+
 static const config_key root_keys[] = {
     KEY_SCALAR("home", home, set_string, NULL),
     KEY_SCALAR("log_level", log_level, set_log_level, "info"),
@@ -458,6 +468,7 @@ static const config_key root_keys[] = {
     KEY_SECTION("subagents", subagents_keys),
     KEY_SECTION("compaction", compaction_keys),
     KEY_SECTION("web", web_keys),
+    KEY_SECTION("schedules", schedules_keys),
     KEY_TREE("authorization", authorization),
     KEY_LIST("models", models),
     {0},

@@ -154,6 +154,15 @@ typedef struct fawn_web_config {
     json_t *search;
 } fawn_web_config;
 
+typedef struct fawn_schedules_config {
+    bool enabled;                 /* schedules.enabled: the scheduler runs due tasks (true; a
+                                     manual trigger works either way) */
+    uint32_t max_concurrent_runs; /* schedules.max_concurrent_runs: scheduled-task runs active
+                                     at once, all users, triggers included (3) */
+    uint32_t poll_interval_s;     /* schedules.poll_interval_s: the scheduler looks for due
+                                     tasks at least this often (5) */
+} fawn_schedules_config;
+
 typedef struct fawn_config {
     char *home;      /* home: state directory (default $FAWN_HOME or ./.fawn) */
     char *log_level; /* log_level: debug|info|warn|error (default info) */
@@ -166,6 +175,7 @@ typedef struct fawn_config {
     fawn_subagents_config subagents;
     fawn_compaction_config compaction;
     fawn_web_config web;
+    fawn_schedules_config schedules;
     /* authorization: the section as JSON (mappings -> objects, sequences ->
      * arrays, plain true/false -> booleans, plain null -> null, other
      * scalars -> strings), or NULL when absent; src/authz validates it. */

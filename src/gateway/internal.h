@@ -152,6 +152,8 @@ extern const gw_route gw_replay_routes[];
 extern const size_t gw_replay_routes_count;
 extern const gw_route gw_memory_routes[];
 extern const size_t gw_memory_routes_count;
+extern const gw_route gw_schedule_routes[];
+extern const size_t gw_schedule_routes_count;
 
 /* ---- requests (http.c) ---- */
 

@@ -69,6 +69,7 @@ static const struct {
     {gw_settings_routes, &gw_settings_routes_count},
     {gw_replay_routes, &gw_replay_routes_count},
     {gw_memory_routes, &gw_memory_routes_count},
+    {gw_schedule_routes, &gw_schedule_routes_count},
 };
 
 /* ---- routing ---- */

@@ -32,7 +32,7 @@
 
 /* A task run that is active: claimed, or started and not ended. */
 #define RUN_ACTIVE                                                                                 \
-    "(tr.status = 'claimed' OR (tr.status = 'started' AND EXISTS (SELECT 1 FROM runs r WHERE "    \
+    "(tr.status = 'claimed' OR (tr.status = 'started' AND EXISTS (SELECT 1 FROM runs r WHERE "     \
     "r.run_id = tr.run_id AND r.status IN ('pending', 'running'))))"
 
 #define SKIPPED_ERROR "skipped: a previous run of this task was still active"
@@ -219,7 +219,7 @@ static int task_get_on(sqlite3 *db, store_task *out, int64_t owner_id, const cha
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW)
         read_task(out, st);
-    r = rc == SQLITE_ROW  ? 0
+    r = rc == SQLITE_ROW    ? 0
         : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "Scheduled task not found")
                             : sq_err(db, rc, "read task");
     sqlite3_finalize(st);
@@ -465,8 +465,8 @@ static int claim_write(sqlite3 *db, enum store_claim *out, const store_claim_req
     bool taken = *out == STORE_CLAIM_TAKEN;
     int r = claim_run_insert(db, q, !taken);
     if (r == FAWN_EEXIST && strcmp(q->trigger, "scheduled") == 0) {
-        log_warn("store", "task %s: occurrence %lld already recorded; moving past it",
-                 q->task_id, (long long)q->due_ms);
+        log_warn("store", "task %s: occurrence %lld already recorded; moving past it", q->task_id,
+                 (long long)q->due_ms);
         *out = STORE_CLAIM_LOST;
         taken = false;
         r = 0;
@@ -506,8 +506,8 @@ int store_task_claim(store *s, enum store_claim *out, store_task *task, const st
     return r;
 }
 
-int store_task_reclaim(store *s, const char *task_id, const char *claim_id,
-                       const char *lease_owner, int64_t now_ms, int64_t lease_ms) {
+int store_task_reclaim(store *s, const char *task_id, const char *claim_id, const char *lease_owner,
+                       int64_t now_ms, int64_t lease_ms) {
     sqlite3 *db = sq_write_begin(s);
     sqlite3_stmt *st;
     int r = sq_prepare(db, &st,
@@ -524,6 +524,25 @@ int store_task_reclaim(store *s, const char *task_id, const char *claim_id,
     }
     sq_write_end(s);
     return r == FAWN_ENOENT ? fawn_err(FAWN_ESTALE, "the claim was taken or finished") : r;
+}
+
+int store_task_claim_get(store *s, store_task_run *out, const char *claim_id) {
+    *out = (store_task_run){0};
+    sqlite3 *db = sq_read_begin(s);
+    sqlite3_stmt *st;
+    int r = sq_prepare(db, &st, "SELECT " RUN_COLUMNS " WHERE tr.id = ?1");
+    if (r == 0) {
+        sqlite3_bind_text(st, 1, claim_id, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW)
+            read_run(out, st);
+        r = rc == SQLITE_ROW    ? 0
+            : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "no claim %s", claim_id)
+                                : sq_err(db, rc, "read claim");
+        sqlite3_finalize(st);
+    }
+    sq_read_end(s, db);
+    return r;
 }
 
 int store_task_claim_find_run(store *s, char run_id[37], int64_t owner_id, const char *thread_id,
@@ -550,8 +569,8 @@ int store_task_claim_find_run(store *s, char run_id[37], int64_t owner_id, const
 
 /* Binds a claim end's parameters: ?1 claim, ?2 text, ?3 now, ?4 task,
  * ?5 stop reason, ?6 the wall clock. */
-static void bind_end(sqlite3_stmt *st, const char *task_id, const char *claim_id,
-                     const char *text, const char *stop, int64_t now_ms) {
+static void bind_end(sqlite3_stmt *st, const char *task_id, const char *claim_id, const char *text,
+                     const char *stop, int64_t now_ms) {
     sqlite3_bind_text(st, 1, claim_id, -1, SQLITE_STATIC);
     bind_opt(st, 2, text);
     sqlite3_bind_int64(st, 3, now_ms);

@@ -642,6 +642,8 @@ FAWN_MUST_CHECK int store_task_claim(store *s, enum store_claim *out, store_task
  * no longer that one or its lease is still held. */
 FAWN_MUST_CHECK int store_task_reclaim(store *s, const char *task_id, const char *claim_id,
                                        const char *lease_owner, int64_t now_ms, int64_t lease_ms);
+/* The task run of claim claim_id (caller clears *out). */
+FAWN_MUST_CHECK int store_task_claim_get(store *s, store_task_run *out, const char *claim_id);
 /* The agent run started for claim claim_id on the owner's thread, if one
  * was (run_id "" when none). */
 FAWN_MUST_CHECK int store_task_claim_find_run(store *s, char run_id[37], int64_t owner_id,
