@@ -141,8 +141,8 @@ static int claim_start(char run_id[37], app *a, const claim_spec *c) {
     char error[512];
     snprintf(error, sizeof error, "%s", fawn_errmsg());
     bool stop = why[0] || r == FAWN_EPERM;
-    if (store_task_claim_failed(a->st, c->task->id, c->claim_id, error, stop ? (why[0] ? why : error) : NULL,
-                                now) < 0)
+    if (store_task_claim_failed(a->st, c->task->id, c->claim_id, error,
+                                stop ? (why[0] ? why : error) : NULL, now) < 0)
         log_warn("schedule", "task %s: failure not recorded: %s", c->task->id, fawn_errmsg());
     log_warn("schedule", "task %s: %s run not started: %s%s", c->task->id, c->trigger, error,
              stop ? " (task stopped)" : "");
@@ -211,8 +211,8 @@ static bool due_dispatch(app_scheduler *sc, store_task *t, int64_t now) {
  * or starts it. */
 static void orphan_recover(app_scheduler *sc, store_task *t, int64_t now) {
     app *a = sc->a;
-    if (store_task_reclaim(a->st, t->id, t->claim_id, sc->lease_owner, now,
-                           APP_SCHEDULE_LEASE_MS) < 0)
+    if (store_task_reclaim(a->st, t->id, t->claim_id, sc->lease_owner, now, APP_SCHEDULE_LEASE_MS) <
+        0)
         return; /* someone else has it */
     store_task_run claim;
     char run_id[37] = "";

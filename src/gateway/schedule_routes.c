@@ -35,8 +35,8 @@ static json_t *task_json(const store_task *t) {
         "{s:s, s:s, s:o, s:s, s:s, s:s, s:s, s:s, s:{s:s}, s:s, s:s, s:o, s:s, s:o, s:o, s:o, s:o, "
         "s:o, s:I, s:o, s:o}",
         "id", t->id, "user_id", owner, "thread_id", text_or_null(t->thread_id), "context_mode",
-        t->context_mode, "assistant_id", "lead_agent", "title", t->title ? t->title : "",
-        "prompt", t->prompt ? t->prompt : "", "schedule_type", t->schedule_type, "schedule_spec",
+        t->context_mode, "assistant_id", "lead_agent", "title", t->title ? t->title : "", "prompt",
+        t->prompt ? t->prompt : "", "schedule_type", t->schedule_type, "schedule_spec",
         once ? "run_at" : "cron", t->schedule_spec, "timezone", t->timezone, "status", t->status,
         "stop_reason", text_or_null(t->stop_reason), "overlap_policy", "skip", "next_run_at",
         time_or_null(t->next_run_at_ms), "last_run_at", time_or_null(t->last_run_at_ms),
@@ -49,14 +49,13 @@ static json_t *task_json(const store_task *t) {
 static json_t *task_run_json(const store_task_run *r) {
     char by[24];
     snprintf(by, sizeof by, "%lld", (long long)r->triggered_by);
-    return json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:o, s:s, s:o, s:o, s:o, s:o}", "id", r->id,
-                     "task_id", r->task_id, "thread_id", r->thread_id, "run_id",
-                     text_or_null(r->run_id), "scheduled_for", time_or_null(r->scheduled_for_ms),
-                     "trigger", r->trigger, "triggered_by",
-                     r->triggered_by ? json_string(by) : json_null(), "status", r->status,
-                     "error", text_or_null(r->error), "started_at",
-                     time_or_null(r->started_at_ms), "finished_at", time_or_null(r->ended_at_ms),
-                     "created_at", time_or_null(r->created_at_ms));
+    return json_pack(
+        "{s:s, s:s, s:s, s:o, s:o, s:s, s:o, s:s, s:o, s:o, s:o, s:o}", "id", r->id, "task_id",
+        r->task_id, "thread_id", r->thread_id, "run_id", text_or_null(r->run_id), "scheduled_for",
+        time_or_null(r->scheduled_for_ms), "trigger", r->trigger, "triggered_by",
+        r->triggered_by ? json_string(by) : json_null(), "status", r->status, "error",
+        text_or_null(r->error), "started_at", time_or_null(r->started_at_ms), "finished_at",
+        time_or_null(r->ended_at_ms), "created_at", time_or_null(r->created_at_ms));
 }
 
 static int respond_task(gw_request *rq, const store_task *t) {
@@ -385,8 +384,8 @@ static int route_task_runs(gw_request *rq) {
     store_task_run *runs = NULL;
     size_t n = 0;
     if (r == 0)
-        r = store_task_run_list(rq->g->st, &runs, &n, rq->who.user.id, rq->params[0],
-                                (size_t)limit, (size_t)offset);
+        r = store_task_run_list(rq->g->st, &runs, &n, rq->who.user.id, rq->params[0], (size_t)limit,
+                                (size_t)offset);
     json_t *list = r == 0 ? json_array() : NULL;
     for (size_t i = 0; i < n; i++) {
         if (list)
@@ -410,8 +409,7 @@ const gw_route gw_schedule_routes[] = {
     {"DELETE", "/api/scheduled-tasks/{}", route_task_delete, AUTHZ_THREADS_WRITE, NO_BODY},
     {"POST", "/api/scheduled-tasks/{}/pause", route_task_pause, AUTHZ_THREADS_WRITE, NO_BODY},
     {"POST", "/api/scheduled-tasks/{}/resume", route_task_resume, AUTHZ_THREADS_WRITE, NO_BODY},
-    {"POST", "/api/scheduled-tasks/{}/trigger", route_task_trigger, AUTHZ_THREADS_WRITE,
-     NO_BODY},
+    {"POST", "/api/scheduled-tasks/{}/trigger", route_task_trigger, AUTHZ_THREADS_WRITE, NO_BODY},
     {"GET", "/api/scheduled-tasks/{}/runs", route_task_runs, AUTHZ_THREADS_READ, NO_BODY},
     {"GET", "/api/threads/{}/scheduled-tasks", route_thread_tasks, AUTHZ_THREADS_READ, NO_BODY},
 };
