@@ -9,8 +9,10 @@ PACKAGES=(
   libcmocka-dev libsqlite3-dev libmicrohttpd-dev libcurl4-openssl-dev libarchive-dev libgumbo-dev
   bubblewrap python3 curl openssl util-linux iproute2 procps
   btrfs-progs xfsprogs e2fsprogs
-  libjs-marked node-dompurify chromium
+  libjs-marked node-dompurify chromium tzdata
 )
+# tzdata: the time zones scheduled tasks run in (src/schedule reads its
+# TZif files).
 # btrfs-progs, xfsprogs and e2fsprogs make the filesystems the disk quota
 # tests mount (tests/quota_fs.h).
 # The end-to-end tests run on Node.js (20 or later preferred) with npm;
