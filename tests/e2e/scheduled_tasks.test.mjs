@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from './lib/test.mjs';
 
 import { FawnServer, request, runFawn, setupAdmin, setupUser, sleep, waitFor } from './lib/server.mjs';
-import { FakeOpenAI, held } from './lib/fake_openai.mjs';
+import { FakeOpenAI, call, held, reply } from './lib/fake_openai.mjs';
 
 // Waiting for a minute boundary takes up to a minute; a loaded host adds to it.
 const BOUNDARY_CEILING_MS = 150000;
@@ -179,6 +179,21 @@ describe('scheduled tasks', { concurrency: true }, () => {
       const resumed = await api('POST', `/api/scheduled-tasks/${task.id}/resume`, undefined, bob);
       assert.equal(resumed.json.status, 'enabled');
       assert.ok(Date.parse(resumed.json.next_run_at) > Date.now());
+    });
+
+    it('a model that asks for clarification anyway is denied the tool', async () => {
+      const m = marker('ask');
+      fake.route(m, reply('', [call('ask_clarification', { question: 'Which report?' })]), reply('did it without asking'));
+      const task = await create(cronTask(m, { schedule_spec: { cron: '0 3 1 1 *' } }));
+      const tr = await api('POST', `/api/scheduled-tasks/${task.id}/trigger`);
+      assert.equal(tr.status, 200, tr.text);
+      await runEnded(task.id, tr.json.run_id);
+      const st = await api('GET', `/api/threads/${tr.json.thread_id}/state`);
+      const tool = st.json.values.messages.find((x) => x.type === 'tool');
+      assert.ok(tool, JSON.stringify(st.json.values.messages));
+      assert.match(JSON.stringify(tool.content), /not available/);
+      assert.equal(st.json.values.messages.at(-1).content, 'did it without asking');
+      assert.equal((await api('DELETE', `/api/scheduled-tasks/${task.id}`)).status, 200);
     });
 
     it('a thread\'s tasks, and trial runs under the budget: 409 while active or full', async () => {
