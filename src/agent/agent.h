@@ -21,6 +21,7 @@
 #include "config/config.h"
 #include "model/model.h"
 #include "authz/authz.h"
+#include "mcp/mcp.h"
 #include "research/research.h"
 #include "sandbox/manager.h"
 #include "store/store.h"
@@ -111,6 +112,7 @@ typedef struct agent_params {
     const fawn_compaction_config *compaction;
     agent_usage *usage; /* where the run's model calls are counted (NULL: not counted) */
     web_service *web;   /* the web tools' service (NULL: no web tools) */
+    mcp_service *mcp;   /* the pinned tools of MCP servers (NULL: none) */
 } agent_params;
 
 typedef struct agent_outcome {

@@ -148,6 +148,8 @@ extern const gw_route gw_message_routes[];
 extern const size_t gw_message_routes_count;
 extern const gw_route gw_settings_routes[];
 extern const size_t gw_settings_routes_count;
+extern const gw_route gw_mcp_routes[];
+extern const size_t gw_mcp_routes_count;
 extern const gw_route gw_replay_routes[];
 extern const size_t gw_replay_routes_count;
 extern const gw_route gw_memory_routes[];

@@ -32,11 +32,6 @@ static int route_suggestions_config(gw_request *rq) {
                            json_pack("{s:b, s:i}", "enabled", 0, "max_suggestions", 0));
 }
 
-/* MCP servers the agent may use: fawn connects to none. */
-static int route_mcp_config(gw_request *rq) {
-    return gw_respond_json(rq, MHD_HTTP_OK, json_pack("{s:{}}", "mcp_servers"));
-}
-
 /* ---- skills ----
  * The skills in the skills directory that the caller's role may use
  * (authorization skills rules: a skill the role is denied is "not found"
@@ -476,7 +471,6 @@ static int route_lark_status(gw_request *rq) {
 const gw_route gw_settings_routes[] = {
     READ_ROUTE("/api/features", route_features),
     READ_ROUTE("/api/suggestions/config", route_suggestions_config),
-    READ_ROUTE("/api/mcp/config", route_mcp_config),
     READ_ROUTE("/api/skills", route_skills),
     READ_ROUTE("/api/skills/custom", route_custom_list),
     READ_ROUTE("/api/skills/custom/{}", route_custom_get),

@@ -199,6 +199,18 @@ static const migration migrations[] = {
     {"ALTER TABLE receipts ADD COLUMN evidence TEXT "
      "CHECK (evidence IS NULL OR json_valid(evidence));",
      NULL},
+    /* 12: MCP tools pinned by an administrator's discovery, and the ones a
+     * server has since listed differently (drift) */
+    {"CREATE TABLE mcp_tools ("
+     "  server TEXT NOT NULL,"
+     "  name TEXT NOT NULL,"
+     "  description TEXT NOT NULL,"
+     "  input_schema TEXT NOT NULL CHECK (json_valid(input_schema)),"
+     "  hash TEXT NOT NULL,"
+     "  discovered_at_ms INTEGER NOT NULL,"
+     "  drift TEXT CHECK (drift IS NULL OR json_valid(drift)),"
+     "  PRIMARY KEY (server, name));",
+     NULL},
 };
 
 int sq_err(sqlite3 *db, int rc, const char *what) {

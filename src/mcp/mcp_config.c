@@ -1,0 +1,365 @@
+/* Servers as configured (mcp_internal.h): DeerFlow's mcpServers entries,
+ * validated key by key (unknown keys are errors), $VAR values resolved
+ * from the environment, and the redaction the API answers with. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mcp/mcp_internal.h"
+
+#define MASKED "***"
+
+static const char *const server_keys[] = {
+    "enabled", "type", "transport", "command", "args", "env", "url", "headers", "description",
+    "tool_name_prefix", "tools", "tool_call_timeout", "tool_call_timeout_s",
+    "session_init_timeout", "session_init_timeout_s", "oauth", "routing", NULL};
+
+static bool name_valid(const char *name, size_t max) {
+    size_t n = strlen(name);
+    if (n == 0 || n > max)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)name[i]) && name[i] != '_' && name[i] != '-')
+            return false;
+    return true;
+}
+
+/* A "$VAR" value from the environment (VAR unset: an error); any other
+ * text as it is. */
+static int value_resolve(const char **out, const char *text, const char *where) {
+    *out = text;
+    if (text[0] != '$')
+        return 0;
+    const char *v = getenv(text + 1);
+    if (!v)
+        return fawn_err(FAWN_ECONFIG, "%s: the environment variable %.64s is not set", where,
+                        text + 1);
+    *out = v;
+    return 0;
+}
+
+/* A boolean: true/false, or their text (YAML scalars come as text). */
+static int bool_read(bool *out, const json_t *v, const char *where) {
+    const char *t = json_string_value(v);
+    if (json_is_boolean(v))
+        *out = json_is_true(v);
+    else if (t && (strcmp(t, "true") == 0 || strcmp(t, "false") == 0))
+        *out = t[0] == 't';
+    else
+        return fawn_err(FAWN_ECONFIG, "%s: must be true or false", where);
+    return 0;
+}
+
+/* Seconds in 1..MCP_TIMEOUT_MAX_S (a number or its text; fractions round up). */
+static int seconds_read(uint32_t *out, const json_t *v, const char *where) {
+    double d = -1;
+    const char *t = json_string_value(v);
+    char *end = NULL;
+    if (json_is_number(v))
+        d = json_number_value(v);
+    else if (t && *t && ((d = strtod(t, &end)), *end != '\0'))
+        d = -1;
+    if (!(d > 0 && d <= MCP_TIMEOUT_MAX_S))
+        return fawn_err(FAWN_ECONFIG, "%s: must be seconds, more than 0 and at most %d", where,
+                        MCP_TIMEOUT_MAX_S);
+    *out = (uint32_t)d + ((double)(uint32_t)d < d);
+    return 0;
+}
+
+static int type_read(mcp_server *srv, const json_t *v, const char *where) {
+    const char *t = json_string_value(v);
+    if (!t)
+        return fawn_err(FAWN_ECONFIG, "%s: must be stdio, sse or http", where);
+    if (strcmp(t, "stdio") == 0)
+        srv->type = MCP_STDIO;
+    else if (strcmp(t, "sse") == 0)
+        srv->type = MCP_SSE;
+    else if (strcmp(t, "http") == 0 || strcmp(t, "streamable_http") == 0 ||
+             strcmp(t, "streamable-http") == 0)
+        srv->type = MCP_HTTP;
+    else
+        return fawn_err(FAWN_ECONFIG, "%s: must be stdio, sse or http", where);
+    return 0;
+}
+
+/* headers: {Name: value}, each a header a request may carry. */
+static int headers_read(mcp_server *srv, const json_t *v, const char *where) {
+    if (!json_is_object(v) || json_object_size(v) > MCP_HEADERS_MAX)
+        return fawn_err(FAWN_ECONFIG, "%s: must be a mapping of at most %d headers", where,
+                        MCP_HEADERS_MAX);
+    size_t i = 0;
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)v, key, value) {
+        const char *text = json_string_value(value);
+        int r = text ? value_resolve(&text, text, where)
+                     : fawn_err(FAWN_ECONFIG, "%s.%.64s: must be text", where, key);
+        if (r < 0)
+            return r;
+        if (!name_valid(key, 64) || strpbrk(text, "\r\n"))
+            return fawn_err(FAWN_ECONFIG, "%s.%.64s: not a header name and value", where, key);
+        if (asprintf(&srv->headers[i++], "%s: %s", key, text) < 0)
+            return fawn_err(FAWN_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+static int url_read(mcp_server *srv, const json_t *v, const char *where) {
+    const char *t = json_string_value(v);
+    int r = t ? value_resolve(&t, t, where) : fawn_err(FAWN_ECONFIG, "%s: must be text", where);
+    if (r < 0)
+        return r;
+    if (strncmp(t, "http://", 7) != 0 && strncmp(t, "https://", 8) != 0)
+        return fawn_err(FAWN_ECONFIG, "%s: must be an http or https URL", where);
+    if (strlen(t) > 2048 || strpbrk(t, " \r\n\t"))
+        return fawn_err(FAWN_ECONFIG, "%s: not a URL fawn uses", where);
+    srv->url = strdup(t);
+    return srv->url ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+}
+
+/* tool_name_prefix: true (the default, "<server>_"), false (none), or a
+ * text of its own. */
+static int prefix_read(mcp_server *srv, const json_t *v, const char *where) {
+    bool on;
+    const char *t = json_string_value(v);
+    if (bool_read(&on, v, where) == 0) {
+        if (!on)
+            srv->prefix[0] = '\0';
+        return 0;
+    }
+    if (!t || (*t && !name_valid(t, MCP_SERVER_NAME_MAX)))
+        return fawn_err(FAWN_ECONFIG, "%s: must be true, false or [A-Za-z0-9_-]{0,%d}", where,
+                        MCP_SERVER_NAME_MAX);
+    snprintf(srv->prefix, sizeof srv->prefix, "%s", t);
+    return 0;
+}
+
+/* tools: {tool: {description?, enabled?}}. */
+static int overrides_read(mcp_server *srv, const json_t *v, const char *where) {
+    if (!json_is_object(v))
+        return fawn_err(FAWN_ECONFIG, "%s: must be a mapping of tool names", where);
+    const char *key;
+    json_t *o;
+    json_object_foreach((json_t *)v, key, o) {
+        bool enabled;
+        const json_t *d = json_object_get(o, "description"), *e = json_object_get(o, "enabled");
+        if (!json_is_object(o) || (d && !json_is_string(d)) ||
+            (e && bool_read(&enabled, e, where) < 0) ||
+            json_object_size(o) != (size_t)(d != NULL) + (e != NULL))
+            return fawn_err(FAWN_ECONFIG, "%s.%.64s: must be {description?, enabled?}", where,
+                            key);
+    }
+    srv->overrides = json_deep_copy(v);
+    return srv->overrides ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+}
+
+static int key_known(const char *key) {
+    for (size_t i = 0; server_keys[i]; i++)
+        if (strcmp(server_keys[i], key) == 0)
+            return 1;
+    return 0;
+}
+
+/* One key of a server's entry. */
+static int server_key(mcp_server *srv, const char *key, const json_t *v, const char *where) {
+    if (strcmp(key, "enabled") == 0)
+        return bool_read(&srv->enabled, v, where);
+    if (strcmp(key, "type") == 0 || strcmp(key, "transport") == 0)
+        return type_read(srv, v, where);
+    if (strcmp(key, "url") == 0)
+        return url_read(srv, v, where);
+    if (strcmp(key, "headers") == 0)
+        return headers_read(srv, v, where);
+    if (strcmp(key, "tool_name_prefix") == 0)
+        return prefix_read(srv, v, where);
+    if (strcmp(key, "tools") == 0)
+        return overrides_read(srv, v, where);
+    if (strncmp(key, "tool_call_timeout", 17) == 0)
+        return seconds_read(&srv->call_timeout_s, v, where);
+    if (strncmp(key, "session_init_timeout", 20) == 0)
+        return json_is_null(v) ? 0 : seconds_read(&srv->init_timeout_s, v, where);
+    /* command, args, env, oauth: read by the transports that use them
+     * (stdio and OAuth are not built yet); their shapes are checked. */
+    if ((strcmp(key, "args") == 0 && !json_is_array(v)) ||
+        ((strcmp(key, "env") == 0 || strcmp(key, "oauth") == 0) && !json_is_object(v) &&
+         !json_is_null(v)) ||
+        ((strcmp(key, "command") == 0 || strcmp(key, "description") == 0) && !json_is_string(v) &&
+         !json_is_null(v)))
+        return fawn_err(FAWN_ECONFIG, "%s: has the wrong type", where);
+    return 0;
+}
+
+static int server_read(mcp_server *srv, const char *name, const json_t *entry,
+                       const char *source) {
+    char where[160];
+    snprintf(where, sizeof where, "%s.%s", source, name);
+    if (!name_valid(name, MCP_SERVER_NAME_MAX))
+        return fawn_err(FAWN_ECONFIG, "%.120s: a server's name is [A-Za-z0-9_-]{1,%d}", where,
+                        MCP_SERVER_NAME_MAX);
+    if (!json_is_object(entry))
+        return fawn_err(FAWN_ECONFIG, "%s: must be a mapping", where);
+    *srv = (mcp_server){.enabled = true,
+                        .type = MCP_STDIO,
+                        .call_timeout_s = MCP_CALL_TIMEOUT_DEFAULT_S,
+                        .init_timeout_s = MCP_INIT_TIMEOUT_DEFAULT_S};
+    snprintf(srv->name, sizeof srv->name, "%s", name);
+    snprintf(srv->prefix, sizeof srv->prefix, "%s_", name);
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)entry, key, v) {
+        char at[240];
+        snprintf(at, sizeof at, "%s.%.64s", where, key);
+        if (!key_known(key))
+            return fawn_err(FAWN_ECONFIG, "%s: unknown key", at);
+        int r = server_key(srv, key, v, at);
+        if (r < 0)
+            return r;
+    }
+    if (srv->type == MCP_HTTP && !srv->url)
+        return fawn_err(FAWN_ECONFIG, "%s.url: is required for type http", where);
+    if (srv->type == MCP_STDIO && !json_is_string(json_object_get(entry, "command")))
+        return fawn_err(FAWN_ECONFIG, "%s.command: is required for type stdio", where);
+    return 0;
+}
+
+static void server_free(mcp_server *srv) {
+    free(srv->url);
+    for (size_t i = 0; srv->headers[i]; i++)
+        free(srv->headers[i]);
+    json_decref(srv->overrides);
+}
+
+void mcp_servers_unref(mcp_servers *s) {
+    if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
+        return;
+    for (size_t i = 0; i < s->n; i++)
+        server_free(&s->list[i]);
+    free(s->list);
+    json_decref(s->raw);
+    free(s);
+}
+
+int mcp_servers_build(mcp_servers **out, const json_t *raw, const char *source) {
+    *out = NULL;
+    if (raw && !json_is_object(raw))
+        return fawn_err(FAWN_ECONFIG, "%s: must be a mapping of server names", source);
+    if (json_object_size(raw) > MCP_SERVERS_MAX)
+        return fawn_err(FAWN_ECONFIG, "%s: at most %d servers", source, MCP_SERVERS_MAX);
+    mcp_servers *s = calloc(1, sizeof *s);
+    if (!s || !(s->raw = raw ? json_deep_copy(raw) : json_object()) ||
+        !(s->list = calloc(json_object_size(raw) + 1, sizeof *s->list))) {
+        if (s)
+            json_decref(s->raw);
+        free(s);
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    }
+    atomic_init(&s->refs, 1);
+    const char *name;
+    json_t *entry;
+    int r = 0;
+    json_object_foreach(s->raw, name, entry) {
+        if ((r = server_read(&s->list[s->n], name, entry, source)) < 0) {
+            server_free(&s->list[s->n]);
+            break;
+        }
+        s->n++;
+    }
+    if (r < 0) {
+        mcp_servers_unref(s);
+        return r;
+    }
+    *out = s;
+    return 0;
+}
+
+const mcp_server *mcp_servers_find(const mcp_servers *s, const char *name) {
+    for (size_t i = 0; s && i < s->n; i++)
+        if (strcmp(s->list[i].name, name) == 0)
+            return &s->list[i];
+    return NULL;
+}
+
+/* ---- redaction ---- */
+
+static const char *const oauth_secrets[] = {"client_secret", "refresh_token", NULL};
+
+static void mask_values(json_t *obj) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v) { json_object_set_new(obj, key, json_string(MASKED)); }
+}
+
+json_t *mcp_servers_redacted(const json_t *raw) {
+    json_t *copy = json_deep_copy(raw);
+    const char *name;
+    json_t *srv;
+    json_object_foreach(copy, name, srv) {
+        mask_values(json_object_get(srv, "env"));
+        mask_values(json_object_get(srv, "headers"));
+        json_t *oauth = json_object_get(srv, "oauth");
+        for (size_t i = 0; json_is_object(oauth) && oauth_secrets[i]; i++)
+            if (json_object_get(oauth, oauth_secrets[i]))
+                json_object_set_new(oauth, oauth_secrets[i], json_null());
+    }
+    return copy;
+}
+
+/* Each "***" of incoming[key] (a mapping) becomes old[key]'s value. */
+static int unmask_map(json_t *incoming, const json_t *old, const char *where) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(incoming, key, v) {
+        if (!json_is_string(v) || strcmp(json_string_value(v), MASKED) != 0)
+            continue;
+        json_t *was = json_object_get(old, key);
+        if (!was)
+            return fawn_err(FAWN_EINVAL, "%s.%.64s: \"***\" keeps a value, and there is none; "
+                                         "give the value",
+                            where, key);
+        json_object_set(incoming, key, was);
+    }
+    return 0;
+}
+
+/* OAuth secrets: null (or absent) keeps the old one, "" clears it. */
+static void unmask_oauth(json_t *incoming, const json_t *old) {
+    for (size_t i = 0; json_is_object(incoming) && oauth_secrets[i]; i++) {
+        json_t *v = json_object_get(incoming, oauth_secrets[i]);
+        const json_t *was = json_object_get(old, oauth_secrets[i]);
+        if ((!v || json_is_null(v)) && was)
+            json_object_set(incoming, oauth_secrets[i], (json_t *)was);
+        else if (json_is_string(v) && json_string_length(v) == 0)
+            json_object_del(incoming, oauth_secrets[i]);
+    }
+}
+
+int mcp_servers_unmask(json_t **out, const json_t *incoming, const json_t *raw) {
+    *out = json_deep_copy(incoming);
+    if (!*out)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    const char *name;
+    json_t *srv;
+    int r = 0;
+    json_object_foreach(*out, name, srv) {
+        const json_t *old = json_object_get(raw, name);
+        char where[160];
+        snprintf(where, sizeof where, "mcp_servers.%.64s", name);
+        for (size_t i = 0; r == 0 && i < 2; i++) {
+            const char *k = i ? "headers" : "env";
+            char at[200];
+            snprintf(at, sizeof at, "%s.%s", where, k);
+            if (json_is_object(json_object_get(srv, k)))
+                r = unmask_map(json_object_get(srv, k), json_object_get(old, k), at);
+        }
+        if (r == 0)
+            unmask_oauth(json_object_get(srv, "oauth"), json_object_get(old, "oauth"));
+        if (r < 0)
+            break;
+    }
+    if (r < 0) {
+        json_decref(*out);
+        *out = NULL;
+    }
+    return r;
+}

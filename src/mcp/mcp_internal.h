@@ -1,0 +1,71 @@
+/* The MCP client's insides; only src/mcp includes this.
+ *   mcp_config.c   servers as configured: validated, $VAR resolved, redacted
+ *   mcp_http.c     one session over streamable HTTP (initialize, requests,
+ *                  notifications/cancelled, DELETE at the end)
+ *   mcp_service.c  discovery, drift, the offered tools, calls, results */
+#ifndef FAWN_MCP_INTERNAL_H
+#define FAWN_MCP_INTERNAL_H
+
+#include <stdatomic.h>
+
+#include "mcp/mcp.h"
+
+enum mcp_transport { MCP_STDIO, MCP_SSE, MCP_HTTP };
+
+typedef struct mcp_server {
+    char name[MCP_SERVER_NAME_MAX + 1];
+    bool enabled;
+    enum mcp_transport type;
+    char *url;                              /* http: the endpoint ($VAR resolved) */
+    char *headers[MCP_HEADERS_MAX + 1];     /* "Name: value" ($VAR resolved), NULL-ended */
+    char prefix[MCP_SERVER_NAME_MAX + 2];   /* "" or "<name>_" (or a configured text) */
+    json_t *overrides;                      /* tools: name -> {description?, enabled?} */
+    uint32_t call_timeout_s, init_timeout_s;
+} mcp_server;
+
+/* A configuration in force: immutable once built, shared by the calls
+ * that took it (refs) while a PUT may replace it. */
+typedef struct mcp_servers {
+    atomic_uint refs;
+    json_t *raw; /* {name: server config as given, $VAR unresolved} */
+    mcp_server *list;
+    size_t n;
+} mcp_servers;
+
+/* Validates raw ({name: server}) and builds a configuration of it (refs
+ * 1). source names the place in messages ("mcp.servers"). FAWN_ECONFIG
+ * naming the key. raw is copied. */
+FAWN_MUST_CHECK int mcp_servers_build(mcp_servers **out, const json_t *raw, const char *source);
+void mcp_servers_unref(mcp_servers *s);
+const mcp_server *mcp_servers_find(const mcp_servers *s, const char *name);
+/* raw with every env and header value "***" and OAuth secrets null (new). */
+json_t *mcp_servers_redacted(const json_t *raw);
+/* incoming's servers with each "***" replaced by what raw had at its place
+ * (new); FAWN_EINVAL naming the key when raw had nothing there. */
+FAWN_MUST_CHECK int mcp_servers_unmask(json_t **out, const json_t *incoming, const json_t *raw);
+
+/* One session with a server (mcp_http.c). */
+typedef struct mcp_session {
+    const mcp_server *srv;
+    const atomic_bool *cancel;
+    char session_id[256]; /* Mcp-Session-Id the server gave, or "" */
+    int64_t next_id;
+    bool open;
+} mcp_session;
+
+/* Opens a session: initialize, then notifications/initialized, within the
+ * server's init timeout. FAWN_EUNSUP for a transport not built yet;
+ * FAWN_ETIMEDOUT, FAWN_ECANCELED, FAWN_EIO (unreachable, an HTTP error),
+ * FAWN_EPROTO (a message that is not a valid answer), FAWN_E2BIG. */
+FAWN_MUST_CHECK int mcp_session_open(mcp_session *s, const mcp_server *srv,
+                                     const atomic_bool *cancel);
+/* Sends a request and reads its answer (a result or an error) into *out,
+ * until deadline_ms (fawn_now_ms's clock). A request that times out or is
+ * cancelled is told to the server with notifications/cancelled. Errors as
+ * mcp_session_open. */
+FAWN_MUST_CHECK int mcp_session_request(mcp_msg *out, mcp_session *s, const char *method,
+                                        const json_t *params, int64_t deadline_ms);
+/* Ends the session (DELETE with its id, best effort). */
+void mcp_session_close(mcp_session *s);
+
+#endif
