@@ -44,7 +44,7 @@ static int route_discover(gw_request *rq) {
     json_t *out = NULL;
     int r = mcp_discover(&out, app_mcp(rq->g->app), rq->params[0]);
     if (r == FAWN_EIO || r == FAWN_EPROTO || r == FAWN_E2BIG || r == FAWN_EUNSUP ||
-        r == FAWN_ECANCELED)
+        r == FAWN_ECANCELED || r == FAWN_EPERM)
         return gw_respond_detail(rq, MHD_HTTP_BAD_GATEWAY, fawn_errmsg());
     return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, out);
 }
@@ -59,8 +59,8 @@ const gw_route gw_mcp_routes[] = {
     {"GET", "/api/mcp/config", route_config_get, AUTHZ_MCP_ADMIN, GW_BODY_NONE, 0, NULL},
     {"PUT", "/api/mcp/config", route_config_put, AUTHZ_MCP_ADMIN, GW_BODY_BUFFER, MCP_BODY_MAX,
      NULL},
-    {"PATCH", "/api/mcp/config", route_config_patch, AUTHZ_MCP_ADMIN, GW_BODY_BUFFER,
-     MCP_BODY_MAX, NULL},
+    {"PATCH", "/api/mcp/config", route_config_patch, AUTHZ_MCP_ADMIN, GW_BODY_BUFFER, MCP_BODY_MAX,
+     NULL},
     {"POST", "/api/mcp/cache/reset", route_cache_reset, AUTHZ_MCP_ADMIN, GW_BODY_NONE, 0, NULL},
     {"POST", "/api/mcp/servers/{}/discover", route_discover, AUTHZ_MCP_ADMIN, GW_BODY_NONE, 0,
      NULL},

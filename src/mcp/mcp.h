@@ -151,8 +151,7 @@ FAWN_MUST_CHECK int mcp_drift(json_t **out, mcp_service *s, const char *name);
  * by an override, not drifted, and that RBAC `tools` allows by their
  * offered name. Appended to list. Store errors are logged: a run goes on
  * without them. */
-void mcp_tools_offered(json_t *list, mcp_service *s, const authz_policy *policy,
-                       const char *role);
+void mcp_tools_offered(json_t *list, mcp_service *s, const authz_policy *policy, const char *role);
 
 /* Whether name is an offered name (prefix included) of a pinned tool of a
  * configured server: what mcp_call answers. */

@@ -121,8 +121,7 @@ static void server_offer(json_t *list, mcp_service *s, const mcp_server *srv,
     json_decref(pins);
 }
 
-void mcp_tools_offered(json_t *list, mcp_service *s, const authz_policy *policy,
-                       const char *role) {
+void mcp_tools_offered(json_t *list, mcp_service *s, const authz_policy *policy, const char *role) {
     if (!s)
         return;
     mcp_servers *servers = mcp_service_servers(s);
@@ -160,16 +159,17 @@ static json_t *drift_of(const json_t *pin, const json_t *now) {
         if (mcp_tool_hash(hash, json_string_value(desc), json_is_object(schema) ? schema : NULL) <
             0)
             return NULL;
-    if (json_is_object(schema) && strcmp(hash, json_string_value(json_object_get(pin, "hash"))) == 0)
+    if (json_is_object(schema) &&
+        strcmp(hash, json_string_value(json_object_get(pin, "hash"))) == 0)
         return NULL;
     const char *was = json_string_value(json_object_get(pin, "description"));
     bool desc_changed = !json_is_string(desc) ? *was != '\0' : strcmp(json_string_value(desc), was);
     return json_pack("{s:I, s:s, s:b, s:b, s:s, s:O?, s:s?}", "seen_at_ms",
                      (json_int_t)fawn_wall_ms(), "hash", hash[0] ? hash : "unreadable",
                      "description_changed", desc_changed, "schema_changed",
-                     !json_equal(schema, json_object_get(pin, "input_schema")),
-                     "old_description", was, "description", json_is_string(desc) ? desc : NULL,
-                     "input_schema", json_is_object(schema) ? NULL : "not an object");
+                     !json_equal(schema, json_object_get(pin, "input_schema")), "old_description",
+                     was, "description", json_is_string(desc) ? desc : NULL, "input_schema",
+                     json_is_object(schema) ? NULL : "not an object");
 }
 
 /* Compares every pinned tool of srv with what the server lists now and
@@ -188,12 +188,12 @@ static bool drift_check(mcp_service *s, const mcp_server *srv, const json_t *lis
         if (d && strcmp(name, tool) == 0)
             drifted = true;
         if (d && json_is_null(json_object_get(pin, "drift"))) {
-            log_warn("mcp", "%s: tool %s changed since it was discovered: withheld until an "
-                            "administrator discovers again",
+            log_warn("mcp",
+                     "%s: tool %s changed since it was discovered: withheld until an "
+                     "administrator discovers again",
                      srv->name, name);
             if (store_mcp_drift_set(s->st, srv->name, name, d) < 0)
-                log_warn("mcp", "%s: drift of %s not recorded: %s", srv->name, name,
-                         fawn_errmsg());
+                log_warn("mcp", "%s: drift of %s not recorded: %s", srv->name, name, fawn_errmsg());
         }
         json_decref(d);
     }
@@ -263,8 +263,9 @@ static int content_render(char **out, const json_t *result) {
 /* A tools/call answer as the result: isError → tool_error. */
 static int answer_take(tool_result *out, const mcp_msg *m) {
     if (m->kind == MCP_MSG_ERROR)
-        return tool_fail(out, TOOL_ERROR, "tool_error", true, "Error: the MCP server refused the "
-                                                              "call (%" PRId64 "): %.2000s",
+        return tool_fail(out, TOOL_ERROR, "tool_error", true,
+                         "Error: the MCP server refused the "
+                         "call (%" PRId64 "): %.2000s",
                          m->error_code, m->error_msg);
     const json_t *content = json_object_get(m->result, "content");
     if (content && !json_is_array(content))
@@ -293,14 +294,11 @@ static int failure_take(tool_result *out, int code, const char *tool) {
         return tool_fail(out, TOOL_TIMEOUT, "timeout", true, "Error: %s timed out: %s", tool, msg);
     case FAWN_ECANCELED:
         return tool_fail(out, TOOL_CANCELLED, "cancelled", false, "Error: cancelled");
-    case FAWN_E2BIG:
-        return tool_fail(out, TOOL_ERROR, "too_large", true, "Error: %s", msg);
-    case FAWN_EUNSUP:
-        return tool_fail(out, TOOL_ERROR, "unsupported", false, "Error: %s", msg);
-    case FAWN_ENOMEM:
-        return tool_fail(out, TOOL_ERROR, "internal", false, "Error: out of memory");
-    default:
-        return tool_fail(out, TOOL_ERROR, "transport", true, "Error: %s", msg);
+    case FAWN_E2BIG: return tool_fail(out, TOOL_ERROR, "too_large", true, "Error: %s", msg);
+    case FAWN_EUNSUP: return tool_fail(out, TOOL_ERROR, "unsupported", false, "Error: %s", msg);
+    case FAWN_EPERM: return tool_fail(out, TOOL_ERROR, "auth", true, "Error: %s", msg);
+    case FAWN_ENOMEM: return tool_fail(out, TOOL_ERROR, "internal", false, "Error: out of memory");
+    default: return tool_fail(out, TOOL_ERROR, "transport", true, "Error: %s", msg);
     }
 }
 
@@ -308,15 +306,19 @@ static int failure_take(tool_result *out, int code, const char *tool) {
 static int call_run(tool_result *out, mcp_service *s, const resolved *rv, const json_t *args,
                     const atomic_bool *cancel) {
     const char *tool = json_string_value(json_object_get(rv->pin, "name"));
-    mcp_session ses;
+    mcp_session ses = {0};
     json_t *listed = NULL;
-    int r = mcp_session_open(&ses, rv->srv, cancel);
+    char *auth = NULL;
+    int r = mcp_oauth_header(&auth, s, rv->srv, cancel);
+    if (r == 0)
+        r = mcp_session_open(&ses, rv->srv, auth, cancel);
     int64_t deadline = fawn_now_ms() + (int64_t)rv->srv->call_timeout_s * 1000;
     if (r == 0)
         r = mcp_list_tools(&listed, &ses, deadline);
     if (r == 0 && drift_check(s, rv->srv, listed, tool)) {
         json_decref(listed);
         mcp_session_close(&ses);
+        free(auth);
         return tool_fail(out, TOOL_DENIED, "drift", false,
                          "Error: the MCP tool %s changed on its server since it was discovered; "
                          "it is withheld until an administrator discovers it again",
@@ -330,6 +332,9 @@ static int call_run(tool_result *out, mcp_service *s, const resolved *rv, const 
                    : fawn_err(FAWN_ENOMEM, "out of memory");
     json_decref(params);
     mcp_session_close(&ses);
+    free(auth);
+    if (r == FAWN_EPERM) /* a token the server no longer takes: the next call fetches one */
+        mcp_oauth_forget(s, rv->srv->name);
     r = r == 0 ? answer_take(out, &m) : failure_take(out, r, tool);
     mcp_msg_clear(&m);
     return r;
@@ -340,8 +345,8 @@ static int call_permitted(tool_result *out, const resolved *rv, const authz_poli
                           const char *role) {
     const char *tool = json_string_value(json_object_get(rv->pin, "name"));
     if (!rv->srv->enabled)
-        return tool_fail(out, TOOL_DENIED, "denied", false,
-                         "Error: the MCP server %s is disabled", rv->srv->name);
+        return tool_fail(out, TOOL_DENIED, "denied", false, "Error: the MCP server %s is disabled",
+                         rv->srv->name);
     if (authz_check(policy, role, AUTHZ_MCP_SERVERS, rv->srv->name) < 0)
         return tool_fail(out, TOOL_DENIED, "denied", false, "Error: %s", fawn_errmsg());
     if (tool_disabled(rv->srv, tool))
@@ -368,9 +373,9 @@ int mcp_call(tool_result *out, mcp_service *s, const authz_policy *policy, const
                                  : tool_fail(out, TOOL_ERROR, "invalid_arguments", true,
                                              "Error: the arguments must be an object");
     if (r == 0 && !out->facts)
-        out->facts =
-            json_pack("{s:{s:s, s:O, s:O}}", "evidence", "server", rv.srv->name, "tool",
-                      json_object_get(rv.pin, "name"), "schema_hash", json_object_get(rv.pin, "hash"));
+        out->facts = json_pack("{s:{s:s, s:O, s:O}}", "evidence", "server", rv.srv->name, "tool",
+                               json_object_get(rv.pin, "name"), "schema_hash",
+                               json_object_get(rv.pin, "hash"));
     resolved_clear(&rv);
     return r;
 }

@@ -10,10 +10,24 @@
 
 #define MASKED "***"
 
-static const char *const server_keys[] = {
-    "enabled", "type", "transport", "command", "args", "env", "url", "headers", "description",
-    "tool_name_prefix", "tools", "tool_call_timeout", "tool_call_timeout_s",
-    "session_init_timeout", "session_init_timeout_s", "oauth", "routing", NULL};
+static const char *const server_keys[] = {"enabled",
+                                          "type",
+                                          "transport",
+                                          "command",
+                                          "args",
+                                          "env",
+                                          "url",
+                                          "headers",
+                                          "description",
+                                          "tool_name_prefix",
+                                          "tools",
+                                          "tool_call_timeout",
+                                          "tool_call_timeout_s",
+                                          "session_init_timeout",
+                                          "session_init_timeout_s",
+                                          "oauth",
+                                          "routing",
+                                          NULL};
 
 static bool name_valid(const char *name, size_t max) {
     size_t n = strlen(name);
@@ -147,8 +161,7 @@ static int overrides_read(mcp_server *srv, const json_t *v, const char *where) {
         if (!json_is_object(o) || (d && !json_is_string(d)) ||
             (e && bool_read(&enabled, e, where) < 0) ||
             json_object_size(o) != (size_t)(d != NULL) + (e != NULL))
-            return fawn_err(FAWN_ECONFIG, "%s.%.64s: must be {description?, enabled?}", where,
-                            key);
+            return fawn_err(FAWN_ECONFIG, "%s.%.64s: must be {description?, enabled?}", where, key);
     }
     srv->overrides = json_deep_copy(v);
     return srv->overrides ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
@@ -158,6 +171,168 @@ static int key_known(const char *key) {
     for (size_t i = 0; server_keys[i]; i++)
         if (strcmp(server_keys[i], key) == 0)
             return 1;
+    return 0;
+}
+
+/* ---- oauth ---- */
+
+static const char *const oauth_keys[] = {"enabled",
+                                         "token_url",
+                                         "grant_type",
+                                         "client_id",
+                                         "client_secret",
+                                         "refresh_token",
+                                         "scope",
+                                         "audience",
+                                         "token_field",
+                                         "token_type_field",
+                                         "expires_in_field",
+                                         "default_token_type",
+                                         "refresh_skew_seconds",
+                                         "extra_token_params",
+                                         NULL};
+
+void mcp_oauth_free(mcp_oauth *o) {
+    if (!o)
+        return;
+    char **texts[] = {&o->token_url,
+                      &o->client_id,
+                      &o->client_secret,
+                      &o->refresh_token,
+                      &o->scope,
+                      &o->audience,
+                      &o->token_field,
+                      &o->token_type_field,
+                      &o->expires_in_field,
+                      &o->default_token_type};
+    for (size_t i = 0; i < ARRAY_LEN(texts); i++)
+        free(*texts[i]);
+    json_decref(o->extra);
+    free(o);
+}
+
+/* A text of the oauth entry ($VAR resolved) into *dst, or dflt when
+ * absent (NULL: stays NULL). */
+static int oauth_text(char **dst, const json_t *entry, const char *key, const char *dflt,
+                      const char *where) {
+    const json_t *v = json_object_get(entry, key);
+    const char *t = json_string_value(v);
+    int r = 0;
+    if (v && !json_is_null(v) && !t)
+        return fawn_err(FAWN_ECONFIG, "%s.%s: must be text", where, key);
+    if (t && (r = value_resolve(&t, t, where)) < 0)
+        return r;
+    if (t && (strlen(t) > 8192 || strpbrk(t, "\r\n")))
+        return fawn_err(FAWN_ECONFIG, "%s.%s: not a value fawn sends", where, key);
+    t = t && *t ? t : dflt;
+    if (t && !(*dst = strdup(t)))
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    return 0;
+}
+
+static int oauth_fields(mcp_oauth *o, const json_t *v, const char *where) {
+    struct {
+        char **dst;
+        const char *key, *dflt;
+    } texts[] = {{&o->token_url, "token_url", NULL},
+                 {&o->client_id, "client_id", NULL},
+                 {&o->client_secret, "client_secret", NULL},
+                 {&o->refresh_token, "refresh_token", NULL},
+                 {&o->scope, "scope", NULL},
+                 {&o->audience, "audience", NULL},
+                 {&o->token_field, "token_field", "access_token"},
+                 {&o->token_type_field, "token_type_field", "token_type"},
+                 {&o->expires_in_field, "expires_in_field", "expires_in"},
+                 {&o->default_token_type, "default_token_type", "Bearer"}};
+    int r = 0;
+    for (size_t i = 0; r == 0 && i < ARRAY_LEN(texts); i++)
+        r = oauth_text(texts[i].dst, v, texts[i].key, texts[i].dflt, where);
+    const char *grant = json_string_value(json_object_get(v, "grant_type"));
+    if (r == 0 && grant && strcmp(grant, "refresh_token") == 0)
+        o->grant = MCP_GRANT_REFRESH_TOKEN;
+    else if (r == 0 && grant && strcmp(grant, "client_credentials") != 0)
+        r = fawn_err(FAWN_ECONFIG, "%s.grant_type: must be client_credentials or refresh_token",
+                     where);
+    const json_t *skew = json_object_get(v, "refresh_skew_seconds");
+    o->refresh_skew_s = 60;
+    if (r == 0 && skew)
+        r = seconds_read(&o->refresh_skew_s, skew, where);
+    return r;
+}
+
+/* extra_token_params: {name: text}, each $VAR resolved. */
+static int oauth_extra(mcp_oauth *o, const json_t *v, const char *where) {
+    o->extra = json_object();
+    if (!o->extra)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_object(v) || json_object_size(v) > 32)
+        return fawn_err(FAWN_ECONFIG,
+                        "%s.extra_token_params: must be a mapping of at most 32 "
+                        "texts",
+                        where);
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)v, key, value) {
+        const char *t = json_string_value(value);
+        int r = t ? value_resolve(&t, t, where)
+                  : fawn_err(FAWN_ECONFIG, "%s.extra_token_params.%.64s: must be text", where, key);
+        if (r < 0)
+            return r;
+        if (json_object_set_new(o->extra, key, json_string(t)) < 0)
+            return fawn_err(FAWN_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+static int oauth_check(const mcp_oauth *o, const char *where) {
+    if (!o->token_url ||
+        (strncmp(o->token_url, "http://", 7) != 0 && strncmp(o->token_url, "https://", 8) != 0))
+        return fawn_err(FAWN_ECONFIG, "%s.token_url: must be an http or https URL", where);
+    if (o->grant == MCP_GRANT_CLIENT_CREDENTIALS && (!o->client_id || !o->client_secret))
+        return fawn_err(FAWN_ECONFIG, "%s: client_credentials needs client_id and client_secret",
+                        where);
+    if (o->grant == MCP_GRANT_REFRESH_TOKEN && !o->refresh_token)
+        return fawn_err(FAWN_ECONFIG, "%s.refresh_token: is required for the refresh_token grant",
+                        where);
+    return 0;
+}
+
+int mcp_oauth_read(mcp_oauth **out, const json_t *v, const char *where) {
+    *out = NULL;
+    if (!json_is_object(v))
+        return fawn_err(FAWN_ECONFIG, "%s: must be a mapping", where);
+    const char *key;
+    json_t *x;
+    json_object_foreach((json_t *)v, key, x) {
+        bool known = false;
+        for (size_t i = 0; oauth_keys[i]; i++)
+            known |= strcmp(oauth_keys[i], key) == 0;
+        if (!known)
+            return fawn_err(FAWN_ECONFIG, "%s.%.64s: unknown key", where, key);
+    }
+    bool enabled = true;
+    const json_t *e = json_object_get(v, "enabled");
+    if (e && bool_read(&enabled, e, where) < 0)
+        return FAWN_ECONFIG;
+    if (!enabled)
+        return 0;
+    mcp_oauth *o = calloc(1, sizeof *o);
+    if (!o)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    int r = oauth_fields(o, v, where);
+    if (r == 0)
+        r = oauth_extra(o, json_object_get(v, "extra_token_params"), where);
+    if (r == 0)
+        r = oauth_check(o, where);
+    if (r < 0) {
+        mcp_oauth_free(o);
+        return r;
+    }
+    if (o->refresh_token)
+        fawn_sha256_hex(o->refresh_sha256, o->refresh_token, strlen(o->refresh_token));
+    *out = o;
     return 0;
 }
 
@@ -179,19 +354,19 @@ static int server_key(mcp_server *srv, const char *key, const json_t *v, const c
         return seconds_read(&srv->call_timeout_s, v, where);
     if (strncmp(key, "session_init_timeout", 20) == 0)
         return json_is_null(v) ? 0 : seconds_read(&srv->init_timeout_s, v, where);
-    /* command, args, env, oauth: read by the transports that use them
-     * (stdio and OAuth are not built yet); their shapes are checked. */
+    if (strcmp(key, "oauth") == 0)
+        return json_is_null(v) ? 0 : mcp_oauth_read(&srv->oauth, v, where);
+    /* command, args, env: read by the stdio transport (not built yet);
+     * their shapes are checked. */
     if ((strcmp(key, "args") == 0 && !json_is_array(v)) ||
-        ((strcmp(key, "env") == 0 || strcmp(key, "oauth") == 0) && !json_is_object(v) &&
-         !json_is_null(v)) ||
+        (strcmp(key, "env") == 0 && !json_is_object(v) && !json_is_null(v)) ||
         ((strcmp(key, "command") == 0 || strcmp(key, "description") == 0) && !json_is_string(v) &&
          !json_is_null(v)))
         return fawn_err(FAWN_ECONFIG, "%s: has the wrong type", where);
     return 0;
 }
 
-static int server_read(mcp_server *srv, const char *name, const json_t *entry,
-                       const char *source) {
+static int server_read(mcp_server *srv, const char *name, const json_t *entry, const char *source) {
     char where[160];
     snprintf(where, sizeof where, "%s.%s", source, name);
     if (!name_valid(name, MCP_SERVER_NAME_MAX))
@@ -224,6 +399,7 @@ static int server_read(mcp_server *srv, const char *name, const json_t *entry,
 }
 
 static void server_free(mcp_server *srv) {
+    mcp_oauth_free(srv->oauth);
     free(srv->url);
     for (size_t i = 0; srv->headers[i]; i++)
         free(srv->headers[i]);
@@ -314,8 +490,9 @@ static int unmask_map(json_t *incoming, const json_t *old, const char *where) {
             continue;
         json_t *was = json_object_get(old, key);
         if (!was)
-            return fawn_err(FAWN_EINVAL, "%s.%.64s: \"***\" keeps a value, and there is none; "
-                                         "give the value",
+            return fawn_err(FAWN_EINVAL,
+                            "%s.%.64s: \"***\" keeps a value, and there is none; "
+                            "give the value",
                             where, key);
         json_object_set(incoming, key, was);
     }

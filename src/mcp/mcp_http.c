@@ -120,8 +120,9 @@ static size_t body_write(char *buf, size_t size, size_t n, void *ctx) {
     x->error = r == FAWN_E2BIG && x->is_sse
                    ? fawn_err(FAWN_E2BIG, "a message of the server is larger than %zu bytes",
                               MCP_MESSAGE_MAX)
-               : r == FAWN_E2BIG ? fawn_err(FAWN_E2BIG, "the server's answer is larger than %zu "
-                                                        "bytes",
+               : r == FAWN_E2BIG ? fawn_err(FAWN_E2BIG,
+                                            "the server's answer is larger than %zu "
+                                            "bytes",
                                             MCP_MESSAGE_MAX)
                                  : r;
     return 0; /* stops the transfer: answered (r == 1), or the error */
@@ -165,6 +166,8 @@ static struct curl_slist *headers_build(const mcp_session *s, bool post) {
     bool ok = true;
     for (size_t i = 0; ok && s->srv->headers[i]; i++)
         ok = header_add(&list, s->srv->headers[i]);
+    if (ok && s->authorization)
+        ok = header_add(&list, s->authorization);
     ok = ok && (!post || header_add(&list, "Content-Type: application/json"));
     ok = ok && header_add(&list, "Accept: application/json, text/event-stream");
     ok = ok && header_add(&list, "Expect:");
@@ -196,8 +199,12 @@ static int exchange_finish(exchange *x, CURL *c) {
     long status = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     if (status >= 300 && status < 400)
-        return fawn_err(FAWN_EIO, "the MCP server %s answered with a redirect (HTTP %ld), which "
-                                  "fawn does not follow",
+        return fawn_err(FAWN_EIO,
+                        "the MCP server %s answered with a redirect (HTTP %ld), which "
+                        "fawn does not follow",
+                        x->s->srv->name, status);
+    if (status == 401 || status == 403)
+        return fawn_err(FAWN_EPERM, "the MCP server %s refused the credentials (HTTP %ld)",
                         x->s->srv->name, status);
     if (status < 200 || status >= 300)
         return fawn_err(FAWN_EIO, "the MCP server %s answered HTTP %ld", x->s->srv->name, status);
@@ -207,11 +214,9 @@ static int exchange_finish(exchange *x, CURL *c) {
         int r = message_take(x, x->body.data, x->body.len);
         if (r < 0 || x->answered)
             return r < 0 ? r : 0;
-        return fawn_err(FAWN_EPROTO, "the MCP server %s answered another request",
-                        x->s->srv->name);
+        return fawn_err(FAWN_EPROTO, "the MCP server %s answered another request", x->s->srv->name);
     }
-    return fawn_err(FAWN_EPROTO, "the MCP server %s ended its answer without one",
-                    x->s->srv->name);
+    return fawn_err(FAWN_EPROTO, "the MCP server %s ended its answer without one", x->s->srv->name);
 }
 
 /* POSTs text (or, with text NULL, DELETEs the session) and reads the
@@ -297,21 +302,22 @@ static int initialize_check(const mcp_msg *m, const mcp_server *srv) {
         return fawn_err(FAWN_EPROTO, "the MCP server %s refused initialize: %.200s", srv->name,
                         m->error_msg);
     if (!json_is_string(json_object_get(m->result, "protocolVersion")))
-        return fawn_err(FAWN_EPROTO, "the MCP server %s answered initialize without a protocol "
-                                     "version",
+        return fawn_err(FAWN_EPROTO,
+                        "the MCP server %s answered initialize without a protocol "
+                        "version",
                         srv->name);
     return 0;
 }
 
-int mcp_session_open(mcp_session *s, const mcp_server *srv, const atomic_bool *cancel) {
-    *s = (mcp_session){.srv = srv, .cancel = cancel};
+int mcp_session_open(mcp_session *s, const mcp_server *srv, const char *authorization,
+                     const atomic_bool *cancel) {
+    *s = (mcp_session){.srv = srv, .authorization = authorization, .cancel = cancel};
     if (srv->type != MCP_HTTP)
         return fawn_err(FAWN_EUNSUP, "the MCP server %s is of type %s, which fawn does not run yet",
                         srv->name, srv->type == MCP_STDIO ? "stdio" : "sse");
     int64_t deadline = fawn_now_ms() + (int64_t)srv->init_timeout_s * 1000;
-    json_t *params = json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion",
-                               MCP_PROTOCOL_VERSION, "capabilities", "clientInfo", "name", "fawn",
-                               "version", "1");
+    json_t *params = json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", MCP_PROTOCOL_VERSION,
+                               "capabilities", "clientInfo", "name", "fawn", "version", "1");
     mcp_msg m;
     int r = params ? mcp_session_request(&m, s, "initialize", params, deadline)
                    : fawn_err(FAWN_ENOMEM, "out of memory");

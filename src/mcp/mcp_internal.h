@@ -11,16 +11,28 @@
 #include "mcp/mcp.h"
 
 enum mcp_transport { MCP_STDIO, MCP_SSE, MCP_HTTP };
+enum mcp_grant { MCP_GRANT_CLIENT_CREDENTIALS, MCP_GRANT_REFRESH_TOKEN };
+
+/* A server's OAuth (DeerFlow's McpOAuthConfig): texts $VAR resolved. */
+typedef struct mcp_oauth {
+    enum mcp_grant grant;
+    char *token_url, *client_id, *client_secret, *refresh_token, *scope, *audience;
+    char *token_field, *token_type_field, *expires_in_field, *default_token_type;
+    uint32_t refresh_skew_s;
+    json_t *extra;           /* extra_token_params: {name: text}; never over the grant's own */
+    char refresh_sha256[65]; /* of the configured refresh token ("" without one) */
+} mcp_oauth;
 
 typedef struct mcp_server {
     char name[MCP_SERVER_NAME_MAX + 1];
     bool enabled;
     enum mcp_transport type;
-    char *url;                              /* http: the endpoint ($VAR resolved) */
-    char *headers[MCP_HEADERS_MAX + 1];     /* "Name: value" ($VAR resolved), NULL-ended */
-    char prefix[MCP_SERVER_NAME_MAX + 2];   /* "" or "<name>_" (or a configured text) */
-    json_t *overrides;                      /* tools: name -> {description?, enabled?} */
+    char *url;                            /* http: the endpoint ($VAR resolved) */
+    char *headers[MCP_HEADERS_MAX + 1];   /* "Name: value" ($VAR resolved), NULL-ended */
+    char prefix[MCP_SERVER_NAME_MAX + 2]; /* "" or "<name>_" (or a configured text) */
+    json_t *overrides;                    /* tools: name -> {description?, enabled?} */
     uint32_t call_timeout_s, init_timeout_s;
+    mcp_oauth *oauth; /* NULL: none (or oauth.enabled false) */
 } mcp_server;
 
 /* A configuration in force: immutable once built, shared by the calls
@@ -44,9 +56,15 @@ json_t *mcp_servers_redacted(const json_t *raw);
  * (new); FAWN_EINVAL naming the key when raw had nothing there. */
 FAWN_MUST_CHECK int mcp_servers_unmask(json_t **out, const json_t *incoming, const json_t *raw);
 
+/* Reads a server's oauth entry into *out (NULL when absent or disabled).
+ * FAWN_ECONFIG naming the key. (mcp_config.c) */
+FAWN_MUST_CHECK int mcp_oauth_read(mcp_oauth **out, const json_t *v, const char *where);
+void mcp_oauth_free(mcp_oauth *o);
+
 /* One session with a server (mcp_http.c). */
 typedef struct mcp_session {
     const mcp_server *srv;
+    const char *authorization; /* "Authorization: <type> <token>" from OAuth, or NULL */
     const atomic_bool *cancel;
     char session_id[256]; /* Mcp-Session-Id the server gave, or "" */
     int64_t next_id;
@@ -58,7 +76,7 @@ typedef struct mcp_session {
  * FAWN_ETIMEDOUT, FAWN_ECANCELED, FAWN_EIO (unreachable, an HTTP error),
  * FAWN_EPROTO (a message that is not a valid answer), FAWN_E2BIG. */
 FAWN_MUST_CHECK int mcp_session_open(mcp_session *s, const mcp_server *srv,
-                                     const atomic_bool *cancel);
+                                     const char *authorization, const atomic_bool *cancel);
 /* Sends a request and reads its answer (a result or an error) into *out,
  * until deadline_ms (fawn_now_ms's clock). A request that times out or is
  * cancelled is told to the server with notifications/cancelled. Errors as

@@ -146,8 +146,8 @@ int mcp_tool_hash(char out[65], const char *description, const json_t *schema) {
     json_t *input = schema ? json_incref((json_t *)schema) : json_object();
     json_t *pinned = json_pack("{s:s, s:o}", "description", description ? description : "",
                                "inputSchema", input);
-    char *text =
-        pinned ? json_dumps(pinned, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY) : NULL;
+    char *text = pinned ? json_dumps(pinned, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY)
+                        : NULL;
     json_decref(pinned);
     if (!text)
         return fawn_err(FAWN_ENOMEM, "out of memory");

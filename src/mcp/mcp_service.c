@@ -33,8 +33,7 @@ static int file_servers(json_t **out, const char *path) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
-        return errno == ENOENT ? FAWN_ENOENT
-                               : fawn_err(FAWN_ECONFIG, "%s: cannot be read", path);
+        return errno == ENOENT ? FAWN_ENOENT : fawn_err(FAWN_ECONFIG, "%s: cannot be read", path);
     char *text = NULL;
     size_t len = 0;
     int r = fawn_read_all(&text, &len, fd, MCP_CONFIG_FILE_MAX);
@@ -99,7 +98,10 @@ int mcp_service_open(mcp_service **out, const json_t *section, store *st, const 
     s->st = st;
     s->home = home;
     pthread_mutex_init(&s->lock, NULL);
-    int r = servers_load(&s->cur, section, s->saved_path);
+    pthread_mutex_init(&s->oauth_lock, NULL);
+    s->tokens = json_object();
+    int r = s->tokens ? servers_load(&s->cur, section, s->saved_path)
+                      : fawn_err(FAWN_ENOMEM, "out of memory");
     if (r < 0) {
         mcp_service_free(s);
         return r;
@@ -112,6 +114,8 @@ void mcp_service_free(mcp_service *s) {
     if (!s)
         return;
     mcp_servers_unref(s->cur);
+    json_decref(s->tokens);
+    pthread_mutex_destroy(&s->oauth_lock);
     pthread_mutex_destroy(&s->lock);
     free(s->saved_path);
     free(s);
@@ -212,10 +216,10 @@ static int pins_build(json_t **pins, json_t *view, const mcp_server *srv, const 
             json_decref(pin);
             continue;
         }
-        json_array_append_new(shown, json_pack("{s:s, s:s, s:O, s:O}", "name", name, "offered_as",
-                                               offered, "description",
-                                               json_object_get(pin, "description"), "hash",
-                                               json_object_get(pin, "hash")));
+        json_array_append_new(shown,
+                              json_pack("{s:s, s:s, s:O, s:O}", "name", name, "offered_as", offered,
+                                        "description", json_object_get(pin, "description"), "hash",
+                                        json_object_get(pin, "hash")));
         json_array_append_new(*pins, pin);
     }
     json_object_set_new(view, "tools", shown);
@@ -241,12 +245,18 @@ static json_t *removed_names(const json_t *before, const json_t *pins) {
 }
 
 static int discover_on(json_t **out, mcp_service *s, const mcp_server *srv) {
-    mcp_session ses;
+    mcp_session ses = {0};
     json_t *listed = NULL, *pins = NULL, *before = NULL;
-    int r = mcp_session_open(&ses, srv, NULL);
+    char *auth = NULL;
+    int r = mcp_oauth_header(&auth, s, srv, NULL);
+    if (r == 0)
+        r = mcp_session_open(&ses, srv, auth, NULL);
     if (r == 0)
         r = mcp_list_tools(&listed, &ses, fawn_now_ms() + (int64_t)srv->call_timeout_s * 1000);
     mcp_session_close(&ses);
+    free(auth);
+    if (r == FAWN_EPERM)
+        mcp_oauth_forget(s, srv->name);
     *out = r == 0 ? json_pack("{s:s}", "server", srv->name) : NULL;
     if (r == 0 && !*out)
         r = fawn_err(FAWN_ENOMEM, "out of memory");
@@ -290,11 +300,11 @@ int mcp_drift(json_t **out, mcp_service *s, const char *name) {
     size_t i;
     json_t *t;
     json_array_foreach(list ? tools : NULL, i, t) {
-        json_array_append_new(list, json_pack("{s:O, s:O, s:O, s:O}", "name",
-                                              json_object_get(t, "name"), "hash",
-                                              json_object_get(t, "hash"), "discovered_at_ms",
-                                              json_object_get(t, "discovered_at_ms"), "drift",
-                                              json_object_get(t, "drift")));
+        json_array_append_new(list,
+                              json_pack("{s:O, s:O, s:O, s:O}", "name", json_object_get(t, "name"),
+                                        "hash", json_object_get(t, "hash"), "discovered_at_ms",
+                                        json_object_get(t, "discovered_at_ms"), "drift",
+                                        json_object_get(t, "drift")));
     }
     json_decref(tools);
     if (r == 0 && !(*out = json_pack("{s:s, s:o}", "server", name, "tools", list)))
@@ -351,6 +361,7 @@ static int config_replace_locked(mcp_service *s, const json_t *raw) {
     }
     mcp_servers_unref(s->cur);
     s->cur = next;
+    mcp_oauth_forget(s, NULL);
     return 0;
 }
 
@@ -376,7 +387,7 @@ int mcp_config_patch(mcp_service *s, const json_t *body) {
     pthread_mutex_lock(&s->lock);
     json_t *raw = json_deep_copy(s->cur->raw);
     json_t *srv = json_object_get(raw, name);
-    int r = !raw ? fawn_err(FAWN_ENOMEM, "out of memory")
+    int r = !raw   ? fawn_err(FAWN_ENOMEM, "out of memory")
             : !srv ? fawn_err(FAWN_ENOENT, "MCP server '%.64s' not found", name)
                    : json_object_set(srv, "enabled", (json_t *)enabled);
     if (r == 0)
@@ -387,7 +398,6 @@ int mcp_config_patch(mcp_service *s, const json_t *body) {
 }
 
 void mcp_cache_reset(mcp_service *s) {
-    /* Sessions last one call and no OAuth token is cached yet: nothing
-     * is kept between calls. */
-    (void)s;
+    /* Sessions last one call: the OAuth tokens are all that is kept. */
+    mcp_oauth_forget(s, NULL);
 }

@@ -200,7 +200,9 @@ static const migration migrations[] = {
      "CHECK (evidence IS NULL OR json_valid(evidence));",
      NULL},
     /* 12: MCP tools pinned by an administrator's discovery, and the ones a
-     * server has since listed differently (drift) */
+     * server has since listed differently (drift); OAuth refresh tokens an
+     * MCP server's token endpoint rotated, with the hash of the configured
+     * one they replace */
     {"CREATE TABLE mcp_tools ("
      "  server TEXT NOT NULL,"
      "  name TEXT NOT NULL,"
@@ -209,7 +211,12 @@ static const migration migrations[] = {
      "  hash TEXT NOT NULL,"
      "  discovered_at_ms INTEGER NOT NULL,"
      "  drift TEXT CHECK (drift IS NULL OR json_valid(drift)),"
-     "  PRIMARY KEY (server, name));",
+     "  PRIMARY KEY (server, name));"
+     "CREATE TABLE mcp_refresh_tokens ("
+     "  server TEXT PRIMARY KEY,"
+     "  configured_sha256 TEXT NOT NULL,"
+     "  refresh_token TEXT NOT NULL,"
+     "  updated_at_ms INTEGER NOT NULL);",
      NULL},
 };
 

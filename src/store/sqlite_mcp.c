@@ -115,3 +115,47 @@ int store_mcp_drift_set(store *s, const char *server, const char *name, const js
     free(text);
     return r;
 }
+
+int store_mcp_refresh_get(store *s, char **out, const char *server, const char *configured_sha256) {
+    *out = NULL;
+    sqlite3_stmt *st;
+    sqlite3 *db = sq_read_begin(s);
+    int r = sq_prepare(db, &st,
+                       "SELECT refresh_token FROM mcp_refresh_tokens "
+                       "WHERE server = ?1 AND configured_sha256 = ?2");
+    if (r == 0) {
+        sqlite3_bind_text(st, 1, server, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, configured_sha256, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW)
+            r = (*out = sq_dup_col(st, 0)) ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+        else
+            r = rc == SQLITE_DONE ? FAWN_ENOENT : sq_err(db, rc, "read a refresh token");
+        sqlite3_finalize(st);
+    }
+    sq_read_end(s, db);
+    return r;
+}
+
+int store_mcp_refresh_set(store *s, const char *server, const char *configured_sha256,
+                          const char *token) {
+    if (!sq_text_ok(server, STORE_MCP_NAME_MAX) || !sq_text_ok(token, STORE_MCP_TOKEN_MAX) ||
+        !sq_text_ok(configured_sha256, 64))
+        return fawn_err(FAWN_EINVAL, "invalid refresh token");
+    sqlite3 *db = sq_write_begin(s);
+    sqlite3_stmt *st;
+    int r = sq_prepare(db, &st,
+                       "INSERT INTO mcp_refresh_tokens (server, configured_sha256, "
+                       "refresh_token, updated_at_ms) VALUES (?1, ?2, ?3, ?4) "
+                       "ON CONFLICT (server) DO UPDATE SET configured_sha256 = ?2, "
+                       "refresh_token = ?3, updated_at_ms = ?4");
+    if (r == 0) {
+        sqlite3_bind_text(st, 1, server, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, configured_sha256, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, token, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 4, fawn_wall_ms());
+        r = sq_step_done(db, st, false, "save a refresh token");
+    }
+    sq_write_end(s);
+    return r;
+}

@@ -531,4 +531,18 @@ FAWN_MUST_CHECK int store_mcp_tools(store *s, const char *server, json_t **out);
 FAWN_MUST_CHECK int store_mcp_drift_set(store *s, const char *server, const char *name,
                                         const json_t *drift);
 
+/* Longest OAuth refresh token kept. */
+#define STORE_MCP_TOKEN_MAX 8192
+
+/* The refresh token server's token endpoint last rotated to, when it
+ * replaced the configured one whose sha256 (hex) is configured_sha256:
+ * *out malloc'd; FAWN_ENOENT when none was saved, or it replaced another
+ * configured token (the operator has set a new one since). */
+FAWN_MUST_CHECK int store_mcp_refresh_get(store *s, char **out, const char *server,
+                                          const char *configured_sha256);
+/* Saves token as server's rotated refresh token (replacing the one
+ * before). FAWN_EINVAL for an empty or too long token. */
+FAWN_MUST_CHECK int store_mcp_refresh_set(store *s, const char *server,
+                                          const char *configured_sha256, const char *token);
+
 #endif

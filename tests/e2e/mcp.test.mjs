@@ -12,9 +12,9 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from './lib/test.mjs';
 
-import { FawnServer, freePort, request, runFawn, setupAdmin, setupUser, waitFor } from './lib/server.mjs';
+import { FawnServer, freePort, request, setupAdmin, setupUser, waitFor } from './lib/server.mjs';
 import { FakeOpenAI, call, reply } from './lib/fake_openai.mjs';
-import { FakeMcp } from './lib/fake_mcp.mjs';
+import { FakeMcp, FakeTokenEndpoint } from './lib/fake_mcp.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const EVERYTHING = path.join(here, 'node_modules', '@modelcontextprotocol', 'server-everything', 'dist', 'index.js');
@@ -47,10 +47,20 @@ describe('MCP tool servers', () => {
   let everything;
   let admin;
   let bob;
+  let ccTokens;
+  let ccMcp;
+  let rtTokens;
+  let rtMcp;
 
   before(async () => {
     fake = await FakeOpenAI.start();
     mcp = await FakeMcp.start();
+    ccTokens = await FakeTokenEndpoint.start({ clientId: 'fawn-client', clientSecret: 'cc-secret-7d1e', expiresIn: 3600 });
+    ccMcp = await FakeMcp.start({ authorized: (h) => ccTokens.current(h) });
+    // Each token is within the refresh skew at once: every session fetches
+    // one, so the refresh token rotates at each.
+    rtTokens = await FakeTokenEndpoint.start({ refreshToken: 'configured-refresh-token', expiresIn: 1 });
+    rtMcp = await FakeMcp.start({ authorized: (h) => rtTokens.current(h) });
     everything = await startEverything();
     srv = await FawnServer.start({
       models: [fake.model()],
@@ -65,13 +75,29 @@ describe('MCP tool servers', () => {
             tools: { hidden: { enabled: false }, steady: { description: 'Steady, as the operator says' } },
           },
           local: { command: 'npx', args: ['-y', 'some-mcp-server'], env: { API_KEY: 'local-secret-value' } },
+          cc: {
+            type: 'http',
+            url: ccMcp.url,
+            oauth: {
+              token_url: ccTokens.url,
+              client_id: 'fawn-client',
+              client_secret: '$FAWN_E2E_CLIENT_SECRET',
+              scope: 'tools',
+              extra_token_params: { grant_type: 'password', resource: 'mcp-tools' },
+            },
+          },
+          rt: {
+            type: 'http',
+            url: rtMcp.url,
+            oauth: { token_url: rtTokens.url, grant_type: 'refresh_token', refresh_token: 'configured-refresh-token' },
+          },
         },
       },
       authorization: {
         enabled: true,
         roles: { admin: {}, user: { mcp_servers: { deny: ['hostile'] } } },
       },
-    }, { env: { FAWN_E2E_MCP_TOKEN: TOKEN } });
+    }, { env: { FAWN_E2E_MCP_TOKEN: TOKEN, FAWN_E2E_CLIENT_SECRET: 'cc-secret-7d1e' } });
     admin = await setupAdmin(srv);
     bob = await setupUser(srv, 'bob');
   });
@@ -79,6 +105,7 @@ describe('MCP tool servers', () => {
     await srv?.stop();
     await fake?.stop();
     await mcp?.stop();
+    for (const x of [ccMcp, ccTokens, rtMcp, rtTokens]) await x?.stop();
     everything?.proc.kill('SIGKILL');
     await everything?.gone;
   });
@@ -151,7 +178,7 @@ describe('MCP tool servers', () => {
   });
 
   it('fawn mcp discover pins from the shell as the route does', async () => {
-    const cli = await runFawn(['mcp', 'discover', 'everything', '--config', srv.configPath], { home: srv.home, env: { FAWN_E2E_MCP_TOKEN: TOKEN } });
+    const cli = await srv.cli(['mcp', 'discover', 'everything']);
     assert.equal(cli.code, 0, cli.stderr);
     assert.match(cli.stdout, /"offered_as": "everything_get-sum"/);
   });
@@ -277,6 +304,48 @@ describe('MCP tool servers', () => {
     assert.equal((await discover('hostile')).status, 200);
     const again = (await callOne('M-RUG-4', 'hostile_greet', { name: 'y' })).answer;
     assert.equal(again.status, 'success', again.content);
+  });
+
+  it('OAuth client_credentials: a token fetched once and kept; extra params never change the grant', async () => {
+    const d = await discover('cc');
+    assert.equal(d.status, 200, d.text);
+    for (const m of ['M-CC-1', 'M-CC-2']) {
+      const a = (await callOne(m, 'cc_greet', { name: m })).answer;
+      assert.equal(a.status, 'success', a.content);
+    }
+    assert.equal(ccTokens.forms.length, 1, JSON.stringify(ccTokens.forms));
+    const { form, contentType } = ccTokens.forms[0];
+    assert.equal(form.grant_type, 'client_credentials');
+    assert.equal(form.resource, 'mcp-tools');
+    assert.equal(form.scope, 'tools');
+    assert.equal(form.client_secret, 'cc-secret-7d1e');
+    assert.match(contentType, /application\/x-www-form-urlencoded/);
+    // The cache reset drops the token: the next call fetches another.
+    assert.equal((await api('POST', '/api/mcp/cache/reset')).status, 200);
+    assert.equal((await callOne('M-CC-3', 'cc_greet', { name: 'z' })).answer.status, 'success');
+    assert.equal(ccTokens.forms.length, 2);
+    // The config answer never shows the secret.
+    const cfg = await api('GET', '/api/mcp/config');
+    assert.doesNotMatch(cfg.text, /cc-secret-7d1e/);
+    assert.equal(cfg.json.mcp_servers.cc.oauth.client_secret, null);
+  });
+
+  it('OAuth refresh_token: tokens refreshed ahead of expiry, rotated refresh tokens saved across a restart', async () => {
+    assert.equal((await discover('rt')).status, 200);
+    for (const m of ['M-RT-1', 'M-RT-2']) {
+      const a = (await callOne(m, 'rt_greet', { name: m })).answer;
+      assert.equal(a.status, 'success', a.content);
+    }
+    const sent = rtTokens.forms.map((f) => f.form.refresh_token);
+    assert.deepEqual(sent, ['configured-refresh-token', 'rotated-1', 'rotated-2']);
+    assert.ok(rtTokens.forms.every((f) => f.form.grant_type === 'refresh_token'));
+    // The configured token is spent; a gateway that starts again goes on
+    // with the one saved last.
+    await srv.stop({ keepHome: true });
+    await srv.restart();
+    const a = (await callOne('M-RT-3', 'rt_greet', { name: 'again' })).answer;
+    assert.equal(a.status, 'success', a.content);
+    assert.equal(rtTokens.forms.at(-1).form.refresh_token, 'rotated-3');
   });
 
   it('GET/PUT/PATCH /api/mcp/config: administrators only, secrets redacted, saved under FAWN_HOME', async () => {

@@ -22,17 +22,10 @@ static void check_shape(const mcp_msg *m) {
     case MCP_MSG_REQUEST:
         check(m->method && *m->method && (json_is_integer(m->id) || json_is_string(m->id)));
         break;
-    case MCP_MSG_NOTIFICATION:
-        check(m->method && *m->method && !m->id);
-        break;
-    case MCP_MSG_RESULT:
-        check(json_is_object(m->result) && m->id);
-        break;
-    case MCP_MSG_ERROR:
-        check(m->error_msg && m->id && !m->result);
-        break;
-    default:
-        check(0);
+    case MCP_MSG_NOTIFICATION: check(m->method && *m->method && !m->id); break;
+    case MCP_MSG_RESULT: check(json_is_object(m->result) && m->id); break;
+    case MCP_MSG_ERROR: check(m->error_msg && m->id && !m->result); break;
+    default: check(0);
     }
 }
 

@@ -28,7 +28,8 @@ static void test_message_kinds(void **state) {
     assert_false(mcp_msg_answers(&m, 8));
     mcp_msg_clear(&m);
     assert_int_equal(
-        parse(&m, "{\"jsonrpc\":\"2.0\",\"id\":\"7\",\"error\":{\"code\":-32601,\"message\":\"no\"}}"),
+        parse(&m,
+              "{\"jsonrpc\":\"2.0\",\"id\":\"7\",\"error\":{\"code\":-32601,\"message\":\"no\"}}"),
         0);
     assert_int_equal(m.kind, MCP_MSG_ERROR);
     assert_int_equal(m.error_code, -32601);
@@ -53,7 +54,7 @@ static void test_message_refused(void **state) {
         "",
         "null",
         "[{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}]", /* batches */
-        "{\"id\":1,\"result\":{}}",                         /* no jsonrpc */
+        "{\"id\":1,\"result\":{}}",                       /* no jsonrpc */
         "{\"jsonrpc\":\"1.0\",\"id\":1,\"result\":{}}",
         "{\"jsonrpc\":2.0,\"id\":1,\"result\":{}}",
         "{\"jsonrpc\":\"2.0\",\"id\":null,\"result\":{}}",
@@ -172,12 +173,13 @@ static void test_config(void **state) {
     (void)state;
     setenv("FAWN_TEST_MCP_TOKEN", "s3cret", 1);
     mcp_servers *s = NULL;
-    assert_int_equal(build(&s, "{\"web\":{\"type\":\"http\",\"url\":\"http://127.0.0.1:9/mcp\","
-                               "\"headers\":{\"Authorization\":\"$FAWN_TEST_MCP_TOKEN\"},"
-                               "\"tool_call_timeout\":\"2.5\",\"tools\":{\"echo\":{\"enabled\":"
-                               "false}}},"
-                               "\"local\":{\"command\":\"npx\",\"args\":[\"x\"],\"env\":{\"K\":\"v\"},"
-                               "\"tool_name_prefix\":false,\"enabled\":false}}"),
+    assert_int_equal(build(&s,
+                           "{\"web\":{\"type\":\"http\",\"url\":\"http://127.0.0.1:9/mcp\","
+                           "\"headers\":{\"Authorization\":\"$FAWN_TEST_MCP_TOKEN\"},"
+                           "\"tool_call_timeout\":\"2.5\",\"tools\":{\"echo\":{\"enabled\":"
+                           "false}}},"
+                           "\"local\":{\"command\":\"npx\",\"args\":[\"x\"],\"env\":{\"K\":\"v\"},"
+                           "\"tool_name_prefix\":false,\"enabled\":false}}"),
                      0);
     const mcp_server *web = mcp_servers_find(s, "web"), *local = mcp_servers_find(s, "local");
     assert_non_null(web);
@@ -199,10 +201,10 @@ static void test_config(void **state) {
     /* "***" sent back keeps the value; "***" for a new key is refused */
     json_t *merged = NULL;
     assert_int_equal(mcp_servers_unmask(&merged, shown, s->raw), 0);
-    assert_string_equal(json_string_value(json_object_get(
-                            json_object_get(json_object_get(merged, "web"), "headers"),
-                            "Authorization")),
-                        "$FAWN_TEST_MCP_TOKEN");
+    assert_string_equal(
+        json_string_value(json_object_get(
+            json_object_get(json_object_get(merged, "web"), "headers"), "Authorization")),
+        "$FAWN_TEST_MCP_TOKEN");
     json_object_set_new(json_object_get(json_object_get(shown, "web"), "headers"), "X-New",
                         json_string("***"));
     json_t *refused = NULL;
@@ -224,8 +226,10 @@ static void test_config_refused(void **state) {
         "{\"s\":{\"type\":\"http\",\"url\":\"file:///etc/passwd\"}}",
         "{\"s\":{\"type\":\"ws\",\"url\":\"http://127.0.0.1/\"}}",
         "{\"s\":{}}",
-        "{\"s\":{\"type\":\"http\",\"url\":\"http://127.0.0.1/\",\"headers\":{\"X\":\"a\\r\\nB: c\"}}}",
-        "{\"s\":{\"type\":\"http\",\"url\":\"http://127.0.0.1/\",\"headers\":{\"X\":\"$FAWN_UNSET_VAR_X\"}}}",
+        "{\"s\":{\"type\":\"http\",\"url\":\"http://127.0.0.1/\",\"headers\":{\"X\":\"a\\r\\nB: "
+        "c\"}}}",
+        "{\"s\":{\"type\":\"http\",\"url\":\"http://127.0.0.1/"
+        "\",\"headers\":{\"X\":\"$FAWN_UNSET_VAR_X\"}}}",
         "{\"s\":{\"type\":\"http\",\"url\":\"http://127.0.0.1/\",\"tool_call_timeout\":0}}",
         "{\"s\":{\"type\":\"http\",\"url\":\"http://127.0.0.1/\",\"tool_call_timeout\":\"1e9\"}}",
         "{\"s\":{\"type\":\"http\",\"url\":\"http://127.0.0.1/\",\"tools\":{\"t\":{\"x\":1}}}}",
@@ -284,8 +288,7 @@ static void test_store_pins(void **state) {
     assert_int_equal(store_mcp_tools_replace(st, "srv", bad), FAWN_EINVAL);
     assert_int_equal(store_mcp_tools(st, "srv", &got), 0);
     assert_int_equal(json_array_size(got), 1);
-    assert_string_equal(json_string_value(json_object_get(json_array_get(got, 0), "name")),
-                        "echo");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(got, 0), "name")), "echo");
     json_decref(got);
     json_decref(bad);
     json_decref(drift);

@@ -1272,7 +1272,7 @@ static int64_t make_v5_database(const char *path) {
              "DROP TABLE skill_states;"
              "ALTER TABLE runs DROP COLUMN token_usage;"
              "ALTER TABLE receipts DROP COLUMN evidence;"
-             "DROP TABLE mcp_tools;"
+             "DROP TABLE mcp_tools; DROP TABLE mcp_refresh_tokens;"
              "PRAGMA user_version = 5;"
              "INSERT INTO checkpoints VALUES (%" PRId64 ", 't5', 'c1', '', 'r5', 1, '%s', '{}', 1);"
              "INSERT INTO checkpoints VALUES (%" PRId64

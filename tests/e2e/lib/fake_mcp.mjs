@@ -7,15 +7,16 @@
 import http from 'node:http';
 
 export class FakeMcp {
-  constructor() {
+  constructor(opts = {}) {
+    this.authorized = opts.authorized; // (authorization header) => bool, or undefined: anyone
     this.received = []; // {method, id, params, headers}
     this.rugPulled = false; // greet's description changes once set
     this.hanging = new Set();
     this.sessions = 0;
   }
 
-  static async start() {
-    const f = new FakeMcp();
+  static async start(opts = {}) {
+    const f = new FakeMcp(opts);
     f.server = http.createServer((req, res) => f.#handle(req, res));
     await new Promise((resolve) => f.server.listen(0, '127.0.0.1', resolve));
     f.url = `http://127.0.0.1:${f.server.address().port}/mcp`;
@@ -101,6 +102,9 @@ export class FakeMcp {
       return this.#json(res, 400, { jsonrpc: '2.0', id: null, error: { code: -32700, message: 'Parse error' } });
     }
     this.received.push({ method: msg.method, id: msg.id, params: msg.params, headers: req.headers });
+    if (this.authorized && !this.authorized(req.headers.authorization)) {
+      return this.#json(res, 401, { error: 'invalid_token' });
+    }
     if (msg.id === undefined) {
       res.writeHead(202);
       return res.end();
@@ -116,5 +120,60 @@ export class FakeMcp {
       default:
         return this.#json(res, 200, { jsonrpc: '2.0', id: msg.id, error: { code: -32601, message: 'Method not found' } });
     }
+  }
+}
+
+// A fake OAuth token endpoint: client_credentials and refresh_token grants,
+// each answer a new access token (and, for refresh_token, a rotated refresh
+// token that alone is accepted next). Every request's form is recorded.
+export class FakeTokenEndpoint {
+  constructor({ clientId, clientSecret, refreshToken, expiresIn }) {
+    Object.assign(this, { clientId, clientSecret, expiresIn });
+    this.validRefresh = refreshToken;
+    this.issued = [];
+    this.forms = [];
+    this.n = 0;
+  }
+
+  static async start(opts) {
+    const t = new FakeTokenEndpoint(opts);
+    t.server = http.createServer((req, res) => t.#handle(req, res));
+    await new Promise((resolve) => t.server.listen(0, '127.0.0.1', resolve));
+    t.url = `http://127.0.0.1:${t.server.address().port}/token`;
+    return t;
+  }
+
+  async stop() {
+    this.server.closeAllConnections?.();
+    await new Promise((resolve) => this.server.close(resolve));
+  }
+
+  /** Whether header carries the newest access token issued. */
+  current(header) {
+    return this.issued.length > 0 && header === `Bearer ${this.issued.at(-1)}`;
+  }
+
+  async #handle(req, res) {
+    let body = '';
+    for await (const chunk of req) body += chunk;
+    const form = Object.fromEntries(new URLSearchParams(body));
+    this.forms.push({ form, contentType: req.headers['content-type'] });
+    const deny = (error) => {
+      res.writeHead(400, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error }));
+    };
+    const answer = { token_type: 'Bearer', expires_in: this.expiresIn };
+    if (form.grant_type === 'client_credentials') {
+      if (form.client_id !== this.clientId || form.client_secret !== this.clientSecret) return deny('invalid_client');
+    } else if (form.grant_type === 'refresh_token') {
+      if (form.refresh_token !== this.validRefresh) return deny('invalid_grant');
+      this.validRefresh = answer.refresh_token = `rotated-${++this.n}`;
+    } else {
+      return deny('unsupported_grant_type');
+    }
+    answer.access_token = `access-${form.grant_type}-${this.issued.length + 1}`;
+    this.issued.push(answer.access_token);
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(answer));
   }
 }
