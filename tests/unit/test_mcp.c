@@ -293,6 +293,18 @@ static void test_store_pins(void **state) {
     json_decref(bad);
     json_decref(drift);
     json_decref(pins);
+    /* a rotated refresh token is kept for the configured one it replaced */
+    char *token = NULL;
+    assert_int_equal(store_mcp_refresh_get(st, &token, "srv", "sha-a"), FAWN_ENOENT);
+    assert_null(token);
+    assert_int_equal(store_mcp_refresh_set(st, "srv", "sha-a", "rotated-1"), 0);
+    assert_int_equal(store_mcp_refresh_set(st, "srv", "sha-a", "rotated-2"), 0);
+    assert_int_equal(store_mcp_refresh_get(st, &token, "srv", "sha-a"), 0);
+    assert_string_equal(token, "rotated-2");
+    free(token);
+    /* the operator configured another one since: the saved one is not used */
+    assert_int_equal(store_mcp_refresh_get(st, &token, "srv", "sha-b"), FAWN_ENOENT);
+    assert_int_equal(store_mcp_refresh_set(st, "srv", "sha-a", ""), FAWN_EINVAL);
     store_close(st);
     char *cmd = strf("rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
