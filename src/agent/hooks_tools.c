@@ -377,7 +377,7 @@ static void mcp_wrap(agent_loop *run, agent_tool_call *call, size_t next) {
     tool_result_clear(&call->result);
     int64_t start = fawn_now_ms();
     call->code = mcp_call(&call->result, p->mcp, p->policy, p->role, call->name, call->args,
-                          p->cancel ? &p->cancel->cancelled : NULL);
+                          &run->env, p->cancel ? &p->cancel->cancelled : NULL);
     call->result.status.duration_ms = fawn_now_ms() - start;
 }
 

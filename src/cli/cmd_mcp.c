@@ -20,7 +20,9 @@ static void usage(FILE *out) {
                  "discover runs initialize and tools/list on the MCP server NAME and pins what\n"
                  "it lists (name, description, input schema and their hash): runs offer only\n"
                  "pinned tools, and withhold one its server later lists differently.\n"
-                 "drift shows the pinned tools and what changed since.\n");
+                 "drift shows the pinned tools and what changed since.\n"
+                 "A stdio server runs in a sandbox, which only the gateway has: discover\n"
+                 "it with POST /api/mcp/servers/NAME/discover.\n");
 }
 
 static int mcp_run(const char *command, const char *name, const fawn_config *cfg) {
@@ -34,7 +36,7 @@ static int mcp_run(const char *command, const char *name, const fawn_config *cfg
     if (r == 0)
         r = mcp_service_open(&svc, cfg->mcp, st, cfg->home);
     if (r == 0)
-        r = strcmp(command, "discover") == 0 ? mcp_discover(&out, svc, name)
+        r = strcmp(command, "discover") == 0 ? mcp_discover(&out, svc, name, NULL)
                                              : mcp_drift(&out, svc, name);
     if (r == 0) {
         char *text = json_dumps(out, JSON_INDENT(2));

@@ -4,9 +4,11 @@
  * values "***", OAuth secrets null); a PUT or PATCH is saved to
  * $FAWN_HOME/mcp_servers.json and in force at once (src/mcp). */
 #include <string.h>
+#include <unistd.h>
 
 #include "gateway/internal.h"
 #include "mcp/mcp.h"
+#include "paths/paths.h"
 
 /* 1 MiB: a configuration of MCP_SERVERS_MAX servers with their headers. */
 #define MCP_BODY_MAX ((size_t)1 << 20)
@@ -39,10 +41,29 @@ static int route_cache_reset(gw_request *rq) {
 }
 
 /* A server that could not be reached or answered nonsense is the
- * upstream's failure: 502 (504 when it did not answer in time). */
+ * upstream's failure: 502 (504 when it did not answer in time). A stdio
+ * server is discovered in the administrator's own sandbox of the thread
+ * MCP_DISCOVERY_THREAD (made on first use), as the administrator. */
 static int route_discover(gw_request *rq) {
     json_t *out = NULL;
-    int r = mcp_discover(&out, app_mcp(rq->g->app), rq->params[0]);
+    char user[24];
+    paths_user_dir_name(user, rq->who.user.id);
+    int fd = -1;
+    int r = app_thread_files_open(&fd, rq->g->app, rq->who.user.id, MCP_DISCOVERY_THREAD, true);
+    if (fd >= 0)
+        close(fd);
+    sbx_decision decision = {0};
+    tool_env env = {
+        .sandboxes = app_sandboxes(rq->g->app),
+        .req = {.who = {.user = user, .role = rq->who.user.role},
+                .thread = MCP_DISCOVERY_THREAD,
+                .kind = SBX_HOLD_EXECUTION,
+                .decision = &decision},
+        .command_timeout_s = rq->g->cfg->sandbox.exec_timeout_s,
+    };
+    if (r == 0)
+        r = mcp_discover(&out, app_mcp(rq->g->app), rq->params[0], &env);
+    tool_env_end(&env);
     if (r == FAWN_EIO || r == FAWN_EPROTO || r == FAWN_E2BIG || r == FAWN_EUNSUP ||
         r == FAWN_ECANCELED || r == FAWN_EPERM)
         return gw_respond_detail(rq, MHD_HTTP_BAD_GATEWAY, fawn_errmsg());

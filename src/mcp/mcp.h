@@ -22,8 +22,11 @@
  *    a cancelled or late call is told to the server (notifications/cancelled).
  *  - HTTP servers are reached from the gateway with their configured
  *    headers, never through the host's proxy settings, never following a
- *    redirect (mcp_http.c). stdio servers are not run yet: a server of
- *    type stdio or sse is refused with FAWN_EUNSUP when used.
+ *    redirect (mcp_http.c).
+ *  - stdio servers never run in the gateway: each exchange starts one in
+ *    the thread's sandbox with only its configured environment
+ *    (mcp_stdio.c says why per thread). sse (the old HTTP+SSE transport)
+ *    is not run: FAWN_EUNSUP when used.
  *
  * Where servers are configured: mcp.servers in config.yaml, or the file
  * mcp.config_file names (DeerFlow's extensions_config.json shape, its
@@ -134,12 +137,17 @@ FAWN_MUST_CHECK int mcp_service_open(mcp_service **out, const json_t *section, s
                                      const char *home);
 void mcp_service_free(mcp_service *s);
 
-/* Runs initialize and tools/list on server name and stores what it lists
+/* The thread a stdio server's discovery runs in: each administrator's own
+ * sandbox for it (no conversation has it). */
+#define MCP_DISCOVERY_THREAD "mcp-discovery"
+
+/* Runs initialize and tools/list on server name (a stdio server in env's
+ * sandbox: FAWN_EUNSUP when env is NULL) and stores what it lists
  * as the server's pinned tools (replacing the earlier ones, clearing their
  * drift). *out is {server, tools: [{name, offered_as, description, hash}],
  * removed: [names no longer listed]} (new). FAWN_ENOENT for a server not
  * configured; transport and protocol errors as mcp_call says. */
-FAWN_MUST_CHECK int mcp_discover(json_t **out, mcp_service *s, const char *name);
+FAWN_MUST_CHECK int mcp_discover(json_t **out, mcp_service *s, const char *name, tool_env *env);
 
 /* The pinned tools of server name and their drift: {server, tools: [{name,
  * hash, drift: null | {seen_at_ms, description?, old_description?,
@@ -161,7 +169,8 @@ bool mcp_owns(mcp_service *s, const char *name);
 FAWN_MUST_CHECK int mcp_tool_server(char server[MCP_SERVER_NAME_MAX + 1], mcp_service *s,
                                     const char *name);
 
-/* Calls the tool offered as name with args for role. Fills out always
+/* Calls the tool offered as name with args for role (a stdio server's in
+ * env's sandbox, the run's: per thread). Fills out always
  * (status included); returns 0, or FAWN_ENOMEM when even that failed.
  * Its status: denied (a server role may not use, or a tool not in the
  * stored discovery), drift (withheld: the server lists it differently
@@ -171,7 +180,7 @@ FAWN_MUST_CHECK int mcp_tool_server(char server[MCP_SERVER_NAME_MAX + 1], mcp_se
  * resources summarized by their type and size. out->facts holds
  * {"evidence": {server, tool, schema_hash}}. */
 FAWN_MUST_CHECK int mcp_call(tool_result *out, mcp_service *s, const authz_policy *policy,
-                             const char *role, const char *name, const json_t *args,
+                             const char *role, const char *name, const json_t *args, tool_env *env,
                              const atomic_bool *cancel);
 
 /* The configuration in force as DeerFlow's API answers it: {mcp_servers:

@@ -302,9 +302,32 @@ static int failure_take(tool_result *out, int code, const char *tool) {
     }
 }
 
+/* A stdio server's call: list, check the pin, call, each in the sandbox. */
+static int call_stdio(tool_result *out, mcp_service *s, const resolved *rv, const json_t *args,
+                      tool_env *env) {
+    const char *tool = json_string_value(json_object_get(rv->pin, "name"));
+    json_t *listed = NULL;
+    int r = mcp_stdio_list(&listed, env, rv->srv);
+    bool drifted = r == 0 && drift_check(s, rv->srv, listed, tool);
+    json_decref(listed);
+    if (drifted)
+        return tool_fail(out, TOOL_DENIED, "drift", false,
+                         "Error: the MCP tool %s changed on its server since it was discovered; "
+                         "it is withheld until an administrator discovers it again",
+                         tool);
+    mcp_msg m = {0};
+    if (r == 0)
+        r = mcp_stdio_call(&m, env, rv->srv, tool, args);
+    r = r == 0 ? answer_take(out, &m) : failure_take(out, r, tool);
+    mcp_msg_clear(&m);
+    return r;
+}
+
 /* The session: open it, check the pin, call. */
 static int call_run(tool_result *out, mcp_service *s, const resolved *rv, const json_t *args,
-                    const atomic_bool *cancel) {
+                    tool_env *env, const atomic_bool *cancel) {
+    if (rv->srv->type == MCP_STDIO)
+        return call_stdio(out, s, rv, args, env);
     const char *tool = json_string_value(json_object_get(rv->pin, "name"));
     mcp_session ses = {0};
     json_t *listed = NULL;
@@ -361,7 +384,7 @@ static int call_permitted(tool_result *out, const resolved *rv, const authz_poli
 }
 
 int mcp_call(tool_result *out, mcp_service *s, const authz_policy *policy, const char *role,
-             const char *name, const json_t *args, const atomic_bool *cancel) {
+             const char *name, const json_t *args, tool_env *env, const atomic_bool *cancel) {
     memset(out, 0, sizeof *out);
     resolved rv;
     if (!s || resolve(&rv, s, name) < 0)
@@ -369,7 +392,7 @@ int mcp_call(tool_result *out, mcp_service *s, const authz_policy *policy, const
                          "Error: %.64s is not a tool of a discovered MCP server", name);
     int r = call_permitted(out, &rv, policy, role);
     if (r == 1)
-        r = json_is_object(args) ? call_run(out, s, &rv, args, cancel)
+        r = json_is_object(args) ? call_run(out, s, &rv, args, env, cancel)
                                  : tool_fail(out, TOOL_ERROR, "invalid_arguments", true,
                                              "Error: the arguments must be an object");
     if (r == 0 && !out->facts)

@@ -366,6 +366,73 @@ static int server_key(mcp_server *srv, const char *key, const json_t *v, const c
     return 0;
 }
 
+static void list_free(char **list) {
+    for (size_t i = 0; list && list[i]; i++)
+        free(list[i]);
+    free(list);
+}
+
+/* command and args of a stdio server. */
+static int command_read(mcp_server *srv, const json_t *entry, const char *where) {
+    const char *cmd = json_string_value(json_object_get(entry, "command"));
+    const json_t *args = json_object_get(entry, "args");
+    if (!cmd || !*cmd || strlen(cmd) > 4096)
+        return fawn_err(FAWN_ECONFIG, "%s.command: is required for type stdio", where);
+    if (args && (!json_is_array(args) || json_array_size(args) > 256))
+        return fawn_err(FAWN_ECONFIG, "%s.args: must be a list of at most 256 texts", where);
+    srv->command = strdup(cmd);
+    srv->args = calloc(json_array_size(args) + 1, sizeof *srv->args);
+    if (!srv->command || !srv->args)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    for (size_t i = 0; i < json_array_size(args); i++) {
+        const char *a = json_string_value(json_array_get(args, i));
+        if (!a || strlen(a) > 4096)
+            return fawn_err(FAWN_ECONFIG, "%s.args[%zu]: must be text", where, i);
+        if (!(srv->args[i] = strdup(a)))
+            return fawn_err(FAWN_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+static bool env_name_valid(const char *k) {
+    if (!*k || strlen(k) > 128 || isdigit((unsigned char)*k))
+        return false;
+    for (const char *p = k; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '_')
+            return false;
+    return true;
+}
+
+/* env of a stdio server: the whole environment it gets, with PATH and
+ * HOME when it names none. */
+static int env_read(mcp_server *srv, const json_t *env, const char *where) {
+    if (env && !json_is_null(env) && (!json_is_object(env) || json_object_size(env) > 128))
+        return fawn_err(FAWN_ECONFIG, "%s.env: must be a mapping of at most 128 variables", where);
+    size_t n = 0;
+    srv->env = calloc(json_object_size(env) + 3, sizeof *srv->env);
+    if (!srv->env)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)env, key, v) {
+        const char *t = json_string_value(v);
+        int r = t && env_name_valid(key)
+                    ? value_resolve(&t, t, where)
+                    : fawn_err(FAWN_ECONFIG, "%s.env.%.64s: a variable's name and text", where,
+                               key);
+        if (r < 0)
+            return r;
+        if (asprintf(&srv->env[n++], "%s=%s", key, t) < 0)
+            return fawn_err(FAWN_ENOMEM, "out of memory");
+    }
+    if (!json_object_get(env, "PATH") &&
+        !(srv->env[n++] = strdup("PATH=/usr/local/bin:/usr/bin:/bin")))
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    if (!json_object_get(env, "HOME") && !(srv->env[n++] = strdup("HOME=/tmp")))
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    return 0;
+}
+
 static int server_read(mcp_server *srv, const char *name, const json_t *entry, const char *source) {
     char where[160];
     snprintf(where, sizeof where, "%s.%s", source, name);
@@ -393,12 +460,17 @@ static int server_read(mcp_server *srv, const char *name, const json_t *entry, c
     }
     if (srv->type == MCP_HTTP && !srv->url)
         return fawn_err(FAWN_ECONFIG, "%s.url: is required for type http", where);
-    if (srv->type == MCP_STDIO && !json_is_string(json_object_get(entry, "command")))
-        return fawn_err(FAWN_ECONFIG, "%s.command: is required for type stdio", where);
+    if (srv->type == MCP_STDIO) {
+        int r = command_read(srv, entry, where);
+        return r < 0 ? r : env_read(srv, json_object_get(entry, "env"), where);
+    }
     return 0;
 }
 
 static void server_free(mcp_server *srv) {
+    free(srv->command);
+    list_free(srv->args);
+    list_free(srv->env);
     mcp_oauth_free(srv->oauth);
     free(srv->url);
     for (size_t i = 0; srv->headers[i]; i++)

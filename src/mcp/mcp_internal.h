@@ -2,7 +2,10 @@
  *   mcp_config.c   servers as configured: validated, $VAR resolved, redacted
  *   mcp_http.c     one session over streamable HTTP (initialize, requests,
  *                  notifications/cancelled, DELETE at the end)
- *   mcp_service.c  discovery, drift, the offered tools, calls, results */
+ *   mcp_stdio.c    stdio servers, one box command an exchange, in the thread's sandbox
+ *   mcp_oauth.c    OAuth tokens of HTTP servers
+ *   mcp_service.c  the configuration in force, discovery, drift, the config routes
+ *   mcp_call.c     the offered tools, calls, results */
 #ifndef FAWN_MCP_INTERNAL_H
 #define FAWN_MCP_INTERNAL_H
 
@@ -33,6 +36,11 @@ typedef struct mcp_server {
     json_t *overrides;                    /* tools: name -> {description?, enabled?} */
     uint32_t call_timeout_s, init_timeout_s;
     mcp_oauth *oauth; /* NULL: none (or oauth.enabled false) */
+    /* stdio: the command, its arguments and its whole environment
+     * ("NAME=value", $VAR resolved), each list NULL-ended (malloc'd) */
+    char *command;
+    char **args;
+    char **env;
 } mcp_server;
 
 /* A configuration in force: immutable once built, shared by the calls
@@ -85,5 +93,29 @@ FAWN_MUST_CHECK int mcp_session_request(mcp_msg *out, mcp_session *s, const char
                                         const json_t *params, int64_t deadline_ms);
 /* Ends the session (DELETE with its id, best effort). */
 void mcp_session_close(mcp_session *s);
+
+/* ---- stdio (mcp_stdio.c) ----
+ * A stdio server runs in the thread's sandbox (env's, per thread), never in
+ * the gateway: each exchange is one box command that starts it with only
+ * its configured environment, writes it the messages (one a line), closes
+ * its input and reads what it wrote until it exits (or its timeout). */
+
+/* Runs srv with the n messages (texts, one JSON message each) as its
+ * input; the messages it answered with into *out (a new array of their
+ * texts' parses, in order). FAWN_EUNSUP without a sandbox (env NULL),
+ * FAWN_ETIMEDOUT, FAWN_E2BIG (too long an input or output), FAWN_EPROTO (a
+ * line that is not a JSON-RPC message), sandbox errors. */
+FAWN_MUST_CHECK int mcp_stdio_run(json_t **out, tool_env *env, const mcp_server *srv,
+                                  char *const *messages, size_t n, uint32_t timeout_s);
+/* tools/list (every page) of srv run in env's sandbox, into *out (new). */
+FAWN_MUST_CHECK int mcp_stdio_list(json_t **out, tool_env *env, const mcp_server *srv);
+/* tools/call of tool with args on srv run in env's sandbox: its answer
+ * into *out (a result or an error). */
+FAWN_MUST_CHECK int mcp_stdio_call(mcp_msg *out, tool_env *env, const mcp_server *srv,
+                                   const char *tool, const json_t *args);
+/* The answer to request id among msgs (from mcp_stdio_run) into *out;
+ * FAWN_EPROTO naming the server when there is none. */
+FAWN_MUST_CHECK int mcp_stdio_answer(mcp_msg *out, const json_t *msgs, int64_t id,
+                                     const mcp_server *srv);
 
 #endif

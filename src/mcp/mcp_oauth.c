@@ -39,11 +39,14 @@ static int reply_progress(void *ctx, curl_off_t a, curl_off_t b, curl_off_t c, c
 static int form_build(char **out, CURL *c, const mcp_oauth *o, const char *refresh) {
     *out = NULL;
     json_t *f = json_deep_copy(o->extra);
-    const char *grant = o->grant == MCP_GRANT_REFRESH_TOKEN ? "refresh_token" : "client_credentials";
+    const char *grant = o->grant == MCP_GRANT_REFRESH_TOKEN ? "refresh_token"
+                                                            : "client_credentials";
     const struct {
         const char *key, *value;
-    } own[] = {{"grant_type", grant},      {"scope", o->scope},
-               {"audience", o->audience},  {"client_id", o->client_id},
+    } own[] = {{"grant_type", grant},
+               {"scope", o->scope},
+               {"audience", o->audience},
+               {"client_id", o->client_id},
                {"client_secret", o->client_secret},
                {"refresh_token", o->grant == MCP_GRANT_REFRESH_TOKEN ? refresh : NULL}};
     for (size_t i = 0; f && i < ARRAY_LEN(own); i++)
@@ -166,21 +169,20 @@ static int token_fetch(json_t **entry, mcp_service *s, const mcp_server *srv,
         log_warn("mcp", "%s: the rotated refresh token was not saved: %s", srv->name,
                  fawn_errmsg());
     char *line = NULL;
-    if (r == 0 && asprintf(&line, "Authorization: %s %s",
-                           field_text(answer, o->token_type_field) ?: o->default_token_type,
-                           token) < 0)
+    if (r == 0 &&
+        asprintf(&line, "Authorization: %s %s",
+                 field_text(answer, o->token_type_field) ?: o->default_token_type, token) < 0)
         r = fawn_err(FAWN_ENOMEM, "out of memory");
     int64_t expires = fawn_wall_ms() + lifetime_s(answer, o->expires_in_field) * 1000;
-    if (r == 0 && !(*entry = json_pack("{s:s, s:I}", "header", line, "expires_at_ms",
-                                       (json_int_t)expires)))
+    if (r == 0 &&
+        !(*entry = json_pack("{s:s, s:I}", "header", line, "expires_at_ms", (json_int_t)expires)))
         r = fawn_err(FAWN_ENOMEM, "out of memory");
     free(line);
     json_decref(answer);
     return r;
 }
 
-int mcp_oauth_header(char **out, mcp_service *s, const mcp_server *srv,
-                     const atomic_bool *cancel) {
+int mcp_oauth_header(char **out, mcp_service *s, const mcp_server *srv, const atomic_bool *cancel) {
     *out = NULL;
     if (!srv->oauth)
         return 0;
@@ -188,8 +190,8 @@ int mcp_oauth_header(char **out, mcp_service *s, const mcp_server *srv,
     json_t *entry = json_incref(json_object_get(s->tokens, srv->name));
     int64_t skew_ms = (int64_t)srv->oauth->refresh_skew_s * 1000;
     int r = 0;
-    if (!entry || json_integer_value(json_object_get(entry, "expires_at_ms")) - skew_ms <=
-                      fawn_wall_ms()) {
+    if (!entry ||
+        json_integer_value(json_object_get(entry, "expires_at_ms")) - skew_ms <= fawn_wall_ms()) {
         json_decref(entry);
         entry = NULL;
         if ((r = token_fetch(&entry, s, srv, cancel)) == 0)

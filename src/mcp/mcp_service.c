@@ -244,17 +244,26 @@ static json_t *removed_names(const json_t *before, const json_t *pins) {
     return gone;
 }
 
-static int discover_on(json_t **out, mcp_service *s, const mcp_server *srv) {
+/* tools/list of srv, over its transport. */
+static int listed_of(json_t **listed, mcp_service *s, const mcp_server *srv, tool_env *env) {
+    *listed = NULL;
+    if (srv->type == MCP_STDIO)
+        return mcp_stdio_list(listed, env, srv);
     mcp_session ses = {0};
-    json_t *listed = NULL, *pins = NULL, *before = NULL;
     char *auth = NULL;
     int r = mcp_oauth_header(&auth, s, srv, NULL);
     if (r == 0)
         r = mcp_session_open(&ses, srv, auth, NULL);
     if (r == 0)
-        r = mcp_list_tools(&listed, &ses, fawn_now_ms() + (int64_t)srv->call_timeout_s * 1000);
+        r = mcp_list_tools(listed, &ses, fawn_now_ms() + (int64_t)srv->call_timeout_s * 1000);
     mcp_session_close(&ses);
     free(auth);
+    return r;
+}
+
+static int discover_on(json_t **out, mcp_service *s, const mcp_server *srv, tool_env *env) {
+    json_t *listed = NULL, *pins = NULL, *before = NULL;
+    int r = listed_of(&listed, s, srv, env);
     if (r == FAWN_EPERM)
         mcp_oauth_forget(s, srv->name);
     *out = r == 0 ? json_pack("{s:s}", "server", srv->name) : NULL;
@@ -278,11 +287,11 @@ static int discover_on(json_t **out, mcp_service *s, const mcp_server *srv) {
     return r;
 }
 
-int mcp_discover(json_t **out, mcp_service *s, const char *name) {
+int mcp_discover(json_t **out, mcp_service *s, const char *name, tool_env *env) {
     *out = NULL;
     mcp_servers *servers = mcp_service_servers(s);
     const mcp_server *srv = mcp_servers_find(servers, name);
-    int r = srv ? discover_on(out, s, srv)
+    int r = srv ? discover_on(out, s, srv, env)
                 : fawn_err(FAWN_ENOENT, "no MCP server named %.64s is configured", name);
     mcp_servers_unref(servers);
     return r;

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from './lib/test.mjs';
 
-import { FawnServer, freePort, request, setupAdmin, setupUser, waitFor } from './lib/server.mjs';
+import { FawnServer, freePort, makeHome, request, setupAdmin, setupUser, waitFor } from './lib/server.mjs';
 import { FakeOpenAI, call, reply } from './lib/fake_openai.mjs';
 import { FakeMcp, FakeTokenEndpoint } from './lib/fake_mcp.mjs';
 
@@ -51,6 +51,7 @@ describe('MCP tool servers', () => {
   let ccMcp;
   let rtTokens;
   let rtMcp;
+  let skillsDir;
 
   before(async () => {
     fake = await FakeOpenAI.start();
@@ -62,8 +63,15 @@ describe('MCP tool servers', () => {
     rtTokens = await FakeTokenEndpoint.start({ refreshToken: 'configured-refresh-token', expiresIn: 1 });
     rtMcp = await FakeMcp.start({ authorized: (h) => rtTokens.current(h) });
     everything = await startEverything();
+    // The stdio server's script, where every sandbox sees it: a skill's
+    // files are copied into each user's /mnt/skills at the start of a run.
+    skillsDir = makeHome();
+    fs.mkdirSync(path.join(skillsDir, 'mcp'));
+    fs.writeFileSync(path.join(skillsDir, 'mcp', 'SKILL.md'), '---\nname: mcp\ndescription: A stdio MCP server for the tests\n---\n# mcp\n');
+    fs.copyFileSync(path.join(here, 'lib', 'stdio_mcp_server.mjs'), path.join(skillsDir, 'mcp', 'server.mjs'));
     srv = await FawnServer.start({
       models: [fake.model()],
+      sandbox: { skills_dir: skillsDir },
       mcp: {
         servers: {
           everything: { type: 'http', url: everything.url },
@@ -74,7 +82,14 @@ describe('MCP tool servers', () => {
             tool_call_timeout_s: 3,
             tools: { hidden: { enabled: false }, steady: { description: 'Steady, as the operator says' } },
           },
-          local: { command: 'npx', args: ['-y', 'some-mcp-server'], env: { API_KEY: 'local-secret-value' } },
+          local: { command: 'mcp-server-not-installed', args: ['--stdio'], env: { API_KEY: 'local-secret-value' } },
+          boxed: {
+            command: 'node',
+            args: ['/mnt/skills/mcp/server.mjs'],
+            env: { MCP_GREETING: 'hello from the config' },
+            tool_call_timeout: 3,
+            session_init_timeout: 10,
+          },
           cc: {
             type: 'http',
             url: ccMcp.url,
@@ -106,6 +121,7 @@ describe('MCP tool servers', () => {
     await fake?.stop();
     await mcp?.stop();
     for (const x of [ccMcp, ccTokens, rtMcp, rtTokens]) await x?.stop();
+    if (skillsDir) fs.rmSync(skillsDir, { recursive: true, force: true });
     everything?.proc.kill('SIGKILL');
     await everything?.gone;
   });
@@ -161,10 +177,9 @@ describe('MCP tool servers', () => {
     assert.equal(echo.offered_as, 'everything_echo');
     assert.match(echo.hash, /^[0-9a-f]{64}$/);
     assert.equal((await discover('nonesuch')).status, 404);
-    // The stdio server is not run by this gateway: refused, named.
+    // A stdio server whose command is not in the sandbox: the upstream's failure.
     const local = await discover('local');
     assert.equal(local.status, 502, local.text);
-    assert.match(local.text, /stdio/);
     const hostile = await discover('hostile');
     assert.equal(hostile.status, 200, hostile.text);
     assert.deepEqual(hostile.json.skipped.map((s) => s.name), ['has.dot']);
@@ -346,6 +361,36 @@ describe('MCP tool servers', () => {
     const a = (await callOne('M-RT-3', 'rt_greet', { name: 'again' })).answer;
     assert.equal(a.status, 'success', a.content);
     assert.equal(rtTokens.forms.at(-1).form.refresh_token, 'rotated-3');
+  });
+
+  it("stdio: discovered and called in the thread's sandbox, with only its configured environment", async () => {
+    const d = await discover('boxed');
+    assert.equal(d.status, 200, d.text);
+    assert.deepEqual(d.json.tools.map((t) => t.offered_as).sort(), ['boxed_described', 'boxed_env', 'boxed_sleep', 'boxed_where']);
+    const env = (await callOne('M-STDIO-ENV', 'boxed_env')).answer;
+    assert.equal(env.status, 'success', env.content);
+    const seen = JSON.parse(env.content);
+    assert.deepEqual(Object.keys(seen).sort(), ['HOME', 'MCP_GREETING', 'PATH']);
+    assert.equal(seen.MCP_GREETING, 'hello from the config');
+    const where = (await callOne('M-STDIO-WHERE', 'boxed_where')).answer;
+    assert.match(where.content, /workspace=true/); // the thread's files: not the gateway's host
+    assert.ok(!fs.existsSync('/mnt/user-data/workspace'));
+    // From the shell there is no sandbox: said so.
+    const cli = await srv.cli(['mcp', 'discover', 'boxed']);
+    assert.equal(cli.code, 1);
+    assert.match(cli.stderr, /sandbox/);
+  });
+
+  it('stdio: a server that never answers is a timeout; a changed description is withheld', async () => {
+    const slept = (await callOne('M-STDIO-SLEEP', 'boxed_sleep')).answer;
+    assert.equal(slept.additional_kwargs.tool_status.status, 'timeout', slept.content);
+    const before = (await callOne('M-STDIO-D0', 'boxed_described')).answer;
+    assert.equal(before.status, 'success', before.content);
+    fs.writeFileSync(path.join(skillsDir, 'mcp', 'description.txt'), 'Says what it describes, and more');
+    const after = (await callOne('M-STDIO-D1', 'boxed_described')).answer;
+    assert.equal(after.additional_kwargs.tool_status.error_type, 'drift', after.content);
+    const drift = await api('GET', '/api/mcp/servers/boxed/drift');
+    assert.equal(drift.json.tools.find((t) => t.name === 'described').drift.description, 'Says what it describes, and more');
   });
 
   it('GET/PUT/PATCH /api/mcp/config: administrators only, secrets redacted, saved under FAWN_HOME', async () => {
