@@ -43,7 +43,8 @@ static int route_cache_reset(gw_request *rq) {
 /* A server that could not be reached or answered nonsense is the
  * upstream's failure: 502 (504 when it did not answer in time). A stdio
  * server is discovered in the administrator's own sandbox of the thread
- * MCP_DISCOVERY_THREAD (made on first use), as the administrator. */
+ * MCP_DISCOVERY_THREAD (made on first use), as the administrator, with
+ * /mnt/skills as a run of theirs would find it. */
 static int route_discover(gw_request *rq) {
     json_t *out = NULL;
     char user[24];
@@ -52,6 +53,8 @@ static int route_discover(gw_request *rq) {
     int r = app_thread_files_open(&fd, rq->g->app, rq->who.user.id, MCP_DISCOVERY_THREAD, true);
     if (fd >= 0)
         close(fd);
+    if (r == 0 && gw_skills_view_sync(rq) < 0)
+        log_warn("mcp", "discovery: /mnt/skills not brought up to date: %s", fawn_errmsg());
     sbx_decision decision = {0};
     tool_env env = {
         .sandboxes = app_sandboxes(rq->g->app),

@@ -57,6 +57,23 @@ static int skills_of_caller(json_t **out, gw_request *rq) {
     return r;
 }
 
+int gw_skills_view_sync(gw_request *rq) {
+    char user[24], custom[PATH_MAX];
+    paths_user_dir_name(user, rq->who.user.id);
+    json_t *states = NULL, *catalog = NULL;
+    int r = skills_user_dir(custom, rq->g->cfg->home, user);
+    skills_dirs dirs = {.shared = rq->g->cfg->sandbox.skills_dir, .custom = custom};
+    if (r == 0 && dirs.shared)
+        r = store_skill_states(rq->g->st, &states);
+    if (r == 0 && dirs.shared)
+        r = skills_catalog(&catalog, &dirs, states, app_policy(rq->g->app), rq->who.user.role);
+    if (r == 0)
+        r = skills_view_sync(rq->g->cfg->home, user, &dirs, catalog);
+    json_decref(states);
+    json_decref(catalog);
+    return r;
+}
+
 static int route_skills(gw_request *rq) {
     json_t *catalog = NULL;
     int r = skills_of_caller(&catalog, rq);

@@ -19,8 +19,9 @@
 
 #include "mcp/mcp_internal.h"
 
-/* 256 KiB: the command carries the messages (a call's arguments included). */
-#define MCP_STDIO_COMMAND_MAX ((size_t)256 << 10)
+/* 64 KiB, the box's limit on a command (BOX_COMMAND_MAX): the command
+ * carries the messages, a call's arguments included. */
+#define MCP_STDIO_COMMAND_MAX ((size_t)64 << 10)
 /* What the box keeps of the server's output: a longer answer is refused
  * (the box cuts it in the middle, which no JSON survives). */
 #define MCP_STDIO_OUTPUT_MAX 1048576
@@ -53,8 +54,9 @@ static int command_build(char **out, const mcp_server *srv, char *const *message
         r = shell_quote(&b, srv->args[i]);
     if (r < 0) {
         fbuf_free(&b);
-        return r == FAWN_E2BIG ? fawn_err(FAWN_E2BIG, "the messages for %s are larger than %zu "
-                                                      "bytes",
+        return r == FAWN_E2BIG ? fawn_err(FAWN_E2BIG,
+                                          "the messages for %s are larger than %zu "
+                                          "bytes",
                                           srv->name, MCP_STDIO_COMMAND_MAX)
                                : r;
     }
@@ -70,8 +72,7 @@ static int lines_read(json_t **out, const char *text, const mcp_server *srv) {
     for (const char *p = text; r == 0 && *p;) {
         size_t n = strcspn(p, "\n");
         if (++lines > MCP_STDIO_LINES_MAX)
-            r = fawn_err(FAWN_E2BIG, "%s wrote more than %d lines", srv->name,
-                         MCP_STDIO_LINES_MAX);
+            r = fawn_err(FAWN_E2BIG, "%s wrote more than %d lines", srv->name, MCP_STDIO_LINES_MAX);
         mcp_msg m = {0};
         if (r == 0 && n > 0 && (r = mcp_msg_parse(&m, p, n)) == 0)
             r = json_array_append(*out, m.root) == 0 ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
@@ -102,8 +103,8 @@ static int reply_take(json_t **out, const json_t *reply, int status, const mcp_s
                         MCP_STDIO_OUTPUT_MAX / 2);
     const char *err = json_string_value(json_object_get(reply, "stderr"));
     if (!*text) /* what it said of why: the server's own words, bounded */
-        return fawn_err(FAWN_EPROTO, "%s ended (exit code %d) without answering: %.300s",
-                        srv->name, (int)json_integer_value(json_object_get(reply, "exit_code")),
+        return fawn_err(FAWN_EPROTO, "%s ended (exit code %d) without answering: %.300s", srv->name,
+                        (int)json_integer_value(json_object_get(reply, "exit_code")),
                         err ? err : "");
     return lines_read(out, text, srv);
 }
@@ -112,18 +113,19 @@ int mcp_stdio_run(json_t **out, tool_env *env, const mcp_server *srv, char *cons
                   size_t n, uint32_t timeout_s) {
     *out = NULL;
     if (!env)
-        return fawn_err(FAWN_EUNSUP, "the MCP server %s runs over stdio in a thread's sandbox: "
-                                     "only a run (or a discovery through the API) has one",
+        return fawn_err(FAWN_EUNSUP,
+                        "the MCP server %s runs over stdio in a thread's sandbox: "
+                        "only a run (or a discovery through the API) has one",
                         srv->name);
     char *command = NULL;
     int r = command_build(&command, srv, messages, n);
     sbx_lease *lease = NULL;
     if (r == 0)
         r = tool_env_lease(&lease, env);
-    json_t *body = r == 0 ? json_pack("{s:s, s:I, s:i}", "command", command, "timeout_s",
-                                      (json_int_t)timeout_s, "max_output_bytes",
-                                      MCP_STDIO_OUTPUT_MAX)
-                          : NULL;
+    json_t *body = r == 0
+                       ? json_pack("{s:s, s:I, s:i}", "command", command, "timeout_s",
+                                   (json_int_t)timeout_s, "max_output_bytes", MCP_STDIO_OUTPUT_MAX)
+                       : NULL;
     if (body && lease->session[0]) /* the run's own session: a cancel kills it */
         json_object_set_new(body, "session_id", json_string(lease->session));
     json_t *reply = NULL;

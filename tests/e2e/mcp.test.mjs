@@ -366,7 +366,7 @@ describe('MCP tool servers', () => {
   it("stdio: discovered and called in the thread's sandbox, with only its configured environment", async () => {
     const d = await discover('boxed');
     assert.equal(d.status, 200, d.text);
-    assert.deepEqual(d.json.tools.map((t) => t.offered_as).sort(), ['boxed_described', 'boxed_env', 'boxed_sleep', 'boxed_where']);
+    assert.deepEqual(d.json.tools.map((t) => t.offered_as).sort(), ['boxed_described', 'boxed_echo', 'boxed_env', 'boxed_sleep', 'boxed_where']);
     const env = (await callOne('M-STDIO-ENV', 'boxed_env')).answer;
     assert.equal(env.status, 'success', env.content);
     const seen = JSON.parse(env.content);
@@ -375,6 +375,14 @@ describe('MCP tool servers', () => {
     const where = (await callOne('M-STDIO-WHERE', 'boxed_where')).answer;
     assert.match(where.content, /workspace=true/); // the thread's files: not the gateway's host
     assert.ok(!fs.existsSync('/mnt/user-data/workspace'));
+    // Arguments reach the server as they are: nothing in them is shell.
+    const nasty = { s: "it's'; touch /tmp/pwned-mcp; echo '$(id) `id` \\ \" \n %s %n", n: [1, { "'": "'" }] };
+    const echoed = (await callOne('M-STDIO-ECHO', 'boxed_echo', nasty)).answer;
+    assert.equal(echoed.status, 'success', echoed.content);
+    assert.deepEqual(JSON.parse(echoed.content), nasty);
+    // Arguments past the box's command limit: refused, bounded.
+    const big = (await callOne('M-STDIO-BIG', 'boxed_echo', { s: 'x'.repeat(70 * 1024) })).answer;
+    assert.equal(big.additional_kwargs.tool_status.error_type, 'too_large', big.content);
     // From the shell there is no sandbox: said so.
     const cli = await srv.cli(['mcp', 'discover', 'boxed']);
     assert.equal(cli.code, 1);

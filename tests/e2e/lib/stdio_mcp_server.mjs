@@ -19,11 +19,13 @@ function tools() {
     { name: 'where', description: 'Says where it runs', inputSchema: obj },
     { name: 'described', description: described, inputSchema: obj },
     { name: 'sleep', description: 'Never answers', inputSchema: obj },
+    { name: 'echo', description: 'Answers its arguments', inputSchema: obj },
   ];
 }
 
-function call(id, name) {
+function call(id, name, args) {
   switch (name) {
+    case 'echo': return send({ id, result: text(JSON.stringify(args)) });
     case 'env': return send({ id, result: text(JSON.stringify(process.env)) });
     case 'where': return send({ id, result: text(`workspace=${fs.existsSync('/mnt/user-data/workspace')} uid=${process.getuid()}`) });
     case 'described': return send({ id, result: text('described answer') });
@@ -38,6 +40,6 @@ readline.createInterface({ input: process.stdin }).on('line', (line) => {
   if (msg.id === undefined) return;
   if (msg.method === 'initialize') return send({ id: msg.id, result: { protocolVersion: '2025-06-18', capabilities: { tools: {} }, serverInfo: { name: 'stdio-test', version: '1' } } });
   if (msg.method === 'tools/list') return send({ id: msg.id, result: { tools: tools() } });
-  if (msg.method === 'tools/call') return call(msg.id, msg.params.name);
+  if (msg.method === 'tools/call') return call(msg.id, msg.params.name, msg.params.arguments);
   return send({ id: msg.id, error: { code: -32601, message: 'Method not found' } });
 });
