@@ -583,6 +583,39 @@ static void unmask_oauth(json_t *incoming, const json_t *old) {
     }
 }
 
+/* A "$VAR" in v (any depth) that was not at the same place in old: the
+ * environment of the gateway is the operator's, named in files only, never
+ * chosen through the API (it could send a secret of the gateway's
+ * environment to a server, or into a sandbox). */
+static int var_check(const json_t *v, const json_t *old, const char *where) {
+    const char *t = json_string_value(v);
+    if (t)
+        return t[0] != '$' || (json_is_string(old) && strcmp(json_string_value(old), t) == 0)
+                   ? 0
+                   : fawn_err(FAWN_EINVAL,
+                              "%s: a $VARIABLE is named in the configuration file, "
+                              "not through the API",
+                              where);
+    char at[320];
+    if (json_is_object(v)) {
+        const char *key;
+        json_t *x;
+        json_object_foreach((json_t *)v, key, x) {
+            snprintf(at, sizeof at, "%.200s.%.64s", where, key);
+            int r = var_check(x, json_object_get(old, key), at);
+            if (r < 0)
+                return r;
+        }
+    }
+    for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++) {
+        snprintf(at, sizeof at, "%.200s[%zu]", where, i);
+        int r = var_check(json_array_get(v, i), json_array_get(old, i), at);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
 int mcp_servers_unmask(json_t **out, const json_t *incoming, const json_t *raw) {
     *out = json_deep_copy(incoming);
     if (!*out)
@@ -603,6 +636,8 @@ int mcp_servers_unmask(json_t **out, const json_t *incoming, const json_t *raw) 
         }
         if (r == 0)
             unmask_oauth(json_object_get(srv, "oauth"), json_object_get(old, "oauth"));
+        if (r == 0)
+            r = var_check(srv, old, where);
         if (r < 0)
             break;
     }

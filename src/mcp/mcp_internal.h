@@ -61,7 +61,8 @@ const mcp_server *mcp_servers_find(const mcp_servers *s, const char *name);
 /* raw with every env and header value "***" and OAuth secrets null (new). */
 json_t *mcp_servers_redacted(const json_t *raw);
 /* incoming's servers with each "***" replaced by what raw had at its place
- * (new); FAWN_EINVAL naming the key when raw had nothing there. */
+ * (new); FAWN_EINVAL naming the key when raw had nothing there, or for a
+ * "$VAR" value raw did not have at the same place. */
 FAWN_MUST_CHECK int mcp_servers_unmask(json_t **out, const json_t *incoming, const json_t *raw);
 
 /* Reads a server's oauth entry into *out (NULL when absent or disabled).

@@ -402,6 +402,7 @@ describe('MCP tool servers', () => {
   });
 
   it('GET/PUT/PATCH /api/mcp/config: administrators only, secrets redacted, saved under FAWN_HOME', async () => {
+    assert.equal((await discover('everything')).status, 200);
     assert.equal((await api('GET', '/api/mcp/config', undefined, bob)).status, 403);
     const got = await api('GET', '/api/mcp/config');
     assert.equal(got.status, 200, got.text);
@@ -420,6 +421,12 @@ describe('MCP tool servers', () => {
     const bad = structuredClone(got.json);
     bad.mcp_servers.hostile.headers['X-New'] = '***';
     assert.equal((await api('PUT', '/api/mcp/config', bad)).status, 400);
+    // The gateway's environment is never named through the API.
+    const steal = structuredClone(got.json);
+    steal.mcp_servers.hostile.headers['X-Steal'] = '$FAWN_E2E_CLIENT_SECRET';
+    const stolen = await api('PUT', '/api/mcp/config', steal);
+    assert.equal(stolen.status, 400, stolen.text);
+    assert.match(stolen.text, /X-Steal/);
     const unknown = structuredClone(got.json);
     unknown.mcp_servers.hostile.surprise = 1;
     assert.equal((await api('PUT', '/api/mcp/config', unknown)).status, 400);

@@ -210,6 +210,17 @@ static void test_config(void **state) {
     json_t *refused = NULL;
     assert_int_equal(mcp_servers_unmask(&refused, shown, s->raw), FAWN_EINVAL);
     assert_null(refused);
+    /* a $VAR is the configuration file's to name, never the API's */
+    json_object_del(json_object_get(json_object_get(shown, "web"), "headers"), "X-New");
+    json_object_set_new(json_object_get(json_object_get(shown, "local"), "env"), "K",
+                        json_string("$FAWN_TEST_MCP_TOKEN"));
+    assert_int_equal(mcp_servers_unmask(&refused, shown, s->raw), FAWN_EINVAL);
+    check_contains("refused", fawn_errmsg(), "mcp_servers.local.env.K");
+    json_object_set_new(json_object_get(shown, "web"), "url", json_string("$HOME"));
+    json_object_set_new(json_object_get(json_object_get(shown, "local"), "env"), "K",
+                        json_string("v"));
+    assert_int_equal(mcp_servers_unmask(&refused, shown, s->raw), FAWN_EINVAL);
+    check_contains("refused", fawn_errmsg(), "mcp_servers.web.url");
     json_decref(merged);
     free(text);
     json_decref(shown);
