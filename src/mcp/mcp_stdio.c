@@ -126,8 +126,10 @@ int mcp_stdio_run(json_t **out, tool_env *env, const mcp_server *srv, char *cons
                        ? json_pack("{s:s, s:I, s:i}", "command", command, "timeout_s",
                                    (json_int_t)timeout_s, "max_output_bytes", MCP_STDIO_OUTPUT_MAX)
                        : NULL;
-    if (body && lease->session[0]) /* the run's own session: a cancel kills it */
-        json_object_set_new(body, "session_id", json_string(lease->session));
+    /* A fresh shell, never the run's session: nothing the model defined
+     * there (a function named env or printf) stands between the gateway
+     * and the server. So a cancelled run's exchange is not killed with
+     * the run's commands: it ends at its timeout at the latest. */
     json_t *reply = NULL;
     int status = 0;
     if (r == 0)
