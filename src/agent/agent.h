@@ -21,6 +21,7 @@
 #include "config/config.h"
 #include "model/model.h"
 #include "authz/authz.h"
+#include "mcp/mcp.h"
 #include "research/research.h"
 #include "sandbox/manager.h"
 #include "store/store.h"
@@ -114,6 +115,7 @@ typedef struct agent_params {
     /* ask_clarification is not offered, and a call of it is denied: no one
      * is there to answer (a scheduled task's run). */
     bool no_clarification;
+    mcp_service *mcp; /* the pinned tools of MCP servers (NULL: none) */
 } agent_params;
 
 typedef struct agent_outcome {

@@ -121,6 +121,7 @@ extern const agent_hook hook_tool_output_budget, hook_remote_content, hook_tool_
 extern const agent_hook hook_skills;    /* hooks_skills.c */
 extern const agent_hook hook_subagents; /* hooks_subagents.c */
 extern const agent_hook hook_compact;   /* hooks_compact.c */
+extern const agent_hook hook_mcp;       /* hooks_tools.c */
 
 /* ---- run_context.c: what a hook may ask of its run ---- */
 

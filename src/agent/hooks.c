@@ -21,7 +21,8 @@
  *   wrap_tool         tool_output_budget > remote_content > tool_authorization > skills
  *                     > read_before_write
  *                     > delivery_check > loop_detection > clarification
- *                     > tool_errors > subagents (task calls) > the tool
+ *                     > tool_errors > mcp (calls of pinned MCP tools)
+                     > subagents (task calls) > the tool
  *   after_agent       title, then delivery_check
  * So a reply cut for length or safety has its tool calls cleared before
  * loop detection counts them; an empty reply is retried inside the model
@@ -37,15 +38,25 @@
  * call is authorized, checked against the active skill and counted for
  * loops like any other before its sub-agent starts. */
 const agent_hook *const agent_hooks[] = {
-    &hook_compact,        &hook_input_sanitization,
-    &hook_uploads,        &hook_tool_output_budget,
-    &hook_remote_content, &hook_dangling_tool_calls,
-    &hook_model_errors,   &hook_tool_authorization,
-    &hook_skills,         &hook_read_before_write,
-    &hook_delivery_check, &hook_title,
-    &hook_loop_detection, &hook_empty_final_retry,
-    &hook_finish_reasons, &hook_clarification,
-    &hook_tool_errors,    &hook_memory,
+    &hook_compact,
+    &hook_input_sanitization,
+    &hook_uploads,
+    &hook_tool_output_budget,
+    &hook_remote_content,
+    &hook_dangling_tool_calls,
+    &hook_model_errors,
+    &hook_tool_authorization,
+    &hook_skills,
+    &hook_read_before_write,
+    &hook_delivery_check,
+    &hook_title,
+    &hook_loop_detection,
+    &hook_empty_final_retry,
+    &hook_finish_reasons,
+    &hook_clarification,
+    &hook_tool_errors,
+    &hook_memory,
+    &hook_mcp,
     &hook_subagents,
 };
 const size_t agent_hooks_count = ARRAY_LEN(agent_hooks);
@@ -64,6 +75,7 @@ const agent_hook *const agent_task_hooks[] = {
     &hook_empty_final_retry,
     &hook_finish_reasons,
     &hook_tool_errors,
+    &hook_mcp,
 };
 const size_t agent_task_hooks_count = ARRAY_LEN(agent_task_hooks);
 

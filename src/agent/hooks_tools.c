@@ -65,7 +65,8 @@ static void remote_wrap(agent_loop *run, agent_tool_call *call, size_t next) {
     agent_next_tool(run, call, next);
     const tool_def *t = tool_find(call->name);
     const char *text = call->result.text;
-    if (!t || !t->remote_content || !text)
+    bool remote = t ? t->remote_content : mcp_owns(run->p->mcp, call->name);
+    if (!remote || !text)
         return;
     fbuf b = {0};
     char *safe = agent_text_neutralize(&b, text, strlen(text)) == 0
@@ -102,6 +103,9 @@ static int call_permitted(agent_loop *run, const char *tool) {
     const tool_def *t = tool_find(tool);
     if (r == 0 && t && t->sandbox)
         r = authz_sandbox_execute(run->p->policy, owner.role);
+    char server[MCP_SERVER_NAME_MAX + 1];
+    if (r == 0 && !t && mcp_tool_server(server, run->p->mcp, tool) == 0)
+        r = authz_check(run->p->policy, owner.role, AUTHZ_MCP_SERVERS, server);
     return r;
 }
 
@@ -362,3 +366,22 @@ static void tool_errors_wrap(agent_loop *run, agent_tool_call *call, size_t next
 }
 
 const agent_hook hook_tool_errors = {.name = "tool_errors", .wrap_tool = tool_errors_wrap};
+
+/* ---- MCP: a call of a pinned MCP tool is answered by its server ----
+ * mcp_call holds the rest: the role's mcp_servers, the pin (drift), the
+ * call's timeout and the run's cancel. */
+
+static void mcp_wrap(agent_loop *run, agent_tool_call *call, size_t next) {
+    const agent_params *p = run->p;
+    if (!p->mcp || tool_find(call->name) || !mcp_owns(p->mcp, call->name)) {
+        agent_next_tool(run, call, next);
+        return;
+    }
+    tool_result_clear(&call->result);
+    int64_t start = fawn_now_ms();
+    call->code = mcp_call(&call->result, p->mcp, p->policy, p->role, call->name, call->args,
+                          &run->env, p->cancel ? &p->cancel->cancelled : NULL);
+    call->result.status.duration_ms = fawn_now_ms() - start;
+}
+
+const agent_hook hook_mcp = {.name = "mcp", .wrap_tool = mcp_wrap};

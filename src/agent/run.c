@@ -89,8 +89,25 @@ static bool name_listed(const json_t *names, const char *name) {
     return false;
 }
 
+/* Appends to list the pinned MCP tools the role may use (of names only,
+ * when not NULL). */
+static void mcp_tools_add(json_t *list, const agent_params *p, const json_t *names) {
+    json_t *offered = json_array();
+    mcp_tools_offered(offered, p->mcp, p->policy, p->role);
+    size_t i;
+    json_t *schema;
+    json_array_foreach(offered, i, schema) {
+        const char *name = json_string_value(
+            json_object_get(json_object_get(schema, "function"), "name"));
+        if (!names || name_listed(names, name))
+            json_array_append(list, schema);
+    }
+    json_decref(offered);
+}
+
 /* The schemas of the tools the run's role may use: the built-in ones
- * offered (of names only, when not NULL), and task when the run offers it. */
+ * offered (of names only, when not NULL), the pinned MCP tools, and task
+ * when the run offers it. */
 static json_t *allowed_tools(const agent_params *p, const json_t *names) {
     json_t *list = json_array();
     for (size_t i = 0; list && i < tool_count(); i++) {
@@ -100,6 +117,8 @@ static json_t *allowed_tools(const agent_params *p, const json_t *names) {
             authz_check(p->policy, p->role, AUTHZ_TOOLS, t->name) == 0)
             json_array_append_new(list, tool_openai_schema(t));
     }
+    if (list && p->mcp)
+        mcp_tools_add(list, p, names);
     if (list && agent_subagents_enabled(p->subagents) &&
         authz_check(p->policy, p->role, AUTHZ_TOOLS, AGENT_TASK_TOOL) == 0)
         json_array_append_new(list, agent_task_schema(p->subagents));

@@ -158,6 +158,7 @@ static agent_params params_of(run_manager *m, run_entry *e, const sbx_cancel *ca
         .memory = m->limits.memory,
         .subagents = m->limits.subagents,
         .web = m->limits.web,
+        .mcp = m->limits.mcp,
         .compaction = m->limits.compaction,
         .usage = &e->usage,
         .no_clarification = e->no_clarification,

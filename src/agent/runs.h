@@ -51,6 +51,7 @@ typedef struct runs_limits {
     const char *home;                 /* $FAWN_HOME, where users' own skills are (borrowed) */
     const agent_subagents *subagents; /* what runs may delegate to (borrowed; NULL: nothing) */
     web_service *web;                 /* the web tools' service (borrowed; NULL: none) */
+    mcp_service *mcp;                 /* the MCP tool servers (borrowed; NULL: none) */
     const fawn_compaction_config *compaction; /* compaction.* (borrowed; NULL: off) */
 } runs_limits;
 

@@ -57,7 +57,8 @@ static int executor_start(app *a) {
                           .skills_dir = a->cfg->sandbox.skills_dir,
                           .home = a->cfg->home,
                           .subagents = a->subagents,
-                          .web = a->web};
+                          .web = a->web,
+                          .mcp = a->mcp};
     return runs_new(&a->runs, a->st, a->sandboxes, a->models, a->policy, &limits);
 }
 
@@ -75,6 +76,8 @@ int app_open(app **out, const fawn_config *cfg, store *st) {
         r = agent_subagents_new(&a->subagents, &cfg->subagents, a->models);
     if (r == 0)
         r = web_service_open(&a->web, &cfg->web);
+    if (r == 0)
+        r = mcp_service_open(&a->mcp, cfg->mcp, st, cfg->home);
     if (r == 0) {
         disk_quota_log(cfg);
         r = sandboxes_start(a);
@@ -107,6 +110,7 @@ void app_close(app *a) {
     sbx_provider_close(a->provider);
     agent_subagents_free(a->subagents);
     web_service_free(a->web);
+    mcp_service_free(a->mcp);
     model_registry_free(a->models);
     authz_policy_free(a->policy);
     free(a);
@@ -119,6 +123,7 @@ const model_registry *app_models(const app *a) { return a->models; }
 sbx_manager *app_sandboxes(const app *a) { return a->sandboxes; }
 const sbx_provider *app_provider(const app *a) { return a->provider; }
 run_manager *app_runs(const app *a) { return a->runs; }
+mcp_service *app_mcp(const app *a) { return a->mcp; }
 
 /* The model the run will use must be one the role may use. */
 static int model_allowed(const app *a, const char *role, const char *name) {

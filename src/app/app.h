@@ -17,6 +17,7 @@
 #include "agent/runs.h"
 #include "authz/authz.h"
 #include "config/config.h"
+#include "mcp/mcp.h"
 #include "sandbox/manager.h"
 #include "store/store.h"
 #include "base/base.h"
@@ -48,6 +49,7 @@ const model_registry *app_models(const app *a);
 sbx_manager *app_sandboxes(const app *a);
 const sbx_provider *app_provider(const app *a);
 run_manager *app_runs(const app *a);
+mcp_service *app_mcp(const app *a);
 
 /* A run to start on behalf of a user, on one of the user's threads. */
 typedef struct app_run_spec {

@@ -16,6 +16,7 @@ struct app {
     model_registry *models;     /* the configured models */
     agent_subagents *subagents; /* the sub-agent types runs may delegate to */
     web_service *web;           /* the web tools' allow-list, limits and rate */
+    mcp_service *mcp;           /* MCP tool servers and their pinned tools */
     sbx_provider *provider;     /* where sandboxes run */
     sbx_manager *sandboxes;     /* the one way to a sandbox */
     run_manager *runs;          /* agent runs and their event logs */

@@ -56,7 +56,8 @@ enum {
     AUTHZ_ROUTES_ALL = 0x3f,
     AUTHZ_SANDBOXES_READ = 1u << 6, /* every user's sandboxes, as the manager holds them */
     AUTHZ_SKILLS_WRITE = 1u << 7,   /* enable or disable a skill for everyone */
-    AUTHZ_ROUTES_ADMIN = AUTHZ_SANDBOXES_READ | AUTHZ_SKILLS_WRITE,
+    AUTHZ_MCP_ADMIN = 1u << 8,      /* MCP servers' configuration and discovery */
+    AUTHZ_ROUTES_ADMIN = AUTHZ_SANDBOXES_READ | AUTHZ_SKILLS_WRITE | AUTHZ_MCP_ADMIN,
 };
 
 /* The role whose users administer fawn (the first user's). */
@@ -98,9 +99,9 @@ FAWN_MUST_CHECK int authz_check(const authz_policy *p, const char *role, enum au
 unsigned authz_route_permissions(const authz_policy *p, const char *role);
 
 /* "threads:read", "threads:write", "threads:delete", "runs:create",
- * "runs:read", "runs:cancel", "sandboxes:read" or "skills:write" for exactly one of the
- * AUTHZ_* route bits;
- * NULL for anything else (0, several bits, unknown bits). Static storage. */
+ * "runs:read", "runs:cancel", "sandboxes:read", "skills:write" or "mcp:admin" for exactly one of
+ * the AUTHZ_* route bits; NULL for anything else (0, several bits, unknown bits). Static storage.
+ */
 const char *authz_permission_name(unsigned bit);
 
 /* The sandbox gate, called before every sandbox acquisition and reuse: may

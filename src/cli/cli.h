@@ -12,6 +12,8 @@ FAWN_MUST_CHECK int cli_chat(int argc, char **argv);
 FAWN_MUST_CHECK int cli_doctor(int argc, char **argv);
 FAWN_MUST_CHECK int cli_serve(int argc, char **argv);
 FAWN_MUST_CHECK int cli_user(int argc, char **argv);
+/* fawn mcp discover|drift NAME: an MCP server's tools pinned, or their drift. */
+FAWN_MUST_CHECK int cli_mcp(int argc, char **argv);
 
 /* `fawn sandbox ls` once its configuration is loaded (cmd_sandbox_ls.c). */
 FAWN_MUST_CHECK int cli_sandbox_ls(const fawn_config *cfg);

@@ -14,6 +14,7 @@ static const struct {
     {"serve", cli_serve, "run the gateway: the HTTP API (docs/http-api.md)"},
     {"chat", cli_chat, "talk to the lead agent of a running gateway, streaming its run"},
     {"user", cli_user, "manage users (add)"},
+    {"mcp", cli_mcp, "pin an MCP server's tools (discover) or show their drift"},
     {"sandbox", cli_sandbox, "run commands in a thread's sandbox (exec, stop)"},
     {"box", cli_box, "serve the box API over TCP, in its own sandbox (remote placement)"},
     {"doctor", cli_doctor, "report which isolation features this host supports"},

@@ -183,6 +183,9 @@ typedef struct fawn_config {
     /* models: the model list as JSON (an array of objects, as above), or
      * NULL when absent; src/agent validates it. */
     json_t *models;
+    /* mcp: the MCP section as JSON ({servers?, config_file?}), or NULL
+     * when absent; src/mcp validates it. */
+    json_t *mcp;
 } fawn_config;
 
 /* Fills *cfg with every default (home from $FAWN_HOME or "./.fawn").

@@ -148,6 +148,11 @@ extern const gw_route gw_message_routes[];
 extern const size_t gw_message_routes_count;
 extern const gw_route gw_settings_routes[];
 extern const size_t gw_settings_routes_count;
+/* Brings the caller's sandbox view of the skills (/mnt/skills) up to date,
+ * as a run of theirs does at its start (settings_routes.c). */
+FAWN_MUST_CHECK int gw_skills_view_sync(gw_request *rq);
+extern const gw_route gw_mcp_routes[];
+extern const size_t gw_mcp_routes_count;
 extern const gw_route gw_replay_routes[];
 extern const size_t gw_replay_routes_count;
 extern const gw_route gw_memory_routes[];

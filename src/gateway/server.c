@@ -67,6 +67,7 @@ static const struct {
     {gw_web_routes, &gw_web_routes_count},
     {gw_message_routes, &gw_message_routes_count},
     {gw_settings_routes, &gw_settings_routes_count},
+    {gw_mcp_routes, &gw_mcp_routes_count},
     {gw_replay_routes, &gw_replay_routes_count},
     {gw_memory_routes, &gw_memory_routes_count},
     {gw_schedule_routes, &gw_schedule_routes_count},

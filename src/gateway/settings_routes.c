@@ -32,11 +32,6 @@ static int route_suggestions_config(gw_request *rq) {
                            json_pack("{s:b, s:i}", "enabled", 0, "max_suggestions", 0));
 }
 
-/* MCP servers the agent may use: fawn connects to none. */
-static int route_mcp_config(gw_request *rq) {
-    return gw_respond_json(rq, MHD_HTTP_OK, json_pack("{s:{}}", "mcp_servers"));
-}
-
 /* ---- skills ----
  * The skills in the skills directory that the caller's role may use
  * (authorization skills rules: a skill the role is denied is "not found"
@@ -59,6 +54,23 @@ static int skills_of_caller(json_t **out, gw_request *rq) {
     if (r == 0)
         r = skills_catalog(out, &dirs, states, app_policy(rq->g->app), rq->who.user.role);
     json_decref(states);
+    return r;
+}
+
+int gw_skills_view_sync(gw_request *rq) {
+    char user[24], custom[PATH_MAX];
+    paths_user_dir_name(user, rq->who.user.id);
+    json_t *states = NULL, *catalog = NULL;
+    int r = skills_user_dir(custom, rq->g->cfg->home, user);
+    skills_dirs dirs = {.shared = rq->g->cfg->sandbox.skills_dir, .custom = custom};
+    if (r == 0 && dirs.shared)
+        r = store_skill_states(rq->g->st, &states);
+    if (r == 0 && dirs.shared)
+        r = skills_catalog(&catalog, &dirs, states, app_policy(rq->g->app), rq->who.user.role);
+    if (r == 0)
+        r = skills_view_sync(rq->g->cfg->home, user, &dirs, catalog);
+    json_decref(states);
+    json_decref(catalog);
     return r;
 }
 
@@ -476,7 +488,6 @@ static int route_lark_status(gw_request *rq) {
 const gw_route gw_settings_routes[] = {
     READ_ROUTE("/api/features", route_features),
     READ_ROUTE("/api/suggestions/config", route_suggestions_config),
-    READ_ROUTE("/api/mcp/config", route_mcp_config),
     READ_ROUTE("/api/skills", route_skills),
     READ_ROUTE("/api/skills/custom", route_custom_list),
     READ_ROUTE("/api/skills/custom/{}", route_custom_get),

@@ -199,11 +199,25 @@ static const migration migrations[] = {
     {"ALTER TABLE receipts ADD COLUMN evidence TEXT "
      "CHECK (evidence IS NULL OR json_valid(evidence));",
      NULL},
-    /* 12: reserved for the MCP client's migration (developed on another
-     * branch at the same time). This placeholder only keeps the numbering:
-     * when the two are merged, the MCP migration takes this slot and this
-     * entry goes. */
-    {"SELECT 1;", NULL},
+    /* 12: MCP tools pinned by an administrator's discovery, and the ones a
+     * server has since listed differently (drift); OAuth refresh tokens an
+     * MCP server's token endpoint rotated, with the hash of the configured
+     * one they replace */
+    {"CREATE TABLE mcp_tools ("
+     "  server TEXT NOT NULL,"
+     "  name TEXT NOT NULL,"
+     "  description TEXT NOT NULL,"
+     "  input_schema TEXT NOT NULL CHECK (json_valid(input_schema)),"
+     "  hash TEXT NOT NULL,"
+     "  discovered_at_ms INTEGER NOT NULL,"
+     "  drift TEXT CHECK (drift IS NULL OR json_valid(drift)),"
+     "  PRIMARY KEY (server, name));"
+     "CREATE TABLE mcp_refresh_tokens ("
+     "  server TEXT PRIMARY KEY,"
+     "  configured_sha256 TEXT NOT NULL,"
+     "  refresh_token TEXT NOT NULL,"
+     "  updated_at_ms INTEGER NOT NULL);",
+     NULL},
     /* 13: scheduled tasks and their runs (sqlite_schedules.c). A task's
      * claim_id names its claimed run not yet started; a scheduled
      * occurrence is run at most once (the unique index); a run's reported

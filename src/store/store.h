@@ -675,4 +675,39 @@ FAWN_MUST_CHECK int store_skill_state_set(store *s, const char *name, bool enabl
  * decrefs); a skill it does not name has no recorded state. */
 FAWN_MUST_CHECK int store_skill_states(store *s, json_t **out);
 
+/* ---- MCP tools pinned by discovery (sqlite_mcp.c) ---- */
+
+/* Longest MCP server and tool names kept. */
+#define STORE_MCP_NAME_MAX 128
+
+/* Replaces server's pinned tools with tools (an array of {name,
+ * description, input_schema (an object), hash}), every drift cleared, in
+ * one transaction. FAWN_EINVAL naming the first bad entry. */
+FAWN_MUST_CHECK int store_mcp_tools_replace(store *s, const char *server, const json_t *tools);
+
+/* server's pinned tools, by name: a new array of {name, description,
+ * input_schema, hash, discovered_at_ms, drift (null, or what the server
+ * listed instead)} into *out (caller decrefs). */
+FAWN_MUST_CHECK int store_mcp_tools(store *s, const char *server, json_t **out);
+
+/* Flags tool name of server as drifted (drift: an object, kept as given)
+ * until the next store_mcp_tools_replace. FAWN_ENOENT when it is not
+ * pinned. */
+FAWN_MUST_CHECK int store_mcp_drift_set(store *s, const char *server, const char *name,
+                                        const json_t *drift);
+
+/* Longest OAuth refresh token kept. */
+#define STORE_MCP_TOKEN_MAX 8192
+
+/* The refresh token server's token endpoint last rotated to, when it
+ * replaced the configured one whose sha256 (hex) is configured_sha256:
+ * *out malloc'd; FAWN_ENOENT when none was saved, or it replaced another
+ * configured token (the operator has set a new one since). */
+FAWN_MUST_CHECK int store_mcp_refresh_get(store *s, char **out, const char *server,
+                                          const char *configured_sha256);
+/* Saves token as server's rotated refresh token (replacing the one
+ * before). FAWN_EINVAL for an empty or too long token. */
+FAWN_MUST_CHECK int store_mcp_refresh_set(store *s, const char *server,
+                                          const char *configured_sha256, const char *token);
+
 #endif

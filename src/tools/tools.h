@@ -45,7 +45,9 @@ enum tool_outcome {
 
 /* What a tool says of its own run. error_type is a short word ("" on
  * success): invalid_arguments, not_found, permission, exit_code, timeout,
- * sandbox, denied, cancelled, blocked, internal, unknown_tool. */
+ * sandbox, denied, cancelled, blocked, internal, unknown_tool; an MCP
+ * tool's (src/mcp): tool_error, drift, auth, too_large, transport,
+ * unsupported. */
 typedef struct tool_status {
     enum tool_outcome outcome;
     char error_type[32];
@@ -65,7 +67,8 @@ typedef struct tool_result {
      * present_files {"presented": [paths]}; the agent's task tool
      * {"subagent": {...}}, what its message's additional_kwargs carry;
      * web_fetch and web_search {"evidence": {...}}, what the call's receipt
-     * keeps (the URLs asked and reached, the content's hash). */
+     * keeps (the URLs asked and reached, the content's hash); an MCP tool
+     * {"evidence": {server, tool, schema_hash}}. */
     json_t *facts;
 } tool_result;
 

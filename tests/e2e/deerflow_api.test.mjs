@@ -485,7 +485,7 @@ describe("DeerFlow's web UI against fawn", () => {
       });
     });
 
-    it('GET /api/mcp/config: no MCP servers', async () => {
+    it('GET /api/mcp/config: no MCP servers configured (administrators only)', async () => {
       assert.deepEqual(await get('/api/mcp/config'), { mcp_servers: {} });
     });
 

@@ -27,8 +27,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check(z == NULL);
         return 0;
     }
-    static const int64_t times[] = {INT64_MIN, -2208988800, 0, 1772951400, 2147483648LL,
-                                    4102444800LL, 253402300799LL, INT64_MAX};
+    static const int64_t times[] = {INT64_MIN,      -2208988800,  0,
+                                    1772951400,     2147483648LL, 4102444800LL,
+                                    253402300799LL, INT64_MAX};
     for (size_t i = 0; i < sizeof times / sizeof times[0]; i++) {
         int32_t off = sched_zone_offset(z, times[i]);
         check(off > -OFFSET_MAX && off < OFFSET_MAX);

@@ -648,7 +648,8 @@ static void test_permission_name(void **state) {
     assert_null(authz_permission_name(AUTHZ_ROUTES_ALL));
     assert_string_equal(authz_permission_name(AUTHZ_SANDBOXES_READ), "sandboxes:read");
     assert_string_equal(authz_permission_name(AUTHZ_SKILLS_WRITE), "skills:write");
-    assert_null(authz_permission_name(1u << 8));
+    assert_string_equal(authz_permission_name(AUTHZ_MCP_ADMIN), "mcp:admin");
+    assert_null(authz_permission_name(1u << 9));
     assert_null(authz_permission_name(1u << 31));
     assert_null(authz_permission_name(UINT_MAX));
     /* Every name a route permission bit has is accepted in config. */

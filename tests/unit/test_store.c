@@ -61,7 +61,7 @@ static void migrations_bring_schema_current(void **state) {
     fx *x = *state;
     int v = 0;
     assert_int_equal(store_schema_version(x->s, &v), 0);
-    assert_int_equal(v, 13); /* 12: reserved for the MCP client; 13: scheduled tasks */
+    assert_int_equal(v, 13); /* 12: MCP tools; 13: scheduled tasks */
     /* Reopening applies nothing twice. */
     store *again;
     assert_int_equal(store_open(&again, x->path), 0);
@@ -1273,6 +1273,7 @@ static int64_t make_v5_database(const char *path) {
              "ALTER TABLE runs DROP COLUMN token_usage;"
              "ALTER TABLE receipts DROP COLUMN evidence;"
              "DROP TABLE scheduled_task_runs; DROP TABLE scheduled_tasks;"
+             "DROP TABLE mcp_tools; DROP TABLE mcp_refresh_tokens;"
              "PRAGMA user_version = 5;"
              "INSERT INTO checkpoints VALUES (%" PRId64 ", 't5', 'c1', '', 'r5', 1, '%s', '{}', 1);"
              "INSERT INTO checkpoints VALUES (%" PRId64
