@@ -108,6 +108,16 @@ void mcp_session_close(mcp_session *s);
  * line that is not a JSON-RPC message), sandbox errors. */
 FAWN_MUST_CHECK int mcp_stdio_run(json_t **out, tool_env *env, const mcp_server *srv,
                                   char *const *messages, size_t n, uint32_t timeout_s);
+/* One tools/list request with params (NULL, or {"cursor"}): its answer
+ * into *m (cleared by the caller whatever the result). */
+typedef int (*mcp_list_page_fn)(mcp_msg *m, void *ctx, json_t *params);
+
+/* Every page of server's tools/list, each asked through page: *out the
+ * tools in order (a new array). At most MCP_LIST_PAGES_MAX pages and
+ * MCP_TOOLS_MAX tools (FAWN_E2BIG); an answer that is an error or holds no
+ * tools list is FAWN_EPROTO naming server. */
+FAWN_MUST_CHECK int mcp_tools_collect(json_t **out, const char *server, mcp_list_page_fn page,
+                                      void *ctx);
 /* tools/list (every page) of srv run in env's sandbox, into *out (new). */
 FAWN_MUST_CHECK int mcp_stdio_list(json_t **out, tool_env *env, const mcp_server *srv);
 /* tools/call of tool with args on srv run in env's sandbox: its answer

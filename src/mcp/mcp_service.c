@@ -160,24 +160,24 @@ static json_t *tool_pin(const json_t *t, const char **why) {
                      json_string_value(desc) ?: "", "input_schema", schema, "hash", hash);
 }
 
-int mcp_list_tools(json_t **out, mcp_session *ses, int64_t deadline_ms) {
+int mcp_tools_collect(json_t **out, const char *server, mcp_list_page_fn page, void *ctx) {
     *out = json_array();
     int r = *out ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
     json_t *cursor = NULL;
-    for (int page = 0; r == 0 && page < MCP_LIST_PAGES_MAX; page++) {
+    for (int n = 0; r == 0 && n < MCP_LIST_PAGES_MAX; n++) {
         json_t *params = cursor ? json_pack("{s:O}", "cursor", cursor) : NULL;
         json_decref(cursor);
         cursor = NULL;
-        mcp_msg m;
-        r = mcp_session_request(&m, ses, "tools/list", params, deadline_ms);
+        mcp_msg m = {0};
+        r = page(&m, ctx, params);
         json_decref(params);
         const json_t *tools = json_object_get(m.result, "tools");
         if (r == 0 && m.kind == MCP_MSG_ERROR)
-            r = fawn_err(FAWN_EPROTO, "tools/list failed: %.200s", m.error_msg);
-        else if (r == 0 && !json_is_array(tools))
-            r = fawn_err(FAWN_EPROTO, "tools/list answered without a tools list");
+            r = fawn_err(FAWN_EPROTO, "%s: tools/list failed: %.200s", server, m.error_msg);
+        else if (r == 0 && (m.kind != MCP_MSG_RESULT || !json_is_array(tools)))
+            r = fawn_err(FAWN_EPROTO, "%s answered tools/list without a tools list", server);
         else if (r == 0 && json_array_size(*out) + json_array_size(tools) > MCP_TOOLS_MAX)
-            r = fawn_err(FAWN_E2BIG, "the server lists more than %d tools", MCP_TOOLS_MAX);
+            r = fawn_err(FAWN_E2BIG, "%s lists more than %d tools", server, MCP_TOOLS_MAX);
         if (r == 0)
             json_array_extend(*out, (json_t *)tools);
         const json_t *next = json_object_get(m.result, "nextCursor");
@@ -192,6 +192,22 @@ int mcp_list_tools(json_t **out, mcp_session *ses, int64_t deadline_ms) {
         *out = NULL;
     }
     return r;
+}
+
+/* A page of tools/list over an HTTP session. */
+typedef struct http_pager {
+    mcp_session *ses;
+    int64_t deadline_ms;
+} http_pager;
+
+static int http_page(mcp_msg *m, void *ctx, json_t *params) {
+    http_pager *hp = ctx;
+    return mcp_session_request(m, hp->ses, "tools/list", params, hp->deadline_ms);
+}
+
+int mcp_list_tools(json_t **out, mcp_session *ses, int64_t deadline_ms) {
+    http_pager hp = {.ses = ses, .deadline_ms = deadline_ms};
+    return mcp_tools_collect(out, ses->srv->name, http_page, &hp);
 }
 
 /* What was listed, pinned: *pins for the store, *view for the answer. */

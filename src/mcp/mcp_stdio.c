@@ -190,36 +190,21 @@ static int exchange(mcp_msg *out, tool_env *env, const mcp_server *srv, const ch
     return r;
 }
 
+/* A page of tools/list from a stdio server: one exchange of its own. */
+typedef struct stdio_pager {
+    tool_env *env;
+    const mcp_server *srv;
+} stdio_pager;
+
+static int stdio_page(mcp_msg *m, void *ctx, json_t *params) {
+    stdio_pager *sp = ctx;
+    return exchange(m, sp->env, sp->srv, "tools/list", params,
+                    sp->srv->init_timeout_s + sp->srv->call_timeout_s);
+}
+
 int mcp_stdio_list(json_t **out, tool_env *env, const mcp_server *srv) {
-    *out = json_array();
-    int r = *out ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
-    json_t *cursor = NULL;
-    for (int page = 0; r == 0 && page < MCP_LIST_PAGES_MAX; page++) {
-        json_t *params = cursor ? json_pack("{s:O}", "cursor", cursor) : NULL;
-        json_decref(cursor);
-        cursor = NULL;
-        mcp_msg m;
-        r = exchange(&m, env, srv, "tools/list", params, srv->init_timeout_s + srv->call_timeout_s);
-        json_decref(params);
-        const json_t *tools = json_object_get(m.result, "tools");
-        if (r == 0 && (m.kind != MCP_MSG_RESULT || !json_is_array(tools)))
-            r = fawn_err(FAWN_EPROTO, "%s answered tools/list without a tools list", srv->name);
-        else if (r == 0 && json_array_size(*out) + json_array_size(tools) > MCP_TOOLS_MAX)
-            r = fawn_err(FAWN_E2BIG, "%s lists more than %d tools", srv->name, MCP_TOOLS_MAX);
-        if (r == 0)
-            json_array_extend(*out, (json_t *)tools);
-        const json_t *next = json_object_get(m.result, "nextCursor");
-        cursor = r == 0 && json_is_string(next) ? json_incref((json_t *)next) : NULL;
-        mcp_msg_clear(&m);
-        if (!cursor)
-            break;
-    }
-    json_decref(cursor);
-    if (r < 0) {
-        json_decref(*out);
-        *out = NULL;
-    }
-    return r;
+    stdio_pager sp = {.env = env, .srv = srv};
+    return mcp_tools_collect(out, srv->name, stdio_page, &sp);
 }
 
 int mcp_stdio_call(mcp_msg *out, tool_env *env, const mcp_server *srv, const char *tool,
