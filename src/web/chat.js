@@ -325,7 +325,9 @@ export class ChatView {
         },
       }));
     }
-    if (st.truncated) {
+    // Only an output the agent saved says where (a page cut at its size
+    // limit is truncated too, with nothing saved).
+    if (st.truncated && text.includes(toolResultPath(call.id))) {
       actions.append(h('button', {
         type: 'button', class: 'link', text: 'Open the saved full output',
         onclick: () => this.files.open(toolResultPath(call.id)),
