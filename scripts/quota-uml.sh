@@ -31,7 +31,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 [ -d "$build" ] || meson setup "$build" "$src" -Db_sanitize=none >/dev/null
-ninja -C "$build" fawn tests/test_quota tests/test_escape_quota tests/escape_probe >/dev/null
+# A failed build shows why (ninja prints its errors on stdout).
+ninja -C "$build" fawn tests/test_quota tests/test_escape_quota tests/escape_probe | tail -n 40
 
 work=$(mktemp -d /tmp/fawn-quota-uml-XXXXXX)
 trap 'rm -rf "$work"' EXIT

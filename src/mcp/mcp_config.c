@@ -56,6 +56,7 @@ static int value_resolve(const char **out, const char *text, const char *where) 
 /* A boolean: true/false, or their text (YAML scalars come as text). */
 static int bool_read(bool *out, const json_t *v, const char *where) {
     const char *t = json_string_value(v);
+    *out = false;
     if (json_is_boolean(v))
         *out = json_is_true(v);
     else if (t && (strcmp(t, "true") == 0 || strcmp(t, "false") == 0))

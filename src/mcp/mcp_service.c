@@ -127,13 +127,14 @@ void mcp_service_free(mcp_service *s) {
  * function name a model accepts: [A-Za-z0-9_-]{1,64}). */
 void mcp_offered_name(char out[MCP_TOOL_NAME_MAX + 1], const mcp_server *srv, const char *tool) {
     out[0] = '\0';
-    size_t n = strlen(srv->prefix) + strlen(tool);
-    if (n == 0 || n > MCP_TOOL_NAME_MAX)
+    size_t prefix = strlen(srv->prefix), n = strlen(tool);
+    if (prefix + n == 0 || prefix + n > MCP_TOOL_NAME_MAX)
         return;
     for (const char *p = tool; *p; p++)
         if (!(isalnum((unsigned char)*p) || *p == '_' || *p == '-'))
             return;
-    snprintf(out, MCP_TOOL_NAME_MAX + 1, "%s%s", srv->prefix, tool);
+    memcpy(out, srv->prefix, prefix);
+    memcpy(out + prefix, tool, n + 1);
 }
 
 /* One listed tool as discovery pins it ({name, description, input_schema,
@@ -218,7 +219,7 @@ static int pins_build(json_t **pins, json_t *view, const mcp_server *srv, const 
     size_t i;
     json_t *t;
     json_array_foreach(listed, i, t) {
-        const char *why;
+        const char *why = NULL;
         char offered[MCP_TOOL_NAME_MAX + 1] = "";
         json_t *pin = r == 0 ? tool_pin(t, &why) : NULL;
         if (pin)

@@ -165,6 +165,7 @@ static int header_take(egress_request *r, fbuf *fwd, const line *h, bool *seen_h
 /* The next CRLF-ended line of the head at *at (before end). */
 static bool line_next(line *out, const char **at, const char *end) {
     const char *s = *at;
+    *out = (line){s, 0};
     for (const char *p = s; p + 1 < end; p++) {
         if (p[0] == '\r' && p[1] == '\n') {
             *out = (line){s, (size_t)(p - s)};
@@ -181,6 +182,7 @@ static bool line_next(line *out, const char **at, const char *end) {
 static int absolute_target(egress_request *r, line *path, const line *target) {
     static const char scheme[] = "http://";
     size_t sn = sizeof scheme - 1;
+    *path = (line){"", 0};
     if (target->n <= sn || strncasecmp(target->s, scheme, sn) != 0)
         return fawn_err(FAWN_EINVAL, "only CONNECT and absolute http:// requests are proxied");
     const char *auth = target->s + sn, *end = target->s + target->n;
@@ -200,6 +202,7 @@ static int absolute_target(egress_request *r, line *path, const line *target) {
 
 /* The request line: METHOD SP target SP HTTP/1.x. */
 static int request_line(egress_request *r, line *method, line *target, const line *l) {
+    *method = *target = (line){"", 0};
     const char *sp1 = memchr(l->s, ' ', l->n);
     const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(l->s + l->n - sp1 - 1)) : NULL;
     if (!sp2 || sp1 == l->s || sp2 == sp1 + 1)
