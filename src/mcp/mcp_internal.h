@@ -99,13 +99,15 @@ void mcp_session_close(mcp_session *s);
  * A stdio server runs in the thread's sandbox (env's, per thread), never in
  * the gateway: each exchange is one box command that starts it with only
  * its configured environment, writes it the messages (one a line), closes
- * its input and reads what it wrote until it exits (or its timeout). */
+ * its input and reads what it wrote until it exits (or its timeout). A
+ * run's exchange runs in a shell session of its own, killed as soon as
+ * env->cancel is set (FAWN_ECANCELED). */
 
 /* Runs srv with the n messages (texts, one JSON message each) as its
  * input; the messages it answered with into *out (a new array of their
  * texts' parses, in order). FAWN_EUNSUP without a sandbox (env NULL),
- * FAWN_ETIMEDOUT, FAWN_E2BIG (too long an input or output), FAWN_EPROTO (a
- * line that is not a JSON-RPC message), sandbox errors. */
+ * FAWN_ECANCELED (env->cancel set: the server was killed), FAWN_ETIMEDOUT, FAWN_E2BIG (too long an
+ * input or output), FAWN_EPROTO (a line that is not a JSON-RPC message), sandbox errors. */
 FAWN_MUST_CHECK int mcp_stdio_run(json_t **out, tool_env *env, const mcp_server *srv,
                                   char *const *messages, size_t n, uint32_t timeout_s);
 /* One tools/list request with params (NULL, or {"cursor"}): its answer

@@ -90,6 +90,14 @@ describe('MCP tool servers', () => {
             tool_call_timeout: 3,
             session_init_timeout: 10,
           },
+          // The same server with a call timeout far past the tests' ceilings:
+          // only a cancel can stop its sleep in time.
+          slow: {
+            command: 'node',
+            args: ['/mnt/skills/mcp/server.mjs'],
+            tool_call_timeout: 600,
+            session_init_timeout: 10,
+          },
           cc: {
             type: 'http',
             url: ccMcp.url,
@@ -399,6 +407,34 @@ describe('MCP tool servers', () => {
     assert.equal(after.additional_kwargs.tool_status.error_type, 'drift', after.content);
     const drift = await api('GET', '/api/mcp/servers/boxed/drift');
     assert.equal(drift.json.tools.find((t) => t.name === 'described').drift.description, 'Says what it describes, and more');
+  });
+
+  it('stdio: a cancelled run kills its server at once, and the call answers cancelled', async () => {
+    assert.equal((await discover('slow')).status, 200);
+    const tag = `c${process.pid % 100000}`;
+    const title = `mcp-sleep-${tag}`;
+    /** Host processes that carry the sleeping server's title. */
+    const sleepers = () => fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p)).filter((p) => {
+      try { return fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').startsWith(title); } catch { return false; }
+    });
+    fake.route('M-STDIO-CANCEL', reply('', [call('slow_sleep', { tag })]), reply('never'));
+    const tid = await thread();
+    const started = await api('POST', `/api/threads/${tid}/runs`, { assistant_id: 'lead_agent', input: { messages: [{ type: 'human', content: 'M-STDIO-CANCEL: go' }] } });
+    assert.equal(started.status, 200, started.text);
+    await waitFor(() => sleepers().length > 0, 60000, 'the server to be sleeping in the sandbox');
+    const cancel = await api('POST', `/api/threads/${tid}/runs/${started.json.run_id}/cancel`);
+    assert.ok([200, 202, 204].includes(cancel.status), cancel.text);
+    // The call's timeout is 600 s: a run that ends within the ceiling was
+    // stopped by the cancel.
+    const ended = await waitFor(async () => {
+      const r = await api('GET', `/api/threads/${tid}/runs/${started.json.run_id}`);
+      return ['pending', 'running'].includes(r.json.status) ? null : r.json;
+    }, 60000, 'the cancelled run to end');
+    assert.equal(ended.status, 'interrupted', JSON.stringify(ended));
+    await waitFor(() => sleepers().length === 0, 30000, 'the server to be gone');
+    // The sandbox is fine for the next call of the thread.
+    const again = (await callOne('M-STDIO-AFTER', 'slow_echo', { after: 'cancel' })).answer;
+    assert.equal(again.status, 'success', again.content);
   });
 
   it('GET/PUT/PATCH /api/mcp/config: administrators only, secrets redacted, saved under FAWN_HOME', async () => {
