@@ -203,9 +203,11 @@ static int exchange_finish(exchange *x, CURL *c) {
                         "the MCP server %s answered with a redirect (HTTP %ld), which "
                         "fawn does not follow",
                         x->s->srv->name, status);
-    if (status == 401 || status == 403)
+    if (status == 401 || status == 403) {
+        x->s->refused = status;
         return fawn_err(FAWN_EPERM, "the MCP server %s refused the credentials (HTTP %ld)",
                         x->s->srv->name, status);
+    }
     if (status < 200 || status >= 300)
         return fawn_err(FAWN_EIO, "the MCP server %s answered HTTP %ld", x->s->srv->name, status);
     if (!x->want_id || x->answered)

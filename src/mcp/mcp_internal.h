@@ -78,6 +78,7 @@ typedef struct mcp_session {
     char session_id[256]; /* Mcp-Session-Id the server gave, or "" */
     int64_t next_id;
     bool open;
+    long refused; /* 401 or 403: the HTTP status that refused the credentials, else 0 */
 } mcp_session;
 
 /* Opens a session: initialize, then notifications/initialized, within the
@@ -106,8 +107,9 @@ void mcp_session_close(mcp_session *s);
 /* Runs srv with the n messages (texts, one JSON message each) as its
  * input; the messages it answered with into *out (a new array of their
  * texts' parses, in order). FAWN_EUNSUP without a sandbox (env NULL),
- * FAWN_ECANCELED (env->cancel set: the server was killed), FAWN_ETIMEDOUT, FAWN_E2BIG (too long an
- * input or output), FAWN_EPROTO (a line that is not a JSON-RPC message), sandbox errors. */
+ * FAWN_ECANCELED (env->cancel set: the server was killed),
+ * FAWN_ETIMEDOUT, FAWN_E2BIG (too long an input or output), FAWN_EPROTO
+ * (a line that is not a JSON-RPC message), sandbox errors. */
 FAWN_MUST_CHECK int mcp_stdio_run(json_t **out, tool_env *env, const mcp_server *srv,
                                   char *const *messages, size_t n, uint32_t timeout_s);
 /* One tools/list request with params (NULL, or {"cursor"}): its answer

@@ -51,6 +51,10 @@ describe('MCP tool servers', () => {
   let ccMcp;
   let rtTokens;
   let rtMcp;
+  let rvTokens;
+  let rvMcp;
+  const revoked = new Set();
+  let refuseAll = false;
   let skillsDir;
 
   before(async () => {
@@ -62,6 +66,10 @@ describe('MCP tool servers', () => {
     // one, so the refresh token rotates at each.
     rtTokens = await FakeTokenEndpoint.start({ refreshToken: 'configured-refresh-token', expiresIn: 1 });
     rtMcp = await FakeMcp.start({ authorized: (h) => rtTokens.current(h) });
+    // A server that takes the newest token unless the test revoked it (or
+    // refuses every token).
+    rvTokens = await FakeTokenEndpoint.start({ clientId: 'rv-client', clientSecret: 'rv-secret', expiresIn: 3600 });
+    rvMcp = await FakeMcp.start({ authorized: (h) => !refuseAll && !revoked.has(h) && rvTokens.current(h) });
     everything = await startEverything();
     // The stdio server's script, where every sandbox sees it: a skill's
     // files are copied into each user's /mnt/skills at the start of a run.
@@ -109,6 +117,11 @@ describe('MCP tool servers', () => {
               extra_token_params: { grant_type: 'password', resource: 'mcp-tools' },
             },
           },
+          rv: {
+            type: 'http',
+            url: rvMcp.url,
+            oauth: { token_url: rvTokens.url, client_id: 'rv-client', client_secret: 'rv-secret' },
+          },
           rt: {
             type: 'http',
             url: rtMcp.url,
@@ -128,7 +141,7 @@ describe('MCP tool servers', () => {
     await srv?.stop();
     await fake?.stop();
     await mcp?.stop();
-    for (const x of [ccMcp, ccTokens, rtMcp, rtTokens]) await x?.stop();
+    for (const x of [ccMcp, ccTokens, rtMcp, rtTokens, rvMcp, rvTokens]) await x?.stop();
     if (skillsDir) fs.rmSync(skillsDir, { recursive: true, force: true });
     everything?.proc.kill('SIGKILL');
     await everything?.gone;
@@ -351,6 +364,35 @@ describe('MCP tool servers', () => {
     const cfg = await api('GET', '/api/mcp/config');
     assert.doesNotMatch(cfg.text, /cc-secret-7d1e/);
     assert.equal(cfg.json.mcp_servers.cc.oauth.client_secret, null);
+  });
+
+  it('OAuth: a token the server refuses (401) is dropped and the call tried once more with a fresh one', async () => {
+    assert.equal((await discover('rv')).status, 200);
+    assert.equal((await callOne('M-RV-1', 'rv_greet', { name: 'one' })).answer.status, 'success');
+    assert.equal(rvTokens.forms.length, 1, 'the token is kept between calls');
+    // The server revokes the cached token: the call goes through on a fresh one.
+    revoked.add(`Bearer ${rvTokens.issued.at(-1)}`);
+    const calls = () => rvMcp.messages('tools/call').length;
+    const callsBefore = calls();
+    const again = (await callOne('M-RV-2', 'rv_greet', { name: 'two' })).answer;
+    assert.equal(again.status, 'success', again.content);
+    assert.match(again.content, /Hello, two/);
+    assert.equal(rvTokens.forms.length, 2);
+    assert.equal(calls() - callsBefore, 1, 'the tool ran once');
+    // Discovery does the same.
+    revoked.add(`Bearer ${rvTokens.issued.at(-1)}`);
+    assert.equal((await discover('rv')).status, 200);
+    assert.equal(rvTokens.forms.length, 3);
+    // A server that refuses every token: one retry only, then an auth error.
+    refuseAll = true;
+    const tokensBefore = rvTokens.forms.length;
+    const refused = (await callOne('M-RV-3', 'rv_greet', { name: 'three' })).answer;
+    assert.equal(refused.status, 'error');
+    assert.equal(refused.additional_kwargs.tool_status.error_type, 'auth', refused.content);
+    assert.equal(rvTokens.forms.length - tokensBefore, 1, 'one fresh token, not a loop');
+    refuseAll = false;
+    // The refused token was dropped: the next call fetches one and succeeds.
+    assert.equal((await callOne('M-RV-4', 'rv_greet', { name: 'four' })).answer.status, 'success');
   });
 
   it('OAuth refresh_token: tokens refreshed ahead of expiry, rotated refresh tokens saved across a restart', async () => {
