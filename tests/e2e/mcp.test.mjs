@@ -40,6 +40,41 @@ async function startEverything() {
   }
 }
 
+/**
+ * Copies server-everything and every package it needs into dest/node_modules
+ * (each at the place npm put it, nested ones nested), so a sandbox that sees
+ * dest finds them as node resolves them. The dependencies are read from
+ * each package.json, resolved as node would from the package's directory.
+ */
+function copyEverything(dest) {
+  const root = path.join(here, 'node_modules');
+  const found = new Set();
+  const resolve = (from, name) => {
+    for (let dir = from; dir.startsWith(here); dir = path.dirname(dir)) {
+      const candidate = path.join(dir, 'node_modules', name);
+      if (fs.existsSync(path.join(candidate, 'package.json'))) return candidate;
+    }
+    throw new Error(`${name}, a dependency of ${from}, is not installed`);
+  };
+  const walk = (dir) => {
+    if (found.has(dir)) return;
+    found.add(dir);
+    const pkg = JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8'));
+    for (const name of Object.keys(pkg.dependencies ?? {})) walk(resolve(dir, name));
+    for (const name of Object.keys(pkg.optionalDependencies ?? {})) {
+      try { walk(resolve(dir, name)); } catch { /* optional */ }
+    }
+  };
+  walk(path.join(root, '@modelcontextprotocol', 'server-everything'));
+  for (const dir of found) {
+    fs.cpSync(dir, path.join(dest, 'node_modules', path.relative(root, dir)), {
+      recursive: true,
+      filter: (src) => path.relative(dir, src).split(path.sep)[0] !== 'node_modules',
+    });
+  }
+  return found.size;
+}
+
 describe('MCP tool servers', () => {
   let srv;
   let fake;
@@ -77,6 +112,11 @@ describe('MCP tool servers', () => {
     fs.mkdirSync(path.join(skillsDir, 'mcp'));
     fs.writeFileSync(path.join(skillsDir, 'mcp', 'SKILL.md'), '---\nname: mcp\ndescription: A stdio MCP server for the tests\n---\n# mcp\n');
     fs.copyFileSync(path.join(here, 'lib', 'stdio_mcp_server.mjs'), path.join(skillsDir, 'mcp', 'server.mjs'));
+    // server-everything and its dependencies, where a sandbox finds them:
+    // the sandbox sees /usr (node) but not this directory's node_modules.
+    fs.mkdirSync(path.join(skillsDir, 'everything'));
+    fs.writeFileSync(path.join(skillsDir, 'everything', 'SKILL.md'), '---\nname: everything\ndescription: server-everything for the stdio tests\n---\n# everything\n');
+    assert.ok(copyEverything(path.join(skillsDir, 'everything')) > 1);
     srv = await FawnServer.start({
       models: [fake.model()],
       sandbox: { skills_dir: skillsDir },
@@ -97,6 +137,10 @@ describe('MCP tool servers', () => {
             env: { MCP_GREETING: 'hello from the config' },
             tool_call_timeout: 3,
             session_init_timeout: 10,
+          },
+          everythingStdio: {
+            command: 'node',
+            args: ['/mnt/skills/everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js', 'stdio'],
           },
           // The same server with a call timeout far past the tests' ceilings:
           // only a cancel can stop its sleep in time.
@@ -449,6 +493,23 @@ describe('MCP tool servers', () => {
     assert.equal(after.additional_kwargs.tool_status.error_type, 'drift', after.content);
     const drift = await api('GET', '/api/mcp/servers/boxed/drift');
     assert.equal(drift.json.tools.find((t) => t.name === 'described').drift.description, 'Says what it describes, and more');
+  });
+
+  it('stdio: the real server-everything, run in the sandbox: discovered, called, an image summarized', async () => {
+    const d = await discover('everythingStdio');
+    assert.equal(d.status, 200, d.text);
+    const offeredAs = d.json.tools.map((t) => t.offered_as);
+    for (const name of ['everythingStdio_echo', 'everythingStdio_get-sum', 'everythingStdio_get-tiny-image']) assert.ok(offeredAs.includes(name), `${name} in ${offeredAs}`);
+    const echo = (await callOne('M-EVS-ECHO', 'everythingStdio_echo', { message: 'from the sandbox' })).answer;
+    assert.equal(echo.status, 'success', echo.content);
+    assert.match(echo.content, /Echo: from the sandbox/);
+    const sum = (await callOne('M-EVS-SUM', 'everythingStdio_get-sum', { a: 19, b: 23 })).answer;
+    assert.equal(sum.status, 'success', sum.content);
+    assert.match(sum.content, /\b42\b/);
+    const image = (await callOne('M-EVS-IMAGE', 'everythingStdio_get-tiny-image')).answer;
+    assert.equal(image.status, 'success', image.content);
+    assert.match(image.content, /\[image: image\/png, \d+ bytes\]/);
+    assert.doesNotMatch(image.content, /iVBORw0KGgo/);
   });
 
   it('stdio: a cancelled run kills its server at once, and the call answers cancelled', async () => {
