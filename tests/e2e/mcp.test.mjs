@@ -14,17 +14,17 @@ import { after, before, describe, it } from './lib/test.mjs';
 
 import { FawnServer, freePort, makeHome, request, setupAdmin, setupUser, waitFor } from './lib/server.mjs';
 import { FakeOpenAI, call, reply } from './lib/fake_openai.mjs';
-import { FakeMcp, FakeTokenEndpoint } from './lib/fake_mcp.mjs';
+import { FakeMcp, FakeSseMcp, FakeTokenEndpoint } from './lib/fake_mcp.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const EVERYTHING = path.join(here, 'node_modules', '@modelcontextprotocol', 'server-everything', 'dist', 'index.js');
 const TOKEN = 'Bearer e2e-mcp-token-3f9a';
 
-/** server-everything over streamable HTTP on a port of its own. */
-async function startEverything() {
+/** server-everything over streamable HTTP (or, with 'sse', the old HTTP+SSE transport) on a port of its own. */
+async function startEverything(transport = 'streamableHttp') {
   for (let attempt = 1; ; attempt++) {
     const port = await freePort();
-    const proc = spawn(process.execPath, [EVERYTHING, 'streamableHttp'], {
+    const proc = spawn(process.execPath, [EVERYTHING, transport], {
       env: { PATH: process.env.PATH, PORT: String(port) },
       stdio: ['ignore', 'ignore', 'pipe'],
     });
@@ -32,10 +32,10 @@ async function startEverything() {
     proc.stderr.on('data', (d) => (err += d));
     const gone = new Promise((resolve) => proc.on('close', resolve));
     const ready = await Promise.race([
-      waitFor(() => /listening on port/i.test(err), 60000, 'server-everything to listen').then(() => true),
+      waitFor(() => /(listening|running) on port/i.test(err), 60000, 'server-everything to listen').then(() => true),
       gone.then(() => false),
     ]);
-    if (ready) return { proc, url: `http://127.0.0.1:${port}/mcp`, gone };
+    if (ready) return { proc, url: `http://127.0.0.1:${port}/${transport === 'sse' ? 'sse' : 'mcp'}`, gone };
     if (attempt >= 3) throw new Error(`server-everything did not start: ${err}`);
   }
 }
@@ -80,6 +80,9 @@ describe('MCP tool servers', () => {
   let fake;
   let mcp;
   let everything;
+  let everythingSse;
+  let sseElsewhere;
+  let sseSilent;
   let admin;
   let bob;
   let ccTokens;
@@ -106,6 +109,9 @@ describe('MCP tool servers', () => {
     rvTokens = await FakeTokenEndpoint.start({ clientId: 'rv-client', clientSecret: 'rv-secret', expiresIn: 3600 });
     rvMcp = await FakeMcp.start({ authorized: (h) => !refuseAll && !revoked.has(h) && rvTokens.current(h) });
     everything = await startEverything();
+    everythingSse = await startEverything('sse');
+    sseElsewhere = await FakeSseMcp.start('elsewhere');
+    sseSilent = await FakeSseMcp.start('silent');
     // The stdio server's script, where every sandbox sees it: a skill's
     // files are copied into each user's /mnt/skills at the start of a run.
     skillsDir = makeHome();
@@ -123,6 +129,9 @@ describe('MCP tool servers', () => {
       mcp: {
         servers: {
           everything: { type: 'http', url: everything.url },
+          everythingSse: { type: 'sse', url: everythingSse.url },
+          sseElsewhere: { type: 'sse', url: sseElsewhere.url, headers: { Authorization: 'Bearer never-elsewhere' } },
+          sseSilent: { type: 'sse', url: sseSilent.url, session_init_timeout: 2 },
           hostile: {
             type: 'http',
             url: mcp.url,
@@ -187,8 +196,12 @@ describe('MCP tool servers', () => {
     await mcp?.stop();
     for (const x of [ccMcp, ccTokens, rtMcp, rtTokens, rvMcp, rvTokens]) await x?.stop();
     if (skillsDir) fs.rmSync(skillsDir, { recursive: true, force: true });
-    everything?.proc.kill('SIGKILL');
-    await everything?.gone;
+    await sseElsewhere?.stop();
+    await sseSilent?.stop();
+    for (const e of [everything, everythingSse]) {
+      e?.proc.kill('SIGKILL');
+      await e?.gone;
+    }
   });
 
   const api = (method, p, body, who = admin) => request(srv, method, p, { bearer: who.token, body });
@@ -493,6 +506,28 @@ describe('MCP tool servers', () => {
     assert.equal(after.additional_kwargs.tool_status.error_type, 'drift', after.content);
     const drift = await api('GET', '/api/mcp/servers/boxed/drift');
     assert.equal(drift.json.tools.find((t) => t.name === 'described').drift.description, 'Says what it describes, and more');
+  });
+
+  it('sse: the old HTTP+SSE transport of server-everything: discovered and called', async () => {
+    const d = await discover('everythingSse');
+    assert.equal(d.status, 200, d.text);
+    assert.ok(d.json.tools.some((t) => t.offered_as === 'everythingSse_echo'), d.text);
+    const echo = (await callOne('M-SSE-ECHO', 'everythingSse_echo', { message: 'over the old transport' })).answer;
+    assert.equal(echo.status, 'success', echo.content);
+    assert.match(echo.content, /Echo: over the old transport/);
+    const sum = (await callOne('M-SSE-SUM', 'everythingSse_get-sum', { a: 40, b: 2 })).answer;
+    assert.equal(sum.status, 'success', sum.content);
+    assert.match(sum.content, /\b42\b/);
+  });
+
+  it('sse: an endpoint on another origin is refused; a stream that names none times out', async () => {
+    const elsewhere = await discover('sseElsewhere');
+    assert.equal(elsewhere.status, 502, elsewhere.text);
+    assert.match(elsewhere.text, /another origin/);
+    assert.equal(sseElsewhere.trapped.length, 0, 'a message went to the other origin');
+    const silent = await discover('sseSilent');
+    assert.equal(silent.status, 504, silent.text);
+    assert.match(silent.text, /no endpoint event/);
   });
 
   it('stdio: the real server-everything, run in the sandbox: discovered, called, an image summarized', async () => {
