@@ -570,6 +570,8 @@ describe('MCP tool servers', () => {
     }, 60000, 'the cancelled run to end');
     assert.equal(ended.status, 'interrupted', JSON.stringify(ended));
     await waitFor(() => sleepers().length === 0, 30000, 'the server to be gone');
+    const [answer] = await toolAnswers(tid);
+    assert.equal(answer.additional_kwargs.tool_status.status, 'cancelled', answer.content);
     // The sandbox is fine for the next call of the thread.
     const again = (await callOne('M-STDIO-AFTER', 'slow_echo', { after: 'cancel' })).answer;
     assert.equal(again.status, 'success', again.content);
