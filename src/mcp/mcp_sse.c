@@ -53,7 +53,6 @@ struct mcp_sse_conn {
 
 /* One POST in flight. */
 typedef struct sse_post {
-    mcp_sse_conn *c;
     size_t bytes;
     bool done;
     CURLcode result;
@@ -205,7 +204,8 @@ static size_t stream_write(char *buf, size_t size, size_t n, void *ctx) {
             return 0;
         }
         if (strcmp(c->content_type, "text/event-stream") != 0) {
-            c->error = fawn_err(FAWN_EPROTO, "the MCP server %s answered %.60s, not an event stream",
+            c->error = fawn_err(FAWN_EPROTO,
+                                "the MCP server %s answered %.60s, not an event stream",
                                 c->s->srv->name, c->content_type[0] ? c->content_type : "no type");
             return 0;
         }
@@ -215,8 +215,9 @@ static size_t stream_write(char *buf, size_t size, size_t n, void *ctx) {
     int r = sse_feed(&c->sse, buf, len);
     if (r == 0)
         return len;
-    c->error = r == FAWN_E2BIG ? fawn_err(FAWN_E2BIG, "a message of the MCP server %s is larger "
-                                                      "than %zu bytes",
+    c->error = r == FAWN_E2BIG ? fawn_err(FAWN_E2BIG,
+                                          "a message of the MCP server %s is larger "
+                                          "than %zu bytes",
                                           c->s->srv->name, (size_t)SSE_EVENT_MAX)
                                : r;
     return 0;
@@ -229,13 +230,12 @@ static size_t post_write(char *buf, size_t size, size_t n, void *ctx) {
     return (p->bytes += len) > MCP_SSE_POST_REPLY_MAX ? 0 : len;
 }
 
-static CURL *handle_new(mcp_sse_conn *c, const char *url) {
+static CURL *handle_new(const char *url) {
     CURL *h = curl_easy_init();
     if (!h)
         return NULL;
     mcp_curl_defaults(h);
     curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_PRIVATE, c);
     return h;
 }
 
@@ -285,8 +285,8 @@ static int drive(mcp_sse_conn *c, CURL *post, sse_post *p, bool (*done)(const mc
         if (left <= 0)
             return fawn_err(FAWN_ETIMEDOUT, "the MCP server %s did not answer in time",
                             c->s->srv->name);
-        mc = curl_multi_poll(c->multi, NULL, 0, (int)(left < MCP_SSE_POLL_MS ? left : MCP_SSE_POLL_MS),
-                             NULL);
+        mc = curl_multi_poll(c->multi, NULL, 0,
+                             (int)(left < MCP_SSE_POLL_MS ? left : MCP_SSE_POLL_MS), NULL);
         if (mc != CURLM_OK)
             return fawn_err(FAWN_EIO, "curl: %s", curl_multi_strerror(mc));
     }
@@ -306,7 +306,7 @@ int mcp_sse_connect(mcp_session *s, int64_t deadline_ms) {
     c->s = s;
     s->sse = c;
     c->multi = curl_multi_init();
-    c->get = c->multi ? handle_new(c, s->srv->url) : NULL;
+    c->get = c->multi ? handle_new(s->srv->url) : NULL;
     c->get_headers = c->get ? mcp_curl_headers(s, false, "Accept: text/event-stream") : NULL;
     if (!c->get_headers)
         return fawn_err(FAWN_ENOMEM, "out of memory");
@@ -330,13 +330,14 @@ int mcp_sse_exchange(mcp_msg *answer, mcp_session *s, const char *text, int64_t 
     mcp_sse_conn *c = s->sse;
     if (!c || !c->endpoint)
         return fawn_err(FAWN_EPROTO, "the MCP server %s has no session", s->srv->name);
-    if (c->error < 0)
-        return c->error;
+    if (c->error < 0) /* its message was told when it happened */
+        return fawn_err(c->error, "the MCP server %s's event stream can no longer be read",
+                        s->srv->name);
     mcp_msg_clear(&c->answer);
     c->answered = false;
     c->want_id = want_id;
-    sse_post p = {.c = c};
-    CURL *post = handle_new(c, c->endpoint);
+    sse_post p = {0};
+    CURL *post = handle_new(c->endpoint);
     struct curl_slist *headers = post ? mcp_curl_headers(s, true, NULL) : NULL;
     int r = headers ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
     if (r == 0) {
@@ -360,8 +361,9 @@ int mcp_sse_exchange(mcp_msg *answer, mcp_session *s, const char *text, int64_t 
                      s->srv->name, status);
     } else if (r == 0 && (p.result != CURLE_OK || status < 200 || status >= 300)) {
         r = p.result == CURLE_WRITE_ERROR
-                ? fawn_err(FAWN_E2BIG, "the MCP server %s answered a message with more than %zu "
-                                       "bytes",
+                ? fawn_err(FAWN_E2BIG,
+                           "the MCP server %s answered a message with more than %zu "
+                           "bytes",
                            s->srv->name, MCP_SSE_POST_REPLY_MAX)
             : p.result != CURLE_OK
                 ? fawn_err(FAWN_EIO, "the MCP server %s could not be reached: %s", s->srv->name,
