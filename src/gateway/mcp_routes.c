@@ -70,6 +70,8 @@ static int route_discover(gw_request *rq) {
     if (r == FAWN_EIO || r == FAWN_EPROTO || r == FAWN_E2BIG || r == FAWN_EUNSUP ||
         r == FAWN_ECANCELED || r == FAWN_EPERM)
         return gw_respond_detail(rq, MHD_HTTP_BAD_GATEWAY, fawn_errmsg());
+    if (r == FAWN_ETIMEDOUT)
+        return gw_respond_detail(rq, MHD_HTTP_GATEWAY_TIMEOUT, fawn_errmsg());
     return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, out);
 }
 

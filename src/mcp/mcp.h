@@ -25,8 +25,12 @@
  *    redirect (mcp_http.c).
  *  - stdio servers never run in the gateway: each exchange starts one in
  *    the thread's sandbox with only its configured environment
- *    (mcp_stdio.c says why per thread). sse (the old HTTP+SSE transport)
- *    is not run: FAWN_EUNSUP when used.
+ *    (mcp_stdio.c says why per thread); a run's cancel kills it at once.
+ *  - sse (the old HTTP+SSE transport) sends its messages only to the
+ *    endpoint its event stream names on the server's own origin
+ *    (mcp_sse.c).
+ *  - An OAuth token an HTTP server refuses with 401 is dropped and the
+ *    call tried once more with a fresh one (mcp_call.c).
  *
  * Where servers are configured: mcp.servers in config.yaml, or the file
  * mcp.config_file names (DeerFlow's extensions_config.json shape, its

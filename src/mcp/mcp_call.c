@@ -323,11 +323,13 @@ static int call_stdio(tool_result *out, mcp_service *s, const resolved *rv, cons
     return r;
 }
 
-/* The session: open it, check the pin, call. */
-static int call_run(tool_result *out, mcp_service *s, const resolved *rv, const json_t *args,
-                    tool_env *env, const atomic_bool *cancel) {
-    if (rv->srv->type == MCP_STDIO)
-        return call_stdio(out, s, rv, args, env);
+/* One attempt over HTTP: a session with the token in force, the pin
+ * checked, then the call; its answer into *m. *drifted when the tool is
+ * withheld (not called); *unauthorized when the server answered 401. */
+static int http_attempt(mcp_msg *m, bool *drifted, bool *unauthorized, mcp_service *s,
+                        const resolved *rv, const json_t *args, const atomic_bool *cancel) {
+    memset(m, 0, sizeof *m);
+    *drifted = *unauthorized = false;
     const char *tool = json_string_value(json_object_get(rv->pin, "name"));
     mcp_session ses = {0};
     json_t *listed = NULL;
@@ -338,29 +340,55 @@ static int call_run(tool_result *out, mcp_service *s, const resolved *rv, const 
     int64_t deadline = fawn_now_ms() + (int64_t)rv->srv->call_timeout_s * 1000;
     if (r == 0)
         r = mcp_list_tools(&listed, &ses, deadline);
-    if (r == 0 && drift_check(s, rv->srv, listed, tool)) {
-        json_decref(listed);
-        mcp_session_close(&ses);
-        free(auth);
-        return tool_fail(out, TOOL_DENIED, "drift", false,
-                         "Error: the MCP tool %s changed on its server since it was discovered; "
-                         "it is withheld until an administrator discovers it again",
-                         tool);
-    }
-    json_decref(listed);
-    mcp_msg m = {0};
-    json_t *params = r == 0 ? json_pack("{s:s, s:O}", "name", tool, "arguments", args) : NULL;
     if (r == 0)
-        r = params ? mcp_session_request(&m, &ses, "tools/call", params, deadline)
+        *drifted = drift_check(s, rv->srv, listed, tool);
+    json_decref(listed);
+    bool calling = r == 0 && !*drifted;
+    json_t *params = calling ? json_pack("{s:s, s:O}", "name", tool, "arguments", args) : NULL;
+    if (calling)
+        r = params ? mcp_session_request(m, &ses, "tools/call", params, deadline)
                    : fawn_err(FAWN_ENOMEM, "out of memory");
     json_decref(params);
+    *unauthorized = r == FAWN_EPERM && ses.refused == 401;
     mcp_session_close(&ses);
     free(auth);
+    return r;
+}
+
+/* An HTTP server's call. A 401 drops the cached OAuth token (it was
+ * revoked, or the server restarted) and the call is tried once more with a
+ * fresh one: the server refused the first before running anything. A
+ * second refusal is the answer (auth), and its token is dropped too. */
+static int call_http(tool_result *out, mcp_service *s, const resolved *rv, const json_t *args,
+                     const atomic_bool *cancel) {
+    const char *tool = json_string_value(json_object_get(rv->pin, "name"));
+    mcp_msg m;
+    bool drifted, unauthorized;
+    int r = http_attempt(&m, &drifted, &unauthorized, s, rv, args, cancel);
+    if (unauthorized && rv->srv->oauth) {
+        log_info("mcp", "%s: the server refused its OAuth token; trying once with a fresh one",
+                 rv->srv->name);
+        mcp_oauth_forget(s, rv->srv->name);
+        mcp_msg_clear(&m);
+        r = http_attempt(&m, &drifted, &unauthorized, s, rv, args, cancel);
+    }
     if (r == FAWN_EPERM) /* a token the server no longer takes: the next call fetches one */
         mcp_oauth_forget(s, rv->srv->name);
-    r = r == 0 ? answer_take(out, &m) : failure_take(out, r, tool);
+    if (drifted)
+        r = tool_fail(out, TOOL_DENIED, "drift", false,
+                      "Error: the MCP tool %s changed on its server since it was discovered; "
+                      "it is withheld until an administrator discovers it again",
+                      tool);
+    else
+        r = r == 0 ? answer_take(out, &m) : failure_take(out, r, tool);
     mcp_msg_clear(&m);
     return r;
+}
+
+static int call_run(tool_result *out, mcp_service *s, const resolved *rv, const json_t *args,
+                    tool_env *env, const atomic_bool *cancel) {
+    return rv->srv->type == MCP_STDIO ? call_stdio(out, s, rv, args, env)
+                                      : call_http(out, s, rv, args, cancel);
 }
 
 /* Whether role may call the resolved tool now: 0, or a denied result. */

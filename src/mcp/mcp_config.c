@@ -459,8 +459,9 @@ static int server_read(mcp_server *srv, const char *name, const json_t *entry, c
         if (r < 0)
             return r;
     }
-    if (srv->type == MCP_HTTP && !srv->url)
-        return fawn_err(FAWN_ECONFIG, "%s.url: is required for type http", where);
+    if (srv->type != MCP_STDIO && !srv->url)
+        return fawn_err(FAWN_ECONFIG, "%s.url: is required for type %s", where,
+                        srv->type == MCP_SSE ? "sse" : "http");
     if (srv->type == MCP_STDIO) {
         int r = command_read(srv, entry, where);
         return r < 0 ? r : env_read(srv, json_object_get(entry, "env"), where);

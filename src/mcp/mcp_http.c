@@ -19,9 +19,6 @@
 #include "mcp/mcp_internal.h"
 #include "model/model.h"
 
-/* 16 MiB: what one POST's answer may bring in all, progress notifications
- * of a long call included; the answer itself is at most MCP_MESSAGE_MAX. */
-#define MCP_STREAM_MAX ((size_t)16 << 20)
 /* How long the goodbyes (notifications/cancelled, DELETE) may take. */
 #define MCP_GOODBYE_TIMEOUT_MS 2000
 #define MCP_USER_AGENT "fawn-mcp/1"
@@ -128,10 +125,20 @@ static size_t body_write(char *buf, size_t size, size_t n, void *ctx) {
     return 0; /* stops the transfer: answered (r == 1), or the error */
 }
 
+void mcp_curl_defaults(CURL *c) {
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(c, CURLOPT_PROXY, ""); /* never the host's proxy settings */
+    curl_easy_setopt(c, CURLOPT_NETRC, (long)CURL_NETRC_IGNORED);
+    curl_easy_setopt(c, CURLOPT_USERAGENT, MCP_USER_AGENT);
+}
+
 static CURL *client_new(exchange *x) {
     CURL *c = curl_easy_init();
     if (!c)
         return NULL;
+    mcp_curl_defaults(c);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, body_write);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, x);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, header_read);
@@ -139,12 +146,6 @@ static CURL *client_new(exchange *x) {
     curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, progress_check);
     curl_easy_setopt(c, CURLOPT_XFERINFODATA, x);
     curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(c, CURLOPT_PROXY, ""); /* never the host's proxy settings */
-    curl_easy_setopt(c, CURLOPT_NETRC, (long)CURL_NETRC_IGNORED);
-    curl_easy_setopt(c, CURLOPT_USERAGENT, MCP_USER_AGENT);
     curl_easy_setopt(c, CURLOPT_URL, x->s->srv->url);
     return c;
 }
@@ -160,8 +161,7 @@ static bool header_add(struct curl_slist **list, const char *line) {
     return next != NULL;
 }
 
-/* The headers of a message: the configured ones, then the protocol's. */
-static struct curl_slist *headers_build(const mcp_session *s, bool post) {
+struct curl_slist *mcp_curl_headers(const mcp_session *s, bool post, const char *accept) {
     struct curl_slist *list = NULL;
     bool ok = true;
     for (size_t i = 0; ok && s->srv->headers[i]; i++)
@@ -169,7 +169,7 @@ static struct curl_slist *headers_build(const mcp_session *s, bool post) {
     if (ok && s->authorization)
         ok = header_add(&list, s->authorization);
     ok = ok && (!post || header_add(&list, "Content-Type: application/json"));
-    ok = ok && header_add(&list, "Accept: application/json, text/event-stream");
+    ok = ok && header_add(&list, accept ? accept : "Accept: application/json, text/event-stream");
     ok = ok && header_add(&list, "Expect:");
     ok = ok && header_add(&list, "MCP-Protocol-Version: " MCP_PROTOCOL_VERSION);
     if (ok && s->session_id[0]) {
@@ -203,9 +203,11 @@ static int exchange_finish(exchange *x, CURL *c) {
                         "the MCP server %s answered with a redirect (HTTP %ld), which "
                         "fawn does not follow",
                         x->s->srv->name, status);
-    if (status == 401 || status == 403)
+    if (status == 401 || status == 403) {
+        x->s->refused = status;
         return fawn_err(FAWN_EPERM, "the MCP server %s refused the credentials (HTTP %ld)",
                         x->s->srv->name, status);
+    }
     if (status < 200 || status >= 300)
         return fawn_err(FAWN_EIO, "the MCP server %s answered HTTP %ld", x->s->srv->name, status);
     if (!x->want_id || x->answered)
@@ -229,7 +231,7 @@ static int exchange_run(mcp_msg *answer, mcp_session *s, const char *text, int64
     if (r < 0)
         return r;
     CURL *c = client_new(&x);
-    struct curl_slist *headers = c ? headers_build(s, text != NULL) : NULL;
+    struct curl_slist *headers = c ? mcp_curl_headers(s, text != NULL, NULL) : NULL;
     if (!c || !headers) {
         curl_easy_cleanup(c);
         return fawn_err(FAWN_ENOMEM, "out of memory");
@@ -262,6 +264,14 @@ static int exchange_run(mcp_msg *answer, mcp_session *s, const char *text, int64
     return r;
 }
 
+/* Sends text over the session's transport, its answer to want_id (0:
+ * none) into *answer. */
+static int transport_send(mcp_msg *answer, mcp_session *s, const char *text, int64_t want_id,
+                          int64_t deadline_ms) {
+    return s->srv->type == MCP_SSE ? mcp_sse_exchange(answer, s, text, want_id, deadline_ms)
+                                   : exchange_run(answer, s, text, want_id, deadline_ms);
+}
+
 /* Tells the server request id is given up (best effort, its own short
  * deadline: the call's has passed). */
 static void cancelled_notify(mcp_session *s, int64_t id, const char *reason) {
@@ -271,7 +281,7 @@ static void cancelled_notify(mcp_session *s, int64_t id, const char *reason) {
     mcp_msg none;
     const atomic_bool *cancel = s->cancel;
     s->cancel = NULL; /* the goodbye goes out even though the run is cancelled */
-    if (text && exchange_run(&none, s, text, 0, fawn_now_ms() + MCP_GOODBYE_TIMEOUT_MS) < 0)
+    if (text && transport_send(&none, s, text, 0, fawn_now_ms() + MCP_GOODBYE_TIMEOUT_MS) < 0)
         log_info("mcp", "%s: notifications/cancelled not delivered: %s", s->srv->name,
                  fawn_errmsg());
     s->cancel = cancel;
@@ -285,7 +295,7 @@ int mcp_session_request(mcp_msg *out, mcp_session *s, const char *method, const 
     char *text = mcp_request_text(id, method, params);
     if (!text)
         return fawn_err(FAWN_ENOMEM, "out of memory");
-    int r = exchange_run(out, s, text, id, deadline_ms);
+    int r = transport_send(out, s, text, id, deadline_ms);
     free(text);
     if ((r == FAWN_ETIMEDOUT || r == FAWN_ECANCELED) && strcmp(method, "initialize") != 0) {
         char keep[512];
@@ -312,10 +322,14 @@ static int initialize_check(const mcp_msg *m, const mcp_server *srv) {
 int mcp_session_open(mcp_session *s, const mcp_server *srv, const char *authorization,
                      const atomic_bool *cancel) {
     *s = (mcp_session){.srv = srv, .authorization = authorization, .cancel = cancel};
-    if (srv->type != MCP_HTTP)
-        return fawn_err(FAWN_EUNSUP, "the MCP server %s is of type %s, which fawn does not run yet",
-                        srv->name, srv->type == MCP_STDIO ? "stdio" : "sse");
+    if (srv->type == MCP_STDIO)
+        return fawn_err(FAWN_EUNSUP, "the MCP server %s runs over stdio, in a sandbox", srv->name);
     int64_t deadline = fawn_now_ms() + (int64_t)srv->init_timeout_s * 1000;
+    if (srv->type == MCP_SSE) {
+        int r = mcp_sse_connect(s, deadline);
+        if (r < 0)
+            return r;
+    }
     json_t *params = json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", MCP_PROTOCOL_VERSION,
                                "capabilities", "clientInfo", "name", "fawn", "version", "1");
     mcp_msg m;
@@ -330,12 +344,17 @@ int mcp_session_open(mcp_session *s, const mcp_server *srv, const char *authoriz
     if (r == 0 && !note)
         r = fawn_err(FAWN_ENOMEM, "out of memory");
     if (r == 0)
-        r = exchange_run(&m, s, note, 0, deadline);
+        r = transport_send(&m, s, note, 0, deadline);
     free(note);
     return r;
 }
 
 void mcp_session_close(mcp_session *s) {
+    if (s->sse) { /* the old transport: the session ends with its stream */
+        mcp_sse_close(s);
+        s->open = false;
+        return;
+    }
     if (!s->open || !s->session_id[0])
         return;
     mcp_msg none;

@@ -1,7 +1,9 @@
 /* The MCP client's insides; only src/mcp includes this.
  *   mcp_config.c   servers as configured: validated, $VAR resolved, redacted
  *   mcp_http.c     one session over streamable HTTP (initialize, requests,
- *                  notifications/cancelled, DELETE at the end)
+ *                  notifications/cancelled, DELETE at the end), or over
+ *   mcp_sse.c      the old HTTP+SSE transport (an event stream held open,
+ *                  messages POSTed to the endpoint it names)
  *   mcp_stdio.c    stdio servers, one box command an exchange, in the thread's sandbox
  *   mcp_oauth.c    OAuth tokens of HTTP servers
  *   mcp_service.c  the configuration in force, discovery, drift, the config routes
@@ -9,6 +11,7 @@
 #ifndef FAWN_MCP_INTERNAL_H
 #define FAWN_MCP_INTERNAL_H
 
+#include <curl/curl.h>
 #include <stdatomic.h>
 
 #include "mcp/mcp.h"
@@ -70,6 +73,13 @@ FAWN_MUST_CHECK int mcp_servers_unmask(json_t **out, const json_t *incoming, con
 FAWN_MUST_CHECK int mcp_oauth_read(mcp_oauth **out, const json_t *v, const char *where);
 void mcp_oauth_free(mcp_oauth *o);
 
+/* 16 MiB: what one POST's answer (streamable HTTP), or one session's
+ * event stream (sse), may bring in all, progress notifications of a long
+ * call included; a message itself is at most MCP_MESSAGE_MAX. */
+#define MCP_STREAM_MAX ((size_t)16 << 20)
+
+typedef struct mcp_sse_conn mcp_sse_conn;
+
 /* One session with a server (mcp_http.c). */
 typedef struct mcp_session {
     const mcp_server *srv;
@@ -78,10 +88,13 @@ typedef struct mcp_session {
     char session_id[256]; /* Mcp-Session-Id the server gave, or "" */
     int64_t next_id;
     bool open;
+    long refused;      /* 401 or 403: the HTTP status that refused the credentials, else 0 */
+    mcp_sse_conn *sse; /* type sse: the event stream (mcp_sse.c) */
 } mcp_session;
 
-/* Opens a session: initialize, then notifications/initialized, within the
- * server's init timeout. FAWN_EUNSUP for a transport not built yet;
+/* Opens a session: (sse: the event stream and its endpoint, then)
+ * initialize, then notifications/initialized, within the server's init
+ * timeout. FAWN_EUNSUP for stdio (mcp_stdio.c runs those);
  * FAWN_ETIMEDOUT, FAWN_ECANCELED, FAWN_EIO (unreachable, an HTTP error),
  * FAWN_EPROTO (a message that is not a valid answer), FAWN_E2BIG. */
 FAWN_MUST_CHECK int mcp_session_open(mcp_session *s, const mcp_server *srv,
@@ -92,20 +105,49 @@ FAWN_MUST_CHECK int mcp_session_open(mcp_session *s, const mcp_server *srv,
  * mcp_session_open. */
 FAWN_MUST_CHECK int mcp_session_request(mcp_msg *out, mcp_session *s, const char *method,
                                         const json_t *params, int64_t deadline_ms);
-/* Ends the session (DELETE with its id, best effort). */
+/* Ends the session (DELETE with its id, best effort; sse: the stream is
+ * closed). Call it after mcp_session_open whatever that returned. */
 void mcp_session_close(mcp_session *s);
+
+/* The options every request to an MCP server has (mcp_http.c): no
+ * redirect, no proxy, no .netrc, http and https only. */
+void mcp_curl_defaults(CURL *c);
+/* A request's headers: the server's configured ones, the OAuth
+ * Authorization, the protocol's; Content-Type for a post; accept (NULL:
+ * "Accept: application/json, text/event-stream"). NULL when out of memory. */
+struct curl_slist *mcp_curl_headers(const mcp_session *s, bool post, const char *accept);
+
+/* ---- the old HTTP+SSE transport (mcp_sse.c) ---- */
+
+/* The URL an endpoint event's data (len bytes) names, resolved against
+ * base (the server's URL) into *out (malloc'd): FAWN_EPROTO when it is not
+ * a URL, is longer than MCP_SSE_ENDPOINT_MAX, carries credentials, or is
+ * of another origin (scheme, host, port) than base. */
+FAWN_MUST_CHECK int mcp_sse_endpoint(char **out, const char *base, const char *data, size_t len);
+/* GETs s->srv->url as an event stream (s->sse) and reads it until its
+ * endpoint event, until deadline_ms. Errors as mcp_session_open. */
+FAWN_MUST_CHECK int mcp_sse_connect(mcp_session *s, int64_t deadline_ms);
+/* POSTs text to the endpoint and, when want_id is not 0, reads the stream
+ * until the message answering it (into *answer), until deadline_ms. */
+FAWN_MUST_CHECK int mcp_sse_exchange(mcp_msg *answer, mcp_session *s, const char *text,
+                                     int64_t want_id, int64_t deadline_ms);
+/* Closes the stream and frees s->sse (NULL is fine). */
+void mcp_sse_close(mcp_session *s);
 
 /* ---- stdio (mcp_stdio.c) ----
  * A stdio server runs in the thread's sandbox (env's, per thread), never in
  * the gateway: each exchange is one box command that starts it with only
  * its configured environment, writes it the messages (one a line), closes
- * its input and reads what it wrote until it exits (or its timeout). */
+ * its input and reads what it wrote until it exits (or its timeout). A
+ * run's exchange runs in a shell session of its own, killed as soon as
+ * env->cancel is set (FAWN_ECANCELED). */
 
 /* Runs srv with the n messages (texts, one JSON message each) as its
  * input; the messages it answered with into *out (a new array of their
  * texts' parses, in order). FAWN_EUNSUP without a sandbox (env NULL),
- * FAWN_ETIMEDOUT, FAWN_E2BIG (too long an input or output), FAWN_EPROTO (a
- * line that is not a JSON-RPC message), sandbox errors. */
+ * FAWN_ECANCELED (env->cancel set: the server was killed),
+ * FAWN_ETIMEDOUT, FAWN_E2BIG (too long an input or output), FAWN_EPROTO
+ * (a line that is not a JSON-RPC message), sandbox errors. */
 FAWN_MUST_CHECK int mcp_stdio_run(json_t **out, tool_env *env, const mcp_server *srv,
                                   char *const *messages, size_t n, uint32_t timeout_s);
 /* One tools/list request with params (NULL, or {"cursor"}): its answer

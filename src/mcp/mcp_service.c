@@ -261,11 +261,10 @@ static json_t *removed_names(const json_t *before, const json_t *pins) {
     return gone;
 }
 
-/* tools/list of srv, over its transport. */
-static int listed_of(json_t **listed, mcp_service *s, const mcp_server *srv, tool_env *env) {
+/* tools/list of an HTTP server in one session; *unauthorized when it
+ * answered 401. */
+static int http_listed(json_t **listed, bool *unauthorized, mcp_service *s, const mcp_server *srv) {
     *listed = NULL;
-    if (srv->type == MCP_STDIO)
-        return mcp_stdio_list(listed, env, srv);
     mcp_session ses = {0};
     char *auth = NULL;
     int r = mcp_oauth_header(&auth, s, srv, NULL);
@@ -273,8 +272,25 @@ static int listed_of(json_t **listed, mcp_service *s, const mcp_server *srv, too
         r = mcp_session_open(&ses, srv, auth, NULL);
     if (r == 0)
         r = mcp_list_tools(listed, &ses, fawn_now_ms() + (int64_t)srv->call_timeout_s * 1000);
+    *unauthorized = r == FAWN_EPERM && ses.refused == 401;
     mcp_session_close(&ses);
     free(auth);
+    return r;
+}
+
+/* tools/list of srv, over its transport: an OAuth token refused with 401
+ * is dropped and the list asked once more with a fresh one (as mcp_call
+ * does). */
+static int listed_of(json_t **listed, mcp_service *s, const mcp_server *srv, tool_env *env) {
+    *listed = NULL;
+    if (srv->type == MCP_STDIO)
+        return mcp_stdio_list(listed, env, srv);
+    bool unauthorized;
+    int r = http_listed(listed, &unauthorized, s, srv);
+    if (unauthorized && srv->oauth) {
+        mcp_oauth_forget(s, srv->name);
+        r = http_listed(listed, &unauthorized, s, srv);
+    }
     return r;
 }
 

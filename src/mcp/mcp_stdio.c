@@ -12,10 +12,19 @@
  * The box API runs a command with no input and answers once it exits, so
  * one exchange is one command: the messages are written to the server's
  * standard input, which is then closed (the specification's shutdown), and
- * what it wrote, one message a line, is read back. */
+ * what it wrote, one message a line, is read back.
+ *
+ * A run's exchange runs in a shell session of its own (a scope
+ * "<run id>:mcp-<n>", fresh for each exchange: nothing the model defined in
+ * the run's session stands between the gateway and the server), watched
+ * while it runs: once the run is cancelled the session's processes are
+ * killed (sbx_kill_scope) and the call answers cancelled at once. A
+ * discovery (no run, no cancel) runs as a one-shot command. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mcp/mcp_internal.h"
 
@@ -30,6 +39,15 @@
 #define MCP_STDIO_REPLY_MARGIN_S 30
 /* Lines of output read at most: messages, and the server's notifications. */
 #define MCP_STDIO_LINES_MAX 4096
+/* How often a running exchange looks at its run's cancel flag: a cancel
+ * stops the server within this. */
+#define MCP_STDIO_CANCEL_POLL_MS 100
+/* Once cancelled, the session is killed again this often until the
+ * exchange has ended (a kill that came before the command started finds
+ * nothing to kill). */
+#define MCP_STDIO_KILL_AGAIN_MS 1000
+/* How long the box may take to confirm one kill. */
+#define MCP_STDIO_KILL_TIMEOUT_MS 10000
 
 /* Appends text to b in single quotes, as a shell reads it back. */
 static int shell_quote(fbuf *b, const char *text) {
@@ -109,6 +127,120 @@ static int reply_take(json_t **out, const json_t *reply, int status, const mcp_s
     return lines_read(out, text, srv);
 }
 
+/* ---- an exchange's own session, killed when the run is cancelled ---- */
+
+typedef struct cancel_watch {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    bool done;
+    const atomic_bool *cancel;
+    sbx_manager *m;
+    const char *user, *thread_id, *server;
+    char scope[SBX_SCOPE_MAX + 1];
+} cancel_watch;
+
+/* Sets *ts to now + ms on the watch's (monotonic) clock. */
+static void deadline_in(struct timespec *ts, int ms) {
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    ts->tv_sec += ms / 1000 + ts->tv_nsec / 1000000000L;
+    ts->tv_nsec %= 1000000000L;
+}
+
+static void *watch_main(void *arg) {
+    cancel_watch *w = arg;
+    pthread_mutex_lock(&w->lock);
+    while (!w->done) {
+        int next_ms = MCP_STDIO_CANCEL_POLL_MS;
+        if (atomic_load(w->cancel)) {
+            pthread_mutex_unlock(&w->lock);
+            int r = sbx_kill_scope(w->m, w->user, w->thread_id, w->scope,
+                                   MCP_STDIO_KILL_TIMEOUT_MS);
+            if (r < 0 && r != FAWN_ENOENT)
+                log_warn("mcp", "%s: the cancelled exchange could not be killed: %s", w->server,
+                         fawn_errmsg());
+            pthread_mutex_lock(&w->lock);
+            next_ms = MCP_STDIO_KILL_AGAIN_MS;
+        }
+        struct timespec until;
+        deadline_in(&until, next_ms);
+        if (!w->done)
+            pthread_cond_timedwait(&w->wake, &w->lock, &until);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+static int watch_start(cancel_watch *w) {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->wake, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_mutex_init(&w->lock, NULL);
+    int e = pthread_create(&w->thread, NULL, watch_main, w);
+    if (e) {
+        pthread_cond_destroy(&w->wake);
+        pthread_mutex_destroy(&w->lock);
+        return fawn_err(FAWN_ENOMEM, "no thread to watch the exchange's cancel: %s", strerror(e));
+    }
+    return 0;
+}
+
+static void watch_stop(cancel_watch *w) {
+    pthread_mutex_lock(&w->lock);
+    w->done = true;
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+    pthread_join(w->thread, NULL);
+    pthread_cond_destroy(&w->wake);
+    pthread_mutex_destroy(&w->lock);
+}
+
+/* The scope of an exchange of the run whose scope is run_scope
+ * ("<run id>:<agent>"): "<run id>:mcp-<n>", n new for each. */
+static int scope_make(char out[SBX_SCOPE_MAX + 1], const char *run_scope) {
+    static atomic_uint_fast64_t exchanges;
+    const char *colon = strchr(run_scope, ':');
+    if (!colon)
+        return fawn_err(FAWN_EINVAL, "the run's scope %.64s names no run", run_scope);
+    uint64_t n = atomic_fetch_add(&exchanges, 1) + 1;
+    snprintf(out, SBX_SCOPE_MAX + 1, "%.*s:mcp-%llu", (int)(colon - run_scope), run_scope,
+             (unsigned long long)n);
+    return 0;
+}
+
+/* Runs the box request body on a lease of a session of its own, killed
+ * once env's run is cancelled: the box's answer into *reply, *status. */
+static int exec_watched(json_t **reply, int *status, tool_env *env, const mcp_server *srv,
+                        json_t *body, int timeout_ms) {
+    *reply = NULL;
+    *status = 0;
+    cancel_watch w = {.cancel = env->cancel,
+                      .m = env->sandboxes,
+                      .user = env->req.who.user,
+                      .thread_id = env->req.thread,
+                      .server = srv->name};
+    int r = scope_make(w.scope, env->req.scope);
+    sbx_request req = env->req;
+    req.scope = w.scope;
+    sbx_lease *lease = NULL;
+    if (r == 0)
+        r = sbx_acquire(&lease, env->sandboxes, &req);
+    if (r == 0)
+        r = json_object_set_new(body, "session_id", json_string(lease->session)) == 0
+                ? 0
+                : fawn_err(FAWN_ENOMEM, "out of memory");
+    bool watching = r == 0 && (r = watch_start(&w)) == 0;
+    if (r == 0 && !atomic_load(env->cancel))
+        r = sbx_call(reply, status, lease, "POST", "/v1/shell/exec", body, timeout_ms);
+    if (watching)
+        watch_stop(&w);
+    sbx_release(lease); /* the last holder of the scope: its session ends */
+    return r;
+}
+
 int mcp_stdio_run(json_t **out, tool_env *env, const mcp_server *srv, char *const *messages,
                   size_t n, uint32_t timeout_s) {
     *out = NULL;
@@ -117,25 +249,30 @@ int mcp_stdio_run(json_t **out, tool_env *env, const mcp_server *srv, char *cons
                         "the MCP server %s runs over stdio in a thread's sandbox: "
                         "only a run (or a discovery through the API) has one",
                         srv->name);
+    if (env->cancel && atomic_load(env->cancel))
+        return fawn_err(FAWN_ECANCELED, "cancelled");
     char *command = NULL;
     int r = command_build(&command, srv, messages, n);
     sbx_lease *lease = NULL;
-    if (r == 0)
+    if (r == 0) /* the run's own hold on its sandbox, taken as any tool takes it */
         r = tool_env_lease(&lease, env);
     json_t *body = r == 0
                        ? json_pack("{s:s, s:I, s:i}", "command", command, "timeout_s",
                                    (json_int_t)timeout_s, "max_output_bytes", MCP_STDIO_OUTPUT_MAX)
                        : NULL;
-    /* A fresh shell, never the run's session: nothing the model defined
-     * there (a function named env or printf) stands between the gateway
-     * and the server. So a cancelled run's exchange is not killed with
-     * the run's commands: it ends at its timeout at the latest. */
+    if (r == 0 && !body)
+        r = fawn_err(FAWN_ENOMEM, "out of memory");
+    /* Never the run's session: a fresh shell, a session of its own when a
+     * cancel may stop it, else a one-shot command. */
     json_t *reply = NULL;
     int status = 0;
-    if (r == 0)
-        r = body ? sbx_call(&reply, &status, lease, "POST", "/v1/shell/exec", body,
-                            (int)(timeout_s + MCP_STDIO_REPLY_MARGIN_S) * 1000)
-                 : fawn_err(FAWN_ENOMEM, "out of memory");
+    int timeout_ms = (int)(timeout_s + MCP_STDIO_REPLY_MARGIN_S) * 1000;
+    if (r == 0 && env->cancel && env->req.scope)
+        r = exec_watched(&reply, &status, env, srv, body, timeout_ms);
+    else if (r == 0)
+        r = sbx_call(&reply, &status, lease, "POST", "/v1/shell/exec", body, timeout_ms);
+    if (r == 0 && env->cancel && atomic_load(env->cancel))
+        r = fawn_err(FAWN_ECANCELED, "cancelled");
     if (r == 0)
         r = reply_take(out, reply, status, srv, timeout_s);
     json_decref(reply);

@@ -14,17 +14,17 @@ import { after, before, describe, it } from './lib/test.mjs';
 
 import { FawnServer, freePort, makeHome, request, setupAdmin, setupUser, waitFor } from './lib/server.mjs';
 import { FakeOpenAI, call, reply } from './lib/fake_openai.mjs';
-import { FakeMcp, FakeTokenEndpoint } from './lib/fake_mcp.mjs';
+import { FakeMcp, FakeSseMcp, FakeTokenEndpoint } from './lib/fake_mcp.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const EVERYTHING = path.join(here, 'node_modules', '@modelcontextprotocol', 'server-everything', 'dist', 'index.js');
 const TOKEN = 'Bearer e2e-mcp-token-3f9a';
 
-/** server-everything over streamable HTTP on a port of its own. */
-async function startEverything() {
+/** server-everything over streamable HTTP (or, with 'sse', the old HTTP+SSE transport) on a port of its own. */
+async function startEverything(transport = 'streamableHttp') {
   for (let attempt = 1; ; attempt++) {
     const port = await freePort();
-    const proc = spawn(process.execPath, [EVERYTHING, 'streamableHttp'], {
+    const proc = spawn(process.execPath, [EVERYTHING, transport], {
       env: { PATH: process.env.PATH, PORT: String(port) },
       stdio: ['ignore', 'ignore', 'pipe'],
     });
@@ -32,12 +32,47 @@ async function startEverything() {
     proc.stderr.on('data', (d) => (err += d));
     const gone = new Promise((resolve) => proc.on('close', resolve));
     const ready = await Promise.race([
-      waitFor(() => /listening on port/i.test(err), 60000, 'server-everything to listen').then(() => true),
+      waitFor(() => /(listening|running) on port/i.test(err), 60000, 'server-everything to listen').then(() => true),
       gone.then(() => false),
     ]);
-    if (ready) return { proc, url: `http://127.0.0.1:${port}/mcp`, gone };
+    if (ready) return { proc, url: `http://127.0.0.1:${port}/${transport === 'sse' ? 'sse' : 'mcp'}`, gone };
     if (attempt >= 3) throw new Error(`server-everything did not start: ${err}`);
   }
+}
+
+/**
+ * Copies server-everything and every package it needs into dest/node_modules
+ * (each at the place npm put it, nested ones nested), so a sandbox that sees
+ * dest finds them as node resolves them. The dependencies are read from
+ * each package.json, resolved as node would from the package's directory.
+ */
+function copyEverything(dest) {
+  const root = path.join(here, 'node_modules');
+  const found = new Set();
+  const resolve = (from, name) => {
+    for (let dir = from; dir.startsWith(here); dir = path.dirname(dir)) {
+      const candidate = path.join(dir, 'node_modules', name);
+      if (fs.existsSync(path.join(candidate, 'package.json'))) return candidate;
+    }
+    throw new Error(`${name}, a dependency of ${from}, is not installed`);
+  };
+  const walk = (dir) => {
+    if (found.has(dir)) return;
+    found.add(dir);
+    const pkg = JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8'));
+    for (const name of Object.keys(pkg.dependencies ?? {})) walk(resolve(dir, name));
+    for (const name of Object.keys(pkg.optionalDependencies ?? {})) {
+      try { walk(resolve(dir, name)); } catch { /* optional */ }
+    }
+  };
+  walk(path.join(root, '@modelcontextprotocol', 'server-everything'));
+  for (const dir of found) {
+    fs.cpSync(dir, path.join(dest, 'node_modules', path.relative(root, dir)), {
+      recursive: true,
+      filter: (src) => path.relative(dir, src).split(path.sep)[0] !== 'node_modules',
+    });
+  }
+  return found.size;
 }
 
 describe('MCP tool servers', () => {
@@ -45,12 +80,19 @@ describe('MCP tool servers', () => {
   let fake;
   let mcp;
   let everything;
+  let everythingSse;
+  let sseElsewhere;
+  let sseSilent;
   let admin;
   let bob;
   let ccTokens;
   let ccMcp;
   let rtTokens;
   let rtMcp;
+  let rvTokens;
+  let rvMcp;
+  const revoked = new Set();
+  let refuseAll = false;
   let skillsDir;
 
   before(async () => {
@@ -62,19 +104,34 @@ describe('MCP tool servers', () => {
     // one, so the refresh token rotates at each.
     rtTokens = await FakeTokenEndpoint.start({ refreshToken: 'configured-refresh-token', expiresIn: 1 });
     rtMcp = await FakeMcp.start({ authorized: (h) => rtTokens.current(h) });
+    // A server that takes the newest token unless the test revoked it (or
+    // refuses every token).
+    rvTokens = await FakeTokenEndpoint.start({ clientId: 'rv-client', clientSecret: 'rv-secret', expiresIn: 3600 });
+    rvMcp = await FakeMcp.start({ authorized: (h) => !refuseAll && !revoked.has(h) && rvTokens.current(h) });
     everything = await startEverything();
+    everythingSse = await startEverything('sse');
+    sseElsewhere = await FakeSseMcp.start('elsewhere');
+    sseSilent = await FakeSseMcp.start('silent');
     // The stdio server's script, where every sandbox sees it: a skill's
     // files are copied into each user's /mnt/skills at the start of a run.
     skillsDir = makeHome();
     fs.mkdirSync(path.join(skillsDir, 'mcp'));
     fs.writeFileSync(path.join(skillsDir, 'mcp', 'SKILL.md'), '---\nname: mcp\ndescription: A stdio MCP server for the tests\n---\n# mcp\n');
     fs.copyFileSync(path.join(here, 'lib', 'stdio_mcp_server.mjs'), path.join(skillsDir, 'mcp', 'server.mjs'));
+    // server-everything and its dependencies, where a sandbox finds them:
+    // the sandbox sees /usr (node) but not this directory's node_modules.
+    fs.mkdirSync(path.join(skillsDir, 'everything'));
+    fs.writeFileSync(path.join(skillsDir, 'everything', 'SKILL.md'), '---\nname: everything\ndescription: server-everything for the stdio tests\n---\n# everything\n');
+    assert.ok(copyEverything(path.join(skillsDir, 'everything')) > 1);
     srv = await FawnServer.start({
       models: [fake.model()],
       sandbox: { skills_dir: skillsDir },
       mcp: {
         servers: {
           everything: { type: 'http', url: everything.url },
+          everythingSse: { type: 'sse', url: everythingSse.url },
+          sseElsewhere: { type: 'sse', url: sseElsewhere.url, headers: { Authorization: 'Bearer never-elsewhere' } },
+          sseSilent: { type: 'sse', url: sseSilent.url, session_init_timeout: 2 },
           hostile: {
             type: 'http',
             url: mcp.url,
@@ -90,6 +147,18 @@ describe('MCP tool servers', () => {
             tool_call_timeout: 3,
             session_init_timeout: 10,
           },
+          everythingStdio: {
+            command: 'node',
+            args: ['/mnt/skills/everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js', 'stdio'],
+          },
+          // The same server with a call timeout far past the tests' ceilings:
+          // only a cancel can stop its sleep in time.
+          slow: {
+            command: 'node',
+            args: ['/mnt/skills/mcp/server.mjs'],
+            tool_call_timeout: 600,
+            session_init_timeout: 10,
+          },
           cc: {
             type: 'http',
             url: ccMcp.url,
@@ -100,6 +169,11 @@ describe('MCP tool servers', () => {
               scope: 'tools',
               extra_token_params: { grant_type: 'password', resource: 'mcp-tools' },
             },
+          },
+          rv: {
+            type: 'http',
+            url: rvMcp.url,
+            oauth: { token_url: rvTokens.url, client_id: 'rv-client', client_secret: 'rv-secret' },
           },
           rt: {
             type: 'http',
@@ -120,10 +194,14 @@ describe('MCP tool servers', () => {
     await srv?.stop();
     await fake?.stop();
     await mcp?.stop();
-    for (const x of [ccMcp, ccTokens, rtMcp, rtTokens]) await x?.stop();
+    for (const x of [ccMcp, ccTokens, rtMcp, rtTokens, rvMcp, rvTokens]) await x?.stop();
     if (skillsDir) fs.rmSync(skillsDir, { recursive: true, force: true });
-    everything?.proc.kill('SIGKILL');
-    await everything?.gone;
+    await sseElsewhere?.stop();
+    await sseSilent?.stop();
+    for (const e of [everything, everythingSse]) {
+      e?.proc.kill('SIGKILL');
+      await e?.gone;
+    }
   });
 
   const api = (method, p, body, who = admin) => request(srv, method, p, { bearer: who.token, body });
@@ -345,6 +423,35 @@ describe('MCP tool servers', () => {
     assert.equal(cfg.json.mcp_servers.cc.oauth.client_secret, null);
   });
 
+  it('OAuth: a token the server refuses (401) is dropped and the call tried once more with a fresh one', async () => {
+    assert.equal((await discover('rv')).status, 200);
+    assert.equal((await callOne('M-RV-1', 'rv_greet', { name: 'one' })).answer.status, 'success');
+    assert.equal(rvTokens.forms.length, 1, 'the token is kept between calls');
+    // The server revokes the cached token: the call goes through on a fresh one.
+    revoked.add(`Bearer ${rvTokens.issued.at(-1)}`);
+    const calls = () => rvMcp.messages('tools/call').length;
+    const callsBefore = calls();
+    const again = (await callOne('M-RV-2', 'rv_greet', { name: 'two' })).answer;
+    assert.equal(again.status, 'success', again.content);
+    assert.match(again.content, /Hello, two/);
+    assert.equal(rvTokens.forms.length, 2);
+    assert.equal(calls() - callsBefore, 1, 'the tool ran once');
+    // Discovery does the same.
+    revoked.add(`Bearer ${rvTokens.issued.at(-1)}`);
+    assert.equal((await discover('rv')).status, 200);
+    assert.equal(rvTokens.forms.length, 3);
+    // A server that refuses every token: one retry only, then an auth error.
+    refuseAll = true;
+    const tokensBefore = rvTokens.forms.length;
+    const refused = (await callOne('M-RV-3', 'rv_greet', { name: 'three' })).answer;
+    assert.equal(refused.status, 'error');
+    assert.equal(refused.additional_kwargs.tool_status.error_type, 'auth', refused.content);
+    assert.equal(rvTokens.forms.length - tokensBefore, 1, 'one fresh token, not a loop');
+    refuseAll = false;
+    // The refused token was dropped: the next call fetches one and succeeds.
+    assert.equal((await callOne('M-RV-4', 'rv_greet', { name: 'four' })).answer.status, 'success');
+  });
+
   it('OAuth refresh_token: tokens refreshed ahead of expiry, rotated refresh tokens saved across a restart', async () => {
     assert.equal((await discover('rt')).status, 200);
     for (const m of ['M-RT-1', 'M-RT-2']) {
@@ -399,6 +506,75 @@ describe('MCP tool servers', () => {
     assert.equal(after.additional_kwargs.tool_status.error_type, 'drift', after.content);
     const drift = await api('GET', '/api/mcp/servers/boxed/drift');
     assert.equal(drift.json.tools.find((t) => t.name === 'described').drift.description, 'Says what it describes, and more');
+  });
+
+  it('sse: the old HTTP+SSE transport of server-everything: discovered and called', async () => {
+    const d = await discover('everythingSse');
+    assert.equal(d.status, 200, d.text);
+    assert.ok(d.json.tools.some((t) => t.offered_as === 'everythingSse_echo'), d.text);
+    const echo = (await callOne('M-SSE-ECHO', 'everythingSse_echo', { message: 'over the old transport' })).answer;
+    assert.equal(echo.status, 'success', echo.content);
+    assert.match(echo.content, /Echo: over the old transport/);
+    const sum = (await callOne('M-SSE-SUM', 'everythingSse_get-sum', { a: 40, b: 2 })).answer;
+    assert.equal(sum.status, 'success', sum.content);
+    assert.match(sum.content, /\b42\b/);
+  });
+
+  it('sse: an endpoint on another origin is refused; a stream that names none times out', async () => {
+    const elsewhere = await discover('sseElsewhere');
+    assert.equal(elsewhere.status, 502, elsewhere.text);
+    assert.match(elsewhere.text, /another origin/);
+    assert.equal(sseElsewhere.trapped.length, 0, 'a message went to the other origin');
+    const silent = await discover('sseSilent');
+    assert.equal(silent.status, 504, silent.text);
+    assert.match(silent.text, /no endpoint event/);
+  });
+
+  it('stdio: the real server-everything, run in the sandbox: discovered, called, an image summarized', async () => {
+    const d = await discover('everythingStdio');
+    assert.equal(d.status, 200, d.text);
+    const offeredAs = d.json.tools.map((t) => t.offered_as);
+    for (const name of ['everythingStdio_echo', 'everythingStdio_get-sum', 'everythingStdio_get-tiny-image']) assert.ok(offeredAs.includes(name), `${name} in ${offeredAs}`);
+    const echo = (await callOne('M-EVS-ECHO', 'everythingStdio_echo', { message: 'from the sandbox' })).answer;
+    assert.equal(echo.status, 'success', echo.content);
+    assert.match(echo.content, /Echo: from the sandbox/);
+    const sum = (await callOne('M-EVS-SUM', 'everythingStdio_get-sum', { a: 19, b: 23 })).answer;
+    assert.equal(sum.status, 'success', sum.content);
+    assert.match(sum.content, /\b42\b/);
+    const image = (await callOne('M-EVS-IMAGE', 'everythingStdio_get-tiny-image')).answer;
+    assert.equal(image.status, 'success', image.content);
+    assert.match(image.content, /\[image: image\/png, \d+ bytes\]/);
+    assert.doesNotMatch(image.content, /iVBORw0KGgo/);
+  });
+
+  it('stdio: a cancelled run kills its server at once, and the call answers cancelled', async () => {
+    assert.equal((await discover('slow')).status, 200);
+    const tag = `c${process.pid % 100000}`;
+    const title = `mcp-sleep-${tag}`;
+    /** Host processes that carry the sleeping server's title. */
+    const sleepers = () => fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p)).filter((p) => {
+      try { return fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').startsWith(title); } catch { return false; }
+    });
+    fake.route('M-STDIO-CANCEL', reply('', [call('slow_sleep', { tag })]), reply('never'));
+    const tid = await thread();
+    const started = await api('POST', `/api/threads/${tid}/runs`, { assistant_id: 'lead_agent', input: { messages: [{ type: 'human', content: 'M-STDIO-CANCEL: go' }] } });
+    assert.equal(started.status, 200, started.text);
+    await waitFor(() => sleepers().length > 0, 60000, 'the server to be sleeping in the sandbox');
+    const cancel = await api('POST', `/api/threads/${tid}/runs/${started.json.run_id}/cancel`);
+    assert.ok([200, 202, 204].includes(cancel.status), cancel.text);
+    // The call's timeout is 600 s: a run that ends within the ceiling was
+    // stopped by the cancel.
+    const ended = await waitFor(async () => {
+      const r = await api('GET', `/api/threads/${tid}/runs/${started.json.run_id}`);
+      return ['pending', 'running'].includes(r.json.status) ? null : r.json;
+    }, 60000, 'the cancelled run to end');
+    assert.equal(ended.status, 'interrupted', JSON.stringify(ended));
+    await waitFor(() => sleepers().length === 0, 30000, 'the server to be gone');
+    const [answer] = await toolAnswers(tid);
+    assert.equal(answer.additional_kwargs.tool_status.status, 'cancelled', answer.content);
+    // The sandbox is fine for the next call of the thread.
+    const again = (await callOne('M-STDIO-AFTER', 'slow_echo', { after: 'cancel' })).answer;
+    assert.equal(again.status, 'success', again.content);
   });
 
   it('GET/PUT/PATCH /api/mcp/config: administrators only, secrets redacted, saved under FAWN_HOME', async () => {

@@ -323,12 +323,63 @@ static void test_store_pins(void **state) {
     free(path);
 }
 
+/* The endpoint event of the old SSE transport: resolved against the
+ * server's URL, held to its origin. */
+static void endpoint_ok(const char *base, const char *data, const char *want) {
+    char *url = NULL;
+    assert_int_equal(mcp_sse_endpoint(&url, base, data, strlen(data)), 0);
+    assert_string_equal(url, want);
+    free(url);
+}
+
+static void endpoint_refused(const char *base, const char *data, size_t len) {
+    char *url = (char *)"unset";
+    assert_int_equal(mcp_sse_endpoint(&url, base, data, len), FAWN_EPROTO);
+    assert_null(url);
+}
+
+static void test_sse_endpoint(void **state) {
+    (void)state;
+    const char *base = "http://127.0.0.1:3001/sse";
+    endpoint_ok(base, "/message?sessionId=ab-12", "http://127.0.0.1:3001/message?sessionId=ab-12");
+    endpoint_ok(base, "message?x=1", "http://127.0.0.1:3001/message?x=1");
+    endpoint_ok(base, "http://127.0.0.1:3001/m", "http://127.0.0.1:3001/m");
+    endpoint_ok("https://mcp.example/a/sse", "https://MCP.example:443/b",
+                "https://MCP.example:443/b");
+    endpoint_ok("http://mcp.example/sse", "../../m", "http://mcp.example/m");
+    /* Another host, port or scheme; a scheme-relative URL to another host. */
+    const char *refused[] = {"http://127.0.0.2:3001/message",
+                             "http://127.0.0.1:3002/message",
+                             "https://127.0.0.1:3001/message",
+                             "//evil.example/message",
+                             "http://localhost:3001/message",
+                             "ftp://127.0.0.1:3001/m",
+                             "http://user:pw@127.0.0.1:3001/m",
+                             "http://127.0.0.1:3001@evil.example/m",
+                             "file:///etc/passwd",
+                             "javascript:alert(1)"};
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+        endpoint_refused(base, refused[i], strlen(refused[i]));
+    /* Not a URL fawn takes: empty, spaces, controls, a NUL, too long. */
+    endpoint_refused(base, "", 0);
+    endpoint_refused(base, "/a b", 4);
+    endpoint_refused(base, "/a\nb", 4);
+    endpoint_refused(base, "/a\0b", 4);
+    char *longer = malloc(3000);
+    assert_non_null(longer);
+    memset(longer, 'a', 3000);
+    longer[0] = '/';
+    endpoint_refused(base, longer, 3000);
+    free(longer);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_message_kinds),  cmocka_unit_test(test_message_refused),
         cmocka_unit_test(test_message_bounds), cmocka_unit_test(test_writers),
         cmocka_unit_test(test_tool_hash),      cmocka_unit_test(test_config),
         cmocka_unit_test(test_config_refused), cmocka_unit_test(test_store_pins),
+        cmocka_unit_test(test_sse_endpoint),
     };
     return cmocka_run_group_tests_name("mcp", tests, NULL, NULL);
 }

@@ -1,7 +1,9 @@
 // A small MCP server over stdio (newline-delimited JSON-RPC), run by fawn
 // inside a thread's sandbox. Its tools tell what it sees there: its
 // environment, whether it runs among the thread's files, and a description
-// read from a file the test can change (drift). `sleep` never answers.
+// read from a file the test can change (drift). `sleep` never answers; with
+// a `tag` it takes the process title mcp-sleep-<tag>, by which the host sees
+// whether it still runs.
 import fs from 'node:fs';
 import path from 'node:path';
 import readline from 'node:readline';
@@ -29,7 +31,10 @@ function call(id, name, args) {
     case 'env': return send({ id, result: text(JSON.stringify(process.env)) });
     case 'where': return send({ id, result: text(`workspace=${fs.existsSync('/mnt/user-data/workspace')} uid=${process.getuid()}`) });
     case 'described': return send({ id, result: text('described answer') });
-    case 'sleep': setTimeout(() => {}, 3600 * 1000); return undefined;
+    case 'sleep':
+      if (typeof args?.tag === 'string') process.title = `mcp-sleep-${args.tag}`;
+      setTimeout(() => {}, 3600 * 1000);
+      return undefined;
     default: return send({ id, error: { code: -32602, message: `unknown tool ${name}` } });
   }
 }
