@@ -85,4 +85,15 @@ FAWN_MUST_CHECK int sq_exec_texts(store *s, const char *sql, const char *const *
  * lists them as spans and the event holds the state's reference. */
 FAWN_MUST_CHECK int sq_state_migrate_messages(sqlite3 *db);
 
+/* Numbered migrations (sqlite_migrations.c): sq_migrations[i] brings a
+ * database from version i to i + 1: its SQL, then (when not NULL) a step
+ * over the data, in the same transaction. Append only; never edit one
+ * that has shipped. */
+typedef struct sq_migration {
+    const char *sql;
+    int (*data)(sqlite3 *db);
+} sq_migration;
+extern const sq_migration sq_migrations[];
+extern const size_t sq_migrations_count;
+
 #endif

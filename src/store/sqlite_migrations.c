@@ -1,0 +1,242 @@
+/* The store's numbered migrations (sqlite_internal.h), in one list: the
+ * schema's whole history. */
+#include "store/sqlite_internal.h"
+
+const sq_migration sq_migrations[] = {
+    /* 1: users and threads */
+    {"CREATE TABLE users ("
+     "  id INTEGER PRIMARY KEY,"
+     "  username TEXT NOT NULL UNIQUE,"
+     "  password_hash TEXT NOT NULL,"
+     "  role TEXT NOT NULL,"
+     "  token_version INTEGER NOT NULL DEFAULT 0,"
+     "  created_at_ms INTEGER NOT NULL);"
+     "CREATE TABLE threads ("
+     "  id TEXT PRIMARY KEY,"
+     "  owner_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
+     "  status TEXT NOT NULL DEFAULT 'idle',"
+     "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  updated_at_ms INTEGER NOT NULL);"
+     "CREATE INDEX threads_by_owner ON threads(owner_id, updated_at_ms);",
+     NULL},
+    /* 2: usernames unique regardless of case; API tokens */
+    {"CREATE UNIQUE INDEX users_by_name_nocase ON users(username COLLATE NOCASE);"
+     "CREATE TABLE api_tokens ("
+     "  id INTEGER PRIMARY KEY,"
+     "  user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
+     "  name TEXT NOT NULL,"
+     "  token_hash TEXT NOT NULL UNIQUE,"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  last_used_at_ms INTEGER);"
+     "CREATE INDEX api_tokens_by_user ON api_tokens(user_id);",
+     NULL},
+    /* 3: thread ids are unique per owner, so an id never tells whether
+     * another user holds it */
+    {"CREATE TABLE threads_by_owner_id ("
+     "  id TEXT NOT NULL,"
+     "  owner_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
+     "  status TEXT NOT NULL DEFAULT 'idle',"
+     "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  updated_at_ms INTEGER NOT NULL,"
+     "  PRIMARY KEY (owner_id, id));"
+     "INSERT INTO threads_by_owner_id SELECT id, owner_id, status, metadata, created_at_ms,"
+     "  updated_at_ms FROM threads;"
+     "DROP TABLE threads;"
+     "ALTER TABLE threads_by_owner_id RENAME TO threads;"
+     "CREATE INDEX threads_by_owner ON threads(owner_id, updated_at_ms);",
+     NULL},
+    /* 4: the sandbox manager's records: whose each box is, and fences */
+    {"CREATE TABLE sandboxes ("
+     "  sandbox_id TEXT PRIMARY KEY,"
+     "  user TEXT NOT NULL,"
+     "  thread TEXT NOT NULL,"
+     "  generation TEXT NOT NULL,"
+     "  endpoint TEXT NOT NULL,"
+     "  token TEXT NOT NULL,"
+     "  created_at_ms INTEGER NOT NULL);"
+     "CREATE TABLE sandbox_fences ("
+     "  scope TEXT NOT NULL,"
+     "  sandbox_id TEXT NOT NULL,"
+     "  generation TEXT NOT NULL,"
+     "  reason TEXT NOT NULL,"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  PRIMARY KEY (scope, sandbox_id, generation));",
+     NULL},
+    /* 5: runs, their streamed events, thread checkpoints, tool receipts */
+    {"CREATE TABLE runs ("
+     "  run_id TEXT PRIMARY KEY,"
+     "  owner_id INTEGER NOT NULL,"
+     "  thread_id TEXT NOT NULL,"
+     "  assistant_id TEXT NOT NULL,"
+     "  status TEXT NOT NULL,"
+     "  kwargs TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(kwargs)),"
+     "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
+     "  error TEXT,"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  updated_at_ms INTEGER NOT NULL,"
+     "  FOREIGN KEY (owner_id, thread_id) REFERENCES threads(owner_id, id) ON DELETE CASCADE);"
+     "CREATE INDEX runs_by_thread ON runs(owner_id, thread_id, created_at_ms);"
+     "CREATE INDEX runs_by_status ON runs(status);"
+     "CREATE TABLE run_events ("
+     "  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,"
+     "  seq INTEGER NOT NULL,"
+     "  event TEXT NOT NULL,"
+     "  data TEXT NOT NULL,"
+     "  PRIMARY KEY (run_id, seq)) WITHOUT ROWID;"
+     "CREATE TABLE checkpoints ("
+     "  owner_id INTEGER NOT NULL,"
+     "  thread_id TEXT NOT NULL,"
+     "  checkpoint_id TEXT NOT NULL,"
+     "  parent_id TEXT NOT NULL,"
+     "  run_id TEXT NOT NULL,"
+     "  seq INTEGER NOT NULL,"
+     "  state_values TEXT NOT NULL CHECK (json_valid(state_values)),"
+     "  metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  PRIMARY KEY (owner_id, thread_id, checkpoint_id),"
+     "  FOREIGN KEY (owner_id, thread_id) REFERENCES threads(owner_id, id) ON DELETE CASCADE);"
+     "CREATE INDEX checkpoints_by_seq ON checkpoints(owner_id, thread_id, seq);"
+     "CREATE TABLE receipts ("
+     "  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,"
+     "  tool_call_id TEXT NOT NULL,"
+     "  tool_name TEXT NOT NULL,"
+     "  status TEXT NOT NULL,"
+     "  args_sha256 TEXT NOT NULL,"
+     "  output_sha256 TEXT NOT NULL,"
+     "  output_bytes INTEGER NOT NULL,"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  PRIMARY KEY (run_id, tool_call_id));",
+     NULL},
+    /* 6: each message of a thread stored once; checkpoints list their
+     * messages as spans of the thread's rows, and stored values events
+     * hold a reference to the state, not a copy (sqlite_state.c) */
+    {"ALTER TABLE checkpoints ADD COLUMN message_spans TEXT NOT NULL DEFAULT '[]';"
+     "CREATE TABLE thread_messages ("
+     "  owner_id INTEGER NOT NULL,"
+     "  thread_id TEXT NOT NULL,"
+     "  seq INTEGER NOT NULL,"
+     "  digest TEXT NOT NULL,"
+     "  bytes INTEGER NOT NULL,"
+     "  body TEXT NOT NULL,"
+     "  PRIMARY KEY (owner_id, thread_id, seq),"
+     "  FOREIGN KEY (owner_id, thread_id) REFERENCES threads(owner_id, id) ON DELETE CASCADE);"
+     "CREATE INDEX thread_messages_by_digest ON thread_messages(owner_id, thread_id, digest);",
+     sq_state_migrate_messages},
+    /* 7: each message row records the run that wrote it ('' for a client's
+     * update) and when: those of the oldest kept checkpoint that lists it,
+     * for the rows already stored */
+    {"ALTER TABLE thread_messages ADD COLUMN run_id TEXT NOT NULL DEFAULT '';"
+     "ALTER TABLE thread_messages ADD COLUMN created_at_ms INTEGER NOT NULL DEFAULT 0;"
+     "UPDATE thread_messages SET (run_id, created_at_ms) = (SELECT c.run_id, c.created_at_ms "
+     "  FROM checkpoints c, json_each(c.message_spans) s WHERE c.owner_id = "
+     "  thread_messages.owner_id AND c.thread_id = thread_messages.thread_id AND "
+     "  thread_messages.seq BETWEEN json_extract(s.value, '$[0]') AND "
+     "  json_extract(s.value, '$[1]') ORDER BY c.seq LIMIT 1) WHERE EXISTS (SELECT 1 FROM "
+     "  checkpoints c, json_each(c.message_spans) s WHERE c.owner_id = thread_messages.owner_id "
+     "  AND c.thread_id = thread_messages.thread_id AND thread_messages.seq BETWEEN "
+     "  json_extract(s.value, '$[0]') AND json_extract(s.value, '$[1]'));",
+     NULL},
+    /* 8: each user's memory facts (sqlite_memory.c); content_key is the
+     * content folded for deduplication */
+    {"CREATE TABLE memory_facts ("
+     "  id TEXT PRIMARY KEY,"
+     "  owner_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
+     "  content TEXT NOT NULL,"
+     "  content_key TEXT NOT NULL,"
+     "  category TEXT NOT NULL,"
+     "  confidence REAL NOT NULL CHECK (confidence >= 0 AND confidence <= 1),"
+     "  source TEXT NOT NULL,"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  updated_at_ms INTEGER NOT NULL,"
+     "  UNIQUE (owner_id, content_key));"
+     "CREATE INDEX memory_facts_by_owner ON memory_facts(owner_id, created_at_ms);",
+     NULL},
+    /* 9: skills an administrator enabled or disabled (a skill without a row
+     * is enabled) */
+    {"CREATE TABLE skill_states ("
+     "  name TEXT PRIMARY KEY,"
+     "  enabled INTEGER NOT NULL CHECK (enabled IN (0, 1)),"
+     "  updated_at_ms INTEGER NOT NULL);",
+     NULL},
+    /* 10: what each run's model calls cost: a list of {caller, model,
+     * input_tokens, output_tokens, total_tokens, calls} */
+    {"ALTER TABLE runs ADD COLUMN token_usage TEXT NOT NULL DEFAULT '[]' "
+     "CHECK (json_valid(token_usage));",
+     NULL},
+    /* 11: what a receipt's tool saw outside (a fetched page's URLs and hash) */
+    {"ALTER TABLE receipts ADD COLUMN evidence TEXT "
+     "CHECK (evidence IS NULL OR json_valid(evidence));",
+     NULL},
+    /* 12: MCP tools pinned by an administrator's discovery, and the ones a
+     * server has since listed differently (drift); OAuth refresh tokens an
+     * MCP server's token endpoint rotated, with the hash of the configured
+     * one they replace */
+    {"CREATE TABLE mcp_tools ("
+     "  server TEXT NOT NULL,"
+     "  name TEXT NOT NULL,"
+     "  description TEXT NOT NULL,"
+     "  input_schema TEXT NOT NULL CHECK (json_valid(input_schema)),"
+     "  hash TEXT NOT NULL,"
+     "  discovered_at_ms INTEGER NOT NULL,"
+     "  drift TEXT CHECK (drift IS NULL OR json_valid(drift)),"
+     "  PRIMARY KEY (server, name));"
+     "CREATE TABLE mcp_refresh_tokens ("
+     "  server TEXT PRIMARY KEY,"
+     "  configured_sha256 TEXT NOT NULL,"
+     "  refresh_token TEXT NOT NULL,"
+     "  updated_at_ms INTEGER NOT NULL);",
+     NULL},
+    /* 13: scheduled tasks and their runs (sqlite_schedules.c). A task's
+     * claim_id names its claimed run not yet started; a scheduled
+     * occurrence is run at most once (the unique index); a run's reported
+     * status is its agent run's once started. */
+    {"CREATE TABLE scheduled_tasks ("
+     "  id TEXT PRIMARY KEY,"
+     "  owner_id INTEGER NOT NULL,"
+     "  title TEXT NOT NULL,"
+     "  prompt TEXT NOT NULL,"
+     "  schedule_type TEXT NOT NULL CHECK (schedule_type IN ('once', 'cron')),"
+     "  schedule_spec TEXT NOT NULL,"
+     "  timezone TEXT NOT NULL,"
+     "  context_mode TEXT NOT NULL"
+     "    CHECK (context_mode IN ('fresh_thread_per_run', 'reuse_thread')),"
+     "  thread_id TEXT,"
+     "  status TEXT NOT NULL CHECK (status IN ('enabled', 'paused', 'completed', 'stopped')),"
+     "  stop_reason TEXT,"
+     "  next_run_at_ms INTEGER,"
+     "  claim_id TEXT,"
+     "  lease_owner TEXT,"
+     "  lease_until_ms INTEGER,"
+     "  last_run_at_ms INTEGER,"
+     "  last_run_id TEXT,"
+     "  last_thread_id TEXT,"
+     "  last_error TEXT,"
+     "  run_count INTEGER NOT NULL DEFAULT 0,"
+     "  created_at_ms INTEGER NOT NULL,"
+     "  updated_at_ms INTEGER NOT NULL);"
+     "CREATE INDEX scheduled_tasks_by_owner ON scheduled_tasks(owner_id, created_at_ms);"
+     "CREATE INDEX scheduled_tasks_due ON scheduled_tasks(status, next_run_at_ms);"
+     "CREATE TABLE scheduled_task_runs ("
+     "  id TEXT PRIMARY KEY,"
+     "  task_id TEXT NOT NULL REFERENCES scheduled_tasks(id) ON DELETE CASCADE,"
+     "  owner_id INTEGER NOT NULL,"
+     "  thread_id TEXT NOT NULL,"
+     "  run_id TEXT,"
+     "  scheduled_for_ms INTEGER NOT NULL,"
+     "  trigger TEXT NOT NULL CHECK (trigger IN ('scheduled', 'manual')),"
+     "  triggered_by INTEGER,"
+     "  status TEXT NOT NULL CHECK (status IN ('claimed', 'started', 'skipped', 'failed')),"
+     "  error TEXT,"
+     "  started_at_ms INTEGER,"
+     "  ended_at_ms INTEGER,"
+     "  created_at_ms INTEGER NOT NULL);"
+     "CREATE UNIQUE INDEX scheduled_task_runs_once ON scheduled_task_runs(task_id, "
+     "  scheduled_for_ms) WHERE trigger = 'scheduled';"
+     "CREATE INDEX scheduled_task_runs_by_task ON scheduled_task_runs(task_id, created_at_ms);"
+     "CREATE INDEX scheduled_task_runs_by_status ON scheduled_task_runs(status);",
+     NULL},
+};
+
+const size_t sq_migrations_count = ARRAY_LEN(sq_migrations);
