@@ -11,7 +11,6 @@
 #include <inttypes.h>
 #include <libgen.h>
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,45 +22,75 @@
 #define STORE_BUSY_TIMEOUT_MS 5000
 /* Rows one search returns at most. */
 #define STORE_SEARCH_MAX 1000
+/* The PostgreSQL advisory lock every write transaction of every fawn on the
+ * database holds (sq_begin_write): what BEGIN IMMEDIATE is on SQLite, the
+ * database's one write lock, so a transaction that reads, decides and
+ * writes sees no other transaction's writes in between, across gateways.
+ * The number is "fawn" in ASCII, a key no other user of the database is
+ * likely to take. */
+/* The migrations before this one predate the PostgreSQL backend. */
+#define STORE_PG_FIRST_MIGRATION 13
+#define STORE_PG_WRITE_LOCK "1717663598"
 
-int sq_err(sqlite3 *db, int rc, const char *what) {
-    int code = rc == SQLITE_BUSY || rc == SQLITE_LOCKED ? FAWN_EBUSY
-               : rc == SQLITE_CONSTRAINT                ? FAWN_EEXIST
-                                                        : FAWN_EIO;
-    return fawn_err(code, "%s: %s", what, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+int sq_err(sdb *db, int rc, const char *what) {
+    int code = rc == SDB_BUSY ? FAWN_EBUSY : rc == SDB_CONSTRAINT ? FAWN_EEXIST : FAWN_EIO;
+    return fawn_err(code, "%s: %s", what, db ? sdb_errmsg(db) : "no connection");
 }
 
-int sq_exec(sqlite3 *db, const char *sql, const char *what) {
-    int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
-    return rc == SQLITE_OK ? 0 : sq_err(db, rc, what);
+int sq_exec(sdb *db, const char *sql, const char *what) {
+    int rc = sdb_exec(db, sql);
+    return rc == SDB_OK ? 0 : sq_err(db, rc, what);
 }
 
-int sq_prepare(sqlite3 *db, sqlite3_stmt **st, const char *sql) {
+int sq_prepare(sdb *db, sdb_stmt **st, const char *sql) {
     *st = NULL;
-    int rc = sqlite3_prepare_v2(db, sql, -1, st, NULL);
-    return rc == SQLITE_OK ? 0 : sq_err(db, rc, "sq_prepare");
+    int rc = sdb_prepare(db, st, sql);
+    return rc == SDB_OK ? 0 : sq_err(db, rc, "sq_prepare");
 }
 
-int sq_end_transaction(sqlite3 *db, int r) {
+const char *sq_pick(sdb *db, const char *sqlite_sql, const char *pg_sql) {
+    return sdb_kind(db) == SDB_POSTGRES ? pg_sql : sqlite_sql;
+}
+
+int sq_begin_write(sdb *db, const char *what) {
+    return sq_exec(db,
+                   sq_pick(db, "BEGIN IMMEDIATE",
+                           "BEGIN; SELECT pg_advisory_xact_lock(" STORE_PG_WRITE_LOCK ")"),
+                   what);
+}
+
+int sq_begin_read(sdb *db, const char *what) {
+    return sq_exec(db, sq_pick(db, "BEGIN", "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"),
+                   what);
+}
+
+int sq_end_transaction(sdb *db, int r) {
     r = r == 0 ? sq_exec(db, "COMMIT", "commit") : r;
     if (r < 0)
-        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+        (void)sdb_exec(db, "ROLLBACK");
     return r;
 }
 
 /* ---- connections ---- */
 
-sqlite3 *sq_write_begin(store *s) {
+sdb *sq_write_begin(store *s) {
+    if (s->kind == SDB_POSTGRES)
+        return sq_read_begin(s);
     pthread_mutex_lock(&s->mu);
     return s->db;
 }
 
-void sq_write_end(store *s) { pthread_mutex_unlock(&s->mu); }
+void sq_write_end(store *s, sdb *db) {
+    if (s->kind == SDB_POSTGRES)
+        sq_read_end(s, db);
+    else
+        pthread_mutex_unlock(&s->mu);
+}
 
-sqlite3 *sq_read_begin(store *s) {
+sdb *sq_read_begin(store *s) {
     pthread_mutex_lock(&s->pool_mu);
     for (;;) {
-        for (size_t i = 0; i < STORE_READERS; i++)
+        for (size_t i = 0; i < s->pool_size; i++)
             if (!s->reader_busy[i]) {
                 s->reader_busy[i] = true;
                 pthread_mutex_unlock(&s->pool_mu);
@@ -71,56 +100,87 @@ sqlite3 *sq_read_begin(store *s) {
     }
 }
 
-void sq_read_end(store *s, sqlite3 *db) {
+void sq_read_end(store *s, sdb *db) {
     pthread_mutex_lock(&s->pool_mu);
-    for (size_t i = 0; i < STORE_READERS; i++)
+    for (size_t i = 0; i < s->pool_size; i++)
         if (s->readers[i] == db)
             s->reader_busy[i] = false;
     pthread_cond_signal(&s->pool_free);
     pthread_mutex_unlock(&s->pool_mu);
 }
 
-static int schema_version(sqlite3 *db, int *out) {
+/* The schema version: SQLite keeps it in user_version, PostgreSQL in a
+ * one-row table (created by the first migration's transaction). */
+static int schema_version(sdb *db, int *out) {
     *out = 0;
-    sqlite3_stmt *st;
-    int r = sq_prepare(db, &st, "PRAGMA user_version");
+    sdb_stmt *st;
+    int r = sq_prepare(db, &st,
+                       sq_pick(db, "PRAGMA user_version",
+                               "SELECT coalesce((SELECT max(version) FROM fawn_schema), 0) WHERE "
+                               "to_regclass('fawn_schema') IS NOT NULL UNION ALL SELECT 0 WHERE "
+                               "to_regclass('fawn_schema') IS NULL"));
     if (r == 0) {
-        r = sqlite3_step(st) == SQLITE_ROW ? 0 : sq_err(db, SQLITE_ERROR, "user_version");
-        *out = r == 0 ? sqlite3_column_int(st, 0) : 0;
-        sqlite3_finalize(st);
+        int rc = sdb_step(st);
+        r = rc == SDB_ROW ? 0 : sq_err(db, rc == SDB_DONE ? SDB_ERROR : rc, "schema version");
+        *out = r == 0 ? (int)sdb_column_int64(st, 0) : 0;
+        sdb_finalize(st);
     }
     return r;
 }
 
 int store_schema_version(store *s, int *out) {
     *out = 0;
-    sqlite3 *db = sq_read_begin(s);
+    sdb *db = sq_read_begin(s);
     int r = schema_version(db, out);
     sq_read_end(s, db);
     return r;
 }
 
-/* Brings the writer's database up to the latest migration. */
-static int migrate(sqlite3 *db) {
-    int version;
-    int r = schema_version(db, &version);
+/* Records version v as the schema's, inside the migration's transaction. */
+static int schema_version_set(sdb *db, int v) {
+    char sql[160];
+    if (sdb_kind(db) == SDB_POSTGRES)
+        snprintf(sql, sizeof sql,
+                 "CREATE TABLE IF NOT EXISTS fawn_schema (version BIGINT NOT NULL);"
+                 "DELETE FROM fawn_schema; INSERT INTO fawn_schema VALUES (%d)",
+                 v);
+    else
+        snprintf(sql, sizeof sql, "PRAGMA user_version = %d", v);
+    return sq_exec(db, sql, "migration version");
+}
+
+/* Applies migration v (from version v to v + 1), in the open transaction. */
+static int migration_apply(sdb *db, int v) {
+    const sq_migration *m = &sq_migrations[v];
+    bool pg = sdb_kind(db) == SDB_POSTGRES;
+    int r = sq_exec(db, pg ? m->pg : m->sql, "migration");
+    /* The data steps of the migrations that predate the PostgreSQL backend
+     * move rows a PostgreSQL database cannot have had then. */
+    if (r == 0 && m->data && !(pg && v < STORE_PG_FIRST_MIGRATION))
+        r = m->data(db);
+    return r == 0 ? schema_version_set(db, v + 1) : r;
+}
+
+/* Brings the database up to the latest migration, one transaction per
+ * migration. Each reads the version inside its write transaction, so
+ * gateways starting together on one PostgreSQL apply each migration once. */
+static int migrate(sdb *db) {
     int latest = (int)sq_migrations_count;
-    if (r == 0 && version > latest)
-        return fawn_err(FAWN_EINVAL, "the database is at schema %d, newer than this fawn (%d)",
-                        version, latest);
-    for (int v = version; r == 0 && v < latest; v++) {
-        char bump[64];
-        snprintf(bump, sizeof bump, "PRAGMA user_version = %d", v + 1);
-        r = sq_exec(db, "BEGIN IMMEDIATE", "begin migration");
+    for (;;) {
+        int version = 0;
+        int r = sq_begin_write(db, "begin migration");
         if (r == 0)
-            r = sq_exec(db, sq_migrations[v].sql, "migration");
-        if (r == 0 && sq_migrations[v].data)
-            r = sq_migrations[v].data(db);
-        if (r == 0)
-            r = sq_exec(db, bump, "migration version");
+            r = schema_version(db, &version);
+        if (r == 0 && version > latest)
+            r = fawn_err(FAWN_EINVAL, "the database is at schema %d, newer than this fawn (%d)",
+                         version, latest);
+        bool done = r == 0 && version == latest;
+        if (r == 0 && !done)
+            r = migration_apply(db, version);
         r = sq_end_transaction(db, r);
+        if (r < 0 || done)
+            return r;
     }
-    return r;
 }
 
 /* Password and token hashes and every conversation live in the database:
@@ -147,20 +207,11 @@ static int make_private(const char *path) {
     return r;
 }
 
-/* Opens one connection to path with flags (and the busy timeout). */
-static int connection_open(sqlite3 **db, const char *path, int flags) {
-    int rc = sqlite3_open_v2(path, db, flags | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_NOFOLLOW, NULL);
-    int r = rc == SQLITE_OK ? 0 : sq_err(*db, rc, "open database");
-    if (r == 0)
-        sqlite3_busy_timeout(*db, STORE_BUSY_TIMEOUT_MS);
-    return r;
-}
-
 /* The writer (configured, migrated), then the readers: a reader opened
  * before the database is in WAL mode and at the latest schema could see
  * neither. */
-static int connections_open(store *s, const char *path) {
-    int r = connection_open(&s->db, path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+static int sqlite_connections_open(store *s, const char *path) {
+    int r = sdb_sqlite_open(&s->db, path, true, STORE_BUSY_TIMEOUT_MS);
     if (r == 0)
         r = sq_exec(s->db,
                     "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
@@ -169,8 +220,38 @@ static int connections_open(store *s, const char *path) {
     if (r == 0)
         r = migrate(s->db);
     for (size_t i = 0; r == 0 && i < STORE_READERS; i++)
-        r = connection_open(&s->readers[i], path, SQLITE_OPEN_READONLY);
+        r = sdb_sqlite_open(&s->readers[i], path, false, STORE_BUSY_TIMEOUT_MS);
     return r;
+}
+
+/* Every connection of the pool: the first migrates the database (under the
+ * write lock) before the others are opened. A statement waits at most
+ * STORE_BUSY_TIMEOUT_MS for a row lock (then FAWN_EBUSY, as on SQLite). */
+static int pg_connections_open(store *s, const char *conninfo) {
+    int r = 0;
+    for (size_t i = 0; r == 0 && i < STORE_PG_CONNECTIONS; i++) {
+        r = sdb_pg_open(&s->readers[i], conninfo);
+        char set[96];
+        snprintf(set, sizeof set, "SET lock_timeout = %d; SET client_min_messages = warning",
+                 STORE_BUSY_TIMEOUT_MS);
+        if (r == 0)
+            r = sq_exec(s->readers[i], set, "configure connection");
+        if (r == 0 && i == 0)
+            r = migrate(s->readers[0]);
+    }
+    return r;
+}
+
+static store *store_new(sdb_backend kind, size_t pool_size) {
+    store *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->kind = kind;
+    s->pool_size = pool_size;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->pool_mu, NULL);
+    pthread_cond_init(&s->pool_free, NULL);
+    return s;
 }
 
 int store_open(store **out, const char *path) {
@@ -178,13 +259,26 @@ int store_open(store **out, const char *path) {
     int r = make_private(path);
     if (r < 0)
         return r;
-    store *s = calloc(1, sizeof *s);
+    store *s = store_new(SDB_SQLITE, STORE_READERS);
     if (!s)
         return fawn_err(FAWN_ENOMEM, "out of memory");
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_mutex_init(&s->pool_mu, NULL);
-    pthread_cond_init(&s->pool_free, NULL);
-    r = connections_open(s, path);
+    r = sqlite_connections_open(s, path);
+    if (r < 0) {
+        store_close(s);
+        return r;
+    }
+    *out = s;
+    return 0;
+}
+
+int store_open_postgres(store **out, const char *conninfo) {
+    *out = NULL;
+    if (!conninfo || !conninfo[0])
+        return fawn_err(FAWN_EINVAL, "a PostgreSQL connection string is required");
+    store *s = store_new(SDB_POSTGRES, STORE_PG_CONNECTIONS);
+    if (!s)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    int r = pg_connections_open(s, conninfo);
     if (r < 0) {
         store_close(s);
         return r;
@@ -196,9 +290,9 @@ int store_open(store **out, const char *path) {
 void store_close(store *s) {
     if (!s)
         return;
-    for (size_t i = 0; i < STORE_READERS; i++)
-        sqlite3_close(s->readers[i]);
-    sqlite3_close(s->db);
+    for (size_t i = 0; i < STORE_POOL_MAX; i++)
+        sdb_close(s->readers[i]);
+    sdb_close(s->db);
     pthread_cond_destroy(&s->pool_free);
     pthread_mutex_destroy(&s->pool_mu);
     pthread_mutex_destroy(&s->mu);
@@ -209,39 +303,39 @@ void store_close(store *s) {
 
 bool sq_text_ok(const char *v, size_t max) { return v && v[0] && strlen(v) <= max; }
 
-void sq_copy_col(char *dst, size_t size, sqlite3_stmt *st, int col) {
-    const unsigned char *v = sqlite3_column_text(st, col);
+void sq_copy_col(char *dst, size_t size, sdb_stmt *st, int col) {
+    const char *v = sdb_column_text(st, col);
     snprintf(dst, size, "%s", v ? (const char *)v : "");
 }
 
-char *sq_dup_col(sqlite3_stmt *st, int col) {
-    const unsigned char *v = sqlite3_column_text(st, col);
+char *sq_dup_col(sdb_stmt *st, int col) {
+    const char *v = sdb_column_text(st, col);
     return v ? strdup((const char *)v) : NULL;
 }
 
 #define USER_COLUMNS "id, username, password_hash, role, token_version, created_at_ms"
 
 /* Reads USER_COLUMNS starting at column first. */
-static void read_user_at(store_user *u, sqlite3_stmt *st, int first) {
-    u->id = sqlite3_column_int64(st, first);
+static void read_user_at(store_user *u, sdb_stmt *st, int first) {
+    u->id = sdb_column_int64(st, first);
     sq_copy_col(u->username, sizeof u->username, st, first + 1);
     sq_copy_col(u->password_hash, sizeof u->password_hash, st, first + 2);
     sq_copy_col(u->role, sizeof u->role, st, first + 3);
-    u->token_version = sqlite3_column_int64(st, first + 4);
-    u->created_at_ms = sqlite3_column_int64(st, first + 5);
+    u->token_version = sdb_column_int64(st, first + 4);
+    u->created_at_ms = sdb_column_int64(st, first + 5);
 }
 
-static void read_user(store_user *u, sqlite3_stmt *st) { read_user_at(u, st, 0); }
+static void read_user(store_user *u, sdb_stmt *st) { read_user_at(u, st, 0); }
 
 /* Runs a prepared query expecting at most one user row. */
-static int one_user(sqlite3 *db, store_user *out, sqlite3_stmt *st, const char *what) {
-    int rc = sqlite3_step(st);
-    int r = rc == SQLITE_ROW    ? 0
-            : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "no such user")
-                                : sq_err(db, rc, what);
+static int one_user(sdb *db, store_user *out, sdb_stmt *st, const char *what) {
+    int rc = sdb_step(st);
+    int r = rc == SDB_ROW    ? 0
+            : rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "no such user")
+                             : sq_err(db, rc, what);
     if (r == 0)
         read_user(out, st);
-    sqlite3_finalize(st);
+    sdb_finalize(st);
     return r;
 }
 
@@ -251,31 +345,31 @@ int store_user_create(store *s, store_user *out, const char *username, const cha
     if (!sq_text_ok(username, STORE_NAME_MAX) || !sq_text_ok(password_hash, STORE_HASH_MAX) ||
         !sq_text_ok(role, STORE_ROLE_MAX))
         return fawn_err(FAWN_EINVAL, "username, password hash and role are required and bounded");
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_write_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_write_begin(s);
     int r = sq_prepare(db, &st,
                        "INSERT INTO users (username, password_hash, role, created_at_ms) "
                        "VALUES (?1, ?2, ?3, ?4) RETURNING " USER_COLUMNS);
     if (r == 0) {
-        sqlite3_bind_text(st, 1, username, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, password_hash, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, role, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 4, fawn_wall_ms());
+        sdb_bind_text(st, 1, username);
+        sdb_bind_text(st, 2, password_hash);
+        sdb_bind_text(st, 3, role);
+        sdb_bind_int64(st, 4, fawn_wall_ms());
         r = one_user(db, out, st, "create user");
         if (r == FAWN_EEXIST)
             r = fawn_err(FAWN_EEXIST, "username '%s' is taken", username);
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r;
 }
 
 int store_user_get(store *s, store_user *out, int64_t id) {
     *out = (store_user){0};
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_read_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
     int r = sq_prepare(db, &st, "SELECT " USER_COLUMNS " FROM users WHERE id = ?1");
     if (r == 0) {
-        sqlite3_bind_int64(st, 1, id);
+        sdb_bind_int64(st, 1, id);
         r = one_user(db, out, st, "get user");
     }
     sq_read_end(s, db);
@@ -284,15 +378,17 @@ int store_user_get(store *s, store_user *out, int64_t id) {
 
 /* The one user that `SELECT USER_COLUMNS FROM users <where>` finds with
  * text bound to ?1. */
-static int user_find(store *s, store_user *out, const char *where, const char *text) {
+static int user_find(store *s, store_user *out, const char *lite_where, const char *pg_where,
+                     const char *text) {
     *out = (store_user){0};
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
     char sql[256];
-    snprintf(sql, sizeof sql, "SELECT " USER_COLUMNS " FROM users %s", where);
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_read_begin(s);
+    snprintf(sql, sizeof sql, "SELECT " USER_COLUMNS " FROM users %s",
+             sq_pick(db, lite_where, pg_where));
     int r = sq_prepare(db, &st, sql);
     if (r == 0) {
-        sqlite3_bind_text(st, 1, text, -1, SQLITE_STATIC);
+        sdb_bind_text(st, 1, text);
         r = one_user(db, out, st, "get user");
     }
     sq_read_end(s, db);
@@ -300,24 +396,26 @@ static int user_find(store *s, store_user *out, const char *where, const char *t
 }
 
 int store_user_get_by_name(store *s, store_user *out, const char *username) {
-    return user_find(s, out, "WHERE username = ?1 COLLATE NOCASE", username);
+    return user_find(s, out, "WHERE username = ?1 COLLATE NOCASE",
+                     "WHERE lower(username) = lower(?1)", username);
 }
 
 int store_user_get_by_role(store *s, store_user *out, const char *role) {
-    return user_find(s, out, "WHERE role = ?1 ORDER BY id LIMIT 1", role);
+    return user_find(s, out, "WHERE role = ?1 ORDER BY id LIMIT 1",
+                     "WHERE role = ?1 ORDER BY id LIMIT 1", role);
 }
 
 int store_user_count(store *s, int64_t *out, const char *role) {
     *out = 0;
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_read_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
     int r = sq_prepare(db, &st, "SELECT count(*) FROM users WHERE ?1 IS NULL OR role = ?1");
     if (r == 0) {
-        sqlite3_bind_text(st, 1, role, -1, SQLITE_STATIC);
-        int rc = sqlite3_step(st);
-        r = rc == SQLITE_ROW ? 0 : sq_err(db, rc, "count users");
-        *out = r == 0 ? sqlite3_column_int64(st, 0) : 0;
-        sqlite3_finalize(st);
+        sdb_bind_text(st, 1, role);
+        int rc = sdb_step(st);
+        r = rc == SDB_ROW ? 0 : sq_err(db, rc, "count users");
+        *out = r == 0 ? sdb_column_int64(st, 0) : 0;
+        sdb_finalize(st);
     }
     sq_read_end(s, db);
     return r;
@@ -325,11 +423,11 @@ int store_user_count(store *s, int64_t *out, const char *role) {
 
 /* Runs a prepared statement that returns no rows; FAWN_ENOENT when it was
  * expected to change one row and changed none. */
-int sq_step_done(sqlite3 *db, sqlite3_stmt *st, bool must_change, const char *what) {
-    int rc = sqlite3_step(st);
-    int changed = sqlite3_changes(db);
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE)
+int sq_step_done(sdb *db, sdb_stmt *st, bool must_change, const char *what) {
+    int rc = sdb_step(st);
+    int changed = sdb_changes(db);
+    sdb_finalize(st);
+    if (rc != SDB_DONE)
         return sq_err(db, rc, what);
     return must_change && changed == 0 ? fawn_err(FAWN_ENOENT, "%s: no such row", what) : 0;
 }
@@ -337,44 +435,44 @@ int sq_step_done(sqlite3 *db, sqlite3_stmt *st, bool must_change, const char *wh
 int store_user_set_password(store *s, int64_t id, const char *password_hash) {
     if (!sq_text_ok(password_hash, STORE_HASH_MAX))
         return fawn_err(FAWN_EINVAL, "password hash is required and bounded");
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_write_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_write_begin(s);
     int r = sq_prepare(db, &st,
                        "UPDATE users SET password_hash = ?2, token_version = token_version + 1 "
                        "WHERE id = ?1");
     if (r == 0) {
-        sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_text(st, 2, password_hash, -1, SQLITE_STATIC);
+        sdb_bind_int64(st, 1, id);
+        sdb_bind_text(st, 2, password_hash);
         r = sq_step_done(db, st, true, "set password");
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r;
 }
 
 int store_user_set_role(store *s, int64_t id, const char *role) {
     if (!sq_text_ok(role, STORE_ROLE_MAX))
         return fawn_err(FAWN_EINVAL, "role is required and bounded");
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_write_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_write_begin(s);
     int r = sq_prepare(db, &st, "UPDATE users SET role = ?2 WHERE id = ?1");
     if (r == 0) {
-        sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_text(st, 2, role, -1, SQLITE_STATIC);
+        sdb_bind_int64(st, 1, id);
+        sdb_bind_text(st, 2, role);
         r = sq_step_done(db, st, true, "set role");
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r;
 }
 
 int store_user_revoke_sessions(store *s, int64_t id) {
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_write_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_write_begin(s);
     int r = sq_prepare(db, &st, "UPDATE users SET token_version = token_version + 1 WHERE id = ?1");
     if (r == 0) {
-        sqlite3_bind_int64(st, 1, id);
+        sdb_bind_int64(st, 1, id);
         r = sq_step_done(db, st, true, "revoke sessions");
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r;
 }
 
@@ -386,10 +484,20 @@ static const char *const thread_statuses[] = {"idle", "busy", "interrupted", "er
 #define NEWEST_CHECKPOINT(col)                                                                     \
     "(SELECT " col " FROM checkpoints c WHERE c.owner_id = threads.owner_id AND c.thread_id = "    \
     "threads.id ORDER BY c.seq DESC LIMIT 1)"
-#define THREAD_COLUMNS                                                                             \
+#define THREAD_COLUMNS_WITH(title)                                                                 \
     "id, owner_id, status, metadata, created_at_ms, updated_at_ms, " NEWEST_CHECKPOINT(            \
-        "CASE WHEN json_type(c.state_values, '$.title') = 'text' THEN "                            \
-        "json_extract(c.state_values, '$.title') END") ", " NEWEST_CHECKPOINT("c.created_at_ms")
+        title) ", " NEWEST_CHECKPOINT("c.created_at_ms")
+/* The title of the state, when it is a string. */
+#define LITE_TITLE                                                                                 \
+    "CASE WHEN json_type(c.state_values, '$.title') = 'text' THEN "                                \
+    "json_extract(c.state_values, '$.title') END"
+#define PG_TITLE                                                                                   \
+    "CASE WHEN jsonb_typeof(c.state_values::jsonb -> 'title') = 'string' THEN "                    \
+    "c.state_values::jsonb ->> 'title' END"
+/* A query on threads: "SELECT <thread columns> <rest>", in db's dialect. */
+#define THREAD_QUERY(db, rest)                                                                     \
+    sq_pick(db, "SELECT " THREAD_COLUMNS_WITH(LITE_TITLE) " " rest,                                \
+            "SELECT " THREAD_COLUMNS_WITH(PG_TITLE) " " rest)
 
 void store_thread_clear(store_thread *t) {
     free(t->metadata);
@@ -397,18 +505,18 @@ void store_thread_clear(store_thread *t) {
     memset(t, 0, sizeof *t);
 }
 
-static int read_thread(store_thread *t, sqlite3_stmt *st) {
+static int read_thread(store_thread *t, sdb_stmt *st) {
     memset(t, 0, sizeof *t);
     sq_copy_col(t->id, sizeof t->id, st, 0);
-    t->owner_id = sqlite3_column_int64(st, 1);
+    t->owner_id = sdb_column_int64(st, 1);
     sq_copy_col(t->status, sizeof t->status, st, 2);
-    const unsigned char *m = sqlite3_column_text(st, 3);
+    const char *m = sdb_column_text(st, 3);
     t->metadata = strdup(m ? (const char *)m : "{}");
-    t->created_at_ms = sqlite3_column_int64(st, 4);
-    t->updated_at_ms = sqlite3_column_int64(st, 5);
-    bool titled = sqlite3_column_type(st, 6) != SQLITE_NULL;
+    t->created_at_ms = sdb_column_int64(st, 4);
+    t->updated_at_ms = sdb_column_int64(st, 5);
+    bool titled = !sdb_column_is_null(st, 6);
     t->title = titled ? sq_dup_col(st, 6) : NULL;
-    t->state_updated_at_ms = sqlite3_column_int64(st, 7);
+    t->state_updated_at_ms = sdb_column_int64(st, 7);
     return t->metadata && (t->title || !titled) ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
 }
 
@@ -457,19 +565,18 @@ static int check_thread_args(const char *id, const char *metadata) {
     return check_metadata(metadata);
 }
 
-static int thread_get_on(sqlite3 *db, store_thread *out, int64_t owner_id, const char *id) {
-    sqlite3_stmt *st;
-    int r = sq_prepare(db, &st,
-                       "SELECT " THREAD_COLUMNS " FROM threads WHERE id = ?1 AND owner_id = ?2");
+static int thread_get_on(sdb *db, store_thread *out, int64_t owner_id, const char *id) {
+    sdb_stmt *st;
+    int r = sq_prepare(db, &st, THREAD_QUERY(db, "FROM threads WHERE id = ?1 AND owner_id = ?2"));
     if (r < 0)
         return r;
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, owner_id);
-    int rc = sqlite3_step(st);
-    r = rc == SQLITE_ROW    ? read_thread(out, st)
-        : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "no such thread: %s", id)
-                            : sq_err(db, rc, "get thread");
-    sqlite3_finalize(st);
+    sdb_bind_text(st, 1, id);
+    sdb_bind_int64(st, 2, owner_id);
+    int rc = sdb_step(st);
+    r = rc == SDB_ROW    ? read_thread(out, st)
+        : rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "no such thread: %s", id)
+                         : sq_err(db, rc, "get thread");
+    sdb_finalize(st);
     return r;
 }
 
@@ -480,25 +587,25 @@ int store_thread_create(store *s, store_thread *out, bool *existed, int64_t owne
     int r = check_thread_args(id, metadata);
     if (r < 0)
         return r;
-    sqlite3_stmt *st;
+    sdb_stmt *st;
     int64_t now = fawn_wall_ms();
-    sqlite3 *db = sq_write_begin(s);
+    sdb *db = sq_write_begin(s);
     r = sq_prepare(db, &st,
                    "INSERT INTO threads (id, owner_id, metadata, created_at_ms, updated_at_ms) "
                    "VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT(owner_id, id) DO NOTHING");
     if (r == 0) {
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, owner_id);
-        sqlite3_bind_text(st, 3, metadata ? metadata : "{}", -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 4, now);
-        int rc = sqlite3_step(st);
-        *existed = sqlite3_changes(db) == 0;
-        sqlite3_finalize(st);
-        r = rc == SQLITE_DONE ? 0 : sq_err(db, rc, "create thread");
+        sdb_bind_text(st, 1, id);
+        sdb_bind_int64(st, 2, owner_id);
+        sdb_bind_text(st, 3, metadata ? metadata : "{}");
+        sdb_bind_int64(st, 4, now);
+        int rc = sdb_step(st);
+        *existed = sdb_changes(db) == 0;
+        sdb_finalize(st);
+        r = rc == SDB_DONE ? 0 : sq_err(db, rc, "create thread");
     }
     if (r == 0)
         r = thread_get_on(db, out, owner_id, id);
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r;
 }
 
@@ -506,7 +613,7 @@ int store_thread_get(store *s, store_thread *out, int64_t owner_id, const char *
     *out = (store_thread){0};
     if (!fawn_id_valid(id))
         return fawn_err(FAWN_ENOENT, "no such thread");
-    sqlite3 *db = sq_read_begin(s);
+    sdb *db = sq_read_begin(s);
     int r = thread_get_on(db, out, owner_id, id);
     sq_read_end(s, db);
     return r;
@@ -515,17 +622,17 @@ int store_thread_get(store *s, store_thread *out, int64_t owner_id, const char *
 /* Updates one column of the owner's thread (and updated_at). */
 static int thread_update(store *s, int64_t owner_id, const char *id, const char *sql,
                          const char *value, const char *what) {
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_write_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_write_begin(s);
     int r = sq_prepare(db, &st, sql);
     if (r == 0) {
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, owner_id);
-        sqlite3_bind_text(st, 3, value, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 4, fawn_wall_ms());
+        sdb_bind_text(st, 1, id);
+        sdb_bind_int64(st, 2, owner_id);
+        sdb_bind_text(st, 3, value);
+        sdb_bind_int64(st, 4, fawn_wall_ms());
         r = sq_step_done(db, st, true, what);
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r == FAWN_ENOENT ? fawn_err(FAWN_ENOENT, "no such thread: %s", id) : r;
 }
 
@@ -553,15 +660,15 @@ int store_thread_set_status(store *s, int64_t owner_id, const char *id, const ch
 }
 
 int store_thread_delete(store *s, int64_t owner_id, const char *id) {
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_write_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_write_begin(s);
     int r = sq_prepare(db, &st, "DELETE FROM threads WHERE id = ?1 AND owner_id = ?2");
     if (r == 0) {
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, owner_id);
+        sdb_bind_text(st, 1, id);
+        sdb_bind_int64(st, 2, owner_id);
         r = sq_step_done(db, st, true, "delete thread");
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r == FAWN_ENOENT ? fawn_err(FAWN_ENOENT, "no such thread: %s", id) : r;
 }
 
@@ -596,11 +703,15 @@ static int check_match(const char *match) {
 /* Every key of the match object equals the thread's value (JSON types
  * too). The match is parsed once per search (the materialized m), not once
  * per thread. */
-#define MATCH_CTE "WITH m AS MATERIALIZED (SELECT key, value, type FROM json_each(?2)) "
-#define MATCH_CLAUSE                                                                               \
+#define LITE_MATCH_CTE "WITH m AS MATERIALIZED (SELECT key, value, type FROM json_each(?2)) "
+#define LITE_MATCH_CLAUSE                                                                          \
     "NOT EXISTS (SELECT 1 FROM m WHERE "                                                           \
     "json_extract(threads.metadata, '$.\"' || m.key || '\"') IS NOT m.value "                      \
     "OR json_type(threads.metadata, '$.\"' || m.key || '\"') IS NOT m.type)"
+#define PG_MATCH_CTE "WITH m AS MATERIALIZED (SELECT key, value FROM jsonb_each(?2::jsonb)) "
+#define PG_MATCH_CLAUSE                                                                            \
+    "NOT EXISTS (SELECT 1 FROM m WHERE "                                                           \
+    "(threads.metadata::jsonb -> m.key) IS DISTINCT FROM m.value)"
 
 /* A search's ids are a JSON array of at most STORE_SEARCH_IDS_MAX thread ids. */
 static int check_ids(const char *ids) {
@@ -632,26 +743,36 @@ int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_i
     store_thread *rows = calloc(limit, sizeof *rows);
     if (!rows)
         return fawn_err(FAWN_ENOMEM, "out of memory");
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_read_begin(s);
-    r = sq_prepare(db, &st,
-                   MATCH_CTE "SELECT " THREAD_COLUMNS " FROM threads WHERE owner_id = ?1 AND "
-                             "(?3 IS NULL OR status = ?3) AND (?2 IS NULL OR " MATCH_CLAUSE ") "
-                             "AND (?6 IS NULL OR id IN (SELECT value FROM json_each(?6))) "
-                             "ORDER BY updated_at_ms DESC, id LIMIT ?4 OFFSET ?5");
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
+    r = sq_prepare(
+        db, &st,
+        sq_pick(
+            db,
+            LITE_MATCH_CTE "SELECT " THREAD_COLUMNS_WITH(
+                LITE_TITLE) " FROM threads WHERE "
+                            "owner_id = ?1 AND (?3 IS NULL OR status = ?3) AND (?2 IS NULL "
+                            "OR " LITE_MATCH_CLAUSE ") AND (?6 IS NULL OR id IN (SELECT value FROM "
+                            "json_each(?6))) ORDER BY updated_at_ms DESC, id LIMIT ?4 OFFSET ?5",
+            PG_MATCH_CTE "SELECT " THREAD_COLUMNS_WITH(
+                PG_TITLE) " FROM threads WHERE "
+                          "owner_id = ?1 AND (?3::text IS NULL OR status = ?3) AND (?2::jsonb "
+                          "IS NULL OR " PG_MATCH_CLAUSE ") AND (?6::jsonb IS NULL OR id IN "
+                          "(SELECT jsonb_array_elements_text(?6::jsonb))) "
+                          "ORDER BY updated_at_ms DESC, id LIMIT ?4 OFFSET ?5"));
     if (r == 0) {
-        sqlite3_bind_int64(st, 1, owner_id);
-        sqlite3_bind_text(st, 2, match, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, status, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 4, (sqlite3_int64)limit);
-        sqlite3_bind_int64(st, 5, (sqlite3_int64)offset);
-        sqlite3_bind_text(st, 6, ids, -1, SQLITE_STATIC);
+        sdb_bind_int64(st, 1, owner_id);
+        sdb_bind_text(st, 2, match);
+        sdb_bind_text(st, 3, status);
+        sdb_bind_int64(st, 4, (int64_t)limit);
+        sdb_bind_int64(st, 5, (int64_t)offset);
+        sdb_bind_text(st, 6, ids);
         int rc;
-        while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW && *n < limit)
+        while (r == 0 && (rc = sdb_step(st)) == SDB_ROW && *n < limit)
             r = read_thread(&rows[(*n)++], st);
-        if (r == 0 && rc != SQLITE_DONE && rc != SQLITE_ROW)
+        if (r == 0 && rc != SDB_DONE && rc != SDB_ROW)
             r = sq_err(db, rc, "search threads");
-        sqlite3_finalize(st);
+        sdb_finalize(st);
     }
     sq_read_end(s, db);
     if (r < 0) {
@@ -669,16 +790,16 @@ int store_thread_search(store *s, store_thread **out, size_t *n, int64_t owner_i
 
 /* Steps st (the caller finalizes it) and appends each row, read by read
  * into a row_size struct, to rows. */
-int sq_rows_read(sqlite3 *db, fbuf *rows, sqlite3_stmt *st, size_t row_size, sq_row_reader read,
+int sq_rows_read(sdb *db, fbuf *rows, sdb_stmt *st, size_t row_size, sq_row_reader read,
                  const char *what) {
     void *row = malloc(row_size);
     int r = row ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
-    int rc = SQLITE_DONE;
-    while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int rc = SDB_DONE;
+    while (r == 0 && (rc = sdb_step(st)) == SDB_ROW) {
         read(row, st);
         r = fbuf_append(rows, row, row_size);
     }
-    if (r == 0 && rc != SQLITE_DONE)
+    if (r == 0 && rc != SDB_DONE)
         r = sq_err(db, rc, what);
     free(row);
     return r;
@@ -698,26 +819,26 @@ int sq_rows_hand_out(void **out, size_t *n, fbuf *rows, size_t row_size, int r) 
 /* ---- sandboxes and fences ---- */
 
 /* Binds the text arguments of a statement from ?1 on. */
-void sq_bind_texts(sqlite3_stmt *st, const char *const *texts, size_t n) {
+void sq_bind_texts(sdb_stmt *st, const char *const *texts, size_t n) {
     for (size_t i = 0; i < n; i++)
-        sqlite3_bind_text(st, (int)i + 1, texts[i], -1, SQLITE_STATIC);
+        sdb_bind_text(st, (int)i + 1, texts[i]);
 }
 
 /* Prepares sql, binds texts and runs it under the lock. */
 int sq_exec_texts(store *s, const char *sql, const char *const *texts, size_t n, bool must_change,
                   const char *what) {
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_write_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_write_begin(s);
     int r = sq_prepare(db, &st, sql);
     if (r == 0) {
         sq_bind_texts(st, texts, n);
         r = sq_step_done(db, st, must_change, what);
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r;
 }
 
-#define SANDBOX_COLUMNS "sandbox_id, user, thread, generation, endpoint, token, created_at_ms"
+#define SANDBOX_COLUMNS "sandbox_id, \"user\", thread, generation, endpoint, token, created_at_ms"
 
 static bool sandbox_args_ok(const char *sandbox_id, const char *generation) {
     return sq_text_ok(sandbox_id, 16) && generation && strlen(generation) <= 32;
@@ -733,13 +854,17 @@ int store_sandbox_put(store *s, const store_sandbox *sb) {
     const char *texts[] = {sb->sandbox_id, sb->user,  sb->thread, sb->generation,
                            sb->endpoint,   sb->token, now};
     return sq_exec_texts(s,
-                         "INSERT OR REPLACE INTO sandboxes (sandbox_id, user, thread, generation, "
+                         "INSERT INTO sandboxes (sandbox_id, \"user\", thread, generation, "
                          "endpoint, token, created_at_ms) "
-                         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, CAST(?7 AS INTEGER))",
+                         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, CAST(?7 AS BIGINT)) "
+                         "ON CONFLICT (sandbox_id) DO UPDATE SET \"user\" = excluded.\"user\", "
+                         "thread = excluded.thread, generation = excluded.generation, "
+                         "endpoint = excluded.endpoint, token = excluded.token, "
+                         "created_at_ms = excluded.created_at_ms",
                          texts, ARRAY_LEN(texts), false, "record sandbox");
 }
 
-static void read_sandbox(void *row, sqlite3_stmt *st) {
+static void read_sandbox(void *row, sdb_stmt *st) {
     store_sandbox *out = row;
     sq_copy_col(out->sandbox_id, sizeof out->sandbox_id, st, 0);
     sq_copy_col(out->user, sizeof out->user, st, 1);
@@ -747,23 +872,23 @@ static void read_sandbox(void *row, sqlite3_stmt *st) {
     sq_copy_col(out->generation, sizeof out->generation, st, 3);
     sq_copy_col(out->endpoint, sizeof out->endpoint, st, 4);
     sq_copy_col(out->token, sizeof out->token, st, 5);
-    out->created_at_ms = sqlite3_column_int64(st, 6);
+    out->created_at_ms = sdb_column_int64(st, 6);
 }
 
 int store_sandbox_get(store *s, store_sandbox *out, const char *sandbox_id) {
     *out = (store_sandbox){0};
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_read_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
     int r = sq_prepare(db, &st, "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE sandbox_id = ?1");
     if (r == 0) {
-        sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
-        int rc = sqlite3_step(st);
-        r = rc == SQLITE_ROW    ? 0
-            : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "no record of sandbox %s", sandbox_id)
-                                : sq_err(db, rc, "get sandbox");
+        sdb_bind_text(st, 1, sandbox_id);
+        int rc = sdb_step(st);
+        r = rc == SDB_ROW    ? 0
+            : rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "no record of sandbox %s", sandbox_id)
+                             : sq_err(db, rc, "get sandbox");
         if (r == 0)
             read_sandbox(out, st);
-        sqlite3_finalize(st);
+        sdb_finalize(st);
     }
     sq_read_end(s, db);
     return r;
@@ -773,14 +898,14 @@ int store_sandbox_list(store *s, store_sandbox **out, size_t *n) {
     *out = NULL;
     *n = 0;
     fbuf rows = {.limit = STORE_SANDBOXES_MAX * sizeof(store_sandbox)};
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_read_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
     int r = sq_prepare(db, &st,
                        "SELECT " SANDBOX_COLUMNS " FROM sandboxes ORDER BY sandbox_id LIMIT ?1");
     if (r == 0) {
-        sqlite3_bind_int(st, 1, STORE_SANDBOXES_MAX);
+        sdb_bind_int64(st, 1, STORE_SANDBOXES_MAX);
         r = sq_rows_read(db, &rows, st, sizeof(store_sandbox), read_sandbox, "list sandboxes");
-        sqlite3_finalize(st);
+        sdb_finalize(st);
     }
     sq_read_end(s, db);
     return sq_rows_hand_out((void **)out, n, &rows, sizeof(store_sandbox), r);
@@ -808,26 +933,26 @@ int store_fence_add(store *s, const char *scope, const char *sandbox_id, const c
     const char *texts[] = {scope, sandbox_id, generation, why, now};
     return sq_exec_texts(
         s,
-        "INSERT OR IGNORE INTO sandbox_fences (scope, sandbox_id, generation, reason, "
-        "created_at_ms) VALUES (?1, ?2, ?3, ?4, CAST(?5 AS INTEGER))",
+        "INSERT INTO sandbox_fences (scope, sandbox_id, generation, reason, "
+        "created_at_ms) VALUES (?1, ?2, ?3, ?4, CAST(?5 AS BIGINT)) ON CONFLICT DO NOTHING",
         texts, ARRAY_LEN(texts), false, "add fence");
 }
 
 int store_fence_exists(store *s, bool *out, const char *scope, const char *sandbox_id,
                        const char *generation) {
     *out = false;
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_read_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
     int r = sq_prepare(db, &st,
                        "SELECT 1 FROM sandbox_fences WHERE scope = ?1 AND sandbox_id = ?2 "
                        "AND generation = ?3");
     if (r == 0) {
         const char *texts[] = {scope, sandbox_id, generation};
         sq_bind_texts(st, texts, ARRAY_LEN(texts));
-        int rc = sqlite3_step(st);
-        r = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_err(db, rc, "check fence");
-        *out = rc == SQLITE_ROW;
-        sqlite3_finalize(st);
+        int rc = sdb_step(st);
+        r = rc == SDB_ROW || rc == SDB_DONE ? 0 : sq_err(db, rc, "check fence");
+        *out = rc == SDB_ROW;
+        sdb_finalize(st);
     }
     sq_read_end(s, db);
     return r;
@@ -842,30 +967,35 @@ int store_fence_remove(store *s, const char *scope, const char *sandbox_id,
                          texts, ARRAY_LEN(texts), true, "remove fence");
 }
 
-static void read_fence(void *row, sqlite3_stmt *st) {
+static void read_fence(void *row, sdb_stmt *st) {
     store_fence *f = row;
     sq_copy_col(f->scope, sizeof f->scope, st, 0);
     sq_copy_col(f->sandbox_id, sizeof f->sandbox_id, st, 1);
     sq_copy_col(f->generation, sizeof f->generation, st, 2);
     sq_copy_col(f->reason, sizeof f->reason, st, 3);
-    f->created_at_ms = sqlite3_column_int64(st, 4);
+    f->created_at_ms = sdb_column_int64(st, 4);
 }
 
 int store_fence_list(store *s, store_fence **out, size_t *n, const char *sandbox_id) {
     *out = NULL;
     *n = 0;
     fbuf rows = {.limit = STORE_FENCES_MAX * sizeof(store_fence)};
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_read_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
+    /* In the order they were added (PostgreSQL has no rowid: ties by key). */
     int r = sq_prepare(db, &st,
-                       "SELECT scope, sandbox_id, generation, reason, created_at_ms FROM "
-                       "sandbox_fences WHERE ?1 IS NULL OR sandbox_id = ?1 "
-                       "ORDER BY created_at_ms, rowid LIMIT ?2");
+                       sq_pick(db,
+                               "SELECT scope, sandbox_id, generation, reason, created_at_ms FROM "
+                               "sandbox_fences WHERE ?1 IS NULL OR sandbox_id = ?1 "
+                               "ORDER BY created_at_ms, rowid LIMIT ?2",
+                               "SELECT scope, sandbox_id, generation, reason, created_at_ms FROM "
+                               "sandbox_fences WHERE ?1::text IS NULL OR sandbox_id = ?1 "
+                               "ORDER BY created_at_ms, scope, sandbox_id, generation LIMIT ?2"));
     if (r == 0) {
-        sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 2, STORE_FENCES_MAX);
+        sdb_bind_text(st, 1, sandbox_id);
+        sdb_bind_int64(st, 2, STORE_FENCES_MAX);
         r = sq_rows_read(db, &rows, st, sizeof(store_fence), read_fence, "list fences");
-        sqlite3_finalize(st);
+        sdb_finalize(st);
     }
     sq_read_end(s, db);
     return sq_rows_hand_out((void **)out, n, &rows, sizeof(store_fence), r);
@@ -875,12 +1005,12 @@ int store_fence_list(store *s, store_fence **out, size_t *n, const char *sandbox
 
 #define TOKEN_COLUMNS "id, user_id, name, created_at_ms, coalesce(last_used_at_ms, 0)"
 
-static void read_token(store_token *t, sqlite3_stmt *st) {
-    t->id = sqlite3_column_int64(st, 0);
-    t->user_id = sqlite3_column_int64(st, 1);
+static void read_token(store_token *t, sdb_stmt *st) {
+    t->id = sdb_column_int64(st, 0);
+    t->user_id = sdb_column_int64(st, 1);
     sq_copy_col(t->name, sizeof t->name, st, 2);
-    t->created_at_ms = sqlite3_column_int64(st, 3);
-    t->last_used_at_ms = sqlite3_column_int64(st, 4);
+    t->created_at_ms = sdb_column_int64(st, 3);
+    t->last_used_at_ms = sdb_column_int64(st, 4);
 }
 
 int store_token_create(store *s, store_token *out, int64_t user_id, const char *name,
@@ -889,8 +1019,8 @@ int store_token_create(store *s, store_token *out, int64_t user_id, const char *
     if (!sq_text_ok(name, STORE_TOKEN_NAME_MAX) || !sq_text_ok(token_hash, 64))
         return fawn_err(FAWN_EINVAL, "a token name of 1 to %d bytes is required",
                         STORE_TOKEN_NAME_MAX);
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_write_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_write_begin(s);
     /* The count and the insert are one statement: concurrent creations
      * cannot pass the cap together. */
     int r = sq_prepare(db, &st,
@@ -898,21 +1028,21 @@ int store_token_create(store *s, store_token *out, int64_t user_id, const char *
                        "SELECT ?1, ?2, ?3, ?4 WHERE (SELECT count(*) FROM api_tokens "
                        "WHERE user_id = ?1) < ?5 RETURNING " TOKEN_COLUMNS);
     if (r == 0) {
-        sqlite3_bind_int64(st, 1, user_id);
-        sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, token_hash, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 4, fawn_wall_ms());
-        sqlite3_bind_int(st, 5, STORE_TOKENS_PER_USER_MAX);
-        int rc = sqlite3_step(st);
-        r = rc == SQLITE_ROW    ? 0
-            : rc == SQLITE_DONE ? fawn_err(FAWN_E2BIG, "a user may hold at most %d API tokens",
-                                           STORE_TOKENS_PER_USER_MAX)
-                                : sq_err(db, rc, "create token");
+        sdb_bind_int64(st, 1, user_id);
+        sdb_bind_text(st, 2, name);
+        sdb_bind_text(st, 3, token_hash);
+        sdb_bind_int64(st, 4, fawn_wall_ms());
+        sdb_bind_int64(st, 5, STORE_TOKENS_PER_USER_MAX);
+        int rc = sdb_step(st);
+        r = rc == SDB_ROW    ? 0
+            : rc == SDB_DONE ? fawn_err(FAWN_E2BIG, "a user may hold at most %d API tokens",
+                                        STORE_TOKENS_PER_USER_MAX)
+                             : sq_err(db, rc, "create token");
         if (r == 0)
             read_token(out, st);
-        sqlite3_finalize(st);
+        sdb_finalize(st);
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r;
 }
 
@@ -922,20 +1052,20 @@ int store_token_list(store *s, store_token **out, size_t *n, int64_t user_id) {
     store_token *rows = calloc(STORE_TOKENS_PER_USER_MAX, sizeof *rows);
     if (!rows)
         return fawn_err(FAWN_ENOMEM, "out of memory");
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_read_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
     int r = sq_prepare(db, &st,
                        "SELECT " TOKEN_COLUMNS " FROM api_tokens WHERE user_id = ?1 "
                        "ORDER BY id LIMIT ?2");
     if (r == 0) {
-        sqlite3_bind_int64(st, 1, user_id);
-        sqlite3_bind_int(st, 2, STORE_TOKENS_PER_USER_MAX);
+        sdb_bind_int64(st, 1, user_id);
+        sdb_bind_int64(st, 2, STORE_TOKENS_PER_USER_MAX);
         int rc;
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < STORE_TOKENS_PER_USER_MAX)
+        while ((rc = sdb_step(st)) == SDB_ROW && *n < STORE_TOKENS_PER_USER_MAX)
             read_token(&rows[(*n)++], st);
-        if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+        if (rc != SDB_DONE && rc != SDB_ROW)
             r = sq_err(db, rc, "list tokens");
-        sqlite3_finalize(st);
+        sdb_finalize(st);
     }
     sq_read_end(s, db);
     if (r < 0) {
@@ -948,15 +1078,15 @@ int store_token_list(store *s, store_token **out, size_t *n, int64_t user_id) {
 }
 
 int store_token_delete(store *s, int64_t user_id, int64_t id) {
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_write_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_write_begin(s);
     int r = sq_prepare(db, &st, "DELETE FROM api_tokens WHERE id = ?1 AND user_id = ?2");
     if (r == 0) {
-        sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_int64(st, 2, user_id);
+        sdb_bind_int64(st, 1, id);
+        sdb_bind_int64(st, 2, user_id);
         r = sq_step_done(db, st, true, "delete token");
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r == FAWN_ENOENT ? fawn_err(FAWN_ENOENT, "no such token: %" PRId64, id) : r;
 }
 
@@ -966,15 +1096,15 @@ int store_token_delete(store *s, int64_t user_id, int64_t id) {
 static void token_use_record(store *s, int64_t id, int64_t last_used, int64_t now) {
     if (now - last_used < STORE_TOKEN_USE_RESOLUTION_MS)
         return;
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_write_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_write_begin(s);
     if (sq_prepare(db, &st, "UPDATE api_tokens SET last_used_at_ms = ?2 WHERE id = ?1") == 0) {
-        sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_int64(st, 2, now);
-        sqlite3_step(st);
-        sqlite3_finalize(st);
+        sdb_bind_int64(st, 1, id);
+        sdb_bind_int64(st, 2, now);
+        sdb_step(st);
+        sdb_finalize(st);
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
 }
 
 int store_token_authenticate(store *s, store_user *user, int64_t *token_id,
@@ -982,25 +1112,25 @@ int store_token_authenticate(store *s, store_user *user, int64_t *token_id,
     *user = (store_user){0};
     *token_id = 0;
     int64_t last_used = 0;
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_read_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
     int r = sq_prepare(
         db, &st,
         "SELECT t.id, coalesce(t.last_used_at_ms, 0), u.id, u.username, "
         "u.password_hash, u.role, u.token_version, u.created_at_ms "
         "FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = ?1");
     if (r == 0) {
-        sqlite3_bind_text(st, 1, token_hash, -1, SQLITE_STATIC);
-        int rc = sqlite3_step(st);
-        r = rc == SQLITE_ROW    ? 0
-            : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "unknown API token")
-                                : sq_err(db, rc, "authenticate token");
+        sdb_bind_text(st, 1, token_hash);
+        int rc = sdb_step(st);
+        r = rc == SDB_ROW    ? 0
+            : rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "unknown API token")
+                             : sq_err(db, rc, "authenticate token");
         if (r == 0) {
-            *token_id = sqlite3_column_int64(st, 0);
-            last_used = sqlite3_column_int64(st, 1);
+            *token_id = sdb_column_int64(st, 0);
+            last_used = sdb_column_int64(st, 1);
             read_user_at(user, st, 2);
         }
-        sqlite3_finalize(st);
+        sdb_finalize(st);
     }
     sq_read_end(s, db);
     if (r == 0)

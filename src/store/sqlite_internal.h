@@ -1,6 +1,9 @@
-/* What the SQLite store's files share (store.h is the contract; no other
- * module includes this).
+/* What the store's files share (store.h is the contract; no other module
+ * includes this). The store's queries are written once, over the driver
+ * layer of db.h, and run on SQLite or PostgreSQL (store.backend); the files
+ * keep their sqlite_ names from when SQLite was the only backend.
  *
+ * SQLite:
  * Connections: one writer and a small pool of read-only readers on the
  * same WAL database. Every function that changes the database takes the
  * writer (sq_write_begin: its mutex serializes writes, and a read that must
@@ -13,67 +16,90 @@
 #define FAWN_STORE_SQLITE_INTERNAL_H
 
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdbool.h>
 
-#include "store/store.h"
 #include "base/base.h"
+#include "store/db.h"
+#include "store/store.h"
 
 /* Read-only connections: a request thread holds one for one query, so a
  * few keep every reader of a small gateway going while one search or
  * history read runs long, without a cache per connection each (SQLite's
  * page cache is per connection). */
 #define STORE_READERS 4
+/* PostgreSQL connections of one store, each used for reads and writes: a
+ * few more than SQLite's readers, as writes run side by side too, and few
+ * enough that several gateways stay well inside the server's default
+ * max_connections (100). */
+#define STORE_PG_CONNECTIONS 6
+#define STORE_POOL_MAX (STORE_PG_CONNECTIONS > STORE_READERS ? STORE_PG_CONNECTIONS : STORE_READERS)
 
 struct store {
-    sqlite3 *db;        /* the writer */
+    sdb_backend kind;
+    sdb *db;            /* SQLite: the writer (PostgreSQL: NULL) */
     pthread_mutex_t mu; /* held while the writer is in use */
-    sqlite3 *readers[STORE_READERS];
-    bool reader_busy[STORE_READERS];
+    /* SQLite: read-only connections; PostgreSQL: every connection */
+    sdb *readers[STORE_POOL_MAX];
+    bool reader_busy[STORE_POOL_MAX];
+    size_t pool_size;
     pthread_mutex_t pool_mu;
     pthread_cond_t pool_free; /* a reader was handed back */
 };
 
-/* The writer, with s->mu held until sq_write_end. */
-sqlite3 *sq_write_begin(store *s);
-void sq_write_end(store *s);
-/* A reader of the pool (waits until one is free); hand it back with
- * sq_read_end. */
-sqlite3 *sq_read_begin(store *s);
-void sq_read_end(store *s, sqlite3 *db);
+/* A connection to change the database with: SQLite's writer, with s->mu
+ * held until sq_write_end; on PostgreSQL one of the pool (writes from
+ * several connections and gateways run at once: a read-modify-write is one
+ * statement or a transaction begun with sq_begin_write). */
+sdb *sq_write_begin(store *s);
+void sq_write_end(store *s, sdb *db);
+/* A connection of the pool for reading (waits until one is free); hand it
+ * back with sq_read_end. */
+sdb *sq_read_begin(store *s);
+void sq_read_end(store *s, sdb *db);
 
-/* A FAWN_E* code and message for SQLite result rc on db (NULL: no
- * connection): busy/locked → FAWN_EBUSY, constraint → FAWN_EEXIST, else
+/* The text for db's backend: SQLite's or PostgreSQL's. The one place a
+ * query's dialect is chosen. */
+const char *sq_pick(sdb *db, const char *sqlite_sql, const char *pg_sql);
+/* Begins a write transaction: SQLite's BEGIN IMMEDIATE (the database's
+ * write lock); on PostgreSQL BEGIN and the store's advisory write lock,
+ * which every write transaction of every gateway takes: transactions that
+ * read, decide and write run one at a time, as on SQLite. */
+FAWN_MUST_CHECK int sq_begin_write(sdb *db, const char *what);
+/* Begins a read-only transaction that sees one snapshot throughout. */
+FAWN_MUST_CHECK int sq_begin_read(sdb *db, const char *what);
+
+/* A FAWN_E* code and message for a driver's error class rc on db (NULL:
+ * no connection): busy → FAWN_EBUSY, constraint → FAWN_EEXIST, else
  * FAWN_EIO ("what: detail"). */
-FAWN_MUST_CHECK int sq_err(sqlite3 *db, int rc, const char *what);
+FAWN_MUST_CHECK int sq_err(sdb *db, int rc, const char *what);
 /* Runs sql (several statements allowed), no rows expected. */
-FAWN_MUST_CHECK int sq_exec(sqlite3 *db, const char *sql, const char *what);
+FAWN_MUST_CHECK int sq_exec(sdb *db, const char *sql, const char *what);
 /* Prepares one statement (the caller finalizes it). */
-FAWN_MUST_CHECK int sq_prepare(sqlite3 *db, sqlite3_stmt **st, const char *sql);
+FAWN_MUST_CHECK int sq_prepare(sdb *db, sdb_stmt **st, const char *sql);
 /* Runs and finalizes a statement that returns no rows; FAWN_ENOENT when
  * must_change and no row changed. */
-FAWN_MUST_CHECK int sq_step_done(sqlite3 *db, sqlite3_stmt *st, bool must_change, const char *what);
+FAWN_MUST_CHECK int sq_step_done(sdb *db, sdb_stmt *st, bool must_change, const char *what);
 /* Ends the transaction begun on db: COMMIT when r == 0, else ROLLBACK (and
  * r, the first error, is kept). Returns the result. */
-FAWN_MUST_CHECK int sq_end_transaction(sqlite3 *db, int r);
+FAWN_MUST_CHECK int sq_end_transaction(sdb *db, int r);
 /* v is non-empty and at most max bytes. */
 bool sq_text_ok(const char *v, size_t max);
 /* Copies a text column into dst (size bytes, always terminated; "" for NULL). */
-void sq_copy_col(char *dst, size_t size, sqlite3_stmt *st, int col);
+void sq_copy_col(char *dst, size_t size, sdb_stmt *st, int col);
 /* A text column as a new string (NULL for NULL, and when memory ran out). */
-char *sq_dup_col(sqlite3_stmt *st, int col);
+char *sq_dup_col(sdb_stmt *st, int col);
 
 /* Reads one row of a query into a row struct. */
-typedef void (*sq_row_reader)(void *row, sqlite3_stmt *st);
+typedef void (*sq_row_reader)(void *row, sdb_stmt *st);
 /* Steps st (the caller finalizes it), appending each row, read by read into
  * a row_size struct, to rows. */
-FAWN_MUST_CHECK int sq_rows_read(sqlite3 *db, fbuf *rows, sqlite3_stmt *st, size_t row_size,
+FAWN_MUST_CHECK int sq_rows_read(sdb *db, fbuf *rows, sdb_stmt *st, size_t row_size,
                                  sq_row_reader read, const char *what);
 /* Hands rows to the caller as an array of *n (when r == 0) or frees them;
  * returns r. */
 FAWN_MUST_CHECK int sq_rows_hand_out(void **out, size_t *n, fbuf *rows, size_t row_size, int r);
 /* Binds texts[0..n) to ?1..?n (static: they must outlive the statement). */
-void sq_bind_texts(sqlite3_stmt *st, const char *const *texts, size_t n);
+void sq_bind_texts(sdb_stmt *st, const char *const *texts, size_t n);
 /* Prepares sql, binds texts and runs it on the writer (the one helper that
  * takes a connection itself). */
 FAWN_MUST_CHECK int sq_exec_texts(store *s, const char *sql, const char *const *texts, size_t n,
@@ -83,15 +109,16 @@ FAWN_MUST_CHECK int sq_exec_texts(store *s, const char *sql, const char *const *
  * the migration's transaction: the messages of every checkpoint and every
  * stored values event become message rows of their thread, the checkpoint
  * lists them as spans and the event holds the state's reference. */
-FAWN_MUST_CHECK int sq_state_migrate_messages(sqlite3 *db);
+FAWN_MUST_CHECK int sq_state_migrate_messages(sdb *db);
 
 /* Numbered migrations (sqlite_migrations.c): sq_migrations[i] brings a
  * database from version i to i + 1: its SQL, then (when not NULL) a step
  * over the data, in the same transaction. Append only; never edit one
  * that has shipped. */
 typedef struct sq_migration {
-    const char *sql;
-    int (*data)(sqlite3 *db);
+    const char *sql; /* SQLite's */
+    int (*data)(sdb *db);
+    const char *pg; /* PostgreSQL's: the same tables, columns and keys */
 } sq_migration;
 extern const sq_migration sq_migrations[];
 extern const size_t sq_migrations_count;

@@ -70,25 +70,25 @@ static size_t max_clamp(size_t max) {
     return max < 1 ? 1 : max > STORE_FACTS_MAX ? STORE_FACTS_MAX : max;
 }
 
-static void read_fact(void *row, sqlite3_stmt *st) {
+static void read_fact(void *row, sdb_stmt *st) {
     store_fact *f = row;
     sq_copy_col(f->id, sizeof f->id, st, 0);
     sq_copy_col(f->content, sizeof f->content, st, 1);
     sq_copy_col(f->category, sizeof f->category, st, 2);
-    f->confidence = sqlite3_column_double(st, 3);
+    f->confidence = sdb_column_double(st, 3);
     sq_copy_col(f->source, sizeof f->source, st, 4);
-    f->created_at_ms = sqlite3_column_int64(st, 5);
-    f->updated_at_ms = sqlite3_column_int64(st, 6);
+    f->created_at_ms = sdb_column_int64(st, 5);
+    f->updated_at_ms = sdb_column_int64(st, 6);
 }
 
 /* Inserts f for owner on db (the caller holds the writer) when the owner
  * holds fewer than max facts: the count and the insert are one statement.
  * out (may be NULL) gets the row. */
-static int fact_insert(sqlite3 *db, store_fact *out, int64_t owner_id, const store_fact *f,
+static int fact_insert(sdb *db, store_fact *out, int64_t owner_id, const store_fact *f,
                        size_t max) {
     int r = store_fact_check(f);
     char id[40], key[STORE_FACT_CONTENT_MAX + 1];
-    sqlite3_stmt *st = NULL;
+    sdb_stmt *st = NULL;
     if (r == 0)
         r = sq_prepare(db, &st,
                        "INSERT INTO memory_facts (id, owner_id, content, content_key, category, "
@@ -102,33 +102,33 @@ static int fact_insert(sqlite3 *db, store_fact *out, int64_t owner_id, const sto
     snprintf(id, sizeof id, "fact_%s", hex);
     content_key(key, f->content);
     int64_t now = fawn_wall_ms();
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, owner_id);
-    sqlite3_bind_text(st, 3, f->content, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, key, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 5, f->category, -1, SQLITE_STATIC);
-    sqlite3_bind_double(st, 6, f->confidence);
-    sqlite3_bind_text(st, 7, f->source, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 8, f->created_at_ms > 0 ? f->created_at_ms : now);
-    sqlite3_bind_int64(st, 9, now);
-    sqlite3_bind_int64(st, 10, (sqlite3_int64)max_clamp(max));
-    int rc = sqlite3_step(st);
-    r = rc == SQLITE_ROW    ? 0
-        : rc == SQLITE_DONE ? fawn_err(FAWN_E2BIG, "memory holds at most %zu facts", max_clamp(max))
-        : rc == SQLITE_CONSTRAINT ? fawn_err(FAWN_EEXIST, "a fact with the same content exists")
-                                  : sq_err(db, rc, "add fact");
+    sdb_bind_text(st, 1, id);
+    sdb_bind_int64(st, 2, owner_id);
+    sdb_bind_text(st, 3, f->content);
+    sdb_bind_text(st, 4, key);
+    sdb_bind_text(st, 5, f->category);
+    sdb_bind_double(st, 6, f->confidence);
+    sdb_bind_text(st, 7, f->source);
+    sdb_bind_int64(st, 8, f->created_at_ms > 0 ? f->created_at_ms : now);
+    sdb_bind_int64(st, 9, now);
+    sdb_bind_int64(st, 10, (int64_t)max_clamp(max));
+    int rc = sdb_step(st);
+    r = rc == SDB_ROW    ? 0
+        : rc == SDB_DONE ? fawn_err(FAWN_E2BIG, "memory holds at most %zu facts", max_clamp(max))
+        : rc == SDB_CONSTRAINT ? fawn_err(FAWN_EEXIST, "a fact with the same content exists")
+                               : sq_err(db, rc, "add fact");
     if (r == 0 && out)
         read_fact(out, st);
-    sqlite3_finalize(st);
+    sdb_finalize(st);
     return r;
 }
 
 int store_fact_add(store *s, store_fact *out, int64_t owner_id, const store_fact *f, size_t max) {
     if (out)
         *out = (store_fact){0};
-    sqlite3 *db = sq_write_begin(s);
+    sdb *db = sq_write_begin(s);
     int r = fact_insert(db, out, owner_id, f, max);
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r;
 }
 
@@ -136,58 +136,58 @@ int store_fact_list(store *s, store_fact **out, size_t *n, int64_t owner_id) {
     *out = NULL;
     *n = 0;
     fbuf rows = {0};
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_read_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
     int r = sq_prepare(db, &st,
                        "SELECT " FACT_COLUMNS " FROM memory_facts WHERE owner_id = ?1 "
                        "ORDER BY created_at_ms, rowid LIMIT ?2");
     if (r == 0) {
-        sqlite3_bind_int64(st, 1, owner_id);
-        sqlite3_bind_int(st, 2, STORE_FACTS_MAX);
+        sdb_bind_int64(st, 1, owner_id);
+        sdb_bind_int64(st, 2, STORE_FACTS_MAX);
         r = sq_rows_read(db, &rows, st, sizeof(store_fact), read_fact, "list facts");
-        sqlite3_finalize(st);
+        sdb_finalize(st);
     }
     sq_read_end(s, db);
     return sq_rows_hand_out((void **)out, n, &rows, sizeof(store_fact), r);
 }
 
 /* The owner's fact id on db into f (FAWN_ENOENT when none). */
-static int fact_get(sqlite3 *db, store_fact *f, int64_t owner_id, const char *id) {
-    sqlite3_stmt *st;
+static int fact_get(sdb *db, store_fact *f, int64_t owner_id, const char *id) {
+    sdb_stmt *st;
     int r = sq_prepare(db, &st,
                        "SELECT " FACT_COLUMNS " FROM memory_facts WHERE owner_id = ?1 AND id = ?2");
     if (r < 0)
         return r;
-    sqlite3_bind_int64(st, 1, owner_id);
-    sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    r = rc == SQLITE_ROW    ? 0
-        : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "no such fact")
-                            : sq_err(db, rc, "get fact");
+    sdb_bind_int64(st, 1, owner_id);
+    sdb_bind_text(st, 2, id);
+    int rc = sdb_step(st);
+    r = rc == SDB_ROW    ? 0
+        : rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "no such fact")
+                         : sq_err(db, rc, "get fact");
     if (r == 0)
         read_fact(f, st);
-    sqlite3_finalize(st);
+    sdb_finalize(st);
     return r;
 }
 
 /* Writes f's content, category and confidence over the owner's row. */
-static int fact_write(sqlite3 *db, store_fact *f, int64_t owner_id) {
+static int fact_write(sdb *db, store_fact *f, int64_t owner_id) {
     char key[STORE_FACT_CONTENT_MAX + 1];
     content_key(key, f->content);
     f->updated_at_ms = fawn_wall_ms();
-    sqlite3_stmt *st;
+    sdb_stmt *st;
     int r = sq_prepare(db, &st,
                        "UPDATE memory_facts SET content = ?3, content_key = ?4, category = ?5, "
                        "confidence = ?6, updated_at_ms = ?7 WHERE owner_id = ?1 AND id = ?2");
     if (r < 0)
         return r;
-    sqlite3_bind_int64(st, 1, owner_id);
-    sqlite3_bind_text(st, 2, f->id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, f->content, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, key, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 5, f->category, -1, SQLITE_STATIC);
-    sqlite3_bind_double(st, 6, f->confidence);
-    sqlite3_bind_int64(st, 7, f->updated_at_ms);
+    sdb_bind_int64(st, 1, owner_id);
+    sdb_bind_text(st, 2, f->id);
+    sdb_bind_text(st, 3, f->content);
+    sdb_bind_text(st, 4, key);
+    sdb_bind_text(st, 5, f->category);
+    sdb_bind_double(st, 6, f->confidence);
+    sdb_bind_int64(st, 7, f->updated_at_ms);
     r = sq_step_done(db, st, true, "update fact");
     return r == FAWN_EEXIST ? fawn_err(FAWN_EEXIST, "a fact with the same content exists") : r;
 }
@@ -214,37 +214,37 @@ int store_fact_update(store *s, store_fact *out, int64_t owner_id, const char *i
     if (out)
         *out = (store_fact){0};
     store_fact f = {0};
-    sqlite3 *db = sq_write_begin(s);
+    sdb *db = sq_write_begin(s);
     int r = fact_get(db, &f, owner_id, id);
     if (r == 0)
         r = fact_change(&f, content, category, confidence);
     if (r == 0)
         r = fact_write(db, &f, owner_id);
-    sq_write_end(s);
+    sq_write_end(s, db);
     if (r == 0 && out)
         *out = f;
     return r;
 }
 
 int store_fact_delete(store *s, int64_t owner_id, const char *id) {
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_write_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_write_begin(s);
     int r = sq_prepare(db, &st, "DELETE FROM memory_facts WHERE owner_id = ?1 AND id = ?2");
     if (r == 0) {
-        sqlite3_bind_int64(st, 1, owner_id);
-        sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
+        sdb_bind_int64(st, 1, owner_id);
+        sdb_bind_text(st, 2, id);
         r = sq_step_done(db, st, true, "delete fact");
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r == FAWN_ENOENT ? fawn_err(FAWN_ENOENT, "no such fact") : r;
 }
 
 /* Deletes every fact of owner on db. */
-static int facts_clear(sqlite3 *db, int64_t owner_id) {
-    sqlite3_stmt *st;
+static int facts_clear(sdb *db, int64_t owner_id) {
+    sdb_stmt *st;
     int r = sq_prepare(db, &st, "DELETE FROM memory_facts WHERE owner_id = ?1");
     if (r == 0) {
-        sqlite3_bind_int64(st, 1, owner_id);
+        sdb_bind_int64(st, 1, owner_id);
         r = sq_step_done(db, st, false, "clear facts");
     }
     return r;
@@ -256,8 +256,8 @@ int store_fact_replace(store *s, int64_t owner_id, const store_fact *facts, size
     for (size_t i = 0; i < n; i++)
         if (store_fact_check(&facts[i]) < 0)
             return fawn_err(FAWN_EINVAL, "facts[%zu]: %s", i, fawn_errmsg());
-    sqlite3 *db = sq_write_begin(s);
-    int r = sq_exec(db, "BEGIN IMMEDIATE", "begin replace facts");
+    sdb *db = sq_write_begin(s);
+    int r = sq_begin_write(db, "begin replace facts");
     if (r == 0) {
         r = facts_clear(db, owner_id);
         for (size_t i = 0; r == 0 && i < n; i++)
@@ -266,6 +266,6 @@ int store_fact_replace(store *s, int64_t owner_id, const store_fact *facts, size
                              i);
         r = sq_end_transaction(db, r);
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r;
 }

@@ -29,19 +29,19 @@ void store_run_clear(store_run *r) {
 /* What a read gets: the columns above, then what the run cost. */
 #define RUN_READ_COLUMNS RUN_COLUMNS ", token_usage"
 
-static void read_run(void *row, sqlite3_stmt *st) {
+static void read_run(void *row, sdb_stmt *st) {
     store_run *r = row;
     memset(r, 0, sizeof *r);
     sq_copy_col(r->run_id, sizeof r->run_id, st, 0);
-    r->owner_id = sqlite3_column_int64(st, 1);
+    r->owner_id = sdb_column_int64(st, 1);
     sq_copy_col(r->thread_id, sizeof r->thread_id, st, 2);
     sq_copy_col(r->assistant_id, sizeof r->assistant_id, st, 3);
     sq_copy_col(r->status, sizeof r->status, st, 4);
     r->kwargs = sq_dup_col(st, 5);
     r->metadata = sq_dup_col(st, 6);
     r->error = sq_dup_col(st, 7);
-    r->created_at_ms = sqlite3_column_int64(st, 8);
-    r->updated_at_ms = sqlite3_column_int64(st, 9);
+    r->created_at_ms = sdb_column_int64(st, 8);
+    r->updated_at_ms = sdb_column_int64(st, 9);
     r->token_usage = sq_dup_col(st, 10);
 }
 
@@ -57,55 +57,53 @@ int store_run_create(store *s, const store_run *run) {
     const char *status = run->status[0] ? run->status : "pending";
     if (!run_status_known(status))
         return fawn_err(FAWN_EINVAL, "unknown run status: %s", status);
-    sqlite3_stmt *st;
+    sdb_stmt *st;
     int64_t now = fawn_wall_ms();
-    sqlite3 *db = sq_write_begin(s);
+    sdb *db = sq_write_begin(s);
     int r = sq_prepare(db, &st,
                        "INSERT INTO runs (" RUN_COLUMNS ") "
                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)");
     if (r == 0) {
-        sqlite3_bind_text(st, 1, run->run_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, run->owner_id);
-        sqlite3_bind_text(st, 3, run->thread_id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 4, run->assistant_id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 5, status, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 6, run->kwargs ? run->kwargs : "{}", -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 7, run->metadata ? run->metadata : "{}", -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 8, run->error, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 9, run->created_at_ms ? run->created_at_ms : now);
-        int rc = sqlite3_step(st);
-        bool fk = rc == SQLITE_CONSTRAINT &&
-                  sqlite3_extended_errcode(db) == SQLITE_CONSTRAINT_FOREIGNKEY;
-        sqlite3_finalize(st);
-        r = rc == SQLITE_DONE ? 0
-            : fk              ? fawn_err(FAWN_ENOENT, "no such thread: %s", run->thread_id)
-                              : sq_err(db, rc, "create run");
+        sdb_bind_text(st, 1, run->run_id);
+        sdb_bind_int64(st, 2, run->owner_id);
+        sdb_bind_text(st, 3, run->thread_id);
+        sdb_bind_text(st, 4, run->assistant_id);
+        sdb_bind_text(st, 5, status);
+        sdb_bind_text(st, 6, run->kwargs ? run->kwargs : "{}");
+        sdb_bind_text(st, 7, run->metadata ? run->metadata : "{}");
+        sdb_bind_text(st, 8, run->error);
+        sdb_bind_int64(st, 9, run->created_at_ms ? run->created_at_ms : now);
+        int rc = sdb_step(st);
+        bool fk = rc == SDB_CONSTRAINT && sdb_error_is_foreign_key(db);
+        sdb_finalize(st);
+        r = rc == SDB_DONE ? 0
+            : fk           ? fawn_err(FAWN_ENOENT, "no such thread: %s", run->thread_id)
+                           : sq_err(db, rc, "create run");
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r;
 }
 
 int store_run_get(store *s, store_run *out, int64_t owner_id, const char *thread_id,
                   const char *run_id) {
     memset(out, 0, sizeof *out);
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_read_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
     int r = sq_prepare(db, &st,
                        "SELECT " RUN_READ_COLUMNS " FROM runs WHERE run_id = ?1 AND owner_id = ?2 "
                        "AND thread_id = ?3");
     if (r == 0) {
-        sqlite3_bind_text(st, 1, run_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, owner_id);
-        sqlite3_bind_text(st, 3, thread_id, -1, SQLITE_STATIC);
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW) {
+        sdb_bind_text(st, 1, run_id);
+        sdb_bind_int64(st, 2, owner_id);
+        sdb_bind_text(st, 3, thread_id);
+        int rc = sdb_step(st);
+        if (rc == SDB_ROW) {
             read_run(out, st);
             r = run_row_check(out);
         } else {
-            r = rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "Run not found")
-                                  : sq_err(db, rc, "get run");
+            r = rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "Run not found") : sq_err(db, rc, "get run");
         }
-        sqlite3_finalize(st);
+        sdb_finalize(st);
     }
     sq_read_end(s, db);
     if (r < 0)
@@ -119,19 +117,19 @@ int store_run_list(store *s, store_run **out, size_t *n, int64_t owner_id, const
     *n = 0;
     limit = limit < 1 ? 1 : limit > STORE_RUNS_LIST_MAX ? STORE_RUNS_LIST_MAX : limit;
     fbuf rows = {0};
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_read_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
     int r = sq_prepare(db, &st,
                        "SELECT " RUN_READ_COLUMNS
                        " FROM runs WHERE owner_id = ?1 AND thread_id = ?2 "
                        "ORDER BY created_at_ms DESC, rowid DESC LIMIT ?3 OFFSET ?4");
     if (r == 0) {
-        sqlite3_bind_int64(st, 1, owner_id);
-        sqlite3_bind_text(st, 2, thread_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, (sqlite3_int64)limit);
-        sqlite3_bind_int64(st, 4, (sqlite3_int64)offset);
+        sdb_bind_int64(st, 1, owner_id);
+        sdb_bind_text(st, 2, thread_id);
+        sdb_bind_int64(st, 3, (int64_t)limit);
+        sdb_bind_int64(st, 4, (int64_t)offset);
         r = sq_rows_read(db, &rows, st, sizeof(store_run), read_run, "list runs");
-        sqlite3_finalize(st);
+        sdb_finalize(st);
     }
     sq_read_end(s, db);
     store_run *runs = (store_run *)rows.data;
@@ -146,19 +144,19 @@ int store_run_list(store *s, store_run **out, size_t *n, int64_t owner_id, const
 int store_run_set_status(store *s, const char *run_id, const char *status, const char *error) {
     if (!run_status_known(status))
         return fawn_err(FAWN_EINVAL, "unknown run status: %s", status ? status : "(null)");
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_write_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_write_begin(s);
     int r = sq_prepare(db, &st,
                        "UPDATE runs SET status = ?2, error = ?3, updated_at_ms = ?4 "
                        "WHERE run_id = ?1");
     if (r == 0) {
-        sqlite3_bind_text(st, 1, run_id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, status, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, error, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 4, fawn_wall_ms());
+        sdb_bind_text(st, 1, run_id);
+        sdb_bind_text(st, 2, status);
+        sdb_bind_text(st, 3, error);
+        sdb_bind_int64(st, 4, fawn_wall_ms());
         r = sq_step_done(db, st, true, "set run status");
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r;
 }
 
@@ -176,24 +174,24 @@ int store_run_set_usage(store *s, const char *run_id, const char *usage) {
     if (!usage_valid(usage))
         return fawn_err(FAWN_EINVAL, "a run's token usage is a list of at most %d objects",
                         STORE_USAGE_BUCKETS_MAX);
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_write_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_write_begin(s);
     int r = sq_prepare(db, &st, "UPDATE runs SET token_usage = ?2 WHERE run_id = ?1");
     if (r == 0) {
-        sqlite3_bind_text(st, 1, run_id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, usage, -1, SQLITE_STATIC);
+        sdb_bind_text(st, 1, run_id);
+        sdb_bind_text(st, 2, usage);
         r = sq_step_done(db, st, true, "set run token usage");
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r;
 }
 
 int store_run_abandon_unfinished(store *s, size_t *n, const char *reason) {
     if (n)
         *n = 0;
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_write_begin(s);
-    int r = sq_exec(db, "BEGIN IMMEDIATE", "begin");
+    sdb_stmt *st;
+    sdb *db = sq_write_begin(s);
+    int r = sq_begin_write(db, "begin");
     if (r == 0)
         r = sq_exec(db,
                     "UPDATE threads SET status = 'idle' WHERE EXISTS (SELECT 1 FROM runs WHERE "
@@ -205,16 +203,16 @@ int store_run_abandon_unfinished(store *s, size_t *n, const char *reason) {
                        "UPDATE runs SET status = 'error', error = ?1, updated_at_ms = ?2 "
                        "WHERE status IN ('pending', 'running')");
     if (r == 0) {
-        sqlite3_bind_text(st, 1, reason, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, fawn_wall_ms());
-        int rc = sqlite3_step(st);
+        sdb_bind_text(st, 1, reason);
+        sdb_bind_int64(st, 2, fawn_wall_ms());
+        int rc = sdb_step(st);
         if (n)
-            *n = (size_t)sqlite3_changes(db);
-        sqlite3_finalize(st);
-        r = rc == SQLITE_DONE ? 0 : sq_err(db, rc, "abandon runs");
+            *n = (size_t)sdb_changes(db);
+        sdb_finalize(st);
+        r = rc == SDB_DONE ? 0 : sq_err(db, rc, "abandon runs");
     }
     r = sq_end_transaction(db, r);
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r;
 }
 
@@ -223,31 +221,31 @@ int store_run_abandon_unfinished(store *s, size_t *n, const char *reason) {
 int store_event_append(store *s, const char *run_id, const store_event *events, size_t n) {
     if (n == 0)
         return 0;
-    sqlite3_stmt *st = NULL;
-    sqlite3 *db = sq_write_begin(s);
-    int r = sq_exec(db, "BEGIN IMMEDIATE", "begin");
+    sdb_stmt *st = NULL;
+    sdb *db = sq_write_begin(s);
+    int r = sq_begin_write(db, "begin");
     if (r == 0)
         r = sq_prepare(db, &st,
                        "INSERT INTO run_events (run_id, seq, event, data) "
                        "VALUES (?1, ?2, ?3, ?4)");
     for (size_t i = 0; r == 0 && i < n; i++) {
-        sqlite3_bind_text(st, 1, run_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, events[i].seq);
-        sqlite3_bind_text(st, 3, events[i].event, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 4, events[i].data ? events[i].data : "null", -1, SQLITE_STATIC);
-        int rc = sqlite3_step(st);
-        r = rc == SQLITE_DONE ? 0 : sq_err(db, rc, "append run events");
-        sqlite3_reset(st);
+        sdb_bind_text(st, 1, run_id);
+        sdb_bind_int64(st, 2, events[i].seq);
+        sdb_bind_text(st, 3, events[i].event);
+        sdb_bind_text(st, 4, events[i].data ? events[i].data : "null");
+        int rc = sdb_step(st);
+        r = rc == SDB_DONE ? 0 : sq_err(db, rc, "append run events");
+        sdb_reset(st);
     }
-    sqlite3_finalize(st);
+    sdb_finalize(st);
     r = sq_end_transaction(db, r);
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r;
 }
 
-static void read_event(void *row, sqlite3_stmt *st) {
+static void read_event(void *row, sdb_stmt *st) {
     store_event *e = row;
-    e->seq = sqlite3_column_int64(st, 0);
+    e->seq = sdb_column_int64(st, 0);
     sq_copy_col(e->event, sizeof e->event, st, 1);
     e->data = sq_dup_col(st, 2);
 }
@@ -257,17 +255,17 @@ int store_event_read(store *s, store_event **out, size_t *n, const char *run_id,
     *out = NULL;
     *n = 0;
     fbuf rows = {0};
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_read_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
     int r = sq_prepare(db, &st,
                        "SELECT seq, event, data FROM run_events WHERE run_id = ?1 AND seq > ?2 "
                        "ORDER BY seq LIMIT ?3");
     if (r == 0) {
-        sqlite3_bind_text(st, 1, run_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, after);
-        sqlite3_bind_int64(st, 3, (sqlite3_int64)limit);
+        sdb_bind_text(st, 1, run_id);
+        sdb_bind_int64(st, 2, after);
+        sdb_bind_int64(st, 3, (int64_t)limit);
         r = sq_rows_read(db, &rows, st, sizeof(store_event), read_event, "read run events");
-        sqlite3_finalize(st);
+        sdb_finalize(st);
     }
     sq_read_end(s, db);
     store_event *ev = (store_event *)rows.data;
@@ -283,46 +281,46 @@ int store_event_read(store *s, store_event **out, size_t *n, const char *run_id,
 
 int store_event_bounds(store *s, int64_t *first, int64_t *last, const char *run_id) {
     *first = *last = 0;
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_read_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
     int r = sq_prepare(db, &st,
                        "SELECT coalesce(min(seq), 0), coalesce(max(seq), 0) FROM run_events "
                        "WHERE run_id = ?1");
     if (r == 0) {
-        sqlite3_bind_text(st, 1, run_id, -1, SQLITE_STATIC);
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW) {
-            *first = sqlite3_column_int64(st, 0);
-            *last = sqlite3_column_int64(st, 1);
+        sdb_bind_text(st, 1, run_id);
+        int rc = sdb_step(st);
+        if (rc == SDB_ROW) {
+            *first = sdb_column_int64(st, 0);
+            *last = sdb_column_int64(st, 1);
         } else {
             r = sq_err(db, rc, "run event bounds");
         }
-        sqlite3_finalize(st);
+        sdb_finalize(st);
     }
     sq_read_end(s, db);
     return r;
 }
 
 int store_event_prune(store *s, const char *run_id, int64_t keep) {
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_write_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_write_begin(s);
     int r = sq_prepare(db, &st,
                        "DELETE FROM run_events WHERE run_id = ?1 AND seq <= "
                        "(SELECT max(seq) FROM run_events WHERE run_id = ?1) - ?2");
     if (r == 0) {
-        sqlite3_bind_text(st, 1, run_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, keep);
+        sdb_bind_text(st, 1, run_id);
+        sdb_bind_int64(st, 2, keep);
         r = sq_step_done(db, st, false, "prune run events");
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r;
 }
 
 /* ---- receipts ---- */
 
 int store_receipt_add(store *s, const store_receipt *rc) {
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_write_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_write_begin(s);
     int r = sq_prepare(db, &st,
                        "INSERT INTO receipts (run_id, tool_call_id, tool_name, status, "
                        "args_sha256, output_sha256, output_bytes, created_at_ms, evidence) "
@@ -331,16 +329,16 @@ int store_receipt_add(store *s, const store_receipt *rc) {
         const char *texts[] = {rc->run_id, rc->tool_call_id, rc->tool_name,
                                rc->status, rc->args_sha256,  rc->output_sha256};
         sq_bind_texts(st, texts, ARRAY_LEN(texts));
-        sqlite3_bind_int64(st, 7, rc->output_bytes);
-        sqlite3_bind_int64(st, 8, rc->created_at_ms ? rc->created_at_ms : fawn_wall_ms());
-        sqlite3_bind_text(st, 9, rc->evidence, -1, SQLITE_STATIC);
+        sdb_bind_int64(st, 7, rc->output_bytes);
+        sdb_bind_int64(st, 8, rc->created_at_ms ? rc->created_at_ms : fawn_wall_ms());
+        sdb_bind_text(st, 9, rc->evidence);
         r = sq_step_done(db, st, false, "add receipt");
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r;
 }
 
-static void read_receipt(void *row, sqlite3_stmt *st) {
+static void read_receipt(void *row, sdb_stmt *st) {
     store_receipt *rc = row;
     memset(rc, 0, sizeof *rc);
     sq_copy_col(rc->run_id, sizeof rc->run_id, st, 0);
@@ -349,8 +347,8 @@ static void read_receipt(void *row, sqlite3_stmt *st) {
     sq_copy_col(rc->status, sizeof rc->status, st, 3);
     sq_copy_col(rc->args_sha256, sizeof rc->args_sha256, st, 4);
     sq_copy_col(rc->output_sha256, sizeof rc->output_sha256, st, 5);
-    rc->output_bytes = sqlite3_column_int64(st, 6);
-    rc->created_at_ms = sqlite3_column_int64(st, 7);
+    rc->output_bytes = sdb_column_int64(st, 6);
+    rc->created_at_ms = sdb_column_int64(st, 7);
     rc->evidence = sq_dup_col(st, 8);
 }
 
@@ -358,16 +356,16 @@ int store_receipt_list(store *s, store_receipt **out, size_t *n, const char *run
     *out = NULL;
     *n = 0;
     fbuf rows = {0};
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_read_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
     int r = sq_prepare(db, &st,
                        "SELECT run_id, tool_call_id, tool_name, status, args_sha256, "
                        "output_sha256, output_bytes, created_at_ms, evidence FROM receipts "
                        "WHERE run_id = ?1 ORDER BY rowid");
     if (r == 0) {
-        sqlite3_bind_text(st, 1, run_id, -1, SQLITE_STATIC);
+        sdb_bind_text(st, 1, run_id);
         r = sq_rows_read(db, &rows, st, sizeof(store_receipt), read_receipt, "list receipts");
-        sqlite3_finalize(st);
+        sdb_finalize(st);
     }
     sq_read_end(s, db);
     return sq_rows_hand_out((void **)out, n, &rows, sizeof(store_receipt), r);

@@ -50,11 +50,11 @@ void store_task_run_clear(store_task_run *r) {
     memset(r, 0, sizeof *r);
 }
 
-static void read_task(void *row, sqlite3_stmt *st) {
+static void read_task(void *row, sdb_stmt *st) {
     store_task *t = row;
     *t = (store_task){0};
     sq_copy_col(t->id, sizeof t->id, st, 0);
-    t->owner_id = sqlite3_column_int64(st, 1);
+    t->owner_id = sdb_column_int64(st, 1);
     t->title = sq_dup_col(st, 2);
     t->prompt = sq_dup_col(st, 3);
     sq_copy_col(t->schedule_type, sizeof t->schedule_type, st, 4);
@@ -64,50 +64,50 @@ static void read_task(void *row, sqlite3_stmt *st) {
     sq_copy_col(t->thread_id, sizeof t->thread_id, st, 8);
     sq_copy_col(t->status, sizeof t->status, st, 9);
     t->stop_reason = sq_dup_col(st, 10);
-    t->next_run_at_ms = sqlite3_column_int64(st, 11);
+    t->next_run_at_ms = sdb_column_int64(st, 11);
     sq_copy_col(t->claim_id, sizeof t->claim_id, st, 12);
     sq_copy_col(t->lease_owner, sizeof t->lease_owner, st, 13);
-    t->lease_until_ms = sqlite3_column_int64(st, 14);
-    t->last_run_at_ms = sqlite3_column_int64(st, 15);
+    t->lease_until_ms = sdb_column_int64(st, 14);
+    t->last_run_at_ms = sdb_column_int64(st, 15);
     sq_copy_col(t->last_run_id, sizeof t->last_run_id, st, 16);
     sq_copy_col(t->last_thread_id, sizeof t->last_thread_id, st, 17);
     t->last_error = sq_dup_col(st, 18);
-    t->run_count = sqlite3_column_int64(st, 19);
-    t->created_at_ms = sqlite3_column_int64(st, 20);
-    t->updated_at_ms = sqlite3_column_int64(st, 21);
+    t->run_count = sdb_column_int64(st, 19);
+    t->created_at_ms = sdb_column_int64(st, 20);
+    t->updated_at_ms = sdb_column_int64(st, 21);
 }
 
-static void read_run(void *row, sqlite3_stmt *st) {
+static void read_run(void *row, sdb_stmt *st) {
     store_task_run *r = row;
     *r = (store_task_run){0};
     sq_copy_col(r->id, sizeof r->id, st, 0);
     sq_copy_col(r->task_id, sizeof r->task_id, st, 1);
-    r->owner_id = sqlite3_column_int64(st, 2);
+    r->owner_id = sdb_column_int64(st, 2);
     sq_copy_col(r->thread_id, sizeof r->thread_id, st, 3);
     sq_copy_col(r->run_id, sizeof r->run_id, st, 4);
-    r->scheduled_for_ms = sqlite3_column_int64(st, 5);
+    r->scheduled_for_ms = sdb_column_int64(st, 5);
     sq_copy_col(r->trigger, sizeof r->trigger, st, 6);
-    r->triggered_by = sqlite3_column_int64(st, 7);
+    r->triggered_by = sdb_column_int64(st, 7);
     sq_copy_col(r->status, sizeof r->status, st, 8);
     r->error = sq_dup_col(st, 9);
-    r->started_at_ms = sqlite3_column_int64(st, 10);
-    r->ended_at_ms = sqlite3_column_int64(st, 11);
-    r->created_at_ms = sqlite3_column_int64(st, 12);
+    r->started_at_ms = sdb_column_int64(st, 10);
+    r->ended_at_ms = sdb_column_int64(st, 11);
+    r->created_at_ms = sdb_column_int64(st, 12);
 }
 
 /* Binds text, or NULL for NULL and "". */
-static void bind_opt(sqlite3_stmt *st, int i, const char *text) {
+static void bind_opt(sdb_stmt *st, int i, const char *text) {
     if (text && *text)
-        sqlite3_bind_text(st, i, text, -1, SQLITE_STATIC);
+        sdb_bind_text(st, i, text);
     else
-        sqlite3_bind_null(st, i);
+        sdb_bind_null(st, i);
 }
 
-static void bind_opt_ms(sqlite3_stmt *st, int i, int64_t ms) {
+static void bind_opt_ms(sdb_stmt *st, int i, int64_t ms) {
     if (ms)
-        sqlite3_bind_int64(st, i, ms);
+        sdb_bind_int64(st, i, ms);
     else
-        sqlite3_bind_null(st, i);
+        sdb_bind_null(st, i);
 }
 
 static bool one_of(const char *v, const char *a, const char *b, const char *c, const char *d) {
@@ -143,34 +143,34 @@ static int task_check(const store_task *t) {
 }
 
 /* Binds the client's fields to ?1..?10 (title … next_run_at). */
-static void bind_fields(sqlite3_stmt *st, const store_task *t) {
-    sqlite3_bind_text(st, 1, t->title, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, t->prompt, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, t->schedule_type, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, t->schedule_spec, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 5, t->timezone, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 6, t->context_mode, -1, SQLITE_STATIC);
+static void bind_fields(sdb_stmt *st, const store_task *t) {
+    sdb_bind_text(st, 1, t->title);
+    sdb_bind_text(st, 2, t->prompt);
+    sdb_bind_text(st, 3, t->schedule_type);
+    sdb_bind_text(st, 4, t->schedule_spec);
+    sdb_bind_text(st, 5, t->timezone);
+    sdb_bind_text(st, 6, t->context_mode);
     bind_opt(st, 7, t->thread_id);
-    sqlite3_bind_text(st, 8, t->status, -1, SQLITE_STATIC);
+    sdb_bind_text(st, 8, t->status);
     bind_opt(st, 9, t->stop_reason);
     bind_opt_ms(st, 10, t->next_run_at_ms);
 }
 
-static int owner_task_count(sqlite3 *db, int64_t *n, int64_t owner_id) {
+static int owner_task_count(sdb *db, int64_t *n, int64_t owner_id) {
     *n = 0;
-    sqlite3_stmt *st;
+    sdb_stmt *st;
     int r = sq_prepare(db, &st, "SELECT count(*) FROM scheduled_tasks WHERE owner_id = ?1");
     if (r < 0)
         return r;
-    sqlite3_bind_int64(st, 1, owner_id);
-    int rc = sqlite3_step(st);
-    *n = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    sqlite3_finalize(st);
-    return rc == SQLITE_ROW ? 0 : sq_err(db, rc, "count tasks");
+    sdb_bind_int64(st, 1, owner_id);
+    int rc = sdb_step(st);
+    *n = rc == SDB_ROW ? sdb_column_int64(st, 0) : 0;
+    sdb_finalize(st);
+    return rc == SDB_ROW ? 0 : sq_err(db, rc, "count tasks");
 }
 
-static int task_insert(sqlite3 *db, const store_task *t) {
-    sqlite3_stmt *st;
+static int task_insert(sdb *db, const store_task *t) {
+    sdb_stmt *st;
     int r = sq_prepare(db, &st,
                        "INSERT INTO scheduled_tasks (title, prompt, schedule_type, schedule_spec, "
                        "timezone, context_mode, thread_id, status, stop_reason, next_run_at_ms, "
@@ -179,9 +179,9 @@ static int task_insert(sqlite3 *db, const store_task *t) {
     if (r < 0)
         return r;
     bind_fields(st, t);
-    sqlite3_bind_text(st, 11, t->id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 12, t->owner_id);
-    sqlite3_bind_int64(st, 13, fawn_wall_ms());
+    sdb_bind_text(st, 11, t->id);
+    sdb_bind_int64(st, 12, t->owner_id);
+    sdb_bind_int64(st, 13, fawn_wall_ms());
     return sq_step_done(db, st, false, "create task");
 }
 
@@ -189,8 +189,8 @@ int store_task_create(store *s, const store_task *t) {
     int r = task_check(t);
     if (r < 0)
         return r;
-    sqlite3 *db = sq_write_begin(s);
-    r = sq_exec(db, "BEGIN IMMEDIATE", "begin create task");
+    sdb *db = sq_write_begin(s);
+    r = sq_begin_write(db, "begin create task");
     if (r == 0) {
         int64_t n;
         r = owner_task_count(db, &n, t->owner_id);
@@ -201,28 +201,28 @@ int store_task_create(store *s, const store_task *t) {
             r = task_insert(db, t);
         r = sq_end_transaction(db, r);
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r;
 }
 
 /* The task id (of owner_id, when not 0) on db. */
-static int task_get_on(sqlite3 *db, store_task *out, int64_t owner_id, const char *id) {
+static int task_get_on(sdb *db, store_task *out, int64_t owner_id, const char *id) {
     *out = (store_task){0};
-    sqlite3_stmt *st;
+    sdb_stmt *st;
     int r = sq_prepare(db, &st,
                        "SELECT " TASK_COLUMNS " FROM scheduled_tasks WHERE id = ?1 AND "
                        "(?2 = 0 OR owner_id = ?2)");
     if (r < 0)
         return r;
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, owner_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW)
+    sdb_bind_text(st, 1, id);
+    sdb_bind_int64(st, 2, owner_id);
+    int rc = sdb_step(st);
+    if (rc == SDB_ROW)
         read_task(out, st);
-    r = rc == SQLITE_ROW    ? 0
-        : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "Scheduled task not found")
-                            : sq_err(db, rc, "read task");
-    sqlite3_finalize(st);
+    r = rc == SDB_ROW    ? 0
+        : rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "Scheduled task not found")
+                         : sq_err(db, rc, "read task");
+    sdb_finalize(st);
     return r;
 }
 
@@ -230,17 +230,17 @@ int store_task_get(store *s, store_task *out, int64_t owner_id, const char *id) 
     *out = (store_task){0};
     if (owner_id <= 0)
         return fawn_err(FAWN_ENOENT, "Scheduled task not found");
-    sqlite3 *db = sq_read_begin(s);
+    sdb *db = sq_read_begin(s);
     int r = task_get_on(db, out, owner_id, id);
     sq_read_end(s, db);
     return r;
 }
 
 /* Hands the rows of a prepared, bound query of tasks to the caller. */
-static int tasks_read(store *s, sqlite3 *db, store_task **out, size_t *n, sqlite3_stmt *st) {
+static int tasks_read(store *s, sdb *db, store_task **out, size_t *n, sdb_stmt *st) {
     fbuf rows = {0};
     int r = sq_rows_read(db, &rows, st, sizeof(store_task), read_task, "list tasks");
-    sqlite3_finalize(st);
+    sdb_finalize(st);
     (void)s;
     return sq_rows_hand_out((void **)out, n, &rows, sizeof(store_task), r);
 }
@@ -249,16 +249,16 @@ int store_task_list(store *s, store_task **out, size_t *n, int64_t owner_id,
                     const char *thread_id) {
     *out = NULL;
     *n = 0;
-    sqlite3 *db = sq_read_begin(s);
-    sqlite3_stmt *st;
+    sdb *db = sq_read_begin(s);
+    sdb_stmt *st;
     int r = sq_prepare(db, &st,
                        "SELECT " TASK_COLUMNS " FROM scheduled_tasks WHERE owner_id = ?1 AND "
                        "(?2 IS NULL OR thread_id = ?2) ORDER BY created_at_ms DESC, id DESC "
                        "LIMIT ?3");
     if (r == 0) {
-        sqlite3_bind_int64(st, 1, owner_id);
+        sdb_bind_int64(st, 1, owner_id);
         bind_opt(st, 2, thread_id);
-        sqlite3_bind_int(st, 3, STORE_TASKS_PER_OWNER_MAX);
+        sdb_bind_int64(st, 3, STORE_TASKS_PER_OWNER_MAX);
         r = tasks_read(s, db, out, n, st);
     }
     sq_read_end(s, db);
@@ -269,8 +269,8 @@ int store_task_update(store *s, const store_task *t) {
     int r = task_check(t);
     if (r < 0)
         return r;
-    sqlite3 *db = sq_write_begin(s);
-    sqlite3_stmt *st;
+    sdb *db = sq_write_begin(s);
+    sdb_stmt *st;
     r = sq_prepare(db, &st,
                    "UPDATE scheduled_tasks SET title = ?1, prompt = ?2, schedule_type = ?3, "
                    "schedule_spec = ?4, timezone = ?5, context_mode = ?6, thread_id = ?7, "
@@ -278,25 +278,25 @@ int store_task_update(store *s, const store_task *t) {
                    "WHERE id = ?12 AND owner_id = ?13");
     if (r == 0) {
         bind_fields(st, t);
-        sqlite3_bind_int64(st, 11, fawn_wall_ms());
-        sqlite3_bind_text(st, 12, t->id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 13, t->owner_id);
+        sdb_bind_int64(st, 11, fawn_wall_ms());
+        sdb_bind_text(st, 12, t->id);
+        sdb_bind_int64(st, 13, t->owner_id);
         r = sq_step_done(db, st, true, "update task");
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r == FAWN_ENOENT ? fawn_err(r, "Scheduled task not found") : r;
 }
 
 int store_task_delete(store *s, int64_t owner_id, const char *id) {
-    sqlite3 *db = sq_write_begin(s);
-    sqlite3_stmt *st;
+    sdb *db = sq_write_begin(s);
+    sdb_stmt *st;
     int r = sq_prepare(db, &st, "DELETE FROM scheduled_tasks WHERE id = ?1 AND owner_id = ?2");
     if (r == 0) {
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, owner_id);
+        sdb_bind_text(st, 1, id);
+        sdb_bind_int64(st, 2, owner_id);
         r = sq_step_done(db, st, true, "delete task");
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r == FAWN_ENOENT ? fawn_err(r, "Scheduled task not found") : r;
 }
 
@@ -305,23 +305,23 @@ int store_task_run_list(store *s, store_task_run **out, size_t *n, int64_t owner
     *out = NULL;
     *n = 0;
     limit = limit < 1 ? 1 : limit > STORE_TASK_RUNS_LIST_MAX ? STORE_TASK_RUNS_LIST_MAX : limit;
-    sqlite3 *db = sq_read_begin(s);
+    sdb *db = sq_read_begin(s);
     store_task t;
     int r = owner_id > 0 ? task_get_on(db, &t, owner_id, task_id)
                          : fawn_err(FAWN_ENOENT, "Scheduled task not found");
     store_task_clear(&t);
-    sqlite3_stmt *st = NULL;
+    sdb_stmt *st = NULL;
     if (r == 0)
         r = sq_prepare(db, &st,
                        "SELECT " RUN_COLUMNS " WHERE tr.task_id = ?1 "
                        "ORDER BY tr.created_at_ms DESC, tr.rowid DESC LIMIT ?2 OFFSET ?3");
     if (r == 0) {
-        sqlite3_bind_text(st, 1, task_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, (int64_t)limit);
-        sqlite3_bind_int64(st, 3, (int64_t)(offset > INT32_MAX ? INT32_MAX : offset));
+        sdb_bind_text(st, 1, task_id);
+        sdb_bind_int64(st, 2, (int64_t)limit);
+        sdb_bind_int64(st, 3, (int64_t)(offset > INT32_MAX ? INT32_MAX : offset));
         fbuf rows = {0};
         r = sq_rows_read(db, &rows, st, sizeof(store_task_run), read_run, "list task runs");
-        sqlite3_finalize(st);
+        sdb_finalize(st);
         r = sq_rows_hand_out((void **)out, n, &rows, sizeof(store_task_run), r);
     }
     sq_read_end(s, db);
@@ -329,25 +329,25 @@ int store_task_run_list(store *s, store_task_run **out, size_t *n, int64_t owner
 }
 
 /* A count query with task_id bound to ?1 when not NULL. */
-static int count_on(sqlite3 *db, int64_t *out, const char *sql, const char *task_id) {
+static int count_on(sdb *db, int64_t *out, const char *sql, const char *task_id) {
     *out = 0;
-    sqlite3_stmt *st;
+    sdb_stmt *st;
     int r = sq_prepare(db, &st, sql);
     if (r < 0)
         return r;
     if (task_id)
-        sqlite3_bind_text(st, 1, task_id, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    *out = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    sqlite3_finalize(st);
-    return rc == SQLITE_ROW ? 0 : sq_err(db, rc, "count task runs");
+        sdb_bind_text(st, 1, task_id);
+    int rc = sdb_step(st);
+    *out = rc == SDB_ROW ? sdb_column_int64(st, 0) : 0;
+    sdb_finalize(st);
+    return rc == SDB_ROW ? 0 : sq_err(db, rc, "count task runs");
 }
 
 #define COUNT_ACTIVE "SELECT count(*) FROM scheduled_task_runs tr WHERE " RUN_ACTIVE
 #define COUNT_TASK_ACTIVE COUNT_ACTIVE " AND tr.task_id = ?1"
 
 int store_task_runs_active(store *s, int64_t *out) {
-    sqlite3 *db = sq_read_begin(s);
+    sdb *db = sq_read_begin(s);
     int r = count_on(db, out, COUNT_ACTIVE, NULL);
     sq_read_end(s, db);
     return r;
@@ -357,8 +357,8 @@ int store_task_due(store *s, store_task **out, size_t *n, int64_t now_ms, size_t
     *out = NULL;
     *n = 0;
     limit = limit < 1 ? 1 : limit > STORE_TASKS_PER_OWNER_MAX ? STORE_TASKS_PER_OWNER_MAX : limit;
-    sqlite3 *db = sq_read_begin(s);
-    sqlite3_stmt *st;
+    sdb *db = sq_read_begin(s);
+    sdb_stmt *st;
     int r = sq_prepare(db, &st,
                        "SELECT " TASK_COLUMNS " FROM scheduled_tasks WHERE "
                        "(status = 'enabled' AND next_run_at_ms <= ?1 AND claim_id IS NULL AND "
@@ -366,8 +366,8 @@ int store_task_due(store *s, store_task **out, size_t *n, int64_t now_ms, size_t
                        "(claim_id IS NOT NULL AND (lease_until_ms IS NULL OR lease_until_ms < ?1)) "
                        "ORDER BY next_run_at_ms LIMIT ?2");
     if (r == 0) {
-        sqlite3_bind_int64(st, 1, now_ms);
-        sqlite3_bind_int64(st, 2, (int64_t)limit);
+        sdb_bind_int64(st, 1, now_ms);
+        sdb_bind_int64(st, 2, (int64_t)limit);
         r = tasks_read(s, db, out, n, st);
     }
     sq_read_end(s, db);
@@ -381,7 +381,7 @@ static bool lease_held(const store_task *t, int64_t now_ms) {
 }
 
 /* What a claim of t does, from the task as read in the transaction. */
-static int claim_decide(sqlite3 *db, enum store_claim *out, const store_task *t,
+static int claim_decide(sdb *db, enum store_claim *out, const store_task *t,
                         const store_claim_req *q) {
     bool scheduled = strcmp(q->trigger, "scheduled") == 0;
     if (scheduled && (strcmp(t->status, "enabled") != 0 || t->next_run_at_ms != q->due_ms ||
@@ -407,9 +407,9 @@ static int claim_decide(sqlite3 *db, enum store_claim *out, const store_task *t,
 }
 
 /* Inserts the task run of a claim, status "claimed" or "skipped". */
-static int claim_run_insert(sqlite3 *db, const store_claim_req *q, bool skipped) {
+static int claim_run_insert(sdb *db, const store_claim_req *q, bool skipped) {
     bool scheduled = strcmp(q->trigger, "scheduled") == 0;
-    sqlite3_stmt *st;
+    sdb_stmt *st;
     int r = sq_prepare(db, &st,
                        "INSERT INTO scheduled_task_runs (id, task_id, owner_id, thread_id, "
                        "scheduled_for_ms, trigger, triggered_by, status, error, started_at_ms, "
@@ -417,25 +417,25 @@ static int claim_run_insert(sqlite3 *db, const store_claim_req *q, bool skipped)
                        "?7, ?8, ?8, ?9 FROM scheduled_tasks WHERE id = ?10");
     if (r < 0)
         return r;
-    sqlite3_bind_text(st, 1, q->claim_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, q->thread_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, scheduled ? q->due_ms : q->now_ms);
-    sqlite3_bind_text(st, 4, q->trigger, -1, SQLITE_STATIC);
+    sdb_bind_text(st, 1, q->claim_id);
+    sdb_bind_text(st, 2, q->thread_id);
+    sdb_bind_int64(st, 3, scheduled ? q->due_ms : q->now_ms);
+    sdb_bind_text(st, 4, q->trigger);
     bind_opt_ms(st, 5, q->triggered_by);
-    sqlite3_bind_text(st, 6, skipped ? "skipped" : "claimed", -1, SQLITE_STATIC);
+    sdb_bind_text(st, 6, skipped ? "skipped" : "claimed");
     bind_opt(st, 7, skipped ? SKIPPED_ERROR : NULL);
     bind_opt_ms(st, 8, skipped ? q->now_ms : 0);
-    sqlite3_bind_int64(st, 9, q->now_ms);
-    sqlite3_bind_text(st, 10, q->task_id, -1, SQLITE_STATIC);
+    sdb_bind_int64(st, 9, q->now_ms);
+    sdb_bind_text(st, 10, q->task_id);
     return sq_step_done(db, st, true, "record task run");
 }
 
 /* The task's side of a claim: taken (claim and lease), and for a
  * scheduled occurrence, next_run_at advanced (a once task skipped is
  * stopped: its one occurrence is gone). */
-static int claim_task_update(sqlite3 *db, const store_claim_req *q, bool taken) {
+static int claim_task_update(sdb *db, const store_claim_req *q, bool taken) {
     bool scheduled = strcmp(q->trigger, "scheduled") == 0;
-    sqlite3_stmt *st;
+    sdb_stmt *st;
     int r = sq_prepare(
         db, &st,
         "UPDATE scheduled_tasks SET claim_id = ?1, lease_owner = ?2, lease_until_ms = ?3, "
@@ -448,18 +448,18 @@ static int claim_task_update(sqlite3 *db, const store_claim_req *q, bool taken) 
     bind_opt(st, 1, taken ? q->claim_id : NULL);
     bind_opt(st, 2, taken ? q->lease_owner : NULL);
     bind_opt_ms(st, 3, taken ? q->now_ms + q->lease_ms : 0);
-    sqlite3_bind_int(st, 4, scheduled);
+    sdb_bind_int64(st, 4, scheduled);
     bind_opt_ms(st, 5, q->next_ms);
-    sqlite3_bind_int(st, 6, taken);
-    sqlite3_bind_text(st, 7, SKIPPED_ERROR, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 8, fawn_wall_ms());
-    sqlite3_bind_text(st, 9, q->task_id, -1, SQLITE_STATIC);
+    sdb_bind_int64(st, 6, taken);
+    sdb_bind_text(st, 7, SKIPPED_ERROR);
+    sdb_bind_int64(st, 8, fawn_wall_ms());
+    sdb_bind_text(st, 9, q->task_id);
     return sq_step_done(db, st, true, "claim task");
 }
 
 /* Writes a claim decided *out; an occurrence already recorded (the
  * unique index) is not run again: the task only moves past it. */
-static int claim_write(sqlite3 *db, enum store_claim *out, const store_claim_req *q) {
+static int claim_write(sdb *db, enum store_claim *out, const store_claim_req *q) {
     if (*out != STORE_CLAIM_TAKEN && *out != STORE_CLAIM_SKIPPED)
         return 0;
     bool taken = *out == STORE_CLAIM_TAKEN;
@@ -486,8 +486,8 @@ int store_task_claim(store *s, enum store_claim *out, store_task *task, const st
         *task = (store_task){0};
     if (!claim_req_ok(q))
         return fawn_err(FAWN_EINVAL, "bad claim");
-    sqlite3 *db = sq_write_begin(s);
-    int r = sq_exec(db, "BEGIN IMMEDIATE", "begin claim");
+    sdb *db = sq_write_begin(s);
+    int r = sq_begin_write(db, "begin claim");
     if (r == 0) {
         store_task t;
         r = task_get_on(db, &t, q->owner_id, q->task_id);
@@ -500,7 +500,7 @@ int store_task_claim(store *s, enum store_claim *out, store_task *task, const st
     }
     if (r == 0 && task)
         r = task_get_on(db, task, 0, q->task_id);
-    sq_write_end(s);
+    sq_write_end(s, db);
     if (r < 0)
         *out = STORE_CLAIM_LOST;
     return r;
@@ -508,38 +508,38 @@ int store_task_claim(store *s, enum store_claim *out, store_task *task, const st
 
 int store_task_reclaim(store *s, const char *task_id, const char *claim_id, const char *lease_owner,
                        int64_t now_ms, int64_t lease_ms) {
-    sqlite3 *db = sq_write_begin(s);
-    sqlite3_stmt *st;
+    sdb *db = sq_write_begin(s);
+    sdb_stmt *st;
     int r = sq_prepare(db, &st,
                        "UPDATE scheduled_tasks SET lease_owner = ?1, lease_until_ms = ?2 "
                        "WHERE id = ?3 AND claim_id = ?4 AND "
                        "(lease_until_ms IS NULL OR lease_until_ms < ?5)");
     if (r == 0) {
-        sqlite3_bind_text(st, 1, lease_owner, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, now_ms + lease_ms);
-        sqlite3_bind_text(st, 3, task_id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 4, claim_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 5, now_ms);
+        sdb_bind_text(st, 1, lease_owner);
+        sdb_bind_int64(st, 2, now_ms + lease_ms);
+        sdb_bind_text(st, 3, task_id);
+        sdb_bind_text(st, 4, claim_id);
+        sdb_bind_int64(st, 5, now_ms);
         r = sq_step_done(db, st, true, "reclaim task");
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r == FAWN_ENOENT ? fawn_err(FAWN_ESTALE, "the claim was taken or finished") : r;
 }
 
 int store_task_claim_get(store *s, store_task_run *out, const char *claim_id) {
     *out = (store_task_run){0};
-    sqlite3 *db = sq_read_begin(s);
-    sqlite3_stmt *st;
+    sdb *db = sq_read_begin(s);
+    sdb_stmt *st;
     int r = sq_prepare(db, &st, "SELECT " RUN_COLUMNS " WHERE tr.id = ?1");
     if (r == 0) {
-        sqlite3_bind_text(st, 1, claim_id, -1, SQLITE_STATIC);
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW)
+        sdb_bind_text(st, 1, claim_id);
+        int rc = sdb_step(st);
+        if (rc == SDB_ROW)
             read_run(out, st);
-        r = rc == SQLITE_ROW    ? 0
-            : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "no claim %s", claim_id)
-                                : sq_err(db, rc, "read claim");
-        sqlite3_finalize(st);
+        r = rc == SDB_ROW    ? 0
+            : rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "no claim %s", claim_id)
+                             : sq_err(db, rc, "read claim");
+        sdb_finalize(st);
     }
     sq_read_end(s, db);
     return r;
@@ -548,20 +548,20 @@ int store_task_claim_get(store *s, store_task_run *out, const char *claim_id) {
 int store_task_claim_find_run(store *s, char run_id[37], int64_t owner_id, const char *thread_id,
                               const char *claim_id) {
     run_id[0] = '\0';
-    sqlite3 *db = sq_read_begin(s);
-    sqlite3_stmt *st;
+    sdb *db = sq_read_begin(s);
+    sdb_stmt *st;
     int r = sq_prepare(db, &st,
                        "SELECT run_id FROM runs WHERE owner_id = ?1 AND thread_id = ?2 AND "
                        "json_extract(metadata, '$.scheduled_task_run_id') = ?3 LIMIT 1");
     if (r == 0) {
-        sqlite3_bind_int64(st, 1, owner_id);
-        sqlite3_bind_text(st, 2, thread_id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, claim_id, -1, SQLITE_STATIC);
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW)
+        sdb_bind_int64(st, 1, owner_id);
+        sdb_bind_text(st, 2, thread_id);
+        sdb_bind_text(st, 3, claim_id);
+        int rc = sdb_step(st);
+        if (rc == SDB_ROW)
             sq_copy_col(run_id, 37, st, 0);
-        r = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_err(db, rc, "find claimed run");
-        sqlite3_finalize(st);
+        r = rc == SDB_ROW || rc == SDB_DONE ? 0 : sq_err(db, rc, "find claimed run");
+        sdb_finalize(st);
     }
     sq_read_end(s, db);
     return r;
@@ -569,15 +569,15 @@ int store_task_claim_find_run(store *s, char run_id[37], int64_t owner_id, const
 
 /* Binds a claim end's parameters: ?1 claim, ?2 text, ?3 now, ?4 task,
  * ?5 stop reason, ?6 the wall clock. */
-static void bind_end(sqlite3_stmt *st, const char *task_id, const char *claim_id, const char *text,
+static void bind_end(sdb_stmt *st, const char *task_id, const char *claim_id, const char *text,
                      const char *stop, int64_t now_ms) {
-    sqlite3_bind_text(st, 1, claim_id, -1, SQLITE_STATIC);
+    sdb_bind_text(st, 1, claim_id);
     bind_opt(st, 2, text);
-    sqlite3_bind_int64(st, 3, now_ms);
-    if (sqlite3_bind_parameter_count(st) >= 4) {
-        sqlite3_bind_text(st, 4, task_id, -1, SQLITE_STATIC);
+    sdb_bind_int64(st, 3, now_ms);
+    if (sdb_bind_count(st) >= 4) {
+        sdb_bind_text(st, 4, task_id);
         bind_opt(st, 5, stop);
-        sqlite3_bind_int64(st, 6, fawn_wall_ms());
+        sdb_bind_int64(st, 6, fawn_wall_ms());
     }
 }
 
@@ -586,13 +586,13 @@ static void bind_end(sqlite3_stmt *st, const char *task_id, const char *claim_id
  * run is still recorded: FAWN_ESTALE). */
 static int claim_end(store *s, const char *task_id, const char *claim_id, const char *run_sql,
                      const char *task_sql, const char *text, const char *stop, int64_t now_ms) {
-    sqlite3 *db = sq_write_begin(s);
-    int r = sq_exec(db, "BEGIN IMMEDIATE", "begin end claim");
+    sdb *db = sq_write_begin(s);
+    int r = sq_begin_write(db, "begin end claim");
     if (r < 0) {
-        sq_write_end(s);
+        sq_write_end(s, db);
         return r;
     }
-    sqlite3_stmt *st = NULL;
+    sdb_stmt *st = NULL;
     if ((r = sq_prepare(db, &st, run_sql)) == 0) {
         bind_end(st, task_id, claim_id, text, stop, now_ms);
         r = sq_step_done(db, st, false, "end task run");
@@ -603,7 +603,7 @@ static int claim_end(store *s, const char *task_id, const char *claim_id, const 
     }
     bool stale = r == FAWN_ENOENT;
     r = sq_end_transaction(db, stale ? 0 : r);
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r == 0 && stale ? fawn_err(FAWN_ESTALE, "the task no longer holds claim %s", claim_id)
                            : r;
 }

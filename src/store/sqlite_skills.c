@@ -7,31 +7,31 @@
 int store_skill_state_set(store *s, const char *name, bool enabled) {
     if (!sq_text_ok(name, STORE_SKILL_NAME_MAX))
         return fawn_err(FAWN_EINVAL, "invalid skill name");
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_write_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_write_begin(s);
     int r = sq_prepare(
         db, &st,
         "INSERT INTO skill_states (name, enabled, updated_at_ms) VALUES (?1, ?2, ?3) "
         "ON CONFLICT (name) DO UPDATE SET enabled = ?2, updated_at_ms = ?3");
     if (r == 0) {
-        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 2, enabled);
-        sqlite3_bind_int64(st, 3, fawn_wall_ms());
+        sdb_bind_text(st, 1, name);
+        sdb_bind_int64(st, 2, enabled);
+        sdb_bind_int64(st, 3, fawn_wall_ms());
         r = sq_step_done(db, st, false, "set skill state");
     }
-    sq_write_end(s);
+    sq_write_end(s, db);
     return r;
 }
 
 /* Adds every row of st (name, enabled) to states. */
-static int states_read(json_t *states, sqlite3 *db, sqlite3_stmt *st) {
+static int states_read(json_t *states, sdb *db, sdb_stmt *st) {
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *name = (const char *)sqlite3_column_text(st, 0);
-        if (name && json_object_set_new(states, name, json_boolean(sqlite3_column_int(st, 1))) < 0)
+    while ((rc = sdb_step(st)) == SDB_ROW) {
+        const char *name = (const char *)sdb_column_text(st, 0);
+        if (name && json_object_set_new(states, name, json_boolean(sdb_column_int64(st, 1))) < 0)
             return fawn_err(FAWN_ENOMEM, "out of memory");
     }
-    return rc == SQLITE_DONE ? 0 : sq_err(db, rc, "read skill states");
+    return rc == SDB_DONE ? 0 : sq_err(db, rc, "read skill states");
 }
 
 int store_skill_states(store *s, json_t **out) {
@@ -39,12 +39,12 @@ int store_skill_states(store *s, json_t **out) {
     json_t *states = json_object();
     if (!states)
         return fawn_err(FAWN_ENOMEM, "out of memory");
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_read_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
     int r = sq_prepare(db, &st, "SELECT name, enabled FROM skill_states");
     if (r == 0) {
         r = states_read(states, db, st);
-        sqlite3_finalize(st);
+        sdb_finalize(st);
     }
     sq_read_end(s, db);
     if (r < 0) {

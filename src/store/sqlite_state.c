@@ -157,53 +157,53 @@ static size_t spans_union(span *sp, size_t n, uint64_t *rows) {
 
 /* ---- message rows ---- */
 
-static void bind_thread(sqlite3_stmt *st, int64_t owner_id, const char *thread_id) {
-    sqlite3_bind_int64(st, 1, owner_id);
-    sqlite3_bind_text(st, 2, thread_id, -1, SQLITE_STATIC);
+static void bind_thread(sdb_stmt *st, int64_t owner_id, const char *thread_id) {
+    sdb_bind_int64(st, 1, owner_id);
+    sdb_bind_text(st, 2, thread_id);
 }
 
 /* One int64 that `sql` (binding the thread to ?1, ?2) answers. */
-static int thread_int(sqlite3 *db, int64_t *out, const char *sql, int64_t owner_id,
+static int thread_int(sdb *db, int64_t *out, const char *sql, int64_t owner_id,
                       const char *thread_id, const char *what) {
     *out = 0;
-    sqlite3_stmt *st;
+    sdb_stmt *st;
     int r = sq_prepare(db, &st, sql);
     if (r < 0)
         return r;
     bind_thread(st, owner_id, thread_id);
-    int rc = sqlite3_step(st);
-    r = rc == SQLITE_ROW    ? 0
-        : rc == SQLITE_DONE ? fawn_err(FAWN_ENOENT, "no such thread: %s", thread_id)
-                            : sq_err(db, rc, what);
+    int rc = sdb_step(st);
+    r = rc == SDB_ROW    ? 0
+        : rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "no such thread: %s", thread_id)
+                         : sq_err(db, rc, what);
     if (r == 0)
-        *out = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
+        *out = sdb_column_int64(st, 0);
+    sdb_finalize(st);
     return r;
 }
 
 /* The row of message i of l: the thread's row with its digest, or a new
  * one numbered ++*next. find and insert bind the thread to ?1, ?2 (and
  * insert its origin to ?7, ?8 when it has those columns). */
-static int message_row(sqlite3 *db, int64_t *seq, sqlite3_stmt *find, sqlite3_stmt *insert,
-                       const msg_list *l, size_t i, int64_t *next) {
+static int message_row(sdb *db, int64_t *seq, sdb_stmt *find, sdb_stmt *insert, const msg_list *l,
+                       size_t i, int64_t *next) {
     *seq = 0;
-    sqlite3_reset(find);
-    sqlite3_bind_text(find, 3, l->digests[i], -1, SQLITE_STATIC);
-    int rc = sqlite3_step(find);
-    if (rc == SQLITE_ROW) {
-        *seq = sqlite3_column_int64(find, 0);
+    sdb_reset(find);
+    sdb_bind_text(find, 3, l->digests[i]);
+    int rc = sdb_step(find);
+    if (rc == SDB_ROW) {
+        *seq = sdb_column_int64(find, 0);
         return 0;
     }
-    if (rc != SQLITE_DONE)
+    if (rc != SDB_DONE)
         return sq_err(db, rc, "find message");
     *seq = ++*next;
-    sqlite3_reset(insert);
-    sqlite3_bind_int64(insert, 3, *seq);
-    sqlite3_bind_text(insert, 4, l->digests[i], -1, SQLITE_STATIC);
-    sqlite3_bind_int64(insert, 5, (sqlite3_int64)strlen(l->texts[i]));
-    sqlite3_bind_text(insert, 6, l->texts[i], -1, SQLITE_STATIC);
-    rc = sqlite3_step(insert);
-    return rc == SQLITE_DONE ? 0 : sq_err(db, rc, "write message");
+    sdb_reset(insert);
+    sdb_bind_int64(insert, 3, *seq);
+    sdb_bind_text(insert, 4, l->digests[i]);
+    sdb_bind_int64(insert, 5, (int64_t)strlen(l->texts[i]));
+    sdb_bind_text(insert, 6, l->texts[i]);
+    rc = sdb_step(insert);
+    return rc == SDB_DONE ? 0 : sq_err(db, rc, "write message");
 }
 
 /* A new row records the run that wrote it and when (the checkpoint's); a
@@ -219,13 +219,13 @@ static int message_row(sqlite3 *db, int64_t *seq, sqlite3_stmt *find, sqlite3_st
  * in a transaction on db: *spans_text gets their spans (JSON, malloc'd),
  * *rows how many distinct rows they list. New rows are written by origin
  * (its run id and time; NULL only for migration 6). */
-static int messages_store(sqlite3 *db, char **spans_text, uint64_t *rows, int64_t owner_id,
+static int messages_store(sdb *db, char **spans_text, uint64_t *rows, int64_t owner_id,
                           const char *thread_id, const msg_list *l,
                           const store_checkpoint *origin) {
     *spans_text = NULL;
     *rows = 0;
     int64_t next;
-    sqlite3_stmt *find = NULL, *insert = NULL;
+    sdb_stmt *find = NULL, *insert = NULL;
     fbuf spans = {0};
     int r = thread_int(db, &next,
                        "SELECT coalesce(max(seq), 0) FROM thread_messages "
@@ -242,8 +242,8 @@ static int messages_store(sqlite3 *db, char **spans_text, uint64_t *rows, int64_
         bind_thread(insert, owner_id, thread_id);
     }
     if (r == 0 && origin) {
-        sqlite3_bind_text(insert, 7, origin->run_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(insert, 8, origin->created_at_ms);
+        sdb_bind_text(insert, 7, origin->run_id);
+        sdb_bind_int64(insert, 8, origin->created_at_ms);
     }
     for (size_t i = 0; r == 0 && i < l->n; i++) {
         int64_t seq;
@@ -251,8 +251,8 @@ static int messages_store(sqlite3 *db, char **spans_text, uint64_t *rows, int64_
         if (r == 0)
             r = spans_add(&spans, seq);
     }
-    sqlite3_finalize(find);
-    sqlite3_finalize(insert);
+    sdb_finalize(find);
+    sdb_finalize(insert);
     size_t n = spans.len / sizeof(span);
     if (r == 0)
         r = spans_to_text(spans_text, (span *)spans.data, n);
@@ -263,23 +263,22 @@ static int messages_store(sqlite3 *db, char **spans_text, uint64_t *rows, int64_
 }
 
 /* Deletes the thread's rows in [lo, hi]. */
-static int rows_delete(sqlite3 *db, int64_t owner_id, const char *thread_id, int64_t lo,
-                       int64_t hi) {
-    sqlite3_stmt *st;
+static int rows_delete(sdb *db, int64_t owner_id, const char *thread_id, int64_t lo, int64_t hi) {
+    sdb_stmt *st;
     int r = sq_prepare(db, &st,
                        "DELETE FROM thread_messages WHERE owner_id = ?1 AND "
                        "thread_id = ?2 AND seq BETWEEN ?3 AND ?4");
     if (r < 0)
         return r;
     bind_thread(st, owner_id, thread_id);
-    sqlite3_bind_int64(st, 3, lo);
-    sqlite3_bind_int64(st, 4, hi);
+    sdb_bind_int64(st, 3, lo);
+    sdb_bind_int64(st, 4, hi);
     return sq_step_done(db, st, false, "delete messages");
 }
 
 /* Appends the spans of every kept checkpoint of the thread to *all. */
-static int kept_spans(sqlite3 *db, fbuf *all, int64_t owner_id, const char *thread_id) {
-    sqlite3_stmt *st;
+static int kept_spans(sdb *db, fbuf *all, int64_t owner_id, const char *thread_id) {
+    sdb_stmt *st;
     int r = sq_prepare(db, &st,
                        "SELECT message_spans FROM checkpoints WHERE owner_id = ?1 AND "
                        "thread_id = ?2");
@@ -287,14 +286,14 @@ static int kept_spans(sqlite3 *db, fbuf *all, int64_t owner_id, const char *thre
         return r;
     bind_thread(st, owner_id, thread_id);
     int rc;
-    while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        json_t *list = json_loads((const char *)sqlite3_column_text(st, 0), 0, NULL);
+    while (r == 0 && (rc = sdb_step(st)) == SDB_ROW) {
+        json_t *list = json_loads((const char *)sdb_column_text(st, 0), 0, NULL);
         r = spans_parse(all, NULL, list);
         json_decref(list);
     }
-    if (r == 0 && rc != SQLITE_DONE)
+    if (r == 0 && rc != SDB_DONE)
         r = sq_err(db, rc, "read checkpoint spans");
-    sqlite3_finalize(st);
+    sdb_finalize(st);
     return r;
 }
 
@@ -302,7 +301,7 @@ static int kept_spans(sqlite3 *db, fbuf *all, int64_t owner_id, const char *thre
  * checkpoint lists newest_rows rows: when the thread has no more than that,
  * every row is listed (the common case: nothing was replaced) and nothing
  * else is read. */
-static int messages_collect(sqlite3 *db, int64_t owner_id, const char *thread_id,
+static int messages_collect(sdb *db, int64_t owner_id, const char *thread_id,
                             uint64_t newest_rows) {
     int64_t count;
     int r = thread_int(db, &count,
@@ -347,9 +346,9 @@ static int reference_compose(char **out, const char *rest, const char *spans) {
 
 /* Inserts c (values rest, messages spans) with the thread's next sequence
  * number. */
-static int checkpoint_insert(sqlite3 *db, int64_t owner_id, const char *thread_id,
+static int checkpoint_insert(sdb *db, int64_t owner_id, const char *thread_id,
                              const store_checkpoint *c, const char *rest, const char *spans) {
-    sqlite3_stmt *st;
+    sdb_stmt *st;
     int r = sq_prepare(db, &st,
                        "INSERT INTO checkpoints (owner_id, thread_id, checkpoint_id, parent_id, "
                        "run_id, seq, state_values, message_spans, metadata, created_at_ms) "
@@ -358,22 +357,22 @@ static int checkpoint_insert(sqlite3 *db, int64_t owner_id, const char *thread_i
     if (r < 0)
         return r;
     bind_thread(st, owner_id, thread_id);
-    sqlite3_bind_text(st, 3, c->checkpoint_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, c->parent_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 5, c->run_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 6, rest, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 7, spans, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 8, c->metadata ? c->metadata : "{}", -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 9, c->created_at_ms);
+    sdb_bind_text(st, 3, c->checkpoint_id);
+    sdb_bind_text(st, 4, c->parent_id);
+    sdb_bind_text(st, 5, c->run_id);
+    sdb_bind_text(st, 6, rest);
+    sdb_bind_text(st, 7, spans);
+    sdb_bind_text(st, 8, c->metadata ? c->metadata : "{}");
+    sdb_bind_int64(st, 9, c->created_at_ms);
     return sq_step_done(db, st, false, "write checkpoint");
 }
 
 /* Keeps the newest STORE_CHECKPOINTS_KEPT checkpoints of the thread and,
  * when older ones went, the rows the kept ones list (the newest lists
  * newest_rows). */
-static int checkpoints_prune(sqlite3 *db, int64_t owner_id, const char *thread_id,
+static int checkpoints_prune(sdb *db, int64_t owner_id, const char *thread_id,
                              uint64_t newest_rows) {
-    sqlite3_stmt *st;
+    sdb_stmt *st;
     int r = sq_prepare(db, &st,
                        "DELETE FROM checkpoints WHERE owner_id = ?1 AND thread_id = ?2 AND seq <= "
                        "(SELECT max(seq) FROM checkpoints WHERE owner_id = ?1 AND thread_id = ?2) "
@@ -381,15 +380,15 @@ static int checkpoints_prune(sqlite3 *db, int64_t owner_id, const char *thread_i
     if (r < 0)
         return r;
     bind_thread(st, owner_id, thread_id);
-    sqlite3_bind_int64(st, 3, STORE_CHECKPOINTS_KEPT);
+    sdb_bind_int64(st, 3, STORE_CHECKPOINTS_KEPT);
     r = sq_step_done(db, st, false, "prune checkpoints");
-    if (r == 0 && sqlite3_changes(db) > 0)
+    if (r == 0 && sdb_changes(db) > 0)
         r = messages_collect(db, owner_id, thread_id, newest_rows);
     return r;
 }
 
 /* The whole write of a checkpoint, in a transaction on the writer. */
-static int checkpoint_write(sqlite3 *db, char **state, int64_t owner_id, const char *thread_id,
+static int checkpoint_write(sdb *db, char **state, int64_t owner_id, const char *thread_id,
                             const store_checkpoint *c, const char *rest, const msg_list *msgs) {
     char *spans = NULL;
     uint64_t rows = 0;
@@ -421,12 +420,12 @@ int store_checkpoint_put(store *s, char **state, int64_t owner_id, const char *t
         return r;
     store_checkpoint at = *c; /* its time, once: the checkpoint's and its new rows' */
     at.created_at_ms = c->created_at_ms ? c->created_at_ms : fawn_wall_ms();
-    sqlite3 *db = sq_write_begin(s);
-    r = sq_exec(db, "BEGIN IMMEDIATE", "begin");
+    sdb *db = sq_write_begin(s);
+    r = sq_begin_write(db, "begin");
     if (r == 0)
         r = checkpoint_write(db, state, owner_id, thread_id, &at, rest, &msgs);
     r = sq_end_transaction(db, r);
-    sq_write_end(s);
+    sq_write_end(s, db);
     if (r < 0 && state) {
         free(*state);
         *state = NULL;
@@ -440,7 +439,7 @@ int store_checkpoint_put(store *s, char **state, int64_t owner_id, const char *t
     "checkpoint_id, parent_id, run_id, '{\"values\":' || state_values || ',\"messages\":' || "     \
     "message_spans || '}', metadata, created_at_ms"
 
-static void read_checkpoint(void *row, sqlite3_stmt *st) {
+static void read_checkpoint(void *row, sdb_stmt *st) {
     store_checkpoint *c = row;
     memset(c, 0, sizeof *c);
     sq_copy_col(c->checkpoint_id, sizeof c->checkpoint_id, st, 0);
@@ -448,7 +447,7 @@ static void read_checkpoint(void *row, sqlite3_stmt *st) {
     sq_copy_col(c->run_id, sizeof c->run_id, st, 2);
     c->state = sq_dup_col(st, 3);
     c->metadata = sq_dup_col(st, 4);
-    c->created_at_ms = sqlite3_column_int64(st, 5);
+    c->created_at_ms = sdb_column_int64(st, 5);
 }
 
 int store_checkpoint_list(store *s, store_checkpoint **out, size_t *n, int64_t owner_id,
@@ -457,8 +456,8 @@ int store_checkpoint_list(store *s, store_checkpoint **out, size_t *n, int64_t o
     *n = 0;
     limit = limit < 1 ? 1 : limit > STORE_CHECKPOINTS_KEPT ? STORE_CHECKPOINTS_KEPT : limit;
     fbuf rows = {0};
-    sqlite3_stmt *st;
-    sqlite3 *db = sq_read_begin(s);
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
     int r = sq_prepare(db, &st,
                        "SELECT " CHECKPOINT_COLUMNS " FROM checkpoints WHERE owner_id = ?1 AND "
                        "thread_id = ?2 AND (?3 IS NULL OR seq < (SELECT seq FROM checkpoints "
@@ -466,11 +465,11 @@ int store_checkpoint_list(store *s, store_checkpoint **out, size_t *n, int64_t o
                        "ORDER BY seq DESC LIMIT ?4");
     if (r == 0) {
         bind_thread(st, owner_id, thread_id);
-        sqlite3_bind_text(st, 3, before_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 4, (sqlite3_int64)limit);
+        sdb_bind_text(st, 3, before_id);
+        sdb_bind_int64(st, 4, (int64_t)limit);
         r = sq_rows_read(db, &rows, st, sizeof(store_checkpoint), read_checkpoint,
                          "list checkpoints");
-        sqlite3_finalize(st);
+        sdb_finalize(st);
     }
     sq_read_end(s, db);
     store_checkpoint *cs = (store_checkpoint *)rows.data;
@@ -511,20 +510,20 @@ int store_checkpoint_latest(store *s, store_checkpoint *out, int64_t owner_id,
 /* The checkpoint id of the thread st (CHECKPOINT_BY_ID, the thread bound)
  * reads into *out, its spans appended to *spans when that is not NULL.
  * FAWN_ENOENT when there is none. */
-static int checkpoint_row(sqlite3 *db, store_checkpoint *out, fbuf *spans, sqlite3_stmt *st,
+static int checkpoint_row(sdb *db, store_checkpoint *out, fbuf *spans, sdb_stmt *st,
                           const char *id) {
     *out = (store_checkpoint){0};
-    sqlite3_reset(st);
-    sqlite3_bind_text(st, 3, id, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_DONE)
+    sdb_reset(st);
+    sdb_bind_text(st, 3, id);
+    int rc = sdb_step(st);
+    if (rc == SDB_DONE)
         return fawn_err(FAWN_ENOENT, "Checkpoint %s not found", id);
-    if (rc != SQLITE_ROW)
+    if (rc != SDB_ROW)
         return sq_err(db, rc, "read checkpoint");
     read_checkpoint(out, st);
     int r = out->state && out->metadata ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
     if (r == 0 && spans) {
-        json_t *list = json_loads((const char *)sqlite3_column_text(st, 6), 0, NULL);
+        json_t *list = json_loads((const char *)sdb_column_text(st, 6), 0, NULL);
         r = spans_parse(spans, NULL, list);
         json_decref(list);
     }
@@ -538,35 +537,35 @@ int store_checkpoint_get(store *s, store_checkpoint *out, int64_t owner_id, cons
     *out = (store_checkpoint){0};
     if (!fawn_id_valid(thread_id) || !sq_text_ok(checkpoint_id, STORE_RUN_ID_MAX))
         return fawn_err(FAWN_ENOENT, "Checkpoint not found");
-    sqlite3 *db = sq_read_begin(s);
-    sqlite3_stmt *st;
+    sdb *db = sq_read_begin(s);
+    sdb_stmt *st;
     int r = sq_prepare(db, &st, CHECKPOINT_BY_ID);
     if (r == 0) {
         bind_thread(st, owner_id, thread_id);
         r = checkpoint_row(db, out, NULL, st, checkpoint_id);
     }
-    sqlite3_finalize(st);
+    sdb_finalize(st);
     sq_read_end(s, db);
     return r;
 }
 
 /* The seqs (int64_t) of the thread's rows that hold a message of id id. */
-static int rows_of_id(sqlite3 *db, fbuf *seqs, int64_t owner_id, const char *thread_id,
+static int rows_of_id(sdb *db, fbuf *seqs, int64_t owner_id, const char *thread_id,
                       const char *id) {
-    sqlite3_stmt *st;
+    sdb_stmt *st;
     int r = sq_prepare(db, &st,
                        "SELECT seq FROM thread_messages WHERE owner_id = ?1 AND thread_id = ?2 "
                        "AND json_extract(body, '$.id') = ?3");
     if (r < 0)
         return r;
     bind_thread(st, owner_id, thread_id);
-    sqlite3_bind_text(st, 3, id, -1, SQLITE_STATIC);
+    sdb_bind_text(st, 3, id);
     int rc;
-    while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW)
-        r = fbuf_append(seqs, &(int64_t){sqlite3_column_int64(st, 0)}, sizeof(int64_t));
-    if (r == 0 && rc != SQLITE_DONE)
+    while (r == 0 && (rc = sdb_step(st)) == SDB_ROW)
+        r = fbuf_append(seqs, &(int64_t){sdb_column_int64(st, 0)}, sizeof(int64_t));
+    if (r == 0 && rc != SDB_DONE)
         r = sq_err(db, rc, "find message rows");
-    sqlite3_finalize(st);
+    sdb_finalize(st);
     return r;
 }
 
@@ -584,7 +583,7 @@ static bool spans_list_any(const fbuf *spans, const fbuf *seqs) {
 /* store_checkpoint_origin's walk, st reading the thread's checkpoints by
  * id and seqs the rows of message_id: at most one step per kept
  * checkpoint (a longer lineage would be a cycle). */
-static int lineage_walk(sqlite3 *db, store_checkpoint *first, sqlite3_stmt *st, const fbuf *seqs,
+static int lineage_walk(sdb *db, store_checkpoint *first, sdb_stmt *st, const fbuf *seqs,
                         const char *head_id, const char *message_id) {
     char id[STORE_RUN_ID_MAX + 1];
     snprintf(id, sizeof id, "%s", head_id);
@@ -620,10 +619,10 @@ int store_checkpoint_origin(store *s, store_checkpoint *first, int64_t owner_id,
     *first = (store_checkpoint){0};
     if (!fawn_id_valid(thread_id) || !sq_text_ok(head_id, STORE_RUN_ID_MAX) || !message_id)
         return fawn_err(FAWN_ENOENT, "Checkpoint not found");
-    sqlite3 *db = sq_read_begin(s);
-    sqlite3_stmt *st = NULL;
+    sdb *db = sq_read_begin(s);
+    sdb_stmt *st = NULL;
     fbuf seqs = {0};
-    int r = sq_exec(db, "BEGIN", "begin");
+    int r = sq_begin_read(db, "begin");
     if (r == 0)
         r = rows_of_id(db, &seqs, owner_id, thread_id, message_id);
     if (r == 0)
@@ -632,7 +631,7 @@ int store_checkpoint_origin(store *s, store_checkpoint *first, int64_t owner_id,
         bind_thread(st, owner_id, thread_id);
         r = lineage_walk(db, first, st, &seqs, head_id, message_id);
     }
-    sqlite3_finalize(st);
+    sdb_finalize(st);
     r = sq_end_transaction(db, r);
     sq_read_end(s, db);
     fbuf_free(&seqs);
@@ -660,17 +659,16 @@ static void state_pick_free(state_pick *p) {
 
 /* Takes the rows of sp, newest first, while they fit in max_bytes. st
  * selects (bytes, body) of the thread's rows in [?3, ?4], newest first. */
-static int span_pick(sqlite3 *db, state_pick *p, sqlite3_stmt *st, const span *sp,
-                     size_t max_bytes) {
-    sqlite3_reset(st);
-    sqlite3_bind_int64(st, 3, sp->first);
-    sqlite3_bind_int64(st, 4, sp->last);
+static int span_pick(sdb *db, state_pick *p, sdb_stmt *st, const span *sp, size_t max_bytes) {
+    sdb_reset(st);
+    sdb_bind_int64(st, 3, sp->first);
+    sdb_bind_int64(st, 4, sp->last);
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        size_t need = (size_t)sqlite3_column_int64(st, 0) + (p->texts.len ? 1 : 0);
+    while ((rc = sdb_step(st)) == SDB_ROW) {
+        size_t need = (size_t)sdb_column_int64(st, 0) + (p->texts.len ? 1 : 0);
         if (need > max_bytes - p->bytes) {
             p->full = true;
-            p->passed += (uint64_t)(sp->last - sqlite3_column_int64(st, 2));
+            p->passed += (uint64_t)(sp->last - sdb_column_int64(st, 2));
             return 0;
         }
         char *text = sq_dup_col(st, 1);
@@ -683,16 +681,16 @@ static int span_pick(sqlite3 *db, state_pick *p, sqlite3_stmt *st, const span *s
         p->bytes += need;
     }
     p->passed += (uint64_t)(sp->last - sp->first + 1);
-    return rc == SQLITE_DONE ? 0 : sq_err(db, rc, "read messages");
+    return rc == SDB_DONE ? 0 : sq_err(db, rc, "read messages");
 }
 
 /* Takes the messages of spans sp[0..n), newest first, within max_bytes, in
  * one read transaction. */
 static int state_pick_rows(store *s, state_pick *p, int64_t owner_id, const char *thread_id,
                            const span *sp, size_t n, size_t max_bytes) {
-    sqlite3 *db = sq_read_begin(s);
-    sqlite3_stmt *st = NULL;
-    int r = sq_exec(db, "BEGIN", "begin");
+    sdb *db = sq_read_begin(s);
+    sdb_stmt *st = NULL;
+    int r = sq_begin_read(db, "begin");
     if (r == 0)
         r = sq_prepare(db, &st,
                        "SELECT bytes, body, seq FROM thread_messages WHERE owner_id = ?1 "
@@ -701,7 +699,7 @@ static int state_pick_rows(store *s, state_pick *p, int64_t owner_id, const char
         bind_thread(st, owner_id, thread_id);
     for (size_t i = n; r == 0 && i-- > 0 && !p->full;)
         r = span_pick(db, p, st, &sp[i], max_bytes);
-    sqlite3_finalize(st);
+    sdb_finalize(st);
     r = sq_end_transaction(db, r);
     sq_read_end(s, db);
     return r;
@@ -801,11 +799,11 @@ static void page_pick_free(page_pick *p) {
 
 /* The spans of the thread's newest checkpoint, sorted and merged, into
  * *spans (none when it has no checkpoint). FAWN_ENOENT: no such thread. */
-static int newest_spans(sqlite3 *db, fbuf *spans, int64_t owner_id, const char *thread_id) {
+static int newest_spans(sdb *db, fbuf *spans, int64_t owner_id, const char *thread_id) {
     int64_t exists;
     int r = thread_int(db, &exists, "SELECT 1 FROM threads WHERE owner_id = ?1 AND id = ?2",
                        owner_id, thread_id, "find thread");
-    sqlite3_stmt *st = NULL;
+    sdb_stmt *st = NULL;
     if (r == 0)
         r = sq_prepare(db, &st,
                        "SELECT message_spans FROM checkpoints WHERE owner_id = ?1 AND "
@@ -813,15 +811,15 @@ static int newest_spans(sqlite3 *db, fbuf *spans, int64_t owner_id, const char *
     if (r < 0)
         return r;
     bind_thread(st, owner_id, thread_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        json_t *list = json_loads((const char *)sqlite3_column_text(st, 0), 0, NULL);
+    int rc = sdb_step(st);
+    if (rc == SDB_ROW) {
+        json_t *list = json_loads((const char *)sdb_column_text(st, 0), 0, NULL);
         r = spans_parse(spans, NULL, list);
         json_decref(list);
-    } else if (rc != SQLITE_DONE) {
+    } else if (rc != SDB_DONE) {
         r = sq_err(db, rc, "read checkpoint spans");
     }
-    sqlite3_finalize(st);
+    sdb_finalize(st);
     uint64_t rows;
     if (r == 0)
         spans->len = spans_union((span *)spans->data, spans->len / sizeof(span), &rows) *
@@ -831,15 +829,15 @@ static int newest_spans(sqlite3 *db, fbuf *spans, int64_t owner_id, const char *
 
 /* Appends the row st is on to the page, unless it is full (then marks
  * more). */
-static int page_take(page_pick *p, sqlite3_stmt *st) {
-    size_t bytes = (size_t)sqlite3_column_int64(st, 3), count = p->rows.len / sizeof(store_message);
+static int page_take(page_pick *p, sdb_stmt *st) {
+    size_t bytes = (size_t)sdb_column_int64(st, 3), count = p->rows.len / sizeof(store_message);
     bool fits = count == 0 || (p->bytes < p->max_bytes && bytes <= p->max_bytes - p->bytes);
     if (count == p->limit || !fits) {
         p->more = true;
         return 0;
     }
-    store_message m = {.seq = sqlite3_column_int64(st, 0),
-                       .created_at_ms = sqlite3_column_int64(st, 2),
+    store_message m = {.seq = sdb_column_int64(st, 0),
+                       .created_at_ms = sdb_column_int64(st, 2),
                        .body = sq_dup_col(st, 4)};
     sq_copy_col(m.run_id, sizeof m.run_id, st, 1);
     int r = m.body ? fbuf_append(&p->rows, &m, sizeof m) : fawn_err(FAWN_ENOMEM, "out of memory");
@@ -852,26 +850,26 @@ static int page_take(page_pick *p, sqlite3_stmt *st) {
 /* Takes the rows of sp below before (0: all), newest first, until the page
  * is full. st selects (seq, run_id, created_at_ms, bytes, body) of the
  * thread's rows in [?3, ?4], newest first. */
-static int page_span(sqlite3 *db, page_pick *p, sqlite3_stmt *st, const span *sp, int64_t before) {
+static int page_span(sdb *db, page_pick *p, sdb_stmt *st, const span *sp, int64_t before) {
     int64_t hi = before > 0 && before - 1 < sp->last ? before - 1 : sp->last;
     if (hi < sp->first)
         return 0;
-    sqlite3_reset(st);
-    sqlite3_bind_int64(st, 3, sp->first);
-    sqlite3_bind_int64(st, 4, hi);
+    sdb_reset(st);
+    sdb_bind_int64(st, 3, sp->first);
+    sdb_bind_int64(st, 4, hi);
     int rc, r = 0;
-    while (r == 0 && !p->more && (rc = sqlite3_step(st)) == SQLITE_ROW)
+    while (r == 0 && !p->more && (rc = sdb_step(st)) == SDB_ROW)
         r = page_take(p, st);
-    return r < 0 || p->more || rc == SQLITE_DONE ? r : sq_err(db, rc, "read messages");
+    return r < 0 || p->more || rc == SDB_DONE ? r : sq_err(db, rc, "read messages");
 }
 
 /* The page, newest first, in one read transaction. */
 static int page_read(store *s, page_pick *p, int64_t owner_id, const char *thread_id,
                      int64_t before) {
-    sqlite3 *db = sq_read_begin(s);
-    sqlite3_stmt *st = NULL;
+    sdb *db = sq_read_begin(s);
+    sdb_stmt *st = NULL;
     fbuf spans = {0};
-    int r = sq_exec(db, "BEGIN", "begin");
+    int r = sq_begin_read(db, "begin");
     if (r == 0)
         r = newest_spans(db, &spans, owner_id, thread_id);
     if (r == 0)
@@ -884,7 +882,7 @@ static int page_read(store *s, page_pick *p, int64_t owner_id, const char *threa
     const span *sp = (const span *)spans.data;
     for (size_t i = spans.len / sizeof *sp; r == 0 && i-- > 0 && !p->more;)
         r = page_span(db, p, st, &sp[i], before);
-    sqlite3_finalize(st);
+    sdb_finalize(st);
     r = sq_end_transaction(db, r);
     sq_read_end(s, db);
     fbuf_free(&spans);
@@ -951,14 +949,14 @@ int store_message_page(store *s, store_message **out, size_t *n, bool *has_more,
     "  TOTAL(t) AS tokens, 0, 0, 0 FROM counted GROUP BY m ORDER BY tokens DESC LIMIT ?3)"
 
 /* A TOTAL() column as a count: clamped to 0 … INT64_MAX. */
-static int64_t total_col(sqlite3_stmt *st, int col) {
-    double v = sqlite3_column_double(st, col);
+static int64_t total_col(sdb_stmt *st, int col) {
+    double v = sdb_column_double(st, col);
     return v <= 0 ? 0 : v >= 9.2e18 ? INT64_MAX : (int64_t)v;
 }
 
-static void usage_row(store_token_usage *out, sqlite3_stmt *st) {
-    if (sqlite3_column_type(st, 0) == SQLITE_NULL) {
-        out->runs = sqlite3_column_int64(st, 1);
+static void usage_row(store_token_usage *out, sdb_stmt *st) {
+    if (sdb_column_is_null(st, 0)) {
+        out->runs = sdb_column_int64(st, 1);
         out->input_tokens = total_col(st, 2);
         out->output_tokens = total_col(st, 3);
         out->total_tokens = total_col(st, 4);
@@ -968,7 +966,7 @@ static void usage_row(store_token_usage *out, sqlite3_stmt *st) {
     } else if (out->n_models < STORE_USAGE_MODELS_MAX) {
         store_model_usage *m = &out->models[out->n_models++];
         sq_copy_col(m->model, sizeof m->model, st, 0);
-        m->runs = sqlite3_column_int64(st, 1);
+        m->runs = sdb_column_int64(st, 1);
         m->tokens = total_col(st, 4);
     }
 }
@@ -976,19 +974,19 @@ static void usage_row(store_token_usage *out, sqlite3_stmt *st) {
 int store_thread_token_usage(store *s, store_token_usage *out, int64_t owner_id,
                              const char *thread_id) {
     memset(out, 0, sizeof *out);
-    sqlite3 *db = sq_read_begin(s);
-    sqlite3_stmt *st = NULL;
+    sdb *db = sq_read_begin(s);
+    sdb_stmt *st = NULL;
     int r = sq_prepare(db, &st, USAGE_SQL);
     if (r == 0) {
         bind_thread(st, owner_id, thread_id);
-        sqlite3_bind_int(st, 3, STORE_USAGE_MODELS_MAX);
+        sdb_bind_int64(st, 3, STORE_USAGE_MODELS_MAX);
         int rc;
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        while ((rc = sdb_step(st)) == SDB_ROW)
             usage_row(out, st);
-        if (rc != SQLITE_DONE)
+        if (rc != SDB_DONE)
             r = sq_err(db, rc, "token usage");
     }
-    sqlite3_finalize(st);
+    sdb_finalize(st);
     sq_read_end(s, db);
     if (r < 0)
         memset(out, 0, sizeof *out);
@@ -1005,19 +1003,19 @@ typedef struct moved {
     int64_t key;                       /* checkpoints: rowid; values events: seq */
 } moved;
 
-static void read_moved(void *row, sqlite3_stmt *st) {
+static void read_moved(void *row, sdb_stmt *st) {
     moved *m = row;
     memset(m, 0, sizeof *m);
-    m->owner_id = sqlite3_column_int64(st, 0);
+    m->owner_id = sdb_column_int64(st, 0);
     sq_copy_col(m->thread_id, sizeof m->thread_id, st, 1);
     sq_copy_col(m->run_id, sizeof m->run_id, st, 2);
-    m->key = sqlite3_column_int64(st, 3);
+    m->key = sdb_column_int64(st, 3);
 }
 
 /* A whole state's text split for storage: *rest, its values without
  * messages, and *spans, its messages stored as rows of the thread (both
  * NULL, and 0, for text that is not a state object). */
-static int state_move(sqlite3 *db, char **rest, char **spans, const moved *m, const char *text) {
+static int state_move(sdb *db, char **rest, char **spans, const moved *m, const char *text) {
     *rest = *spans = NULL;
     json_t *values = text ? json_loads(text, 0, NULL) : NULL;
     msg_list msgs = {0};
@@ -1037,27 +1035,26 @@ static int state_move(sqlite3 *db, char **rest, char **spans, const moved *m, co
 /* Moves one stored state: select reads its text (?1 run_id, ?2 key of m),
  * update writes ?1 = its values without messages (or its reference, when
  * whole_ref) and ?2 = its spans to the row (?3 run_id, ?4 key). */
-static int state_row_move(sqlite3 *db, const moved *m, const char *select, const char *update,
+static int state_row_move(sdb *db, const moved *m, const char *select, const char *update,
                           bool whole_ref) {
-    sqlite3_stmt *st;
+    sdb_stmt *st;
     char *rest = NULL, *spans = NULL, *ref = NULL;
     int r = sq_prepare(db, &st, select);
     if (r < 0)
         return r;
-    sqlite3_bind_text(st, 1, m->run_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, m->key);
-    int rc = sqlite3_step(st);
-    r = rc == SQLITE_ROW
-            ? state_move(db, &rest, &spans, m, (const char *)sqlite3_column_text(st, 0))
-            : sq_err(db, rc, "read a state to move");
-    sqlite3_finalize(st);
+    sdb_bind_text(st, 1, m->run_id);
+    sdb_bind_int64(st, 2, m->key);
+    int rc = sdb_step(st);
+    r = rc == SDB_ROW ? state_move(db, &rest, &spans, m, (const char *)sdb_column_text(st, 0))
+                      : sq_err(db, rc, "read a state to move");
+    sdb_finalize(st);
     if (r == 0 && rest && whole_ref)
         r = reference_compose(&ref, rest, spans);
     if (r == 0 && rest && (r = sq_prepare(db, &st, update)) == 0) {
-        sqlite3_bind_text(st, 1, whole_ref ? ref : rest, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, spans, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, m->run_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 4, m->key);
+        sdb_bind_text(st, 1, whole_ref ? ref : rest);
+        sdb_bind_text(st, 2, spans);
+        sdb_bind_text(st, 3, m->run_id);
+        sdb_bind_int64(st, 4, m->key);
         r = sq_step_done(db, st, true, "move a state");
     }
     free(rest);
@@ -1073,21 +1070,21 @@ static int state_row_move(sqlite3 *db, const moved *m, const char *select, const
 
 /* Every row that list names (owner_id, thread_id, run_id, key; after ?1
  * run_id and ?2 key, at most ?3, in key order), moved. */
-static int states_move(sqlite3 *db, const char *list, const char *select, const char *update,
+static int states_move(sdb *db, const char *list, const char *select, const char *update,
                        bool whole_ref) {
     moved last = {0};
     size_t n;
     int r = 0;
     do {
         fbuf rows = {0};
-        sqlite3_stmt *st;
+        sdb_stmt *st;
         r = sq_prepare(db, &st, list);
         if (r == 0) {
-            sqlite3_bind_text(st, 1, last.run_id, -1, SQLITE_STATIC);
-            sqlite3_bind_int64(st, 2, last.key);
-            sqlite3_bind_int(st, 3, MIGRATE_BATCH);
+            sdb_bind_text(st, 1, last.run_id);
+            sdb_bind_int64(st, 2, last.key);
+            sdb_bind_int64(st, 3, MIGRATE_BATCH);
             r = sq_rows_read(db, &rows, st, sizeof(moved), read_moved, "list states to move");
-            sqlite3_finalize(st);
+            sdb_finalize(st);
         }
         const moved *m = (const moved *)rows.data;
         n = rows.len / sizeof *m;
@@ -1100,7 +1097,7 @@ static int states_move(sqlite3 *db, const char *list, const char *select, const 
     return r;
 }
 
-int sq_state_migrate_messages(sqlite3 *db) {
+int sq_state_migrate_messages(sdb *db) {
     int r = states_move(db,
                         "SELECT owner_id, thread_id, '', rowid FROM checkpoints "
                         "WHERE rowid > ?2 ORDER BY rowid LIMIT ?3",

@@ -1,6 +1,6 @@
 /* The store: fawn's durable state behind one interface (DESIGN §4). This is
- * its SQLite implementation's contract; numbered migrations bring any older
- * database up to date when it is opened.
+ * the contract of both its backends, SQLite and PostgreSQL; numbered
+ * migrations bring any older database up to date when it is opened.
  *
  * Every function returns 0 or a negative FAWN_E*: FAWN_ENOENT when the row
  * does not exist (or belongs to another owner), FAWN_EEXIST on a unique key,
@@ -28,6 +28,13 @@ typedef struct store store;
  * in WAL mode, and applies the migrations it lacks in one transaction each.
  * FAWN_EINVAL when the database is newer than this fawn. Caller closes. */
 FAWN_MUST_CHECK int store_open(store **out, const char *path);
+/* Opens the store on a PostgreSQL database (conninfo: a libpq connection
+ * string or URI) with a small pool of connections, and applies the
+ * migrations it lacks, one write transaction each (gateways starting
+ * together apply each once). The same contract as on SQLite; several
+ * gateways may share the database. FAWN_EIO when it cannot connect.
+ * Caller closes. */
+FAWN_MUST_CHECK int store_open_postgres(store **out, const char *conninfo);
 void store_close(store *s);
 
 /* The schema version the database is at. */

@@ -1,6 +1,12 @@
-/* The SQLite store: migrations, users, owner-scoped threads, search and
- * its bounds, a held reader that stalls no one else, concurrent writers,
- * and reopening after the writer was killed. */
+/* The store: migrations, users, owner-scoped threads, search and its
+ * bounds, a held reader that stalls no one else, concurrent writers, and
+ * reopening after the writer was killed.
+ *
+ * The same cases run on SQLite and, when FAWN_TEST_PG holds a libpq
+ * conninfo of a server (scripts/pg-test-server.sh run ...), on PostgreSQL:
+ * each case then has a database of its own, created by its setup. A few
+ * cases are about SQLite's file (its permissions, a schema-5 file, a
+ * progress handler) and run on SQLite only. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,24 +24,63 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
+#include "store/db.h"
 #include "store/sqlite_internal.h"
 #include "store/store.h"
+
+/* The PostgreSQL server's conninfo (no dbname), or NULL: SQLite. */
+static const char *pg_server;
 
 typedef struct fx {
     char dir[64];
     char path[128];
+    char pg[512]; /* this case's database's conninfo (PostgreSQL) */
+    char pg_name[64];
     store *s;
     int64_t alice, bob;
 } fx;
 
+/* Runs sql on the server's maintenance database. */
+static int pg_admin(const char *sql) {
+    char conninfo[512];
+    snprintf(conninfo, sizeof conninfo, "%s dbname=postgres", pg_server);
+    sdb *db;
+    int r = sdb_pg_open(&db, conninfo);
+    if (r == 0) {
+        r = sdb_exec(db, sql) == SDB_OK ? 0 : -1;
+        if (r < 0)
+            fprintf(stderr, "pg_admin: %s\n", sdb_errmsg(db));
+        sdb_close(db);
+    }
+    return r;
+}
+
+/* Opens another handle on the case's database (a second gateway). */
+static int fx_open(fx *x, store **s) {
+    return pg_server ? store_open_postgres(s, x->pg) : store_open(s, x->path);
+}
+
 static int setup(void **state) {
+    static int cases;
     fx *x = calloc(1, sizeof *x);
     snprintf(x->dir, sizeof x->dir, "/tmp/fawn-store-XXXXXX");
     if (!mkdtemp(x->dir))
         return -1;
     snprintf(x->path, sizeof x->path, "%s/db/fawn.db", x->dir);
-    if (store_open(&x->s, x->path) < 0)
+    if (pg_server) {
+        char sql[128];
+        snprintf(x->pg_name, sizeof x->pg_name, "fawn_store_%d_%d", (int)getpid(), ++cases);
+        snprintf(x->pg, sizeof x->pg, "%s dbname=%s", pg_server, x->pg_name);
+        snprintf(sql, sizeof sql, "CREATE DATABASE %s", x->pg_name);
+        if (pg_admin(sql) < 0)
+            return -1;
+    }
+    if (fx_open(x, &x->s) < 0) {
+        fprintf(stderr, "setup: %s\n", fawn_errmsg());
         return -1;
+    }
     store_user u;
     if (store_user_create(x->s, &u, "alice", "hash-a", "admin") < 0)
         return -1;
@@ -53,6 +98,10 @@ static int teardown(void **state) {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", x->dir);
     int r = system(cmd);
+    if (pg_server) {
+        snprintf(cmd, sizeof cmd, "DROP DATABASE %s WITH (FORCE)", x->pg_name);
+        r |= pg_admin(cmd);
+    }
     free(x);
     return r;
 }
@@ -64,7 +113,7 @@ static void migrations_bring_schema_current(void **state) {
     assert_int_equal(v, 13); /* 12: MCP tools; 13: scheduled tasks */
     /* Reopening applies nothing twice. */
     store *again;
-    assert_int_equal(store_open(&again, x->path), 0);
+    assert_int_equal(fx_open(x, &again), 0);
     assert_int_equal(store_schema_version(again, &v), 0);
     assert_int_equal(v, 13);
     store_close(again);
@@ -450,7 +499,7 @@ static void a_held_read_stalls_no_other_caller(void **state) {
     store_thread_clear(&t);
     read_gate g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
     for (size_t i = 0; i < STORE_READERS; i++)
-        sqlite3_progress_handler(x->s->readers[i], 1, gate_progress, &g);
+        sqlite3_progress_handler(sdb_sqlite_handle(x->s->readers[i]), 1, gate_progress, &g);
     g.armed = true;
     gate_call search_call = {.x = x, .g = &g}, other = {.x = x, .g = &g};
     pthread_t searcher, caller;
@@ -465,7 +514,7 @@ static void a_held_read_stalls_no_other_caller(void **state) {
     pthread_join(caller, NULL);
     pthread_join(searcher, NULL);
     for (size_t i = 0; i < STORE_READERS; i++)
-        sqlite3_progress_handler(x->s->readers[i], 0, NULL, NULL);
+        sqlite3_progress_handler(sdb_sqlite_handle(x->s->readers[i]), 0, NULL, NULL);
     assert_true(completed);
     assert_int_equal(other.result, 0);
     assert_int_equal(search_call.result, 0);
@@ -526,7 +575,7 @@ static void killed_writer_restarts_cleanly(void **state) {
     pid_t pid = fork();
     if (pid == 0) {
         store *s;
-        if (store_open(&s, x->path) < 0)
+        if (fx_open(x, &s) < 0)
             _exit(1);
         for (int i = 0; i < 20; i++) {
             char id[16];
@@ -545,7 +594,7 @@ static void killed_writer_restarts_cleanly(void **state) {
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     store *s;
-    assert_int_equal(store_open(&s, x->path), 0);
+    assert_int_equal(fx_open(x, &s), 0);
     store_thread t;
     for (int i = 0; i < 20; i++) {
         char id[16];
@@ -1085,20 +1134,19 @@ static void message_origins_follow_the_lineage(void **state) {
 
 /* How many message rows the thread has, and their bytes. */
 static int64_t message_rows(fx *x, int64_t owner, const char *thread, int64_t *bytes) {
-    sqlite3 *db = sq_read_begin(x->s);
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_prepare_v2(db,
-                                        "SELECT count(*), coalesce(sum(bytes), 0) FROM "
-                                        "thread_messages WHERE owner_id = ?1 AND thread_id = ?2",
-                                        -1, &st, NULL),
-                     SQLITE_OK);
-    sqlite3_bind_int64(st, 1, owner);
-    sqlite3_bind_text(st, 2, thread, -1, SQLITE_STATIC);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    int64_t n = sqlite3_column_int64(st, 0);
+    sdb *db = sq_read_begin(x->s);
+    sdb_stmt *st;
+    assert_int_equal(sdb_prepare(db, &st,
+                                 "SELECT count(*), coalesce(sum(bytes), 0) FROM "
+                                 "thread_messages WHERE owner_id = ?1 AND thread_id = ?2"),
+                     SDB_OK);
+    sdb_bind_int64(st, 1, owner);
+    sdb_bind_text(st, 2, thread);
+    assert_int_equal(sdb_step(st), SDB_ROW);
+    int64_t n = sdb_column_int64(st, 0);
     if (bytes)
-        *bytes = sqlite3_column_int64(st, 1);
-    sqlite3_finalize(st);
+        *bytes = sdb_column_int64(st, 1);
+    sdb_finalize(st);
     sq_read_end(x->s, db);
     return n;
 }
@@ -1764,7 +1812,7 @@ static void concurrent_claimers_take_one(void **state) {
     fx *x = *state;
     make_task(x, x->alice, "task-race", 2000000);
     store *other;
-    assert_int_equal(store_open(&other, x->path), 0);
+    assert_int_equal(fx_open(x, &other), 0);
     claimer c[8];
     pthread_t th[8];
     for (int i = 0; i < 8; i++) {
@@ -1783,40 +1831,48 @@ static void concurrent_claimers_take_one(void **state) {
     assert_int_equal(store_task_delete(x->s, x->alice, "task-race"), 0);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(migrations_bring_schema_current),
-        cmocka_unit_test(users),
-        cmocka_unit_test(usernames_ignore_case),
-        cmocka_unit_test(api_tokens),
-        cmocka_unit_test(sandbox_records_and_fences),
-        cmocka_unit_test(threads_are_owner_scoped_and_idempotent),
-        cmocka_unit_test(search_matches_metadata_exactly),
-        cmocka_unit_test(search_matches_are_bounded),
-        cmocka_unit_test(metadata_and_matches_nest_within_bounds),
-        cmocka_unit_test(a_held_read_stalls_no_other_caller),
-        cmocka_unit_test(concurrent_writers_lose_nothing),
-        cmocka_unit_test(killed_writer_restarts_cleanly),
-        cmocka_unit_test(runs_are_owner_and_thread_scoped),
-        cmocka_unit_test(run_events_append_read_prune),
-        cmocka_unit_test(threads_carry_their_title_and_ids_narrow_a_search),
-        cmocka_unit_test(message_pages_walk_the_newest_state_backwards),
-        cmocka_unit_test(token_usage_sums_what_runs_wrote),
-        cmocka_unit_test(token_usage_adds_what_runs_recorded_besides_the_lead),
-        cmocka_unit_test(checkpoints_and_receipts_follow_the_thread),
-        cmocka_unit_test(message_origins_follow_the_lineage),
-        cmocka_unit_test(checkpoints_store_each_message_once),
-        cmocka_unit_test(replaced_messages_stay_until_no_checkpoint_lists_them),
-        cmocka_unit_test(migration_moves_whole_states_into_message_rows),
-        cmocka_unit_test(failures_leave_out_parameters_defined),
-        cmocka_unit_test(database_is_private),
-        cmocka_unit_test(memory_facts_are_owner_scoped_and_bounded),
-        cmocka_unit_test(memory_facts_are_validated),
-        cmocka_unit_test(memory_import_is_all_or_nothing),
-        cmocka_unit_test(skill_states_keep_the_last_setting),
-        cmocka_unit_test(tasks_are_owner_scoped_and_checked),
-        cmocka_unit_test(claims_run_each_occurrence_once),
+/* The cases on both backends. */
+#define COMMON_TESTS                                                                               \
+    cmocka_unit_test(migrations_bring_schema_current), cmocka_unit_test(users),                    \
+        cmocka_unit_test(usernames_ignore_case), cmocka_unit_test(api_tokens),                     \
+        cmocka_unit_test(sandbox_records_and_fences),                                              \
+        cmocka_unit_test(threads_are_owner_scoped_and_idempotent),                                 \
+        cmocka_unit_test(search_matches_metadata_exactly),                                         \
+        cmocka_unit_test(search_matches_are_bounded),                                              \
+        cmocka_unit_test(metadata_and_matches_nest_within_bounds),                                 \
+        cmocka_unit_test(concurrent_writers_lose_nothing),                                         \
+        cmocka_unit_test(killed_writer_restarts_cleanly),                                          \
+        cmocka_unit_test(runs_are_owner_and_thread_scoped),                                        \
+        cmocka_unit_test(run_events_append_read_prune),                                            \
+        cmocka_unit_test(threads_carry_their_title_and_ids_narrow_a_search),                       \
+        cmocka_unit_test(message_pages_walk_the_newest_state_backwards),                           \
+        cmocka_unit_test(token_usage_sums_what_runs_wrote),                                        \
+        cmocka_unit_test(token_usage_adds_what_runs_recorded_besides_the_lead),                    \
+        cmocka_unit_test(checkpoints_and_receipts_follow_the_thread),                              \
+        cmocka_unit_test(message_origins_follow_the_lineage),                                      \
+        cmocka_unit_test(checkpoints_store_each_message_once),                                     \
+        cmocka_unit_test(replaced_messages_stay_until_no_checkpoint_lists_them),                   \
+        cmocka_unit_test(failures_leave_out_parameters_defined),                                   \
+        cmocka_unit_test(memory_facts_are_owner_scoped_and_bounded),                               \
+        cmocka_unit_test(memory_facts_are_validated),                                              \
+        cmocka_unit_test(memory_import_is_all_or_nothing),                                         \
+        cmocka_unit_test(skill_states_keep_the_last_setting),                                      \
+        cmocka_unit_test(tasks_are_owner_scoped_and_checked),                                      \
+        cmocka_unit_test(claims_run_each_occurrence_once),                                         \
         cmocka_unit_test(concurrent_claimers_take_one),
-    };
-    return cmocka_run_group_tests_name("store", tests, setup, teardown);
+/* About SQLite's file and connections. */
+#define SQLITE_TESTS                                                                               \
+    cmocka_unit_test(a_held_read_stalls_no_other_caller),                                          \
+        cmocka_unit_test(migration_moves_whole_states_into_message_rows),                          \
+        cmocka_unit_test(database_is_private),
+
+int main(void) {
+    pg_server = getenv("FAWN_TEST_PG");
+    if (pg_server && !pg_server[0])
+        pg_server = NULL;
+    const struct CMUnitTest on_sqlite[] = {COMMON_TESTS SQLITE_TESTS};
+    const struct CMUnitTest on_postgres[] = {COMMON_TESTS};
+    if (pg_server)
+        return cmocka_run_group_tests_name("store on PostgreSQL", on_postgres, setup, teardown);
+    return cmocka_run_group_tests_name("store", on_sqlite, setup, teardown);
 }
