@@ -59,7 +59,9 @@ sdb_backend sdb_kind(const sdb *db);
 int sdb_exec(sdb *db, const char *sql);
 /* Prepares one statement: SDB_OK (with *st) or an error class. */
 int sdb_prepare(sdb *db, sdb_stmt **st, const char *sql);
-/* Parameters, from 1. A NULL text binds NULL. */
+/* Parameters, from 1. A NULL text binds NULL (a text NULL on PostgreSQL,
+ * where `?1 IS NULL` needs a type; sdb_bind_null's NULL takes the type of
+ * its place, e.g. an integer column). */
 void sdb_bind_text(sdb_stmt *st, int i, const char *v);
 void sdb_bind_int64(sdb_stmt *st, int i, int64_t v);
 void sdb_bind_double(sdb_stmt *st, int i, double v);

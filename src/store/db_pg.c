@@ -1,9 +1,8 @@
 /* db.h over PostgreSQL (libpq). A statement keeps its SQL, rewritten from
  * `?N` parameters to `$N`, and its bound values as text; its first step
  * runs it (PQexecParams, text results) and later steps walk the result's
- * rows. Integers and doubles are sent with their types (int8, float8), texts
- * untyped, so the server infers each from where it is used, as SQLite's
- * loose typing would. */
+ * rows. Every parameter is sent with its type (int8, float8, text; a NULL
+ * of sdb_bind_null untyped, so the server infers it from its place). */
 #include <ctype.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
@@ -19,6 +18,7 @@
 /* Type oids of pg_type.h (a server header libpq-dev does not ship). */
 #define PG_INT8OID 20
 #define PG_FLOAT8OID 701
+#define PG_TEXTOID 25
 
 typedef struct pgc {
     sdb base;
@@ -64,8 +64,7 @@ static int pg_class(pgc *db, const PGresult *res) {
         return SDB_ERROR;
     if (strncmp(state, "23", 2) == 0 || strncmp(state, "22", 2) == 0)
         return SDB_CONSTRAINT;
-    if (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0 ||
-        strcmp(state, "55P03") == 0)
+    if (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0 || strcmp(state, "55P03") == 0)
         return SDB_BUSY;
     return SDB_ERROR;
 }
@@ -180,7 +179,7 @@ static void pg_bind(sdb_stmt *s, int i, char *v, unsigned type) {
 }
 
 static void pg_bind_text(sdb_stmt *st, int i, const char *v) {
-    pg_bind(st, i, v ? strdup(v) : NULL, 0);
+    pg_bind(st, i, v ? strdup(v) : NULL, PG_TEXTOID);
 }
 
 static void pg_bind_int64(sdb_stmt *st, int i, int64_t v) {

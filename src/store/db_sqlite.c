@@ -23,15 +23,11 @@ static int lite_class(int rc) {
     switch (rc & 0xff) {
     case SQLITE_OK:
     case SQLITE_ROW:
-    case SQLITE_DONE:
-        return rc & 0xff;
+    case SQLITE_DONE: return rc & 0xff;
     case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-        return SDB_BUSY;
-    case SQLITE_CONSTRAINT:
-        return SDB_CONSTRAINT;
-    default:
-        return SDB_ERROR;
+    case SQLITE_LOCKED: return SDB_BUSY;
+    case SQLITE_CONSTRAINT: return SDB_CONSTRAINT;
+    default: return SDB_ERROR;
     }
 }
 
@@ -76,9 +72,7 @@ static void lite_finalize(sdb_stmt *st) {
 static const char *lite_column_text(sdb_stmt *st, int col) {
     return (const char *)sqlite3_column_text(S(st), col);
 }
-static int64_t lite_column_int64(sdb_stmt *st, int col) {
-    return sqlite3_column_int64(S(st), col);
-}
+static int64_t lite_column_int64(sdb_stmt *st, int col) { return sqlite3_column_int64(S(st), col); }
 static double lite_column_double(sdb_stmt *st, int col) {
     return sqlite3_column_double(S(st), col);
 }

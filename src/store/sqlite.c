@@ -110,15 +110,13 @@ void sq_read_end(store *s, sdb *db) {
 }
 
 /* The schema version: SQLite keeps it in user_version, PostgreSQL in a
- * one-row table (created by the first migration's transaction). */
+ * one-row table (migrate creates it). */
 static int schema_version(sdb *db, int *out) {
     *out = 0;
     sdb_stmt *st;
-    int r = sq_prepare(db, &st,
-                       sq_pick(db, "PRAGMA user_version",
-                               "SELECT coalesce((SELECT max(version) FROM fawn_schema), 0) WHERE "
-                               "to_regclass('fawn_schema') IS NOT NULL UNION ALL SELECT 0 WHERE "
-                               "to_regclass('fawn_schema') IS NULL"));
+    int r = sq_prepare(
+        db, &st,
+        sq_pick(db, "PRAGMA user_version", "SELECT coalesce(max(version), 0) FROM fawn_schema"));
     if (r == 0) {
         int rc = sdb_step(st);
         r = rc == SDB_ROW ? 0 : sq_err(db, rc == SDB_DONE ? SDB_ERROR : rc, "schema version");
@@ -140,9 +138,7 @@ int store_schema_version(store *s, int *out) {
 static int schema_version_set(sdb *db, int v) {
     char sql[160];
     if (sdb_kind(db) == SDB_POSTGRES)
-        snprintf(sql, sizeof sql,
-                 "CREATE TABLE IF NOT EXISTS fawn_schema (version BIGINT NOT NULL);"
-                 "DELETE FROM fawn_schema; INSERT INTO fawn_schema VALUES (%d)",
+        snprintf(sql, sizeof sql, "DELETE FROM fawn_schema; INSERT INTO fawn_schema VALUES (%d)",
                  v);
     else
         snprintf(sql, sizeof sql, "PRAGMA user_version = %d", v);
@@ -169,6 +165,9 @@ static int migrate(sdb *db) {
     for (;;) {
         int version = 0;
         int r = sq_begin_write(db, "begin migration");
+        if (r == 0 && sdb_kind(db) == SDB_POSTGRES)
+            r = sq_exec(db, "CREATE TABLE IF NOT EXISTS fawn_schema (version BIGINT NOT NULL)",
+                        "schema version table");
         if (r == 0)
             r = schema_version(db, &version);
         if (r == 0 && version > latest)
@@ -982,15 +981,10 @@ int store_fence_list(store *s, store_fence **out, size_t *n, const char *sandbox
     fbuf rows = {.limit = STORE_FENCES_MAX * sizeof(store_fence)};
     sdb_stmt *st;
     sdb *db = sq_read_begin(s);
-    /* In the order they were added (PostgreSQL has no rowid: ties by key). */
     int r = sq_prepare(db, &st,
-                       sq_pick(db,
-                               "SELECT scope, sandbox_id, generation, reason, created_at_ms FROM "
-                               "sandbox_fences WHERE ?1 IS NULL OR sandbox_id = ?1 "
-                               "ORDER BY created_at_ms, rowid LIMIT ?2",
-                               "SELECT scope, sandbox_id, generation, reason, created_at_ms FROM "
-                               "sandbox_fences WHERE ?1::text IS NULL OR sandbox_id = ?1 "
-                               "ORDER BY created_at_ms, scope, sandbox_id, generation LIMIT ?2"));
+                       "SELECT scope, sandbox_id, generation, reason, created_at_ms FROM "
+                       "sandbox_fences WHERE ?1 IS NULL OR sandbox_id = ?1 "
+                       "ORDER BY created_at_ms, rowid LIMIT ?2");
     if (r == 0) {
         sdb_bind_text(st, 1, sandbox_id);
         sdb_bind_int64(st, 2, STORE_FENCES_MAX);

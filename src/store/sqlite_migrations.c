@@ -2,7 +2,9 @@
  * schema's whole history, each in SQLite's DDL and in PostgreSQL's (the same
  * tables, columns, keys and indexes; INTEGER is BIGINT, REAL is DOUBLE
  * PRECISION, a JSON check casts to jsonb, case-insensitive names are a
- * lower() index, and `user` is quoted where it names a column). */
+ * lower() index, `user` is quoted where it names a column, and the tables
+ * whose rows are listed in insertion order have a rowid identity column,
+ * as SQLite's rowid). */
 #include "store/sqlite_internal.h"
 
 const sq_migration sq_migrations[] = {
@@ -102,6 +104,7 @@ const sq_migration sq_migrations[] = {
      "  token TEXT NOT NULL,"
      "  created_at_ms BIGINT NOT NULL);"
      "CREATE TABLE sandbox_fences ("
+     "  rowid BIGINT GENERATED ALWAYS AS IDENTITY,"
      "  scope TEXT NOT NULL,"
      "  sandbox_id TEXT NOT NULL,"
      "  generation TEXT NOT NULL,"
@@ -154,6 +157,7 @@ const sq_migration sq_migrations[] = {
      "  PRIMARY KEY (run_id, tool_call_id));",
      NULL,
      "CREATE TABLE runs ("
+     "  rowid BIGINT GENERATED ALWAYS AS IDENTITY,"
      "  run_id TEXT PRIMARY KEY,"
      "  owner_id BIGINT NOT NULL,"
      "  thread_id TEXT NOT NULL,"
@@ -174,6 +178,7 @@ const sq_migration sq_migrations[] = {
      "  data TEXT NOT NULL,"
      "  PRIMARY KEY (run_id, seq));"
      "CREATE TABLE checkpoints ("
+     "  rowid BIGINT GENERATED ALWAYS AS IDENTITY,"
      "  owner_id BIGINT NOT NULL,"
      "  thread_id TEXT NOT NULL,"
      "  checkpoint_id TEXT NOT NULL,"
@@ -187,6 +192,7 @@ const sq_migration sq_migrations[] = {
      "  FOREIGN KEY (owner_id, thread_id) REFERENCES threads(owner_id, id) ON DELETE CASCADE);"
      "CREATE INDEX checkpoints_by_seq ON checkpoints(owner_id, thread_id, seq);"
      "CREATE TABLE receipts ("
+     "  rowid BIGINT GENERATED ALWAYS AS IDENTITY,"
      "  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,"
      "  tool_call_id TEXT NOT NULL,"
      "  tool_name TEXT NOT NULL,"
@@ -254,6 +260,7 @@ const sq_migration sq_migrations[] = {
      "CREATE INDEX memory_facts_by_owner ON memory_facts(owner_id, created_at_ms);",
      NULL,
      "CREATE TABLE memory_facts ("
+     "  rowid BIGINT GENERATED ALWAYS AS IDENTITY,"
      "  id TEXT PRIMARY KEY,"
      "  owner_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
      "  content TEXT NOT NULL,"
@@ -398,6 +405,7 @@ const sq_migration sq_migrations[] = {
      "CREATE INDEX scheduled_tasks_by_owner ON scheduled_tasks(owner_id, created_at_ms);"
      "CREATE INDEX scheduled_tasks_due ON scheduled_tasks(status, next_run_at_ms);"
      "CREATE TABLE scheduled_task_runs ("
+     "  rowid BIGINT GENERATED ALWAYS AS IDENTITY,"
      "  id TEXT PRIMARY KEY,"
      "  task_id TEXT NOT NULL REFERENCES scheduled_tasks(id) ON DELETE CASCADE,"
      "  owner_id BIGINT NOT NULL,"

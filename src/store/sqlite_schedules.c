@@ -100,7 +100,7 @@ static void bind_opt(sdb_stmt *st, int i, const char *text) {
     if (text && *text)
         sdb_bind_text(st, i, text);
     else
-        sdb_bind_null(st, i);
+        sdb_bind_text(st, i, NULL);
 }
 
 static void bind_opt_ms(sdb_stmt *st, int i, int64_t ms) {
@@ -406,7 +406,10 @@ static int claim_decide(sdb *db, enum store_claim *out, const store_task *t,
     return r;
 }
 
-/* Inserts the task run of a claim, status "claimed" or "skipped". */
+/* Inserts the task run of a claim, status "claimed" or "skipped";
+ * FAWN_EEXIST when the occurrence (or the claim id) is already recorded.
+ * The conflict is no error of the statement (ON CONFLICT DO NOTHING): on
+ * PostgreSQL a failed statement would end the claim's transaction. */
 static int claim_run_insert(sdb *db, const store_claim_req *q, bool skipped) {
     bool scheduled = strcmp(q->trigger, "scheduled") == 0;
     sdb_stmt *st;
@@ -414,7 +417,8 @@ static int claim_run_insert(sdb *db, const store_claim_req *q, bool skipped) {
                        "INSERT INTO scheduled_task_runs (id, task_id, owner_id, thread_id, "
                        "scheduled_for_ms, trigger, triggered_by, status, error, started_at_ms, "
                        "ended_at_ms, created_at_ms) SELECT ?1, id, owner_id, ?2, ?3, ?4, ?5, ?6, "
-                       "?7, ?8, ?8, ?9 FROM scheduled_tasks WHERE id = ?10");
+                       "?7, ?8, ?8, ?9 FROM scheduled_tasks WHERE id = ?10 "
+                       "ON CONFLICT DO NOTHING");
     if (r < 0)
         return r;
     sdb_bind_text(st, 1, q->claim_id);
@@ -427,7 +431,8 @@ static int claim_run_insert(sdb *db, const store_claim_req *q, bool skipped) {
     bind_opt_ms(st, 8, skipped ? q->now_ms : 0);
     sdb_bind_int64(st, 9, q->now_ms);
     sdb_bind_text(st, 10, q->task_id);
-    return sq_step_done(db, st, true, "record task run");
+    r = sq_step_done(db, st, true, "record task run");
+    return r == FAWN_ENOENT ? fawn_err(FAWN_EEXIST, "the occurrence is already recorded") : r;
 }
 
 /* The task's side of a claim: taken (claim and lease), and for a
@@ -439,9 +444,9 @@ static int claim_task_update(sdb *db, const store_claim_req *q, bool taken) {
     int r = sq_prepare(
         db, &st,
         "UPDATE scheduled_tasks SET claim_id = ?1, lease_owner = ?2, lease_until_ms = ?3, "
-        "next_run_at_ms = CASE WHEN ?4 THEN ?5 ELSE next_run_at_ms END, "
-        "status = CASE WHEN NOT ?6 AND schedule_type = 'once' THEN 'stopped' ELSE status END, "
-        "stop_reason = CASE WHEN NOT ?6 AND schedule_type = 'once' THEN ?7 ELSE stop_reason END, "
+        "next_run_at_ms = CASE WHEN ?4 <> 0 THEN ?5 ELSE next_run_at_ms END, "
+        "status = CASE WHEN ?6 = 0 AND schedule_type = 'once' THEN 'stopped' ELSE status END, "
+        "stop_reason = CASE WHEN ?6 = 0 AND schedule_type = 'once' THEN ?7 ELSE stop_reason END, "
         "updated_at_ms = ?8 WHERE id = ?9");
     if (r < 0)
         return r;
@@ -551,8 +556,12 @@ int store_task_claim_find_run(store *s, char run_id[37], int64_t owner_id, const
     sdb *db = sq_read_begin(s);
     sdb_stmt *st;
     int r = sq_prepare(db, &st,
-                       "SELECT run_id FROM runs WHERE owner_id = ?1 AND thread_id = ?2 AND "
-                       "json_extract(metadata, '$.scheduled_task_run_id') = ?3 LIMIT 1");
+                       sq_pick(db,
+                               "SELECT run_id FROM runs WHERE owner_id = ?1 AND thread_id = ?2 "
+                               "AND json_extract(metadata, '$.scheduled_task_run_id') = ?3 "
+                               "LIMIT 1",
+                               "SELECT run_id FROM runs WHERE owner_id = ?1 AND thread_id = ?2 "
+                               "AND metadata::jsonb ->> 'scheduled_task_run_id' = ?3 LIMIT 1"));
     if (r == 0) {
         sdb_bind_int64(st, 1, owner_id);
         sdb_bind_text(st, 2, thread_id);

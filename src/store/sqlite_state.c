@@ -554,8 +554,11 @@ static int rows_of_id(sdb *db, fbuf *seqs, int64_t owner_id, const char *thread_
                       const char *id) {
     sdb_stmt *st;
     int r = sq_prepare(db, &st,
-                       "SELECT seq FROM thread_messages WHERE owner_id = ?1 AND thread_id = ?2 "
-                       "AND json_extract(body, '$.id') = ?3");
+                       sq_pick(db,
+                               "SELECT seq FROM thread_messages WHERE owner_id = ?1 AND "
+                               "thread_id = ?2 AND json_extract(body, '$.id') = ?3",
+                               "SELECT seq FROM thread_messages WHERE owner_id = ?1 AND "
+                               "thread_id = ?2 AND body::jsonb ->> 'id' = ?3"));
     if (r < 0)
         return r;
     bind_thread(st, owner_id, thread_id);
@@ -923,7 +926,7 @@ int store_message_page(store *s, store_message **out, size_t *n, bool *has_more,
  * the lead agent's, the sub-agents' and middleware's total tokens. The
  * lead agent's answers are counted from the messages the runs wrote; the
  * other callers' from the runs' token_usage. */
-#define USAGE_SQL                                                                                  \
+#define LITE_USAGE_SQL                                                                             \
     "WITH ai AS (SELECT run_id, 'lead' AS c, "                                                     \
     "  json_extract(body, '$.response_metadata.model_name') AS m, "                                \
     "  json_extract(body, '$.usage_metadata.input_tokens') AS i, "                                 \
@@ -947,6 +950,57 @@ int store_message_page(store *s, store_message **out, size_t *n, bool *has_more,
     "  TOTAL(CASE WHEN c = 2 THEN t END) FROM counted "                                            \
     "UNION ALL SELECT * FROM (SELECT m, COUNT(DISTINCT run_id), TOTAL(i), TOTAL(o), "              \
     "  TOTAL(t) AS tokens, 0, 0, 0 FROM counted GROUP BY m ORDER BY tokens DESC LIMIT ?3)"
+/* The same on PostgreSQL: the JSON values stay jsonb until counted, and a
+ * count is a positive JSON integer (as SQLite's typeof 'integer'). */
+#define PG_JSON_COUNT(v)                                                                           \
+    "CASE WHEN jsonb_typeof(" v ") = 'number' AND (" v " #>> '{}') ~ '^[0-9]{1,19}$' AND "         \
+    "(" v " #>> '{}')::numeric <= 9223372036854775807 THEN (" v " #>> '{}')::numeric ELSE 0 END"
+#define PG_TOTAL(v) "coalesce(sum(" v "), 0)::float8"
+#define PG_USAGE_SQL                                                                                                                                       \
+    "WITH ai AS (SELECT run_id, to_jsonb('lead'::text) AS c, "                                                                                             \
+    "  b -> 'response_metadata' -> 'model_name' AS m, b -> 'usage_metadata' -> 'input_tokens' "                                                            \
+    "  AS i, b -> 'usage_metadata' -> 'output_tokens' AS o, "                                                                                              \
+    "  b -> 'usage_metadata' -> 'total_tokens' AS t FROM (SELECT run_id, body::jsonb AS b "                                                                \
+    "  FROM thread_messages WHERE owner_id = ?1 AND thread_id = ?2 AND run_id != '') AS msg "                                                              \
+    "  WHERE b ->> 'type' = 'ai' "                                                                                                                         \
+    "  UNION ALL SELECT runs.run_id, u.value -> 'caller', u.value -> 'model', "                                                                            \
+    "  u.value -> 'input_tokens', u.value -> 'output_tokens', u.value -> 'total_tokens' "                                                                  \
+    "  FROM runs, jsonb_array_elements(runs.token_usage::jsonb) AS u(value) "                                                                              \
+    "  WHERE runs.owner_id = ?1 AND runs.thread_id = ?2 AND u.value ->> 'caller' <> 'lead'), "                                                             \
+    "counted AS (SELECT run_id, CASE WHEN c = to_jsonb('lead'::text) THEN 0 "                                                                              \
+    "  WHEN jsonb_typeof(c) = 'string' AND (c #>> '{}') LIKE 'subagent:%' THEN 1 ELSE 2 END AS "                                                           \
+    "c, "                                                                                                                                                  \
+    "  CASE WHEN jsonb_typeof(m) = 'string' THEN m #>> '{}' ELSE '' END AS m, "                                                                            \
+    "  " PG_JSON_COUNT("i") " AS i, " PG_JSON_COUNT("o") " AS o, " PG_JSON_COUNT(                                                                          \
+        "t") " AS t "                                                                                                                                      \
+             "  FROM ai) "                                                                                                                                 \
+             "SELECT NULL::text, count(DISTINCT run_id), " PG_TOTAL("i") ", " PG_TOTAL(                                                                    \
+                 "o") ", "                                                                                                                                 \
+                      "  " PG_TOTAL("t") ", " PG_TOTAL(                                                                                                    \
+                          "CASE WHEN c = 0 THEN t END") ", "                                                                                               \
+                                                        "  " PG_TOTAL("CASE WHEN c = 1 THEN t "                                                            \
+                                                                      "END") ", " PG_TOTAL(                                                                \
+                                                            "CASE WHEN c = 2 THEN t END") " "                                                              \
+                                                                                          "  "                                                             \
+                                                                                          "FROM "                                                          \
+                                                                                          "counte"                                                         \
+                                                                                          "d "                                                             \
+                                                                                          "UNION "                                                         \
+                                                                                          "ALL "                                                           \
+                                                                                          "SELECT"                                                         \
+                                                                                          " * "                                                            \
+                                                                                          "FROM "                                                          \
+                                                                                          "(SELEC"                                                         \
+                                                                                          "T m, "                                                          \
+                                                                                          "count("                                                         \
+                                                                                          "DISTIN"                                                         \
+                                                                                          "CT "                                                            \
+                                                                                          "run_"                                                           \
+                                                                                          "id), "                                                          \
+                                                                                          " "                                                              \
+                                                                                          " " PG_TOTAL("i") ", " PG_TOTAL(                                 \
+                                                                                              "o") ", " PG_TOTAL("t") " AS tokens, 0::float8, 0::float8, " \
+                                                                                                                      "  0::float8 FROM counted GROUP BY m ORDER BY tokens DESC LIMIT ?3) AS per_model"
 
 /* A TOTAL() column as a count: clamped to 0 … INT64_MAX. */
 static int64_t total_col(sdb_stmt *st, int col) {
@@ -976,7 +1030,7 @@ int store_thread_token_usage(store *s, store_token_usage *out, int64_t owner_id,
     memset(out, 0, sizeof *out);
     sdb *db = sq_read_begin(s);
     sdb_stmt *st = NULL;
-    int r = sq_prepare(db, &st, USAGE_SQL);
+    int r = sq_prepare(db, &st, sq_pick(db, LITE_USAGE_SQL, PG_USAGE_SQL));
     if (r == 0) {
         bind_thread(st, owner_id, thread_id);
         sdb_bind_int64(st, 3, STORE_USAGE_MODELS_MAX);
