@@ -26,13 +26,10 @@ static void usage(FILE *out) {
 }
 
 static int mcp_run(const char *command, const char *name, const fawn_config *cfg) {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/fawn.db", cfg->home) >= (int)sizeof path)
-        return fawn_err(FAWN_EINVAL, "home path too long");
     store *st = NULL;
     mcp_service *svc = NULL;
     json_t *out = NULL;
-    int r = store_open(&st, path);
+    int r = cli_store_open(&st, cfg);
     if (r == 0)
         r = mcp_service_open(&svc, cfg->mcp, st, cfg->home);
     if (r == 0)

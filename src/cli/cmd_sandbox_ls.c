@@ -154,11 +154,8 @@ static int rows_from_host(const fawn_config *cfg, store *st) {
 }
 
 int cli_sandbox_ls(const fawn_config *cfg) {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/fawn.db", cfg->home) >= (int)sizeof path)
-        return fawn_err(FAWN_EINVAL, "home path too long");
     store *st = NULL;
-    int r = store_open(&st, path);
+    int r = cli_store_open(&st, cfg);
     _cleanup_free_ char *token = NULL;
     json_t *answer = NULL;
     if (r == 0 && admin_token(&token, cfg, st) == 0 && gateway_get(&answer, cfg, token) == 0) {

@@ -15,8 +15,8 @@
 static void usage(FILE *out) {
     fprintf(out, "usage: fawn serve [--config FILE]\n\n"
                  "Runs the gateway on server.host:server.port (default 127.0.0.1:8001) with\n"
-                 "its store at $FAWN_HOME/fawn.db. SIGTERM or SIGINT stops it once the\n"
-                 "requests in progress have finished.\n");
+                 "its store at $FAWN_HOME/fawn.db (or on PostgreSQL: store.backend). SIGTERM\n"
+                 "or SIGINT stops it once the requests in progress have finished.\n");
 }
 
 static int parse_args(const char **config, int argc, char **argv) {
@@ -42,13 +42,10 @@ static int serve(const fawn_config *cfg) {
     sigaddset(&stop, SIGTERM);
     sigaddset(&stop, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/fawn.db", cfg->home) >= (int)sizeof path)
-        return fawn_err(FAWN_EINVAL, "home path too long");
     store *st = NULL;
     app *a = NULL;
     gateway *g = NULL;
-    int r = store_open(&st, path);
+    int r = cli_store_open(&st, cfg);
     if (r == 0)
         r = app_open(&a, cfg, st);
     if (r == 0)

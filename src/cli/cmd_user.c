@@ -70,13 +70,7 @@ static int read_password(char *out, size_t outsz) {
     return 0;
 }
 
-static int store_of(store **st, const fawn_config *cfg) {
-    *st = NULL;
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/fawn.db", cfg->home) >= (int)sizeof path)
-        return fawn_err(FAWN_EINVAL, "home path too long");
-    return store_open(st, path);
-}
+static int store_of(store **st, const fawn_config *cfg) { return cli_store_open(st, cfg); }
 
 static int add_user(const user_args *a, const fawn_config *cfg) {
     char password[AUTH_PASSWORD_MAX + 2], hash[AUTH_HASH_MAX];

@@ -9,10 +9,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <libpq-fe.h>
 #include <yaml.h>
 
 /* Largest config file accepted: real ones are a few KiB; this bounds parser memory and work. */
 #define CONFIG_FILE_MAX ((size_t)1 << 20)
+/* A PostgreSQL connection string: host lists, options and TLS file paths
+ * fit in far less. */
+#define CONFIG_DSN_MAX 4096
 /* Most YAML events read from one document: a full config has a few hundred; bounds hostile input.
  */
 #define CONFIG_MAX_EVENTS 16384
@@ -243,6 +247,34 @@ static int set_provider(void *field, const config_key *key, const config_scalar 
     return 0;
 }
 
+static int set_store_backend(void *field, const config_key *key, const config_scalar *v) {
+    if (strcmp(v->text, "sqlite") == 0)
+        *(enum fawn_store_backend *)field = FAWN_STORE_SQLITE;
+    else if (strcmp(v->text, "postgres") == 0)
+        *(enum fawn_store_backend *)field = FAWN_STORE_POSTGRES;
+    else
+        return scalar_fail(v, "must be one of sqlite|postgres");
+    return 0;
+}
+
+/* A libpq connection string, checked by libpq's own parser (its message
+ * names what is wrong; the value itself, which may hold a password, is
+ * not repeated). */
+static int set_dsn(void *field, const config_key *key, const config_scalar *v) {
+    if (strlen(v->text) > CONFIG_DSN_MAX)
+        return config_fail(v->source, v->line, v->path, "is longer than %d bytes", CONFIG_DSN_MAX);
+    char *err = NULL;
+    PQconninfoOption *opts = PQconninfoParse(v->text, &err);
+    if (!opts) {
+        int r = config_fail(v->source, v->line, v->path, "is not a libpq connection string: %s",
+                            err ? strtok(err, "\n") : "out of memory");
+        PQfreemem(err);
+        return r;
+    }
+    PQconninfoFree(opts);
+    return set_string(field, key, v);
+}
+
 static int set_network(void *field, const config_key *key, const config_scalar *v) {
     for (size_t i = 0; i < ARRAY_LEN(network_names); i++) {
         if (strcmp(v->text, network_names[i]) == 0) {
@@ -456,6 +488,17 @@ static const config_key schedules_keys[] = {
     {0},
 };
 
+static const config_key store_postgres_keys[] = {
+    KEY_SCALAR("dsn", store.postgres_dsn, set_dsn, NULL),
+    {0},
+};
+
+static const config_key store_keys[] = {
+    KEY_SCALAR("backend", store.backend, set_store_backend, "sqlite"),
+    KEY_SECTION("postgres", store_postgres_keys),
+    {0},
+};
+
 static const config_key root_keys[] = {
     KEY_SCALAR("home", home, set_string, NULL),
     KEY_SCALAR("log_level", log_level, set_log_level, "info"),
@@ -469,6 +512,7 @@ static const config_key root_keys[] = {
     KEY_SECTION("compaction", compaction_keys),
     KEY_SECTION("web", web_keys),
     KEY_SECTION("schedules", schedules_keys),
+    KEY_SECTION("store", store_keys),
     KEY_TREE("authorization", authorization),
     KEY_LIST("models", models),
     KEY_TREE("mcp", mcp),
@@ -497,6 +541,13 @@ static int check_remote_provider(const fawn_config *cfg, const char *source) {
     if (cfg->sandbox.provider != FAWN_PROVIDER_REMOTE || cfg->sandbox.remote)
         return 0;
     return config_fail(source, 0, "sandbox.remote", "is required when sandbox.provider is remote");
+}
+
+static int check_store_backend(const fawn_config *cfg, const char *source) {
+    if (cfg->store.backend != FAWN_STORE_POSTGRES || cfg->store.postgres_dsn)
+        return 0;
+    return config_fail(source, 0, "store.postgres.dsn",
+                       "is required when store.backend is postgres");
 }
 
 /* A cap on one user's workers above the workers there are would say
@@ -530,9 +581,9 @@ static int check_remote_network(const fawn_config *cfg, const char *source) {
                        "reach the network from their own hosts, outside this gateway's proxy)");
 }
 
-static const config_check config_checks[] = {check_exec_timeouts,    check_upload_sizes,
-                                             check_remote_provider,  check_remote_network,
-                                             check_runs_running_max, check_connection_caps};
+static const config_check config_checks[] = {
+    check_exec_timeouts,    check_upload_sizes,    check_remote_provider, check_remote_network,
+    check_runs_running_max, check_connection_caps, check_store_backend};
 
 static void *key_field(fawn_config *cfg, const config_key *key) {
     return (char *)cfg + key->offset;
@@ -1110,6 +1161,7 @@ void config_free(fawn_config *cfg) {
     free(cfg->home);
     free(cfg->log_level);
     free(cfg->server.host);
+    free(cfg->store.postgres_dsn);
     free(cfg->sandbox.skills_dir);
     json_decref(cfg->authorization);
     json_decref(cfg->models);

@@ -18,6 +18,7 @@
 
 enum fawn_network_mode { FAWN_NET_NONE, FAWN_NET_HOST, FAWN_NET_ALLOWLIST };
 enum fawn_provider { FAWN_PROVIDER_LOCAL, FAWN_PROVIDER_REMOTE };
+enum fawn_store_backend { FAWN_STORE_SQLITE, FAWN_STORE_POSTGRES };
 
 /* Most environment variables injected into a sandbox. */
 #define CONFIG_MAX_ENV 64
@@ -163,6 +164,12 @@ typedef struct fawn_schedules_config {
                                      tasks at least this often (5) */
 } fawn_schedules_config;
 
+typedef struct fawn_store_config {
+    enum fawn_store_backend backend; /* store.backend: sqlite | postgres (sqlite: $home/fawn.db) */
+    char *postgres_dsn; /* store.postgres.dsn: a libpq connection string or URI ($VAR like
+                           any value: it may hold a password); required for postgres */
+} fawn_store_config;
+
 typedef struct fawn_config {
     char *home;      /* home: state directory (default $FAWN_HOME or ./.fawn) */
     char *log_level; /* log_level: debug|info|warn|error (default info) */
@@ -176,6 +183,7 @@ typedef struct fawn_config {
     fawn_compaction_config compaction;
     fawn_web_config web;
     fawn_schedules_config schedules;
+    fawn_store_config store;
     /* authorization: the section as JSON (mappings -> objects, sequences ->
      * arrays, plain true/false -> booleans, plain null -> null, other
      * scalars -> strings), or NULL when absent; src/authz validates it. */

@@ -956,51 +956,52 @@ int store_message_page(store *s, store_message **out, size_t *n, bool *has_more,
     "CASE WHEN jsonb_typeof(" v ") = 'number' AND (" v " #>> '{}') ~ '^[0-9]{1,19}$' AND "         \
     "(" v " #>> '{}')::numeric <= 9223372036854775807 THEN (" v " #>> '{}')::numeric ELSE 0 END"
 #define PG_TOTAL(v) "coalesce(sum(" v "), 0)::float8"
-#define PG_USAGE_SQL                                                                                                                                       \
-    "WITH ai AS (SELECT run_id, to_jsonb('lead'::text) AS c, "                                                                                             \
-    "  b -> 'response_metadata' -> 'model_name' AS m, b -> 'usage_metadata' -> 'input_tokens' "                                                            \
-    "  AS i, b -> 'usage_metadata' -> 'output_tokens' AS o, "                                                                                              \
-    "  b -> 'usage_metadata' -> 'total_tokens' AS t FROM (SELECT run_id, body::jsonb AS b "                                                                \
-    "  FROM thread_messages WHERE owner_id = ?1 AND thread_id = ?2 AND run_id != '') AS msg "                                                              \
-    "  WHERE b ->> 'type' = 'ai' "                                                                                                                         \
-    "  UNION ALL SELECT runs.run_id, u.value -> 'caller', u.value -> 'model', "                                                                            \
-    "  u.value -> 'input_tokens', u.value -> 'output_tokens', u.value -> 'total_tokens' "                                                                  \
-    "  FROM runs, jsonb_array_elements(runs.token_usage::jsonb) AS u(value) "                                                                              \
-    "  WHERE runs.owner_id = ?1 AND runs.thread_id = ?2 AND u.value ->> 'caller' <> 'lead'), "                                                             \
-    "counted AS (SELECT run_id, CASE WHEN c = to_jsonb('lead'::text) THEN 0 "                                                                              \
-    "  WHEN jsonb_typeof(c) = 'string' AND (c #>> '{}') LIKE 'subagent:%' THEN 1 ELSE 2 END AS "                                                           \
-    "c, "                                                                                                                                                  \
-    "  CASE WHEN jsonb_typeof(m) = 'string' THEN m #>> '{}' ELSE '' END AS m, "                                                                            \
-    "  " PG_JSON_COUNT("i") " AS i, " PG_JSON_COUNT("o") " AS o, " PG_JSON_COUNT(                                                                          \
-        "t") " AS t "                                                                                                                                      \
-             "  FROM ai) "                                                                                                                                 \
-             "SELECT NULL::text, count(DISTINCT run_id), " PG_TOTAL("i") ", " PG_TOTAL(                                                                    \
-                 "o") ", "                                                                                                                                 \
-                      "  " PG_TOTAL("t") ", " PG_TOTAL(                                                                                                    \
-                          "CASE WHEN c = 0 THEN t END") ", "                                                                                               \
-                                                        "  " PG_TOTAL("CASE WHEN c = 1 THEN t "                                                            \
-                                                                      "END") ", " PG_TOTAL(                                                                \
-                                                            "CASE WHEN c = 2 THEN t END") " "                                                              \
-                                                                                          "  "                                                             \
-                                                                                          "FROM "                                                          \
-                                                                                          "counte"                                                         \
-                                                                                          "d "                                                             \
-                                                                                          "UNION "                                                         \
-                                                                                          "ALL "                                                           \
-                                                                                          "SELECT"                                                         \
-                                                                                          " * "                                                            \
-                                                                                          "FROM "                                                          \
-                                                                                          "(SELEC"                                                         \
-                                                                                          "T m, "                                                          \
-                                                                                          "count("                                                         \
-                                                                                          "DISTIN"                                                         \
-                                                                                          "CT "                                                            \
-                                                                                          "run_"                                                           \
-                                                                                          "id), "                                                          \
-                                                                                          " "                                                              \
-                                                                                          " " PG_TOTAL("i") ", " PG_TOTAL(                                 \
-                                                                                              "o") ", " PG_TOTAL("t") " AS tokens, 0::float8, 0::float8, " \
-                                                                                                                      "  0::float8 FROM counted GROUP BY m ORDER BY tokens DESC LIMIT ?3) AS per_model"
+#define PG_USAGE_SQL                                                                                                                                              \
+    "WITH ai AS (SELECT run_id, to_jsonb('lead'::text) AS c, "                                                                                                    \
+    "  b -> 'response_metadata' -> 'model_name' AS m, b -> 'usage_metadata' -> 'input_tokens' "                                                                   \
+    "  AS i, b -> 'usage_metadata' -> 'output_tokens' AS o, "                                                                                                     \
+    "  b -> 'usage_metadata' -> 'total_tokens' AS t FROM (SELECT run_id, body::jsonb AS b "                                                                       \
+    "  FROM thread_messages WHERE owner_id = ?1 AND thread_id = ?2 AND run_id != '') AS msg "                                                                     \
+    "  WHERE b ->> 'type' = 'ai' "                                                                                                                                \
+    "  UNION ALL SELECT runs.run_id, u.value -> 'caller', u.value -> 'model', "                                                                                   \
+    "  u.value -> 'input_tokens', u.value -> 'output_tokens', u.value -> 'total_tokens' "                                                                         \
+    "  FROM runs, jsonb_array_elements(runs.token_usage::jsonb) AS u(value) "                                                                                     \
+    "  WHERE runs.owner_id = ?1 AND runs.thread_id = ?2 AND u.value ->> 'caller' <> 'lead'), "                                                                    \
+    "counted AS (SELECT run_id, CASE WHEN c = to_jsonb('lead'::text) THEN 0 "                                                                                     \
+    "  WHEN jsonb_typeof(c) = 'string' AND (c #>> '{}') LIKE 'subagent:%' THEN 1 ELSE 2 END AS "                                                                  \
+    "c, "                                                                                                                                                         \
+    "  CASE WHEN jsonb_typeof(m) = 'string' THEN m #>> '{}' ELSE '' END AS m, "                                                                                   \
+    "  " PG_JSON_COUNT("i") " AS i, " PG_JSON_COUNT("o") " AS o, " PG_JSON_COUNT(                                                                                 \
+        "t") " AS t "                                                                                                                                             \
+             "  FROM ai) "                                                                                                                                        \
+             "SELECT NULL::text, count(DISTINCT run_id), " PG_TOTAL("i") ", " PG_TOTAL(                                                                           \
+                 "o") ", "                                                                                                                                        \
+                      "  " PG_TOTAL("t") ", " PG_TOTAL(                                                                                                           \
+                          "CASE WHEN c = 0 THEN t END") ", "                                                                                                      \
+                                                        "  " PG_TOTAL(                                                                                            \
+                                                            "CASE WHEN c = 1 THEN t "                                                                             \
+                                                            "END") ", " PG_TOTAL("CASE WHEN c = "                                                                 \
+                                                                                 "2 THEN t END") " "                                                              \
+                                                                                                 "  "                                                             \
+                                                                                                 "FROM "                                                          \
+                                                                                                 "counte"                                                         \
+                                                                                                 "d "                                                             \
+                                                                                                 "UNION "                                                         \
+                                                                                                 "ALL "                                                           \
+                                                                                                 "SELECT"                                                         \
+                                                                                                 " * "                                                            \
+                                                                                                 "FROM "                                                          \
+                                                                                                 "(SELEC"                                                         \
+                                                                                                 "T m, "                                                          \
+                                                                                                 "count("                                                         \
+                                                                                                 "DISTIN"                                                         \
+                                                                                                 "CT "                                                            \
+                                                                                                 "run_"                                                           \
+                                                                                                 "id), "                                                          \
+                                                                                                 " "                                                              \
+                                                                                                 " " PG_TOTAL("i") ", " PG_TOTAL(                                 \
+                                                                                                     "o") ", " PG_TOTAL("t") " AS tokens, 0::float8, 0::float8, " \
+                                                                                                                             "  0::float8 FROM counted GROUP BY m ORDER BY tokens DESC LIMIT ?3) AS per_model"
 
 /* A TOTAL() column as a count: clamped to 0 … INT64_MAX. */
 static int64_t total_col(sdb_stmt *st, int col) {

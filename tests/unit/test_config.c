@@ -992,8 +992,34 @@ static void test_example_file(void **state) {
     free(text);
 }
 
+/* store.backend: sqlite by default; postgres needs a DSN libpq can parse,
+ * which may come from the environment and is never echoed in a message. */
+static void test_store_backend(void **state) {
+    (void)state;
+    fawn_config cfg;
+    accept(&cfg, "log_level: info\n");
+    assert_int_equal(cfg.store.backend, FAWN_STORE_SQLITE);
+    assert_null(cfg.store.postgres_dsn);
+    config_free(&cfg);
+    accept(&cfg, "store:\n  backend: postgres\n  postgres:\n    dsn: host=/run/pg dbname=fawn\n");
+    assert_int_equal(cfg.store.backend, FAWN_STORE_POSTGRES);
+    assert_string_equal(cfg.store.postgres_dsn, "host=/run/pg dbname=fawn");
+    config_free(&cfg);
+    setenv("FAWN_TEST_DSN", "postgresql://fawn:s3cret@localhost/fawn", 1);
+    accept(&cfg, "store:\n  backend: postgres\n  postgres:\n    dsn: $FAWN_TEST_DSN\n");
+    assert_string_equal(cfg.store.postgres_dsn, "postgresql://fawn:s3cret@localhost/fawn");
+    config_free(&cfg);
+    unsetenv("FAWN_TEST_DSN");
+    refuse("store:\n  backend: mysql\n", "store.backend");
+    refuse("store:\n  backend: postgres\n", "store.postgres.dsn");
+    refuse("store:\n  postgres:\n    dsn: \"host=x pasword=s3cret\"\n", "store.postgres.dsn");
+    assert_null(strstr(fawn_errmsg(), "s3cret"));
+    refuse("store:\n  postgres:\n    dsn: \"host='unterminated\"\n", "store.postgres.dsn");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_store_backend),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_empty_inputs_are_defaults),
         cmocka_unit_test(test_full_file),
