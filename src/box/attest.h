@@ -39,8 +39,8 @@
 /* What a box answers attestation challenges with. */
 typedef struct box_attest {
     uint8_t secret[BOX_ATTEST_KEY_BYTES];
-    char sandbox_id[17];                     /* 16 lowercase hex */
-    char user[65];                           /* [A-Za-z0-9_-]{1,64} */
+    char sandbox_id[17];                      /* 16 lowercase hex */
+    char user[65];                            /* [A-Za-z0-9_-]{1,64} */
     char pod_uid[BOX_ATTEST_POD_UID_LEN + 1]; /* lowercase UUID */
 } box_attest;
 
@@ -79,8 +79,8 @@ bool box_attest_proof_equal(const char *received, const char *expected);
 /* Parses a POST /v1/attest body (untrusted: len bytes, not terminated):
  * exactly {"nonce": "<64 lowercase hex>"}. FAWN_EINVAL naming what is
  * wrong (nonce "" then). */
-FAWN_MUST_CHECK int box_attest_request_parse(char nonce[BOX_ATTEST_NONCE_HEX + 1],
-                                             const char *body, size_t len);
+FAWN_MUST_CHECK int box_attest_request_parse(char nonce[BOX_ATTEST_NONCE_HEX + 1], const char *body,
+                                             size_t len);
 
 /* Reads a pod's attestation: the secret from secret_path (64 hex digits,
  * a trailing newline allowed; the file a pod's Secret mounts) and the

@@ -142,8 +142,8 @@ static int probe_run(caps_cache *c, caps_entry *e, bool *supported, char *detail
     return r < 0 ? fawn_err(r, "%s", why) : 0;
 }
 
-int caps_cache_get(caps_cache *c, bool *supported, char *detail, bool *probed,
-                   const char *identity, caps_probe_fn probe, void *probe_ctx) {
+int caps_cache_get(caps_cache *c, bool *supported, char *detail, bool *probed, const char *identity,
+                   caps_probe_fn probe, void *probe_ctx) {
     *supported = false;
     detail_set(detail, "");
     if (probed)

@@ -42,9 +42,9 @@ typedef int (*caps_probe_fn)(void *probe_ctx, bool *supported, char detail[CAPS_
                              int timeout_ms);
 
 typedef struct caps_cache_config {
-    int64_t positive_ttl_ms; /* > 0 */
-    int64_t negative_ttl_ms; /* > 0 */
-    int probe_timeout_ms;    /* > 0 */
+    int64_t positive_ttl_ms;            /* > 0 */
+    int64_t negative_ttl_ms;            /* > 0 */
+    int probe_timeout_ms;               /* > 0 */
     int64_t (*now_ms)(void *clock_ctx); /* NULL: fawn_now_ms */
     void *clock_ctx;
 } caps_cache_config;

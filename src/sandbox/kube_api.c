@@ -120,7 +120,7 @@ static int pod_from_json(kube_pod *out, const json_t *o) {
     *out = (kube_pod){.phase = KUBE_PHASE_UNKNOWN};
     const char *kind = json_string_value(json_object_get(o, "kind"));
     int r = !json_is_object(o) || (kind && strcmp(kind, "Pod") != 0) ? proto("something not a pod")
-                                                                      : 0;
+                                                                     : 0;
     if (r == 0)
         r = metadata_read(out, json_object_get(o, "metadata"));
     if (r == 0)

@@ -44,9 +44,9 @@ typedef struct kube_pod {
     char uid[37];        /* a lowercase UUID */
     char sandbox_id[17]; /* its KUBE_LABEL_SANDBOX label, "" when it has none */
     enum kube_phase phase;
-    bool terminating;    /* metadata.deletionTimestamp is set */
-    char pod_ip[46];     /* status.podIP, "" until assigned */
-    uint16_t box_port;   /* the box container's port named "box", 0 when none */
+    bool terminating;  /* metadata.deletionTimestamp is set */
+    char pod_ip[46];   /* status.podIP, "" until assigned */
+    uint16_t box_port; /* the box container's port named "box", 0 when none */
 } kube_pod;
 
 /* A Pod object. FAWN_EPROTO for anything but a Pod with a name, a UUID uid

@@ -25,17 +25,27 @@
 #define KUBE_TIMEOUT_MAX_S 3600
 #define KUBE_TTL_MAX_S 86400
 
-static const char *const known_keys[] = {
-    "server",          "ca_file",           "token_file",       "kubeconfig",
-    "namespace",       "image",             "runtime_class",    "box_port",
-    "attest_key_file", "request_timeout_s", "start_timeout_s",  "delete_timeout_s",
-    "probe_timeout_s", "capability_ttl_s",  "capability_negative_ttl_s", "cpu_millis",
-    NULL};
+static const char *const known_keys[] = {"server",
+                                         "ca_file",
+                                         "token_file",
+                                         "kubeconfig",
+                                         "namespace",
+                                         "image",
+                                         "runtime_class",
+                                         "box_port",
+                                         "attest_key_file",
+                                         "request_timeout_s",
+                                         "start_timeout_s",
+                                         "delete_timeout_s",
+                                         "probe_timeout_s",
+                                         "capability_ttl_s",
+                                         "capability_negative_ttl_s",
+                                         "cpu_millis",
+                                         NULL};
 
 void kube_config_free(kube_provider_config *c) {
-    char **strings[] = {&c->server,    &c->ca_file,       &c->ca_pem,
-                        &c->token_file, &c->namespace_,   &c->image,
-                        &c->runtime_class, &c->attest_key_file};
+    char **strings[] = {&c->server,     &c->ca_file, &c->ca_pem,        &c->token_file,
+                        &c->namespace_, &c->image,   &c->runtime_class, &c->attest_key_file};
     for (size_t i = 0; i < ARRAY_LEN(strings); i++) {
         free(*strings[i]);
         *strings[i] = NULL;
@@ -69,8 +79,8 @@ static int number_key(uint64_t *out, const json_t *tree, const char *key, uint64
     errno = 0;
     unsigned long long n = text && *text >= '0' && *text <= '9' ? strtoull(text, &end, 10) : 0;
     if (!text || !end || *end || errno || n < min || n > max)
-        return fawn_err(FAWN_ECONFIG, KUBE_SECTION ".%s: must be an integer from %llu to %llu",
-                        key, (unsigned long long)min, (unsigned long long)max);
+        return fawn_err(FAWN_ECONFIG, KUBE_SECTION ".%s: must be an integer from %llu to %llu", key,
+                        (unsigned long long)min, (unsigned long long)max);
     *out = n;
     return 0;
 }
@@ -101,7 +111,7 @@ static int server_check(const char *url) {
                     (inet_pton(AF_INET6, name, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6));
     return loopback ? 0
                     : fawn_err(FAWN_ECONFIG, KUBE_SECTION ".server: http:// only to a loopback "
-                                             "address; use https:// for a cluster");
+                                                          "address; use https:// for a cluster");
 }
 
 /* ---- kubeconfig (YAML) ---- */
@@ -283,8 +293,7 @@ static int in_cluster(kube_provider_config *c) {
                         KUBE_SECTION ": give server and token_file, or kubeconfig, or run in a "
                                      "pod (KUBERNETES_SERVICE_HOST is not set)");
     char url[KUBE_VALUE_MAX];
-    snprintf(url, sizeof url, strchr(host, ':') ? "https://[%s]:%s" : "https://%s:%s", host,
-             port);
+    snprintf(url, sizeof url, strchr(host, ':') ? "https://[%s]:%s" : "https://%s:%s", host, port);
     c->server = strdup(url);
     c->token_file = strdup(KUBE_SA_DIR "/token");
     c->ca_file = strdup(KUBE_SA_DIR "/ca.crt");
@@ -413,10 +422,10 @@ int kube_config_from(kube_provider_config *out, const fawn_config *cfg) {
 /* ---- the pod ---- */
 
 static json_t *container_security(void) {
-    return json_pack("{s:b, s:b, s:b, s:b, s:I, s:{s:[s]}, s:{s:s}}", "allowPrivilegeEscalation",
-                     0, "privileged", 0, "readOnlyRootFilesystem", 1, "runAsNonRoot", 1,
-                     "runAsUser", (json_int_t)KUBE_BOX_UID, "capabilities", "drop", "ALL",
-                     "seccompProfile", "type", "RuntimeDefault");
+    return json_pack("{s:b, s:b, s:b, s:b, s:I, s:{s:[s]}, s:{s:s}}", "allowPrivilegeEscalation", 0,
+                     "privileged", 0, "readOnlyRootFilesystem", 1, "runAsNonRoot", 1, "runAsUser",
+                     (json_int_t)KUBE_BOX_UID, "capabilities", "drop", "ALL", "seccompProfile",
+                     "type", "RuntimeDefault");
 }
 
 static json_t *resources(const kube_provider_config *c) {
@@ -463,30 +472,29 @@ static json_t *box_container(const kube_provider_config *c, const char *sandbox_
     return json_pack(
         "{s:s, s:s, s:s, s:o, s:[{s:s, s:I, s:s}], s:o, s:o, s:o, s:[{s:s, s:s, s:b}, {s:s, s:s}, "
         "{s:s, s:s}]}",
-        "name", KUBE_BOX_CONTAINER, "image", c->image, "imagePullPolicy", "IfNotPresent",
-        "command", box_args(c), "ports", "name", "box", "containerPort", (json_int_t)c->box_port,
-        "protocol", "TCP", "env", box_env(sandbox_id, user), "securityContext",
-        container_security(), "resources", resources(c), "volumeMounts", "name", "fawn-secret",
-        "mountPath", KUBE_SECRET_MOUNT, "readOnly", 1, "name", "user-data", "mountPath",
-        "/mnt/user-data", "name", "tmp", "mountPath", "/tmp");
+        "name", KUBE_BOX_CONTAINER, "image", c->image, "imagePullPolicy", "IfNotPresent", "command",
+        box_args(c), "ports", "name", "box", "containerPort", (json_int_t)c->box_port, "protocol",
+        "TCP", "env", box_env(sandbox_id, user), "securityContext", container_security(),
+        "resources", resources(c), "volumeMounts", "name", "fawn-secret", "mountPath",
+        KUBE_SECRET_MOUNT, "readOnly", 1, "name", "user-data", "mountPath", "/mnt/user-data",
+        "name", "tmp", "mountPath", "/tmp");
 }
 
 json_t *kube_pod_manifest(const kube_provider_config *c, const char *sandbox_id, const char *user,
                           const char *thread) {
     char name[KUBE_POD_NAME_MAX + 1];
     snprintf(name, sizeof name, "fawn-%s", sandbox_id);
-    json_t *spec = json_pack(
-        "{s:b, s:b, s:s, s:{s:b, s:I, s:I, s:I, s:{s:s}}, s:[o], s:o}",
-        "automountServiceAccountToken", 0, "enableServiceLinks", 0, "restartPolicy", "Never",
-        "securityContext", "runAsNonRoot", 1, "runAsUser", (json_int_t)KUBE_BOX_UID, "runAsGroup",
-        (json_int_t)KUBE_BOX_UID, "fsGroup", (json_int_t)KUBE_BOX_UID, "seccompProfile", "type",
-        "RuntimeDefault", "containers", box_container(c, sandbox_id, user), "volumes",
-        volumes(c, name));
+    json_t *spec = json_pack("{s:b, s:b, s:s, s:{s:b, s:I, s:I, s:I, s:{s:s}}, s:[o], s:o}",
+                             "automountServiceAccountToken", 0, "enableServiceLinks", 0,
+                             "restartPolicy", "Never", "securityContext", "runAsNonRoot", 1,
+                             "runAsUser", (json_int_t)KUBE_BOX_UID, "runAsGroup",
+                             (json_int_t)KUBE_BOX_UID, "fsGroup", (json_int_t)KUBE_BOX_UID,
+                             "seccompProfile", "type", "RuntimeDefault", "containers",
+                             box_container(c, sandbox_id, user), "volumes", volumes(c, name));
     if (spec && c->runtime_class)
         json_object_set_new(spec, "runtimeClassName", json_string(c->runtime_class));
     return json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s, s:s}, s:{s:s, s:s}}, s:o}", "apiVersion",
                      "v1", "kind", "Pod", "metadata", "name", name, "namespace", c->namespace_,
                      "labels", KUBE_LABEL_MANAGED, "fawn", KUBE_LABEL_SANDBOX, sandbox_id,
-                     "annotations", "fawn.dev/user", user, "fawn.dev/thread", thread, "spec",
-                     spec);
+                     "annotations", "fawn.dev/user", user, "fawn.dev/thread", thread, "spec", spec);
 }

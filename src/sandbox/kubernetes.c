@@ -112,9 +112,8 @@ static void curl_setup(CURL *c, const kube_provider *kp, const char *url, int ti
     if (kp->cfg.ca_file)
         curl_easy_setopt(c, CURLOPT_CAINFO, kp->cfg.ca_file);
     if (kp->cfg.ca_pem) {
-        struct curl_blob blob = {.data = kp->cfg.ca_pem,
-                                 .len = strlen(kp->cfg.ca_pem),
-                                 .flags = CURL_BLOB_COPY};
+        struct curl_blob blob = {
+            .data = kp->cfg.ca_pem, .len = strlen(kp->cfg.ca_pem), .flags = CURL_BLOB_COPY};
         curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &blob);
     }
 }
@@ -179,8 +178,7 @@ static int err_wrap(int code, const char *context) {
 /* "reason: message" of a failed reply, for errors. */
 static int api_err(int code, const kube_reply *rep, const char *what) {
     char reason[64], message[256];
-    if (kube_status_parse(reason, message, rep->body.data ? rep->body.data : "", rep->body.len) <
-        0)
+    if (kube_status_parse(reason, message, rep->body.data ? rep->body.data : "", rep->body.len) < 0)
         snprintf(message, sizeof message, "(no Status)");
     return fawn_err(code, "Kubernetes API %s answered %ld %s: %s", what, rep->status, reason,
                     message);
@@ -256,7 +254,8 @@ static int kube_probe(void *ctx, enum sbx_presence *state, char generation[SBX_G
         *state = SBX_ABSENT;
     else if (seen == POD_UNKNOWN)
         log_warn("sandbox", "sandbox %s: presence unknown: %s", sandbox_id, fawn_errmsg());
-    else if ((*state = presence_of(&pod)) != SBX_UNKNOWN && box_attest_generation(generation, pod.uid) < 0)
+    else if ((*state = presence_of(&pod)) != SBX_UNKNOWN &&
+             box_attest_generation(generation, pod.uid) < 0)
         *state = SBX_UNKNOWN;
     return 0;
 }
@@ -346,7 +345,8 @@ static int box_await(const sbx_box *box, int64_t deadline, const sbx_cancel *can
         if (left <= 0)
             return fawn_err(FAWN_ETIMEDOUT, "the sandbox's box did not answer in time");
         char gen[SBX_GENERATION_LEN + 1];
-        int r = box_identity(gen, box, left < KUBE_BOX_ATTEMPT_MS ? (int)left : KUBE_BOX_ATTEMPT_MS);
+        int r = box_identity(gen, box,
+                             left < KUBE_BOX_ATTEMPT_MS ? (int)left : KUBE_BOX_ATTEMPT_MS);
         if (r == 0 && strcmp(gen, box->generation) == 0)
             return 0;
         if (r < 0 && r != FAWN_ENOENT && r != FAWN_EIO && r != FAWN_ETIMEDOUT)
@@ -469,8 +469,8 @@ static void caps_identity(char out[CAPS_IDENTITY_MAX], const kube_provider *kp) 
     _cleanup_free_ char *token = NULL;
     fbuf b = {0};
     (void)token_get(&token, kp);
-    if (fbuf_printf(&b, "%s\n%s\n%s\n%s\n%s", token ? token : "", kp->cfg.namespace_,
-                    kp->cfg.image, kp->cfg.runtime_class ? kp->cfg.runtime_class : "",
+    if (fbuf_printf(&b, "%s\n%s\n%s\n%s\n%s", token ? token : "", kp->cfg.namespace_, kp->cfg.image,
+                    kp->cfg.runtime_class ? kp->cfg.runtime_class : "",
                     kp->cfg.ca_file ? kp->cfg.ca_file : "") < 0)
         fbuf_free(&b);
     char hash[65];
@@ -493,8 +493,7 @@ static int caps_check(const kube_provider *kp, const char *sandbox_id, const cha
     if (probed)
         log_info("sandbox", "kubernetes capabilities probed: %s", r < 0 ? "unknown" : detail);
     if (r < 0)
-        return fawn_err(FAWN_EIO, "the Kubernetes cluster's capabilities are unknown: %s",
-                        detail);
+        return fawn_err(FAWN_EIO, "the Kubernetes cluster's capabilities are unknown: %s", detail);
     if (!yes)
         return fawn_err(FAWN_EUNSUP, "the Kubernetes cluster cannot run sandboxes: %s", detail);
     return 0;
@@ -506,8 +505,8 @@ static int pod_delete(const kube_provider *kp, const char *name, const char *uid
     char path[KUBE_PATH_MAX];
     pod_path(path, sizeof path, kp, "pods", name);
     json_t *opts = json_pack("{s:s, s:s, s:I, s:{s:s}}", "apiVersion", "v1", "kind",
-                             "DeleteOptions", "gracePeriodSeconds", (json_int_t)5,
-                             "preconditions", "uid", uid);
+                             "DeleteOptions", "gracePeriodSeconds", (json_int_t)5, "preconditions",
+                             "uid", uid);
     kube_reply rep;
     int r = opts ? kube_request(&rep, kp, "DELETE", path, opts, (int)kp->cfg.request_timeout_ms)
                  : fawn_err(FAWN_ENOMEM, "out of memory");
@@ -668,8 +667,8 @@ static int list_one(void *ctx, const kube_pod *pod) {
     return w->each(w->each_ctx, pod->sandbox_id, gen);
 }
 
-static int kube_list(void *ctx, int (*each)(void *each_ctx, const char *sandbox_id,
-                                            const char *generation),
+static int kube_list(void *ctx,
+                     int (*each)(void *each_ctx, const char *sandbox_id, const char *generation),
                      void *each_ctx) {
     const kube_provider *kp = ctx;
     list_walk w = {.each = each, .each_ctx = each_ctx};
@@ -678,8 +677,8 @@ static int kube_list(void *ctx, int (*each)(void *each_ctx, const char *sandbox_
     for (int page = 0; page < KUBE_LIST_PAGES_MAX; page++) {
         char *cont = next[0] ? curl_easy_escape(NULL, next, 0) : NULL;
         int n = snprintf(path, sizeof path, "%s?labelSelector=%s%%3Dfawn&limit=%d%s%s", base,
-                         "app.kubernetes.io%2Fmanaged-by", KUBE_LIST_PAGE,
-                         cont ? "&continue=" : "", cont ? cont : "");
+                         "app.kubernetes.io%2Fmanaged-by", KUBE_LIST_PAGE, cont ? "&continue=" : "",
+                         cont ? cont : "");
         curl_free(cont);
         if (n < 0 || (size_t)n >= sizeof path)
             return fawn_err(FAWN_EPROTO, "the pod listing's continue token is too long");
@@ -696,8 +695,8 @@ static int kube_list(void *ctx, int (*each)(void *each_ctx, const char *sandbox_
     return fawn_err(FAWN_EPROTO, "the pod listing has more than %d pages", KUBE_LIST_PAGES_MAX);
 }
 
-static int kube_call(void *ctx, json_t **reply, int *status, const sbx_box *box,
-                     const char *method, const char *path, const json_t *body, int timeout_ms) {
+static int kube_call(void *ctx, json_t **reply, int *status, const sbx_box *box, const char *method,
+                     const char *path, const json_t *body, int timeout_ms) {
     *reply = NULL;
     *status = 0;
     if (strncmp(box->endpoint, KUBE_ENDPOINT_PREFIX, strlen(KUBE_ENDPOINT_PREFIX)) != 0)
@@ -739,8 +738,7 @@ static void uid_of(char out[37], const char *generation) {
              generation + 16, generation + 20);
 }
 
-static int kube_attest(void *ctx, enum sbx_attestation *out, const sbx_box *box,
-                       const char *user) {
+static int kube_attest(void *ctx, enum sbx_attestation *out, const sbx_box *box, const char *user) {
     *out = SBX_ATTEST_UNKNOWN;
     const kube_provider *kp = ctx;
     if (!hex_valid(box->generation, SBX_GENERATION_LEN))

@@ -51,24 +51,24 @@
 #define KUBE_BOX_UID 65532
 
 typedef struct kube_provider_config {
-    char *server;        /* "https://host[:port]" (or "http://" to a loopback address) */
-    char *ca_file;       /* PEM file trusted for the server, or NULL */
-    char *ca_pem;        /* PEM bytes trusted for the server (kubeconfig data), or NULL */
-    char *token_file;    /* bearer token, read for each request (tokens rotate), or NULL */
-    char *token;         /* bearer token given inline (kubeconfig), or NULL */
-    char *namespace_;    /* where pods and secrets are made */
-    char *image;         /* the box image (its entry point runs fawn) */
-    char *runtime_class; /* spec.runtimeClassName, or NULL */
-    char *attest_key_file;   /* the gateway's attestation key (created when missing) */
-    uint16_t box_port;       /* the port the box listens on in its pod */
+    char *server;                /* "https://host[:port]" (or "http://" to a loopback address) */
+    char *ca_file;               /* PEM file trusted for the server, or NULL */
+    char *ca_pem;                /* PEM bytes trusted for the server (kubeconfig data), or NULL */
+    char *token_file;            /* bearer token, read for each request (tokens rotate), or NULL */
+    char *token;                 /* bearer token given inline (kubeconfig), or NULL */
+    char *namespace_;            /* where pods and secrets are made */
+    char *image;                 /* the box image (its entry point runs fawn) */
+    char *runtime_class;         /* spec.runtimeClassName, or NULL */
+    char *attest_key_file;       /* the gateway's attestation key (created when missing) */
+    uint16_t box_port;           /* the port the box listens on in its pod */
     uint32_t request_timeout_ms; /* one API request */
     uint32_t start_timeout_ms;   /* a pod running and its box answering */
     uint32_t delete_timeout_ms;  /* a deleted pod confirmed gone */
     uint32_t probe_timeout_ms;   /* a capability probe; also its callers' longest wait */
     int64_t caps_positive_ttl_ms, caps_negative_ttl_ms;
-    uint32_t idle_exit_s;        /* the box's --idle-exit (sandbox.idle_timeout_s) */
+    uint32_t idle_exit_s;                /* the box's --idle-exit (sandbox.idle_timeout_s) */
     uint64_t memory_mb, disk_mb, tmp_mb; /* from sandbox.limits */
-    uint32_t cpu_millis;         /* limits.cpu in millicores; 0 = none */
+    uint32_t cpu_millis;                 /* limits.cpu in millicores; 0 = none */
 } kube_provider_config;
 
 /* sandbox.kubernetes of cfg → *out (FAWN_ECONFIG naming the key; see
@@ -92,8 +92,8 @@ void kube_provider_free(sbx_provider *p);
 
 /* The Pod made for (sandbox_id, user, thread) (a new reference), or NULL
  * when out of memory; exposed for tests. */
-json_t *kube_pod_manifest(const kube_provider_config *cfg, const char *sandbox_id,
-                          const char *user, const char *thread);
+json_t *kube_pod_manifest(const kube_provider_config *cfg, const char *sandbox_id, const char *user,
+                          const char *thread);
 
 /* How an attestation answer reads: SBX_ATTESTED when the box answered 200
  * with a proof equal (constant time) to expected; SBX_REFUSED when it
