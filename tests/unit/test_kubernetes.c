@@ -116,15 +116,16 @@ static void test_pod_secret_and_token_are_bound(void **state) {
     assert_int_equal(box_attest_pod_secret(s1, key, SID, USER, UID), 0);
     assert_int_equal(box_attest_pod_secret(s2, key, SID, "bob", UID), 0);
     assert_memory_not_equal(s1, s2, 32);
-    assert_int_equal(box_attest_pod_secret(s2, key, SID, USER, "1f8a2c34-5b6d-4e7f-8a9b-0c1d2e3f4a5b"),
-                     0);
+    assert_int_equal(
+        box_attest_pod_secret(s2, key, SID, USER, "1f8a2c34-5b6d-4e7f-8a9b-0c1d2e3f4a5b"), 0);
     assert_memory_not_equal(s1, s2, 32);
     key[1] = 1;
     assert_int_equal(box_attest_pod_secret(s2, key, SID, USER, UID), 0);
     assert_memory_not_equal(s1, s2, 32);
     assert_int_equal(box_attest_pod_token(t1, key, SID, USER, UID), 0);
     assert_int_equal(strlen(t1), 64);
-    assert_int_equal(box_attest_pod_token(t2, key, SID, USER, "1f8a2c34-5b6d-4e7f-8a9b-0c1d2e3f4a5b"), 0);
+    assert_int_equal(
+        box_attest_pod_token(t2, key, SID, USER, "1f8a2c34-5b6d-4e7f-8a9b-0c1d2e3f4a5b"), 0);
     assert_string_not_equal(t1, t2);
     assert_int_equal(box_attest_pod_token(t2, key, "not-a-sandbox", USER, UID), FAWN_EINVAL);
     assert_string_equal(t2, "");
@@ -135,9 +136,11 @@ static void test_generation_is_the_uid(void **state) {
     assert_int_equal(box_attest_generation(gen, UID), 0);
     assert_string_equal(gen, "0f8a2c345b6d4e7f8a9b0c1d2e3f4a5b");
     POISON(gen);
-    assert_int_equal(box_attest_generation(gen, "0f8a2c34-5b6d-4e7f-8a9b-0c1d2e3f4a5"), FAWN_EINVAL);
+    assert_int_equal(box_attest_generation(gen, "0f8a2c34-5b6d-4e7f-8a9b-0c1d2e3f4a5"),
+                     FAWN_EINVAL);
     assert_string_equal(gen, "");
-    assert_int_equal(box_attest_generation(gen, "0f8a2c34x5b6d-4e7f-8a9b-0c1d2e3f4a5b"), FAWN_EINVAL);
+    assert_int_equal(box_attest_generation(gen, "0f8a2c34x5b6d-4e7f-8a9b-0c1d2e3f4a5b"),
+                     FAWN_EINVAL);
 }
 
 static void test_request_parse(void **state) {
@@ -145,9 +148,14 @@ static void test_request_parse(void **state) {
     const char *good = "{\"nonce\": \"" NONCE "\"}";
     assert_int_equal(box_attest_request_parse(nonce, good, strlen(good)), 0);
     assert_string_equal(nonce, NONCE);
-    const char *bad[] = {"", "{}", "[]", "{\"nonce\": 1}", "{\"nonce\": \"00\"}",
+    const char *bad[] = {"",
+                         "{}",
+                         "[]",
+                         "{\"nonce\": 1}",
+                         "{\"nonce\": \"00\"}",
                          "{\"nonce\": \"" NONCE "\", \"sandbox_id\": \"x\"}",
-                         "{\"nonce\": \"" NONCE "0\"}", "{\"nonce\": \"" NONCE};
+                         "{\"nonce\": \"" NONCE "0\"}",
+                         "{\"nonce\": \"" NONCE};
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         POISON(nonce);
         assert_int_equal(box_attest_request_parse(nonce, bad[i], strlen(bad[i])), FAWN_EINVAL);
@@ -210,7 +218,7 @@ static void test_attest_judge(void **state) {
 /* ---- API replies ---- */
 
 #define POD_JSON(meta_extra, status)                                                               \
-    "{\"kind\": \"Pod\", \"apiVersion\": \"v1\", \"metadata\": {\"name\": \"fawn-" SID            \
+    "{\"kind\": \"Pod\", \"apiVersion\": \"v1\", \"metadata\": {\"name\": \"fawn-" SID             \
     "\", \"uid\": \"" UID "\", \"labels\": {\"fawn.dev/sandbox-id\": \"" SID "\"}" meta_extra      \
     "}, \"spec\": {\"containers\": [{\"name\": \"box\", \"ports\": [{\"name\": \"box\", "          \
     "\"containerPort\": 8080}]}]}, \"status\": " status "}"
@@ -226,8 +234,8 @@ static void test_pod_parse(void **state) {
     assert_string_equal(p.pod_ip, "10.1.2.3");
     assert_int_equal(p.box_port, 8080);
     assert_false(p.terminating);
-    const char *deleting =
-        POD_JSON(", \"deletionTimestamp\": \"2026-01-01T00:00:00Z\"", "{\"phase\": \"Running\"}");
+    const char *deleting = POD_JSON(", \"deletionTimestamp\": \"2026-01-01T00:00:00Z\"",
+                                    "{\"phase\": \"Running\"}");
     assert_int_equal(kube_pod_parse(&p, deleting, strlen(deleting)), 0);
     assert_true(p.terminating);
     const char *fresh = POD_JSON("", "{}");
@@ -280,7 +288,8 @@ static void test_pod_list_parse(void **state) {
     assert_int_equal(w.calls, 2);
     assert_string_equal(next, "abc=");
     /* One bad item: nothing is reported. */
-    const char *bad = "{\"kind\": \"PodList\", \"items\": [" POD_JSON("", "{}") ", {\"kind\": \"Pod\"}]}";
+    const char *bad = "{\"kind\": \"PodList\", \"items\": [" POD_JSON(
+        "", "{}") ", {\"kind\": \"Pod\"}]}";
     w = (walk){0};
     POISON(next);
     assert_int_equal(kube_pod_list_parse(next, bad, strlen(bad), on_pod, &w), FAWN_EPROTO);
@@ -290,7 +299,8 @@ static void test_pod_list_parse(void **state) {
     assert_int_equal(kube_pod_list_parse(next, empty, strlen(empty), on_pod, &w), 0);
     assert_string_equal(next, "");
     const char *no_items = "{\"kind\": \"PodList\"}";
-    assert_int_equal(kube_pod_list_parse(next, no_items, strlen(no_items), on_pod, &w), FAWN_EPROTO);
+    assert_int_equal(kube_pod_list_parse(next, no_items, strlen(no_items), on_pod, &w),
+                     FAWN_EPROTO);
 }
 
 static void test_not_found_is_exact(void **state) {
@@ -525,29 +535,29 @@ static void test_caps_config(void **state) {
 
 /* ---- configuration ---- */
 
-static const char *KUBECONFIG =
-    "apiVersion: v1\n"
-    "kind: Config\n"
-    "current-context: work\n"
-    "contexts:\n"
-    "- name: other\n"
-    "  context: {cluster: c2, user: u2}\n"
-    "- name: work\n"
-    "  context:\n"
-    "    cluster: c1\n"
-    "    user: u1\n"
-    "clusters:\n"
-    "- name: c1\n"
-    "  cluster:\n"
-    "    server: https://10.0.0.1:6443\n"
-    "    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==\n"
-    "- name: c2\n"
-    "  cluster: {server: https://wrong:6443}\n"
-    "users:\n"
-    "- name: u1\n"
-    "  user: {token: sekret-token}\n"
-    "- name: u2\n"
-    "  user: {token: wrong}\n";
+static const char
+    *KUBECONFIG = "apiVersion: v1\n"
+                  "kind: Config\n"
+                  "current-context: work\n"
+                  "contexts:\n"
+                  "- name: other\n"
+                  "  context: {cluster: c2, user: u2}\n"
+                  "- name: work\n"
+                  "  context:\n"
+                  "    cluster: c1\n"
+                  "    user: u1\n"
+                  "clusters:\n"
+                  "- name: c1\n"
+                  "  cluster:\n"
+                  "    server: https://10.0.0.1:6443\n"
+                  "    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==\n"
+                  "- name: c2\n"
+                  "  cluster: {server: https://wrong:6443}\n"
+                  "users:\n"
+                  "- name: u1\n"
+                  "  user: {token: sekret-token}\n"
+                  "- name: u2\n"
+                  "  user: {token: wrong}\n";
 
 static void test_kubeconfig(void **state) {
     kube_provider_config c = {0};
@@ -629,7 +639,8 @@ static void test_manifest_is_hardened(void **state) {
     assert_true(json_is_false(json_object_get(spec, "automountServiceAccountToken")));
     assert_true(json_is_false(json_object_get(spec, "enableServiceLinks")));
     assert_string_equal(json_string_value(json_object_get(spec, "runtimeClassName")), "gvisor");
-    assert_true(json_is_true(json_object_get(json_object_get(spec, "securityContext"), "runAsNonRoot")));
+    assert_true(
+        json_is_true(json_object_get(json_object_get(spec, "securityContext"), "runAsNonRoot")));
     assert_true(json_is_false(json_object_get(sc, "allowPrivilegeEscalation")));
     assert_true(json_is_true(json_object_get(sc, "readOnlyRootFilesystem")));
     assert_true(json_is_false(json_object_get(sc, "privileged")));
