@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/json.h"
 #include "paths/paths.h"
@@ -777,11 +778,20 @@ static int key_load(uint8_t key[BOX_ATTEST_KEY_BYTES], const char *path) {
     char hex[2 * BOX_ATTEST_KEY_BYTES + 1];
     _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0 && errno == ENOENT) {
-        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        /* Written whole under another name, then linked in: a gateway
+         * starting at the same moment reads either no key or all of it. */
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+        int w = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         fawn_random_hex(hex, BOX_ATTEST_KEY_BYTES);
-        if (fd < 0 || fawn_write_all(fd, hex, strlen(hex)) < 0)
+        int r = w < 0 || fawn_write_all(w, hex, strlen(hex)) < 0 || fsync(w) < 0 ? -1 : 0;
+        if (w >= 0)
+            close(w);
+        if (r == 0 && link(tmp, path) < 0 && errno != EEXIST)
+            r = -1;
+        unlink(tmp);
+        if (r < 0)
             return fawn_err(FAWN_ECONFIG, "cannot make the attestation key %s", path);
-        close(fd);
         fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     }
     struct stat st;

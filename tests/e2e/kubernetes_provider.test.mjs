@@ -32,6 +32,7 @@ describe('kubernetes provider', () => {
   let admin;
   let kube;
   let fake;
+  let firstSid; /* the attested sandbox of the first test */
   /* A client of the server as it runs now (a restart takes another port). */
   const sdk = () =>
     new Client({
@@ -82,6 +83,7 @@ describe('kubernetes provider', () => {
   it('runs a tool in the attested pod, made hardened with its own Secret', async () => {
     const tid = await newThread();
     const sid = sandboxId(admin.id, tid);
+    firstSid = sid;
     const out = await runBash(tid, 'echo IN-POD > /mnt/user-data/outputs/mark.txt; echo "uid=$(id -u)"; cat /mnt/user-data/outputs/mark.txt');
     assert.match(out, /IN-POD/);
     const pod = kube.podOf(sid);
@@ -126,6 +128,11 @@ describe('kubernetes provider', () => {
     await srv.stop({ keepHome: true });
     await srv.restart();
     assert.deepEqual(fences(srv.home, sid), [`${gen} attestation refused`]);
+    /* The attested pod of the first test is attested again and adopted. */
+    const firstPod = kube.podOf(firstSid).obj.metadata.uid;
+    assert.match(srv.stderr, new RegExp(`sandbox ${firstSid} pod ${firstPod} attestation: attested`));
+    const adopted = await request(srv, 'GET', '/api/sandboxes', { bearer: admin.token });
+    assert.equal(adopted.json.sandboxes.find((s) => s.sandbox_id === firstSid)?.generation, firstPod.replaceAll('-', ''));
     const again = await runBash(tid, 'echo STILL-NOT');
     assert.doesNotMatch(again, /STILL-NOT/);
     assert.equal(kube.podOf(sid).obj.metadata.uid, pod.obj.metadata.uid, 'the fenced pod is still the one there');

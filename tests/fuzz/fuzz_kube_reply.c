@@ -72,8 +72,7 @@ static void check_list(const char *text, size_t size) {
         return;
     size_t n = w.calls;
     w = (walk){.stop_at = n / 2 + 1};
-    check(kube_pod_list_parse(next, text, size, on_pod, &w) == STOP_CODE &&
-          w.calls == n / 2 + 1);
+    check(kube_pod_list_parse(next, text, size, on_pod, &w) == STOP_CODE && w.calls == n / 2 + 1);
 }
 
 static void check_status(const char *text, size_t size) {
