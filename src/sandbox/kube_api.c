@@ -134,6 +134,8 @@ static int pod_from_json(kube_pod *out, const json_t *o) {
 
 static int parse(json_t **o, const char *body, size_t len) {
     *o = NULL;
+    if (!body)
+        return proto("an empty reply");
     if (len > KUBE_REPLY_MAX)
         return proto("a reply that is too large");
     return fjson_parse_object(o, body, len) < 0 ? proto("something that is not a JSON object") : 0;

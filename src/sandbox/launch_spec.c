@@ -53,8 +53,8 @@ json_t *launch_spec_to_json(const local_launch_spec *s) {
 static int parse_pod(launch_spec_copy *out, const json_t *o) {
     const json_t *a = json_object_get(o, "attest");
     const char *gen = json_string_value(json_object_get(o, "generation"));
-    if (gen && strlen(gen) != 32)
-        return fawn_err(FAWN_EINVAL, "'generation' must be 32 hex digits");
+    if (gen && (strlen(gen) != 32 || strspn(gen, "0123456789abcdef") != 32))
+        return fawn_err(FAWN_EINVAL, "'generation' must be 32 lowercase hex digits");
     if (gen)
         memcpy(out->generation, gen, 33);
     if (!json_is_object(a))

@@ -21,6 +21,7 @@
 #include "sandbox/caps_cache.h"
 #include "sandbox/kube_api.h"
 #include "sandbox/kubernetes.h"
+#include "sandbox/launch_spec.h"
 
 #define SID "0123456789abcdef"
 #define USER "alice"
@@ -316,6 +317,9 @@ static void test_not_found_is_exact(void **state) {
     const char *other = "{\"kind\": \"Status\", \"reason\": \"Forbidden\", \"code\": 404, "
                         "\"details\": {\"name\": \"fawn-" SID "\", \"kind\": \"pods\"}}";
     assert_false(kube_status_not_found(other, strlen(other), "pods", "fawn-" SID));
+    assert_false(kube_status_not_found(NULL, 0, "pods", "fawn-" SID));
+    kube_pod p;
+    assert_int_equal(kube_pod_parse(&p, NULL, 0), FAWN_EPROTO);
     const char *no_details = "{\"kind\": \"Status\", \"reason\": \"NotFound\", \"code\": 404}";
     assert_false(kube_status_not_found(no_details, strlen(no_details), "pods", "fawn-" SID));
 }
@@ -660,6 +664,46 @@ static void test_manifest_is_hardened(void **state) {
     json_decref(pod);
 }
 
+/* A pod's attestation and generation cross the launch helper's exec. */
+static void test_launch_spec_carries_attestation(void **state) {
+    fawn_config cfg = {0};
+    assert_int_equal(config_defaults(&cfg), 0);
+    box_attest a = attest_fixture();
+    local_launch_spec spec = {.cfg = &cfg,
+                              .sandbox_id = SID,
+                              .user_data = "/tmp/x",
+                              .token = "t",
+                              .attest = &a,
+                              .generation = "0f8a2c345b6d4e7f8a9b0c1d2e3f4a5b"};
+    json_t *j = launch_spec_to_json(&spec);
+    _cleanup_free_ char *text = fjson_dump(j);
+    launch_spec_copy copy;
+    assert_int_equal(launch_spec_from_json(&copy, text, strlen(text)), 0);
+    assert_non_null(copy.spec.attest);
+    assert_memory_equal(copy.spec.attest->secret, a.secret, sizeof a.secret);
+    assert_string_equal(copy.spec.attest->pod_uid, UID);
+    assert_string_equal(copy.spec.generation, "0f8a2c345b6d4e7f8a9b0c1d2e3f4a5b");
+    launch_spec_free(&copy);
+    /* Without: none, and a random generation. */
+    spec.attest = NULL;
+    spec.generation = NULL;
+    json_decref(j);
+    j = launch_spec_to_json(&spec);
+    free(text);
+    text = fjson_dump(j);
+    assert_int_equal(launch_spec_from_json(&copy, text, strlen(text)), 0);
+    assert_null(copy.spec.attest);
+    assert_null(copy.spec.generation);
+    launch_spec_free(&copy);
+    /* A malformed one is refused. */
+    json_object_set_new(j, "generation", json_string("../../etc/passwd"));
+    free(text);
+    text = fjson_dump(j);
+    assert_int_equal(launch_spec_from_json(&copy, text, strlen(text)), FAWN_EINVAL);
+    json_decref(j);
+    config_free(&cfg);
+}
+
 int main(void) {
     if (sodium_init() < 0)
         return 1;
@@ -687,6 +731,7 @@ int main(void) {
         cmocka_unit_test(test_kubeconfig),
         cmocka_unit_test(test_config_section),
         cmocka_unit_test(test_manifest_is_hardened),
+        cmocka_unit_test(test_launch_spec_carries_attestation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
