@@ -173,6 +173,26 @@ describe('kubernetes provider', () => {
     }
   });
 
+  it('takes a capability probe that never answers as unknown, never as a refusal', async () => {
+    const versions = () => kube.count('GET', /^\/version$/);
+    const before = versions();
+    kube.failNext('GET', /^\/version$/, 'hang', 1);
+    /* Once the cached answer expired, the probe hangs: the create fails as
+     * unknown within the probe's timeout, and makes no pod. */
+    const sid = await eventually(async () => {
+      const tid = await newThread();
+      const out = await runBash(tid, 'echo MAYBE');
+      assert.match(out, /capabilities are unknown/);
+      return sandboxId(admin.id, tid);
+    });
+    assert.equal(kube.podOf(sid), undefined);
+    assert.ok(versions() > before);
+    /* Unknown was not remembered: the next create probes again and runs. */
+    const tid = await newThread();
+    assert.match(await runBash(tid, 'echo NOW'), /NOW/);
+    assert.doesNotMatch(srv.stderr, /cannot run sandboxes: .*timed out/);
+  });
+
   it('waits for the API to confirm a deletion, and takes API errors as unknown', async () => {
     const tid = await newThread();
     const sid = sandboxId(admin.id, tid);
