@@ -64,7 +64,7 @@ describe('kubernetes provider', () => {
           namespace: 'fawn-e2e',
           image: 'registry.example/fawn-box:test',
           start_timeout_s: 60,
-          delete_timeout_s: 5,
+          delete_timeout_s: 15, /* a ceiling: only a lingering pod reaches it */
           request_timeout_s: 5,
           probe_timeout_s: 5,
           capability_ttl_s: 1,
