@@ -46,8 +46,8 @@ describe('kubernetes provider', () => {
     fake.queue(reply('done'));
     const first = fake.requests.length;
     await sdk().runs.wait(threadId, 'lead_agent', { input: { messages: [{ type: 'human', content: 'go' }] } });
-    const tool = fake.requests[first + 1].body.messages.find((m) => m.role === 'tool');
-    return tool.content;
+    const tools = fake.requests[first + 1].body.messages.filter((m) => m.role === 'tool');
+    return tools[tools.length - 1].content; /* this run's: the thread keeps earlier ones */
   };
   const newThread = async () => (await sdk().threads.create()).thread_id;
 
@@ -109,6 +109,13 @@ describe('kubernetes provider', () => {
     const mine = listed.json.sandboxes.find((s) => s.sandbox_id === sid);
     assert.equal(mine.generation, pod.obj.metadata.uid.replaceAll('-', ''));
     assert.equal(fences(srv.home, sid).length, 0);
+    /* A command in the sandbox, looking for the pod's secrets where the pod
+     * has them and where a box might leak them, finds neither. */
+    const probe = await runBash(tid, 'cat /var/run/fawn/attest /var/run/fawn/token; ls -la /var/run/fawn; ' +
+      'tr "\\0" "\\n" < /proc/1/environ; grep -rs . /proc/1/cmdline; env; echo PROBED');
+    assert.match(probe, /PROBED/);
+    assert.ok(!probe.includes(secret.stringData.attest), probe);
+    assert.ok(!probe.includes(secret.stringData.token), probe);
   });
 
   it('refuses a pod with a wrong secret, fences it, and keeps it fenced after a restart', async () => {
