@@ -69,6 +69,7 @@ describe('artifacts through sendfile', () => {
     out = path.join(srv.userData(admin.id, TID), 'outputs');
     fs.writeFileSync(path.join(out, 'big.bin'), bytes);
     fs.writeFileSync(path.join(out, 'page.html'), '<script>alert(1)</script>');
+    fs.writeFileSync(path.join(out, 'empty.txt'), '');
   });
   after(async () => {
     await srv?.stop();
@@ -98,6 +99,13 @@ describe('artifacts through sendfile', () => {
     assert.match(html.headers['content-disposition'], /^attachment; /);
     assert.equal(html.headers['content-type'], 'text/html; charset=utf-8');
     assert.equal(html.text, '<script>alert(1)</script>');
+    const empty = await request(srv, 'GET', `${OUT}/empty.txt`, { bearer: admin.token });
+    assert.equal(empty.status, 200);
+    assert.equal(empty.headers['content-length'], '0');
+    assert.equal(empty.body.length, 0);
+    const unsatisfiable = await request(srv, 'GET', `${OUT}/big.bin`, { bearer: admin.token, headers: { Range: `bytes=${MiB}-` } });
+    assert.equal(unsatisfiable.status, 416);
+    assert.equal(unsatisfiable.headers['content-range'], `bytes */${MiB}`);
 
     const sent = calls.filter((c) => c.offset < MiB).reduce((n, c) => n + c.sent, 0);
     assert.ok(calls.length > 0, 'no sendfile call was made');
