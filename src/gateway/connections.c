@@ -26,7 +26,6 @@
  * never reaches a descriptor that was closed, or reused. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -36,7 +35,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "gateway/internal.h"
 
@@ -54,7 +52,9 @@ typedef struct conn_record {
     char addr[64];            /* the peer's address, as text */
     bool counted;             /* holds one of its address's connections */
     int64_t head_deadline_ms; /* monotonic; 0: no head is awaited */
-    int file_fd;              /* a copy of the fd of the file being sent; -1: none */
+    int file_fd;              /* the fd of the file being sent (borrowed); -1: none */
+    dev_t file_dev;           /* that file's identity: the fd may have been closed, */
+    ino_t file_ino;           /* and its number reused, before the record is cleared */
     uint64_t file_end;        /* the response's last byte + 1 in that file */
 } conn_record;
 
@@ -154,11 +154,7 @@ static void head_await(gw_conns *t, conn_record *r) {
 }
 
 /* Stops watching r's file. Lock held. */
-static void file_forget(conn_record *r) {
-    if (r->file_fd >= 0)
-        close(r->file_fd);
-    r->file_fd = -1;
-}
+static void file_forget(conn_record *r) { r->file_fd = -1; }
 
 /* ---- libmicrohttpd callbacks ---- */
 
@@ -258,12 +254,13 @@ int gw_conns_file_sending(gw_conns *t, struct MHD_Connection *c, int fd, uint64_
     conn_record *r = record_of(c);
     if (!r)
         return 0; /* refused at its start: shut down already */
-    int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (copy < 0)
-        return fawn_err_sys(FAWN_EIO, errno, "dup a file being sent");
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "stat a file being sent");
     pthread_mutex_lock(&t->lock);
-    file_forget(r);
-    r->file_fd = copy;
+    r->file_fd = fd;
+    r->file_dev = st.st_dev;
+    r->file_ino = st.st_ino;
     r->file_end = end;
     if (t->next_sweep_ms > fawn_now_ms() + CONNS_FILE_CHECK_MS) /* it sleeps past a check */
         pthread_cond_signal(&t->wake);
@@ -304,7 +301,11 @@ static int64_t files_sweep(gw_conns *t, int64_t now) {
         struct stat st;
         if (r->file_fd < 0)
             continue;
-        if (fstat(r->file_fd, &st) == 0 && (uint64_t)st.st_size >= r->file_end) {
+        if (fstat(r->file_fd, &st) < 0 || st.st_dev != r->file_dev || st.st_ino != r->file_ino) {
+            file_forget(r); /* sent and closed already */
+            continue;
+        }
+        if ((uint64_t)st.st_size >= r->file_end) {
             sending = true;
             continue;
         }

@@ -310,10 +310,11 @@ void gw_conns_head_arrived(gw_conns *t, struct MHD_Connection *c);
 /* A request on c has completed: the next head is due within the deadline
  * (and its file, if any, is no longer watched). */
 void gw_conns_head_awaited(gw_conns *t, struct MHD_Connection *c);
-/* The response on c sends bytes of the file open as fd (borrowed: a copy
- * is kept) up to end with sendfile: should the file shrink below end, c is
+/* The response on c sends bytes of the file open as fd (borrowed: the
+ * response owns it; it is looked at only while it still names the same
+ * file) up to end with sendfile: should the file shrink below end, c is
  * shut down within CONNS_FILE_CHECK_MS rather than left waiting. Until the
- * request completes. 0, or FAWN_EIO (no descriptor for the copy). */
+ * request completes. 0, or FAWN_EIO (fd cannot be looked at). */
 FAWN_MUST_CHECK int gw_conns_file_sending(gw_conns *t, struct MHD_Connection *c, int fd,
                                           uint64_t end);
 

@@ -113,7 +113,6 @@ static void repeated_requests_skip_the_store_for_auth(void **state) {
     assert_int_equal(after.misses, before.misses);
     assert_int_equal(store_operations(x->st) - ops,
                      after.generation_reads - before.generation_reads);
-    assert_true(after.generation_reads - before.generation_reads < REPEATS);
 
     /* A role change takes effect on the very next request. */
     assert_non_null(strstr(body, "\"system_role\":\"user\""));
