@@ -53,12 +53,22 @@ int sq_end_transaction(sqlite3 *db, int r) {
 
 sqlite3 *sq_write_begin(store *s) {
     pthread_mutex_lock(&s->mu);
+    atomic_fetch_add_explicit(&s->operations, 1, memory_order_relaxed);
     return s->db;
 }
 
-void sq_write_end(store *s) { pthread_mutex_unlock(&s->mu); }
+/* A rolled-back change counts too: a cache then checks again for nothing,
+ * which costs one query, never a stale answer. */
+void sq_write_end(store *s) {
+    if (s->auth_dirty) {
+        s->auth_dirty = false;
+        atomic_fetch_add(&s->auth_changes, 1);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
 
 sqlite3 *sq_read_begin(store *s) {
+    atomic_fetch_add_explicit(&s->operations, 1, memory_order_relaxed);
     pthread_mutex_lock(&s->pool_mu);
     for (;;) {
         for (size_t i = 0; i < STORE_READERS; i++)
@@ -98,6 +108,29 @@ int store_schema_version(store *s, int *out) {
     int r = schema_version(db, out);
     sq_read_end(s, db);
     return r;
+}
+
+int store_auth_generation(store *s, int64_t *out) {
+    *out = 0;
+    sqlite3_stmt *st;
+    sqlite3 *db = sq_read_begin(s);
+    int r = sq_prepare(db, &st, "SELECT value FROM auth_generation WHERE id = 1");
+    if (r == 0) {
+        int rc = sqlite3_step(st);
+        r = rc == SQLITE_ROW
+                ? 0
+                : sq_err(db, rc == SQLITE_DONE ? SQLITE_CORRUPT : rc, "auth generation");
+        *out = r == 0 ? sqlite3_column_int64(st, 0) : 0;
+        sqlite3_finalize(st);
+    }
+    sq_read_end(s, db);
+    return r;
+}
+
+uint64_t store_auth_changes(store *s) { return atomic_load(&s->auth_changes); }
+
+uint64_t store_operations(store *s) {
+    return atomic_load_explicit(&s->operations, memory_order_relaxed);
 }
 
 /* Brings the writer's database up to the latest migration. */
@@ -156,6 +189,16 @@ static int connection_open(sqlite3 **db, const char *path, int flags) {
     return r;
 }
 
+/* SQLite calls this for each row the writer changes, those of triggers
+ * included: the auth generation's row changes only through the triggers
+ * of migration 14, i.e. whenever an authentication may have changed. */
+static void writer_row_changed(void *cls, int op, const char *db, const char *table,
+                               sqlite3_int64 row) {
+    (void)op, (void)db, (void)row;
+    if (strcmp(table, "auth_generation") == 0)
+        ((store *)cls)->auth_dirty = true;
+}
+
 /* The writer (configured, migrated), then the readers: a reader opened
  * before the database is in WAL mode and at the latest schema could see
  * neither. */
@@ -168,6 +211,8 @@ static int connections_open(store *s, const char *path) {
                     "configure database");
     if (r == 0)
         r = migrate(s->db);
+    if (r == 0)
+        sqlite3_update_hook(s->db, writer_row_changed, s);
     for (size_t i = 0; r == 0 && i < STORE_READERS; i++)
         r = connection_open(&s->readers[i], path, SQLITE_OPEN_READONLY);
     return r;

@@ -14,7 +14,9 @@
 
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "store/store.h"
 #include "base/base.h"
@@ -32,9 +34,15 @@ struct store {
     bool reader_busy[STORE_READERS];
     pthread_mutex_t pool_mu;
     pthread_cond_t pool_free; /* a reader was handed back */
+    /* Set (under mu) when the writer's statement changed auth_generation;
+     * sq_write_end, after the commit, turns it into auth_changes. */
+    bool auth_dirty;
+    _Atomic uint64_t auth_changes; /* store_auth_changes */
+    _Atomic uint64_t operations;   /* store_operations */
 };
 
-/* The writer, with s->mu held until sq_write_end. */
+/* The writer, with s->mu held until sq_write_end, which (the transaction
+ * being over by then) counts a change of the auth generation. */
 sqlite3 *sq_write_begin(store *s);
 void sq_write_end(store *s);
 /* A reader of the pool (waits until one is free); hand it back with
