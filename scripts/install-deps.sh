@@ -7,10 +7,11 @@ PACKAGES=(
   build-essential meson ninja-build pkg-config clang libclang-rt-14-dev clang-format-14
   libjansson-dev libyaml-dev libseccomp-dev libsodium-dev libpcre2-dev
   libcmocka-dev libsqlite3-dev libpq-dev postgresql libmicrohttpd-dev libcurl4-openssl-dev libarchive-dev libgumbo-dev
-  bubblewrap python3 curl openssl util-linux iproute2 procps
+  bubblewrap python3 curl openssl util-linux iproute2 procps strace
   btrfs-progs xfsprogs e2fsprogs
   libjs-marked node-dompurify chromium tzdata
 )
+# strace: tests/e2e/read_path.test.mjs sees artifacts leave through sendfile.
 # libpq-dev: the store's PostgreSQL backend; postgresql: the server the
 # tests start in a temporary directory (scripts/pg-test-server.sh).
 # tzdata: the time zones scheduled tasks run in (src/schedule reads its

@@ -101,4 +101,100 @@ FAWN_MUST_CHECK int auth_jwt_verify(auth_claims *out, const unsigned char secret
  * (FAWN_EPERM / FAWN_EINVAL): the secret signs every session. */
 FAWN_MUST_CHECK int auth_secret_load(unsigned char out[AUTH_SECRET_BYTES], const char *home);
 
+/* ---- the cache of verified credentials ----
+ * A request that proves who it is with a credential verified a moment ago
+ * is answered from memory, not from the store (the session's token_version,
+ * the API token's row, the user's role). Rules, each enforced by the
+ * function named:
+ * - Keyed by a keyed hash of the credential, never the credential itself
+ *   (auth_cache_key_of: BLAKE2b under a random key of this cache).
+ * - Bounded: AUTH_CACHE_ENTRIES_MAX entries, allocated once; a new entry
+ *   replaces the oldest of its set (auth_cache_put). Only successes are
+ *   kept: a refused credential goes to the store every time.
+ * - An entry lives AUTH_CACHE_MAX_AGE_MS at most (auth_cache_get).
+ * - A change made through this process's store handle that can end or
+ *   alter an authentication (store.h, "the auth generation": password,
+ *   role, token_version, a user or token deleted, whatever code made it)
+ *   invalidates every entry before the write returns: auth_cache_get
+ *   compares each entry's stamp with store_auth_changes, no query.
+ * - A change made by another process on the same store (`fawn user role`,
+ *   another gateway) is seen within AUTH_CACHE_RECHECK_MS: auth_cache_get
+ *   reads store_auth_generation at most that often (one query for the
+ *   whole cache, not one per request). A store that could push its changes
+ *   would drive the same stamp; nothing else here would change.
+ * - Fail closed: while the generation cannot be read, nothing is answered
+ *   from memory. */
+
+/* AUTH_CACHE_SETS sets of AUTH_CACHE_WAYS entries: the key chooses the set,
+ * and a new entry replaces the oldest of a full set. 4096 entries of ~700 bytes are under 3 MiB; a
+ * gateway with more credentials in use within AUTH_CACHE_MAX_AGE_MS than that pays a query for some
+ * of them, as it did without a cache. */
+#define AUTH_CACHE_WAYS 4
+#define AUTH_CACHE_SETS 1024
+#define AUTH_CACHE_ENTRIES_MAX (AUTH_CACHE_WAYS * AUTH_CACHE_SETS)
+/* Longest an entry is trusted: short enough that anything the generation
+ * does not cover (a database restored from a backup, edited with triggers
+ * dropped) lasts seconds, long enough that a client polling every second
+ * costs one query in ten; an API token's last use is still recorded
+ * within a minute (STORE_TOKEN_USE_RESOLUTION_MS). */
+#define AUTH_CACHE_MAX_AGE_MS 10000
+/* How often the store's auth generation is read: the longest another
+ * process's revocation goes unseen here (plus that one query). One query a
+ * second costs nothing next to one per request. */
+#define AUTH_CACHE_RECHECK_MS 1000
+#define AUTH_CACHE_KEY_BYTES 32
+
+/* What a credential is: part of its key, so that equal text of two kinds
+ * never shares an entry. */
+enum auth_credential {
+    AUTH_CREDENTIAL_SESSION = 1, /* a session token (JWT), from a cookie or a bearer */
+    AUTH_CREDENTIAL_API_TOKEN,   /* an API token */
+    AUTH_CREDENTIAL_LOCAL,       /* auth.disabled: the local admin's id, as text */
+};
+
+typedef struct auth_cache auth_cache;
+typedef struct auth_cache_key {
+    unsigned char bytes[AUTH_CACHE_KEY_BYTES];
+} auth_cache_key;
+/* What the cache knew of the store when a verification began. */
+typedef struct auth_cache_stamp {
+    uint64_t changes;   /* store_auth_changes */
+    int64_t generation; /* store_auth_generation as last read; -1 unknown */
+} auth_cache_stamp;
+typedef struct auth_cache_stats {
+    uint64_t hits, misses;
+    uint64_t generation_reads; /* store_auth_generation queries made */
+    size_t entries;            /* at most AUTH_CACHE_ENTRIES_MAX */
+} auth_cache_stats;
+
+/* A new, empty cache over st (borrowed: it must outlive the cache). Caller
+ * frees with auth_cache_free. FAWN_ENOMEM. */
+FAWN_MUST_CHECK int auth_cache_new(auth_cache **out, store *st);
+/* Wipes and frees c (NULL is fine). */
+void auth_cache_free(auth_cache *c);
+
+/* The key of credential (len bytes) of kind, for this cache. */
+void auth_cache_key_of(auth_cache_key *out, const auth_cache *c, enum auth_credential kind,
+                       const char *credential, size_t len);
+
+/* Looks key up at now_ms (a monotonic clock: fawn_now_ms). 0 with *user
+ * (its password_hash empty) and *token_id (0 for sessions) when an entry
+ * is fresh; FAWN_ENOENT (*user, *token_id zeroed) when the caller must
+ * verify with the store. *stamp is set on every path: pass it to
+ * auth_cache_put after that verification, so that a change committed while
+ * it ran makes the entry stale at once. May read the store's generation
+ * (see AUTH_CACHE_RECHECK_MS); safe from any thread. */
+FAWN_MUST_CHECK int auth_cache_get(auth_cache *c, store_user *user, int64_t *token_id,
+                                   auth_cache_stamp *stamp, const auth_cache_key *key,
+                                   int64_t now_ms);
+/* Keeps user (and token_id) as verified for key at now_ms under stamp (from
+ * the auth_cache_get that missed). Never keeps the password hash; keeps
+ * nothing when the stamp's generation is unknown. */
+void auth_cache_put(auth_cache *c, const auth_cache_key *key, const auth_cache_stamp *stamp,
+                    const store_user *user, int64_t token_id, int64_t now_ms);
+/* Drops key's entry, if any (signing out). */
+void auth_cache_forget(auth_cache *c, const auth_cache_key *key);
+/* The counters so far, and the entries held. */
+void auth_cache_stats_get(auth_cache_stats *out, auth_cache *c);
+
 #endif

@@ -13,6 +13,7 @@
 
 #include "base/fsx.h"
 #include "base/json.h"
+#include "box/attest.h"
 #include "box/box.h"
 #include "box/http.h"
 
@@ -33,6 +34,7 @@ static const char *const user_data_dirs[] = {"/mnt/user-data/workspace", "/mnt/u
 
 typedef struct box_state {
     const box_settings *settings;
+    const box_attest *attest; /* NULL: this box answers no attestation challenge */
     box_exec_ctx *exec;
     box_files files;
     char generation[33];
@@ -212,6 +214,27 @@ static void route_download(http_conn *c, const http_request *req, box_state *b, 
     box_file_download(c, req, &b->files);
 }
 
+/* POST /v1/attest: the proof that this box is the pod its gateway created
+ * (box/attest.h). A box started without attestation has none to give. */
+static void route_attest(http_conn *c, const http_request *req, box_state *b, file_op op) {
+    if (!b->attest) {
+        http_respond_error(c, 404, "not_found", "this box was started without attestation");
+        return;
+    }
+    _cleanup_free_ char *body = NULL;
+    size_t len = 0;
+    char nonce[BOX_ATTEST_NONCE_HEX + 1], proof[BOX_ATTEST_PROOF_HEX + 1];
+    int r = http_body_read_all(&body, &len, c, BOX_ATTEST_BODY_MAX);
+    if (r == 0)
+        r = box_attest_request_parse(nonce, body ? body : "", len);
+    if (r == 0)
+        r = box_attest_proof(proof, b->attest, nonce);
+    respond_owned(c, r,
+                  r == 0 ? json_pack("{s:s, s:s, s:s}", "proof", proof, "sandbox_id",
+                                     b->attest->sandbox_id, "pod_uid", b->attest->pod_uid)
+                         : NULL);
+}
+
 typedef void (*route_fn)(http_conn *c, const http_request *req, box_state *b, file_op op);
 
 static const struct {
@@ -220,6 +243,7 @@ static const struct {
     file_op op; /* for route_file */
 } routes[] = {
     {"GET", "/v1/sandbox", route_describe, NULL},
+    {"POST", "/v1/attest", route_attest, NULL},
     {"POST", "/v1/sandbox/shutdown", route_shutdown, NULL},
     {"POST", "/v1/shell/exec", route_exec, NULL},
     {"POST", "/v1/shell/sessions", route_session_create, NULL},
@@ -421,12 +445,16 @@ int box_serve(const box_serve_opts *o) {
     sigaction(SIGINT, &stop, NULL);
 
     box_state b = {.settings = o->settings,
+                   .attest = o->attest,
                    .started_ms = fawn_wall_ms(),
                    .idle_stop = {-1, -1},
                    .requests_mu = PTHREAD_MUTEX_INITIALIZER,
                    .user_data = {-1, -1, -1}};
     pthread_t watcher;
-    fawn_random_hex(b.generation, 16);
+    if (o->generation)
+        snprintf(b.generation, sizeof b.generation, "%s", o->generation);
+    else
+        fawn_random_hex(b.generation, 16);
     atomic_store(&b.last_activity_ms, fawn_now_ms());
     b.files.limits = o->settings->files;
     int r = open_roots(&b.files);

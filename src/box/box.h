@@ -59,6 +59,8 @@ typedef struct box_serve_opts {
     const char *token; /* bearer token required on every request, or NULL */
     int status_fd;     /* receives "ready <generation>\n" once serving, or -1 */
     const box_settings *settings;
+    const struct box_attest *attest; /* answers POST /v1/attest (box/attest.h), or NULL */
+    const char *generation;          /* 32 lowercase hex (a pod's UID), or NULL: random */
 } box_serve_opts;
 
 /* Runs the box until shutdown (API, SIGTERM), idle exit (no request for

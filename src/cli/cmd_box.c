@@ -13,8 +13,10 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sodium.h>
 
 #include "base/base.h"
+#include "box/attest.h"
 #include "sandbox/local.h"
 #include "config/config.h"
 #include "cli/cli.h"
@@ -27,7 +29,8 @@
 static void usage(FILE *out) {
     fprintf(out,
             "usage: fawn box --listen HOST:PORT --token-file PATH [--user-data DIR]\n"
-            "                [--skills-dir DIR] [--idle-exit SECONDS] [--config FILE]\n\n"
+            "                [--skills-dir DIR] [--idle-exit SECONDS] [--config FILE]\n"
+            "                [--attest-file PATH]\n\n"
             "Serves the box API (docs/box-api.md) over TCP for remote placement: as the\n"
             "entry point of a container, a pod or a VM, or on a plain host. The box runs\n"
             "in a fresh sandbox like the local provider's, with DIR (default\n"
@@ -40,7 +43,10 @@ static void usage(FILE *out) {
             "directory is deleted. --skills-dir names the directory shown read-only at\n"
             "/mnt/skills (default sandbox.skills_dir): give it the FAWN_SKILLS_DIR the\n"
             "gateway passes to the create command, which holds only the skills the\n"
-            "user's runs may see.\n",
+            "user's runs may see. --attest-file (a Kubernetes pod) names the pod's\n"
+            "attestation secret: the box then answers POST /v1/attest for the sandbox\n"
+            "$FAWN_SANDBOX_ID of $FAWN_USER in the pod $FAWN_POD_UID, whose UID is its\n"
+            "generation (docs/kubernetes.md).\n",
             BOX_TOKEN_MIN);
 }
 
@@ -86,8 +92,9 @@ static int read_token(char *out, const char *path) {
 
 typedef struct box_args {
     const char *listen, *token_file, *config, *user_data;
-    const char *skills_dir; /* NULL: sandbox.skills_dir */
-    uint32_t idle_exit_s;   /* 0 = never */
+    const char *attest_file; /* NULL: no attestation */
+    const char *skills_dir;  /* NULL: sandbox.skills_dir */
+    uint32_t idle_exit_s;    /* 0 = never */
 } box_args;
 
 /* The longest --idle-exit: sandbox.idle_timeout_s's own bound (a week). */
@@ -111,6 +118,7 @@ static int parse_args(box_args *a, int argc, char **argv) {
         {"user-data", required_argument, 0, 'u'},
         {"idle-exit", required_argument, 0, 'i'},
         {"skills-dir", required_argument, 0, 's'},
+        {"attest-file", required_argument, 0, 'a'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -123,6 +131,7 @@ static int parse_args(box_args *a, int argc, char **argv) {
         case 'c': a->config = optarg; break;
         case 'u': a->user_data = optarg; break;
         case 's': a->skills_dir = optarg; break;
+        case 'a': a->attest_file = optarg; break;
         case 'i':
             if (parse_idle_exit(&a->idle_exit_s, optarg) < 0)
                 return FAWN_EINVAL;
@@ -155,10 +164,25 @@ static int wait_box(pid_t pid) {
     }
 }
 
+/* The pod's attestation and generation, from --attest-file and the
+ * environment its manifest sets (docs/kubernetes.md). */
+static int pod_attest_load(box_attest *out, char generation[33], const char *attest_file) {
+    int r = box_attest_load(out, attest_file, getenv("FAWN_SANDBOX_ID"), getenv("FAWN_USER"),
+                            getenv("FAWN_POD_UID"));
+    if (r == 0)
+        r = box_attest_generation(generation, out->pod_uid);
+    return r;
+}
+
 static int serve_tcp(const box_args *a, const fawn_config *cfg, const char *token) {
     char hex[65], sandbox_id[17];
     fawn_sha256_hex(hex, a->user_data, strlen(a->user_data));
     snprintf(sandbox_id, sizeof sandbox_id, "%.16s", hex);
+    box_attest attest;
+    char pod_generation[33] = "";
+    int r = a->attest_file ? pod_attest_load(&attest, pod_generation, a->attest_file) : 0;
+    if (r < 0)
+        return r;
     _cleanup_close_ int fd = listen_tcp(a->listen);
     if (fd < 0)
         return fd;
@@ -170,10 +194,13 @@ static int serve_tcp(const box_args *a, const fawn_config *cfg, const char *toke
                               .log_fd = STDERR_FILENO,
                               .token = token,
                               .idle_exit_s = a->idle_exit_s,
-                              .die_with_launcher = true};
+                              .die_with_launcher = true,
+                              .attest = a->attest_file ? &attest : NULL,
+                              .generation = a->attest_file ? pod_generation : NULL};
     pid_t pid;
     char generation[33];
-    int r = local_launch(&pid, generation, &spec);
+    r = local_launch(&pid, generation, &spec);
+    sodium_memzero(&attest, sizeof attest);
     if (r < 0)
         return r;
     log_info("box", "serving on %s (generation %s)", a->listen, generation);

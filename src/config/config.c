@@ -242,8 +242,10 @@ static int set_provider(void *field, const config_key *key, const config_scalar 
         *(enum fawn_provider *)field = FAWN_PROVIDER_LOCAL;
     else if (strcmp(v->text, "remote") == 0)
         *(enum fawn_provider *)field = FAWN_PROVIDER_REMOTE;
+    else if (strcmp(v->text, "kubernetes") == 0)
+        *(enum fawn_provider *)field = FAWN_PROVIDER_KUBERNETES;
     else
-        return scalar_fail(v, "must be one of local|remote");
+        return scalar_fail(v, "must be one of local|remote|kubernetes");
     return 0;
 }
 
@@ -367,6 +369,7 @@ static const config_key sandbox_keys[] = {
     KEY_INT("replicas", sandbox.replicas, set_u32, "32", 0, 100000),
     KEY_SCALAR("provider", sandbox.provider, set_provider, "local"),
     KEY_TREE("remote", sandbox.remote),
+    KEY_TREE("kubernetes", sandbox.kubernetes),
     {0},
 };
 
@@ -574,7 +577,7 @@ static int check_connection_caps(const fawn_config *cfg, const char *source) {
 /* A remote box's network is its host's: no egress proxy of this gateway can
  * stand between its commands and the network. */
 static int check_remote_network(const fawn_config *cfg, const char *source) {
-    if (cfg->sandbox.provider != FAWN_PROVIDER_REMOTE || cfg->sandbox.network != FAWN_NET_ALLOWLIST)
+    if (cfg->sandbox.provider == FAWN_PROVIDER_LOCAL || cfg->sandbox.network != FAWN_NET_ALLOWLIST)
         return 0;
     return config_fail(source, 0, "sandbox.network",
                        "allowlist needs sandbox.provider local (a remote provider's sandboxes "
@@ -1171,6 +1174,7 @@ void config_free(fawn_config *cfg) {
     json_decref(cfg->mcp);
     json_decref(cfg->server.trusted_proxies);
     json_decref(cfg->sandbox.remote);
+    json_decref(cfg->sandbox.kubernetes);
     json_decref(cfg->sandbox.env_passthrough);
     json_decref(cfg->sandbox.egress.allow);
     json_decref(cfg->sandbox.egress.tls_ports);

@@ -17,7 +17,7 @@
 #include "base/base.h"
 
 enum fawn_network_mode { FAWN_NET_NONE, FAWN_NET_HOST, FAWN_NET_ALLOWLIST };
-enum fawn_provider { FAWN_PROVIDER_LOCAL, FAWN_PROVIDER_REMOTE };
+enum fawn_provider { FAWN_PROVIDER_LOCAL, FAWN_PROVIDER_REMOTE, FAWN_PROVIDER_KUBERNETES };
 enum fawn_store_backend { FAWN_STORE_SQLITE, FAWN_STORE_POSTGRES };
 
 /* Most environment variables injected into a sandbox. */
@@ -75,6 +75,8 @@ typedef struct fawn_sandbox_config {
     enum fawn_provider provider; /* sandbox.provider: local | remote (local) */
     json_t *remote;              /* sandbox.remote: the remote provider's commands (JSON
                                     tree, see src/sandbox/remote.h), or NULL */
+    json_t *kubernetes;          /* sandbox.kubernetes: the Kubernetes provider's settings
+                                    (JSON tree, see src/sandbox/kubernetes.h), or NULL */
 } fawn_sandbox_config;
 
 typedef struct fawn_server_config {

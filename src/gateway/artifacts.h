@@ -66,8 +66,10 @@ typedef struct artifact_response {
  * range gives status 206 with content_range "bytes A-B/N"; an unsatisfiable
  * one gives status 416, fd -1, content_range "bytes *\/N" and return value 0;
  * any other Range (malformed, several ranges, another unit) is ignored
- * (status 200, the whole file). Send the body with artifact_body_read, which
- * tells a file that shrank while it was being sent.
+ * (status 200, the whole file). The HTTP layer sends out->length bytes of
+ * out->fd from out->offset with sendfile (file_routes.c, which also ends a
+ * download whose file shrinks); artifact_body_read reads the same bytes for
+ * any other sender, and tells a file that shrank while it was being sent.
  *
  * A path that goes on past a file whose name ends in ".skill" (x.skill/M)
  * names M inside that zip archive (skills_archive_member: M itself or

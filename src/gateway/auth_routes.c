@@ -204,6 +204,7 @@ static int route_logout(gw_request *rq) {
     int r = gw_check_origin(rq);
     if (r < 0)
         return r;
+    gw_session_forget(rq);
     struct MHD_Response *resp = gw_json_response(json_pack("{s:s}", "message", "Signed out"));
     r = resp ? gw_session_cookies_clear(resp, rq->g) : FAWN_ENOMEM;
     if (r < 0) {

@@ -13,11 +13,19 @@
  *   request may then take as long as it needs (an upload, an SSE follower),
  *   bounded by the server's idle timeout alone.
  *
+ * - A file sent with sendfile (gw_conns_file_sending) that shrinks below
+ *   what the response promised would leave the connection waiting for
+ *   bytes that never come (libmicrohttpd sends nothing more and waits for
+ *   the socket): while one is being sent, the watcher looks at its size
+ *   every CONNS_FILE_CHECK_MS and shuts the connection down when it has
+ *   shrunk (files_sweep), so the download ends short.
+ *
  * Every open connection has a record here, created when libmicrohttpd
  * reports it started and removed when it reports it closed, which it does
  * before it closes the socket: shutdown() under the table's lock therefore
  * never reaches a descriptor that was closed, or reused. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -25,6 +33,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "gateway/internal.h"
@@ -33,6 +42,9 @@
  * many distinct deadlines does not make the watcher look more often than
  * ten times a second. */
 #define CONNS_SWEEP_MIN_MS 100
+/* How often the size of a file being sent is looked at: a truncated
+ * download ends within a second, for one fstat per download per second. */
+#define CONNS_FILE_CHECK_MS 1000
 
 typedef struct conn_record {
     struct conn_record *prev, *next;
@@ -40,6 +52,10 @@ typedef struct conn_record {
     char addr[64];            /* the peer's address, as text */
     bool counted;             /* holds one of its address's connections */
     int64_t head_deadline_ms; /* monotonic; 0: no head is awaited */
+    int file_fd;              /* the fd of the file being sent (borrowed); -1: none */
+    dev_t file_dev;           /* that file's identity: the fd may have been closed, */
+    ino_t file_ino;           /* and its number reused, before the record is cleared */
+    uint64_t file_end;        /* the response's last byte + 1 in that file */
 } conn_record;
 
 /* Connections of one address (a node of the tsearch tree). */
@@ -137,6 +153,9 @@ static void head_await(gw_conns *t, conn_record *r) {
         pthread_cond_signal(&t->wake);
 }
 
+/* Stops watching r's file. Lock held. */
+static void file_forget(conn_record *r) { r->file_fd = -1; }
+
 /* ---- libmicrohttpd callbacks ---- */
 
 enum MHD_Result gw_conns_admit(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
@@ -163,6 +182,7 @@ static void conn_started(gw_conns *t, struct MHD_Connection *c, void **socket_co
         return;
     }
     r->fd = fd->connect_fd;
+    r->file_fd = -1;
     address_text(r->addr, peer ? peer->client_addr : NULL);
     pthread_mutex_lock(&t->lock);
     bool trusted = gw_proxy_trusted(t->g, r->addr);
@@ -191,6 +211,7 @@ static void conn_closed(gw_conns *t, void **socket_context) {
         t->open = r->next;
     if (r->next)
         r->next->prev = r->prev;
+    file_forget(r);
     pthread_mutex_unlock(&t->lock);
     free(r);
     *socket_context = NULL;
@@ -224,8 +245,27 @@ void gw_conns_head_awaited(gw_conns *t, struct MHD_Connection *c) {
     if (!r)
         return;
     pthread_mutex_lock(&t->lock);
+    file_forget(r);
     head_await(t, r);
     pthread_mutex_unlock(&t->lock);
+}
+
+int gw_conns_file_sending(gw_conns *t, struct MHD_Connection *c, int fd, uint64_t end) {
+    conn_record *r = record_of(c);
+    if (!r)
+        return 0; /* refused at its start: shut down already */
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "stat a file being sent");
+    pthread_mutex_lock(&t->lock);
+    r->file_fd = fd;
+    r->file_dev = st.st_dev;
+    r->file_ino = st.st_ino;
+    r->file_end = end;
+    if (t->next_sweep_ms > fawn_now_ms() + CONNS_FILE_CHECK_MS) /* it sleeps past a check */
+        pthread_cond_signal(&t->wake);
+    pthread_mutex_unlock(&t->lock);
+    return 0;
 }
 
 /* ---- the watcher ---- */
@@ -252,6 +292,30 @@ static int64_t deadlines_sweep(gw_conns *t, int64_t now) {
     return next;
 }
 
+/* Shuts down every connection whose file being sent has shrunk below what
+ * its response promised; returns when to look again (INT64_MAX: no file is
+ * being sent). Lock held. */
+static int64_t files_sweep(gw_conns *t, int64_t now) {
+    bool sending = false;
+    for (conn_record *r = t->open; r; r = r->next) {
+        struct stat st;
+        if (r->file_fd < 0)
+            continue;
+        if (fstat(r->file_fd, &st) < 0 || st.st_dev != r->file_dev || st.st_ino != r->file_ino) {
+            file_forget(r); /* sent and closed already */
+            continue;
+        }
+        if ((uint64_t)st.st_size >= r->file_end) {
+            sending = true;
+            continue;
+        }
+        log_warn("gateway", "a file shrank while it was being sent: the download ends short");
+        shutdown(r->fd, SHUT_RDWR); /* the server sees the end and closes it */
+        file_forget(r);
+    }
+    return sending ? now + CONNS_FILE_CHECK_MS : INT64_MAX;
+}
+
 static void wait_until(gw_conns *t, int64_t mono_ms) {
     if (mono_ms == INT64_MAX) {
         pthread_cond_wait(&t->wake, &t->lock);
@@ -266,6 +330,8 @@ static void *watcher_main(void *arg) {
     pthread_mutex_lock(&t->lock);
     while (!t->stopping) {
         int64_t now = fawn_now_ms(), next = deadlines_sweep(t, now);
+        int64_t files_next = files_sweep(t, now);
+        next = files_next < next ? files_next : next;
         if (next != INT64_MAX && next < now + CONNS_SWEEP_MIN_MS)
             next = now + CONNS_SWEEP_MIN_MS;
         t->next_sweep_ms = next;
@@ -316,6 +382,7 @@ void gw_conns_free(gw_conns *t) {
     while (t->open) {
         conn_record *r = t->open;
         t->open = r->next;
+        file_forget(r);
         free(r);
     }
     pthread_cond_destroy(&t->wake);

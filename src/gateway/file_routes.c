@@ -27,9 +27,6 @@
 #define UPLOAD_SYNC_TIMEOUT_MS (10 * 60 * 1000)
 /* The multipart field that carries files. */
 #define UPLOAD_FIELD "files"
-/* Bytes of an artifact read per call, held by each download in progress: one
- * call sends a 64 KiB file; a thousand downloads at once hold 64 MiB. */
-#define ARTIFACT_BLOCK_SIZE ((size_t)64 << 10)
 
 static upload_limits limits_from_config(const fawn_config *cfg) {
     return (upload_limits){.max_files = cfg->uploads.max_files,
@@ -272,37 +269,19 @@ static int artifact_roots(vpath_roots *roots, gw_request *rq, bool for_write) {
     return r;
 }
 
-/* MHD's content reader over artifact_body_read: a file that shrank while
- * being sent ends the response short (the connection is closed), rather
- * than leaving the client waiting for the bytes Content-Length promised. */
-static ssize_t artifact_body_reader(void *cls, uint64_t pos, char *buf, size_t max) {
-    size_t n = 0;
-    if (artifact_body_read(&n, cls, pos, buf, max) < 0) {
-        log_warn("gateway", "%s", fawn_errmsg());
-        return MHD_CONTENT_READER_END_WITH_ERROR;
-    }
-    return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
-}
-
-static void artifact_body_free(void *cls) {
-    artifact_response *a = cls;
-    close(a->fd);
-    free(a);
-}
-
-/* The response that sends a's body; it owns a->fd from here (closed even
- * when this fails: NULL, out of memory). */
+/* The response that sends a's body straight from its file: libmicrohttpd
+ * hands the open fd to sendfile(2) at a->offset, so the bytes go from the
+ * page cache to the socket without being copied through the gateway (it
+ * falls back to pread where sendfile cannot be used: TLS, an fd sendfile
+ * refuses). The response owns a->fd from here (closed even when this
+ * fails: NULL, out of memory). A file truncated while it is sent would
+ * leave the client waiting: the connection watcher ends such a download
+ * short (gw_conns_file_sending). */
 static struct MHD_Response *artifact_body_response(const artifact_response *a) {
-    artifact_response *body = malloc(sizeof *body);
-    if (!body) {
-        close(a->fd);
-        return NULL;
-    }
-    *body = *a;
-    struct MHD_Response *resp = MHD_create_response_from_callback(
-        a->length, ARTIFACT_BLOCK_SIZE, artifact_body_reader, body, artifact_body_free);
+    struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(a->length, a->fd,
+                                                                        a->offset);
     if (!resp)
-        artifact_body_free(body);
+        close(a->fd);
     return resp;
 }
 
@@ -344,6 +323,11 @@ static int route_artifact_get(gw_request *rq) {
         return r;
     if (a.status == MHD_HTTP_RANGE_NOT_SATISFIABLE)
         return respond_unsatisfiable(rq, &a);
+    r = gw_conns_file_sending(rq->g->conns, rq->conn, a.fd, a.offset + a.length);
+    if (r < 0) {
+        close(a.fd);
+        return r;
+    }
     struct MHD_Response *resp = artifact_body_response(&a);
     if (!resp)
         return fawn_err(FAWN_ENOMEM, "out of memory");

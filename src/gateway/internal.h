@@ -58,6 +58,7 @@ struct gateway {
     char dummy_hash[AUTH_HASH_MAX];          /* verified for unknown users: equal timing */
     int64_t local_admin_id;                  /* auth.disabled: everyone is this user */
     gw_throttle *throttle;                   /* failed sign-ins per client address */
+    auth_cache *auth_cache;                  /* credentials verified a moment ago */
     gw_conns *conns;                         /* open connections: per-address cap, head deadline */
     char trusted_proxies[GW_TRUSTED_PROXIES_MAX][64]; /* canonical numeric addresses */
     size_t n_trusted_proxies;
@@ -264,6 +265,9 @@ FAWN_MUST_CHECK int gw_check_origin(const gw_request *rq);
 /* Adds fresh session cookies for user to r (a new csrf_token too). */
 FAWN_MUST_CHECK int gw_session_cookies_set(struct MHD_Response *r, const gateway *g,
                                            const store_user *user);
+/* Drops the session this request presents (cookie or bearer) from the
+ * cache of verified credentials: signing out leaves none behind. */
+void gw_session_forget(gw_request *rq);
 /* Adds cookies that clear the session to r. */
 FAWN_MUST_CHECK int gw_session_cookies_clear(struct MHD_Response *r, const gateway *g);
 
@@ -303,8 +307,16 @@ void gw_conns_notify(void *cls, struct MHD_Connection *c, void **socket_context,
 /* The head of a request on c has arrived: no deadline applies until it
  * completes. */
 void gw_conns_head_arrived(gw_conns *t, struct MHD_Connection *c);
-/* A request on c has completed: the next head is due within the deadline. */
+/* A request on c has completed: the next head is due within the deadline
+ * (and its file, if any, is no longer watched). */
 void gw_conns_head_awaited(gw_conns *t, struct MHD_Connection *c);
+/* The response on c sends bytes of the file open as fd (borrowed: the
+ * response owns it; it is looked at only while it still names the same
+ * file) up to end with sendfile: should the file shrink below end, c is
+ * shut down within CONNS_FILE_CHECK_MS rather than left waiting. Until the
+ * request completes. 0, or FAWN_EIO (fd cannot be looked at). */
+FAWN_MUST_CHECK int gw_conns_file_sending(gw_conns *t, struct MHD_Connection *c, int fd,
+                                          uint64_t end);
 
 /* ---- shared by route families ---- */
 

@@ -437,6 +437,8 @@ static int gateway_prepare(gateway *g) {
     if (r == 0)
         r = gw_throttle_new(&g->throttle);
     if (r == 0)
+        r = auth_cache_new(&g->auth_cache, g->st);
+    if (r == 0)
         r = gw_conns_new(&g->conns, g);
     if (r == 0 && g->cfg->auth.disabled)
         r = local_admin_ensure(g);
@@ -448,6 +450,7 @@ static int gateway_prepare(gateway *g) {
 static void gateway_free(gateway *g) {
     gw_throttle_free(g->throttle);
     gw_conns_free(g->conns);
+    auth_cache_free(g->auth_cache);
     sodium_memzero(g->secret, sizeof g->secret);
     pthread_mutex_destroy(&g->setup_lock);
     free(g);

@@ -1,6 +1,8 @@
 /* Who is asking, and whether a browser was tricked into asking: session
  * cookies (HS256 JWT, revocable through the user's token version), API
- * tokens, the CSRF double-submit check and the Origin check. */
+ * tokens, the CSRF double-submit check and the Origin check. A credential
+ * verified a moment ago is answered from the cache of verified credentials
+ * (auth.h), which every revocation in the store invalidates. */
 #include <sodium.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,16 +13,50 @@
 /* Random bytes of a CSRF token (shown as hex). */
 #define GW_CSRF_BYTES 32
 
+/* The user is who the request acts as; the password hash is never
+ * needed past authentication (nor kept by the cache). */
 static int signed_in(gw_request *rq, const store_user *u, enum gw_via via) {
     rq->who.user = *u;
+    sodium_memzero(rq->who.user.password_hash, sizeof rq->who.user.password_hash);
     rq->who.via = via;
     rq->who.permissions = authz_route_permissions(app_policy(rq->g->app), u->role);
     return 0;
 }
 
+/* Asks the store who a credential is: into *u (and *token_id); FAWN_ENOENT
+ * or FAWN_EPERM when it is refused. */
+typedef int (*credential_verify)(store_user *u, int64_t *token_id, gateway *g, const void *arg);
+
+/* Who credential (of kind) is: from the cache when it was verified a
+ * moment ago and nothing changed since (auth.h), else from verify, whose
+ * success is then kept. */
+static int credential_user(store_user *u, int64_t *token_id, gateway *g, enum auth_credential kind,
+                           const char *credential, credential_verify verify, const void *arg) {
+    auth_cache_key key;
+    auth_cache_stamp stamp;
+    int64_t now = fawn_now_ms();
+    auth_cache_key_of(&key, g->auth_cache, kind, credential, strlen(credential));
+    if (auth_cache_get(g->auth_cache, u, token_id, &stamp, &key, now) == 0)
+        return 0;
+    int r = verify(u, token_id, g, arg);
+    if (r == 0)
+        auth_cache_put(g->auth_cache, &key, &stamp, u, *token_id, now);
+    return r;
+}
+
+static int local_admin_verify(store_user *u, int64_t *token_id, gateway *g, const void *arg) {
+    (void)arg;
+    *token_id = 0;
+    return store_user_get(g->st, u, g->local_admin_id);
+}
+
 static int local_admin(gw_request *rq) {
+    char id[24];
+    snprintf(id, sizeof id, "%lld", (long long)rq->g->local_admin_id);
     store_user u;
-    int r = store_user_get(rq->g->st, &u, rq->g->local_admin_id);
+    int64_t token_id;
+    int r = credential_user(&u, &token_id, rq->g, AUTH_CREDENTIAL_LOCAL, id, local_admin_verify,
+                            NULL);
     return r < 0 ? r : signed_in(rq, &u, GW_VIA_DISABLED);
 }
 
@@ -32,30 +68,63 @@ static int unauthorized(gw_request *rq, const char *code, const char *message) {
     return r < 0 ? r : FAWN_EPERM;
 }
 
-static int api_token(gw_request *rq, const char *token) {
+static int api_token_verify(store_user *u, int64_t *token_id, gateway *g, const void *token) {
     char hash[65];
     fawn_sha256_hex(hash, token, strlen(token));
+    return store_token_authenticate(g->st, u, token_id, hash);
+}
+
+static int api_token(gw_request *rq, const char *token) {
     store_user u;
     int64_t token_id;
-    int r = store_token_authenticate(rq->g->st, &u, &token_id, hash);
+    int r = credential_user(&u, &token_id, rq->g, AUTH_CREDENTIAL_API_TOKEN, token,
+                            api_token_verify, token);
     if (r == FAWN_ENOENT)
         return unauthorized(rq, "token_invalid", "Unknown or revoked API token");
     return r < 0 ? r : signed_in(rq, &u, GW_VIA_TOKEN);
 }
 
+/* The session's user, whose token_version must still be the claims'. */
+static int session_verify(store_user *u, int64_t *token_id, gateway *g, const void *claims) {
+    const auth_claims *c = claims;
+    *token_id = 0;
+    int r = store_user_get(g->st, u, c->user_id);
+    if (r == 0 && u->token_version != c->token_version)
+        r = FAWN_EPERM; /* revoked: signed out everywhere or the password changed */
+    return r;
+}
+
+/* The signature and expiry are checked on every request (no store): the
+ * cache only spares asking the store whether the session was revoked. */
 static int session_token(gw_request *rq, const char *token, enum gw_via via) {
     auth_claims c;
     int r = auth_jwt_verify(&c, rq->g->secret, token, fawn_wall_ms() / 1000);
     if (r == FAWN_ETIMEDOUT)
         return unauthorized(rq, "token_expired", "The session has expired");
     store_user u;
+    int64_t token_id;
     if (r == 0)
-        r = store_user_get(rq->g->st, &u, c.user_id);
-    if (r == 0 && u.token_version != c.token_version)
-        r = FAWN_EPERM; /* revoked: signed out everywhere or the password changed */
+        r = credential_user(&u, &token_id, rq->g, AUTH_CREDENTIAL_SESSION, token, session_verify,
+                            &c);
     if (r == FAWN_EPERM || r == FAWN_ENOENT)
         return unauthorized(rq, "token_invalid", "The session is not valid");
     return r < 0 ? r : signed_in(rq, &u, via);
+}
+
+void gw_session_forget(gw_request *rq) {
+    const char *authorization = gw_header(rq, MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *cookie = gw_cookie(rq, GW_ACCESS_COOKIE);
+    auth_cache_key key;
+    if (authorization && strncasecmp(authorization, "Bearer ", 7) == 0 &&
+        strncmp(authorization + 7, GW_API_TOKEN_PREFIX, strlen(GW_API_TOKEN_PREFIX)) != 0) {
+        auth_cache_key_of(&key, rq->g->auth_cache, AUTH_CREDENTIAL_SESSION, authorization + 7,
+                          strlen(authorization + 7));
+        auth_cache_forget(rq->g->auth_cache, &key);
+    }
+    if (cookie) {
+        auth_cache_key_of(&key, rq->g->auth_cache, AUTH_CREDENTIAL_SESSION, cookie, strlen(cookie));
+        auth_cache_forget(rq->g->auth_cache, &key);
+    }
 }
 
 int gw_authenticate(gw_request *rq) {

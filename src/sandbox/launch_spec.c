@@ -2,9 +2,24 @@
  * execs (see local.c): what local_launch needs, minus its descriptors. */
 #include <string.h>
 
+#include <sodium.h>
+
 #include "base/json.h"
+#include "box/attest.h"
 #include "box/box.h"
 #include "sandbox/launch_spec.h"
+
+/* A pod's attestation (its secret as hex), or null. */
+static json_t *attest_to_json(const box_attest *a) {
+    if (!a)
+        return json_null();
+    char secret[2 * BOX_ATTEST_KEY_BYTES + 1];
+    box_attest_hex(secret, a->secret, sizeof a->secret);
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s}", "secret", secret, "sandbox_id", a->sandbox_id,
+                          "user", a->user, "pod_uid", a->pod_uid);
+    sodium_memzero(secret, sizeof secret);
+    return j;
+}
 
 json_t *launch_spec_to_json(const local_launch_spec *s) {
     const fawn_sandbox_config *sc = &s->cfg->sandbox;
@@ -12,7 +27,7 @@ json_t *launch_spec_to_json(const local_launch_spec *s) {
     json_t *env = json_array();
     for (size_t i = 0; env && i < sc->n_env; i++)
         json_array_append_new(env, json_pack("[ss]", sc->env[i].name, sc->env[i].value));
-    return json_pack(
+    json_t *j = json_pack(
         "{s:s, s:s, s:s, s:s*, s:I, s:s, s:s*, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, "
         "s:I, s:I, s:I, s:I, s:b}",
         "home", s->cfg->home, "sandbox_id", s->sandbox_id, "user_data", s->user_data, "token",
@@ -25,6 +40,37 @@ json_t *launch_spec_to_json(const local_launch_spec *s) {
         (json_int_t)sc->exec_timeout_s, "exec_max_timeout_s", (json_int_t)sc->exec_max_timeout_s,
         "exec_max_output_bytes", (json_int_t)sc->exec_max_output_bytes, "max_sessions",
         (json_int_t)sc->max_sessions, "die_with_launcher", s->die_with_launcher);
+    if (j && (json_object_set_new(j, "attest", attest_to_json(s->attest)) < 0 ||
+              json_object_set_new(j, "generation",
+                                  s->generation ? json_string(s->generation) : json_null()) < 0)) {
+        json_decref(j);
+        j = NULL;
+    }
+    return j;
+}
+
+/* The spec's attestation and generation, when it has them. */
+static int parse_pod(launch_spec_copy *out, const json_t *o) {
+    const json_t *a = json_object_get(o, "attest");
+    const char *gen = json_string_value(json_object_get(o, "generation"));
+    if (gen && (strlen(gen) != 32 || strspn(gen, "0123456789abcdef") != 32))
+        return fawn_err(FAWN_EINVAL, "'generation' must be 32 lowercase hex digits");
+    if (gen)
+        memcpy(out->generation, gen, 33);
+    if (!json_is_object(a))
+        return 0;
+    const char *secret = json_string_value(json_object_get(a, "secret"));
+    const char *sid = json_string_value(json_object_get(a, "sandbox_id"));
+    const char *user = json_string_value(json_object_get(a, "user"));
+    const char *uid = json_string_value(json_object_get(a, "pod_uid"));
+    if (!secret || box_attest_unhex(out->attest.secret, sizeof out->attest.secret, secret) < 0 ||
+        !box_attest_binding_valid(sid, user, uid))
+        return fawn_err(FAWN_EINVAL, "'attest' is malformed");
+    snprintf(out->attest.sandbox_id, sizeof out->attest.sandbox_id, "%s", sid);
+    snprintf(out->attest.user, sizeof out->attest.user, "%s", user);
+    snprintf(out->attest.pod_uid, sizeof out->attest.pod_uid, "%s", uid);
+    out->spec.attest = &out->attest;
+    return 0;
 }
 
 static int take_string(char **out, const json_t *o, const char *key) {
@@ -133,12 +179,15 @@ int launch_spec_from_json(launch_spec_copy *out, const char *json, size_t len) {
         r = parse_numbers(&cfg->sandbox, &out->spec.idle_exit_s, o);
     if (r == 0)
         r = fjson_get_bool(&out->spec.die_with_launcher, o, "die_with_launcher", true);
+    if (r == 0)
+        r = parse_pod(out, o);
     json_decref(o);
     out->spec.cfg = cfg;
     out->spec.sandbox_id = out->sandbox_id;
     out->spec.user_data = out->user_data;
     out->spec.skills = cfg->sandbox.skills_dir;
     out->spec.token = out->token;
+    out->spec.generation = out->generation[0] ? out->generation : NULL;
     if (r < 0)
         launch_spec_free(out);
     return r;
@@ -149,5 +198,5 @@ void launch_spec_free(launch_spec_copy *s) {
     free(s->sandbox_id);
     free(s->user_data);
     free(s->token);
-    memset(s, 0, sizeof *s);
+    sodium_memzero(s, sizeof *s);
 }

@@ -5,6 +5,7 @@
 
 #include <jansson.h>
 
+#include "box/attest.h"
 #include "sandbox/local.h"
 #include "base/base.h"
 
@@ -13,6 +14,8 @@ typedef struct launch_spec_copy {
     local_launch_spec spec;
     fawn_config cfg;
     char *sandbox_id, *user_data, *token;
+    box_attest attest; /* spec.attest points here when the spec had one */
+    char generation[33];
 } launch_spec_copy;
 
 /* Everything of s but its descriptors and netns pool (new reference). */

@@ -214,8 +214,12 @@ static _Noreturn void child_main(launch *l) {
      * launcher's command line as PID 1's. */
     if (fawn_set_cmdline("fawn box") < 0)
         child_fail(l, "hiding the launcher's command line", fawn_errmsg());
-    box_serve_opts o = {
-        .listen_fd = 3, .status_fd = 4, .token = l->p->token, .settings = &settings};
+    box_serve_opts o = {.listen_fd = 3,
+                        .status_fd = 4,
+                        .token = l->p->token,
+                        .settings = &settings,
+                        .attest = l->p->attest,
+                        .generation = l->p->generation};
     _exit(box_serve(&o) < 0 ? 1 : 0);
 }
 

@@ -85,6 +85,8 @@ typedef struct local_launch_spec {
                                box enters (borrowed; not a standard stream); else unused */
     const char *fawn_bin;   /* as in local_spec */
     bool die_with_launcher; /* the box is killed when its launcher dies (fawn box --listen) */
+    const struct box_attest *attest; /* a pod's attestation (box/attest.h), or NULL */
+    const char *generation;          /* the box's generation (32 lowercase hex), or NULL: random */
 } local_launch_spec;
 
 /* Starts a box as PID 1 of fresh user, mount, pid, ipc, uts (and, for

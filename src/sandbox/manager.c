@@ -494,6 +494,30 @@ static int request_check(char sandbox_id[17], const sbx_request *req) {
     return paths_sandbox_id(sandbox_id, req->who.user, req->thread);
 }
 
+/* With a provider that attests its boxes: 0 once box proved it is user's
+ * sandbox's. A refusal or an unknown answer fences the generation
+ * persistently (a pod refused once is never used again, across restarts)
+ * and destroys the box; the fence stays until the provider confirms it
+ * absent. */
+static int box_attested(sbx_manager *m, const sbx_box *box, const char *user) {
+    if (!m->p->attest)
+        return 0;
+    enum sbx_attestation a = SBX_ATTEST_UNKNOWN;
+    if (m->p->attest(m->p->ctx, &a, box, user) < 0)
+        a = SBX_ATTEST_UNKNOWN;
+    if (a == SBX_ATTESTED)
+        return 0;
+    const char *why = a == SBX_REFUSED ? "attestation refused" : "attestation unknown";
+    log_warn("sandbox", "sandbox %s generation %s: %s; fenced", box->sandbox_id, box->generation,
+             why);
+    (void)fence_add(m, SBX_WHOLE, box->sandbox_id, box->generation, why);
+    if (box_destroy(m, box->sandbox_id, box->generation) < 0)
+        log_warn("sandbox", "sandbox %s: removing the unattested box: %s", box->sandbox_id,
+                 fawn_errmsg());
+    return fawn_err(a == SBX_REFUSED ? FAWN_EPERM : FAWN_EIO,
+                    "the sandbox's box failed attestation (%s)", why);
+}
+
 /* Asks the provider for a box that may be handed out: a create answer of
  * another sandbox is refused, and a fenced generation it hands back (a
  * box it still had running) is destroyed and asked for again. */
@@ -509,7 +533,7 @@ static int box_start(sbx_box *out, sbx_manager *m, const sbx_entry *e, const sbx
             return fawn_err(FAWN_EPROTO, "the provider answered for another sandbox");
         }
         if (sbx_reusable(m, out->sandbox_id, out->generation))
-            return 0;
+            return box_attested(m, out, e->user);
         if ((r = box_destroy(m, out->sandbox_id, out->generation)) < 0)
             return r;
         if (attempt == SBX_CREATE_ATTEMPTS - 1)
@@ -1016,6 +1040,8 @@ static int reconcile_box(void *ctx, const char *sandbox_id, const char *generati
         memcpy(box.token, rec.token, sizeof box.token);
         int health = m->p->health(m->p->ctx, &box);
         adopt = health == 0;
+        if (adopt && box_attested(m, &box, rec.user) < 0)
+            return 0; /* fenced, and destroyed when the provider could */
         if (health < 0 &&
             health != FAWN_ENOENT) /* unknown: never trusted, even if it answers later */
             fence_add(m, SBX_WHOLE, sandbox_id, generation, "health unknown at start");

@@ -27,6 +27,10 @@
  *   instead of running on; a successor that starts in time adopts it.
  * - Health on reuse: a definite "dead" drops the sandbox and starts another;
  *   an unknown answer never counts as healthy (the generation is fenced).
+ * - Attestation: with a provider that attests its boxes, a box is handed
+ *   out (after create, or adopted after a restart) only once it proved it
+ *   is the one started for that sandbox and user (box_attested); a box
+ *   refused or of unknown attestation is fenced and destroyed, never used.
  * - Quarantine: an uncertain outcome fences the generation in a persistent
  *   record (store). One predicate, sbx_reusable, decides reuse on every
  *   path: in-process reuse, warm-pool reclaim, rediscovery after a restart,
@@ -88,6 +92,11 @@ enum sbx_presence {
     SBX_UNKNOWN,
 };
 
+/* Whether a box proved it is the one its provider started for the sandbox
+ * (a Kubernetes pod's attestation, box/attest.h). UNKNOWN is never
+ * ATTESTED: the box is not used. */
+enum sbx_attestation { SBX_ATTESTED, SBX_REFUSED, SBX_ATTEST_UNKNOWN };
+
 /* Set by whoever gave up on an acquisition (client gone, run cancelled). */
 typedef struct sbx_cancel {
     atomic_bool cancelled;
@@ -130,6 +139,11 @@ typedef struct sbx_provider {
     /* The same with size bytes of file_fd as the body (file uploads). */
     int (*call_file)(void *ctx, json_t **reply, int *status, const sbx_box *box, const char *method,
                      const char *path, int file_fd, uint64_t size, int timeout_ms);
+    /* Asks box (started for user's sandbox) to prove it is the box the
+     * provider created for it; NULL for providers whose boxes need no proof
+     * (the manager then trusts create). SBX_REFUSED: it answered, and not as
+     * that box; SBX_ATTEST_UNKNOWN: no usable answer. */
+    int (*attest)(void *ctx, enum sbx_attestation *out, const sbx_box *box, const char *user);
     /* True when boxes see the host's thread directories (local namespaces):
      * files written there need no copy into the box. */
     bool shares_host_files;

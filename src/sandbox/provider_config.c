@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sandbox/kubernetes.h"
 #include "sandbox/remote.h"
 
 #define REMOTE_SECTION "sandbox.remote"
@@ -153,6 +154,14 @@ int sbx_provider_open(sbx_provider **out, const fawn_config *cfg, const char *fa
     *out = NULL;
     if (cfg->sandbox.provider == FAWN_PROVIDER_LOCAL)
         return local_provider_new(out, cfg, fawn_bin);
+    if (cfg->sandbox.provider == FAWN_PROVIDER_KUBERNETES) {
+        kube_provider_config kc;
+        int r = kube_config_from(&kc, cfg);
+        if (r == 0)
+            r = kube_provider_new(out, &kc);
+        kube_config_free(&kc);
+        return r;
+    }
     remote_provider_config rc;
     int r = remote_config_from_json(&rc, cfg->sandbox.remote);
     rc.home = cfg->home;
@@ -165,6 +174,8 @@ int sbx_provider_open(sbx_provider **out, const fawn_config *cfg, const char *fa
 void sbx_provider_close(sbx_provider *p) {
     if (p && strcmp(p->name, "remote") == 0)
         remote_provider_free(p);
+    else if (p && strcmp(p->name, "kubernetes") == 0)
+        kube_provider_free(p);
     else
         local_provider_free(p);
 }

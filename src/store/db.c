@@ -30,3 +30,4 @@ bool sdb_column_is_null(sdb_stmt *st, int col) { return st->ops->column_is_null(
 int64_t sdb_changes(sdb *db) { return db->ops->changes(db); }
 const char *sdb_errmsg(sdb *db) { return db->ops->errmsg(db); }
 bool sdb_error_is_foreign_key(sdb *db) { return db->ops->error_is_foreign_key(db); }
+bool sdb_notified(sdb *db) { return db->ops->notified(db); }

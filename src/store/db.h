@@ -85,6 +85,9 @@ bool sdb_column_is_null(sdb_stmt *st, int col);
 int64_t sdb_changes(sdb *db);
 /* The last error's text, and whether it was a foreign key violation. */
 const char *sdb_errmsg(sdb *db);
+/* Whether a notification (PostgreSQL's NOTIFY, on a channel the connection
+ * LISTENs to) arrived since the last call; SQLite: never. */
+bool sdb_notified(sdb *db);
 bool sdb_error_is_foreign_key(sdb *db);
 
 #endif

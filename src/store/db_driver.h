@@ -26,6 +26,7 @@ typedef struct sdb_ops {
     int64_t (*changes)(sdb *db);
     const char *(*errmsg)(sdb *db);
     bool (*error_is_foreign_key)(sdb *db);
+    bool (*notified)(sdb *db);
 } sdb_ops;
 
 struct sdb {

@@ -26,6 +26,7 @@ typedef struct pgc {
     int64_t changes;
     char *err;
     bool err_fk;
+    bool notified; /* a NOTIFY arrived (sdb_notified) */
 } pgc;
 
 typedef struct pg_stmt {
@@ -76,6 +77,15 @@ static void pg_revive(pgc *db) {
         PQreset(db->h);
 }
 
+/* Takes the notifications libpq read with the last result. */
+static void pg_take_notifies(pgc *db) {
+    PGnotify *n;
+    while ((n = PQnotifies(db->h)) != NULL) {
+        db->notified = true;
+        PQfreemem(n);
+    }
+}
+
 /* Rows changed, for the commands that change rows (a SELECT's count is not
  * a change, as in SQLite). */
 static void pg_note_changes(pgc *db, const PGresult *res) {
@@ -95,6 +105,7 @@ static int pg_exec(sdb *d, const char *sql) {
     pgc *db = C(d);
     pg_revive(db);
     PGresult *res = PQexec(db->h, sql);
+    pg_take_notifies(db);
     ExecStatusType s = PQresultStatus(res);
     int rc = s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK ? SDB_OK : pg_class(db, res);
     if (rc == SDB_OK)
@@ -203,6 +214,7 @@ static int pg_step(sdb_stmt *s) {
         pg_revive(st->db);
         st->res = PQexecParams(st->db->h, st->sql, st->nparams, st->types,
                                (const char *const *)st->values, NULL, NULL, 0);
+        pg_take_notifies(st->db);
         ExecStatusType status = PQresultStatus(st->res);
         if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) {
             int rc = pg_class(st->db, st->res);
@@ -268,6 +280,11 @@ static double pg_column_double(sdb_stmt *s, int col) {
 static int64_t pg_changes(sdb *db) { return C(db)->changes; }
 static const char *pg_errmsg(sdb *db) { return C(db)->err ? C(db)->err : "no error"; }
 static bool pg_error_is_foreign_key(sdb *db) { return C(db)->err_fk; }
+static bool pg_notified(sdb *db) {
+    bool n = C(db)->notified;
+    C(db)->notified = false;
+    return n;
+}
 
 static const sdb_ops pg_ops = {
     .kind = SDB_POSTGRES,
@@ -289,6 +306,7 @@ static const sdb_ops pg_ops = {
     .changes = pg_changes,
     .errmsg = pg_errmsg,
     .error_is_foreign_key = pg_error_is_foreign_key,
+    .notified = pg_notified,
 };
 
 /* Server notices (e.g. "there is no transaction in progress") are not

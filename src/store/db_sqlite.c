@@ -85,6 +85,8 @@ static bool lite_error_is_foreign_key(sdb *db) {
     return sqlite3_extended_errcode(H(db)) == SQLITE_CONSTRAINT_FOREIGNKEY;
 }
 
+static bool lite_notified(sdb *db) { return false; }
+
 static const sdb_ops lite_ops = {
     .kind = SDB_SQLITE,
     .close = lite_close,
@@ -105,6 +107,7 @@ static const sdb_ops lite_ops = {
     .changes = lite_changes,
     .errmsg = lite_errmsg,
     .error_is_foreign_key = lite_error_is_foreign_key,
+    .notified = lite_notified,
 };
 
 int sdb_sqlite_open(sdb **out, const char *path, bool writable, int busy_timeout_ms) {

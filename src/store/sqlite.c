@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <libgen.h>
 #include <pthread.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -77,17 +78,28 @@ sdb *sq_write_begin(store *s) {
     if (s->kind == SDB_POSTGRES)
         return sq_read_begin(s);
     pthread_mutex_lock(&s->mu);
+    atomic_fetch_add_explicit(&s->operations, 1, memory_order_relaxed);
     return s->db;
 }
 
+/* A rolled-back change counts too: a cache then checks again for nothing,
+ * which costs one query, never a stale answer. On PostgreSQL the auth
+ * generation's trigger notifies (NOTIFY fawn_auth) every connection that
+ * listens, this store's included, when its change commits. */
 void sq_write_end(store *s, sdb *db) {
-    if (s->kind == SDB_POSTGRES)
+    if (s->kind == SDB_POSTGRES) {
         sq_read_end(s, db);
-    else
-        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+    if (s->auth_dirty) {
+        s->auth_dirty = false;
+        atomic_fetch_add(&s->auth_changes, 1);
+    }
+    pthread_mutex_unlock(&s->mu);
 }
 
 sdb *sq_read_begin(store *s) {
+    atomic_fetch_add_explicit(&s->operations, 1, memory_order_relaxed);
     pthread_mutex_lock(&s->pool_mu);
     for (;;) {
         for (size_t i = 0; i < s->pool_size; i++)
@@ -101,6 +113,8 @@ sdb *sq_read_begin(store *s) {
 }
 
 void sq_read_end(store *s, sdb *db) {
+    if (sdb_notified(db))
+        atomic_fetch_add(&s->auth_changes, 1);
     pthread_mutex_lock(&s->pool_mu);
     for (size_t i = 0; i < s->pool_size; i++)
         if (s->readers[i] == db)
@@ -132,6 +146,27 @@ int store_schema_version(store *s, int *out) {
     int r = schema_version(db, out);
     sq_read_end(s, db);
     return r;
+}
+
+int store_auth_generation(store *s, int64_t *out) {
+    *out = 0;
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
+    int r = sq_prepare(db, &st, "SELECT value FROM auth_generation WHERE id = 1");
+    if (r == 0) {
+        int rc = sdb_step(st);
+        r = rc == SDB_ROW ? 0 : sq_err(db, rc == SDB_DONE ? SDB_ERROR : rc, "auth generation");
+        *out = r == 0 ? sdb_column_int64(st, 0) : 0;
+        sdb_finalize(st);
+    }
+    sq_read_end(s, db);
+    return r;
+}
+
+uint64_t store_auth_changes(store *s) { return atomic_load(&s->auth_changes); }
+
+uint64_t store_operations(store *s) {
+    return atomic_load_explicit(&s->operations, memory_order_relaxed);
 }
 
 /* Records version v as the schema's, inside the migration's transaction. */
@@ -206,6 +241,16 @@ static int make_private(const char *path) {
     return r;
 }
 
+/* SQLite calls this for each row the writer changes, those of triggers
+ * included: the auth generation's row changes only through the triggers
+ * of migration 14, i.e. whenever an authentication may have changed. */
+static void writer_row_changed(void *cls, int op, const char *db, const char *table,
+                               sqlite3_int64 row) {
+    (void)op, (void)db, (void)row;
+    if (strcmp(table, "auth_generation") == 0)
+        ((store *)cls)->auth_dirty = true;
+}
+
 /* The writer (configured, migrated), then the readers: a reader opened
  * before the database is in WAL mode and at the latest schema could see
  * neither. */
@@ -218,6 +263,8 @@ static int sqlite_connections_open(store *s, const char *path) {
                     "configure database");
     if (r == 0)
         r = migrate(s->db);
+    if (r == 0)
+        sqlite3_update_hook(sdb_sqlite_handle(s->db), writer_row_changed, s);
     for (size_t i = 0; r == 0 && i < STORE_READERS; i++)
         r = sdb_sqlite_open(&s->readers[i], path, false, STORE_BUSY_TIMEOUT_MS);
     return r;
@@ -231,7 +278,8 @@ static int pg_connections_open(store *s, const char *conninfo) {
     for (size_t i = 0; r == 0 && i < STORE_PG_CONNECTIONS; i++) {
         r = sdb_pg_open(&s->readers[i], conninfo);
         char set[96];
-        snprintf(set, sizeof set, "SET lock_timeout = %d; SET client_min_messages = warning",
+        snprintf(set, sizeof set,
+                 "SET lock_timeout = %d; SET client_min_messages = warning; LISTEN fawn_auth",
                  STORE_BUSY_TIMEOUT_MS);
         if (r == 0)
             r = sq_exec(s->readers[i], set, "configure connection");

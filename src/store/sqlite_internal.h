@@ -16,7 +16,9 @@
 #define FAWN_STORE_SQLITE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "base/base.h"
 #include "store/db.h"
@@ -44,10 +46,16 @@ struct store {
     size_t pool_size;
     pthread_mutex_t pool_mu;
     pthread_cond_t pool_free; /* a reader was handed back */
+    /* Set (under mu) when the writer's statement changed auth_generation;
+     * sq_write_end, after the commit, turns it into auth_changes. */
+    bool auth_dirty;
+    _Atomic uint64_t auth_changes; /* store_auth_changes */
+    _Atomic uint64_t operations;   /* store_operations */
 };
 
 /* A connection to change the database with: SQLite's writer, with s->mu
- * held until sq_write_end; on PostgreSQL one of the pool (writes from
+ * held until sq_write_end, which (the transaction being over by then)
+ * counts a change of the auth generation; on PostgreSQL one of the pool (writes from
  * several connections and gateways run at once: a read-modify-write is one
  * statement or a transaction begun with sq_begin_write). */
 sdb *sq_write_begin(store *s);

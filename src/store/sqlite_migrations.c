@@ -423,6 +423,49 @@ const sq_migration sq_migrations[] = {
      "  scheduled_for_ms) WHERE trigger = 'scheduled';"
      "CREATE INDEX scheduled_task_runs_by_task ON scheduled_task_runs(task_id, created_at_ms);"
      "CREATE INDEX scheduled_task_runs_by_status ON scheduled_task_runs(status);"},
+    /* 14: the auth generation: a counter every change that can end or alter
+     * an authentication bumps in the same transaction (a password, role,
+     * username or token_version changed, a user or an API token gone), so
+     * that a cache of verified credentials, in this process or another on
+     * the same database, can tell that it must check again
+     * (store_auth_generation). */
+    {"CREATE TABLE auth_generation ("
+     "  id INTEGER PRIMARY KEY CHECK (id = 1),"
+     "  value INTEGER NOT NULL);"
+     "INSERT INTO auth_generation (id, value) VALUES (1, 0);"
+     "CREATE TRIGGER auth_user_changed AFTER UPDATE OF username, password_hash, role, "
+     "  token_version ON users WHEN OLD.username IS NOT NEW.username "
+     "  OR OLD.password_hash IS NOT NEW.password_hash OR OLD.role IS NOT NEW.role "
+     "  OR OLD.token_version IS NOT NEW.token_version "
+     "BEGIN UPDATE auth_generation SET value = value + 1 WHERE id = 1; END;"
+     "CREATE TRIGGER auth_user_deleted AFTER DELETE ON users "
+     "BEGIN UPDATE auth_generation SET value = value + 1 WHERE id = 1; END;"
+     "CREATE TRIGGER auth_token_changed AFTER UPDATE OF user_id, token_hash ON api_tokens "
+     "BEGIN UPDATE auth_generation SET value = value + 1 WHERE id = 1; END;"
+     "CREATE TRIGGER auth_token_deleted AFTER DELETE ON api_tokens "
+     "BEGIN UPDATE auth_generation SET value = value + 1 WHERE id = 1; END;",
+     NULL,
+     "CREATE TABLE auth_generation ("
+     "  id BIGINT PRIMARY KEY CHECK (id = 1),"
+     "  value BIGINT NOT NULL);"
+     "INSERT INTO auth_generation (id, value) VALUES (1, 0);"
+     /* The bump also tells every listening connection (NOTIFY, delivered
+      * when the change commits): a store on PostgreSQL counts
+      * store_auth_changes from it. */
+     "CREATE FUNCTION fawn_auth_bump() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+     "  UPDATE auth_generation SET value = value + 1 WHERE id = 1;"
+     "  PERFORM pg_notify('fawn_auth', ''); RETURN NULL; END $$;"
+     "CREATE TRIGGER auth_user_changed AFTER UPDATE OF username, password_hash, role, "
+     "  token_version ON users FOR EACH ROW WHEN (OLD.username IS DISTINCT FROM NEW.username "
+     "  OR OLD.password_hash IS DISTINCT FROM NEW.password_hash OR OLD.role IS DISTINCT FROM "
+     "  NEW.role OR OLD.token_version IS DISTINCT FROM NEW.token_version) "
+     "  EXECUTE FUNCTION fawn_auth_bump();"
+     "CREATE TRIGGER auth_user_deleted AFTER DELETE ON users FOR EACH ROW "
+     "  EXECUTE FUNCTION fawn_auth_bump();"
+     "CREATE TRIGGER auth_token_changed AFTER UPDATE OF user_id, token_hash ON api_tokens "
+     "  FOR EACH ROW EXECUTE FUNCTION fawn_auth_bump();"
+     "CREATE TRIGGER auth_token_deleted AFTER DELETE ON api_tokens FOR EACH ROW "
+     "  EXECUTE FUNCTION fawn_auth_bump();"},
 };
 
 const size_t sq_migrations_count = ARRAY_LEN(sq_migrations);

@@ -75,6 +75,25 @@ FAWN_MUST_CHECK int store_user_set_role(store *s, int64_t id, const char *role);
 /* Bumps token_version alone (log out everywhere). */
 FAWN_MUST_CHECK int store_user_revoke_sessions(store *s, int64_t id);
 
+/* ---- the auth generation ----
+ * What a cache of verified credentials (auth.h) checks to know that it
+ * must ask again: every committed change that can end or alter an
+ * authentication — a password, role, username or token_version changed, a
+ * user or an API token deleted — bumps it, whatever code or process made
+ * the change (the database's triggers do it in the same transaction). */
+
+/* The database's generation, as every process on it sees it (one query).
+ * FAWN_EIO / FAWN_EBUSY when it cannot be read. */
+FAWN_MUST_CHECK int store_auth_generation(store *s, int64_t *out);
+/* How many committed writes through this handle changed the generation:
+ * no query, and it has moved by the time such a write returns, so this
+ * process sees its own revocations at once. */
+uint64_t store_auth_changes(store *s);
+/* How many operations (each takes a connection: one query or one
+ * transaction) this handle has begun: what tests count to show that a
+ * path does not reach the database. */
+uint64_t store_operations(store *s);
+
 /* ---- threads ---- */
 
 /* A thread's metadata is a JSON object of at most this many bytes. */

@@ -78,8 +78,9 @@ struct fake_provider {
     call_fault faults[FAKE_CALL_FAULTS_MAX];
     int nfaults;
     bool exec_waits;
-    bool hold; /* creates stop in create_wait until released */
-    int held;  /* creates stopped there now */
+    enum sbx_attestation attestation; /* what every box answers, with attest set */
+    bool hold;                        /* creates stop in create_wait until released */
+    int held;                         /* creates stopped there now */
 
     fake_counts counts;
     call_record log[FAKE_CALL_LOG_MAX];
@@ -541,6 +542,15 @@ static int fake_call(void *ctx, json_t **reply, int *status, const sbx_box *box,
     return 0;
 }
 
+static int fake_attest(void *ctx, enum sbx_attestation *out, const sbx_box *box, const char *user) {
+    fake_provider *f = ctx;
+    pthread_mutex_lock(&f->mu);
+    f->counts.attests++;
+    *out = f->attestation;
+    pthread_mutex_unlock(&f->mu);
+    return 0;
+}
+
 /* ---- life ---- */
 
 fake_provider *fake_provider_new(void) {
@@ -584,6 +594,13 @@ void fake_sandbox_id(char out[17], const char *user, const char *thread) {
 }
 
 /* ---- faults ---- */
+
+void fake_set_attestation(fake_provider *f, bool attests_enabled, enum sbx_attestation a) {
+    pthread_mutex_lock(&f->mu);
+    f->attestation = a;
+    f->iface.attest = attests_enabled ? fake_attest : NULL;
+    pthread_mutex_unlock(&f->mu);
+}
 
 void fake_set_create_error(fake_provider *f, int code) {
     pthread_mutex_lock(&f->mu);

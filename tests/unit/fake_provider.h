@@ -88,6 +88,11 @@ void fake_set_list_error(fake_provider *f, int code);
 void fake_fail_calls(fake_provider *f, const char *method, const char *path_prefix, int times,
                      int code);
 
+/* From now on the provider attests its boxes (sbx_provider.attest), and
+ * every box answers `a`; attests_enabled false removes the operation again
+ * (the default: boxes need no proof). */
+void fake_set_attestation(fake_provider *f, bool attests_enabled, enum sbx_attestation a);
+
 /* While set, POST /v1/shell/exec with a session_id is a command that runs
  * until something stops it: it answers {"status": "killed", "exit_code":
  * 137} once a session of its box is killed or deleted, or the box stops
@@ -122,6 +127,7 @@ typedef struct fake_counts {
     int sessions_created; /* POST /v1/shell/sessions that made a new session */
     int sessions_deleted; /* DELETE /v1/shell/sessions/{id} that removed one */
     int execs_waited;     /* execs that waited to be stopped (fake_set_exec_waits) */
+    int attests;          /* attestation challenges (fake_set_attestation) */
 } fake_counts;
 
 fake_counts fake_get_counts(fake_provider *f);

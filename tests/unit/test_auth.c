@@ -255,6 +255,217 @@ static void user_emails(void **state) {
     assert_true(auth_email_valid(out));
 }
 
+/* ---- the cache of verified credentials ---- */
+
+typedef struct cache_fx {
+    char home[64], path[128];
+    store *st;
+    auth_cache *c;
+    store_user alice;
+    store_token token;
+} cache_fx;
+
+static const char alice_token[] = "fawn_0123456789abcdef";
+
+static int cache_setup(void **state) {
+    cache_fx *x = calloc(1, sizeof *x);
+    snprintf(x->home, sizeof x->home, "/tmp/fawn-auth-cache-XXXXXX");
+    if (!mkdtemp(x->home))
+        return -1;
+    snprintf(x->path, sizeof x->path, "%s/fawn.db", x->home);
+    char hash[65];
+    fawn_sha256_hex(hash, alice_token, strlen(alice_token));
+    if (store_open(&x->st, x->path) < 0 ||
+        store_user_create(x->st, &x->alice, "alice", "$argon2id$not-a-real-hash", "user") < 0 ||
+        store_token_create(x->st, &x->token, x->alice.id, "script", hash) < 0 ||
+        auth_cache_new(&x->c, x->st) < 0)
+        return -1;
+    *state = x;
+    return 0;
+}
+
+static int cache_teardown(void **state) {
+    cache_fx *x = *state;
+    auth_cache_free(x->c);
+    store_close(x->st);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", x->home);
+    int r = system(cmd);
+    free(x);
+    return r;
+}
+
+/* What a request does: the cache, else the store (kept when it agrees).
+ * Returns whether the store was asked. */
+static bool cache_verify(cache_fx *x, store_user *u, int *result, const char *token, int64_t now) {
+    auth_cache_key key;
+    auth_cache_stamp stamp;
+    int64_t id;
+    auth_cache_key_of(&key, x->c, AUTH_CREDENTIAL_API_TOKEN, token, strlen(token));
+    if ((*result = auth_cache_get(x->c, u, &id, &stamp, &key, now)) == 0)
+        return false;
+    char hash[65];
+    fawn_sha256_hex(hash, token, strlen(token));
+    *result = store_token_authenticate(x->st, u, &id, hash);
+    if (*result == 0)
+        auth_cache_put(x->c, &key, &stamp, u, id, now);
+    return true;
+}
+
+static void cache_answers_without_the_store_until_a_change(void **state) {
+    cache_fx *x = *state;
+    store_user u;
+    int r;
+    assert_true(cache_verify(x, &u, &r, alice_token, 0)); /* first use: the store */
+    assert_int_equal(r, 0);
+    uint64_t before = store_operations(x->st);
+    for (int64_t t = 1; t < AUTH_CACHE_RECHECK_MS; t += 7) {
+        assert_false(cache_verify(x, &u, &r, alice_token, t));
+        assert_int_equal(r, 0);
+    }
+    assert_int_equal(store_operations(x->st), before); /* not one query */
+    assert_int_equal(u.id, x->alice.id);
+    assert_string_equal(u.role, "user");
+    assert_string_equal(u.password_hash, ""); /* never kept */
+
+    /* A role change through this handle: the very next lookup asks again. */
+    assert_int_equal(store_user_set_role(x->st, x->alice.id, "admin"), 0);
+    assert_true(cache_verify(x, &u, &r, alice_token, 100));
+    assert_string_equal(u.role, "admin");
+    assert_false(cache_verify(x, &u, &r, alice_token, 101));
+    assert_string_equal(u.role, "admin");
+
+    /* The token deleted: refused at once, and a refusal is never kept. */
+    assert_int_equal(store_token_delete(x->st, x->alice.id, x->token.id), 0);
+    assert_true(cache_verify(x, &u, &r, alice_token, 102));
+    assert_int_equal(r, FAWN_ENOENT);
+    assert_true(cache_verify(x, &u, &r, alice_token, 103));
+    assert_int_equal(r, FAWN_ENOENT);
+}
+
+/* Every store change that can end a session invalidates: sign-out
+ * everywhere, a new password. */
+static void cache_sessions_revoked_at_once(void **state) {
+    cache_fx *x = *state;
+    auth_cache_key key;
+    auth_cache_stamp stamp;
+    store_user u;
+    int64_t id;
+    for (int round = 0; round < 2; round++) {
+        auth_cache_key_of(&key, x->c, AUTH_CREDENTIAL_SESSION, "a.jwt.token", 11);
+        assert_int_equal(auth_cache_get(x->c, &u, &id, &stamp, &key, 0), FAWN_ENOENT);
+        auth_cache_put(x->c, &key, &stamp, &x->alice, 0, 0);
+        assert_int_equal(auth_cache_get(x->c, &u, &id, &stamp, &key, 1), 0);
+        if (round == 0)
+            assert_int_equal(store_user_revoke_sessions(x->st, x->alice.id), 0);
+        else
+            assert_int_equal(store_user_set_password(x->st, x->alice.id, "$argon2id$other"), 0);
+        assert_int_equal(auth_cache_get(x->c, &u, &id, &stamp, &key, 2), FAWN_ENOENT);
+    }
+    /* Signing out drops the entry. */
+    auth_cache_put(x->c, &key, &stamp, &x->alice, 0, 3);
+    assert_int_equal(auth_cache_get(x->c, &u, &id, &stamp, &key, 4), 0);
+    auth_cache_forget(x->c, &key);
+    assert_int_equal(auth_cache_get(x->c, &u, &id, &stamp, &key, 5), FAWN_ENOENT);
+    /* A stamp taken before a change keeps nothing fresh: the change was
+     * committed while the store was being asked. */
+    assert_int_equal(auth_cache_get(x->c, &u, &id, &stamp, &key, 6), FAWN_ENOENT);
+    assert_int_equal(store_user_set_role(x->st, x->alice.id, "viewer"), 0);
+    auth_cache_put(x->c, &key, &stamp, &x->alice, 0, 7);
+    assert_int_equal(auth_cache_get(x->c, &u, &id, &stamp, &key, 8), FAWN_ENOENT);
+}
+
+/* Another process on the same database (here another handle, whose
+ * writes this handle does not count): seen once the generation is read
+ * again, AUTH_CACHE_RECHECK_MS after the last read at most. */
+static void cache_sees_another_process_within_the_recheck(void **state) {
+    cache_fx *x = *state;
+    store *other;
+    assert_int_equal(store_open(&other, x->path), 0);
+    store_user u;
+    int r;
+    auth_cache_stats before, after;
+    assert_true(cache_verify(x, &u, &r, alice_token, 0));
+    auth_cache_stats_get(&before, x->c);
+    assert_int_equal(store_user_set_role(other, x->alice.id, "viewer"), 0);
+    assert_int_equal(store_auth_changes(x->st), 0); /* not this handle's write */
+    /* Within the documented bound the entry may still answer... */
+    assert_false(cache_verify(x, &u, &r, alice_token, AUTH_CACHE_RECHECK_MS - 1));
+    assert_string_equal(u.role, "user");
+    /* ...and not past it. */
+    assert_true(cache_verify(x, &u, &r, alice_token, AUTH_CACHE_RECHECK_MS));
+    assert_string_equal(u.role, "viewer");
+    auth_cache_stats_get(&after, x->c);
+    assert_int_equal(after.generation_reads, before.generation_reads + 1);
+    /* The same for a token deleted elsewhere. */
+    assert_int_equal(store_token_delete(other, x->alice.id, x->token.id), 0);
+    assert_true(cache_verify(x, &u, &r, alice_token, 3 * AUTH_CACHE_RECHECK_MS));
+    assert_int_equal(r, FAWN_ENOENT);
+    store_close(other);
+}
+
+static void cache_entries_expire(void **state) {
+    cache_fx *x = *state;
+    store_user u;
+    int r;
+    assert_true(cache_verify(x, &u, &r, alice_token, 0));
+    assert_false(cache_verify(x, &u, &r, alice_token, AUTH_CACHE_MAX_AGE_MS - 1));
+    assert_true(cache_verify(x, &u, &r, alice_token, AUTH_CACHE_MAX_AGE_MS));
+    assert_int_equal(r, 0);
+}
+
+static void cache_is_bounded(void **state) {
+    cache_fx *x = *state;
+    auth_cache_key key;
+    auth_cache_stamp stamp;
+    store_user u;
+    int64_t id;
+    size_t n = 2 * AUTH_CACHE_ENTRIES_MAX, hits = 0;
+    for (size_t i = 0; i < n; i++) {
+        char credential[32];
+        int len = snprintf(credential, sizeof credential, "fawn_%zu", i);
+        auth_cache_key_of(&key, x->c, AUTH_CREDENTIAL_API_TOKEN, credential, (size_t)len);
+        assert_int_equal(auth_cache_get(x->c, &u, &id, &stamp, &key, 1), FAWN_ENOENT);
+        auth_cache_put(x->c, &key, &stamp, &x->alice, (int64_t)i, 1);
+        assert_int_equal(auth_cache_get(x->c, &u, &id, &stamp, &key, 1), 0); /* the newest stays */
+        assert_int_equal(id, (int64_t)i);
+    }
+    auth_cache_stats stats;
+    auth_cache_stats_get(&stats, x->c);
+    assert_true(stats.entries <= AUTH_CACHE_ENTRIES_MAX);
+    assert_true(stats.entries > AUTH_CACHE_ENTRIES_MAX / 2);
+    for (size_t i = 0; i < n; i++) {
+        char credential[32];
+        int len = snprintf(credential, sizeof credential, "fawn_%zu", i);
+        auth_cache_key_of(&key, x->c, AUTH_CREDENTIAL_API_TOKEN, credential, (size_t)len);
+        hits += auth_cache_get(x->c, &u, &id, &stamp, &key, 2) == 0;
+    }
+    assert_true(hits <= AUTH_CACHE_ENTRIES_MAX);
+}
+
+/* Keys are keyed hashes: never the credential, never the same in two
+ * caches, never shared by two kinds of credential. */
+static void cache_keys_hide_the_credential(void **state) {
+    cache_fx *x = *state;
+    auth_cache *second;
+    assert_int_equal(auth_cache_new(&second, x->st), 0);
+    auth_cache_key a, b, c;
+    auth_cache_key_of(&a, x->c, AUTH_CREDENTIAL_API_TOKEN, alice_token, strlen(alice_token));
+    auth_cache_key_of(&b, second, AUTH_CREDENTIAL_API_TOKEN, alice_token, strlen(alice_token));
+    auth_cache_key_of(&c, x->c, AUTH_CREDENTIAL_SESSION, alice_token, strlen(alice_token));
+    assert_memory_not_equal(a.bytes, b.bytes, sizeof a.bytes);
+    assert_memory_not_equal(a.bytes, c.bytes, sizeof a.bytes);
+    assert_null(memmem(a.bytes, sizeof a.bytes, "fawn_", 5));
+    /* A stamp whose generation is unknown (the store could not be read)
+     * keeps nothing. */
+    auth_cache_stamp unknown = {.changes = 0, .generation = -1};
+    auth_cache_put(second, &a, &unknown, &x->alice, 1, 0);
+    auth_cache_stats stats;
+    auth_cache_stats_get(&stats, second);
+    assert_int_equal(stats.entries, 0);
+    auth_cache_free(second);
+}
+
 int main(void) {
     if (sodium_init() < 0)
         return 1;
@@ -268,6 +479,16 @@ int main(void) {
         cmocka_unit_test(bad_claims_refused),
         cmocka_unit_test(secret_file_created_once_and_checked),
         cmocka_unit_test(failures_leave_out_parameters_defined),
+        cmocka_unit_test_setup_teardown(cache_answers_without_the_store_until_a_change, cache_setup,
+                                        cache_teardown),
+        cmocka_unit_test_setup_teardown(cache_sessions_revoked_at_once, cache_setup,
+                                        cache_teardown),
+        cmocka_unit_test_setup_teardown(cache_sees_another_process_within_the_recheck, cache_setup,
+                                        cache_teardown),
+        cmocka_unit_test_setup_teardown(cache_entries_expire, cache_setup, cache_teardown),
+        cmocka_unit_test_setup_teardown(cache_is_bounded, cache_setup, cache_teardown),
+        cmocka_unit_test_setup_teardown(cache_keys_hide_the_credential, cache_setup,
+                                        cache_teardown),
     };
     return cmocka_run_group_tests_name("auth", tests, NULL, NULL);
 }

@@ -78,6 +78,80 @@ static int teardown(void **state) {
     return r;
 }
 
+/* GET /api/v1/auth/me as bearer into body; the status. */
+static int me_as(uint32_t port, const char *bearer, char *body, size_t bodysz) {
+    char raw[1024];
+    snprintf(raw, sizeof raw,
+             "GET /api/v1/auth/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+             "Connection: close\r\n\r\n",
+             bearer);
+    return request(port, raw, body, bodysz);
+}
+
+/* A repeated authenticated GET does not reach the store for its
+ * authentication: the only store operations are the cache's reads of the
+ * auth generation (at most one a second, however many requests). */
+static void repeated_requests_skip_the_store_for_auth(void **state) {
+    fx *x = *state;
+    uint32_t port = x->cfg.server.port;
+    static const char token[] = "fawn_00112233445566778899aabbccddeeff";
+    char hash[65], body[2048];
+    fawn_sha256_hex(hash, token, strlen(token));
+    store_user u;
+    store_token t;
+    assert_int_equal(store_user_create(x->st, &u, "cached", "!no-password", "user"), 0);
+    assert_int_equal(store_token_create(x->st, &t, u.id, "cli", hash), 0);
+    assert_int_equal(me_as(port, token, body, sizeof body), 200); /* verified and kept */
+    auth_cache_stats before, after;
+    auth_cache_stats_get(&before, x->g->auth_cache);
+    uint64_t ops = store_operations(x->st);
+    enum { REPEATS = 25 };
+    for (int i = 0; i < REPEATS; i++)
+        assert_int_equal(me_as(port, token, body, sizeof body), 200);
+    auth_cache_stats_get(&after, x->g->auth_cache);
+    assert_int_equal(after.hits - before.hits, REPEATS);
+    assert_int_equal(after.misses, before.misses);
+    assert_int_equal(store_operations(x->st) - ops,
+                     after.generation_reads - before.generation_reads);
+
+    /* A role change takes effect on the very next request. */
+    assert_non_null(strstr(body, "\"system_role\":\"user\""));
+    assert_int_equal(store_user_set_role(x->st, u.id, "viewer"), 0);
+    assert_int_equal(me_as(port, token, body, sizeof body), 200);
+    assert_non_null(strstr(body, "\"system_role\":\"viewer\""));
+
+    /* The token revoked through the API: refused on the very next request. */
+    char raw[512];
+    snprintf(raw, sizeof raw,
+             "DELETE /api/v1/auth/tokens/%lld HTTP/1.1\r\nHost: x\r\n"
+             "Authorization: Bearer %s\r\nConnection: close\r\n\r\n",
+             (long long)t.id, token);
+    assert_int_equal(request(port, raw, body, sizeof body), 200);
+    assert_int_equal(me_as(port, token, body, sizeof body), 401);
+    assert_non_null(strstr(body, "token_invalid"));
+}
+
+/* A session signed out everywhere (token_version bumped) is refused on
+ * the very next request, though the cache had just verified it. */
+static void revoked_session_refused_at_once(void **state) {
+    fx *x = *state;
+    uint32_t port = x->cfg.server.port;
+    store_user u;
+    assert_int_equal(store_user_create(x->st, &u, "session", "!no-password", "user"), 0);
+    int64_t now = fawn_wall_ms() / 1000;
+    auth_claims c = {.user_id = u.id,
+                     .token_version = u.token_version,
+                     .issued_at = now,
+                     .expires_at = now + 3600};
+    char *jwt = NULL, body[2048];
+    assert_int_equal(auth_jwt_sign(&jwt, x->g->secret, &c), 0);
+    assert_int_equal(me_as(port, jwt, body, sizeof body), 200);
+    assert_int_equal(me_as(port, jwt, body, sizeof body), 200); /* from the cache */
+    assert_int_equal(store_user_revoke_sessions(x->st, u.id), 0);
+    assert_int_equal(me_as(port, jwt, body, sizeof body), 401);
+    free(jwt);
+}
+
 static void health_is_public(void **state) {
     fx *x = *state;
     char body[256];
@@ -653,6 +727,8 @@ int main(void) {
         cmocka_unit_test(run_checkpoints_parse),
         cmocka_unit_test(replays_pick_the_latest_visible_turn),
         cmocka_unit_test(health_is_public),
+        cmocka_unit_test(repeated_requests_skip_the_store_for_auth),
+        cmocka_unit_test(revoked_session_refused_at_once),
         cmocka_unit_test(errors_have_a_detail),
         cmocka_unit_test(bad_address_refused),
         cmocka_unit_test(serve_stops_on_sigterm),

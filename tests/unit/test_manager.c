@@ -1959,6 +1959,87 @@ static void restart_fences_a_box_of_unknown_health_it_cannot_destroy(void **stat
     assert_false(fence_in_store(x, "", s6, g6));
 }
 
+/* ---- attestation ---- */
+
+/* An attested box is handed out; one refused or of unknown attestation is
+ * fenced (persistently), destroyed, and the acquisition fails. */
+static void attestation_gates_every_new_box(void **state) {
+    fx *x = *state;
+    char s1[17];
+    sid(s1, "t1");
+    fake_set_attestation(x->fp, true, SBX_ATTESTED);
+    sbx_lease *l = take(x, "t1", NULL);
+    assert_int_equal(fake_get_counts(x->fp).attests, 1);
+    give_back(x, l);
+    /* Reuse of the parked box does not ask again (same generation, healthy). */
+    give_back(x, take(x, "t1", NULL));
+    assert_int_equal(fake_get_counts(x->fp).attests, 1);
+
+    const enum sbx_attestation bad[] = {SBX_REFUSED, SBX_ATTEST_UNKNOWN};
+    const int codes[] = {FAWN_EPERM, FAWN_EIO};
+    const char *threads[] = {"t2", "t3"};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        char s[17];
+        sid(s, threads[i]);
+        fake_set_attestation(x->fp, true, bad[i]);
+        fake_set_destroy_failures(x->fp, -1, FAWN_EIO, false); /* the box lingers */
+        sbx_lease *none = NULL;
+        assert_int_equal(
+            acquire_as(x, &none, "alice", "user", threads[i], NULL, SBX_HOLD_EXECUTION, NULL, NULL),
+            codes[i]);
+        assert_null(none);
+        store_fence *fences = NULL;
+        size_t n = 0;
+        assert_int_equal(store_fence_list(x->st, &fences, &n, s), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(fences[0].reason,
+                            bad[i] == SBX_REFUSED ? "attestation refused" : "attestation unknown");
+        assert_false(sbx_reusable(x->m, s, fences[0].generation));
+        char gen[SBX_GENERATION_LEN + 1];
+        snprintf(gen, sizeof gen, "%s", fences[0].generation);
+        free(fences);
+        /* After a restart the box, still there, is neither adopted nor
+         * attested again: its fence holds. */
+        int attests = fake_get_counts(x->fp).attests;
+        manager_stop(x);
+        fake_set_attestation(x->fp, true, SBX_ATTESTED);
+        manager_start(x);
+        assert_true(fake_generation_present(x->fp, gen));
+        assert_true(fence_in_store(x, "", s, gen));
+        /* The parked boxes (t1, and t2 after the first round) are attested
+         * again before they are adopted. */
+        assert_int_equal(fake_get_counts(x->fp).attests, attests + 1 + (int)i);
+        /* Once the provider can remove it, the next acquisition gets a new box. */
+        fake_set_destroy_failures(x->fp, 0, 0, false);
+        sbx_lease *fresh = take(x, threads[i], NULL);
+        assert_string_not_equal(fresh->box.generation, gen);
+        assert_false(fake_generation_present(x->fp, gen));
+        assert_false(fence_in_store(x, "", s, gen));
+        give_back(x, fresh);
+    }
+}
+
+/* A box adopted after a restart is attested first; one refused then is
+ * fenced and removed, never adopted. */
+static void attestation_gates_adoption(void **state) {
+    fx *x = *state;
+    char g1[SBX_GENERATION_LEN + 1], s1[17];
+    sid(s1, "t1");
+    park(x, g1, "t1");
+    manager_stop(x);
+    fake_set_attestation(x->fp, true, SBX_REFUSED);
+    fake_set_destroy_failures(x->fp, -1, FAWN_EIO, false);
+    manager_start(x);
+    assert_int_equal(fake_get_counts(x->fp).attests, 1);
+    assert_true(fence_in_store(x, "", s1, g1));
+    assert_int_equal(listed_count(x), 0);
+    fake_set_destroy_failures(x->fp, 0, 0, false);
+    fake_set_attestation(x->fp, true, SBX_ATTESTED);
+    sbx_lease *l = take(x, "t1", NULL);
+    assert_string_not_equal(l->box.generation, g1);
+    assert_false(fence_in_store(x, "", s1, g1));
+}
+
 static void restart_keeps_fences_it_cannot_retire(void **state) {
     fx *x = *state;
     char g2[SBX_GENERATION_LEN + 1], s2[17], s5[17], absent[SBX_GENERATION_LEN + 1];
@@ -2009,6 +2090,8 @@ static void names_of_states_and_holders(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(gate_denies_role_without_sandbox_execute, setup, teardown),
+        cmocka_unit_test_setup_teardown(attestation_gates_every_new_box, setup, teardown),
+        cmocka_unit_test_setup_teardown(attestation_gates_adoption, setup, teardown),
         cmocka_unit_test_setup_teardown(gate_disabled_policy_checks_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(gate_unknown_role_follows_fail_closed, setup, teardown),
         cmocka_unit_test_setup_teardown(gate_decision_is_made_once_per_run, setup, teardown),

@@ -110,12 +110,12 @@ static void migrations_bring_schema_current(void **state) {
     fx *x = *state;
     int v = 0;
     assert_int_equal(store_schema_version(x->s, &v), 0);
-    assert_int_equal(v, 13); /* 12: MCP tools; 13: scheduled tasks */
+    assert_int_equal(v, 14); /* 12: MCP tools; 13: scheduled tasks; 14: auth generation */
     /* Reopening applies nothing twice. */
     store *again;
     assert_int_equal(fx_open(x, &again), 0);
     assert_int_equal(store_schema_version(again, &v), 0);
-    assert_int_equal(v, 13);
+    assert_int_equal(v, 14);
     store_close(again);
 }
 
@@ -150,6 +150,46 @@ static void usernames_ignore_case(void **state) {
     assert_int_equal(store_user_get_by_name(x->s, &u, "Alice"), 0);
     assert_int_equal(u.id, x->alice);
     assert_string_equal(u.username, "alice"); /* stored as first written */
+}
+
+/* The auth generation moves with every change that can end or alter an
+ * authentication, and with nothing else; this handle counts its own. */
+static void auth_generation_follows_revocations(void **state) {
+    fx *x = *state;
+    int64_t g0, g;
+    assert_int_equal(store_auth_generation(x->s, &g0), 0);
+    uint64_t mine = store_auth_changes(x->s);
+    char hash[65];
+    store_token t;
+    store_user u;
+    int64_t id;
+    fawn_sha256_hex(hash, "generation", 10);
+    assert_int_equal(store_token_create(x->s, &t, x->alice, "gen", hash), 0);
+    assert_int_equal(store_token_authenticate(x->s, &u, &id, hash), 0); /* records its use */
+    assert_int_equal(store_user_create(x->s, &u, "gen-user", "h", "user"), 0);
+    assert_int_equal(store_auth_generation(x->s, &g), 0);
+    assert_int_equal(g, g0);
+    assert_int_equal(store_auth_changes(x->s), mine);
+    /* The same role again changes nothing. */
+    assert_int_equal(store_user_set_role(x->s, x->alice, "admin"), 0);
+    assert_int_equal(store_auth_generation(x->s, &g), 0);
+    assert_int_equal(g, g0);
+    assert_int_equal(store_user_set_role(x->s, x->alice, "viewer"), 0);
+    assert_int_equal(store_auth_generation(x->s, &g), 0);
+    assert_int_equal(g, g0 + 1);
+    assert_int_equal(store_user_revoke_sessions(x->s, x->alice), 0);
+    assert_int_equal(store_auth_generation(x->s, &g), 0);
+    assert_int_equal(g, g0 + 2);
+    assert_int_equal(store_user_set_password(x->s, x->alice, "other"), 0);
+    assert_int_equal(store_auth_generation(x->s, &g), 0);
+    assert_int_equal(g, g0 + 3);
+    assert_int_equal(store_token_delete(x->s, x->alice, t.id), 0);
+    assert_int_equal(store_auth_generation(x->s, &g), 0);
+    assert_int_equal(g, g0 + 4);
+    assert_int_equal(store_auth_changes(x->s), mine + 4);
+    /* A failed change (no such user) moves neither. */
+    assert_int_equal(store_user_set_role(x->s, 999999, "admin"), FAWN_ENOENT);
+    assert_int_equal(store_auth_changes(x->s), mine + 4);
 }
 
 static void api_tokens(void **state) {
@@ -1322,6 +1362,9 @@ static int64_t make_v5_database(const char *path) {
              "ALTER TABLE receipts DROP COLUMN evidence;"
              "DROP TABLE scheduled_task_runs; DROP TABLE scheduled_tasks;"
              "DROP TABLE mcp_tools; DROP TABLE mcp_refresh_tokens;"
+             "DROP TRIGGER auth_user_changed; DROP TRIGGER auth_user_deleted;"
+             "DROP TRIGGER auth_token_changed; DROP TRIGGER auth_token_deleted;"
+             "DROP TABLE auth_generation;"
              "PRAGMA user_version = 5;"
              "INSERT INTO checkpoints VALUES (%" PRId64 ", 't5', 'c1', '', 'r5', 1, '%s', '{}', 1);"
              "INSERT INTO checkpoints VALUES (%" PRId64
@@ -1349,7 +1392,7 @@ static void migration_moves_whole_states_into_message_rows(void **state) {
     assert_int_equal(store_open(&s, path), 0);
     int v;
     assert_int_equal(store_schema_version(s, &v), 0);
-    assert_int_equal(v, 13);
+    assert_int_equal(v, 14);
     store_checkpoint *list;
     size_t n, omitted;
     assert_int_equal(store_checkpoint_list(s, &list, &n, owner, "t5", NULL, 10), 0);
@@ -1835,6 +1878,7 @@ static void concurrent_claimers_take_one(void **state) {
 #define COMMON_TESTS                                                                               \
     cmocka_unit_test(migrations_bring_schema_current), cmocka_unit_test(users),                    \
         cmocka_unit_test(usernames_ignore_case), cmocka_unit_test(api_tokens),                     \
+        cmocka_unit_test(auth_generation_follows_revocations),                                     \
         cmocka_unit_test(sandbox_records_and_fences),                                              \
         cmocka_unit_test(threads_are_owner_scoped_and_idempotent),                                 \
         cmocka_unit_test(search_matches_metadata_exactly),                                         \
