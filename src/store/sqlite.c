@@ -1063,9 +1063,12 @@ int store_token_create(store *s, store_token *out, int64_t user_id, const char *
                         STORE_TOKEN_NAME_MAX);
     sdb_stmt *st;
     sdb *db = sq_write_begin(s);
-    /* The count and the insert are one statement: concurrent creations
-     * cannot pass the cap together. */
-    int r = sq_prepare(db, &st,
+    /* The count and the insert are one statement, in a write transaction:
+     * concurrent creations cannot pass the cap together (on PostgreSQL a
+     * statement alone does not see the rows another is inserting). */
+    int r = sq_begin_write(db, "begin create token");
+    if (r == 0)
+        r = sq_prepare(db, &st,
                        "INSERT INTO api_tokens (user_id, name, token_hash, created_at_ms) "
                        "SELECT ?1, ?2, ?3, ?4 WHERE (SELECT count(*) FROM api_tokens "
                        "WHERE user_id = ?1) < ?5 RETURNING " TOKEN_COLUMNS);
@@ -1084,6 +1087,7 @@ int store_token_create(store *s, store_token *out, int64_t user_id, const char *
             read_token(out, st);
         sdb_finalize(st);
     }
+    r = sq_end_transaction(db, r);
     sq_write_end(s, db);
     return r;
 }

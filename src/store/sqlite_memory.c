@@ -127,7 +127,12 @@ int store_fact_add(store *s, store_fact *out, int64_t owner_id, const store_fact
     if (out)
         *out = (store_fact){0};
     sdb *db = sq_write_begin(s);
-    int r = fact_insert(db, out, owner_id, f, max);
+    /* In a write transaction: the cap's count sees every committed fact,
+     * on PostgreSQL too, where concurrent inserts would otherwise pass it
+     * together. */
+    int r = sq_begin_write(db, "begin add fact");
+    if (r == 0)
+        r = sq_end_transaction(db, fact_insert(db, out, owner_id, f, max));
     sq_write_end(s, db);
     return r;
 }

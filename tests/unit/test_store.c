@@ -4,7 +4,8 @@
  *
  * The same cases run on SQLite and, when FAWN_TEST_PG holds a libpq
  * conninfo of a server (scripts/pg-test-server.sh run ...), on PostgreSQL:
- * each case then has a database of its own, created by its setup. A few
+ * each run of the program then has a database of its own, created by the
+ * group's setup (so runs may share a server). A few
  * cases are about SQLite's file (its permissions, a schema-5 file, a
  * progress handler) and run on SQLite only. */
 #include <stdarg.h>
@@ -1874,6 +1875,92 @@ static void concurrent_claimers_take_one(void **state) {
     assert_int_equal(store_task_delete(x->s, x->alice, "task-race"), 0);
 }
 
+/* A gateway taking over an orphaned claim (its lease expired). */
+typedef struct reclaimer {
+    store *s;
+    char owner[16];
+    int result;
+} reclaimer;
+
+static void *reclaim_main(void *arg) {
+    reclaimer *c = arg;
+    c->result = store_task_reclaim(c->s, "task-orphan", "orph", c->owner, 3000000, 120000);
+    return NULL;
+}
+
+/* Eight gateways (threads on two handles) take over the same expired
+ * claim at once: one does, the others are told the claim moved on. */
+static void concurrent_reclaimers_take_one(void **state) {
+    fx *x = *state;
+    make_task(x, x->alice, "task-orphan", 2000000);
+    store_claim_req q = claim_req("task-orphan", "scheduled", "orph", "dead", 2000000, 2000001);
+    enum store_claim how;
+    assert_int_equal(store_task_claim(x->s, &how, NULL, &q), 0);
+    assert_int_equal(how, STORE_CLAIM_TAKEN);
+    store *other;
+    assert_int_equal(fx_open(x, &other), 0);
+    reclaimer c[8];
+    pthread_t th[8];
+    for (int i = 0; i < 8; i++) {
+        c[i] = (reclaimer){.s = i % 2 ? other : x->s};
+        snprintf(c[i].owner, sizeof c[i].owner, "gw%d", i);
+        assert_int_equal(pthread_create(&th[i], NULL, reclaim_main, &c[i]), 0);
+    }
+    int won = 0;
+    for (int i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        assert_true(c[i].result == 0 || c[i].result == FAWN_ESTALE);
+        won += c[i].result == 0;
+    }
+    assert_int_equal(won, 1);
+    store_close(other);
+}
+
+typedef struct token_maker {
+    store *s;
+    int64_t user;
+    int index, made, refused;
+} token_maker;
+
+static void *make_tokens(void *arg) {
+    token_maker *m = arg;
+    for (int i = 0; i < STORE_TOKENS_PER_USER_MAX / 2; i++) {
+        char name[32], hash[65];
+        snprintf(name, sizeof name, "t%d-%d", m->index, i);
+        snprintf(hash, sizeof hash, "%064d", m->index * 1000 + i);
+        store_token t;
+        int r = store_token_create(m->s, &t, m->user, name, hash);
+        m->made += r == 0;
+        m->refused += r == FAWN_E2BIG;
+    }
+    return NULL;
+}
+
+/* Four creators on two handles, each trying half the cap: the count and
+ * the insert are one step, so together they never pass the cap. */
+static void token_cap_holds_across_gateways(void **state) {
+    fx *x = *state;
+    store_user u;
+    assert_int_equal(store_user_create(x->s, &u, "carol", "hash-c", "user"), 0);
+    store *other;
+    assert_int_equal(fx_open(x, &other), 0);
+    token_maker m[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        m[i] = (token_maker){.s = i % 2 ? other : x->s, .user = u.id, .index = i};
+        assert_int_equal(pthread_create(&th[i], NULL, make_tokens, &m[i]), 0);
+    }
+    int made = 0, refused = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        made += m[i].made;
+        refused += m[i].refused;
+    }
+    assert_int_equal(made, STORE_TOKENS_PER_USER_MAX);
+    assert_int_equal(refused, STORE_TOKENS_PER_USER_MAX);
+    store_close(other);
+}
+
 /* The cases on both backends. */
 #define COMMON_TESTS                                                                               \
     cmocka_unit_test(migrations_bring_schema_current), cmocka_unit_test(users),                    \
@@ -1903,7 +1990,9 @@ static void concurrent_claimers_take_one(void **state) {
         cmocka_unit_test(skill_states_keep_the_last_setting),                                      \
         cmocka_unit_test(tasks_are_owner_scoped_and_checked),                                      \
         cmocka_unit_test(claims_run_each_occurrence_once),                                         \
-        cmocka_unit_test(concurrent_claimers_take_one),
+        cmocka_unit_test(concurrent_claimers_take_one),                                            \
+        cmocka_unit_test(concurrent_reclaimers_take_one),                                          \
+        cmocka_unit_test(token_cap_holds_across_gateways),
 /* About SQLite's file and connections. */
 #define SQLITE_TESTS                                                                               \
     cmocka_unit_test(a_held_read_stalls_no_other_caller),                                          \
