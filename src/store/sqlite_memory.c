@@ -220,11 +220,16 @@ int store_fact_update(store *s, store_fact *out, int64_t owner_id, const char *i
         *out = (store_fact){0};
     store_fact f = {0};
     sdb *db = sq_write_begin(s);
-    int r = fact_get(db, &f, owner_id, id);
+    /* Read, change, write: one write transaction (on PostgreSQL another
+     * gateway's update could land between the read and the write). */
+    int r = sq_begin_write(db, "begin update fact");
+    if (r == 0)
+        r = fact_get(db, &f, owner_id, id);
     if (r == 0)
         r = fact_change(&f, content, category, confidence);
     if (r == 0)
         r = fact_write(db, &f, owner_id);
+    r = sq_end_transaction(db, r);
     sq_write_end(s, db);
     if (r == 0 && out)
         *out = f;

@@ -205,13 +205,18 @@ int store_task_create(store *s, const store_task *t) {
     return r;
 }
 
-/* The task id (of owner_id, when not 0) on db. */
-static int task_get_on(sdb *db, store_task *out, int64_t owner_id, const char *id) {
+#define TASK_BY_ID                                                                                 \
+    "SELECT " TASK_COLUMNS " FROM scheduled_tasks WHERE id = ?1 AND (?2 = 0 OR owner_id = ?2)"
+
+/* The task id (of owner_id, when not 0) on db; with lock, inside a write
+ * transaction, its row stays locked until the transaction ends (PostgreSQL:
+ * FOR UPDATE; another gateway's single-statement change of the task waits,
+ * as SQLite's write lock makes every writer wait). */
+static int task_get_locked(sdb *db, store_task *out, int64_t owner_id, const char *id, bool lock) {
     *out = (store_task){0};
     sdb_stmt *st;
     int r = sq_prepare(db, &st,
-                       "SELECT " TASK_COLUMNS " FROM scheduled_tasks WHERE id = ?1 AND "
-                       "(?2 = 0 OR owner_id = ?2)");
+                       lock ? sq_pick(db, TASK_BY_ID, TASK_BY_ID " FOR UPDATE") : TASK_BY_ID);
     if (r < 0)
         return r;
     sdb_bind_text(st, 1, id);
@@ -224,6 +229,10 @@ static int task_get_on(sdb *db, store_task *out, int64_t owner_id, const char *i
                          : sq_err(db, rc, "read task");
     sdb_finalize(st);
     return r;
+}
+
+static int task_get_on(sdb *db, store_task *out, int64_t owner_id, const char *id) {
+    return task_get_locked(db, out, owner_id, id, false);
 }
 
 int store_task_get(store *s, store_task *out, int64_t owner_id, const char *id) {
@@ -495,7 +504,7 @@ int store_task_claim(store *s, enum store_claim *out, store_task *task, const st
     int r = sq_begin_write(db, "begin claim");
     if (r == 0) {
         store_task t;
-        r = task_get_on(db, &t, q->owner_id, q->task_id);
+        r = task_get_locked(db, &t, q->owner_id, q->task_id, true);
         if (r == 0)
             r = claim_decide(db, out, &t, q);
         store_task_clear(&t);
