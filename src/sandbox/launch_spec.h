@@ -12,7 +12,7 @@
 typedef struct launch_spec_copy {
     local_launch_spec spec;
     fawn_config cfg;
-    char *sandbox_id, *user_data, *token;
+    char *sandbox_id, *user_data, *token, *broker_dir;
 } launch_spec_copy;
 
 /* Everything of s but its descriptors and netns pool (new reference). */
