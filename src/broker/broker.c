@@ -119,8 +119,7 @@ static int listen_in(int *out, const char *dir) {
         return fawn_err_sys(FAWN_EIO, errno, "socket");
     unlinkat(dirfd, tmp, 0);
     if (bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0 || listen(fd, 64) < 0 ||
-        fchmodat(dirfd, tmp, 0666, 0) < 0 ||
-        renameat(dirfd, tmp, dirfd, BROKER_SOCKET_NAME) < 0) {
+        fchmodat(dirfd, tmp, 0666, 0) < 0 || renameat(dirfd, tmp, dirfd, BROKER_SOCKET_NAME) < 0) {
         int e = errno;
         unlinkat(dirfd, tmp, 0);
         close(fd);
@@ -178,8 +177,7 @@ void broker_sandbox_bound(void *ctx, const char *user, const char *thread, const
     if (r == 0)
         r = listen_in(&fd, dir);
     if (r < 0) {
-        log_warn("broker", "sandbox %s: no credential broker: %s", box->sandbox_id,
-                 fawn_errmsg());
+        log_warn("broker", "sandbox %s: no credential broker: %s", box->sandbox_id, fawn_errmsg());
         return;
     }
     pthread_mutex_lock(&b->mu);
@@ -237,8 +235,15 @@ static void reply(int fd, int code, unsigned flags, const char *out, size_t out_
     int flags_fd = fcntl(fd, F_GETFL);
     if (flags_fd >= 0)
         (void)fcntl(fd, F_SETFL, flags_fd & ~O_NONBLOCK);
-    if (r == 0)
-        r = fawn_write_all(fd, msg.data, msg.len);
+    for (size_t sent = 0; r == 0 && sent < msg.len;) {
+        ssize_t n = send(fd, msg.data + sent, msg.len - sent, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            r = fawn_err_sys(FAWN_EIO, errno, "send");
+        else
+            sent += (size_t)n;
+    }
     if (r < 0)
         log_debug("broker", "the reply was not delivered: %s", fawn_errmsg());
     fbuf_free(&msg);
@@ -277,8 +282,9 @@ static int admit(conn *c, sbx_holding *who, int *code, char *why, size_t whysz) 
         if (sbx_fence_generation(c->b->m, c->sandbox_id, c->generation,
                                  "a broker caller failed attestation") < 0)
             log_warn("broker", "sandbox %s: the fence is not durable", c->sandbox_id);
-        snprintf(why, whysz, "the caller is not a process of this sandbox (attestation refused; "
-                             "the sandbox is quarantined)");
+        snprintf(why, whysz,
+                 "the caller is not a process of this sandbox (attestation refused; "
+                 "the sandbox is quarantined)");
         return FAWN_EPERM;
     }
     if (a != SBX_ATTESTED) {
@@ -286,8 +292,9 @@ static int admit(conn *c, sbx_holding *who, int *code, char *why, size_t whysz) 
         return FAWN_EPERM;
     }
     if (sbx_holding_find(who, c->b->m, c->sandbox_id, c->generation) < 0) {
-        snprintf(why, whysz, "no run holds this sandbox now: credentials are usable only while "
-                             "a run leases it");
+        snprintf(why, whysz,
+                 "no run holds this sandbox now: credentials are usable only while "
+                 "a run leases it");
         return FAWN_EPERM;
     }
     return 0;
@@ -326,8 +333,8 @@ static void serve_call(conn *c) {
     int64_t start = fawn_now_ms();
     int r = read_request(&req, c->fd);
     if (r < 0) {
-        snprintf(why, sizeof why, "%s", r == FAWN_E2BIG ? "the request is larger than 1 MiB"
-                                                        : fawn_errmsg());
+        snprintf(why, sizeof why, "%s",
+                 r == FAWN_E2BIG ? "the request is larger than 1 MiB" : fawn_errmsg());
         refuse(c->fd, code, why);
         rec.refusal = why;
         broker_audit(b->audit_fd, &rec);

@@ -37,8 +37,8 @@ void run_result_free(run_result *r);
 typedef struct audit_record {
     const char *sandbox_id;
     const sbx_holding *who;
-    const char *cli;          /* the requested name, or NULL */
-    const broker_rule *rule;  /* the allow rule matched, or NULL */
+    const char *cli;         /* the requested name, or NULL */
+    const broker_rule *rule; /* the allow rule matched, or NULL */
     size_t argc;
     int exit_code;
     unsigned flags;

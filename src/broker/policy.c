@@ -54,8 +54,7 @@ static int get_number(uint32_t *out, const json_t *o, const char *key, const cha
              json_string_length(v) > 0)
         n = strtoll(json_string_value(v), NULL, 10);
     if (n < min || n > max)
-        return fawn_err(FAWN_ECONFIG, "%s.%s must be a number from %u to %u", where, key, min,
-                        max);
+        return fawn_err(FAWN_ECONFIG, "%s.%s must be a number from %u to %u", where, key, min, max);
     *out = (uint32_t)n;
     return 0;
 }
@@ -97,8 +96,7 @@ static int parse_rule(broker_rule *rule, const json_t *v, const char *where) {
 static int parse_env_entry(broker_env *e, const char *name, const json_t *v, const char *where) {
     const char *text = json_string_value(v);
     if (!env_name_valid(name) || !text || strlen(text) > BROKER_ENV_VALUE_MAX || !printable(text))
-        return fawn_err(FAWN_ECONFIG, "%s.env.%s: a variable name and a string value", where,
-                        name);
+        return fawn_err(FAWN_ECONFIG, "%s.env.%s: a variable name and a string value", where, name);
     int r = strdup_to(&e->name, name);
     if (r < 0)
         return r;
@@ -141,8 +139,8 @@ static int parse_allow(broker_cli *cli, const json_t *allow, const char *where) 
     if (!json_is_array(allow) || json_array_size(allow) == 0 ||
         json_array_size(allow) > BROKER_RULES_MAX)
         return fawn_err(FAWN_ECONFIG,
-                        "%s.allow must list 1 to %d allowed subcommands (argument prefixes)",
-                        where, BROKER_RULES_MAX);
+                        "%s.allow must list 1 to %d allowed subcommands (argument prefixes)", where,
+                        BROKER_RULES_MAX);
     size_t i;
     const json_t *v;
     json_array_foreach(allow, i, v) {

@@ -84,10 +84,9 @@ static int env_build(char ***out, const run_ctx *c) {
         if (r == 0 && e->kind == BROKER_ENV_FILE)
             r = read_credential(&value, dirfd, e->value);
         if (r == 0)
-            r = (env[n++] = env_entry(e->name,
-                                 e->kind == BROKER_ENV_DIR ? dir
-                                 : value                   ? value
-                                                           : e->value))
+            r = (env[n++] = env_entry(e->name, e->kind == BROKER_ENV_DIR ? dir
+                                               : value                   ? value
+                                                                         : e->value))
                     ? 0
                     : fawn_err(FAWN_ENOMEM, "out of memory");
     }
@@ -247,8 +246,9 @@ void broker_run(run_result *out, const run_ctx *c) {
     int r = env_build(&env, c);
     if (r < 0) {
         char why[200];
-        snprintf(why, sizeof why, "no credentials for %s (%s); an operator puts them in "
-                                  "$FAWN_HOME/users/<user>/credentials/<cli>/",
+        snprintf(why, sizeof why,
+                 "no credentials for %s (%s); an operator puts them in "
+                 "$FAWN_HOME/users/<user>/credentials/<cli>/",
                  c->cli->name, fawn_errmsg());
         refuse(out, why);
         return;

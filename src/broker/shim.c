@@ -74,8 +74,7 @@ static int exchange(int fd, const fbuf *req, bool oversize, int out_fd, int err_
     }
     uint8_t hdr[BROKER_HEADER_LEN];
     size_t len = 0;
-    if (read_exact(fd, hdr, sizeof hdr) < 0 ||
-        broker_header_parse(&len, hdr, BROKER_REPLY_MAX) < 0)
+    if (read_exact(fd, hdr, sizeof hdr) < 0 || broker_header_parse(&len, hdr, BROKER_REPLY_MAX) < 0)
         return fail(err_fd, "no answer from the broker");
     _cleanup_free_ uint8_t *body = malloc(len ? len : 1);
     broker_reply rep;

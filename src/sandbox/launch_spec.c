@@ -24,7 +24,8 @@ json_t *launch_spec_to_json(const local_launch_spec *s) {
         (json_int_t)lim->tmp_size_mb, "disk_mb", (json_int_t)lim->disk_mb, "exec_timeout_s",
         (json_int_t)sc->exec_timeout_s, "exec_max_timeout_s", (json_int_t)sc->exec_max_timeout_s,
         "exec_max_output_bytes", (json_int_t)sc->exec_max_output_bytes, "max_sessions",
-        (json_int_t)sc->max_sessions, "die_with_launcher", s->die_with_launcher, "broker_dir", s->broker_dir);
+        (json_int_t)sc->max_sessions, "die_with_launcher", s->die_with_launcher, "broker_dir",
+        s->broker_dir);
 }
 
 static int take_string(char **out, const json_t *o, const char *key) {

@@ -769,13 +769,23 @@ void local_attest_peer(enum sbx_attestation *out, const fawn_config *cfg, const 
     size_t depth = pidns_depth(peer->pid), own_depth = pidns_depth(0);
     if (!ns || !own || !depth || !own_depth)
         return;
-    /* A process of this host's namespace (or of another nesting) is no sandbox's. */
-    if (ns == own || depth != own_depth + 1 || peer->uid != sbx_host_uid(sandbox_id)) {
+    /* A process of this host's pid namespace (or of an outer one) is no
+     * sandbox's: a box is PID 1 of a namespace below it (its commands may be
+     * deeper still). */
+    if (ns == own || depth <= own_depth || peer->uid != sbx_host_uid(sandbox_id)) {
+        log_warn("sandbox",
+                 "sandbox %s: broker peer pid %d uid %u is not its process (pid namespace %s, "
+                 "depth %zu, more than %zu expected; uid %u expected)",
+                 sandbox_id, (int)peer->pid, (unsigned)peer->uid,
+                 ns == own ? "the host's" : "a child", depth, own_depth,
+                 (unsigned)sbx_host_uid(sandbox_id));
         *out = SBX_REFUSED;
         return;
     }
     int member = cgroup_member(peer->pid, group);
     if (member <= 0) {
+        log_warn("sandbox", "sandbox %s: broker peer pid %d is %s", sandbox_id, (int)peer->pid,
+                 member < 0 ? "in another cgroup" : "in no cgroup of fawn's (cannot tell)");
         *out = member < 0 ? SBX_REFUSED : SBX_ATTEST_UNKNOWN;
         return;
     }
