@@ -140,7 +140,8 @@ static char *run(sbx_lease *l, const char *command) {
     json_decref(body);
     if (r < 0 || status != 200)
         fail_msg("exec '%s': %d %s", command, status, r < 0 ? fawn_errmsg() : "");
-    char *out = strf("%s\n--stderr--\n%s", or_empty(json_string_value(json_object_get(reply, "stdout"))),
+    char *out = strf("%s\n--stderr--\n%s",
+                     or_empty(json_string_value(json_object_get(reply, "stdout"))),
                      or_empty(json_string_value(json_object_get(reply, "stderr"))));
     json_decref(reply);
     return out;
@@ -187,7 +188,8 @@ static void test_cli_runs_with_the_users_credentials(void **state) {
     check_lacks("home", out, "u1");
     free(out);
     /* Off the allow-list: refused, not run. */
-    out = run(l, "fake-cli --config /etc/shadow echo; echo rc=$?; fake-cli secrets dump; echo rc=$?");
+    out = run(l,
+              "fake-cli --config /etc/shadow echo; echo rc=$?; fake-cli secrets dump; echo rc=$?");
     check_contains("refused", out, "rc=126");
     check_contains("message", out, "not allowed");
     check_lacks("not run", out, "token=");
@@ -313,9 +315,8 @@ static void test_forged_peer_refused_and_quarantined(void **state) {
     assert_int_equal(WEXITSTATUS(status), 0);
     broker_reply rep;
     assert_true(len > BROKER_HEADER_LEN);
-    assert_int_equal(broker_reply_parse(&rep, (uint8_t *)got + BROKER_HEADER_LEN,
-                                        len - BROKER_HEADER_LEN),
-                     0);
+    assert_int_equal(
+        broker_reply_parse(&rep, (uint8_t *)got + BROKER_HEADER_LEN, len - BROKER_HEADER_LEN), 0);
     assert_int_equal(rep.exit_code, BROKER_EXIT_REFUSED);
     char *err = strndup(rep.err, rep.err_len);
     check_contains("refusal", err, "not a process of this sandbox");
