@@ -14,6 +14,7 @@
 
 #include "support.h"
 
+#include <sched.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 
@@ -100,8 +101,9 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     fx *x = *state;
-    static const char *const threads[][2] = {
-        {"u1", "t-main"}, {"u1", "t-forged"}, {"u2", "t-other"}, {"u1", "t-revoke"}};
+    static const char *const threads[][2] = {{"u1", "t-main"},   {"u1", "t-forged"},
+                                             {"u2", "t-other"},  {"u1", "t-revoke"},
+                                             {"u1", "t-victim"}, {"u2", "t-intruder"}};
     for (size_t i = 0; i < ARRAY_LEN(threads); i++) {
         enum sbx_destroy_outcome o;
         if (sbx_destroy(&o, x->m, threads[i][0], threads[i][1]) < 0)
@@ -270,11 +272,66 @@ static void test_other_users_sandbox_has_its_own_socket(void **state) {
     sbx_release(a);
 }
 
-/* A host process with the sandbox's own uid, on the sandbox's socket: the
- * kernel says it is not in the sandbox; refused, and the sandbox fenced. */
-static void test_forged_peer_refused_and_quarantined(void **state) {
-    fx *x = *state;
-    sbx_lease *l = acquire(x, "u1", "t-forged", SBX_HOLD_EXECUTION, NULL);
+/* A host pid of a process of sandbox_id (its cgroup names it), or 0. */
+static pid_t pid_in_sandbox(const char *sandbox_id) {
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    pid_t found = 0;
+    char *needle = strf("-%s", sandbox_id);
+    while (d && !found && (de = readdir(d))) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        char path[300];
+        snprintf(path, sizeof path, "/proc/%s/cgroup", de->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        char *text = NULL;
+        size_t len = 0;
+        if (fd >= 0 && fawn_read_all(&text, &len, fd, 1 << 16) == 0 && strstr(text, "/fawn/") &&
+            strstr(text, needle))
+            found = (pid_t)atoi(de->d_name);
+        if (fd >= 0)
+            close(fd);
+        free(text);
+    }
+    if (d)
+        closedir(d);
+    free(needle);
+    return found;
+}
+
+/* Moves this process into every cgroup of pid's (v1 hierarchies and v2). */
+static bool join_cgroups_of(pid_t pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    char *text = NULL;
+    size_t len = 0;
+    bool ok = fd >= 0 && fawn_read_all(&text, &len, fd, 1 << 16) == 0;
+    if (fd >= 0)
+        close(fd);
+    bool joined = false;
+    for (char *line = ok ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2 || !strstr(c2, "/fawn/"))
+            continue;
+        *c2 = '\0';
+        char *procs = c1[1] ? strf("/sys/fs/cgroup/%s%s/cgroup.procs", c1 + 1, c2 + 1)
+                            : strf("/sys/fs/cgroup%s/cgroup.procs", c2 + 1);
+        int w = open(procs, O_WRONLY | O_CLOEXEC);
+        joined |= w >= 0 && write(w, "0", 1) == 1;
+        if (w >= 0)
+            close(w);
+        free(procs);
+    }
+    free(text);
+    return joined;
+}
+
+/* Sends a fake-cli request to the socket of l's sandbox from a forked
+ * process that first becomes what become() makes it; returns the reply. */
+static void forged_call(fx *x, sbx_lease *l, bool (*become)(void *), void *arg, broker_reply *rep,
+                        char **got) {
+    (void)x;
     /* Reached through a descriptor of its directory opened while still
      * root: the sandbox's uid could not pass $FAWN_HOME/run on its own. */
     char *dir = strf("%s/run/broker/%s", x->home, l->box.sandbox_id);
@@ -285,7 +342,6 @@ static void test_forged_peer_refused_and_quarantined(void **state) {
     char *argv[] = {"echo"};
     fbuf req = {0};
     assert_int_equal(broker_request_encode(&req, "fake-cli", argv, 1, NULL, 0), 0);
-    uid_t uid = sbx_host_uid(l->box.sandbox_id);
     int p[2];
     assert_int_equal(pipe(p), 0);
     pid_t pid = fork();
@@ -294,8 +350,7 @@ static void test_forged_peer_refused_and_quarantined(void **state) {
         struct sockaddr_un addr = {.sun_family = AF_UNIX};
         snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
         int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-        if (setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0 ||
-            connect(fd, (struct sockaddr *)&addr, sizeof addr) < 0 ||
+        if (!become(arg) || connect(fd, (struct sockaddr *)&addr, sizeof addr) < 0 ||
             write(fd, req.data, req.len) != (ssize_t)req.len)
             _exit(1);
         char buf[4096];
@@ -306,31 +361,93 @@ static void test_forged_peer_refused_and_quarantined(void **state) {
         _exit(0);
     }
     close(p[1]);
-    char *got = NULL;
     size_t len = 0;
-    assert_int_equal(fawn_read_all(&got, &len, p[0], 1 << 16), 0);
+    assert_int_equal(fawn_read_all(got, &len, p[0], 1 << 16), 0);
     close(p[0]);
     int status = 0;
     waitpid(pid, &status, 0);
     assert_int_equal(WEXITSTATUS(status), 0);
-    broker_reply rep;
     assert_true(len > BROKER_HEADER_LEN);
     assert_int_equal(
-        broker_reply_parse(&rep, (uint8_t *)got + BROKER_HEADER_LEN, len - BROKER_HEADER_LEN), 0);
+        broker_reply_parse(rep, (uint8_t *)*got + BROKER_HEADER_LEN, len - BROKER_HEADER_LEN), 0);
+    free(path);
+    close(dirfd);
+    fbuf_free(&req);
+}
+
+static bool become_uid(void *arg) {
+    uid_t uid = *(uid_t *)arg;
+    return setresgid(uid, uid, uid) == 0 && setresuid(uid, uid, uid) == 0;
+}
+
+typedef struct other_box {
+    pid_t box_pid; /* a process of the other sandbox */
+    uid_t uid;     /* the attacked sandbox's uid */
+} other_box;
+
+/* Becomes a process of the other sandbox (its pid namespace and cgroups)
+ * that has taken the attacked sandbox's uid: every fact but the cgroup
+ * agrees with the attacked sandbox. */
+static bool become_other_sandbox(void *arg) {
+    other_box *o = arg;
+    char ns[64];
+    snprintf(ns, sizeof ns, "/proc/%d/ns/pid", (int)o->box_pid);
+    int fd = open(ns, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWPID) < 0)
+        return false;
+    pid_t child = fork(); /* the one that enters the namespace */
+    if (child > 0) {
+        int status = 0;
+        waitpid(child, &status, 0);
+        _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+    }
+    return child == 0 && join_cgroups_of(o->box_pid) && become_uid(&o->uid);
+}
+
+/* A process of another user's sandbox, with this sandbox's uid, on this
+ * sandbox's socket (as if the path had leaked into it): refused, and this
+ * sandbox fenced. */
+static void test_other_sandbox_process_refused(void **state) {
+    fx *x = *state;
+    sbx_lease *a = acquire(x, "u1", "t-victim", SBX_HOLD_EXECUTION, NULL);
+    sbx_lease *b = acquire(x, "u2", "t-intruder", SBX_HOLD_EXECUTION, NULL);
+    other_box o = {.box_pid = pid_in_sandbox(b->box.sandbox_id),
+                   .uid = sbx_host_uid(a->box.sandbox_id)};
+    assert_true(o.box_pid > 0);
+    broker_reply rep;
+    char *got = NULL;
+    forged_call(x, a, become_other_sandbox, &o, &rep, &got);
     assert_int_equal(rep.exit_code, BROKER_EXIT_REFUSED);
     char *err = strndup(rep.err, rep.err_len);
     check_contains("refusal", err, "not a process of this sandbox");
     free(err);
+    free(got);
+    assert_false(sbx_reusable(x->m, a->box.sandbox_id, a->box.generation));
+    assert_true(sbx_reusable(x->m, b->box.sandbox_id, b->box.generation));
+    sbx_release(b);
+    sbx_release(a);
+}
+
+/* A host process with the sandbox's own uid, on the sandbox's socket: the
+ * kernel says it is not in the sandbox; refused, and the sandbox fenced. */
+static void test_forged_peer_refused_and_quarantined(void **state) {
+    fx *x = *state;
+    sbx_lease *l = acquire(x, "u1", "t-forged", SBX_HOLD_EXECUTION, NULL);
+    uid_t uid = sbx_host_uid(l->box.sandbox_id);
+    broker_reply rep;
+    char *got = NULL;
+    forged_call(x, l, become_uid, &uid, &rep, &got);
+    assert_int_equal(rep.exit_code, BROKER_EXIT_REFUSED);
+    char *err = strndup(rep.err, rep.err_len);
+    check_contains("refusal", err, "not a process of this sandbox");
+    free(err);
+    free(got);
     assert_false(sbx_reusable(x->m, l->box.sandbox_id, l->box.generation));
     /* Its own commands get nothing either from now on. */
     char *out = run(l, "fake-cli echo </dev/null; echo rc=$?");
     check_contains("refused", out, "rc=126");
     check_lacks("not run", out, "token=");
     free(out);
-    free(got);
-    free(path);
-    close(dirfd);
-    fbuf_free(&req);
     sbx_release(l);
 }
 
@@ -344,6 +461,7 @@ int main(void) {
         cmocka_unit_test(test_no_lease_no_credentials),
         cmocka_unit_test(test_other_users_sandbox_has_its_own_socket),
         cmocka_unit_test(test_forged_peer_refused_and_quarantined),
+        cmocka_unit_test(test_other_sandbox_process_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

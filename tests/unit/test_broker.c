@@ -33,18 +33,18 @@ static void config_drop(broker_config *c) {
     free(c);
 }
 
-static const char *const good =
-    "broker:\n"
-    "  max_concurrent: 4\n"
-    "  clis:\n"
-    "    - name: lark-cli\n"
-    "      binary: /usr/local/bin/lark-cli\n"
-    "      allow: [\"im +messages-send\", \"calendar events list\", docs]\n"
-    "      timeout_s: 30\n"
-    "      env:\n"
-    "        LARKSUITE_CLI_CONFIG_DIR: dir\n"
-    "        LARK_TOKEN: file:token\n"
-    "        LANG: value:C.UTF-8\n";
+static const char
+    *const good = "broker:\n"
+                  "  max_concurrent: 4\n"
+                  "  clis:\n"
+                  "    - name: lark-cli\n"
+                  "      binary: /usr/local/bin/lark-cli\n"
+                  "      allow: [\"im +messages-send\", \"calendar events list\", docs]\n"
+                  "      timeout_s: 30\n"
+                  "      env:\n"
+                  "        LARKSUITE_CLI_CONFIG_DIR: dir\n"
+                  "        LARK_TOKEN: file:token\n"
+                  "        LANG: value:C.UTF-8\n";
 
 static void test_config_read(void **state) {
     (void)state;
@@ -214,9 +214,9 @@ static void test_wire_refuses_malformed(void **state) {
         bool nul;
         uint32_t claimed; /* an argument length claimed, 0: the real one */
     } cases[] = {
-        {"x/y", 0, NULL, false, 0},      {"", 0, NULL, false, 0},
-        {".hidden", 0, NULL, false, 0},  {"x", BROKER_ARGS_MAX + 1, NULL, false, 0},
-        {"x", 1, "a\0b", true, 0},       {"x", 1, "abc", false, 0xffffffffu},
+        {"x/y", 0, NULL, false, 0},         {"", 0, NULL, false, 0},
+        {".hidden", 0, NULL, false, 0},     {"x", BROKER_ARGS_MAX + 1, NULL, false, 0},
+        {"x", 1, "a\0b", true, 0},          {"x", 1, "abc", false, 0xffffffffu},
         {"x", 0xffffffffu, NULL, false, 0},
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
@@ -239,8 +239,10 @@ static void test_wire_refuses_malformed(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_config_read),          cmocka_unit_test(test_config_refused),
-        cmocka_unit_test(test_allow_list),           cmocka_unit_test(test_wire_round_trip),
+        cmocka_unit_test(test_config_read),
+        cmocka_unit_test(test_config_refused),
+        cmocka_unit_test(test_allow_list),
+        cmocka_unit_test(test_wire_round_trip),
         cmocka_unit_test(test_wire_refuses_malformed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
