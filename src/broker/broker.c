@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -323,70 +324,92 @@ static void slot_give(broker *b, const char *sandbox_id) {
     pthread_mutex_unlock(&b->mu);
 }
 
-static void serve_call(conn *c) {
+/* Writes why (formatted) and returns FAWN_EPERM: a refusal. */
+static int deny(char *why, size_t whysz, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int deny(char *why, size_t whysz, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, whysz, fmt, ap);
+    va_end(ap);
+    return FAWN_EPERM;
+}
+
+/* Steps 2-5: 0 with *cli, *who and rec->rule set and a slot taken; else
+ * the refusal's exit code in *code and its reason in why. */
+static int authorize(const broker_cli **cli, sbx_holding *who, audit_record *rec, int *code,
+                     conn *c, const broker_request *req, char *why, size_t whysz) {
     broker *b = c->b;
-    broker_request req;
-    sbx_holding who = {0};
-    audit_record rec = {.sandbox_id = c->sandbox_id, .who = &who};
-    char why[300];
-    int code = BROKER_EXIT_REFUSED;
-    int64_t start = fawn_now_ms();
-    int r = read_request(&req, c->fd);
-    if (r < 0) {
-        snprintf(why, sizeof why, "%s",
-                 r == FAWN_E2BIG ? "the request is larger than 1 MiB" : fawn_errmsg());
-        refuse(c->fd, code, why);
-        rec.refusal = why;
-        broker_audit(b->audit_fd, &rec);
-        return;
+    *cli = NULL;
+    *code = BROKER_EXIT_REFUSED;
+    int r = admit(c, who, code, why, whysz);
+    if (r < 0)
+        return r;
+    if (!(*cli = broker_config_find(&b->cfg, req->name)))
+        return deny(why, whysz, "%s is not a brokered command", req->name);
+    if (!(rec->rule = broker_policy_check(*cli, req->argv, req->argc)))
+        return deny(why, whysz,
+                    "this %s subcommand is not allowed here (only what broker.clis allows)",
+                    (*cli)->name);
+    if (!slot_take(b, c->sandbox_id)) {
+        *code = BROKER_EXIT_BUSY;
+        return deny(why, whysz, "busy: too many brokered calls at once; try again later");
     }
-    rec.cli = req.name;
-    rec.argc = req.argc;
-    rec.in_bytes = req.in_len;
-    const broker_cli *cli = NULL;
-    r = admit(c, &who, &code, why, sizeof why);
-    if (r == 0 && !(cli = broker_config_find(&b->cfg, req.name)))
-        r = snprintf(why, sizeof why, "%s is not a brokered command", req.name) ? FAWN_EPERM : 0;
-    if (r == 0 && !(rec.rule = broker_policy_check(cli, req.argv, req.argc)))
-        r = snprintf(why, sizeof why,
-                     "this %s subcommand is not allowed here (allowed: the broker.clis allow "
-                     "list)",
-                     cli->name)
-                ? FAWN_EPERM
-                : 0;
-    if (r == 0 && !slot_take(b, c->sandbox_id)) {
-        code = BROKER_EXIT_BUSY;
-        r = snprintf(why, sizeof why, "busy: too many brokered calls at once; try again") ? -1 : 0;
-    }
-    if (r < 0) {
-        refuse(c->fd, code, why);
-        rec.refusal = why;
-        rec.exit_code = code;
-        rec.ms = fawn_now_ms() - start;
-        broker_audit(b->audit_fd, &rec);
-        broker_request_clear(&req);
-        return;
-    }
+    return 0;
+}
+
+/* Steps 6-7 for an authorized call (its slot is given back here). */
+static void run_and_answer(conn *c, const broker_cli *cli, const broker_request *req,
+                           const sbx_holding *who, audit_record *rec) {
+    broker *b = c->b;
     run_result res;
     run_ctx rc = {.m = b->m,
                   .home = b->fcfg->home,
                   .cli = cli,
-                  .req = &req,
-                  .user = who.user,
+                  .req = req,
+                  .user = who->user,
                   .sandbox_id = c->sandbox_id,
                   .generation = c->generation,
                   .stop = &b->stopping};
     broker_run(&res, &rc);
     slot_give(b, c->sandbox_id);
     reply(c->fd, res.exit_code, res.flags, res.out.data, res.out.len, res.err.data, res.err.len);
-    rec.exit_code = res.exit_code;
-    rec.out_bytes = res.out_total;
-    rec.err_bytes = res.err_total;
-    rec.flags = res.flags;
-    rec.refusal = res.refusal[0] ? res.refusal : NULL;
-    rec.ms = fawn_now_ms() - start;
-    broker_audit(b->audit_fd, &rec);
+    rec->exit_code = res.exit_code;
+    rec->out_bytes = res.out_total;
+    rec->err_bytes = res.err_total;
+    rec->flags = res.flags;
+    rec->refusal = res.refusal[0] ? res.refusal : NULL;
+    broker_audit(b->audit_fd, rec);
     run_result_free(&res);
+}
+
+static void serve_call(conn *c) {
+    broker_request req;
+    sbx_holding who = {0};
+    audit_record rec = {.sandbox_id = c->sandbox_id, .who = &who};
+    char why[300];
+    const broker_cli *cli = NULL;
+    int code = BROKER_EXIT_REFUSED;
+    int64_t start = fawn_now_ms();
+    int r = read_request(&req, c->fd);
+    if (r < 0)
+        snprintf(why, sizeof why, "%s",
+                 r == FAWN_E2BIG ? "the request is larger than 1 MiB" : fawn_errmsg());
+    rec.cli = req.name;
+    rec.argc = req.argc;
+    rec.in_bytes = req.in_len;
+    if (r == 0)
+        r = authorize(&cli, &who, &rec, &code, c, &req, why, sizeof why);
+    if (r == 0) {
+        rec.ms = fawn_now_ms() - start; /* rewritten below once it ran */
+        run_and_answer(c, cli, &req, &who, &rec);
+    } else {
+        refuse(c->fd, code, why);
+        rec.refusal = why;
+        rec.exit_code = code;
+        rec.ms = fawn_now_ms() - start;
+        broker_audit(c->b->audit_fd, &rec);
+    }
     broker_request_clear(&req);
 }
 

@@ -9,10 +9,15 @@
 #include <spawn.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "broker/broker_internal.h"
+
+/* How long output is still read after the CLI exited, from processes it
+ * left behind holding its stdout or stderr: a moment for a last write. */
+#define BROKER_EXIT_GRACE_MS 500
 
 static void refuse(run_result *out, const char *why) {
     snprintf(out->refusal, sizeof out->refusal, "%s", why);
@@ -101,11 +106,12 @@ static int env_build(char ***out, const run_ctx *c) {
 typedef struct proc {
     pid_t pid;
     int in, out, err; /* our ends, -1 once closed */
+    int pidfd;        /* readable once it exited (not reaped: its group id stays its own) */
 } proc;
 
 static int spawn(proc *p, const run_ctx *c, char **env) {
     int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
-    *p = (proc){.pid = -1, .in = -1, .out = -1, .err = -1};
+    *p = (proc){.pid = -1, .in = -1, .out = -1, .err = -1, .pidfd = -1};
     if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
         int e = errno;
         for (int i = 0; i < 2; i++) {
@@ -153,6 +159,11 @@ static int spawn(proc *p, const run_ctx *c, char **env) {
     if (e != 0) {
         p->pid = -1;
         return fawn_err_sys(FAWN_EIO, e, "run %s", c->cli->binary);
+    }
+    p->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
+    if (p->pidfd < 0) {
+        kill(-p->pid, SIGKILL);
+        return fawn_err_sys(FAWN_EIO, errno, "pidfd_open");
     }
     return 0;
 }
@@ -206,7 +217,13 @@ static void pump(run_result *out, proc *p, const run_ctx *c) {
     int64_t deadline = fawn_now_ms() + (int64_t)c->cli->timeout_s * 1000;
     if (c->req->in_len == 0)
         close_fd(&p->in);
-    while (p->out >= 0 || p->err >= 0) {
+    bool exited = false;
+    int64_t exited_at = 0;
+    while (p->out >= 0 || p->err >= 0 || !exited) {
+        /* It exited and left something holding its output: what that
+         * writes within the grace is kept, then the group is killed. */
+        if (exited && fawn_now_ms() - exited_at >= BROKER_EXIT_GRACE_MS)
+            break;
         int code = 0;
         const char *why = must_stop(c, deadline, &code);
         if (why) {
@@ -215,11 +232,16 @@ static void pump(run_result *out, proc *p, const run_ctx *c) {
             out->exit_code = code;
             break;
         }
-        struct pollfd f[3] = {{.fd = p->out, .events = POLLIN},
+        struct pollfd f[4] = {{.fd = p->out, .events = POLLIN},
                               {.fd = p->err, .events = POLLIN},
-                              {.fd = p->in, .events = POLLOUT}};
-        if (poll(f, 3, BROKER_LEASE_POLL_MS) < 0 && errno != EINTR)
+                              {.fd = p->in, .events = POLLOUT},
+                              {.fd = exited ? -1 : p->pidfd, .events = POLLIN}};
+        if (poll(f, 4, BROKER_LEASE_POLL_MS) < 0 && errno != EINTR)
             break;
+        if (!exited && f[3].revents) {
+            exited = true;
+            exited_at = fawn_now_ms();
+        }
         if (f[0].revents)
             drain(&p->out, &out->out, &out->out_total, &out->flags, BROKER_STDOUT_TRUNCATED);
         if (f[1].revents)
@@ -261,10 +283,13 @@ void broker_run(run_result *out, const run_ctx *c) {
         return;
     }
     pump(out, &p, c);
+    /* Whatever it left in its group goes too; its leader, not reaped yet,
+     * keeps the group's id from being reused meanwhile. */
+    kill(-p.pid, SIGKILL);
+    close(p.pidfd);
     int status = 0;
     while (waitpid(p.pid, &status, 0) < 0 && errno == EINTR) {
     }
-    kill(-p.pid, SIGKILL); /* whatever it left in its group */
     if (out->refusal[0]) {
         if (fbuf_printf(&out->err, "fawn broker: %s\n", out->refusal) < 0)
             log_debug("broker", "message not kept");

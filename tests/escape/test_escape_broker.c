@@ -256,6 +256,40 @@ static void test_no_lease_no_credentials(void **state) {
     sbx_release(l);
 }
 
+/* Past max_concurrent_per_sandbox (4) running calls, the next is answered
+ * busy (75) and runs nothing; the running ones end with the lease. */
+static void test_busy(void **state) {
+    fx *x = *state;
+    sbx_lease *l = acquire(x, "u1", "t-busy", SBX_HOLD_EXECUTION, "run3:lead");
+    char *out = run(l, "for i in 1 2 3 4; do nohup fake-cli sleep >/dev/null 2>&1 & done; "
+                       "for i in $(seq 600); do fake-cli echo </dev/null >/dev/null 2>&1; rc=$?; "
+                       "[ $rc = 75 ] && break; sleep 0.05; done; echo rc=$rc; "
+                       "fake-cli echo </dev/null");
+    check_contains("busy", out, "rc=75");
+    check_contains("message", out, "busy");
+    check_lacks("not run", out, "token=");
+    free(out);
+    sbx_release(l);
+    char *audit = NULL;
+    int64_t until = fawn_now_ms() + WAIT_MS;
+    size_t killed = 0;
+    for (;;) {
+        free(audit);
+        audit = audit_text(x);
+        killed = 0;
+        for (const char *at = strstr(audit, "thread=t-busy"); at;
+             at = strstr(at + 1, "thread=t-busy"))
+            killed += strncmp(strstr(at, "exit="), "exit=125", 8) == 0;
+        if (killed == 4 || fawn_now_ms() > until)
+            break;
+        usleep(20000);
+    }
+    check_contains("busy audited", audit, "thread=t-busy run=run3:lead");
+    check_contains("busy audited", audit, "exit=75");
+    assert_int_equal(killed, 4); /* the lease went: each running call was killed */
+    free(audit);
+}
+
 static void test_other_users_sandbox_has_its_own_socket(void **state) {
     fx *x = *state;
     sbx_lease *a = acquire(x, "u1", "t-main", SBX_HOLD_EXECUTION, NULL);
@@ -459,6 +493,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cli_runs_with_the_users_credentials),
         cmocka_unit_test(test_no_lease_no_credentials),
+        cmocka_unit_test(test_busy),
         cmocka_unit_test(test_other_users_sandbox_has_its_own_socket),
         cmocka_unit_test(test_forged_peer_refused_and_quarantined),
         cmocka_unit_test(test_other_sandbox_process_refused),
