@@ -508,6 +508,9 @@ int broker_new(broker **out, const fawn_config *cfg, sbx_manager *m) {
         return fawn_err(FAWN_ENOMEM, "out of memory");
     b->wake[0] = b->wake[1] = b->audit_fd = -1;
     int r = broker_config_parse(&b->cfg, cfg->broker);
+    if (r == 0 && b->cfg.n_clis > 0 && !sbx_broker_supported(m))
+        r = fawn_err(FAWN_ECONFIG, "broker.clis: the sandbox provider cannot host the credential "
+                                   "broker (it needs sandbox.provider: local)");
     if (r < 0 || b->cfg.n_clis == 0) {
         broker_config_free(&b->cfg);
         free(b);

@@ -181,7 +181,8 @@ typedef struct broker broker;
 /* Starts a broker for cfg->broker over m (borrowed; must outlive it) and
  * registers it with m (sbx_manager_on_bound), so each sandbox gets its
  * socket and shims when a run first leases it. *out stays NULL (and 0 is
- * returned) when no CLI is configured. FAWN_ECONFIG for a bad section. */
+ * returned) when no CLI is configured. FAWN_ECONFIG for a bad section, or
+ * when m's provider cannot host the broker (sbx_broker_supported). */
 FAWN_MUST_CHECK int broker_new(broker **out, const fawn_config *cfg, sbx_manager *m);
 
 /* Prepares sandbox box->sandbox_id for calls (its socket and shims, made

@@ -109,29 +109,25 @@ typedef struct proc {
     int pidfd;        /* readable once it exited (not reaped: its group id stays its own) */
 } proc;
 
-static int spawn(proc *p, const run_ctx *c, char **env) {
-    int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
-    *p = (proc){.pid = -1, .in = -1, .out = -1, .err = -1, .pidfd = -1};
-    if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
-        int e = errno;
-        for (int i = 0; i < 2; i++) {
-            int fds[] = {in[i], out[i], err[i]};
-            for (size_t k = 0; k < 3; k++)
-                if (fds[k] >= 0)
-                    close(fds[k]);
-        }
-        return fawn_err_sys(FAWN_EIO, e, "pipe");
-    }
+/* Starts the CLI in a process group of its own, its standard streams on
+ * the given descriptors, with the default signal dispositions and mask.
+ * Returns 0 or an errno value (posix_spawn's convention). */
+static int exec_cli(pid_t *pid, const run_ctx *c, char **env, int in, int out, int err) {
     char **argv = calloc(c->req->argc + 2, sizeof *argv);
+    if (!argv)
+        return ENOMEM;
+    argv[0] = c->cli->name;
+    for (size_t i = 0; i < c->req->argc; i++)
+        argv[i + 1] = c->req->argv[i];
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
     sigset_t none, all;
     sigemptyset(&none);
     sigfillset(&all);
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+    posix_spawn_file_actions_adddup2(&fa, in, 0);
+    posix_spawn_file_actions_adddup2(&fa, out, 1);
+    posix_spawn_file_actions_adddup2(&fa, err, 2);
     posix_spawn_file_actions_addchdir_np(&fa, "/");
     posix_spawnattr_init(&attr);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
@@ -139,23 +135,28 @@ static int spawn(proc *p, const run_ctx *c, char **env) {
     posix_spawnattr_setpgroup(&attr, 0);
     posix_spawnattr_setsigmask(&attr, &none);
     posix_spawnattr_setsigdefault(&attr, &all);
-    int e = ENOMEM;
-    if (argv) {
-        argv[0] = c->cli->name;
-        for (size_t i = 0; i < c->req->argc; i++)
-            argv[i + 1] = c->req->argv[i];
-        e = posix_spawn(&p->pid, c->cli->binary, &fa, &attr, argv, env);
-    }
+    int e = posix_spawn(pid, c->cli->binary, &fa, &attr, argv, env);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
     free(argv);
-    close(in[0]);
-    close(out[1]);
-    close(err[1]);
+    return e;
+}
+
+static int spawn(proc *p, const run_ctx *c, char **env) {
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+    *p = (proc){.pid = -1, .in = -1, .out = -1, .err = -1, .pidfd = -1};
+    int e = pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0
+                ? errno
+                : exec_cli(&p->pid, c, env, in[0], out[1], err[1]);
+    int *ends[] = {&in[0], &out[1], &err[1]};
+    for (size_t i = 0; i < ARRAY_LEN(ends); i++)
+        if (*ends[i] >= 0)
+            close(*ends[i]);
     p->in = in[1];
     p->out = out[0];
     p->err = err[0];
-    fcntl(p->in, F_SETFL, O_NONBLOCK);
+    if (p->in >= 0)
+        fcntl(p->in, F_SETFL, O_NONBLOCK);
     if (e != 0) {
         p->pid = -1;
         return fawn_err_sys(FAWN_EIO, e, "run %s", c->cli->binary);
@@ -280,6 +281,12 @@ void broker_run(run_result *out, const run_ctx *c) {
     env_free(env);
     if (r < 0) {
         refuse(out, fawn_errmsg());
+        close_fd(&p.in);
+        close_fd(&p.out);
+        close_fd(&p.err);
+        if (p.pid > 0) /* killed when its pidfd could not be had */
+            while (waitpid(p.pid, NULL, 0) < 0 && errno == EINTR) {
+            }
         return;
     }
     pump(out, &p, c);

@@ -1187,6 +1187,8 @@ int sbx_fence_generation(sbx_manager *m, const char *sandbox_id, const char *gen
     return r;
 }
 
+bool sbx_broker_supported(const sbx_manager *m) { return m->p->broker_dir && m->p->attest; }
+
 int sbx_broker_dir(char out[PATH_MAX], sbx_manager *m, const char *sandbox_id) {
     out[0] = '\0';
     if (!m->p->broker_dir)

@@ -329,6 +329,9 @@ FAWN_MUST_CHECK int sbx_holding_find(sbx_holding *out, sbx_manager *m, const cha
 FAWN_MUST_CHECK int sbx_fence_generation(sbx_manager *m, const char *sandbox_id,
                                          const char *generation, const char *reason);
 
+/* Whether the provider can host the broker (broker_dir and attest). */
+bool sbx_broker_supported(const sbx_manager *m);
+
 /* The provider's broker directory for sandbox_id (see sbx_provider);
  * FAWN_EUNSUP when the provider has no broker support. */
 FAWN_MUST_CHECK int sbx_broker_dir(char out[PATH_MAX], sbx_manager *m, const char *sandbox_id);

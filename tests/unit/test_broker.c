@@ -12,6 +12,7 @@
 #include "base/json.h"
 #include "broker/broker.h"
 #include "config/config.h"
+#include "fake_provider.h"
 
 static broker_config *parse_yaml(const char *yaml, int *r) {
     fawn_config cfg;
@@ -237,6 +238,46 @@ static void test_wire_refuses_malformed(void **state) {
     }
 }
 
+/* A provider without broker support (no per-sandbox directory, no
+ * attestation) cannot host configured CLIs: the gateway does not start,
+ * rather than run without attestation. With no CLI there is no broker. */
+static void test_broker_needs_a_provider_that_attests(void **state) {
+    (void)state;
+    char home[] = "/tmp/fawn-broker-unit-XXXXXX";
+    assert_non_null(mkdtemp(home));
+    char *db = strf("%s/fawn.db", home);
+    store *st = NULL;
+    authz_policy *policy = NULL;
+    sbx_manager *m = NULL;
+    fake_provider *fp = fake_provider_new();
+    sbx_manager_config mc = {.call_timeout_ms = 1000};
+    assert_int_equal(store_open(&st, db), 0);
+    assert_int_equal(authz_policy_load(&policy, NULL), 0);
+    assert_int_equal(sbx_manager_new(&m, &mc, fake_provider_iface(fp), st, policy), 0);
+    assert_false(sbx_broker_supported(m));
+    fawn_config cfg;
+    const char *yaml = "broker: {clis: [{name: x, binary: /bin/true, allow: [a]}]}\n";
+    assert_int_equal(config_load_string(&cfg, yaml, strlen(yaml)), 0);
+    broker *b = (broker *)1;
+    assert_int_equal(broker_new(&b, &cfg, m), FAWN_ECONFIG);
+    assert_null(b);
+    check_contains("message", fawn_errmsg(), "sandbox.provider: local");
+    config_free(&cfg);
+    assert_int_equal(config_load_string(&cfg, "log_level: info\n", 16), 0);
+    b = (broker *)1;
+    assert_int_equal(broker_new(&b, &cfg, m), 0);
+    assert_null(b);
+    config_free(&cfg);
+    sbx_manager_free(m);
+    fake_provider_free(fp);
+    authz_policy_free(policy);
+    store_close(st);
+    char *cmd = strf("rm -rf %s", home);
+    assert_int_equal(system(cmd), 0);
+    free(cmd);
+    free(db);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_read),
@@ -244,6 +285,7 @@ int main(void) {
         cmocka_unit_test(test_allow_list),
         cmocka_unit_test(test_wire_round_trip),
         cmocka_unit_test(test_wire_refuses_malformed),
+        cmocka_unit_test(test_broker_needs_a_provider_that_attests),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
