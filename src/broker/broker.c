@@ -32,16 +32,20 @@
 /* Sandboxes with a socket at once; past this the oldest is dropped (its
  * next lease makes it again). */
 #define BROKER_SANDBOXES_MAX 4096
-/* Connections being served at once: calls beyond the run limits are
- * answered busy by these threads; past this a connection is closed unread. */
-#define BROKER_CONNECTIONS_MAX 64
+/* Connections served at once beyond those running a CLI (being read,
+ * attested, answered busy), in all and per sandbox: a sandbox that opens
+ * connections and sends nothing holds them until BROKER_READ_TIMEOUT_MS,
+ * never the others' share. Past either, a connection is closed unread. */
+#define BROKER_CONNECTIONS_SPARE 64
+#define BROKER_CONNECTIONS_SPARE_PER_SANDBOX 4
 #define BROKER_SOCKET_NAME "broker.sock"
 
 typedef struct listener {
     char sandbox_id[17];
     char generation[SBX_GENERATION_LEN + 1];
     int fd;
-    unsigned running; /* calls running their CLI now */
+    unsigned running;     /* calls running their CLI now */
+    unsigned connections; /* connections being served */
 } listener;
 
 struct broker {
@@ -418,6 +422,9 @@ static void *conn_main(void *arg) {
     serve_call(c);
     close(c->fd);
     pthread_mutex_lock(&c->b->mu);
+    listener *l = listener_find(c->b, c->sandbox_id);
+    if (l && l->connections)
+        l->connections--;
     c->b->connections--;
     pthread_cond_broadcast(&c->b->idle);
     pthread_mutex_unlock(&c->b->mu);
@@ -425,12 +432,15 @@ static void *conn_main(void *arg) {
     return NULL;
 }
 
-/* Accepts on listener i (b->mu held) and starts its connection's thread. */
-static void accept_one(broker *b, const listener *l) {
+/* Accepts on l (b->mu held) and starts its connection's thread. */
+static void accept_one(broker *b, listener *l) {
     int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
     if (fd < 0)
         return;
-    conn *c = b->connections < BROKER_CONNECTIONS_MAX ? calloc(1, sizeof *c) : NULL;
+    bool room = b->connections < b->cfg.max_concurrent + BROKER_CONNECTIONS_SPARE &&
+                l->connections <
+                    b->cfg.max_concurrent_per_sandbox + BROKER_CONNECTIONS_SPARE_PER_SANDBOX;
+    conn *c = room ? calloc(1, sizeof *c) : NULL;
     pthread_t t;
     pthread_attr_t attr;
     if (c) {
@@ -441,6 +451,7 @@ static void accept_one(broker *b, const listener *l) {
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         if (pthread_create(&t, &attr, conn_main, c) == 0) {
             b->connections++;
+            l->connections++;
             c = NULL;
             fd = -1;
         }

@@ -21,7 +21,8 @@
  *   of the CLI's configured entries (credentials read from
  *   $FAWN_HOME/users/<user>/credentials/<cli>/, which no sandbox mounts).
  * - Limits: request size, output per stream (truncated, flagged), timeout,
- *   calls at once per sandbox and in all (a busy answer).
+ *   calls at once per sandbox and in all (a busy answer), connections
+ *   being served per sandbox and in all (accept_one).
  * - Audit: one line per call (broker_audit_line): user, thread, run scope,
  *   sandbox, CLI, the allow rule that matched (never other argument values,
  *   never the environment), exit code, duration and bytes; to the log and
