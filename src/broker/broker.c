@@ -8,6 +8,7 @@
  *   5. given a slot (global and per-sandbox limits),
  *   6. run (run.c: fixed binary, no shell, credentials as environment),
  *   7. answered and audited (broker_audit). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -91,15 +93,33 @@ static int write_shim(int dirfd, const char *name) {
     return r;
 }
 
+/* Removes shims of CLIs no longer configured (a call through one would be
+ * refused anyway; the sandbox's PATH should not offer it). */
+static void remove_stale_shims(broker *b, int dirfd) {
+    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (de->d_name[0] != '.' && !broker_config_find(&b->cfg, de->d_name))
+            unlinkat(dirfd, de->d_name, 0);
+    closedir(d);
+}
+
 static int write_shims(broker *b, const char *dir) {
     char bin[PATH_MAX];
     if (snprintf(bin, sizeof bin, "%s/bin", dir) >= (int)sizeof bin)
         return fawn_err(FAWN_EINVAL, "path too long");
     if (mkdir(bin, 0755) < 0 && errno != EEXIST)
         return fawn_err_sys(FAWN_EIO, errno, "mkdir %s", bin);
-    _cleanup_close_ int dirfd = open(bin, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    _cleanup_close_ int dirfd = open(bin, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dirfd < 0)
         return fawn_err_sys(FAWN_EIO, errno, "open %s", bin);
+    remove_stale_shims(b, dirfd);
     for (size_t i = 0; i < b->cfg.n_clis; i++) {
         int r = write_shim(dirfd, b->cfg.clis[i].name);
         if (r < 0)
@@ -266,10 +286,14 @@ static int peer_of(sbx_peer *out, int fd) {
     *out = (sbx_peer){.pidfd = -1};
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
         return fawn_err_sys(FAWN_EIO, errno, "SO_PEERCRED");
+    /* The kernel's pidfd of the connecting process (Linux 6.5+); before
+     * that, one opened now: a process that holds this pid while every fact
+     * is read, so the facts are one process's, though a peer that exited
+     * and whose pid a process of the sandbox took at once would pass. */
     int pidfd = -1;
     len = sizeof pidfd;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) < 0)
-        pidfd = -1;
+        pidfd = (int)syscall(SYS_pidfd_open, cred.pid, 0);
     *out = (sbx_peer){.pid = cred.pid, .uid = cred.uid, .gid = cred.gid, .pidfd = pidfd};
     return 0;
 }

@@ -21,6 +21,7 @@
 #include "base/json.h"
 #include "broker/broker.h"
 #include "config/config.h"
+#include "paths/paths.h"
 #include "sandbox/manager.h"
 #include "sandbox/user_data.h"
 
@@ -85,6 +86,13 @@ static int setup(void **state) {
     if (r < 0)
         fail_msg("config: %s", fawn_errmsg());
     put_credentials(x, "u1", TOKEN_U1 "\n");
+    /* A shim left from a configuration that named another CLI. */
+    char sid[17];
+    assert_int_equal(paths_sandbox_id(sid, "u1", "t-main"), 0);
+    char *stale = strf("mkdir -p %s/run/broker/%s/bin && touch %s/run/broker/%s/bin/old-cli",
+                       x->home, sid, x->home, sid);
+    assert_int_equal(system(stale), 0);
+    free(stale);
     put_credentials(x, "u2", TOKEN_U2);
     char db[128];
     snprintf(db, sizeof db, "%s/fawn.db", x->home);
@@ -183,6 +191,7 @@ static void test_cli_runs_with_the_users_credentials(void **state) {
     check_lacks("grep finds nothing", out, "/mnt/broker/bin/");
     check_lacks("credential file", out, "token\n");
     check_contains("shim", out, "fake-cli");
+    check_lacks("a shim no longer configured", out, "old-cli");
     free(out);
     char *cmd = strf("ls %s/users 2>&1; echo rc=$?", x->home);
     out = run(l, cmd);
