@@ -9,6 +9,6 @@ echo "sandbox_env=${HOSTNAME:-unset}"
 case "$1" in
 echo) cat ;;
 big) head -c 5000000 /dev/zero | tr '\0' a ;;
-sleep) echo $$ > "$FAKE_PIDFILE"; exec sleep 300 ;;
+sleep) echo $$ >> "$FAKE_PIDFILE"; exec sleep 300 ;;
 fail) echo "failing on purpose" >&2; exit 3 ;;
 esac

@@ -270,10 +270,28 @@ static void test_no_lease_no_credentials(void **state) {
 static void test_busy(void **state) {
     fx *x = *state;
     sbx_lease *l = acquire(x, "u1", "t-busy", SBX_HOLD_EXECUTION, "run3:lead");
-    char *out = run(l, "for i in 1 2 3 4; do nohup fake-cli sleep >/dev/null 2>&1 & done; "
-                       "for i in $(seq 600); do fake-cli echo </dev/null >/dev/null 2>&1; rc=$?; "
-                       "[ $rc = 75 ] && break; sleep 0.05; done; echo rc=$rc; "
-                       "fake-cli echo </dev/null");
+    char *pidfile = strf("%s/cli.pid", x->home);
+    unlink(pidfile);
+    char *out = run(l, "for i in 1 2 3 4; do nohup fake-cli sleep >/dev/null 2>&1 & done");
+    free(out);
+    /* Each running call's CLI appends its pid: wait for the four. */
+    size_t lines = 0;
+    for (int64_t until = fawn_now_ms() + WAIT_MS; lines < 4 && fawn_now_ms() < until;) {
+        usleep(20000);
+        int fd = open(pidfile, O_RDONLY | O_CLOEXEC);
+        char *text = NULL;
+        size_t len = 0;
+        lines = 0;
+        if (fd >= 0 && fawn_read_all(&text, &len, fd, 4096) == 0)
+            for (size_t i = 0; i < len; i++)
+                lines += text[i] == '\n';
+        if (fd >= 0)
+            close(fd);
+        free(text);
+    }
+    assert_int_equal(lines, 4);
+    free(pidfile);
+    out = run(l, "fake-cli echo </dev/null; echo rc=$?");
     check_contains("busy", out, "rc=75");
     check_contains("message", out, "busy");
     check_lacks("not run", out, "token=");
@@ -486,6 +504,11 @@ static void test_forged_peer_refused_and_quarantined(void **state) {
     free(err);
     free(got);
     assert_false(sbx_reusable(x->m, l->box.sandbox_id, l->box.generation));
+    /* In the store: a restarted gateway never reuses it either. */
+    bool durable = false;
+    assert_int_equal(store_fence_exists(x->st, &durable, "", l->box.sandbox_id, l->box.generation),
+                     0);
+    assert_true(durable);
     /* Its own commands get nothing either from now on. */
     char *out = run(l, "fake-cli echo </dev/null; echo rc=$?");
     check_contains("refused", out, "rc=126");
