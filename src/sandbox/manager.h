@@ -33,7 +33,13 @@
  *   provider create responses, orphan reconciliation. A fenced sandbox is
  *   never handed out: the next acquisition destroys it and starts a fresh
  *   generation. A fence retires only when the provider confirms the fenced
- *   generation is absent; a failed destroy is the caller's error.
+ *   generation is absent; a failed destroy is the caller's error. A caller
+ *   of the credential broker that fails attestation fences its sandbox's
+ *   generation the same way (sbx_fence_generation).
+ * - Broker: credentials are usable only while an execution lease holds the
+ *   sandbox at the generation the broker serves (sbx_holding_find); the
+ *   provider names the directory mounted for it and attests callers by the
+ *   kernel's word (sbx_broker_dir, sbx_attest; src/broker/broker.h).
  * - Scopes: an acquisition with a scope ("run:agent") gets that scope's own
  *   persistent shell session in the sandbox; acquiring a scope again is
  *   idempotent; when its last lease is released its session ends, and only
