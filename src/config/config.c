@@ -475,6 +475,7 @@ static const config_key root_keys[] = {
     KEY_TREE("authorization", authorization),
     KEY_LIST("models", models),
     KEY_TREE("mcp", mcp),
+    KEY_TREE("broker", broker),
     {0},
 };
 
@@ -1120,6 +1121,7 @@ void config_free(fawn_config *cfg) {
     json_decref(cfg->web.allow);
     json_decref(cfg->web.search);
     json_decref(cfg->mcp);
+    json_decref(cfg->broker);
     json_decref(cfg->server.trusted_proxies);
     json_decref(cfg->sandbox.remote);
     json_decref(cfg->sandbox.kubernetes);
