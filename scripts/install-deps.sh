@@ -10,7 +10,9 @@ PACKAGES=(
   bubblewrap python3 curl openssl util-linux iproute2 procps
   btrfs-progs xfsprogs e2fsprogs
   libjs-marked node-dompurify chromium tzdata
+  libssl-dev
 )
+# libssl-dev: libcrypto's AES for decrypting Feishu/Lark event callbacks.
 # tzdata: the time zones scheduled tasks run in (src/schedule reads its
 # TZif files).
 # btrfs-progs, xfsprogs and e2fsprogs make the filesystems the disk quota
