@@ -68,14 +68,14 @@ void feishu_client_free(feishu_client *c) {
 /* ---- one HTTP exchange ---- */
 
 typedef struct feishu_call {
-    const char *what;      /* names the call in errors */
-    const char *method;    /* GET, POST, PATCH */
+    const char *what;   /* names the call in errors */
+    const char *method; /* GET, POST, PATCH */
     const char *url;
-    const char *token;     /* Bearer token, or NULL */
-    const char *json;      /* JSON body, or NULL */
-    curl_mime *mime;       /* multipart body, or NULL */
-    int fd;                /* >= 0: a 2xx body is streamed here */
-    size_t max_bytes;      /* cap on what goes to fd */
+    const char *token; /* Bearer token, or NULL */
+    const char *json;  /* JSON body, or NULL */
+    curl_mime *mime;   /* multipart body, or NULL */
+    int fd;            /* >= 0: a 2xx body is streamed here */
+    size_t max_bytes;  /* cap on what goes to fd */
 } feishu_call;
 
 typedef struct feishu_answer {
@@ -197,8 +197,9 @@ static int call_run(feishu_answer *a, const feishu_call *call) {
     if (code != CURLE_OK)
         return curl_failure(code, a);
     if (a->status >= 300 && a->status < 400)
-        return fawn_err(FAWN_EPROTO, "feishu %s: answered with a redirect (HTTP %ld), which "
-                                     "fawn does not follow",
+        return fawn_err(FAWN_EPROTO,
+                        "feishu %s: answered with a redirect (HTTP %ld), which "
+                        "fawn does not follow",
                         call->what, a->status);
     return 0;
 }
@@ -213,8 +214,8 @@ static int token_fetch(char **out, int64_t *expire_s, feishu_client *c) {
     _cleanup_free_ char *body = req ? fjson_dump(req) : NULL;
     if (!body)
         return fawn_err(FAWN_ENOMEM, "out of memory asking for a feishu token");
-    feishu_call call = {.what = "tenant_access_token", .method = "POST", .url = url,
-                        .json = body, .fd = -1};
+    feishu_call call = {
+        .what = "tenant_access_token", .method = "POST", .url = url, .json = body, .fd = -1};
     feishu_answer a;
     int r = call_run(&a, &call);
     if (r == 0)
@@ -236,7 +237,7 @@ int feishu_token_get(char **out, feishu_client *c) {
             free(c->token);
             c->token = token;
             int64_t keep = expire_s > 2 * FEISHU_TOKEN_MARGIN_S ? expire_s - FEISHU_TOKEN_MARGIN_S
-                                                               : expire_s / 2;
+                                                                : expire_s / 2;
             c->token_expires_ms = fawn_now_ms() + keep * 1000;
         }
     }
@@ -328,12 +329,12 @@ int feishu_resource_download(size_t *out_bytes, feishu_client *c, const char *me
     char url[FEISHU_URL_MAX];
     int r = ids_check(message_id, key);
     if (r == 0)
-        r = url_build(url, c, "/open-apis/im/v1/messages/%s/resources/%s?type=%s", message_id,
-                      key, kind == FEISHU_RESOURCE_IMAGE ? "image" : "file");
+        r = url_build(url, c, "/open-apis/im/v1/messages/%s/resources/%s?type=%s", message_id, key,
+                      kind == FEISHU_RESOURCE_IMAGE ? "image" : "file");
     if (r < 0)
         return r;
-    feishu_call call = {.what = "resource download", .method = "GET", .url = url, .fd = fd,
-                        .max_bytes = max_bytes};
+    feishu_call call = {
+        .what = "resource download", .method = "GET", .url = url, .fd = fd, .max_bytes = max_bytes};
     feishu_answer a;
     r = authed_call(&a, c, &call);
     if (r == 0 && (a.status < 200 || a.status >= 300))
@@ -347,12 +348,14 @@ int feishu_resource_download(size_t *out_bytes, feishu_client *c, const char *me
 
 static int message_body(char **out, const char *id_key, const char *id, const char *msg_type,
                         const char *content) {
-    _cleanup_json_ json_t *o = id_key ? json_pack("{s:s,s:s,s:s}", id_key, id, "msg_type",
-                                                  msg_type, "content", content)
+    _cleanup_json_ json_t *o = id_key ? json_pack("{s:s,s:s,s:s}", id_key, id, "msg_type", msg_type,
+                                                  "content", content)
                                       : json_pack("{s:s,s:s}", "msg_type", msg_type, "content",
                                                   content);
     *out = o ? fjson_dump(o) : NULL;
-    return *out ? 0 : fawn_err(FAWN_ENOMEM, "feishu: a message that is not valid UTF-8, or out of memory");
+    return *out ? 0
+                : fawn_err(FAWN_ENOMEM,
+                           "feishu: a message that is not valid UTF-8, or out of memory");
 }
 
 int feishu_message_send(char **out_message_id, feishu_client *c, const char *chat_id,
@@ -367,8 +370,8 @@ int feishu_message_send(char **out_message_id, feishu_client *c, const char *cha
         r = message_body(&body, "receive_id", chat_id, msg_type, content);
     if (r < 0)
         return r;
-    feishu_call call = {.what = "message send", .method = "POST", .url = url, .json = body,
-                        .fd = -1};
+    feishu_call call = {
+        .what = "message send", .method = "POST", .url = url, .json = body, .fd = -1};
     return json_call(out_message_id, c, &call, "message_id");
 }
 
@@ -384,8 +387,8 @@ int feishu_message_reply(char **out_message_id, feishu_client *c, const char *me
         r = message_body(&body, NULL, NULL, msg_type, content);
     if (r < 0)
         return r;
-    feishu_call call = {.what = "message reply", .method = "POST", .url = url, .json = body,
-                        .fd = -1};
+    feishu_call call = {
+        .what = "message reply", .method = "POST", .url = url, .json = body, .fd = -1};
     return json_call(out_message_id, c, &call, "message_id");
 }
 
@@ -400,8 +403,8 @@ int feishu_card_update(feishu_client *c, const char *message_id, const char *car
     _cleanup_free_ char *body = o ? fjson_dump(o) : NULL;
     if (!body)
         return fawn_err(FAWN_ENOMEM, "out of memory building a feishu card update");
-    feishu_call call = {.what = "card update", .method = "PATCH", .url = url, .json = body,
-                        .fd = -1};
+    feishu_call call = {
+        .what = "card update", .method = "PATCH", .url = url, .json = body, .fd = -1};
     return json_call(NULL, c, &call, NULL);
 }
 
@@ -457,8 +460,8 @@ static int upload_source(upload_src *src, int fd, size_t cap, const char *what) 
     if (!S_ISREG(st.st_mode))
         return fawn_err(FAWN_EINVAL, "feishu %s: not a regular file", what);
     if ((uint64_t)st.st_size > cap)
-        return fawn_err(FAWN_E2BIG, "feishu %s: %lld bytes, the platform takes at most %zu",
-                        what, (long long)st.st_size, cap);
+        return fawn_err(FAWN_E2BIG, "feishu %s: %lld bytes, the platform takes at most %zu", what,
+                        (long long)st.st_size, cap);
     if (st.st_size == 0)
         return fawn_err(FAWN_EINVAL, "feishu %s: the file is empty", what);
     *src = (upload_src){.fd = fd, .size = st.st_size};
@@ -482,9 +485,9 @@ static bool mime_file(curl_mime *m, const char *field, const char *name, upload_
 static const char *file_type_for(const char *name) {
     static const struct {
         const char *ext, *type;
-    } kinds[] = {{".pdf", "pdf"}, {".doc", "doc"},   {".docx", "doc"}, {".xls", "xls"},
-                 {".xlsx", "xls"}, {".ppt", "ppt"},  {".pptx", "ppt"}, {".mp4", "mp4"},
-                 {".opus", "opus"}};
+    } kinds[] = {{".pdf", "pdf"},  {".doc", "doc"},  {".docx", "doc"},
+                 {".xls", "xls"},  {".xlsx", "xls"}, {".ppt", "ppt"},
+                 {".pptx", "ppt"}, {".mp4", "mp4"},  {".opus", "opus"}};
     const char *dot = strrchr(name, '.');
     for (size_t i = 0; dot && i < ARRAY_LEN(kinds); i++)
         if (!strcasecmp(dot, kinds[i].ext))
@@ -543,7 +546,9 @@ int feishu_file_upload(char **out_key, feishu_client *c, int fd, const char *nam
 static int content_dump(char **out, json_t *o) {
     *out = o ? fjson_dump(o) : NULL;
     json_decref(o);
-    return *out ? 0 : fawn_err(FAWN_ENOMEM, "feishu: a message that is not valid UTF-8, or out of memory");
+    return *out ? 0
+                : fawn_err(FAWN_ENOMEM,
+                           "feishu: a message that is not valid UTF-8, or out of memory");
 }
 
 int feishu_text_content(char **out, const char *text) {
@@ -551,18 +556,16 @@ int feishu_text_content(char **out, const char *text) {
 }
 
 int feishu_key_content(char **out, enum feishu_resource_kind kind, const char *key) {
-    return content_dump(out, json_pack("{s:s}", kind == FEISHU_RESOURCE_IMAGE ? "image_key"
-                                                                              : "file_key",
-                                       key));
+    return content_dump(
+        out, json_pack("{s:s}", kind == FEISHU_RESOURCE_IMAGE ? "image_key" : "file_key", key));
 }
 
 int feishu_card_content(char **out, const char *markdown, const char *note) {
     json_t *elements = json_pack("[{s:s,s:s}]", "tag", "markdown", "content",
                                  *markdown ? markdown : " ");
     if (elements && note)
-        json_array_append_new(elements,
-                              json_pack("{s:s,s:[{s:s,s:s}]}", "tag", "note", "elements", "tag",
-                                        "plain_text", "content", note));
+        json_array_append_new(elements, json_pack("{s:s,s:[{s:s,s:s}]}", "tag", "note", "elements",
+                                                  "tag", "plain_text", "content", note));
     json_t *card = elements ? json_pack("{s:{s:b,s:b},s:o}", "config", "wide_screen_mode", 1,
                                         "update_multi", 1, "elements", elements)
                             : NULL;

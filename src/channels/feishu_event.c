@@ -104,8 +104,9 @@ static int aes_decrypt(unsigned char *out, int *out_len, const unsigned char key
               EVP_DecryptFinal_ex(ctx, out + n, &tail) == 1;
     EVP_CIPHER_CTX_free(ctx);
     *out_len = ok ? n + tail : 0;
-    return ok ? 0 : fawn_err(FAWN_EPERM, "feishu callback: the body does not decrypt with the "
-                                         "configured encrypt key");
+    return ok ? 0
+              : fawn_err(FAWN_EPERM, "feishu callback: the body does not decrypt with the "
+                                     "configured encrypt key");
 }
 
 int feishu_decrypt(char **out, size_t *out_len, const char *encrypt_key, const char *b64) {
@@ -189,7 +190,8 @@ static void mentions_strip(char *text, const json_t *mentions) {
     size_t n = json_array_size(mentions);
     for (size_t i = 0; i < n && i < FEISHU_MAX_MENTIONS; i++) {
         const char *key = json_string_value(json_object_get(json_array_get(mentions, i), "key"));
-        if (key && key[0] == '@' && strnlen(key, FEISHU_MENTION_KEY_MAX + 1) <= FEISHU_MENTION_KEY_MAX)
+        if (key && key[0] == '@' &&
+            strnlen(key, FEISHU_MENTION_KEY_MAX + 1) <= FEISHU_MENTION_KEY_MAX)
             text_remove(text, key);
     }
     /* The platform writes "@_all" without listing it. */
@@ -217,9 +219,9 @@ static int text_append(fbuf *b, const char *s) {
     if (!s || !*s)
         return 0;
     int r = fbuf_append(b, s, strlen(s));
-    return r == FAWN_E2BIG ? fawn_err(FAWN_E2BIG, "feishu event: text longer than %zu bytes",
-                                      FEISHU_TEXT_MAX)
-                           : r;
+    return r == FAWN_E2BIG
+               ? fawn_err(FAWN_E2BIG, "feishu event: text longer than %zu bytes", FEISHU_TEXT_MAX)
+               : r;
 }
 
 /* One element of a rich-text line: text and links as text, images and
@@ -277,8 +279,7 @@ static int post_read(feishu_message *m, fbuf *text, const json_t *content) {
 
 static int content_by_type(feishu_message *m, fbuf *text, const json_t *c) {
     switch (m->type) {
-    case FEISHU_MSG_TEXT:
-        return text_append(text, json_string_value(json_object_get(c, "text")));
+    case FEISHU_MSG_TEXT: return text_append(text, json_string_value(json_object_get(c, "text")));
     case FEISHU_MSG_IMAGE:
         return resource_add(m, FEISHU_RESOURCE_IMAGE,
                             json_string_value(json_object_get(c, "image_key")), NULL);
@@ -286,10 +287,8 @@ static int content_by_type(feishu_message *m, fbuf *text, const json_t *c) {
         return resource_add(m, FEISHU_RESOURCE_FILE,
                             json_string_value(json_object_get(c, "file_key")),
                             json_string_value(json_object_get(c, "file_name")));
-    case FEISHU_MSG_POST:
-        return post_read(m, text, c);
-    case FEISHU_MSG_OTHER:
-        return 0;
+    case FEISHU_MSG_POST: return post_read(m, text, c);
+    case FEISHU_MSG_OTHER: return 0;
     }
     return 0;
 }
@@ -398,8 +397,7 @@ static int schema2_read(feishu_callback *cb, char **token, const json_t *root) {
 static int event_root(feishu_callback *cb, char **token, const json_t *root) {
     const char *type = json_string_value(json_object_get(root, "type"));
     if (type && !strcmp(type, "url_verification")) {
-        int r = string_copy(&cb->challenge, root, "challenge", true, challenge_valid,
-                            "challenge");
+        int r = string_copy(&cb->challenge, root, "challenge", true, challenge_valid, "challenge");
         if (r == 0)
             r = string_copy(token, root, "token", false, NULL, "token");
         cb->kind = FEISHU_CALLBACK_CHALLENGE;

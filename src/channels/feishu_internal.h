@@ -55,6 +55,33 @@
 /* Elements of a rich-text (post) message read: lines times elements. */
 #define FEISHU_MAX_POST_ELEMENTS 1024
 
+/* ---- settings (feishu_settings.c) ---- */
+
+#define FEISHU_DEFAULT_API_BASE "https://open.feishu.cn"
+
+/* channels.feishu, merged with the runtime config saved through the API. */
+typedef struct feishu_settings {
+    char *app_id;             /* app_id (cli_...) */
+    char *app_secret;         /* app_secret (secret) */
+    char *verification_token; /* verification_token: checked in every callback (secret) */
+    char *encrypt_key;        /* encrypt_key: callbacks signed and encrypted (secret; NULL: none) */
+    char *api_base;           /* api_base: https://open.feishu.cn (default), Lark's
+                                 https://open.larksuite.com, or a test's loopback server */
+    bool stream_cards;        /* stream_cards: answers are a card updated while the run
+                                 streams (default true); false: one text reply at the end */
+} feishu_settings;
+
+/* Reads section (cfg->channels.feishu, may be NULL) and runtime (the saved
+ * runtime config, may be NULL; its values win) into *out (zeroed first; free
+ * with feishu_settings_free on every path). FAWN_ENOENT when the channel is
+ * off (enabled: false) or neither source names app_id and app_secret;
+ * FAWN_ECONFIG naming channels.feishu.<key> for an unknown key, a value of
+ * the wrong type, a bad api_base, or credentials without a verification
+ * token (fail closed: no token, no callbacks). */
+FAWN_MUST_CHECK int feishu_settings_read(feishu_settings *out, const json_t *section,
+                                         const json_t *runtime);
+void feishu_settings_free(feishu_settings *s);
+
 /* ---- event callback (feishu_event.c) ---- */
 
 enum feishu_chat_type { FEISHU_CHAT_P2P, FEISHU_CHAT_GROUP };
@@ -228,18 +255,15 @@ FAWN_MUST_CHECK int feishu_message_reply(char **out_message_id, feishu_client *c
                                          const char *content);
 
 /* Replaces the interactive card of message_id (sent by this app) with card. */
-FAWN_MUST_CHECK int feishu_card_update(feishu_client *c, const char *message_id,
-                                       const char *card);
+FAWN_MUST_CHECK int feishu_card_update(feishu_client *c, const char *message_id, const char *card);
 
 /* Uploads the regular file open at fd as an image for messages; *out_key
  * (caller frees) is its image_key. FAWN_E2BIG past FEISHU_IMAGE_UPLOAD_MAX. */
-FAWN_MUST_CHECK int feishu_image_upload(char **out_key, feishu_client *c, int fd,
-                                        const char *name);
+FAWN_MUST_CHECK int feishu_image_upload(char **out_key, feishu_client *c, int fd, const char *name);
 
 /* Uploads the regular file open at fd under name; *out_key (caller frees) is
  * its file_key. FAWN_E2BIG past FEISHU_FILE_UPLOAD_MAX. */
-FAWN_MUST_CHECK int feishu_file_upload(char **out_key, feishu_client *c, int fd,
-                                       const char *name);
+FAWN_MUST_CHECK int feishu_file_upload(char **out_key, feishu_client *c, int fd, const char *name);
 
 /* ---- message content (feishu_api.c) ---- */
 
@@ -249,8 +273,7 @@ FAWN_MUST_CHECK int feishu_text_content(char **out, const char *text);
  * not NULL: "working…", a tool's progress). */
 FAWN_MUST_CHECK int feishu_card_content(char **out, const char *markdown, const char *note);
 /* {"image_key": key} / {"file_key": key}. */
-FAWN_MUST_CHECK int feishu_key_content(char **out, enum feishu_resource_kind kind,
-                                       const char *key);
+FAWN_MUST_CHECK int feishu_key_content(char **out, enum feishu_resource_kind kind, const char *key);
 
 /* ---- answer parsers (feishu_reply.c): untrusted bytes from the platform ---- */
 

@@ -456,45 +456,6 @@ static const config_key schedules_keys[] = {
     {0},
 };
 
-/* ---- channels.feishu ---- */
-
-static int set_http_url(void *field, const config_key *key, const config_scalar *v) {
-    if (strncmp(v->text, "http://", 7) != 0 && strncmp(v->text, "https://", 8) != 0)
-        return scalar_fail(v, "must be an http:// or https:// URL");
-    return set_string(field, key, v);
-}
-
-static const config_key feishu_keys[] = {
-    KEY_SCALAR("enabled", feishu.enabled, set_bool, "false"),
-    KEY_SCALAR("app_id", feishu.app_id, set_string, NULL),
-    KEY_SCALAR("app_secret", feishu.app_secret, set_string, NULL),
-    KEY_SCALAR("verification_token", feishu.verification_token, set_string, NULL),
-    KEY_SCALAR("encrypt_key", feishu.encrypt_key, set_string, NULL),
-    KEY_SCALAR("api_base", feishu.api_base, set_http_url, "https://open.feishu.cn"),
-    KEY_SCALAR("stream_cards", feishu.stream_cards, set_bool, "true"),
-    {0},
-};
-
-static const config_key channels_keys[] = {
-    KEY_SECTION("feishu", feishu_keys),
-    {0},
-};
-
-/* An enabled Feishu channel needs the app's credentials and the token that
- * proves a callback came from the platform (fail closed: none, no channel). */
-static int check_feishu(const fawn_config *cfg, const char *source) {
-    const fawn_feishu_config *f = &cfg->feishu;
-    if (!f->enabled)
-        return 0;
-    const char *missing = !f->app_id               ? "channels.feishu.app_id"
-                          : !f->app_secret         ? "channels.feishu.app_secret"
-                          : !f->verification_token ? "channels.feishu.verification_token"
-                                                   : NULL;
-    if (!missing)
-        return 0;
-    return config_fail(source, 0, missing, "is required when channels.feishu.enabled is true");
-}
-
 static const config_key root_keys[] = {
     KEY_SCALAR("home", home, set_string, NULL),
     KEY_SCALAR("log_level", log_level, set_log_level, "info"),
@@ -508,10 +469,10 @@ static const config_key root_keys[] = {
     KEY_SECTION("compaction", compaction_keys),
     KEY_SECTION("web", web_keys),
     KEY_SECTION("schedules", schedules_keys),
-    KEY_SECTION("channels", channels_keys),
     KEY_TREE("authorization", authorization),
     KEY_LIST("models", models),
     KEY_TREE("mcp", mcp),
+    KEY_TREE("channels", channels),
     {0},
 };
 
@@ -570,9 +531,9 @@ static int check_remote_network(const fawn_config *cfg, const char *source) {
                        "reach the network from their own hosts, outside this gateway's proxy)");
 }
 
-static const config_check config_checks[] = {
-    check_exec_timeouts,    check_upload_sizes,    check_remote_provider, check_remote_network,
-    check_runs_running_max, check_connection_caps, check_feishu};
+static const config_check config_checks[] = {check_exec_timeouts,    check_upload_sizes,
+                                             check_remote_provider,  check_remote_network,
+                                             check_runs_running_max, check_connection_caps};
 
 static void *key_field(fawn_config *cfg, const config_key *key) {
     return (char *)cfg + key->offset;
@@ -1157,16 +1118,12 @@ void config_free(fawn_config *cfg) {
     json_decref(cfg->web.allow);
     json_decref(cfg->web.search);
     json_decref(cfg->mcp);
+    json_decref(cfg->channels);
     json_decref(cfg->server.trusted_proxies);
     json_decref(cfg->sandbox.remote);
     json_decref(cfg->sandbox.env_passthrough);
     json_decref(cfg->sandbox.egress.allow);
     json_decref(cfg->sandbox.egress.tls_ports);
-    free(cfg->feishu.app_id);
-    free(cfg->feishu.app_secret);
-    free(cfg->feishu.verification_token);
-    free(cfg->feishu.encrypt_key);
-    free(cfg->feishu.api_base);
     for (size_t i = 0; i < cfg->sandbox.n_env && i < CONFIG_MAX_ENV; i++) {
         free(cfg->sandbox.env[i].name);
         free(cfg->sandbox.env[i].value);

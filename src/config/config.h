@@ -163,21 +163,6 @@ typedef struct fawn_schedules_config {
                                      tasks at least this often (5) */
 } fawn_schedules_config;
 
-typedef struct fawn_feishu_config {
-    bool enabled;             /* channels.feishu.enabled: the Feishu/Lark channel runs (false) */
-    char *app_id;             /* channels.feishu.app_id: the app's id (cli_...) */
-    char *app_secret;         /* channels.feishu.app_secret (a $VAR value) */
-    char *verification_token; /* channels.feishu.verification_token: checked in every
-                                 event callback (a $VAR value) */
-    char *encrypt_key;        /* channels.feishu.encrypt_key: when set, callbacks must be
-                                 signed and encrypted with it (a $VAR value; NULL: none) */
-    char *api_base;           /* channels.feishu.api_base: https://open.feishu.cn (default);
-                                 Lark is https://open.larksuite.com */
-    bool stream_cards;        /* channels.feishu.stream_cards: answers are an interactive
-                                 card updated while the run streams (true); false: one
-                                 text reply at the end */
-} fawn_feishu_config;
-
 typedef struct fawn_config {
     char *home;      /* home: state directory (default $FAWN_HOME or ./.fawn) */
     char *log_level; /* log_level: debug|info|warn|error (default info) */
@@ -191,7 +176,6 @@ typedef struct fawn_config {
     fawn_compaction_config compaction;
     fawn_web_config web;
     fawn_schedules_config schedules;
-    fawn_feishu_config feishu; /* channels.feishu.* */
     /* authorization: the section as JSON (mappings -> objects, sequences ->
      * arrays, plain true/false -> booleans, plain null -> null, other
      * scalars -> strings), or NULL when absent; src/authz validates it. */
@@ -202,6 +186,10 @@ typedef struct fawn_config {
     /* mcp: the MCP section as JSON ({servers?, config_file?}), or NULL
      * when absent; src/mcp validates it. */
     json_t *mcp;
+    /* channels: IM channels, one object per platform (channels.feishu, ...)
+     * kept as JSON ($VAR values resolved), or NULL when absent; each
+     * adapter in src/channels validates its own section. */
+    json_t *channels;
 } fawn_config;
 
 /* Fills *cfg with every default (home from $FAWN_HOME or "./.fawn").

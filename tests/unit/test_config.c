@@ -467,41 +467,6 @@ static void test_booleans(void **state) {
 }
 
 /* The authorization section is kept as a JSON tree for src/authz to judge. */
-static void test_feishu_channel(void **state) {
-    (void)state;
-    fawn_config cfg;
-    accept(&cfg, "");
-    assert_false(cfg.feishu.enabled);
-    assert_string_equal(cfg.feishu.api_base, "https://open.feishu.cn");
-    assert_true(cfg.feishu.stream_cards);
-    assert_null(cfg.feishu.encrypt_key);
-    config_free(&cfg);
-    setenv("FAWN_TEST_FEISHU_SECRET", "from-env", 1);
-    accept(&cfg, "channels:\n  feishu:\n    enabled: true\n    app_id: cli_a1\n"
-                 "    app_secret: $FAWN_TEST_FEISHU_SECRET\n    verification_token: vt\n"
-                 "    encrypt_key: ek\n    api_base: https://open.larksuite.com\n"
-                 "    stream_cards: false\n");
-    assert_true(cfg.feishu.enabled);
-    assert_string_equal(cfg.feishu.app_id, "cli_a1");
-    assert_string_equal(cfg.feishu.app_secret, "from-env");
-    assert_string_equal(cfg.feishu.verification_token, "vt");
-    assert_string_equal(cfg.feishu.encrypt_key, "ek");
-    assert_string_equal(cfg.feishu.api_base, "https://open.larksuite.com");
-    assert_false(cfg.feishu.stream_cards);
-    config_free(&cfg);
-    unsetenv("FAWN_TEST_FEISHU_SECRET");
-    refuse("channels:\n  feishu:\n    enabled: true\n    app_id: a\n    app_secret: s\n",
-           "channels.feishu.verification_token");
-    refuse("channels:\n  feishu:\n    enabled: true\n    app_secret: s\n"
-           "    verification_token: v\n",
-           "channels.feishu.app_id");
-    refuse("channels:\n  feishu:\n    app_secret: $FAWN_TEST_FEISHU_SECRET\n",
-           "FAWN_TEST_FEISHU_SECRET");
-    refuse("channels:\n  feishu:\n    api_base: file:///etc/passwd\n", "http");
-    refuse("channels:\n  feishu:\n    app_secret: \"\"\n", "empty");
-    refuse("channels:\n  feishu:\n    webhook: x\n", "channels.feishu.webhook");
-}
-
 static void test_authorization_tree(void **state) {
     fawn_config cfg;
     setenv("FAWN_TEST_ROLE", "from-env", 1);
@@ -1059,7 +1024,6 @@ int main(void) {
         cmocka_unit_test(test_runs_running_cap_derived_and_checked),
         cmocka_unit_test(test_booleans),
         cmocka_unit_test(test_authorization_tree),
-        cmocka_unit_test(test_feishu_channel),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }

@@ -79,9 +79,9 @@ static char *message_event(const char *token, const char *type, const char *cont
     json_t *ev = json_pack(
         "{s:s,s:{s:s,s:s,s:s,s:s},s:{s:{s:{s:s},s:s},s:{s:s,s:s,s:s,s:s,s:s,s:[{s:s,s:s}]}}}",
         "schema", "2.0", "header", "event_id", "5e3702a84e847582be8db7fb73283c02", "event_type",
-        "im.message.receive_v1", "token", token, "app_id", "cli_a", "event", "sender",
-        "sender_id", "open_id", "ou_7d8a6e6df7621556ce0d21922b676706", "sender_type",
-        sender_type, "message", "message_id", "om_5ce6d572455d361153b7cb51da133945", "chat_id",
+        "im.message.receive_v1", "token", token, "app_id", "cli_a", "event", "sender", "sender_id",
+        "open_id", "ou_7d8a6e6df7621556ce0d21922b676706", "sender_type", sender_type, "message",
+        "message_id", "om_5ce6d572455d361153b7cb51da133945", "chat_id",
         "oc_5ce6d572455d361153b7xx51da133945", "chat_type", "group", "message_type", type,
         "content", content_json, "mentions", "key", "@_user_1", "name", "fawn");
     assert_non_null(ev);
@@ -95,8 +95,12 @@ static int parse_signed(feishu_callback *cb, const char *key, const char *body, 
     char ts[32], mine[65];
     snprintf(ts, sizeof ts, "%lld", (long long)(NOW + ts_offset));
     sign(mine, ts, "n0nce", key, body);
-    feishu_request req = {.timestamp = ts, .nonce = "n0nce", .signature = sig ? sig : mine,
-                          .body = body, .body_len = strlen(body), .now_s = NOW};
+    feishu_request req = {.timestamp = ts,
+                          .nonce = "n0nce",
+                          .signature = sig ? sig : mine,
+                          .body = body,
+                          .body_len = strlen(body),
+                          .now_s = NOW};
     feishu_secrets s = {.verification_token = TOKEN, .encrypt_key = KEY};
     return feishu_callback_parse(cb, &s, &req);
 }
@@ -113,8 +117,12 @@ static void signatures_are_checked_in_their_window(void **state) {
     const char *body = "{\"encrypt\":\"abc\"}";
     char sig[65], upper[65];
     sign(sig, "1700000000", "n", KEY, body);
-    feishu_request req = {.timestamp = "1700000000", .nonce = "n", .signature = sig,
-                          .body = body, .body_len = strlen(body), .now_s = NOW};
+    feishu_request req = {.timestamp = "1700000000",
+                          .nonce = "n",
+                          .signature = sig,
+                          .body = body,
+                          .body_len = strlen(body),
+                          .now_s = NOW};
     assert_int_equal(feishu_signature_check(&req, KEY), 0);
     for (int i = 0; i < 65; i++)
         upper[i] = (char)toupper((unsigned char)sig[i]);
@@ -240,8 +248,9 @@ static void forged_callbacks_are_refused(void **state) {
     char forged[65];
     sign(forged, "1700000000", "n0nce", "guess", body);
     assert_int_equal(parse_signed(&cb, KEY, body, forged, 0), FAWN_EPERM);
-    assert_int_equal(parse_signed(&cb, KEY, body, "0000000000000000000000000000000000000000000000"
-                                                  "000000000000000000",
+    assert_int_equal(parse_signed(&cb, KEY, body,
+                                  "0000000000000000000000000000000000000000000000"
+                                  "000000000000000000",
                                   0),
                      FAWN_EPERM);
     /* a real signature, replayed outside the window */
@@ -310,7 +319,8 @@ static void message_types_are_read(void **state) {
     feishu_callback_free(&cb);
     free(ev);
     ev = message_event(TOKEN, "file",
-                       "{\"file_key\":\"file_v3_00ab\",\"file_name\":\"../../etc/passwd\"}", "user");
+                       "{\"file_key\":\"file_v3_00ab\",\"file_name\":\"../../etc/passwd\"}",
+                       "user");
     assert_int_equal(read_event(&cb, ev), 0);
     assert_int_equal(cb.msg.resources[0].kind, FEISHU_RESOURCE_FILE);
     assert_string_equal(cb.msg.resources[0].key, "file_v3_00ab");
@@ -378,9 +388,8 @@ static void hostile_events_are_refused(void **state) {
     fbuf post = {0};
     assert_int_equal(fbuf_printf(&post, "{\"content\":[["), 0);
     for (int i = 0; i <= FEISHU_MAX_RESOURCES; i++)
-        assert_int_equal(fbuf_printf(&post, "%s{\"tag\":\"img\",\"image_key\":\"img_%d\"}",
-                                     i ? "," : "", i),
-                         0);
+        assert_int_equal(
+            fbuf_printf(&post, "%s{\"tag\":\"img\",\"image_key\":\"img_%d\"}", i ? "," : "", i), 0);
     assert_int_equal(fbuf_printf(&post, "]]}"), 0);
     ev = message_event(TOKEN, "post", post.data, "user");
     assert_int_equal(read_event(&cb, ev), FAWN_E2BIG);
@@ -428,8 +437,8 @@ static void answers_map_to_errors(void **state) {
             fail_msg("case %zu: %d (%s)", i, r, fawn_errmsg());
     }
     const char *unknown = "{\"code\":1234567,\"msg\":\"something new\"}";
-    assert_int_equal(
-        feishu_reply_check(NULL, "message send", 400, unknown, strlen(unknown)), FAWN_EPROTO);
+    assert_int_equal(feishu_reply_check(NULL, "message send", 400, unknown, strlen(unknown)),
+                     FAWN_EPROTO);
     assert_non_null(strstr(fawn_errmsg(), "message send: code 1234567: something new"));
     char *token = NULL;
     int64_t expire = 0;
@@ -456,7 +465,8 @@ static void answers_map_to_errors(void **state) {
 
 /* ---- the client against a fake platform ---- */
 
-#define R(h, b) {.head = (h), .body = (b)}
+#define R(h, b)                                                                                    \
+    { .head = (h), .body = (b) }
 #define JSON_OK "HTTP/1.1 200 OK\r\nContent-Type: application/json"
 #define TOKEN_OK "{\"code\":0,\"msg\":\"ok\",\"tenant_access_token\":\"t-first\",\"expire\":7200}"
 
@@ -575,7 +585,7 @@ static void an_invalid_token_is_renewed_once(void **state) {
     const response script[] = {
         R(JSON_OK, TOKEN_OK),
         R("HTTP/1.1 400 Bad Request\r\nContent-Type: application/json",
-         "{\"code\":99991663,\"msg\":\"Invalid access token for authorization\"}"),
+          "{\"code\":99991663,\"msg\":\"Invalid access token for authorization\"}"),
         R(JSON_OK, "{\"code\":0,\"tenant_access_token\":\"t-second\",\"expire\":7200}"),
         R(JSON_OK, "{\"code\":0,\"data\":{\"message_id\":\"om_ok\"}}"),
     };
@@ -594,10 +604,10 @@ static void an_invalid_token_is_renewed_once(void **state) {
     const response twice[] = {
         R(JSON_OK, TOKEN_OK),
         R("HTTP/1.1 400 Bad Request\r\nContent-Type: application/json",
-         "{\"code\":99991663,\"msg\":\"Invalid access token\"}"),
+          "{\"code\":99991663,\"msg\":\"Invalid access token\"}"),
         R(JSON_OK, TOKEN_OK),
         R("HTTP/1.1 400 Bad Request\r\nContent-Type: application/json",
-         "{\"code\":99991663,\"msg\":\"Invalid access token\"}"),
+          "{\"code\":99991663,\"msg\":\"Invalid access token\"}"),
     };
     s = server_start(twice, ARRAY_LEN(twice));
     c = client_at(s);
@@ -638,9 +648,9 @@ static void resources_download_into_an_fd_with_a_cap(void **state) {
     close(fd);
     /* past the cap: E2BIG */
     fd = scratch_fd();
-    assert_int_equal(feishu_resource_download(&n, c, "om_1", "file_2", FEISHU_RESOURCE_FILE, fd,
-                                              10),
-                     FAWN_E2BIG);
+    assert_int_equal(
+        feishu_resource_download(&n, c, "om_1", "file_2", FEISHU_RESOURCE_FILE, fd, 10),
+        FAWN_E2BIG);
     assert_int_equal(n, 0);
     req = last_request(s);
     assert_non_null(strstr(req, "resources/file_2?type=file"));
@@ -652,7 +662,7 @@ static void resources_download_into_an_fd_with_a_cap(void **state) {
     const response gone[] = {
         R(JSON_OK, TOKEN_OK),
         R("HTTP/1.1 400 Bad Request\r\nContent-Type: application/json",
-         "{\"code\":234003,\"msg\":\"File not in msg.\"}"),
+          "{\"code\":234003,\"msg\":\"File not in msg.\"}"),
     };
     s = server_start(gone, ARRAY_LEN(gone));
     c = client_at(s);
@@ -744,6 +754,75 @@ static void clients_need_a_base_and_credentials(void **state) {
     }
 }
 
+/* ---- settings ---- */
+
+static int settings_of(feishu_settings *out, const char *section, const char *runtime) {
+    json_t *a = section ? json_loads(section, 0, NULL) : NULL;
+    json_t *b = runtime ? json_loads(runtime, 0, NULL) : NULL;
+    assert_true(!section || a);
+    assert_true(!runtime || b);
+    int r = feishu_settings_read(out, a, b);
+    json_decref(a);
+    json_decref(b);
+    return r;
+}
+
+static void settings_are_read_strictly(void **state) {
+    (void)state;
+    feishu_settings s;
+    assert_int_equal(settings_of(&s, NULL, NULL), FAWN_ENOENT);
+    assert_int_equal(settings_of(&s,
+                                 "{\"enabled\":false,\"app_id\":\"cli_a\",\"app_secret\":"
+                                 "\"x\",\"verification_token\":\"v\"}",
+                                 NULL),
+                     FAWN_ENOENT);
+    assert_null(s.app_id);
+    assert_int_equal(settings_of(&s,
+                                 "{\"app_id\":\"cli_a\",\"app_secret\":\"x\","
+                                 "\"verification_token\":\"v\"}",
+                                 NULL),
+                     0);
+    assert_string_equal(s.api_base, FEISHU_DEFAULT_API_BASE);
+    assert_true(s.stream_cards);
+    assert_null(s.encrypt_key);
+    feishu_settings_free(&s);
+    /* runtime values win; an empty one clears */
+    assert_int_equal(settings_of(&s,
+                                 "{\"app_id\":\"cli_a\",\"app_secret\":\"x\","
+                                 "\"encrypt_key\":\"old\",\"stream_cards\":false}",
+                                 "{\"app_secret\":\"y\",\"verification_token\":\"v2\","
+                                 "\"encrypt_key\":\"\",\"api_base\":\"https://open.larksuite."
+                                 "com\"}"),
+                     0);
+    assert_string_equal(s.app_secret, "y");
+    assert_string_equal(s.verification_token, "v2");
+    assert_null(s.encrypt_key);
+    assert_string_equal(s.api_base, "https://open.larksuite.com");
+    assert_false(s.stream_cards);
+    feishu_settings_free(&s);
+    static const struct {
+        const char *section, *runtime, *needle;
+        int want;
+    } bad[] = {
+        {"{\"app_id\":\"cli_a\",\"app_secret\":\"x\"}", NULL, "verification_token", FAWN_ECONFIG},
+        {"{\"app_id\":\"cli_a\",\"app_secret\":\"x\",\"verification_token\":\"v\","
+         "\"api_base\":\"file:///etc/passwd\"}",
+         NULL, "api_base", FAWN_ECONFIG},
+        {"{\"app_id\":\"cli/../a\",\"app_secret\":\"x\",\"verification_token\":\"v\"}", NULL,
+         "app_id", FAWN_ECONFIG},
+        {"{\"webhook\":\"x\"}", NULL, "channels.feishu.webhook", FAWN_ECONFIG},
+        {"{\"enabled\":\"yes\"}", NULL, "enabled", FAWN_ECONFIG},
+        {"{\"app_id\":7}", NULL, "app_id", FAWN_ECONFIG},
+        {NULL, "{\"enabled\":true}", "enabled", FAWN_ECONFIG},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        int r = settings_of(&s, bad[i].section, bad[i].runtime);
+        if (r != bad[i].want || !strstr(fawn_errmsg(), bad[i].needle))
+            fail_msg("case %zu: %d %s", i, r, fawn_errmsg());
+        assert_null(s.app_id);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(signatures_are_checked_in_their_window),
@@ -762,6 +841,7 @@ int main(void) {
         cmocka_unit_test(a_redirect_is_not_followed),
         cmocka_unit_test(images_and_files_upload_within_their_caps),
         cmocka_unit_test(clients_need_a_base_and_credentials),
+        cmocka_unit_test(settings_are_read_strictly),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
