@@ -106,7 +106,9 @@ static int refusal(ch_http_response *resp, int err) {
     unsigned status = err == FAWN_EPERM ? 401 : err == FAWN_E2BIG ? 413 : 400;
     log_warn("feishu", "callback refused (%u): %s", status, fawn_errmsg());
     return respond(resp, status, (int)status,
-                   status == 401 ? "unauthorized" : status == 413 ? "too large" : "bad request");
+                   status == 401   ? "unauthorized"
+                   : status == 413 ? "too large"
+                                   : "bad request");
 }
 
 static int feishu_handle_http(ch_platform *p, const ch_http_request *req, ch_http_response *resp,
@@ -230,8 +232,7 @@ static int feishu_send_file(ch_platform *p, const ch_target *to, enum ch_attach_
     int r = image ? feishu_image_upload(&key, f->client, fd, name)
                   : feishu_file_upload(&key, f->client, fd, name);
     if (r == 0)
-        r = feishu_key_content(&content, image ? FEISHU_RESOURCE_IMAGE : FEISHU_RESOURCE_FILE,
-                               key);
+        r = feishu_key_content(&content, image ? FEISHU_RESOURCE_IMAGE : FEISHU_RESOURCE_FILE, key);
     if (r == 0)
         r = deliver(&id, f, to, image ? "image" : "file", content);
     return r;
@@ -285,10 +286,9 @@ static int feishu_open(ch_platform **out, const fawn_config *cfg, const json_t *
     p->impl = f;
     int r = feishu_settings_read(&f->set, json_object_get(cfg->channels, "feishu"), runtime);
     if (r == 0)
-        r = feishu_client_new(&f->client,
-                              &(feishu_client_config){.api_base = f->set.api_base,
-                                                      .app_id = f->set.app_id,
-                                                      .app_secret = f->set.app_secret});
+        r = feishu_client_new(&f->client, &(feishu_client_config){.api_base = f->set.api_base,
+                                                                  .app_id = f->set.app_id,
+                                                                  .app_secret = f->set.app_secret});
     if (r < 0) {
         feishu_destroy(p);
         return r;
@@ -298,8 +298,8 @@ static int feishu_open(ch_platform **out, const fawn_config *cfg, const json_t *
 }
 
 static const ch_setting feishu_settings_list[] = {
-    {"app_id", false},      {"app_secret", true}, {"verification_token", true},
-    {"encrypt_key", true},  {"api_base", false},
+    {"app_id", false},     {"app_secret", true}, {"verification_token", true},
+    {"encrypt_key", true}, {"api_base", false},
 };
 
 const ch_provider ch_provider_feishu = {
