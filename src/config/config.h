@@ -186,6 +186,10 @@ typedef struct fawn_config {
     /* mcp: the MCP section as JSON ({servers?, config_file?}), or NULL
      * when absent; src/mcp validates it. */
     json_t *mcp;
+    /* channels: the IM channels section as JSON (an object), or NULL when
+     * absent; src/channels validates the shared keys and each adapter its
+     * own channels.<platform> object (`$VAR` values already resolved). */
+    json_t *channels;
 } fawn_config;
 
 /* Fills *cfg with every default (home from $FAWN_HOME or "./.fawn").
