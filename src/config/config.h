@@ -186,9 +186,9 @@ typedef struct fawn_config {
     /* mcp: the MCP section as JSON ({servers?, config_file?}), or NULL
      * when absent; src/mcp validates it. */
     json_t *mcp;
-    /* channels: IM channels, one object per platform (channels.feishu, ...)
-     * kept as JSON ($VAR values resolved), or NULL when absent; each
-     * adapter in src/channels validates its own section. */
+    /* channels: the IM channels section as JSON (an object), or NULL when
+     * absent; src/channels validates the shared keys and each adapter its
+     * own channels.<platform> object (`$VAR` values already resolved). */
     json_t *channels;
 } fawn_config;
 

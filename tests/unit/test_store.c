@@ -61,7 +61,7 @@ static void migrations_bring_schema_current(void **state) {
     fx *x = *state;
     int v = 0;
     assert_int_equal(store_schema_version(x->s, &v), 0);
-    assert_int_equal(v, 13); /* 12: MCP tools; 13: scheduled tasks */
+    assert_int_equal(v, 14); /* 13: scheduled tasks; 14: IM channels */
     /* Reopening applies nothing twice. */
     store *again;
     assert_int_equal(store_open(&again, x->path), 0);
