@@ -83,7 +83,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         decrypt_only(data + 1, size - 1);
         return 0;
     }
-    char *body = (mode & 4) ? envelope(data + 1, size - 1) : strndup((const char *)data + 1, size - 1);
+    char *body = (mode & 4) ? envelope(data + 1, size - 1)
+                            : strndup((const char *)data + 1, size - 1);
     check(body != NULL);
     size_t body_len = (mode & 4) ? strlen(body) : size - 1;
     char ts[16] = "1700000000", sig[65] = "", *all = NULL;
@@ -98,9 +99,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         sodium_bin2hex(sig, sizeof sig, d, sizeof d);
         free(all);
     }
-    feishu_request req = {.timestamp = (mode & 2) ? ts : NULL, .nonce = (mode & 2) ? "nonce" : NULL,
-                          .signature = (mode & 2) ? sig : NULL, .body = body,
-                          .body_len = body_len, .now_s = NOW};
+    feishu_request req = {.timestamp = (mode & 2) ? ts : NULL,
+                          .nonce = (mode & 2) ? "nonce" : NULL,
+                          .signature = (mode & 2) ? sig : NULL,
+                          .body = body,
+                          .body_len = body_len,
+                          .now_s = NOW};
     feishu_secrets secrets = {.verification_token = TOKEN, .encrypt_key = (mode & 1) ? KEY : NULL};
     feishu_callback cb;
     int r = feishu_callback_parse(&cb, &secrets, &req);

@@ -19,6 +19,7 @@
 #include <sodium.h>
 
 #include "channels/feishu_internal.h"
+#include "channels/platform.h"
 #include "unit/fake_http.h"
 
 #define KEY "test-encrypt-key"
@@ -823,6 +824,222 @@ static void settings_are_read_strictly(void **state) {
     }
 }
 
+/* ---- the adapter (platform.h) ---- */
+
+static ch_platform *adapter_at(const fake_server *s, bool with_key, bool stream_cards) {
+    fawn_config cfg = {0};
+    char *base = strf("http://127.0.0.1:%u", s ? s->port : 9);
+    cfg.channels = json_pack("{s:{s:s,s:s,s:s,s:s,s:b}}", "feishu", "app_id", "cli_a1",
+                             "app_secret", "s3cret", "verification_token", TOKEN, "api_base", base,
+                             "stream_cards", stream_cards);
+    if (with_key)
+        json_object_set_new(json_object_get(cfg.channels, "feishu"), "encrypt_key",
+                            json_string(KEY));
+    ch_platform *p = NULL;
+    assert_int_equal(ch_provider_feishu.open(&p, &cfg, NULL), 0);
+    json_decref(cfg.channels);
+    free(base);
+    return p;
+}
+
+typedef struct http_result {
+    ch_http_response resp;
+    ch_inbound **msgs;
+    size_t n;
+} http_result;
+
+static void http_result_free(http_result *h) {
+    for (size_t i = 0; i < h->n; i++)
+        ch_inbound_free(h->msgs[i]);
+    free(h->msgs);
+    free(h->resp.body);
+    free(h->resp.content_type);
+    memset(h, 0, sizeof *h);
+}
+
+/* POSTs body to the adapter, signed with key (NULL: unsigned). */
+static http_result post_to(ch_platform *p, const char *method, const char *body, const char *key) {
+    char ts[32], sig[65];
+    snprintf(ts, sizeof ts, "%lld", (long long)(fawn_wall_ms() / 1000));
+    if (key)
+        sign(sig, ts, "nonce-1", key, body);
+    ch_http_header headers[] = {{"content-type", "application/json"},
+                                {"x-lark-request-timestamp", ts},
+                                {"x-lark-request-nonce", "nonce-1"},
+                                {"x-lark-signature", sig}};
+    ch_http_request req = {.method = method,
+                           .headers = headers,
+                           .n_headers = key ? 4 : 1,
+                           .body = body,
+                           .body_len = strlen(body)};
+    http_result h = {0};
+    assert_int_equal(p->ops->handle_http(p, &req, &h.resp, &h.msgs, &h.n), 0);
+    return h;
+}
+
+static void the_callback_route_answers_as_the_platform_expects(void **state) {
+    (void)state;
+    ch_platform *p = adapter_at(NULL, true, true);
+    char *plain = strf("{\"challenge\":\"ch-1\",\"token\":\"%s\",\"type\":\"url_verification\"}",
+                       TOKEN);
+    char *body = envelope(KEY, plain);
+    http_result h = post_to(p, "POST", body, NULL);
+    assert_int_equal(h.resp.status, 200);
+    assert_string_equal(h.resp.body, "{\"challenge\":\"ch-1\"}");
+    assert_int_equal(h.n, 0);
+    http_result_free(&h);
+    free(body);
+    free(plain);
+    /* a text message, signed and encrypted: one normalized message */
+    plain = message_event(TOKEN, "text", "{\"text\":\"@_user_1 what is 2+2?\"}", "user");
+    body = envelope(KEY, plain);
+    h = post_to(p, "POST", body, KEY);
+    assert_int_equal(h.resp.status, 200);
+    assert_int_equal(h.n, 1);
+    ch_inbound *m = h.msgs[0];
+    assert_string_equal(m->event_id, "5e3702a84e847582be8db7fb73283c02");
+    assert_string_equal(m->message_id, "om_5ce6d572455d361153b7cb51da133945");
+    assert_string_equal(m->chat_id, "oc_5ce6d572455d361153b7xx51da133945");
+    assert_string_equal(m->sender_id, "ou_7d8a6e6df7621556ce0d21922b676706");
+    assert_true(m->is_group);
+    assert_string_equal(m->text, "what is 2+2?");
+    assert_int_equal(m->n_attachments, 0);
+    http_result_free(&h);
+    /* the same, unsigned or signed with another key: 401 and nothing */
+    h = post_to(p, "POST", body, NULL);
+    assert_int_equal(h.resp.status, 401);
+    assert_int_equal(h.n, 0);
+    http_result_free(&h);
+    h = post_to(p, "POST", body, "guess");
+    assert_int_equal(h.resp.status, 401);
+    assert_int_equal(h.n, 0);
+    http_result_free(&h);
+    h = post_to(p, "POST", plain, KEY); /* signed, but not encrypted */
+    assert_int_equal(h.resp.status, 401);
+    http_result_free(&h);
+    free(body);
+    free(plain);
+    /* a file and an image as attachments; a type fawn cannot read as a note */
+    plain = message_event(TOKEN, "file", "{\"file_key\":\"file_v3_1\",\"file_name\":\"a.pdf\"}",
+                          "user");
+    body = envelope(KEY, plain);
+    h = post_to(p, "POST", body, KEY);
+    assert_int_equal(h.n, 1);
+    assert_int_equal(h.msgs[0]->n_attachments, 1);
+    assert_int_equal(h.msgs[0]->attachments[0].kind, CH_ATTACH_FILE);
+    assert_string_equal(h.msgs[0]->attachments[0].ref, "file_v3_1");
+    assert_string_equal(h.msgs[0]->attachments[0].name, "a.pdf");
+    assert_string_equal(h.msgs[0]->text, "");
+    http_result_free(&h);
+    free(body);
+    free(plain);
+    plain = message_event(TOKEN, "sticker", "{\"file_key\":\"f\"}", "user");
+    body = envelope(KEY, plain);
+    h = post_to(p, "POST", body, KEY);
+    assert_int_equal(h.n, 1);
+    assert_non_null(strstr(h.msgs[0]->text, "sticker message"));
+    http_result_free(&h);
+    free(body);
+    free(plain);
+    /* the bot's own message: acknowledged, nothing to run */
+    plain = message_event(TOKEN, "text", "{\"text\":\"echo\"}", "app");
+    body = envelope(KEY, plain);
+    h = post_to(p, "POST", body, KEY);
+    assert_int_equal(h.resp.status, 200);
+    assert_int_equal(h.n, 0);
+    http_result_free(&h);
+    /* another method, and a body that is not JSON */
+    h = post_to(p, "GET", body, KEY);
+    assert_int_equal(h.resp.status, 405);
+    http_result_free(&h);
+    h = post_to(p, "POST", "{not json", KEY);
+    assert_int_equal(h.resp.status, 400);
+    assert_int_equal(h.n, 0);
+    http_result_free(&h);
+    free(body);
+    free(plain);
+    p->ops->destroy(p);
+}
+
+static void replies_stream_as_a_card_and_files_go_back(void **state) {
+    (void)state;
+    const response script[] = {
+        R(JSON_OK, TOKEN_OK),
+        R(JSON_OK, "{\"code\":0,\"data\":{\"message_id\":\"om_card\"}}"),
+        R(JSON_OK, "{\"code\":0,\"data\":{}}"),
+        R(JSON_OK, "{\"code\":0,\"data\":{\"file_key\":\"file_up\"}}"),
+        R(JSON_OK, "{\"code\":0,\"data\":{\"message_id\":\"om_file\"}}"),
+        R(JSON_OK, "{\"code\":0,\"data\":{\"message_id\":\"om_text\"}}"),
+    };
+    fake_server *s = server_start(script, ARRAY_LEN(script));
+    ch_platform *p = adapter_at(s, false, true);
+    ch_target to = {.chat_id = "oc_c1", .sender_id = "ou_u1", .message_id = "om_in1"};
+    char *ref = NULL;
+    assert_int_equal(p->ops->send_text(p, &to, "Working...", true, true, &ref), 0);
+    assert_string_equal(ref, "om_card");
+    char *req = last_request(s);
+    assert_non_null(strstr(req, "POST /open-apis/im/v1/messages/om_in1/reply HTTP"));
+    assert_non_null(strstr(req, "interactive"));
+    free(req);
+    assert_int_equal(p->ops->update_text(p, &to, ref, "**4**", true), 0);
+    req = last_request(s);
+    assert_non_null(strstr(req, "PATCH /open-apis/im/v1/messages/om_card HTTP"));
+    assert_non_null(strstr(req, "**4**"));
+    assert_null(strstr(req, "working")); /* final: the streaming note is gone */
+    free(req);
+    free(ref);
+    int fd = scratch_fd();
+    assert_int_equal(fawn_write_all(fd, "col1,col2\n", 10), 0);
+    assert_int_equal(p->ops->send_file(p, &to, CH_ATTACH_FILE, "data.csv", fd, 10), 0);
+    req = last_request(s);
+    assert_non_null(strstr(req, "POST /open-apis/im/v1/messages/om_in1/reply HTTP"));
+    assert_non_null(strstr(req, "file_up"));
+    free(req);
+    assert_int_equal(p->ops->send_file(p, &to, CH_ATTACH_FILE, "huge.bin", fd,
+                                       (uint64_t)FEISHU_FILE_UPLOAD_MAX + 1),
+                     FAWN_E2BIG);
+    close(fd);
+    ch_target chat = {.chat_id = "oc_c1", .sender_id = "ou_u1"};
+    assert_int_equal(p->ops->send_text(p, &chat, "plain words", false, false, NULL), 0);
+    req = last_request(s);
+    assert_non_null(strstr(req, "POST /open-apis/im/v1/messages?receive_id_type=chat_id HTTP"));
+    assert_non_null(strstr(req, "plain words"));
+    free(req);
+    assert_int_equal(atomic_load(&s->served), 6);
+    p->ops->destroy(p);
+    server_stop(s);
+}
+
+static void attachments_download_through_the_adapter(void **state) {
+    (void)state;
+    const response script[] = {
+        R(JSON_OK, TOKEN_OK),
+        R("HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream", "0123456789abcdef"),
+    };
+    fake_server *s = server_start(script, ARRAY_LEN(script));
+    ch_platform *p = adapter_at(s, false, true);
+    ch_inbound *m = NULL;
+    assert_int_equal(ch_inbound_new(&m), 0);
+    m->message_id = strdup("om_in9");
+    assert_int_equal(ch_inbound_add_attachment(m, CH_ATTACH_IMAGE, NULL, "img_k9"), 0);
+    int fd = scratch_fd();
+    uint64_t size = 0;
+    assert_int_equal(p->ops->download(p, m, &m->attachments[0], fd, 1024, &size), 0);
+    assert_int_equal(size, 16);
+    char *req = last_request(s);
+    assert_non_null(
+        strstr(req, "GET /open-apis/im/v1/messages/om_in9/resources/img_k9?type=image"));
+    free(req);
+    close(fd);
+    fd = scratch_fd();
+    assert_int_equal(p->ops->download(p, m, &m->attachments[0], fd, 8, &size), FAWN_E2BIG);
+    assert_int_equal(size, 0);
+    close(fd);
+    ch_inbound_free(m);
+    p->ops->destroy(p);
+    server_stop(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(signatures_are_checked_in_their_window),
@@ -842,6 +1059,9 @@ int main(void) {
         cmocka_unit_test(images_and_files_upload_within_their_caps),
         cmocka_unit_test(clients_need_a_base_and_credentials),
         cmocka_unit_test(settings_are_read_strictly),
+        cmocka_unit_test(the_callback_route_answers_as_the_platform_expects),
+        cmocka_unit_test(replies_stream_as_a_card_and_files_go_back),
+        cmocka_unit_test(attachments_download_through_the_adapter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
