@@ -126,7 +126,6 @@ FAWN_MUST_CHECK int app_uploads_dir_open(int *out, uint64_t *room, const app *a,
  * a sandbox to read them). *copied is true when they were copied. Errors:
  * the acquisition's or the box's (FAWN_EIO). */
 FAWN_MUST_CHECK int app_uploads_sync(bool *copied, app *a, const store_user *user,
-                                     const char *thread_id, int uploads_dirfd,
-                                     const json_t *files);
+                                     const char *thread_id, int uploads_dirfd, const json_t *files);
 
 #endif

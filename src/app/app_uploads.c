@@ -67,9 +67,8 @@ int app_uploads_sync(bool *copied, app *a, const store_user *user, const char *t
         return 0;
     char owner[24];
     paths_user_dir_name(owner, user->id);
-    sbx_request req = {.who = {.user = owner, .role = user->role},
-                       .thread = thread_id,
-                       .kind = SBX_HOLD_UPLOAD};
+    sbx_request req = {
+        .who = {.user = owner, .role = user->role}, .thread = thread_id, .kind = SBX_HOLD_UPLOAD};
     sbx_lease *l = NULL;
     int r = sbx_acquire(&l, a->sandboxes, &req);
     if (r == FAWN_EPERM) /* no command of this user runs in a sandbox to read them */

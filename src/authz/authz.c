@@ -29,7 +29,7 @@
 /* Route permission names; index i is the bit 1u << i. */
 static const char *const route_names[] = {
     "threads:read", "threads:write",  "threads:delete", "runs:create", "runs:read",
-    "runs:cancel",  "sandboxes:read", "skills:write",   "mcp:admin",      "channels:admin",
+    "runs:cancel",  "sandboxes:read", "skills:write",   "mcp:admin",   "channels:admin",
 };
 _Static_assert(ARRAY_LEN(route_names) == 10 && AUTHZ_ROUTES_ALL == (1u << 6) - 1 &&
                    AUTHZ_ROUTES_ADMIN == ((1u << 6) | (1u << 7) | (1u << 8) | (1u << 9)),

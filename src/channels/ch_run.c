@@ -68,8 +68,7 @@ static int name_claim(char out[CH_FILE_NAME_MAX + 8], int dirfd, const char *bas
         if (i == 0)
             snprintf(out, CH_FILE_NAME_MAX + 8, "%s", base);
         else
-            snprintf(out, CH_FILE_NAME_MAX + 8, "%.*s_%d%s", (int)stem, base, i,
-                     base + stem);
+            snprintf(out, CH_FILE_NAME_MAX + 8, "%.*s_%d%s", (int)stem, base, i, base + stem);
         struct stat st;
         if (fstatat(dirfd, out, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT)
             return 0;
@@ -119,8 +118,7 @@ static int attachment_store(json_t **result, int dirfd, uint64_t room, const cha
 
 /* Stores one attachment; on success appends its file entry to files. */
 static int attachment_one(json_t *files, ch_entry *e, ch_platform *p, const ch_inbound *m,
-                          const ch_attachment *a, int dirfd, uint64_t room,
-                          const char *thread_id) {
+                          const ch_attachment *a, int dirfd, uint64_t room, const char *thread_id) {
     _cleanup_close_ int fd = -1;
     uint64_t size = 0;
     int r = attachment_fetch(&fd, &size, p, m, a);
@@ -144,8 +142,7 @@ static int attachment_one(json_t *files, ch_entry *e, ch_platform *p, const ch_i
  * its sandbox where needed, and writes the lines the agent reads about
  * them into lines. */
 static void attachments_store(fbuf *lines, json_t *files, ch_entry *e, ch_platform *p,
-                              const ch_inbound *m, const store_user *user,
-                              const char *thread_id) {
+                              const ch_inbound *m, const store_user *user, const char *thread_id) {
     _cleanup_close_ int dirfd = -1;
     uint64_t room = 0;
     int dr = app_uploads_dir_open(&dirfd, &room, e->c->a, user->id, thread_id, true);
@@ -162,17 +159,16 @@ static void attachments_store(fbuf *lines, json_t *files, ch_entry *e, ch_platfo
         }
         char shown[CH_MARKER_NAME_MAX + 1];
         ch_marker_name(shown, a->name ? a->name : "attachment");
-        log_warn(CH_LOG, "%s: attachment %zu of %s not stored: %s", e->prov->name, i,
-                 m->event_id, fawn_errmsg());
+        log_warn(CH_LOG, "%s: attachment %zu of %s not stored: %s", e->prov->name, i, m->event_id,
+                 fawn_errmsg());
         if (fbuf_printf(lines, "[failed to load %s: %s]\n",
                         a->kind == CH_ATTACH_IMAGE ? "image" : "file", shown) < 0)
             log_warn(CH_LOG, "file lines cut");
     }
     bool copied = false;
-    if (dirfd >= 0 &&
-        app_uploads_sync(&copied, e->c->a, user, thread_id, dirfd, files) < 0) {
-        log_warn(CH_LOG, "%s: attachments of %s not copied into the sandbox: %s",
-                 e->prov->name, m->event_id, fawn_errmsg());
+    if (dirfd >= 0 && app_uploads_sync(&copied, e->c->a, user, thread_id, dirfd, files) < 0) {
+        log_warn(CH_LOG, "%s: attachments of %s not copied into the sandbox: %s", e->prov->name,
+                 m->event_id, fawn_errmsg());
         if (fbuf_printf(lines, "[the files above could not be copied into the sandbox]\n") < 0)
             log_warn(CH_LOG, "file lines cut");
     }
@@ -220,9 +216,9 @@ typedef struct follow {
     ch_entry *e;
     ch_platform *p;
     const ch_target *to;
-    char *ref;      /* the updatable reply, or NULL */
-    char *answer;   /* the latest AI text */
-    char *error;    /* the run's error */
+    char *ref;    /* the updatable reply, or NULL */
+    char *answer; /* the latest AI text */
+    char *error;  /* the run's error */
     char progress[CH_PROGRESS_LINES][96];
     size_t n_progress;
     pthread_mutex_t mu;
@@ -397,8 +393,8 @@ static void artifacts_send(ch_entry *e, ch_platform *p, const ch_target *to, int
             r = vpath_open_regular(&fd, &st, &t);
         const char *name = r == 0 ? vpath_target_name(&t) : "";
         if (r == 0)
-            r = p->ops->send_file(p, to, image_name(name) ? CH_ATTACH_IMAGE : CH_ATTACH_FILE,
-                                  name, fd, (uint64_t)st.st_size);
+            r = p->ops->send_file(p, to, image_name(name) ? CH_ATTACH_IMAGE : CH_ATTACH_FILE, name,
+                                  fd, (uint64_t)st.st_size);
         if (r == 0) {
             sent++;
             continue;
@@ -472,7 +468,8 @@ static int item_start(char run_id[37], ch_entry *e, ch_platform *p, const ch_inb
 static enum item_end item_run(ch_entry *e, const store_ch_item *it) {
     channels *c = e->c;
     ch_inbound *m = NULL;
-    if (ch_inbound_from_json(&m, it->message ? it->message : "", strlen(it->message ? it->message : "")) < 0) {
+    if (ch_inbound_from_json(&m, it->message ? it->message : "",
+                             strlen(it->message ? it->message : "")) < 0) {
         log_warn(CH_LOG, "%s: stored message %lld unreadable: dropped", e->prov->name,
                  (long long)it->seq);
         return ITEM_DONE;
@@ -489,8 +486,9 @@ static enum item_end item_run(ch_entry *e, const store_ch_item *it) {
     if (r == 0)
         r = store_user_get(c->st, &user, b.user_id);
     if (r == FAWN_ENOENT) {
-        target_say(p, &to, "This chat account is no longer connected to a fawn account; "
-                           "nothing was run.");
+        target_say(p, &to,
+                   "This chat account is no longer connected to a fawn account; "
+                   "nothing was run.");
         goto out;
     }
     if (r == 0)
@@ -515,8 +513,7 @@ static enum item_end item_run(ch_entry *e, const store_ch_item *it) {
         follow f = {.e = e, .p = p, .to = &to};
         pthread_mutex_init(&f.mu, NULL);
         pthread_cond_init(&f.cv, NULL);
-        if (p->ops->update_text &&
-            p->ops->send_text(p, &to, "Working...", true, true, &f.ref) < 0)
+        if (p->ops->update_text && p->ops->send_text(p, &to, "Working...", true, true, &f.ref) < 0)
             f.ref = NULL;
         follow_run(&f, run_id);
         _cleanup_free_ char *text = reply_text(&f, true);
@@ -597,8 +594,7 @@ void *ch_worker_main(void *arg) {
         pthread_mutex_unlock(&c->mu);
         enum item_end end = item_run(e, &it);
         if (store_ch_inbox_finish(c->st, it.seq, end == ITEM_REQUEUE) < 0)
-            log_warn(CH_LOG, "inbox item %lld not finished: %s", (long long)it.seq,
-                     fawn_errmsg());
+            log_warn(CH_LOG, "inbox item %lld not finished: %s", (long long)it.seq, fawn_errmsg());
         store_ch_item_clear(&it);
         pthread_mutex_lock(&c->mu);
         c->busy[slot][0] = '\0';

@@ -48,20 +48,18 @@ void ch_reply(ch_entry *e, const ch_inbound *m, const char *text) {
         return;
     ch_target to = {m->chat_id, m->is_group, m->sender_id, m->message_id, m->reply_ctx};
     if (p->ops->send_text(p, &to, text, false, false, NULL) < 0)
-        log_warn(CH_LOG, "%s: reply to %s not sent: %s", e->prov->name, m->chat_id,
-                 fawn_errmsg());
+        log_warn(CH_LOG, "%s: reply to %s not sent: %s", e->prov->name, m->chat_id, fawn_errmsg());
 }
 
 /* ---- commands ---- */
 
-static const char help_text[] =
-    "Commands:\n"
-    "/new - start a new conversation\n"
-    "/status - this conversation's thread and whether a run is active\n"
-    "/models - the models you may use\n"
-    "/connect CODE - connect this chat account to your fawn account\n"
-    "/help - this text\n"
-    "Anything else (text, pictures, files) goes to the agent.";
+static const char help_text[] = "Commands:\n"
+                                "/new - start a new conversation\n"
+                                "/status - this conversation's thread and whether a run is active\n"
+                                "/models - the models you may use\n"
+                                "/connect CODE - connect this chat account to your fawn account\n"
+                                "/help - this text\n"
+                                "Anything else (text, pictures, files) goes to the agent.";
 
 static void cmd_connect(ch_entry *e, const ch_inbound *m, const char *arg) {
     channels *c = e->c;
@@ -136,25 +134,13 @@ static void cmd_models(ch_entry *e, const ch_inbound *m, const store_ch_binding 
 static void command_run(ch_entry *e, const ch_inbound *m, enum ch_command cmd, const char *arg,
                         const store_ch_binding *b) {
     switch (cmd) {
-    case CH_CMD_CONNECT:
-        cmd_connect(e, m, arg);
-        return;
-    case CH_CMD_NEW:
-        cmd_new(e, m, b);
-        return;
-    case CH_CMD_STATUS:
-        cmd_status(e, m, b);
-        return;
-    case CH_CMD_MODELS:
-        cmd_models(e, m, b);
-        return;
-    case CH_CMD_HELP:
-        ch_reply(e, m, help_text);
-        return;
+    case CH_CMD_CONNECT: cmd_connect(e, m, arg); return;
+    case CH_CMD_NEW: cmd_new(e, m, b); return;
+    case CH_CMD_STATUS: cmd_status(e, m, b); return;
+    case CH_CMD_MODELS: cmd_models(e, m, b); return;
+    case CH_CMD_HELP: ch_reply(e, m, help_text); return;
     case CH_CMD_UNKNOWN:
-    case CH_CMD_NONE:
-        ch_reply(e, m, "Unknown command. Send /help for the commands.");
-        return;
+    case CH_CMD_NONE: ch_reply(e, m, "Unknown command. Send /help for the commands."); return;
     }
 }
 
@@ -387,7 +373,7 @@ int channels_start(channels *c) {
     pthread_mutex_unlock(&c->mu);
     for (size_t i = 0; i < CH_WORKERS; i++) {
         if (pthread_create(&c->workers[i], NULL, ch_worker_main, c) != 0) {
-            channels_stop(c);
+            channels_stop(c); /* channels_free joins the ones started */
             return fawn_err(FAWN_EIO, "cannot start the channel workers");
         }
         c->n_workers++;
@@ -406,15 +392,15 @@ void channels_stop(channels *c) {
     c->stopping = true;
     pthread_cond_broadcast(&c->wake);
     pthread_mutex_unlock(&c->mu);
-    for (size_t i = 0; i < c->n_workers; i++)
-        pthread_join(c->workers[i], NULL);
-    c->n_workers = 0;
 }
 
 void channels_free(channels *c) {
     if (!c)
         return;
     channels_stop(c);
+    for (size_t i = 0; i < c->n_workers; i++)
+        pthread_join(c->workers[i], NULL);
+    c->n_workers = 0;
     for (size_t i = 0; i < c->n_entries; i++) {
         if (c->entries[i].p)
             c->entries[i].p->ops->destroy(c->entries[i].p);
@@ -465,8 +451,7 @@ int channels_status(json_t **out, channels *c) {
     return *out ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
 }
 
-int channels_connect_code(json_t **out, channels *c, const store_user *user,
-                          const char *provider) {
+int channels_connect_code(json_t **out, channels *c, const store_user *user, const char *provider) {
     *out = NULL;
     if (!ch_entry_find(c, provider))
         return fawn_err(FAWN_ENOENT, "Unknown channel provider");
@@ -496,10 +481,10 @@ int channels_connections(json_t **out, channels *c, const store_user *user) {
     int r = store_ch_binding_list(c->st, &b, &n, user->id);
     json_t *list = r == 0 ? json_array() : NULL;
     for (size_t i = 0; list && i < n; i++)
-        json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:I}", "id", b[i].id, "provider",
-                                              b[i].provider, "platform_user_id",
-                                              b[i].platform_user_id, "created_at",
-                                              (json_int_t)(b[i].created_at_ms / 1000)));
+        json_array_append_new(list,
+                              json_pack("{s:s, s:s, s:s, s:I}", "id", b[i].id, "provider",
+                                        b[i].provider, "platform_user_id", b[i].platform_user_id,
+                                        "created_at", (json_int_t)(b[i].created_at_ms / 1000)));
     free(b);
     if (r < 0)
         return r;
@@ -526,8 +511,9 @@ static int settings_check(const ch_provider *p, const json_t *settings) {
         if (!json_is_string(v) || json_string_length(v) == 0 ||
             json_string_length(v) > CH_SETTING_VALUE_MAX ||
             strlen(json_string_value(v)) != json_string_length(v))
-            return fawn_err(FAWN_EINVAL, "setting %s must be a non-empty string of at most %d bytes",
-                            key, CH_SETTING_VALUE_MAX);
+            return fawn_err(FAWN_EINVAL,
+                            "setting %s must be a non-empty string of at most %d bytes", key,
+                            CH_SETTING_VALUE_MAX);
     }
     return 0;
 }

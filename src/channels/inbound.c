@@ -39,8 +39,8 @@ int ch_inbound_add_attachment(ch_inbound *msg, enum ch_attach_kind kind, const c
         return fawn_err(FAWN_EINVAL, "an attachment without a valid reference");
     if (name && (!name[0] || strlen(name) > CH_NAME_MAX))
         name = NULL; /* the layer names it from its ref */
-    ch_attachment *grown =
-        realloc(msg->attachments, (msg->n_attachments + 1) * sizeof *msg->attachments);
+    ch_attachment *grown = realloc(msg->attachments,
+                                   (msg->n_attachments + 1) * sizeof *msg->attachments);
     if (!grown)
         return fawn_err(FAWN_ENOMEM, "out of memory");
     msg->attachments = grown;
@@ -71,9 +71,8 @@ int ch_inbound_to_json(char **out, const ch_inbound *m) {
         const ch_attachment *a = &m->attachments[i];
         json_t *f = json_object();
         bad |= !f || json_array_append_new(files, f) < 0;
-        bad |= !f || json_object_set_new(f, "kind", json_string(a->kind == CH_ATTACH_IMAGE
-                                                                     ? "image"
-                                                                     : "file")) < 0;
+        bad |= !f || json_object_set_new(
+                         f, "kind", json_string(a->kind == CH_ATTACH_IMAGE ? "image" : "file")) < 0;
         bad |= !f || set_opt(f, "name", a->name) < 0 || set_opt(f, "ref", a->ref) < 0;
     }
     if (!bad) {
@@ -163,8 +162,8 @@ int ch_inbound_from_json(ch_inbound **out, const char *text, size_t len) {
 /* ---- attachment names ---- */
 
 static bool ref_char_ok(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-';
 }
 
 /* The fallback name: "<platform>_<last CH_REF_NAME_CHARS allowed chars of

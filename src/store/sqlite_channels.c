@@ -250,7 +250,8 @@ int store_ch_thread_set(store *s, const char *provider, const char *chat_key, in
 static int inbox_seen(bool *seen, sqlite3 *db, const store_ch_inbox_req *q) {
     *seen = false;
     sqlite3_stmt *st;
-    int r = sq_prepare(db, &st, "SELECT 1 FROM channel_inbox WHERE provider = ?1 AND event_id = ?2");
+    int r = sq_prepare(db, &st,
+                       "SELECT 1 FROM channel_inbox WHERE provider = ?1 AND event_id = ?2");
     if (r < 0)
         return r;
     sqlite3_bind_text(st, 1, q->provider, -1, SQLITE_STATIC);
