@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential meson ninja-build pkg-config clang libclang-rt-14-dev clang-format-14
   libjansson-dev libyaml-dev libseccomp-dev libsodium-dev libpcre2-dev
-  libcmocka-dev libsqlite3-dev libmicrohttpd-dev libcurl4-openssl-dev libarchive-dev libgumbo-dev
+  libcmocka-dev libsqlite3-dev libmicrohttpd-dev libcurl4-openssl-dev libarchive-dev libgumbo-dev libwebsockets-dev
   bubblewrap python3 curl openssl util-linux iproute2 procps
   btrfs-progs xfsprogs e2fsprogs
   libjs-marked node-dompurify chromium tzdata

@@ -373,7 +373,7 @@ int channels_start(channels *c) {
     pthread_mutex_unlock(&c->mu);
     for (size_t i = 0; i < CH_WORKERS; i++) {
         if (pthread_create(&c->workers[i], NULL, ch_worker_main, c) != 0) {
-            channels_stop(c);
+            channels_stop(c); /* channels_free joins the ones started */
             return fawn_err(FAWN_EIO, "cannot start the channel workers");
         }
         c->n_workers++;
@@ -392,15 +392,15 @@ void channels_stop(channels *c) {
     c->stopping = true;
     pthread_cond_broadcast(&c->wake);
     pthread_mutex_unlock(&c->mu);
-    for (size_t i = 0; i < c->n_workers; i++)
-        pthread_join(c->workers[i], NULL);
-    c->n_workers = 0;
 }
 
 void channels_free(channels *c) {
     if (!c)
         return;
     channels_stop(c);
+    for (size_t i = 0; i < c->n_workers; i++)
+        pthread_join(c->workers[i], NULL);
+    c->n_workers = 0;
     for (size_t i = 0; i < c->n_entries; i++) {
         if (c->entries[i].p)
             c->entries[i].p->ops->destroy(c->entries[i].p);

@@ -37,12 +37,12 @@ FAWN_MUST_CHECK int channels_open(channels **out, app *a);
  * queued again), starts the workers and every adapter. */
 FAWN_MUST_CHECK int channels_start(channels *c);
 
-/* Stops the adapters (no new message) and the workers (a run being
- * followed is left to the app: its item stays claimed and is recovered
- * at the next start). Idempotent. */
+/* Stops the adapters (no new message) and tells the workers to take no
+ * new item; a worker following a run goes on until the run ends (stop the
+ * app's runs, app_stop, to end them). Idempotent; does not wait. */
 void channels_stop(channels *c);
 
-/* channels_stop, then frees everything. NULL is fine. */
+/* channels_stop, waits for the workers, then frees everything. NULL is fine. */
 void channels_free(channels *c);
 
 /* ---- what the HTTP routes call ---- */
