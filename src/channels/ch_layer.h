@@ -57,6 +57,9 @@ struct channels {
     pthread_mutex_t files_mu; /* one attachment at a time claims a name and commits */
 };
 
+/* The adapters, NULL-terminated (providers.c). */
+extern const ch_provider *const ch_providers[];
+
 /* The entry of a provider name, or NULL. */
 ch_entry *ch_entry_find(channels *c, const char *provider);
 

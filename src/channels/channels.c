@@ -19,10 +19,6 @@
 /* Bytes of one runtime setting's value. */
 #define CH_SETTING_VALUE_MAX 4096
 
-/* The adapters, each referred to weakly (platform.h). */
-extern const ch_provider ch_provider_dingtalk __attribute__((weak));
-extern const ch_provider ch_provider_feishu __attribute__((weak));
-
 static ch_platform *retired[CH_RETIRED_MAX];
 static size_t n_retired;
 static pthread_mutex_t retired_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -332,12 +328,10 @@ static void entry_stop(ch_entry *e) {
 
 int channels_open(channels **out, app *a) {
     *out = NULL;
-    const ch_provider *provs[] = {&ch_provider_dingtalk, &ch_provider_feishu};
     const ch_provider *have[CH_PROVIDERS_MAX];
     size_t n = 0;
-    for (size_t i = 0; i < ARRAY_LEN(provs); i++)
-        if (provs[i] && n < CH_PROVIDERS_MAX)
-            have[n++] = provs[i];
+    for (size_t i = 0; ch_providers[i] && n < CH_PROVIDERS_MAX; i++)
+        have[n++] = ch_providers[i];
     int r = config_check(app_config(a), have, n);
     if (r < 0)
         return r;

@@ -222,8 +222,8 @@ typedef struct ch_provider {
     int (*open)(ch_platform **out, const fawn_config *cfg, const json_t *runtime);
 } ch_provider;
 
-/* The adapters. The layer refers to each one weakly, so a build without
- * an adapter's file still links (that platform is then absent). */
+/* The adapters. The layer knows them from the list in providers.c (one
+ * line per adapter: a static library links only what is named). */
 extern const ch_provider ch_provider_dingtalk;
 extern const ch_provider ch_provider_feishu;
 

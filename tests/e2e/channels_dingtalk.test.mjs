@@ -1,0 +1,280 @@
+// IM channels, DingTalk in Stream mode, against a fake DingTalk on loopback:
+// bindings with one-time connect codes (owner-scoped connections API), unbound
+// chat users refused, a message with a picture and a file run as the bound user
+// with the files in the thread's uploads and the artifact the run presents sent
+// back as a file, redeliveries run once, a follow-up during a run answered
+// after it, hostile, oversize, failing and symlink-targeted attachments, a role
+// without sandbox:execute, runtime credentials never answered back, and
+// queued messages kept across kill -9.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, it } from './lib/test.mjs';
+
+import { FawnServer, request, setupAdmin, setupUser, waitFor } from './lib/server.mjs';
+import { FakeOpenAI, call, held, reply } from './lib/fake_openai.mjs';
+import { CLIENT_SECRET, FakeDingTalk, robotMessage } from './lib/fake_dingtalk.mjs';
+
+const uniq = (p) => `${p}-${Math.random().toString(16).slice(2, 10)}`;
+
+/** Model requests whose messages mention m. */
+const requestsFor = (fake, m) => fake.requests.filter((r) => JSON.stringify(r.body?.messages ?? []).includes(m));
+/** The last user message of a model request, as text. */
+const humanText = (r) => {
+  const users = (r.body?.messages ?? []).filter((x) => x.role === 'user');
+  const c = users[users.length - 1]?.content;
+  return typeof c === 'string' ? c : JSON.stringify(c);
+};
+
+describe('DingTalk channel', { concurrency: 1 }, () => {
+  let srv;
+  let fake;
+  let ding;
+  let admin;
+  let bob;
+
+  before(async () => {
+    fake = await FakeOpenAI.start();
+    ding = await FakeDingTalk.start();
+    srv = await FawnServer.start({
+      models: [fake.model()],
+      channels: { dingtalk: ding.config() },
+      authorization: {
+        enabled: true,
+        roles: { admin: {}, user: {}, nosbx: { sandbox: { deny: ['execute'] } } },
+      },
+    });
+    admin = await setupAdmin(srv);
+    bob = await setupUser(srv, 'bob');
+    await ding.connected();
+  });
+  after(async () => {
+    await srv?.stop();
+    await ding?.stop();
+    await fake?.stop();
+  });
+
+  const api = (method, p, body, who = admin) => request(srv, method, p, { bearer: who.token, body });
+
+  /** Binds DingTalk staff id sender to the fawn user who. */
+  async function bind(sender, who) {
+    const r = await api('POST', '/api/channels/dingtalk/connect', undefined, who);
+    assert.equal(r.status, 200, r.text);
+    assert.match(r.json.code, /^[A-HJ-NP-Z2-9]{8}$/);
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender, text: `/connect ${r.json.code.toLowerCase()}` }));
+    await ding.waitText(sender, /Connected/);
+    return r.json.code;
+  }
+
+  it('answers the stream ping with its data', async () => {
+    const pong = await ding.ping();
+    assert.equal(pong.code, 200);
+    assert.match(pong.data, /opaque/);
+  });
+
+  it('refuses an unbound chat user and runs nothing', async () => {
+    const m = uniq('stranger');
+    const ack = await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'stranger', text: `hello ${m}` }));
+    assert.equal(ack.code, 200);
+    await ding.waitText('stranger', /not connected to a fawn account/);
+    assert.equal(requestsFor(fake, m).length, 0);
+  });
+
+  it('binds with a one-time code, lists and unbinds owner-scoped', async () => {
+    const code = await bind('u-bob', bob);
+    // the code is single use
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-mallory', text: `/connect ${code}` }));
+    await ding.waitText('u-mallory', /not valid/);
+    const list = await api('GET', '/api/channels/connections', undefined, bob);
+    assert.equal(list.status, 200);
+    const mine = list.json.connections.find((c) => c.platform_user_id === 'u-bob');
+    assert.ok(mine, JSON.stringify(list.json));
+    const theirs = await api('GET', '/api/channels/connections', undefined, admin);
+    assert.ok(!theirs.json.connections.some((c) => c.id === mine.id));
+    const del = await api('DELETE', `/api/channels/connections/${mine.id}`, undefined, admin);
+    assert.equal(del.status, 404);
+    const bad = await api('DELETE', '/api/channels/connections/..%2f..', undefined, bob);
+    assert.equal(bad.status, 404);
+    const ok = await api('DELETE', `/api/channels/connections/${mine.id}`, undefined, bob);
+    assert.equal(ok.status, 200, ok.text);
+    const m = uniq('after-unbind');
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-bob', text: m }));
+    await ding.waitText('u-bob', /not connected/);
+    assert.equal(requestsFor(fake, m).length, 0);
+    await bind('u-bob', bob);
+  });
+
+  it('runs a picture and a file as the bound user and sends the artifact back', async () => {
+    await bind('u-admin', admin);
+    const m = uniq('report');
+    ding.serve('pic-code-1', Buffer.from('\x89PNG fake picture'));
+    ding.serve('file-code-1', `quarterly numbers ${m}\n`);
+    fake.route(`look at this ${m}`, reply('', [call('read_file', { path: '/mnt/user-data/uploads/report.txt' })]));
+    fake.route(`look at this ${m}`, reply('', [call('write_file', { path: '/mnt/user-data/outputs/summary.md', content: `# summary ${m}\n` })]));
+    fake.route(`look at this ${m}`, reply('', [call('present_files', { filepaths: ['/mnt/user-data/outputs/summary.md'] })]));
+    fake.route(`look at this ${m}`, reply(`the summary of ${m} is ready`));
+    await ding.deliver(robotMessage({
+      msgId: uniq('m'), sender: 'u-admin', msgtype: 'richText',
+      content: { richText: [{ text: `look at this ${m}` }, { type: 'picture', downloadCode: 'pic-code-1' }] },
+    }));
+    // a message with a file and no text is run too
+    ding.serve('file-code-1b', `quarterly numbers ${m}\n`);
+    await ding.waitText('u-admin', new RegExp(`the summary of ${m} is ready`));
+    const first = requestsFor(fake, `look at this ${m}`)[0];
+    assert.match(humanText(first), /\/mnt\/user-data\/uploads\/image_1\.png/);
+    await waitFor(() => ding.filesTo('u-admin').find((f) => f.name === 'summary.md'), undefined, 'the artifact');
+    const sent = ding.filesTo('u-admin').find((f) => f.name === 'summary.md');
+    assert.equal(String(sent.body), `# summary ${m}\n`);
+    // now the file, without text
+    fake.route('report.txt', reply('', [call('read_file', { path: '/mnt/user-data/uploads/report.txt' })]));
+    fake.route('report.txt', reply(`read ${m}`));
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', msgtype: 'file', content: { downloadCode: 'file-code-1', fileName: 'report.txt' } }));
+    await ding.waitText('u-admin', new RegExp(`read ${m}`));
+    const toolResult = requestsFor(fake, 'report.txt').flatMap((r) => r.body.messages).find((x) => x.role === 'tool');
+    assert.match(JSON.stringify(toolResult), new RegExp(`quarterly numbers ${m}`));
+  });
+
+  it('runs a redelivered message once', async () => {
+    const m = uniq('dup');
+    const msg = robotMessage({ msgId: uniq('m'), sender: 'u-admin', text: `once ${m}` });
+    fake.route(`once ${m}`, reply(`answered ${m}`));
+    await ding.deliver(msg);
+    await ding.deliver(msg);
+    await ding.waitText('u-admin', new RegExp(`answered ${m}`));
+    await ding.deliver(msg);
+    const later = uniq('later');
+    fake.route(`after ${later}`, reply(`answered ${later}`));
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', text: `after ${later}` }));
+    await ding.waitText('u-admin', new RegExp(`answered ${later}`));
+    assert.equal(requestsFor(fake, `once ${m}`).filter((r) => humanText(r).includes(`once ${m}`)).length, 1);
+    assert.equal(ding.textsTo('u-admin').filter((t) => t.includes(`answered ${m}`)).length, 1);
+  });
+
+  it('answers a follow-up sent during a run after the run', async () => {
+    const a = uniq('first');
+    const b = uniq('second');
+    const h = held(`answer ${a}`);
+    fake.route(`ask ${a}`, h.step);
+    fake.route(`ask ${b}`, reply(`answer ${b}`));
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', text: `ask ${a}` }));
+    await waitFor(() => requestsFor(fake, `ask ${a}`).length > 0, undefined, 'the first run');
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', text: `ask ${b}` }));
+    await ding.waitText('u-admin', /Queued/);
+    assert.equal(requestsFor(fake, `ask ${b}`).length, 0);
+    h.release();
+    await ding.waitText('u-admin', new RegExp(`answer ${b}`));
+    const texts = ding.textsTo('u-admin');
+    assert.ok(texts.findIndex((t) => t.includes(`answer ${a}`)) < texts.findIndex((t) => t.includes(`answer ${b}`)));
+  });
+
+  it('handles hostile, oversize, failing and symlink-targeted attachments', async () => {
+    const m = uniq('hostile');
+    // the thread of u-admin's chat: its uploads directory
+    const threads = await api('POST', '/api/threads/search', { limit: 50 });
+    const tid = threads.json.find((t) => t.metadata?.channel === 'dingtalk').thread_id;
+    const uploads = path.join(srv.userData(admin.id, tid), 'uploads');
+    const outside = path.join(srv.home, `outside-${m}.txt`);
+    fs.writeFileSync(outside, 'untouched');
+    fs.symlinkSync(outside, path.join(uploads, 'planted.txt'));
+    ding.serve('code-traversal', 'traversal bytes');
+    ding.serve('code-newline', 'newline bytes');
+    ding.serve('code-planted', 'planted bytes');
+    ding.serve('code-big', { size: 50 * 1024 * 1024 + 1 });
+    ding.serve('code-fail', { status: 500 });
+    ding.serve('code-good', 'good picture');
+    // one message, three pictures: one good, one failing, one oversize
+    fake.route(`${m} mixed`, reply(`stored ${m} mixed`));
+    await ding.deliver(robotMessage({
+      msgId: uniq('m'), sender: 'u-admin', msgtype: 'richText',
+      content: { richText: [{ text: `${m} mixed` }, { downloadCode: 'code-good', type: 'picture' }, { downloadCode: 'code-fail', type: 'picture' }, { downloadCode: 'code-big', type: 'picture' }] },
+    }));
+    await ding.waitText('u-admin', new RegExp(`stored ${m} mixed`));
+    const mixed = humanText(requestsFor(fake, `${m} mixed`)[0]);
+    assert.match(mixed, /\/mnt\/user-data\/uploads\/image_1\.png/);
+    assert.match(mixed, /\[failed to load image: image_2\.png\]/);
+    assert.match(mixed, /\[failed to load image: image_3\.png\]/);
+    assert.equal(fs.readFileSync(path.join(uploads, 'image_1.png'), 'utf8'), 'good picture');
+    // hostile file names: directories stripped, control characters refused
+    for (const [code, fileName, label, stored] of [
+      ['code-traversal', '../../x', 'traversal', 'x'],
+      ['code-newline', 'evil\nname.txt', 'newline', 'dingtalk_code-newline.bin'],
+      ['code-planted', 'planted.txt', 'planted', 'planted_1.txt'],
+    ]) {
+      fake.route(`${m} ${label}`, reply(`stored ${m} ${label}`));
+      await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', msgtype: 'file', content: { downloadCode: code, fileName } }));
+      await waitFor(() => requestsFor(fake, `uploads/${stored}`).length > 0, undefined, `the run with ${stored}`);
+      assert.ok(fs.lstatSync(path.join(uploads, stored)).isFile(), stored);
+    }
+    assert.equal(fs.readFileSync(outside, 'utf8'), 'untouched');
+    assert.ok(fs.lstatSync(path.join(uploads, 'planted.txt')).isSymbolicLink());
+    assert.ok(!fs.existsSync(path.join(srv.userData(admin.id, tid), 'x')));
+    // a failing file alone: the message still reaches the agent with the marker
+    fake.route('[failed to load file: broken.bin]', reply(`noted ${m} broken`));
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', msgtype: 'file', content: { downloadCode: 'code-fail', fileName: 'broken.bin' } }));
+    await ding.waitText('u-admin', new RegExp(`noted ${m} broken`));
+  });
+
+  it('stores files of a role without sandbox:execute', async () => {
+    const carol = await setupUser(srv, 'carol');
+    const r = await srv.cli(['user', 'role', '--username', 'carol', '--role', 'nosbx']);
+    assert.equal(r.code, 0, r.stderr);
+    await bind('u-carol', carol);
+    const m = uniq('nosbx');
+    ding.serve('code-carol', `carol file ${m}`);
+    fake.route(`${m}`, reply(`carol ok ${m}`));
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-carol', msgtype: 'richText', content: { richText: [{ text: m }, { downloadCode: 'code-carol', type: 'picture' }] } }));
+    await ding.waitText('u-carol', new RegExp(`carol ok ${m}`));
+    assert.match(humanText(requestsFor(fake, m)[0]), /\/mnt\/user-data\/uploads\/image_1\.png/);
+    const threads = await api('POST', '/api/threads/search', { limit: 50 }, carol);
+    const tid = threads.json.find((t) => t.metadata?.channel === 'dingtalk').thread_id;
+    assert.equal(fs.readFileSync(path.join(srv.userData(carol.id, tid), 'uploads', 'image_1.png'), 'utf8'), `carol file ${m}`);
+  });
+
+  it('keeps runtime credentials secret and admin-only', async () => {
+    const denied = await api('POST', '/api/channels/dingtalk/runtime-config', { client_secret: 'x' }, bob);
+    assert.equal(denied.status, 403, denied.text);
+    const unknown = await api('POST', '/api/channels/dingtalk/runtime-config', { password: 'x' });
+    assert.ok([400, 422].includes(unknown.status), unknown.text);
+    const saved = await api('POST', '/api/channels/dingtalk/runtime-config', { client_secret: CLIENT_SECRET, card_template_id: 'tpl-1' });
+    assert.equal(saved.status, 200, saved.text);
+    assert.ok(!saved.text.includes(CLIENT_SECRET), saved.text);
+    assert.equal(saved.json.runtime_settings.client_secret, true);
+    const status = await api('GET', '/api/channels/', undefined, bob);
+    assert.equal(status.status, 200);
+    assert.ok(!status.text.includes(CLIENT_SECRET));
+    await ding.connected(2);
+    await waitFor(async () => (await api('GET', '/api/channels/')).json.channels.dingtalk.state === 'connected', undefined, 'reconnected');
+    // with a card template the reply streams into a card
+    const m = uniq('card');
+    fake.route(m, reply(`card answer ${m}`));
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', text: m }));
+    await waitFor(() => ding.cards.find((c) => c.op === 'stream' && c.body.isFinalize && c.body.content.includes(`card answer ${m}`)), undefined, 'the final card');
+    const del = await api('DELETE', '/api/channels/dingtalk/runtime-config');
+    assert.equal(del.status, 200, del.text);
+    assert.ok(!del.text.includes(CLIENT_SECRET));
+  });
+
+  it('runs queued messages after a kill -9', async () => {
+    await ding.connected();
+    const a = uniq('before-kill');
+    const q1 = uniq('queued-one');
+    const q2 = uniq('queued-two');
+    const h = held(`never ${a}`);
+    fake.route(`kill ${a}`, h.step);
+    fake.route(`kill ${q1}`, reply(`after restart ${q1}`));
+    fake.route(`kill ${q2}`, reply(`after restart ${q2}`));
+    const n = ding.connections;
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', text: `kill ${a}` }));
+    await waitFor(() => requestsFor(fake, `kill ${a}`).length > 0, undefined, 'the held run');
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', text: `kill ${q1}` }));
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', text: `kill ${q2}` }));
+    await srv.kill9();
+    h.release();
+    await srv.restart();
+    await ding.connected(n + 1);
+    await ding.waitText('u-admin', new RegExp(`after restart ${q1}`));
+    await ding.waitText('u-admin', new RegExp(`after restart ${q2}`));
+    assert.equal(requestsFor(fake, `kill ${q1}`).filter((r) => humanText(r).includes(`kill ${q1}`)).length, 1);
+    await ding.waitText('u-admin', /restarted while answering/);
+  });
+});
