@@ -5,5 +5,6 @@
 
 const ch_provider *const ch_providers[] = {
     &ch_provider_dingtalk,
+    &ch_provider_feishu,
     NULL,
 };
