@@ -199,10 +199,11 @@ static int chat_thread(char tid[65], ch_entry *e, const ch_inbound *m, int64_t u
 /* The artifacts (virtual paths) of the thread's newest state: a new array. */
 static json_t *thread_artifacts(channels *c, int64_t user_id, const char *tid) {
     store_checkpoint cp = {0};
+    size_t omitted = 0;
     _cleanup_free_ char *text = NULL;
     json_t *state = NULL, *out = NULL;
     if (store_checkpoint_latest(c->st, &cp, user_id, tid) == 0 &&
-        store_state_read(c->st, &text, NULL, user_id, tid, cp.state, 0) == 0)
+        store_state_read(c->st, &text, &omitted, user_id, tid, cp.state, 0) == 0)
         if (fjson_parse_object(&state, text, strlen(text)) < 0)
             state = NULL; /* no artifacts known */
     store_checkpoint_clear(&cp);
