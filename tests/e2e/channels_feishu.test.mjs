@@ -134,15 +134,24 @@ describe('Feishu channel', { concurrency: 1 }, () => {
     fake.route(`summarize ${m}`, reply('', [call('present_files', { filepaths: ['/mnt/user-data/outputs/summary.md'] })]));
     fake.route(`summarize ${m}`, h.step);
     const before = feishu.patches.length;
-    const res = await deliver(text('ou_admin', 'oc_admin', `summarize ${m}`));
-    assert.equal(res.status, 200, res.text);
-    // while the run is held, the card already shows its progress
-    const card = await waitFor(() => feishu.messagesTo('oc_admin').find((x) => x.msgType === 'interactive' && feishu.patches.slice(before).some((p) => p.messageId === x.messageId)), undefined, 'a card updated during the run');
-    const during = feishu.patches.slice(before).filter((p) => p.messageId === card.messageId);
-    assert.ok(during.every((p) => cardStreaming(p.content)), JSON.stringify(during));
-    assert.ok(during.some((p) => /write_file|present_files/.test(cardText(p.content))), JSON.stringify(during));
-    assert.ok(!during.some((p) => cardText(p.content).includes(`the summary of ${m} is ready`)));
-    h.release();
+    let card;
+    try {
+      const res = await deliver(text('ou_admin', 'oc_admin', `summarize ${m}`));
+      assert.equal(res.status, 200, res.text);
+      // while the run is held, the card already shows its tool progress
+      const progress = await waitFor(
+        () => feishu.patches.slice(before).find((p) => /write_file|present_files/.test(cardText(p.content))),
+        undefined,
+        'a card showing the run\'s progress',
+      );
+      card = feishu.messagesTo('oc_admin').find((x) => x.messageId === progress.messageId);
+      assert.equal(card?.msgType, 'interactive');
+      const during = feishu.patches.slice(before).filter((p) => p.messageId === card.messageId);
+      assert.ok(during.every((p) => cardStreaming(p.content)), JSON.stringify(during));
+      assert.ok(!during.some((p) => cardText(p.content).includes(`the summary of ${m} is ready`)));
+    } finally {
+      h.release();
+    }
     await waitFor(() => feishu.patches.find((p) => p.messageId === card.messageId && cardText(p.content).includes(`the summary of ${m} is ready`)), undefined, 'the final card');
     const final = feishu.patches.filter((p) => p.messageId === card.messageId).at(-1);
     assert.ok(!cardStreaming(final.content), 'the final card has left its streaming state');
