@@ -129,7 +129,7 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     const m = uniq('report');
     ding.serve('pic-code-1', Buffer.from('\x89PNG fake picture'));
     ding.serve('file-code-1', `quarterly numbers ${m}\n`);
-    fake.route(`look at this ${m}`, reply('', [call('read_file', { path: '/mnt/user-data/uploads/report.txt' })]));
+    fake.route(`look at this ${m}`, reply('', [call('read_file', { path: '/mnt/user-data/uploads/image_1.png' })]));
     fake.route(`look at this ${m}`, reply('', [call('write_file', { path: '/mnt/user-data/outputs/summary.md', content: `# summary ${m}\n` })]));
     fake.route(`look at this ${m}`, reply('', [call('present_files', { filepaths: ['/mnt/user-data/outputs/summary.md'] })]));
     fake.route(`look at this ${m}`, reply(`the summary of ${m} is ready`));
@@ -151,8 +151,11 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     fake.route('report.txt', reply(`read ${m}`));
     await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', msgtype: 'file', content: { downloadCode: 'file-code-1', fileName: 'report.txt' } }));
     await ding.waitText('u-admin', new RegExp(`read ${m}`));
-    const toolResult = requestsFor(fake, 'report.txt').flatMap((r) => r.body.messages).find((x) => x.role === 'tool');
-    assert.match(JSON.stringify(toolResult), new RegExp(`quarterly numbers ${m}`));
+    const reads = requestsFor(fake, 'uploads/report.txt').flatMap((r) => r.body.messages).filter((x) => x.role === 'tool');
+    assert.ok(reads.some((x) => JSON.stringify(x).includes(`quarterly numbers ${m}`)), JSON.stringify(reads));
+    // the picture was read by the first run
+    const pic = requestsFor(fake, `look at this ${m}`).flatMap((r) => r.body.messages).filter((x) => x.role === 'tool');
+    assert.ok(pic.some((x) => JSON.stringify(x).includes('PNG fake picture')), JSON.stringify(pic));
   });
 
   it('runs a redelivered message once', async () => {
