@@ -58,10 +58,9 @@ static const ch_setting dt_settings[] = {
     {"card_template_id", false},
 };
 
-static const char *const dt_keys[] = {"enabled",   "client_id",      "client_secret",
-                                      "robot_code", "card_template_id", "api_base",
-                                      "oapi_base", "allow_insecure", "download_allow",
-                                      NULL};
+static const char *const dt_keys[] = {
+    "enabled",  "client_id", "client_secret",  "robot_code",     "card_template_id",
+    "api_base", "oapi_base", "allow_insecure", "download_allow", NULL};
 
 static void dt_config_free(dt_config *c) {
     free(c->client_id);
@@ -178,8 +177,8 @@ static int api_perform(json_t **out, CURL *c, dt_reply *rp, const char *what) {
     if (status < 200 || status > 299) {
         const char *msg = json_string_value(json_object_get(o, "message"));
         json_decref(o);
-        return fawn_err(FAWN_EPROTO, "DingTalk %s: HTTP %ld%s%.200s", what, status,
-                        msg ? ": " : "", msg ? msg : "");
+        return fawn_err(FAWN_EPROTO, "DingTalk %s: HTTP %ld%s%.200s", what, status, msg ? ": " : "",
+                        msg ? msg : "");
     }
     if (r < 0)
         return fawn_err(FAWN_EPROTO, "DingTalk %s: the answer is not a JSON object", what);
@@ -239,9 +238,8 @@ static int token_get(char **out, dt *d) {
             free(d->token);
             d->token = strdup(tok);
             int64_t ms = (int64_t)(ttl > 86400 * 30 ? 86400 * 30 : ttl) * 1000;
-            d->token_expiry_ms = fawn_now_ms() + (ms > 2 * DT_TOKEN_MARGIN_MS
-                                                      ? ms - DT_TOKEN_MARGIN_MS
-                                                      : ms / 2);
+            d->token_expiry_ms = fawn_now_ms() +
+                                 (ms > 2 * DT_TOKEN_MARGIN_MS ? ms - DT_TOKEN_MARGIN_MS : ms / 2);
         }
         json_decref(reply);
     }
@@ -357,7 +355,8 @@ static int dl_get(const dt *d, const char *url, int fd, uint64_t cap, uint64_t *
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L); /* a redirect's host is not re-checked by name */
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION,
+                     0L); /* a redirect's host is not re-checked by name */
     curl_easy_setopt(c, CURLOPT_PROXY, "");
     curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, dl_open_socket);
     curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, &x);
@@ -461,16 +460,16 @@ static int card_create(char **ref, dt *d, const ch_target *to, const char *text)
         r = fawn_err(FAWN_ENOMEM, "out of memory");
     if (r == 0)
         r = token_get(&token, d);
-    json_t *body = r == 0 ? json_pack("{s:s, s:s, s:{s:{s:s}}, s:s, s:s, s:{s:b}, s:{s:b}, "
-                                      "s:{s:s}, s:{s:s}}",
-                                      "cardTemplateId", d->cfg.card_template_id, "outTrackId",
-                                      track, "cardData", "cardParamMap", "content", text,
-                                      "callbackType", "STREAM", "openSpaceId", space,
-                                      "imGroupOpenSpaceModel", "supportForward", 1,
-                                      "imRobotOpenSpaceModel", "supportForward", 1,
-                                      "imGroupOpenDeliverModel", "robotCode", d->cfg.robot_code,
-                                      "imRobotOpenDeliverModel", "spaceType", "IM_ROBOT")
-                          : NULL;
+    json_t *body = r == 0
+                       ? json_pack("{s:s, s:s, s:{s:{s:s}}, s:s, s:s, s:{s:b}, s:{s:b}, "
+                                   "s:{s:s}, s:{s:s}}",
+                                   "cardTemplateId", d->cfg.card_template_id, "outTrackId", track,
+                                   "cardData", "cardParamMap", "content", text, "callbackType",
+                                   "STREAM", "openSpaceId", space, "imGroupOpenSpaceModel",
+                                   "supportForward", 1, "imRobotOpenSpaceModel", "supportForward",
+                                   1, "imGroupOpenDeliverModel", "robotCode", d->cfg.robot_code,
+                                   "imRobotOpenDeliverModel", "spaceType", "IM_ROBOT")
+                       : NULL;
     json_t *reply = NULL;
     if (r == 0)
         r = body ? api_call(&reply, d, "POST", d->cfg.api_base,
@@ -506,9 +505,9 @@ static int dt_update_text(ch_platform *p, const ch_target *to, const char *ref, 
     fawn_random_uuid(guid);
     _cleanup_free_ char *token = NULL;
     int r = token_get(&token, d);
-    json_t *body = json_pack("{s:s, s:s, s:s, s:s, s:b, s:b, s:b}", "outTrackId", ref, "guid",
-                             guid, "key", "content", "content", text, "isFull", 1, "isFinalize",
-                             final, "isError", 0);
+    json_t *body = json_pack("{s:s, s:s, s:s, s:s, s:b, s:b, s:b}", "outTrackId", ref, "guid", guid,
+                             "key", "content", "content", text, "isFull", 1, "isFinalize", final,
+                             "isError", 0);
     json_t *reply = NULL;
     if (r == 0)
         r = body ? api_call(&reply, d, "PUT", d->cfg.api_base, "/v1.0/card/streaming", token, body,
@@ -538,8 +537,8 @@ static int media_upload(char **media_id, dt *d, bool image, const char *name, in
     CURL *c = r == 0 ? api_client(d, DT_TRANSFER_TIMEOUT_S) : NULL;
     char *esc = c ? curl_easy_escape(c, token, 0) : NULL;
     if (r == 0 && (!c || !esc ||
-                   asprintf(&url, "%s/media/upload?access_token=%s&type=%s", d->cfg.oapi_base,
-                            esc, image ? "image" : "file") < 0))
+                   asprintf(&url, "%s/media/upload?access_token=%s&type=%s", d->cfg.oapi_base, esc,
+                            image ? "image" : "file") < 0))
         r = fawn_err(FAWN_ENOMEM, "out of memory");
     curl_free(esc);
     curl_mime *mime = c ? curl_mime_init(c) : NULL;

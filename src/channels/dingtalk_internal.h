@@ -20,11 +20,11 @@
 
 /* One Stream frame: {specVersion, type, headers: {topic, messageId, ...}, data}. */
 typedef struct dt_frame {
-    char type[16];               /* SYSTEM | EVENT | CALLBACK */
-    char topic[128];             /* headers.topic */
+    char type[16];                  /* SYSTEM | EVENT | CALLBACK */
+    char topic[128];                /* headers.topic */
     char message_id[CH_ID_MAX + 1]; /* headers.messageId ("" when none) */
-    json_t *headers;             /* the headers object (owned) */
-    char *data;                  /* the data string (owned; "" when none) */
+    json_t *headers;                /* the headers object (owned) */
+    char *data;                     /* the data string (owned; "" when none) */
 } dt_frame;
 
 /* Parses one frame (len bytes of JSON). FAWN_EINVAL (FAWN_E2BIG past
@@ -43,9 +43,9 @@ FAWN_MUST_CHECK int dt_message_parse(ch_inbound **out, const char *data, size_t 
 /* The adapter's configuration (channels.dingtalk, runtime settings win). */
 typedef struct dt_config {
     char *client_id, *client_secret, *robot_code, *card_template_id;
-    char *api_base;  /* https://api.dingtalk.com */
-    char *oapi_base; /* https://oapi.dingtalk.com (media upload) */
-    bool allow_insecure;     /* http:// bases and ws:// endpoints (tests on loopback) */
+    char *api_base;               /* https://api.dingtalk.com */
+    char *oapi_base;              /* https://oapi.dingtalk.com (media upload) */
+    bool allow_insecure;          /* http:// bases and ws:// endpoints (tests on loopback) */
     net_allowlist download_allow; /* where download URLs may point besides public addresses */
 } dt_config;
 

@@ -79,8 +79,8 @@ static char *ack_make(const dt_frame *f, int code, const char *data) {
 
 static void frame_system(dt_stream *s, const dt_frame *f) {
     if (strcmp(f->topic, "ping") == 0) {
-        json_t *o = json_pack("{s:i, s:O, s:s, s:s}", "code", 200, "headers", f->headers,
-                              "message", "OK", "data", f->data);
+        json_t *o = json_pack("{s:i, s:O, s:s, s:s}", "code", 200, "headers", f->headers, "message",
+                              "OK", "data", f->data);
         out_push(s, o ? fjson_dump(o) : NULL);
         json_decref(o);
     } else if (strcmp(f->topic, "disconnect") == 0) {
@@ -170,8 +170,7 @@ static int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *
                 lws_callback_on_writable(wsi);
         }
         break;
-    case LWS_CALLBACK_CLIENT_WRITEABLE:
-        return ws_writable(s, wsi);
+    case LWS_CALLBACK_CLIENT_WRITEABLE: return ws_writable(s, wsi);
     case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
         s->sink.state(s->sink.ctx, "error", "the stream connection failed");
         s->closed = true;
@@ -181,8 +180,7 @@ static int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *
         s->closed = true;
         s->wsi = NULL;
         break;
-    default:
-        break;
+    default: break;
     }
     return 0;
 }

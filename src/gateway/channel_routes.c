@@ -25,6 +25,30 @@ static int route_status(gw_request *rq) {
     return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, out);
 }
 
+/* DeerFlow's provider list: {"enabled", "providers": [{"name", "state",
+ * "running"}]} of the platforms that are configured. */
+static int route_providers(gw_request *rq) {
+    channels *c = __atomic_load_n(&rq->g->channels, __ATOMIC_ACQUIRE);
+    json_t *status = NULL, *list = json_array();
+    int r = c ? channels_status(&status, c) : 0;
+    const char *name;
+    json_t *v;
+    json_object_foreach(json_object_get(status, "channels"), name, v) {
+        if (json_is_true(json_object_get(v, "configured")))
+            json_array_append_new(list, json_pack("{s:s, s:O, s:O}", "name", name, "state",
+                                                  json_object_get(v, "state"), "running",
+                                                  json_object_get(v, "running")));
+    }
+    json_decref(status);
+    if (r < 0) {
+        json_decref(list);
+        return r;
+    }
+    return gw_respond_json(
+        rq, MHD_HTTP_OK,
+        json_pack("{s:b, s:o}", "enabled", json_array_size(list) > 0, "providers", list));
+}
+
 static int route_connect(gw_request *rq) {
     channels *c;
     json_t *out = NULL;
@@ -35,11 +59,10 @@ static int route_connect(gw_request *rq) {
 }
 
 static int route_connections(gw_request *rq) {
-    channels *c;
+    channels *c = __atomic_load_n(&rq->g->channels, __ATOMIC_ACQUIRE);
     json_t *out = NULL;
-    int r = need_channels(&c, rq);
-    if (r == 0)
-        r = channels_connections(&out, c, &rq->who.user);
+    int r = c ? channels_connections(&out, c, &rq->who.user)
+              : ((out = json_pack("{s:[]}", "connections")) ? 0 : FAWN_ENOMEM);
     return r < 0 ? r : gw_respond_json(rq, MHD_HTTP_OK, out);
 }
 
@@ -131,14 +154,14 @@ static int route_events(gw_request *rq) {
 
 const gw_route gw_channel_routes[] = {
     {"GET", "/api/channels", route_status, GW_SIGNED_IN, NO_BODY},
-    {"GET", "/api/channels/connections", route_connections, GW_SIGNED_IN, NO_BODY},
+    {"GET", "/api/channels/providers", route_providers, AUTHZ_THREADS_READ, NO_BODY},
+    {"GET", "/api/channels/connections", route_connections, AUTHZ_THREADS_READ, NO_BODY},
     {"DELETE", "/api/channels/connections/{}", route_unbind, GW_SIGNED_IN, NO_BODY},
     {"POST", "/api/channels/{}/connect", route_connect, AUTHZ_RUNS_CREATE, NO_BODY},
-    {"POST", "/api/channels/{}/runtime-config", route_runtime_set, AUTHZ_CHANNELS_ADMIN,
-     JSON_BODY},
+    {"POST", "/api/channels/{}/runtime-config", route_runtime_set, AUTHZ_CHANNELS_ADMIN, JSON_BODY},
     {"DELETE", "/api/channels/{}/runtime-config", route_runtime_delete, AUTHZ_CHANNELS_ADMIN,
      NO_BODY},
-    {"POST", "/api/channels/{}/events", route_events, GW_PUBLIC, GW_BODY_BUFFER,
-     CH_HTTP_BODY_MAX, NULL},
+    {"POST", "/api/channels/{}/events", route_events, GW_PUBLIC, GW_BODY_BUFFER, CH_HTTP_BODY_MAX,
+     NULL},
 };
 const size_t gw_channel_routes_count = ARRAY_LEN(gw_channel_routes);

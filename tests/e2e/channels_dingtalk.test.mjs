@@ -66,6 +66,25 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     return r.json.code;
   }
 
+  /** Starts a new conversation of sender (/new); resolves with its thread id (/status). */
+  async function fresh(sender) {
+    const before = ding.textsTo(sender).length;
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender, text: '/new' }));
+    await waitFor(() => ding.textsTo(sender).slice(before).some((t) => /Started a new conversation/.test(t)), undefined, '/new');
+    const mid = ding.textsTo(sender).length;
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender, text: '/status' }));
+    const status = await waitFor(() => ding.textsTo(sender).slice(mid).find((t) => /^(No conversation|Thread )/.test(t)), undefined, '/status');
+    return status;
+  }
+
+  /** The thread id of sender's conversation, once it has one (/status). */
+  async function threadOf(sender) {
+    const mid = ding.textsTo(sender).length;
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender, text: '/status' }));
+    const status = await waitFor(() => ding.textsTo(sender).slice(mid).find((t) => /^Thread /.test(t)), undefined, '/status');
+    return /^Thread ([0-9a-f-]{36})/.exec(status)[1];
+  }
+
   it('answers the stream ping with its data', async () => {
     const pong = await ding.ping();
     assert.equal(pong.code, 200);
@@ -106,10 +125,11 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
 
   it('runs a picture and a file as the bound user and sends the artifact back', async () => {
     await bind('u-admin', admin);
+    await fresh('u-admin');
     const m = uniq('report');
     ding.serve('pic-code-1', Buffer.from('\x89PNG fake picture'));
     ding.serve('file-code-1', `quarterly numbers ${m}\n`);
-    fake.route(`look at this ${m}`, reply('', [call('read_file', { path: '/mnt/user-data/uploads/report.txt' })]));
+    fake.route(`look at this ${m}`, reply('', [call('read_file', { path: '/mnt/user-data/uploads/image_1.png' })]));
     fake.route(`look at this ${m}`, reply('', [call('write_file', { path: '/mnt/user-data/outputs/summary.md', content: `# summary ${m}\n` })]));
     fake.route(`look at this ${m}`, reply('', [call('present_files', { filepaths: ['/mnt/user-data/outputs/summary.md'] })]));
     fake.route(`look at this ${m}`, reply(`the summary of ${m} is ready`));
@@ -126,15 +146,20 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     const sent = ding.filesTo('u-admin').find((f) => f.name === 'summary.md');
     assert.equal(String(sent.body), `# summary ${m}\n`);
     // now the file, without text
+    await fresh('u-admin');
     fake.route('report.txt', reply('', [call('read_file', { path: '/mnt/user-data/uploads/report.txt' })]));
     fake.route('report.txt', reply(`read ${m}`));
     await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', msgtype: 'file', content: { downloadCode: 'file-code-1', fileName: 'report.txt' } }));
     await ding.waitText('u-admin', new RegExp(`read ${m}`));
-    const toolResult = requestsFor(fake, 'report.txt').flatMap((r) => r.body.messages).find((x) => x.role === 'tool');
-    assert.match(JSON.stringify(toolResult), new RegExp(`quarterly numbers ${m}`));
+    const reads = requestsFor(fake, 'uploads/report.txt').flatMap((r) => r.body.messages).filter((x) => x.role === 'tool');
+    assert.ok(reads.some((x) => JSON.stringify(x).includes(`quarterly numbers ${m}`)), JSON.stringify(reads));
+    // the picture was read by the first run
+    const pic = requestsFor(fake, `look at this ${m}`).flatMap((r) => r.body.messages).filter((x) => x.role === 'tool');
+    assert.ok(pic.some((x) => JSON.stringify(x).includes('PNG fake picture')), JSON.stringify(pic));
   });
 
   it('runs a redelivered message once', async () => {
+    await fresh('u-admin');
     const m = uniq('dup');
     const msg = robotMessage({ msgId: uniq('m'), sender: 'u-admin', text: `once ${m}` });
     fake.route(`once ${m}`, reply(`answered ${m}`));
@@ -143,6 +168,7 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     await ding.waitText('u-admin', new RegExp(`answered ${m}`));
     await ding.deliver(msg);
     const later = uniq('later');
+    await fresh('u-admin');
     fake.route(`after ${later}`, reply(`answered ${later}`));
     await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', text: `after ${later}` }));
     await ding.waitText('u-admin', new RegExp(`answered ${later}`));
@@ -151,16 +177,19 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
   });
 
   it('answers a follow-up sent during a run after the run', async () => {
+    await fresh('u-admin');
     const a = uniq('first');
     const b = uniq('second');
     const h = held(`answer ${a}`);
     fake.route(`ask ${a}`, h.step);
-    fake.route(`ask ${b}`, reply(`answer ${b}`));
+    fake.route(`ask ${a}`, reply(`answer ${b}`));
     await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', text: `ask ${a}` }));
     await waitFor(() => requestsFor(fake, `ask ${a}`).length > 0, undefined, 'the first run');
+    const runsBefore = requestsFor(fake, `ask ${a}`).length;
     await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', text: `ask ${b}` }));
     await ding.waitText('u-admin', /Queued/);
     assert.equal(requestsFor(fake, `ask ${b}`).length, 0);
+    assert.equal(requestsFor(fake, `ask ${a}`).length, runsBefore);
     h.release();
     await ding.waitText('u-admin', new RegExp(`answer ${b}`));
     const texts = ding.textsTo('u-admin');
@@ -169,9 +198,13 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
 
   it('handles hostile, oversize, failing and symlink-targeted attachments', async () => {
     const m = uniq('hostile');
-    // the thread of u-admin's chat: its uploads directory
-    const threads = await api('POST', '/api/threads/search', { limit: 50 });
-    const tid = threads.json.find((t) => t.metadata?.channel === 'dingtalk').thread_id;
+    // the thread of u-admin's chat: its uploads directory, made by a first message
+    await fresh('u-admin');
+    fake.route(`${m} start`, reply(`started ${m}`), reply(`stored ${m} mixed`));
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', text: `${m} start` }));
+    await ding.waitText('u-admin', new RegExp(`started ${m}`));
+    const tid = await threadOf('u-admin');
+    fs.mkdirSync(path.join(srv.userData(admin.id, tid), 'uploads'), { recursive: true });
     const uploads = path.join(srv.userData(admin.id, tid), 'uploads');
     const outside = path.join(srv.home, `outside-${m}.txt`);
     fs.writeFileSync(outside, 'untouched');
@@ -183,7 +216,6 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     ding.serve('code-fail', { status: 500 });
     ding.serve('code-good', 'good picture');
     // one message, three pictures: one good, one failing, one oversize
-    fake.route(`${m} mixed`, reply(`stored ${m} mixed`));
     await ding.deliver(robotMessage({
       msgId: uniq('m'), sender: 'u-admin', msgtype: 'richText',
       content: { richText: [{ text: `${m} mixed` }, { downloadCode: 'code-good', type: 'picture' }, { downloadCode: 'code-fail', type: 'picture' }, { downloadCode: 'code-big', type: 'picture' }] },
@@ -195,12 +227,11 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     assert.match(mixed, /\[failed to load image: image_3\.png\]/);
     assert.equal(fs.readFileSync(path.join(uploads, 'image_1.png'), 'utf8'), 'good picture');
     // hostile file names: directories stripped, control characters refused
-    for (const [code, fileName, label, stored] of [
+    for (const [code, fileName, , stored] of [
       ['code-traversal', '../../x', 'traversal', 'x'],
       ['code-newline', 'evil\nname.txt', 'newline', 'dingtalk_code-newline.bin'],
       ['code-planted', 'planted.txt', 'planted', 'planted_1.txt'],
     ]) {
-      fake.route(`${m} ${label}`, reply(`stored ${m} ${label}`));
       await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', msgtype: 'file', content: { downloadCode: code, fileName } }));
       await waitFor(() => requestsFor(fake, `uploads/${stored}`).length > 0, undefined, `the run with ${stored}`);
       assert.ok(fs.lstatSync(path.join(uploads, stored)).isFile(), stored);
@@ -209,9 +240,10 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     assert.ok(fs.lstatSync(path.join(uploads, 'planted.txt')).isSymbolicLink());
     assert.ok(!fs.existsSync(path.join(srv.userData(admin.id, tid), 'x')));
     // a failing file alone: the message still reaches the agent with the marker
-    fake.route('[failed to load file: broken.bin]', reply(`noted ${m} broken`));
+    const before = ding.textsTo('u-admin').length;
     await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', msgtype: 'file', content: { downloadCode: 'code-fail', fileName: 'broken.bin' } }));
-    await ding.waitText('u-admin', new RegExp(`noted ${m} broken`));
+    await waitFor(() => requestsFor(fake, '[failed to load file: broken.bin]').length > 0, undefined, 'the marker');
+    await waitFor(() => ding.textsTo('u-admin').length > before, undefined, 'the answer');
   });
 
   it('stores files of a role without sandbox:execute', async () => {
@@ -225,8 +257,7 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-carol', msgtype: 'richText', content: { richText: [{ text: m }, { downloadCode: 'code-carol', type: 'picture' }] } }));
     await ding.waitText('u-carol', new RegExp(`carol ok ${m}`));
     assert.match(humanText(requestsFor(fake, m)[0]), /\/mnt\/user-data\/uploads\/image_1\.png/);
-    const threads = await api('POST', '/api/threads/search', { limit: 50 }, carol);
-    const tid = threads.json.find((t) => t.metadata?.channel === 'dingtalk').thread_id;
+    const tid = await threadOf('u-carol');
     assert.equal(fs.readFileSync(path.join(srv.userData(carol.id, tid), 'uploads', 'image_1.png'), 'utf8'), `carol file ${m}`);
   });
 
@@ -245,6 +276,7 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     await ding.connected(2);
     await waitFor(async () => (await api('GET', '/api/channels/')).json.channels.dingtalk.state === 'connected', undefined, 'reconnected');
     // with a card template the reply streams into a card
+    await fresh('u-admin');
     const m = uniq('card');
     fake.route(m, reply(`card answer ${m}`));
     await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', text: m }));
@@ -256,13 +288,13 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
 
   it('runs queued messages after a kill -9', async () => {
     await ding.connected();
+    await fresh('u-admin');
     const a = uniq('before-kill');
     const q1 = uniq('queued-one');
     const q2 = uniq('queued-two');
     const h = held(`never ${a}`);
     fake.route(`kill ${a}`, h.step);
-    fake.route(`kill ${q1}`, reply(`after restart ${q1}`));
-    fake.route(`kill ${q2}`, reply(`after restart ${q2}`));
+    fake.route(`kill ${a}`, reply(`after restart ${q1}`), reply(`after restart ${q2}`));
     const n = ding.connections;
     await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', text: `kill ${a}` }));
     await waitFor(() => requestsFor(fake, `kill ${a}`).length > 0, undefined, 'the held run');

@@ -253,8 +253,13 @@ static void codes_and_bindings(void **state) {
 static void inbox_dedup_and_queue(void **state) {
     fx *x = *state;
     enum store_ch_inbox_add how;
-    store_ch_inbox_req q = {.provider = "dingtalk", .event_id = "e1", .chat_key = "d:c",
-                            .message = "{}", .queue = true, .max_queued = 2, .now_ms = 5};
+    store_ch_inbox_req q = {.provider = "dingtalk",
+                            .event_id = "e1",
+                            .chat_key = "d:c",
+                            .message = "{}",
+                            .queue = true,
+                            .max_queued = 2,
+                            .now_ms = 5};
     assert_int_equal(store_ch_inbox_add(x->s, &how, &q), 0);
     assert_int_equal(how, STORE_CH_ADDED);
     assert_int_equal(store_ch_inbox_add(x->s, &how, &q), 0);
