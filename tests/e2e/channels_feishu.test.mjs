@@ -128,6 +128,7 @@ describe('Feishu channel', { concurrency: 1 }, () => {
 
   it('answers a text in a card updated while the run streams, and sends the artifact back as a file', async () => {
     await bind('ou_admin', 'oc_admin', admin);
+    const chat = 'oc_admin_card';
     const m = uniq('report');
     const h = held(`the summary of ${m} is ready`, `writing the summary of ${m}`);
     fake.route(`summarize ${m}`, reply('', [call('write_file', { path: '/mnt/user-data/outputs/summary.md', content: `# summary ${m}\n` })]));
@@ -136,7 +137,7 @@ describe('Feishu channel', { concurrency: 1 }, () => {
     const before = feishu.patches.length;
     let card;
     try {
-      const res = await deliver(text('ou_admin', 'oc_admin', `summarize ${m}`));
+      const res = await deliver(text('ou_admin', chat, `summarize ${m}`));
       assert.equal(res.status, 200, res.text);
       // while the run is held, the card already shows its tool progress
       const progress = await waitFor(
@@ -144,7 +145,7 @@ describe('Feishu channel', { concurrency: 1 }, () => {
         undefined,
         'a card showing the run\'s progress',
       );
-      card = feishu.messagesTo('oc_admin').find((x) => x.messageId === progress.messageId);
+      card = feishu.messagesTo(chat).find((x) => x.messageId === progress.messageId);
       assert.equal(card?.msgType, 'interactive');
       const during = feishu.patches.slice(before).filter((p) => p.messageId === card.messageId);
       assert.ok(during.every((p) => cardStreaming(p.content)), JSON.stringify(during));
@@ -152,13 +153,16 @@ describe('Feishu channel', { concurrency: 1 }, () => {
     } finally {
       h.release();
     }
-    await waitFor(() => feishu.patches.find((p) => p.messageId === card.messageId && cardText(p.content).includes(`the summary of ${m} is ready`)), undefined, 'the final card');
-    const final = feishu.patches.filter((p) => p.messageId === card.messageId).at(-1);
-    assert.ok(!cardStreaming(final.content), 'the final card has left its streaming state');
+    // the last update: the answer, out of its streaming state
+    await waitFor(
+      () => feishu.patches.find((p) => p.messageId === card.messageId && !cardStreaming(p.content) && cardText(p.content).includes(`the summary of ${m} is ready`)),
+      undefined,
+      'the final card',
+    );
     // the artifact: uploaded, then sent into the chat as a file message
     const up = await waitFor(() => feishu.uploads.find((u) => u.kind === 'file' && u.name === 'summary.md'), undefined, 'the artifact upload');
     assert.equal(up.data.toString(), `# summary ${m}\n`);
-    await waitFor(() => feishu.messagesTo('oc_admin').find((x) => x.msgType === 'file' && x.content.file_key === up.key), undefined, 'the file message');
+    await waitFor(() => feishu.messagesTo(chat).find((x) => x.msgType === 'file' && x.content.file_key === up.key), undefined, 'the file message');
   });
 
   it('stores an image and a file for the agent', async () => {
@@ -168,8 +172,8 @@ describe('Feishu channel', { concurrency: 1 }, () => {
     feishu.addResource(fileMsg, 'file_v3_report', Buffer.from(`quarterly numbers ${m}\n`), 'file');
     fake.route('report.txt', reply('', [call('read_file', { path: '/mnt/user-data/uploads/report.txt' })]));
     fake.route('report.txt', reply(`read ${m}`));
-    await deliver(messageEvent({ token: TOKEN, openId: 'ou_admin', chatId: 'oc_admin', messageId: fileMsg, type: 'file', content: { file_key: 'file_v3_report', file_name: 'report.txt' } }));
-    await waitShown('oc_admin', new RegExp(`read ${m}`));
+    await deliver(messageEvent({ token: TOKEN, openId: 'ou_admin', chatId: 'oc_admin_file', messageId: fileMsg, type: 'file', content: { file_key: 'file_v3_report', file_name: 'report.txt' } }));
+    await waitShown('oc_admin_file', new RegExp(`read ${m}`));
     const toolResult = requestsFor(fake, 'report.txt').flatMap((r) => r.body.messages).find((x) => x.role === 'tool');
     assert.match(JSON.stringify(toolResult), new RegExp(`quarterly numbers ${m}`));
     assert.ok(feishu.downloads.some((d) => d.messageId === fileMsg && d.key === 'file_v3_report' && d.type === 'file'));
@@ -179,38 +183,42 @@ describe('Feishu channel', { concurrency: 1 }, () => {
     feishu.addResource(postMsg, 'img_v3_picture1', png, 'image');
     fake.route(`look ${m}`, reply(`saw ${m}`));
     await deliver(messageEvent({
-      token: TOKEN, openId: 'ou_admin', chatId: 'oc_admin', messageId: postMsg, type: 'post',
+      token: TOKEN, openId: 'ou_admin', chatId: 'oc_admin_image', messageId: postMsg, type: 'post',
       content: { title: '', content: [[{ tag: 'text', text: `look ${m}` }], [{ tag: 'img', image_key: 'img_v3_picture1' }]] },
     }));
-    await waitShown('oc_admin', new RegExp(`saw ${m}`));
+    await waitShown('oc_admin_image', new RegExp(`saw ${m}`));
     const human = humanText(requestsFor(fake, `look ${m}`)[0]);
     const stored = /\/mnt\/user-data\/uploads\/([A-Za-z0-9_.-]+\.png)/.exec(human);
     assert.ok(stored, human);
     assert.ok(feishu.downloads.some((d) => d.messageId === postMsg && d.type === 'image'));
+    // the picture, in the uploads of the conversation's thread
     const threads = await api('POST', '/api/threads/search', { limit: 50 });
-    const tid = threads.json.find((t) => t.metadata?.channel === 'feishu').thread_id;
-    assert.deepEqual(fs.readFileSync(path.join(srv.userData(admin.id, tid), 'uploads', stored[1])), png);
+    const copies = threads.json
+      .map((t) => path.join(srv.userData(admin.id, t.thread_id), 'uploads', stored[1]))
+      .filter((p) => fs.existsSync(p));
+    assert.equal(copies.length, 1, JSON.stringify(copies));
+    assert.deepEqual(fs.readFileSync(copies[0]), png);
     // a resource the platform will not give: the message still reaches the agent, marked
     const gone = `om_gone_${m.replace(/-/g, '_')}`;
     feishu.failResource(gone, 'file_v3_gone');
     fake.route('failed to load', reply(`noted ${m}`));
-    await deliver(messageEvent({ token: TOKEN, openId: 'ou_admin', chatId: 'oc_admin', messageId: gone, type: 'file', content: { file_key: 'file_v3_gone', file_name: 'gone.pdf' } }));
-    await waitShown('oc_admin', new RegExp(`noted ${m}`));
+    await deliver(messageEvent({ token: TOKEN, openId: 'ou_admin', chatId: 'oc_admin_gone', messageId: gone, type: 'file', content: { file_key: 'file_v3_gone', file_name: 'gone.pdf' } }));
+    await waitShown('oc_admin_gone', new RegExp(`noted ${m}`));
   });
 
   it('runs a redelivered event once', async () => {
     const m = uniq('dup');
-    const evt = text('ou_admin', 'oc_admin', `once ${m}`);
+    const evt = text('ou_admin', 'oc_admin_dup', `once ${m}`);
     fake.route(`once ${m}`, reply(`answered ${m}`));
     for (let i = 0; i < 3; i++) assert.equal((await deliver(evt)).status, 200);
-    await waitShown('oc_admin', new RegExp(`answered ${m}`));
+    await waitShown('oc_admin_dup', new RegExp(`answered ${m}`));
     assert.equal((await deliver(evt)).status, 200);
     const later = uniq('later');
     fake.route(`after ${later}`, reply(`answered ${later}`));
-    await deliver(text('ou_admin', 'oc_admin', `after ${later}`));
-    await waitShown('oc_admin', new RegExp(`answered ${later}`));
+    await deliver(text('ou_admin', 'oc_admin_later', `after ${later}`));
+    await waitShown('oc_admin_later', new RegExp(`answered ${later}`));
     assert.equal(requestsFor(fake, `once ${m}`).filter((r) => humanText(r).includes(`once ${m}`)).length, 1);
-    assert.equal(shown('oc_admin').filter((t) => t.includes(`answered ${m}`)).length, 1);
+    assert.equal(shown('oc_admin_dup').filter((t) => t.includes(`answered ${m}`)).length, 1);
   });
 
   it('binds owner-scoped: another user cannot take the binding', async () => {
