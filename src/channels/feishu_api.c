@@ -131,7 +131,7 @@ static struct curl_slist *call_headers(const feishu_call *call) {
     if (ok && call->json)
         ok = header_add(&list, "Content-Type: application/json; charset=utf-8");
     if (ok && call->token) {
-        char line[FEISHU_ID_MAX * 4 + 32];
+        char line[FEISHU_TOKEN_MAX + 32];
         snprintf(line, sizeof line, "Authorization: Bearer %s", call->token);
         ok = header_add(&list, line);
     }

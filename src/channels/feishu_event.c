@@ -165,12 +165,17 @@ static const json_t *object_at(const json_t *obj, const char *key) {
     return json_is_object(v) ? v : NULL;
 }
 
-/* Removes every occurrence of key from text (in place). */
+/* Removes every occurrence of key from text (in place), but not where it is
+ * the start of a longer placeholder ("@_user_1" in "@_user_12"). */
 static void text_remove(char *text, const char *key) {
     size_t k = strlen(key);
-    char *at;
-    while ((at = strstr(text, key)) != NULL)
-        memmove(at, at + k, strlen(at + k) + 1);
+    char *at = text;
+    while ((at = strstr(at, key)) != NULL) {
+        if (isalnum((unsigned char)at[k]) || at[k] == '_')
+            at += k;
+        else
+            memmove(at, at + k, strlen(at + k) + 1);
+    }
 }
 
 static void text_trim(char *text) {

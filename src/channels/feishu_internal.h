@@ -41,6 +41,9 @@
 /* Ids and keys are short ASCII (om_…, oc_…, ou_…, img_v3_…, file_v3_…); 128
  * bounds what goes into a URL path. */
 #define FEISHU_ID_MAX 128
+/* A tenant access token ("t-" and some 40 characters) at most: it goes into
+ * an Authorization header. */
+#define FEISHU_TOKEN_MAX 512
 /* Attachments read from one message: a post (rich text) may inline several
  * images; more than this is not a message a person typed. */
 #define FEISHU_MAX_RESOURCES 16

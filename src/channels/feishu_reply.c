@@ -106,8 +106,8 @@ int feishu_token_reply_parse(char **out_token, int64_t *out_expire_s, long http_
     if (fjson_get_string(&token, o, "tenant_access_token", true) < 0 ||
         fjson_get_int(&expire, o, "expire", true, 1, INT32_MAX) < 0)
         return fawn_err(FAWN_EPROTO, "feishu tenant_access_token: %s", fawn_errmsg());
-    size_t n = strnlen(token, FEISHU_ID_MAX * 4 + 1);
-    if (n == 0 || n > FEISHU_ID_MAX * 4)
+    size_t n = strnlen(token, FEISHU_TOKEN_MAX + 1);
+    if (n == 0 || n > FEISHU_TOKEN_MAX)
         return fawn_err(FAWN_EPROTO, "feishu tenant_access_token: the token has a bad length");
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)token[i] <= ' ' || (unsigned char)token[i] >= 0x7f)

@@ -218,7 +218,8 @@ static void url_verification_is_answered_with_its_challenge(void **state) {
 
 static void signed_encrypted_events_are_read(void **state) {
     (void)state;
-    char *plain = message_event(TOKEN, "text", "{\"text\":\"@_user_1 hello  there \"}", "user");
+    char *plain = message_event(TOKEN, "text",
+                                "{\"text\":\"@_user_1 hello @_user_12 there @_all \"}", "user");
     char *body = envelope(KEY, plain);
     feishu_callback cb;
     assert_int_equal(parse_signed(&cb, KEY, body, NULL, -30), 0);
@@ -230,7 +231,8 @@ static void signed_encrypted_events_are_read(void **state) {
     assert_string_equal(m->message_id, "om_5ce6d572455d361153b7cb51da133945");
     assert_int_equal(m->chat_type, FEISHU_CHAT_GROUP);
     assert_int_equal(m->type, FEISHU_MSG_TEXT);
-    assert_string_equal(m->text, "hello  there");
+    /* @_user_1 (the one listed) and @_all go; @_user_12 is not @_user_1 */
+    assert_string_equal(m->text, "hello @_user_12 there");
     assert_int_equal(m->n_resources, 0);
     feishu_callback_free(&cb);
     free(body);
