@@ -72,6 +72,8 @@ typedef struct feishu_settings {
                                  https://open.larksuite.com, or a test's loopback server */
     bool stream_cards;        /* stream_cards: answers are a card updated while the run
                                  streams (default true); false: one text reply at the end */
+    bool allow_insecure;      /* allow_insecure: an http:// api_base is accepted (tests only;
+                                 default false) */
 } feishu_settings;
 
 /* Reads section (cfg->channels.feishu, may be NULL) and runtime (the saved

@@ -41,7 +41,14 @@ static int string_set(feishu_settings *s, const char *key, const json_t *v) {
     return 0;
 }
 
-/* One source's keys; enabled and stream_cards only from the config file. */
+static bool *flag_field(feishu_settings *s, bool *enabled, const char *key) {
+    return !strcmp(key, "enabled")          ? enabled
+           : !strcmp(key, "stream_cards")   ? &s->stream_cards
+           : !strcmp(key, "allow_insecure") ? &s->allow_insecure
+                                            : NULL;
+}
+
+/* One source's keys; the true/false ones only from the config file. */
 static int source_read(feishu_settings *s, bool *enabled, const json_t *obj, bool file) {
     const char *key;
     json_t *v;
@@ -49,10 +56,10 @@ static int source_read(feishu_settings *s, bool *enabled, const json_t *obj, boo
         int r = 0;
         if (string_field(s, key))
             r = string_set(s, key, v);
-        else if (file && (!strcmp(key, "enabled") || !strcmp(key, "stream_cards"))) {
+        else if (file && flag_field(s, enabled, key)) {
             if (!json_is_boolean(v))
                 return setting_fail(key, "must be true or false");
-            *(!strcmp(key, "enabled") ? enabled : &s->stream_cards) = json_is_true(v);
+            *flag_field(s, enabled, key) = json_is_true(v);
         } else
             return setting_fail(key, "unknown key");
         if (r < 0)
@@ -70,8 +77,13 @@ static int settings_check(feishu_settings *s) {
         return setting_fail("app_id", "is not a valid app id");
     if (!s->api_base && !(s->api_base = strdup(FEISHU_DEFAULT_API_BASE)))
         return fawn_err(FAWN_ENOMEM, "out of memory reading channels.feishu");
-    if (strncmp(s->api_base, "http://", 7) != 0 && strncmp(s->api_base, "https://", 8) != 0)
-        return setting_fail("api_base", "must be an http:// or https:// URL");
+    /* The app secret and every token travel to api_base: plain http only
+     * where the configuration says so (a test's loopback platform). */
+    bool https = strncmp(s->api_base, "https://", 8) == 0;
+    if (!https && !(s->allow_insecure && strncmp(s->api_base, "http://", 7) == 0))
+        return setting_fail("api_base", s->allow_insecure ? "must be an http:// or https:// URL"
+                                                          : "must be an https:// URL (http:// "
+                                                            "only with allow_insecure: true)");
     return 0;
 }
 

@@ -51,6 +51,7 @@ describe('Feishu channel', { concurrency: 1 }, () => {
           verification_token: TOKEN,
           encrypt_key: KEY,
           api_base: feishu.apiBase,
+          allow_insecure: true, // the fake platform speaks http on loopback
         },
       },
     });

@@ -817,6 +817,11 @@ static void settings_are_read_strictly(void **state) {
         {"{\"enabled\":\"yes\"}", NULL, "enabled", FAWN_ECONFIG},
         {"{\"app_id\":7}", NULL, "app_id", FAWN_ECONFIG},
         {NULL, "{\"enabled\":true}", "enabled", FAWN_ECONFIG},
+        {"{\"app_id\":\"cli_a\",\"app_secret\":\"x\",\"verification_token\":\"v\","
+         "\"api_base\":\"http://127.0.0.1:9\"}",
+         NULL, "allow_insecure", FAWN_ECONFIG},
+        {"{\"app_id\":\"cli_a\",\"app_secret\":\"x\",\"verification_token\":\"v\"}",
+         "{\"allow_insecure\":true}", "allow_insecure", FAWN_ECONFIG},
     };
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         int r = settings_of(&s, bad[i].section, bad[i].runtime);
@@ -831,9 +836,9 @@ static void settings_are_read_strictly(void **state) {
 static ch_platform *adapter_at(const fake_server *s, bool with_key, bool stream_cards) {
     fawn_config cfg = {0};
     char *base = strf("http://127.0.0.1:%u", s ? s->port : 9);
-    cfg.channels = json_pack("{s:{s:s,s:s,s:s,s:s,s:b}}", "feishu", "app_id", "cli_a1",
+    cfg.channels = json_pack("{s:{s:s,s:s,s:s,s:s,s:b,s:b}}", "feishu", "app_id", "cli_a1",
                              "app_secret", "s3cret", "verification_token", TOKEN, "api_base", base,
-                             "stream_cards", stream_cards);
+                             "stream_cards", stream_cards, "allow_insecure", 1);
     if (with_key)
         json_object_set_new(json_object_get(cfg.channels, "feishu"), "encrypt_key",
                             json_string(KEY));
