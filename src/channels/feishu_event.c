@@ -475,8 +475,20 @@ static int envelope_open(char **out, size_t *out_len, const feishu_request *req,
     if (!enc && *encrypt_key)
         return fawn_err(FAWN_EPERM, "feishu callback: a plaintext body, but the app has an "
                                     "encrypt key");
-    if (enc)
-        return feishu_decrypt(out, out_len, encrypt_key, json_string_value(enc));
+    if (enc) {
+        int r = feishu_decrypt(out, out_len, encrypt_key, json_string_value(enc));
+        /* A wrong key passes the padding check one time in 256 and yields
+         * noise: what is not a JSON object did not come from the platform. */
+        _cleanup_json_ json_t *inner = NULL;
+        if (r == 0 && fjson_parse_object(&inner, *out, *out_len) < 0) {
+            free(*out);
+            *out = NULL;
+            *out_len = 0;
+            r = fawn_err(FAWN_EPERM, "feishu callback: the body does not decrypt with the "
+                                     "configured encrypt key");
+        }
+        return r;
+    }
     *out = strndup(req->body, req->body_len);
     *out_len = req->body_len;
     return *out ? 0 : fawn_err(FAWN_ENOMEM, "out of memory reading a feishu callback");
