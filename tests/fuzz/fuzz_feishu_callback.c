@@ -83,10 +83,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         decrypt_only(data + 1, size - 1);
         return 0;
     }
-    char *body = (mode & 4) ? envelope(data + 1, size - 1)
-                            : strndup((const char *)data + 1, size - 1);
+    /* The raw body may hold NUL bytes: copied whole, its length kept. */
+    size_t body_len = size - 1;
+    char *body = (mode & 4) ? envelope(data + 1, size - 1) : malloc(size);
     check(body != NULL);
-    size_t body_len = (mode & 4) ? strlen(body) : size - 1;
+    if (mode & 4) {
+        body_len = strlen(body);
+    } else {
+        memcpy(body, data + 1, body_len);
+        body[body_len] = '\0';
+    }
     char ts[16] = "1700000000", sig[65] = "", *all = NULL;
     if (mode & 2) {
         check(asprintf(&all, "%s%s%s", ts, "nonce", KEY) >= 0);
