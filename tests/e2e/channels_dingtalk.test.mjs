@@ -93,6 +93,14 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     assert.match(pong.data, /opaque/);
   });
 
+  it('reconnects when the stream drops, with a new ticket', async () => {
+    const n = ding.connections;
+    ding.ws.terminate();
+    await ding.connected(n + 1);
+    const pong = await ding.ping();
+    assert.equal(pong.code, 200);
+  });
+
   it('refuses an unbound chat user and runs nothing', async () => {
     const m = uniq('stranger');
     const ack = await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'stranger', text: `hello ${m}` }));
@@ -176,6 +184,8 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     await ding.waitText('u-admin', new RegExp(`answered ${later}`));
     assert.equal(requestsFor(fake, `once ${m}`).filter((r) => humanText(r).includes(`once ${m}`)).length, 1);
     assert.equal(ding.textsTo('u-admin').filter((t) => t.includes(`answered ${m}`)).length, 1);
+    // one access token served every call so far (cached until it expires)
+    assert.equal(ding.tokens.size, 1);
   });
 
   it('answers a follow-up sent during a run after the run', async () => {
