@@ -208,6 +208,25 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     assert.ok(texts.findIndex((t) => t.includes(`answer ${a}`)) < texts.findIndex((t) => t.includes(`answer ${b}`)));
   });
 
+  it('bounds a conversation\'s queue with a clear answer', async () => {
+    await fresh('u-admin');
+    const a = uniq('busy');
+    const h = held(`done ${a}`);
+    fake.route(`q ${a}`, h.step);
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', text: `q ${a} 0` }));
+    await waitFor(() => requestsFor(fake, `q ${a}`).length > 0, undefined, 'the held run');
+    const before = ding.textsTo('u-admin').length;
+    for (let i = 1; i <= 8; i++)
+      await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', text: `q ${a} ${i}` }));
+    const told = await ding.waitText('u-admin', /Too many messages are waiting/);
+    assert.match(told, /at most 8/);
+    assert.equal(ding.textsTo('u-admin').slice(before).filter((t) => /Too many/.test(t)).length, 1);
+    h.release();
+    // the seven queued ones are answered, the refused eighth never runs
+    await waitFor(() => requestsFor(fake, `q ${a}`).filter((r) => humanText(r).includes(`q ${a} 7`)).length === 1, undefined, 'the last queued');
+    assert.equal(requestsFor(fake, `q ${a}`).filter((r) => humanText(r).includes(`q ${a} 8`)).length, 0);
+  });
+
   it('handles hostile, oversize, failing and symlink-targeted attachments', async () => {
     const m = uniq('hostile');
     // the thread of u-admin's chat: its uploads directory, made by a first message
@@ -251,6 +270,11 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     assert.equal(fs.readFileSync(outside, 'utf8'), 'untouched');
     assert.ok(fs.lstatSync(path.join(uploads, 'planted.txt')).isSymbolicLink());
     assert.ok(!fs.existsSync(path.join(srv.userData(admin.id, tid), 'x')));
+    // a download URL pointing at an address the policy does not open is not fetched
+    ding.serve('code-internal', { redirectTo: `http://127.0.0.2:${ding.port}/files/code-good` });
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', msgtype: 'file', content: { downloadCode: 'code-internal', fileName: 'internal.txt' } }));
+    await waitFor(() => requestsFor(fake, '[failed to load file: internal.txt]').length > 0, undefined, 'the refused download');
+    assert.match(srv.stderr, /address is not one fawn may reach/);
     // a failing file alone: the message still reaches the agent with the marker
     const before = ding.textsTo('u-admin').length;
     await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', msgtype: 'file', content: { downloadCode: 'code-fail', fileName: 'broken.bin' } }));
