@@ -172,6 +172,8 @@ static void dingtalk_payloads(void **state) {
     /* a text past CH_TEXT_MAX is cut, not refused */
     size_t big = CH_TEXT_MAX + 100;
     char *longmsg = malloc(big + 200);
+    if (!longmsg)
+        fail();
     int off = sprintf(longmsg, "{\"msgId\":\"m\",\"conversationId\":\"c\",\"senderId\":"
                                "\"s\",\"msgtype\":\"text\",\"text\":{\"content\":\"");
     memset(longmsg + off, 'a', big);
