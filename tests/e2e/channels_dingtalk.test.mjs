@@ -131,6 +131,13 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     await ding.waitText('u-bob', /not connected/);
     assert.equal(requestsFor(fake, m).length, 0);
     await bind('u-bob', bob);
+    // the other commands
+    for (const [text, answer] of [['/models', /Models you may use:\n- fake \(default\)/], ['/help', /^Commands:/],
+      ['/frobnicate', /Unknown command/], ['/status', /No conversation yet/]]) {
+      const mid = ding.textsTo('u-bob').length;
+      await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-bob', text }));
+      await waitFor(() => ding.textsTo('u-bob').slice(mid).some((t) => answer.test(t)), undefined, `the answer to ${text}`);
+    }
   });
 
   it('runs a picture and a file as the bound user and sends the artifact back', async () => {
