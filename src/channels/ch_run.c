@@ -478,6 +478,10 @@ static enum item_end item_run(ch_entry *e, const store_ch_item *it) {
     pthread_mutex_lock(&c->mu);
     ch_platform *p = e->p;
     pthread_mutex_unlock(&c->mu);
+    if (!p) { /* its platform was unconfigured since: kept for when it is back */
+        ch_inbound_free(m);
+        return ITEM_REQUEUE;
+    }
     enum item_end end = ITEM_DONE;
     store_ch_binding b;
     store_user user;

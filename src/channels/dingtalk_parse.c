@@ -107,7 +107,7 @@ static int parse_rich(ch_inbound *m, fbuf *text, const json_t *content) {
             break;
         if (!json_is_object(part))
             continue;
-        const char *t = str_member(part, "text", CH_TEXT_MAX);
+        const char *t = str_member(part, "text", DT_FRAME_MAX);
         const char *type = str_member(part, "type", 32);
         const char *code = picture_code(part);
         int r = 0;
@@ -130,7 +130,7 @@ static int parse_rich(ch_inbound *m, fbuf *text, const json_t *content) {
 static int parse_content(ch_inbound *m, fbuf *text, const json_t *o, const char *type) {
     const json_t *content = json_object_get(o, "content");
     if (strcmp(type, "text") == 0)
-        return text_add(text, str_member(json_object_get(o, "text"), "content", CH_TEXT_MAX));
+        return text_add(text, str_member(json_object_get(o, "text"), "content", DT_FRAME_MAX));
     if (strcmp(type, "picture") == 0) {
         const char *code = picture_code(content);
         if (!code || !code[0])

@@ -7,11 +7,13 @@
 // without sandbox:execute, runtime credentials never answered back, and
 // queued messages kept across kill -9.
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from './lib/test.mjs';
 
-import { FawnServer, request, setupAdmin, setupUser, waitFor } from './lib/server.mjs';
+import { FAWN_BIN, FawnServer, request, setupAdmin, setupUser, waitFor } from './lib/server.mjs';
 import { FakeOpenAI, call, held, reply } from './lib/fake_openai.mjs';
 import { CLIENT_SECRET, FakeDingTalk, robotMessage } from './lib/fake_dingtalk.mjs';
 
@@ -91,6 +93,14 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     assert.match(pong.data, /opaque/);
   });
 
+  it('reconnects when the stream drops, with a new ticket', async () => {
+    const n = ding.connections;
+    ding.ws.terminate();
+    await ding.connected(n + 1);
+    const pong = await ding.ping();
+    assert.equal(pong.code, 200);
+  });
+
   it('refuses an unbound chat user and runs nothing', async () => {
     const m = uniq('stranger');
     const ack = await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'stranger', text: `hello ${m}` }));
@@ -121,6 +131,13 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     await ding.waitText('u-bob', /not connected/);
     assert.equal(requestsFor(fake, m).length, 0);
     await bind('u-bob', bob);
+    // the other commands
+    for (const [text, answer] of [['/models', /Models you may use:\n- fake \(default\)/], ['/help', /^Commands:/],
+      ['/frobnicate', /Unknown command/], ['/status', /No conversation yet/]]) {
+      const mid = ding.textsTo('u-bob').length;
+      await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-bob', text }));
+      await waitFor(() => ding.textsTo('u-bob').slice(mid).some((t) => answer.test(t)), undefined, `the answer to ${text}`);
+    }
   });
 
   it('runs a picture and a file as the bound user and sends the artifact back', async () => {
@@ -174,6 +191,8 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     await ding.waitText('u-admin', new RegExp(`answered ${later}`));
     assert.equal(requestsFor(fake, `once ${m}`).filter((r) => humanText(r).includes(`once ${m}`)).length, 1);
     assert.equal(ding.textsTo('u-admin').filter((t) => t.includes(`answered ${m}`)).length, 1);
+    // one access token served every call so far (cached until it expires)
+    assert.equal(ding.tokens.size, 1);
   });
 
   it('answers a follow-up sent during a run after the run', async () => {
@@ -194,6 +213,25 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     await ding.waitText('u-admin', new RegExp(`answer ${b}`));
     const texts = ding.textsTo('u-admin');
     assert.ok(texts.findIndex((t) => t.includes(`answer ${a}`)) < texts.findIndex((t) => t.includes(`answer ${b}`)));
+  });
+
+  it('bounds a conversation\'s queue with a clear answer', async () => {
+    await fresh('u-admin');
+    const a = uniq('busy');
+    const h = held(`done ${a}`);
+    fake.route(`q ${a}`, h.step);
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', text: `q ${a} 0` }));
+    await waitFor(() => requestsFor(fake, `q ${a}`).length > 0, undefined, 'the held run');
+    const before = ding.textsTo('u-admin').length;
+    for (let i = 1; i <= 8; i++)
+      await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', text: `q ${a} ${i}` }));
+    const told = await ding.waitText('u-admin', /Too many messages are waiting/);
+    assert.match(told, /at most 8/);
+    assert.equal(ding.textsTo('u-admin').slice(before).filter((t) => /Too many/.test(t)).length, 1);
+    h.release();
+    // the seven queued ones are answered, the refused eighth never runs
+    await waitFor(() => requestsFor(fake, `q ${a}`).filter((r) => humanText(r).includes(`q ${a} 7`)).length === 1, undefined, 'the last queued');
+    assert.equal(requestsFor(fake, `q ${a}`).filter((r) => humanText(r).includes(`q ${a} 8`)).length, 0);
   });
 
   it('handles hostile, oversize, failing and symlink-targeted attachments', async () => {
@@ -239,6 +277,11 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     assert.equal(fs.readFileSync(outside, 'utf8'), 'untouched');
     assert.ok(fs.lstatSync(path.join(uploads, 'planted.txt')).isSymbolicLink());
     assert.ok(!fs.existsSync(path.join(srv.userData(admin.id, tid), 'x')));
+    // a download URL pointing at an address the policy does not open is not fetched
+    ding.serve('code-internal', { redirectTo: `http://127.0.0.2:${ding.port}/files/code-good` });
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', msgtype: 'file', content: { downloadCode: 'code-internal', fileName: 'internal.txt' } }));
+    await waitFor(() => requestsFor(fake, '[failed to load file: internal.txt]').length > 0, undefined, 'the refused download');
+    assert.match(srv.stderr, /address is not one fawn may reach/);
     // a failing file alone: the message still reaches the agent with the marker
     const before = ding.textsTo('u-admin').length;
     await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-admin', msgtype: 'file', content: { downloadCode: 'code-fail', fileName: 'broken.bin' } }));
@@ -308,5 +351,79 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     await ding.waitText('u-admin', new RegExp(`after restart ${q2}`));
     assert.equal(requestsFor(fake, `kill ${q1}`).filter((r) => humanText(r).includes(`kill ${q1}`)).length, 1);
     await ding.waitText('u-admin', /restarted while answering/);
+  });
+});
+
+// Where boxes do not share the host's thread files (remote placement through
+// the loopback control plane), a chat attachment is copied into the thread's
+// box, but only for a role that holds sandbox:execute.
+describe('DingTalk channel with remote boxes', { concurrency: 1 }, () => {
+  const here = path.dirname(fileURLToPath(import.meta.url));
+  const SCRIPT = path.resolve(here, '..', 'remote', 'loopback-provider.sh');
+  const sandboxId = (user, thread) => crypto.createHash('sha256').update(`${user}:${thread}`).digest('hex').slice(0, 16);
+  let srv;
+  let fake;
+  let ding;
+  let state;
+  let admin;
+  let dave;
+
+  before(async () => {
+    state = fs.mkdtempSync(path.join(fs.realpathSync('/tmp'), 'fawn-e2e-chremote-'));
+    fake = await FakeOpenAI.start();
+    ding = await FakeDingTalk.start();
+    const command = (op) => [SCRIPT, op];
+    srv = await FawnServer.start({
+      models: [fake.model()],
+      channels: { dingtalk: ding.config() },
+      authorization: { enabled: true, roles: { admin: {}, user: {}, nosbx: { sandbox: { deny: ['execute'] } } } },
+      sandbox: {
+        provider: 'remote',
+        remote: {
+          create_command: command('create'), status_command: command('status'),
+          destroy_command: command('destroy'), list_command: command('list'), start_timeout_s: 60,
+          env_passthrough: ['LOOPBACK_STATE_DIR', 'FAWN_BIN', 'FAWN_HOME', 'ASAN_OPTIONS', 'UBSAN_OPTIONS'],
+        },
+      },
+    }, { env: { LOOPBACK_STATE_DIR: state, FAWN_BIN } });
+    admin = await setupAdmin(srv);
+    dave = await setupUser(srv, 'dave');
+    const r = await srv.cli(['user', 'role', '--username', 'dave', '--role', 'nosbx']);
+    assert.equal(r.code, 0, r.stderr);
+    await ding.connected();
+  });
+  after(async () => {
+    await srv?.stop();
+    await ding?.stop();
+    await fake?.stop();
+    if (state) fs.rmSync(state, { recursive: true, force: true });
+  });
+
+  async function bindAndThread(sender, who, m) {
+    const c = await request(srv, 'POST', '/api/channels/dingtalk/connect', { bearer: who.token });
+    assert.equal(c.status, 200, c.text);
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender, text: `/connect ${c.json.code}` }));
+    await ding.waitText(sender, /Connected/);
+    ding.serve(`code-${m}`, `bytes of ${m}`);
+    fake.route(m, reply(`ok ${m}`));
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender, msgtype: 'richText', content: { richText: [{ text: m }, { downloadCode: `code-${m}`, type: 'picture' }] } }));
+    await ding.waitText(sender, new RegExp(`ok ${m}`));
+    const mid = ding.textsTo(sender).length;
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender, text: '/status' }));
+    const status = await waitFor(() => ding.textsTo(sender).slice(mid).find((t) => /^Thread /.test(t)), undefined, '/status');
+    return /^Thread ([0-9a-f-]{36})/.exec(status)[1];
+  }
+
+  it('copies an attachment into the box with sandbox:execute, not without', async () => {
+    const m1 = uniq('exec');
+    const t1 = await bindAndThread('u-root', admin, m1);
+    assert.equal(fs.readFileSync(path.join(srv.userData(admin.id, t1), 'uploads', 'image_1.png'), 'utf8'), `bytes of ${m1}`);
+    const inBox = path.join(state, sandboxId(admin.id, t1), 'user-data', 'uploads', 'image_1.png');
+    assert.equal(fs.readFileSync(inBox, 'utf8'), `bytes of ${m1}`);
+    const m2 = uniq('noexec');
+    const t2 = await bindAndThread('u-dave', dave, m2);
+    assert.equal(fs.readFileSync(path.join(srv.userData(dave.id, t2), 'uploads', 'image_1.png'), 'utf8'), `bytes of ${m2}`);
+    assert.ok(!fs.existsSync(path.join(state, sandboxId(dave.id, t2))), 'no box for a role without sandbox:execute');
+    assert.match(humanText(requestsFor(fake, m2)[0]), /\/mnt\/user-data\/uploads\/image_1\.png/);
   });
 });

@@ -169,6 +169,16 @@ static void dingtalk_payloads(void **state) {
                          "nope"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(dt_message_parse(&m, bad[i], strlen(bad[i])), FAWN_EINVAL);
+    /* a text past CH_TEXT_MAX is cut, not refused */
+    static char longmsg[CH_TEXT_MAX + 400];
+    static const char head[] = "{\"msgId\":\"m\",\"conversationId\":\"c\",\"senderId\":"
+                               "\"s\",\"msgtype\":\"text\",\"text\":{\"content\":\"";
+    memcpy(longmsg, head, sizeof head - 1);
+    memset(longmsg + sizeof head - 1, 'a', CH_TEXT_MAX + 100);
+    strcpy(longmsg + sizeof head - 1 + CH_TEXT_MAX + 100, "\"}}");
+    assert_int_equal(dt_message_parse(&m, longmsg, strlen(longmsg)), 0);
+    assert_int_equal(strlen(m->text), CH_TEXT_MAX);
+    ch_inbound_free(m);
     dt_frame f;
     const char *ping = "{\"specVersion\":\"1.0\",\"type\":\"SYSTEM\",\"headers\":{\"topic\":"
                        "\"ping\",\"messageId\":\"id1\"},\"data\":\"{\\\"opaque\\\":1}\"}";

@@ -66,7 +66,7 @@ static void migrations_bring_schema_current(void **state) {
     store *again;
     assert_int_equal(store_open(&again, x->path), 0);
     assert_int_equal(store_schema_version(again, &v), 0);
-    assert_int_equal(v, 13);
+    assert_int_equal(v, 14);
     store_close(again);
 }
 
@@ -1274,6 +1274,8 @@ static int64_t make_v5_database(const char *path) {
              "ALTER TABLE receipts DROP COLUMN evidence;"
              "DROP TABLE scheduled_task_runs; DROP TABLE scheduled_tasks;"
              "DROP TABLE mcp_tools; DROP TABLE mcp_refresh_tokens;"
+             "DROP TABLE channel_bindings; DROP TABLE channel_connect_codes;"
+             "DROP TABLE channel_threads; DROP TABLE channel_inbox; DROP TABLE channel_settings;"
              "PRAGMA user_version = 5;"
              "INSERT INTO checkpoints VALUES (%" PRId64 ", 't5', 'c1', '', 'r5', 1, '%s', '{}', 1);"
              "INSERT INTO checkpoints VALUES (%" PRId64
@@ -1301,7 +1303,7 @@ static void migration_moves_whole_states_into_message_rows(void **state) {
     assert_int_equal(store_open(&s, path), 0);
     int v;
     assert_int_equal(store_schema_version(s, &v), 0);
-    assert_int_equal(v, 13);
+    assert_int_equal(v, 14);
     store_checkpoint *list;
     size_t n, omitted;
     assert_int_equal(store_checkpoint_list(s, &list, &n, owner, "t5", NULL, 10), 0);
