@@ -111,6 +111,24 @@ static int refusal(ch_http_response *resp, int err) {
                                    : "bad request");
 }
 
+/* 200, and the message for the layer (which records it before the answer
+ * leaves: a platform that gets no 200 delivers again). */
+static int message_answer(ch_http_response *resp, ch_inbound ***msgs_out, size_t *n_msgs_out,
+                          const feishu_message *m) {
+    ch_inbound **msgs = calloc(1, sizeof *msgs);
+    int r = msgs ? message_to_inbound(&msgs[0], m)
+                 : fawn_err(FAWN_ENOMEM, "out of memory reading a feishu message");
+    if (r == 0 && (r = respond(resp, 200, 0, "ok")) == 0) {
+        *msgs_out = msgs;
+        *n_msgs_out = 1;
+        return 0;
+    }
+    if (msgs)
+        ch_inbound_free(msgs[0]);
+    free(msgs);
+    return r;
+}
+
 static int feishu_handle_http(ch_platform *p, const ch_http_request *req, ch_http_response *resp,
                               ch_inbound ***msgs_out, size_t *n_msgs_out) {
     *msgs_out = NULL;
@@ -136,16 +154,7 @@ static int feishu_handle_http(ch_platform *p, const ch_http_request *req, ch_htt
         r = feishu_challenge_answer(&resp->body, cb.challenge);
         resp->body_len = resp->body ? strlen(resp->body) : 0;
     } else if (cb.kind == FEISHU_CALLBACK_MESSAGE) {
-        ch_inbound **msgs = calloc(1, sizeof *msgs);
-        r = msgs ? message_to_inbound(&msgs[0], &cb.msg)
-                 : fawn_err(FAWN_ENOMEM, "out of memory reading a feishu message");
-        if (r == 0 && (r = respond(resp, 200, 0, "ok")) == 0) {
-            *msgs_out = msgs;
-            *n_msgs_out = 1;
-        } else if (msgs) {
-            ch_inbound_free(msgs[0]);
-            free(msgs);
-        }
+        r = message_answer(resp, msgs_out, n_msgs_out, &cb.msg);
     } else {
         r = respond(resp, 200, 0, "ok");
     }
