@@ -16,6 +16,12 @@
  * layer is freed (a worker may still be sending through one): at most
  * this many replacements per process. */
 #define CH_RETIRED_MAX 32
+/* Failed /connect attempts one chat account makes in a window at most
+ * (a code is one of 2^40, valid for minutes: a handful of guesses never
+ * finds one), and the accounts remembered (the oldest window is reused). */
+#define CH_CONNECT_FAILS_MAX 5
+#define CH_CONNECT_WINDOW_MS (10 * 60 * 1000)
+#define CH_CONNECT_TRACKED 256
 /* Bytes of one runtime setting's value. */
 #define CH_SETTING_VALUE_MAX 4096
 
@@ -57,8 +63,53 @@ static const char help_text[] = "Commands:\n"
                                 "/help - this text\n"
                                 "Anything else (text, pictures, files) goes to the agent.";
 
+typedef struct connect_fails {
+    char key[65]; /* sha256 of provider and sender */
+    int64_t since_ms;
+    unsigned n;
+} connect_fails;
+
+static connect_fails fails[CH_CONNECT_TRACKED];
+static pthread_mutex_t fails_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Counts a failed attempt of (provider, sender) with add; whether it may
+ * try (again). */
+static bool connect_allowed(const char *provider, const char *sender, bool add) {
+    char both[2 * CH_ID_MAX + 2], key[65];
+    snprintf(both, sizeof both, "%s\n%s", provider, sender);
+    fawn_sha256_hex(key, both, strlen(both));
+    int64_t now = fawn_now_ms();
+    pthread_mutex_lock(&fails_mu);
+    connect_fails *slot = NULL, *oldest = &fails[0];
+    for (size_t i = 0; i < CH_CONNECT_TRACKED && !slot; i++) {
+        if (strcmp(fails[i].key, key) == 0)
+            slot = &fails[i];
+        else if (fails[i].since_ms < oldest->since_ms)
+            oldest = &fails[i];
+    }
+    if (slot && now - slot->since_ms >= CH_CONNECT_WINDOW_MS) {
+        slot->n = 0;
+        slot->since_ms = now;
+    }
+    if (!slot && add) {
+        slot = oldest;
+        snprintf(slot->key, sizeof slot->key, "%s", key);
+        slot->since_ms = now;
+        slot->n = 0;
+    }
+    if (slot && add)
+        slot->n++;
+    bool ok = !slot || slot->n < CH_CONNECT_FAILS_MAX + (add ? 1 : 0);
+    pthread_mutex_unlock(&fails_mu);
+    return ok;
+}
+
 static void cmd_connect(ch_entry *e, const ch_inbound *m, const char *arg) {
     channels *c = e->c;
+    if (!connect_allowed(e->prov->name, m->sender_id, false)) {
+        ch_reply(e, m, "Too many connect attempts from this account; try again in a few minutes.");
+        return;
+    }
     char code[CH_CODE_LEN + 1], hash[65];
     int64_t user_id = 0;
     store_user user;
@@ -72,6 +123,8 @@ static void cmd_connect(ch_entry *e, const ch_inbound *m, const char *arg) {
         r = store_user_get(c->st, &user, user_id);
     if (r == 0)
         r = store_ch_binding_put(c->st, &b, e->prov->name, m->sender_id, user_id);
+    if (r == FAWN_ENOENT || r == FAWN_EINVAL)
+        (void)connect_allowed(e->prov->name, m->sender_id, true);
     if (r < 0) {
         ch_reply(e, m,
                  r == FAWN_ENOENT || r == FAWN_EINVAL

@@ -131,6 +131,16 @@ describe('DingTalk channel', { concurrency: 1 }, () => {
     await ding.waitText('u-bob', /not connected/);
     assert.equal(requestsFor(fake, m).length, 0);
     await bind('u-bob', bob);
+    // guessing codes: after a few failures even a valid code is refused for a while
+    for (let i = 0; i < 5; i++) {
+      const mid = ding.textsTo('u-eve').length;
+      await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-eve', text: '/connect AAAAAAAA' }));
+      await waitFor(() => ding.textsTo('u-eve').slice(mid).some((t) => /not valid/.test(t)), undefined, 'a refusal');
+    }
+    const good = await api('POST', '/api/channels/dingtalk/connect', undefined, bob);
+    await ding.deliver(robotMessage({ msgId: uniq('m'), sender: 'u-eve', text: `/connect ${good.json.code}` }));
+    await ding.waitText('u-eve', /Too many connect attempts/);
+    assert.ok(!(await api('GET', '/api/channels/connections', undefined, bob)).json.connections.some((c) => c.platform_user_id === 'u-eve'));
     // the other commands
     for (const [text, answer] of [['/models', /Models you may use:\n- fake \(default\)/], ['/help', /^Commands:/],
       ['/frobnicate', /Unknown command/], ['/status', /No conversation yet/]]) {
