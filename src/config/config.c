@@ -476,6 +476,7 @@ static const config_key root_keys[] = {
     KEY_LIST("models", models),
     KEY_TREE("mcp", mcp),
     KEY_TREE("broker", broker),
+    KEY_TREE("channels", channels),
     {0},
 };
 
@@ -1122,6 +1123,7 @@ void config_free(fawn_config *cfg) {
     json_decref(cfg->web.search);
     json_decref(cfg->mcp);
     json_decref(cfg->broker);
+    json_decref(cfg->channels);
     json_decref(cfg->server.trusted_proxies);
     json_decref(cfg->sandbox.remote);
     json_decref(cfg->sandbox.kubernetes);

@@ -243,22 +243,62 @@ const sq_migration sq_migrations[] = {
      * that a cache of verified credentials, in this process or another on
      * the same database, can tell that it must check again
      * (store_auth_generation). */
-    {"CREATE TABLE auth_generation ("
-     "  id INTEGER PRIMARY KEY CHECK (id = 1),"
-     "  value INTEGER NOT NULL);"
-     "INSERT INTO auth_generation (id, value) VALUES (1, 0);"
-     "CREATE TRIGGER auth_user_changed AFTER UPDATE OF username, password_hash, role, "
-     "  token_version ON users WHEN OLD.username IS NOT NEW.username "
-     "  OR OLD.password_hash IS NOT NEW.password_hash OR OLD.role IS NOT NEW.role "
-     "  OR OLD.token_version IS NOT NEW.token_version "
-     "BEGIN UPDATE auth_generation SET value = value + 1 WHERE id = 1; END;"
-     "CREATE TRIGGER auth_user_deleted AFTER DELETE ON users "
-     "BEGIN UPDATE auth_generation SET value = value + 1 WHERE id = 1; END;"
-     "CREATE TRIGGER auth_token_changed AFTER UPDATE OF user_id, token_hash ON api_tokens "
-     "BEGIN UPDATE auth_generation SET value = value + 1 WHERE id = 1; END;"
-     "CREATE TRIGGER auth_token_deleted AFTER DELETE ON api_tokens "
-     "BEGIN UPDATE auth_generation SET value = value + 1 WHERE id = 1; END;",
-     NULL},
-};
+    {
+        "CREATE TABLE auth_generation ("
+        "  id INTEGER PRIMARY KEY CHECK (id = 1),"
+        "  value INTEGER NOT NULL);"
+        "INSERT INTO auth_generation (id, value) VALUES (1, 0);"
+        "CREATE TRIGGER auth_user_changed AFTER UPDATE OF username, password_hash, role, "
+        "  token_version ON users WHEN OLD.username IS NOT NEW.username "
+        "  OR OLD.password_hash IS NOT NEW.password_hash OR OLD.role IS NOT NEW.role "
+        "  OR OLD.token_version IS NOT NEW.token_version "
+        "BEGIN UPDATE auth_generation SET value = value + 1 WHERE id = 1; END;"
+        "CREATE TRIGGER auth_user_deleted AFTER DELETE ON users "
+        "BEGIN UPDATE auth_generation SET value = value + 1 WHERE id = 1; END;"
+        "CREATE TRIGGER auth_token_changed AFTER UPDATE OF user_id, token_hash ON api_tokens "
+        "BEGIN UPDATE auth_generation SET value = value + 1 WHERE id = 1; END;"
+        "CREATE TRIGGER auth_token_deleted AFTER DELETE ON api_tokens "
+        "BEGIN UPDATE auth_generation SET value = value + 1 WHERE id = 1; END;",
+        /* 15: IM channels (sqlite_channels.c): bindings, connect codes (their
+         * hash), the thread of each conversation, the inbox (dedup record and
+         * restart-safe queue), runtime settings. */
+        {"CREATE TABLE channel_bindings ("
+         "  id TEXT PRIMARY KEY,"
+         "  provider TEXT NOT NULL,"
+         "  platform_user_id TEXT NOT NULL,"
+         "  user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
+         "  created_at_ms INTEGER NOT NULL,"
+         "  UNIQUE (provider, platform_user_id));"
+         "CREATE INDEX channel_bindings_by_user ON channel_bindings(user_id, created_at_ms);"
+         "CREATE TABLE channel_connect_codes ("
+         "  code_hash TEXT PRIMARY KEY,"
+         "  provider TEXT NOT NULL,"
+         "  user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
+         "  expires_at_ms INTEGER NOT NULL);"
+         "CREATE TABLE channel_threads ("
+         "  provider TEXT NOT NULL,"
+         "  chat_key TEXT NOT NULL,"
+         "  user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,"
+         "  thread_id TEXT NOT NULL,"
+         "  updated_at_ms INTEGER NOT NULL,"
+         "  PRIMARY KEY (provider, chat_key, user_id));"
+         "CREATE TABLE channel_inbox ("
+         "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+         "  provider TEXT NOT NULL,"
+         "  event_id TEXT NOT NULL,"
+         "  chat_key TEXT NOT NULL,"
+         "  message TEXT,"
+         "  status TEXT NOT NULL CHECK (status IN ('queued', 'claimed', 'done')),"
+         "  run_id TEXT,"
+         "  created_at_ms INTEGER NOT NULL,"
+         "  UNIQUE (provider, event_id));"
+         "CREATE INDEX channel_inbox_by_status ON channel_inbox(status, seq);"
+         "CREATE INDEX channel_inbox_by_chat ON channel_inbox(provider, chat_key, status);"
+         "CREATE TABLE channel_settings ("
+         "  provider TEXT PRIMARY KEY,"
+         "  settings TEXT NOT NULL CHECK (json_valid(settings)),"
+         "  updated_at_ms INTEGER NOT NULL);",
+         NULL},
+    };
 
 const size_t sq_migrations_count = ARRAY_LEN(sq_migrations);
