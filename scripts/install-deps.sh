@@ -6,14 +6,16 @@ set -euo pipefail
 PACKAGES=(
   build-essential meson ninja-build pkg-config clang libclang-rt-14-dev clang-format-14
   libjansson-dev libyaml-dev libseccomp-dev libsodium-dev libpcre2-dev
-  libcmocka-dev libsqlite3-dev libpq-dev postgresql libmicrohttpd-dev libcurl4-openssl-dev libarchive-dev libgumbo-dev
+  libcmocka-dev libsqlite3-dev libpq-dev postgresql libmicrohttpd-dev libcurl4-openssl-dev libarchive-dev libgumbo-dev libwebsockets-dev
   bubblewrap python3 curl openssl util-linux iproute2 procps strace
   btrfs-progs xfsprogs e2fsprogs
   libjs-marked node-dompurify chromium tzdata
+  libssl-dev
 )
 # strace: tests/e2e/read_path.test.mjs sees artifacts leave through sendfile.
 # libpq-dev: the store's PostgreSQL backend; postgresql: the server the
 # tests start in a temporary directory (scripts/pg-test-server.sh).
+# libssl-dev: libcrypto's AES for decrypting Feishu/Lark event callbacks.
 # tzdata: the time zones scheduled tasks run in (src/schedule reads its
 # TZif files).
 # btrfs-progs, xfsprogs and e2fsprogs make the filesystems the disk quota

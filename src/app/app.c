@@ -12,6 +12,7 @@
 #include "base/base.h"
 #include "paths/paths.h"
 #include "sandbox/quota.h"
+#include "broker/broker.h"
 
 /* Health checks and session requests the sandbox manager sends a box. */
 #define APP_SANDBOX_CALL_TIMEOUT_MS 5000
@@ -41,7 +42,9 @@ static int sandboxes_start(app *a) {
                              .replicas = sc->replicas,
                              .call_timeout_ms = APP_SANDBOX_CALL_TIMEOUT_MS};
     int r = sbx_provider_open(&a->provider, a->cfg, NULL);
-    return r < 0 ? r : sbx_manager_new(&a->sandboxes, &mc, a->provider, a->st, a->policy);
+    if (r == 0)
+        r = sbx_manager_new(&a->sandboxes, &mc, a->provider, a->st, a->policy);
+    return r < 0 ? r : broker_new(&a->broker, a->cfg, a->sandboxes);
 }
 
 /* The run executor, sized by the configuration's runs section. */
@@ -106,6 +109,7 @@ void app_close(app *a) {
         return;
     app_scheduler_free(a->scheduler);
     runs_free(a->runs);
+    broker_free(a->broker);
     sbx_manager_free(a->sandboxes);
     sbx_provider_close(a->provider);
     agent_subagents_free(a->subagents);

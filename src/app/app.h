@@ -106,4 +106,26 @@ void app_schedule_kick(app *a);
 FAWN_MUST_CHECK int app_thread_files_open(int *fd_out, const app *a, int64_t user_id,
                                           const char *thread_id, bool create);
 
+/* ---- uploads (app_uploads.c), for every front-end that stores files in a
+ * thread (the HTTP upload route, the IM channels) ---- */
+
+/* Opens (O_DIRECTORY, never through a symlink) the uploads directory of
+ * the user's thread into *out (caller closes), making the thread's files
+ * first with create; with room, tells how many bytes the thread's files
+ * may still grow by (sandbox.limits.disk_mb). FAWN_ENOENT without create
+ * when there is none; FAWN_EINVAL when it is not a directory. */
+FAWN_MUST_CHECK int app_uploads_dir_open(int *out, uint64_t *room, const app *a, int64_t user_id,
+                                         const char *thread_id, bool create);
+
+/* Copies the files an upload just committed (upload_batch_commit's
+ * "files" array; each file read from uploads_dirfd without following a
+ * symlink) into the user's thread's sandbox, under an upload lease, when
+ * the provider does not share the host's thread files. Nothing is copied
+ * (0, *copied false) when it does, when there are no files, or when the
+ * user's role does not hold sandbox:execute (no command of theirs runs in
+ * a sandbox to read them). *copied is true when they were copied. Errors:
+ * the acquisition's or the box's (FAWN_EIO). */
+FAWN_MUST_CHECK int app_uploads_sync(bool *copied, app *a, const store_user *user,
+                                     const char *thread_id, int uploads_dirfd, const json_t *files);
+
 #endif

@@ -19,6 +19,7 @@ struct app {
     mcp_service *mcp;           /* MCP tool servers and their pinned tools */
     sbx_provider *provider;     /* where sandboxes run */
     sbx_manager *sandboxes;     /* the one way to a sandbox */
+    struct broker *broker;      /* the credential broker (broker.clis), or NULL */
     run_manager *runs;          /* agent runs and their event logs */
     app_scheduler *scheduler;   /* scheduled tasks (NULL: schedules.enabled is false) */
 };

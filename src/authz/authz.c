@@ -29,10 +29,10 @@
 /* Route permission names; index i is the bit 1u << i. */
 static const char *const route_names[] = {
     "threads:read", "threads:write",  "threads:delete", "runs:create", "runs:read",
-    "runs:cancel",  "sandboxes:read", "skills:write",   "mcp:admin",
+    "runs:cancel",  "sandboxes:read", "skills:write",   "mcp:admin",   "channels:admin",
 };
-_Static_assert(ARRAY_LEN(route_names) == 9 && AUTHZ_ROUTES_ALL == (1u << 6) - 1 &&
-                   AUTHZ_ROUTES_ADMIN == ((1u << 6) | (1u << 7) | (1u << 8)),
+_Static_assert(ARRAY_LEN(route_names) == 10 && AUTHZ_ROUTES_ALL == (1u << 6) - 1 &&
+                   AUTHZ_ROUTES_ADMIN == ((1u << 6) | (1u << 7) | (1u << 8) | (1u << 9)),
                "one name per route permission bit");
 
 static const char *const sandbox_names[] = {AUTHZ_SANDBOX_EXECUTE};
@@ -55,7 +55,7 @@ static const resource_desc resources[AUTHZ_RESOURCE_COUNT] = {
     [AUTHZ_MCP_SERVERS] = {"mcp_servers", "MCP server", NULL, 0, NULL},
     [AUTHZ_ROUTES] = {"routes", "route permission", route_names, ARRAY_LEN(route_names),
                       "threads:read, threads:write, threads:delete, runs:create, runs:read, "
-                      "runs:cancel, sandboxes:read, skills:write, mcp:admin"},
+                      "runs:cancel, sandboxes:read, skills:write, mcp:admin, channels:admin"},
 };
 #define RESOURCE_KEY_LIST "tools, models, skills, sandbox, mcp_servers, routes"
 

@@ -57,7 +57,9 @@ enum {
     AUTHZ_SANDBOXES_READ = 1u << 6, /* every user's sandboxes, as the manager holds them */
     AUTHZ_SKILLS_WRITE = 1u << 7,   /* enable or disable a skill for everyone */
     AUTHZ_MCP_ADMIN = 1u << 8,      /* MCP servers' configuration and discovery */
-    AUTHZ_ROUTES_ADMIN = AUTHZ_SANDBOXES_READ | AUTHZ_SKILLS_WRITE | AUTHZ_MCP_ADMIN,
+    AUTHZ_CHANNELS_ADMIN = 1u << 9, /* IM channels' credentials and state */
+    AUTHZ_ROUTES_ADMIN = AUTHZ_SANDBOXES_READ | AUTHZ_SKILLS_WRITE | AUTHZ_MCP_ADMIN |
+                         AUTHZ_CHANNELS_ADMIN,
 };
 
 /* The role whose users administer fawn (the first user's). */

@@ -84,6 +84,10 @@ typedef struct box_mount_plan {
     const char *etc;    /* the prepared /etc (box_etc_prepare) */
     bool network_none;  /* bring up loopback in the new net namespace; keep host resolv.conf out */
     uint64_t tmp_size_mb;
+    const char *broker;      /* the credential broker's host directory, bound read-only at
+                                /mnt/broker (it holds an empty file "fawn"), or NULL */
+    const char *broker_shim; /* the fawn binary, bound read-only over /mnt/broker/fawn (the
+                                shims run it as `fawn broker-call`); with broker only */
 } box_mount_plan;
 
 /* The plan's directories, opened by the child while it still has the
@@ -92,6 +96,7 @@ typedef struct box_mount_plan {
 typedef struct box_host_dirs {
     int workspace, uploads, outputs, skills; /* skills may be -1 */
     int etc;
+    int broker, broker_shim; /* -1 without a broker */
 } box_host_dirs;
 
 /* Opens the plan's directories (no symlink as last component). Returns 0, or
@@ -102,7 +107,8 @@ FAWN_MUST_CHECK int box_isolate_open_dirs(box_host_dirs *out, const box_mount_pl
 /* Turns the calling process (PID 1 of new namespaces, with its uid/gid maps
  * already written) into the sandbox: private mounts, a read-only tmpfs root
  * with read-only system directories, the prepared /etc, the thread's
- * user-data read-write (nosuid, nodev), skills read-only, private /tmp and
+ * user-data read-write (nosuid, nodev), skills read-only, the credential
+ * broker's directory read-only (when planned), private /tmp and
  * /dev/shm, a fresh /proc, a minimal /dev, pivot_root, hostname "sandbox",
  * loopback up. On failure writes a message to err (size errsz) and returns
  * -1; the caller must then exit. */

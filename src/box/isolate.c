@@ -207,11 +207,26 @@ int box_isolate_open_dirs(box_host_dirs *d, const box_mount_plan *p, char *err, 
     d->outputs = open(p->outputs, flags);
     d->skills = p->skills ? open(p->skills, flags) : -1;
     d->etc = open(p->etc, flags);
+    d->broker = p->broker ? open(p->broker, flags) : -1;
+    d->broker_shim = p->broker ? open(p->broker_shim, O_PATH | O_CLOEXEC) : -1;
+    if (p->broker && (d->broker < 0 || d->broker_shim < 0))
+        return fail(&s, "open", "the credential broker's directory or shim");
     if (d->etc < 0)
         return fail(&s, "open", p->etc);
     if (d->workspace < 0 || d->uploads < 0 || d->outputs < 0)
         return fail(&s, "open", "user-data directories");
     return 0;
+}
+
+/* The broker's directory read-only at /mnt/broker, and the fawn binary over
+ * its (empty) /mnt/broker/fawn: what its shims run. */
+static int make_broker(iso *s, const box_host_dirs *d) {
+    const uint64_t ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    if (mkdir(NEWROOT "/mnt/broker", 0755) < 0)
+        return fail(s, "mkdir", "/mnt/broker");
+    if (bind_fd(s, d->broker, NEWROOT "/mnt/broker", ro) < 0)
+        return -1;
+    return bind_fd(s, d->broker_shim, NEWROOT "/mnt/broker/fawn", ro);
 }
 
 static int make_user_data(iso *s, const box_host_dirs *d, uint64_t tmp_size_mb) {
@@ -221,6 +236,8 @@ static int make_user_data(iso *s, const box_host_dirs *d, uint64_t tmp_size_mb) 
         bind_fd(s, d->outputs, NEWROOT "/mnt/user-data/outputs", rw) < 0)
         return -1;
     if (d->skills >= 0 && bind_fd(s, d->skills, NEWROOT "/mnt/skills", rw | MOUNT_ATTR_RDONLY) < 0)
+        return -1;
+    if (d->broker >= 0 && make_broker(s, d) < 0)
         return -1;
     char opts[64];
     snprintf(opts, sizeof opts, "mode=1777,size=%llum", (unsigned long long)tmp_size_mb);

@@ -9,6 +9,8 @@
 
 FAWN_MUST_CHECK int cli_sandbox(int argc, char **argv);
 FAWN_MUST_CHECK int cli_box(int argc, char **argv);
+/* The credential broker's shim inside a sandbox (broker/broker.h). */
+FAWN_MUST_CHECK int cli_broker_call(int argc, char **argv);
 FAWN_MUST_CHECK int cli_chat(int argc, char **argv);
 FAWN_MUST_CHECK int cli_doctor(int argc, char **argv);
 FAWN_MUST_CHECK int cli_serve(int argc, char **argv);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "app/app.h"
+#include "channels/channels.h"
 #include "base/base.h"
 #include "cli/cli.h"
 #include "config/config.h"
@@ -45,11 +46,18 @@ static int serve(const fawn_config *cfg) {
     store *st = NULL;
     app *a = NULL;
     gateway *g = NULL;
+    channels *ch = NULL;
     int r = cli_store_open(&st, cfg);
     if (r == 0)
         r = app_open(&a, cfg, st);
     if (r == 0)
+        r = channels_open(&ch, a);
+    if (r == 0)
         r = gateway_start(&g, a);
+    if (r == 0) {
+        gateway_set_channels(g, ch);
+        r = channels_start(ch);
+    }
     if (r == 0) {
         log_info("serve", "listening on http://%s:%u", cfg->server.host, cfg->server.port);
         int sig;
@@ -57,8 +65,10 @@ static int serve(const fawn_config *cfg) {
         log_info("serve", "stopping (%s)", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     }
     gateway_quiesce(g); /* no new requests */
+    channels_stop(ch);  /* no new chat message */
     app_stop(a);        /* runs end as interrupted; their followers get their last events */
     gateway_stop(g);    /* the requests in progress finish */
+    channels_free(ch);  /* its workers have followed their runs to the end */
     app_close(a);
     store_close(st);
     return r;

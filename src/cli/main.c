@@ -17,6 +17,7 @@ static const struct {
     {"mcp", cli_mcp, "pin an MCP server's tools (discover) or show their drift"},
     {"sandbox", cli_sandbox, "run commands in a thread's sandbox (exec, stop)"},
     {"box", cli_box, "serve the box API over TCP, in its own sandbox (remote placement)"},
+    {"broker-call", cli_broker_call, "inside a sandbox: run a brokered CLI (broker.clis)"},
     {"doctor", cli_doctor, "report which isolation features this host supports"},
 };
 

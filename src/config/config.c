@@ -519,6 +519,8 @@ static const config_key root_keys[] = {
     KEY_TREE("authorization", authorization),
     KEY_LIST("models", models),
     KEY_TREE("mcp", mcp),
+    KEY_TREE("broker", broker),
+    KEY_TREE("channels", channels),
     {0},
 };
 
@@ -1172,6 +1174,8 @@ void config_free(fawn_config *cfg) {
     json_decref(cfg->web.allow);
     json_decref(cfg->web.search);
     json_decref(cfg->mcp);
+    json_decref(cfg->broker);
+    json_decref(cfg->channels);
     json_decref(cfg->server.trusted_proxies);
     json_decref(cfg->sandbox.remote);
     json_decref(cfg->sandbox.kubernetes);

@@ -196,6 +196,14 @@ typedef struct fawn_config {
     /* mcp: the MCP section as JSON ({servers?, config_file?}), or NULL
      * when absent; src/mcp validates it. */
     json_t *mcp;
+    /* broker: the credential broker section as JSON ({clis, max_concurrent,
+     * max_concurrent_per_sandbox}), or NULL when absent; src/broker
+     * validates it. */
+    json_t *broker;
+    /* channels: the IM channels section as JSON (an object), or NULL when
+     * absent; src/channels validates the shared keys and each adapter its
+     * own channels.<platform> object (`$VAR` values already resolved). */
+    json_t *channels;
 } fawn_config;
 
 /* Fills *cfg with every default (home from $FAWN_HOME or "./.fawn").

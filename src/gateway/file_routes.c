@@ -15,7 +15,6 @@
 #include "gateway/multipart.h"
 #include "gateway/uploads.h"
 #include "paths/paths.h"
-#include "sandbox/quota.h"
 
 /* Multipart framing allowed beyond the files' own bytes: part headers and
  * boundaries of at most max_files files, and small text fields. */
@@ -23,8 +22,6 @@
 /* A PUT body holds the content JSON-escaped: at worst six bytes per byte
  * (\u001f), plus the hash and the field names. */
 #define ARTIFACT_PUT_BODY_MAX (6 * ARTIFACT_EDIT_MAX_BYTES + 4096)
-/* How long copying one uploaded file into a remote box may take. */
-#define UPLOAD_SYNC_TIMEOUT_MS (10 * 60 * 1000)
 /* The multipart field that carries files. */
 #define UPLOAD_FIELD "files"
 
@@ -35,22 +32,10 @@ static upload_limits limits_from_config(const fawn_config *cfg) {
 }
 
 /* Opens the thread's uploads directory without following a symlink the
- * sandbox may have put in its place. With room, also tells how much the
- * thread's files may still grow (sandbox.limits.disk_mb; sandbox/quota.h). */
+ * sandbox may have put in its place (app_uploads_dir_open). */
 static int uploads_dir_open(int *out, uint64_t *room, gw_request *rq, const store_thread *t,
                             bool create) {
-    *out = -1;
-    _cleanup_close_ int user_data = -1;
-    int r = gw_thread_files_open(&user_data, rq, t, create);
-    if (r == 0 && room)
-        r = quota_room(room, user_data, rq->g->cfg->sandbox.limits.disk_mb << 20);
-    if (r < 0)
-        return r;
-    *out = openat(user_data, "uploads", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (*out >= 0)
-        return 0;
-    return errno == ENOENT ? fawn_err(FAWN_ENOENT, "the thread has no uploads directory")
-                           : fawn_err(FAWN_EINVAL, "the thread's uploads directory is not usable");
+    return app_uploads_dir_open(out, room, rq->g->app, rq->who.user.id, t->id, create);
 }
 
 /* ---- POST uploads: a streamed multipart body ---- */
@@ -133,52 +118,13 @@ static void upload_close(gw_request *rq) {
     rq->stream_ctx = NULL;
 }
 
-/* Copies one uploaded file into the box, at the virtual path its
- * artifact_url names (already percent-encoded). */
-static int upload_copy(sbx_lease *l, const upload_request *u, const json_t *file) {
-    const char *name = json_string_value(json_object_get(file, "filename"));
-    const char *url = json_string_value(json_object_get(file, "artifact_url"));
-    const char *tail = url ? strstr(url, "/artifacts/") : NULL;
-    if (!name || !tail)
-        return fawn_err(FAWN_EIO, "an upload result without its names");
-    _cleanup_close_ int fd = openat(u->dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-        return fawn_err(FAWN_EIO, "%s changed before it was copied into the sandbox", name);
-    _cleanup_free_ char *path = NULL;
-    if (asprintf(&path, "/v1/file/upload?path=%s&overwrite=true", tail + strlen("/artifacts")) < 0)
-        return fawn_err(FAWN_ENOMEM, "out of memory");
-    json_t *reply = NULL;
-    int status = 0;
-    int r = sbx_call_file(&reply, &status, l, "POST", path, fd, (uint64_t)st.st_size,
-                          UPLOAD_SYNC_TIMEOUT_MS);
-    if (r == 0 && status != 200 && status != 201)
-        r = fawn_err(FAWN_EIO, "the sandbox refused %s: %s", name,
-                     json_string_value(json_object_get(reply, "detail")) ?: "no reason given");
-    json_decref(reply);
-    return r;
-}
-
 /* Where boxes do not see this host's thread directories (remote
- * placement), the uploaded files are copied into the thread's box under an
- * upload lease, so a destroy of the sandbox waits for the copy. */
+ * placement), the uploaded files are copied into the thread's box
+ * (app_uploads_sync). */
 static int uploads_sync(gw_request *rq, const upload_request *u, const json_t *result) {
-    const json_t *files = json_object_get(result, "files");
-    if (app_provider(rq->g->app)->shares_host_files || json_array_size(files) == 0)
-        return 0;
-    char owner[24];
-    paths_user_dir_name(owner, rq->who.user.id);
-    sbx_request req = {.who = {.user = owner, .role = rq->who.user.role},
-                       .thread = u->thread.id,
-                       .kind = SBX_HOLD_UPLOAD};
-    sbx_lease *l = NULL;
-    int r = sbx_acquire(&l, app_sandboxes(rq->g->app), &req);
-    if (r == FAWN_EPERM) /* no command of this user runs in a sandbox to read them */
-        return 0;
-    for (size_t i = 0; r == 0 && i < json_array_size(files); i++)
-        r = upload_copy(l, u, json_array_get(files, i));
-    sbx_release(l);
-    return r;
+    bool copied;
+    return app_uploads_sync(&copied, rq->g->app, &rq->who.user, u->thread.id, u->dirfd,
+                            json_object_get(result, "files"));
 }
 
 static int route_upload(gw_request *rq) {

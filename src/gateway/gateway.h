@@ -16,6 +16,11 @@ typedef struct gateway gateway;
  * Stop with gateway_quiesce, then gateway_stop. */
 FAWN_MUST_CHECK int gateway_start(gateway **out, app *a);
 
+/* Serves /api/channels from ch (borrowed; NULL: those routes answer 404).
+ * Call it before requests can reach them, or with no request in flight. */
+struct channels;
+void gateway_set_channels(gateway *g, struct channels *ch);
+
 /* Stops accepting connections; requests in progress go on. Stopping the
  * app's runs next (app_stop) ends the streams that follow them. NULL is
  * fine. */

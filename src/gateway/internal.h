@@ -52,6 +52,7 @@ typedef struct gw_conns gw_conns;
 struct gateway {
     struct MHD_Daemon *daemon;
     app *app;                                /* the services the routes serve */
+    struct channels *channels;               /* the IM channels, or NULL (gateway_set_channels) */
     const fawn_config *cfg;                  /* app_config(app) */
     store *st;                               /* app_store(app) */
     unsigned char secret[AUTH_SECRET_BYTES]; /* signs session tokens */
@@ -129,6 +130,8 @@ struct gw_request {
 
 /* ---- routes (one file per family) ---- */
 
+extern const gw_route gw_channel_routes[];
+extern const size_t gw_channel_routes_count;
 extern const gw_route gw_auth_routes[];
 extern const size_t gw_auth_routes_count;
 extern const gw_route gw_thread_routes[];

@@ -71,6 +71,7 @@ static const struct {
     {gw_replay_routes, &gw_replay_routes_count},
     {gw_memory_routes, &gw_memory_routes_count},
     {gw_schedule_routes, &gw_schedule_routes_count},
+    {gw_channel_routes, &gw_channel_routes_count},
 };
 
 /* ---- routing ---- */
@@ -509,6 +510,10 @@ int gateway_start(gateway **out, app *a) {
     }
     *out = g;
     return 0;
+}
+
+void gateway_set_channels(gateway *g, struct channels *ch) {
+    __atomic_store_n(&g->channels, ch, __ATOMIC_RELEASE);
 }
 
 void gateway_quiesce(gateway *g) {

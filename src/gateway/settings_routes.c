@@ -457,16 +457,6 @@ static int route_skills_reload(gw_request *rq) {
                                              "subsequent runs see the latest skills."));
 }
 
-/* IM channels a user can bind: fawn has none, so there are no providers
- * and no connections. */
-static int route_channel_providers(gw_request *rq) {
-    return gw_respond_json(rq, MHD_HTTP_OK, json_pack("{s:b, s:[]}", "enabled", 0, "providers"));
-}
-
-static int route_channel_connections(gw_request *rq) {
-    return gw_respond_json(rq, MHD_HTTP_OK, json_pack("{s:[]}", "connections"));
-}
-
 /* The Lark/Feishu CLI integration: not installed, not configured. */
 static int route_lark_status(gw_request *rq) {
     return gw_respond_json(
@@ -503,8 +493,6 @@ const gw_route gw_settings_routes[] = {
     READ_ROUTE("/api/skills/{}", route_skill_get),
     {"PUT", "/api/skills/{}", route_skill_put, AUTHZ_SKILLS_WRITE, GW_BODY_BUFFER,
      SKILL_PUT_BODY_MAX, NULL},
-    READ_ROUTE("/api/channels/providers", route_channel_providers),
-    READ_ROUTE("/api/channels/connections", route_channel_connections),
     READ_ROUTE("/api/integrations/lark/status", route_lark_status),
 };
 const size_t gw_settings_routes_count = ARRAY_LEN(gw_settings_routes);

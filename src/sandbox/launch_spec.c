@@ -29,7 +29,7 @@ json_t *launch_spec_to_json(const local_launch_spec *s) {
         json_array_append_new(env, json_pack("[ss]", sc->env[i].name, sc->env[i].value));
     json_t *j = json_pack(
         "{s:s, s:s, s:s, s:s*, s:I, s:s, s:s*, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, "
-        "s:I, s:I, s:I, s:I, s:b}",
+        "s:I, s:I, s:I, s:I, s:b, s:s*}",
         "home", s->cfg->home, "sandbox_id", s->sandbox_id, "user_data", s->user_data, "token",
         s->token, "idle_exit_s", (json_int_t)s->idle_exit_s, "network",
         box_network_name(sc->network), "skills_dir", s->skills, "env", env, "limits", "memory_mb",
@@ -39,7 +39,8 @@ json_t *launch_spec_to_json(const local_launch_spec *s) {
         (json_int_t)lim->tmp_size_mb, "disk_mb", (json_int_t)lim->disk_mb, "exec_timeout_s",
         (json_int_t)sc->exec_timeout_s, "exec_max_timeout_s", (json_int_t)sc->exec_max_timeout_s,
         "exec_max_output_bytes", (json_int_t)sc->exec_max_output_bytes, "max_sessions",
-        (json_int_t)sc->max_sessions, "die_with_launcher", s->die_with_launcher);
+        (json_int_t)sc->max_sessions, "die_with_launcher", s->die_with_launcher, "broker_dir",
+        s->broker_dir);
     if (j && (json_object_set_new(j, "attest", attest_to_json(s->attest)) < 0 ||
               json_object_set_new(j, "generation",
                                   s->generation ? json_string(s->generation) : json_null()) < 0)) {
@@ -167,6 +168,8 @@ int launch_spec_from_json(launch_spec_copy *out, const char *json, size_t len) {
         r = take_string(&out->user_data, o, "user_data");
     if (r == 0 && json_is_string(json_object_get(o, "token")))
         r = take_string(&out->token, o, "token");
+    if (r == 0 && json_is_string(json_object_get(o, "broker_dir")))
+        r = take_string(&out->broker_dir, o, "broker_dir");
     if (r == 0)
         r = fjson_get_string(&network, o, "network", true);
     if (r == 0)
@@ -188,6 +191,7 @@ int launch_spec_from_json(launch_spec_copy *out, const char *json, size_t len) {
     out->spec.skills = cfg->sandbox.skills_dir;
     out->spec.token = out->token;
     out->spec.generation = out->generation[0] ? out->generation : NULL;
+    out->spec.broker_dir = out->broker_dir;
     if (r < 0)
         launch_spec_free(out);
     return r;
@@ -198,5 +202,6 @@ void launch_spec_free(launch_spec_copy *s) {
     free(s->sandbox_id);
     free(s->user_data);
     free(s->token);
+    free(s->broker_dir);
     sodium_memzero(s, sizeof *s);
 }

@@ -13,7 +13,7 @@
 typedef struct launch_spec_copy {
     local_launch_spec spec;
     fawn_config cfg;
-    char *sandbox_id, *user_data, *token;
+    char *sandbox_id, *user_data, *token, *broker_dir;
     box_attest attest; /* spec.attest points here when the spec had one */
     char generation[33];
 } launch_spec_copy;

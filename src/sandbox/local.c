@@ -64,6 +64,8 @@ typedef struct launch {
     const local_launch_spec *p;
     char dirs[SBX_USER_DATA_PARTS][PATH_MAX]; /* workspace, uploads, outputs */
     char etc[PATH_MAX];                       /* the prepared /etc */
+    char broker[PATH_MAX];                    /* the broker's directory, or "" */
+    char broker_shim[PATH_MAX];               /* the fawn binary its shims run */
     int pooled_netns;                         /* a ready network namespace, or -1 */
     bool via_helper; /* spawned by a helper process (see spawn_via_helper) */
     uid_t uid;
@@ -79,6 +81,33 @@ static void launch_close(launch *l) {
     for (size_t i = 0; i < ARRAY_LEN(fds); i++)
         if (*fds[i] >= 0)
             close(steal_fd(*fds[i]));
+}
+
+/* With a broker directory in the spec: its bin/ for the shims and the empty
+ * mount point "fawn" (made when missing) go into the plan, with the fawn
+ * binary the shims run. */
+static int plan_broker(launch *l) {
+    if (!l->p->broker_dir)
+        return 0;
+    char bin[PATH_MAX], mount_point[PATH_MAX];
+    snprintf(l->broker, sizeof l->broker, "%s", l->p->broker_dir);
+    int r = join_path(bin, l->broker, "bin");
+    if (r == 0)
+        r = sbx_dir_ensure(bin, 0755);
+    if (r == 0)
+        r = join_path(mount_point, l->broker, "fawn");
+    if (r < 0)
+        return r;
+    int fd = open(mount_point, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return fawn_err_sys(FAWN_EIO, errno, "create %s", mount_point);
+    close(fd);
+    const char *self = l->p->fawn_bin ? l->p->fawn_bin : "/proc/self/exe";
+    if (!realpath(self, l->broker_shim))
+        return fawn_err_sys(FAWN_EIO, errno, "resolve %s", self);
+    l->plan.broker = l->broker;
+    l->plan.broker_shim = l->broker_shim;
+    return 0;
 }
 
 static int open_plan(launch *l) {
@@ -109,7 +138,7 @@ static int open_plan(launch *l) {
         .network_none = cfg->sandbox.network != FAWN_NET_HOST,
         .tmp_size_mb = cfg->sandbox.limits.tmp_size_mb,
     };
-    return 0;
+    return plan_broker(l);
 }
 
 /* Binds a listening socket at path (any length) atomically: bind a temporary
@@ -521,8 +550,10 @@ static int open_log(int *out, const fawn_config *cfg, const char *sandbox_id) {
 
 static int start_box(local_box *out, const local_spec *spec, const char *user_data) {
     _cleanup_close_ int log_fd = -1, listen_fd = -1, netns = -1, egress_fd = -1;
-    char skills[PATH_MAX];
+    char skills[PATH_MAX], broker[PATH_MAX] = "";
     int r = skills_view_ensure(skills, spec->cfg->home, spec->user);
+    if (r == 0 && local_broker_configured(spec->cfg))
+        r = local_broker_dir(broker, spec->cfg, out->sandbox_id);
     if (r == 0 && spec->cfg->sandbox.network == FAWN_NET_ALLOWLIST)
         r = egress_netns_new(&netns, &egress_fd);
     if (r == 0)
@@ -540,7 +571,8 @@ static int start_box(local_box *out, const local_spec *spec, const char *user_da
                             .idle_exit_s = spec->idle_exit_s,
                             .netns = spec->netns,
                             .egress_netns = netns,
-                            .fawn_bin = spec->fawn_bin};
+                            .fawn_bin = spec->fawn_bin,
+                            .broker_dir = broker[0] ? broker : NULL};
     if (r == 0)
         r = local_launch(&out->pid, out->generation, &ls);
     if (r < 0)
@@ -625,6 +657,24 @@ int local_box_stop(const fawn_config *cfg, const char *user, const char *thread)
     return r < 0 ? r : local_box_stop_id(cfg, sandbox_id);
 }
 
+bool local_broker_configured(const fawn_config *cfg) {
+    return json_array_size(json_object_get(cfg->broker, "clis")) > 0;
+}
+
+int local_broker_dir(char out[PATH_MAX], const fawn_config *cfg, const char *sandbox_id) {
+    out[0] = '\0';
+    if (strlen(sandbox_id) != 16 || strspn(sandbox_id, "0123456789abcdef") != 16)
+        return fawn_err(FAWN_EINVAL, "a sandbox id is 16 hex digits");
+    char dir[PATH_MAX];
+    int n = snprintf(dir, sizeof dir, "%s/run/broker", cfg->home);
+    int r = n < PATH_MAX ? sbx_dir_ensure(dir, 0755) : fawn_err(FAWN_EINVAL, "home path too long");
+    if (r == 0)
+        r = join_path(out, dir, sandbox_id);
+    if (r == 0)
+        r = sbx_dir_ensure(out, 0755);
+    return r;
+}
+
 int local_socket_path(char out[PATH_MAX], const fawn_config *cfg, const char *sandbox_id) {
     out[0] = '\0';
     return run_path(out, cfg, sandbox_id, ".sock");
@@ -643,4 +693,109 @@ int local_box_stop_id(const fawn_config *cfg, const char *sandbox_id) {
     unlink(b.socket_path);
     local_launch_cleanup(cfg, b.sandbox_id);
     return 0;
+}
+
+/* ---- attesting a broker caller ---- */
+
+/* The inode of /proc/<pid>/ns/pid ("self" when pid is 0), or 0. */
+static ino_t pidns_of(pid_t pid) {
+    char path[64];
+    if (pid > 0)
+        snprintf(path, sizeof path, "/proc/%d/ns/pid", (int)pid);
+    else
+        snprintf(path, sizeof path, "/proc/self/ns/pid");
+    struct stat st;
+    return stat(path, &st) == 0 ? st.st_ino : 0;
+}
+
+/* How many pid namespaces /proc/<pid>/status's NSpid line names, or 0. */
+static size_t pidns_depth(pid_t pid) {
+    char path[64];
+    if (pid > 0)
+        snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    else
+        snprintf(path, sizeof path, "/proc/self/status");
+    _cleanup_free_ char *text = NULL;
+    size_t len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int r = fd >= 0 ? fawn_read_all(&text, &len, fd, 1 << 16) : -1;
+    if (fd >= 0)
+        close(fd);
+    const char *line = r == 0 ? strstr(text, "\nNSpid:") : NULL;
+    if (!line)
+        return 0;
+    size_t n = 0;
+    for (const char *p = line + 7; *p && *p != '\n'; p++)
+        if ((*p == ' ' || *p == '\t') && p[1] >= '0' && p[1] <= '9')
+            n++;
+    return n;
+}
+
+/* Where the peer's /proc/<pid>/cgroup puts it: 1 in the group named group
+ * (a line whose path has ".../fawn/<group>" as its last or a middle
+ * component), -1 in another fawn sandbox's group or in none of fawn's
+ * while `some` of fawn's exists, 0 when it cannot tell. */
+static int cgroup_member(pid_t pid, const char *group) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
+    _cleanup_free_ char *text = NULL;
+    size_t len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int r = fd >= 0 ? fawn_read_all(&text, &len, fd, 1 << 16) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (r < 0)
+        return 0;
+    char needle[64];
+    snprintf(needle, sizeof needle, "/fawn/%s", group);
+    size_t nlen = strlen(needle);
+    bool any_fawn = false;
+    for (char *line = text; line && *line;) {
+        char *end = strchr(line, '\n');
+        if (end)
+            *end = '\0';
+        for (const char *at = strstr(line, needle); at; at = strstr(at + 1, needle))
+            if (at[nlen] == '\0' || at[nlen] == '/')
+                return 1;
+        any_fawn |= strstr(line, "/fawn/") != NULL;
+        line = end ? end + 1 : NULL;
+    }
+    return any_fawn ? -1 : 0;
+}
+
+void local_attest_peer(enum sbx_attestation *out, const fawn_config *cfg, const char *sandbox_id,
+                       const sbx_peer *peer) {
+    *out = SBX_ATTEST_UNKNOWN;
+    char group[40];
+    if (peer->pid <= 0 || cgroup_name(group, cfg, sandbox_id) < 0)
+        return;
+    ino_t ns = pidns_of(peer->pid), own = pidns_of(0);
+    size_t depth = pidns_depth(peer->pid), own_depth = pidns_depth(0);
+    if (!ns || !own || !depth || !own_depth)
+        return;
+    /* A process of this host's pid namespace (or of an outer one) is no
+     * sandbox's: a box is PID 1 of a namespace below it (its commands may be
+     * deeper still). */
+    if (ns == own || depth <= own_depth || peer->uid != sbx_host_uid(sandbox_id)) {
+        log_warn("sandbox",
+                 "sandbox %s: broker peer pid %d uid %u is not its process (pid namespace %s, "
+                 "depth %zu, more than %zu expected; uid %u expected)",
+                 sandbox_id, (int)peer->pid, (unsigned)peer->uid,
+                 ns == own ? "the host's" : "a child", depth, own_depth,
+                 (unsigned)sbx_host_uid(sandbox_id));
+        *out = SBX_REFUSED;
+        return;
+    }
+    int member = cgroup_member(peer->pid, group);
+    if (member <= 0) {
+        log_warn("sandbox", "sandbox %s: broker peer pid %d is %s", sandbox_id, (int)peer->pid,
+                 member < 0 ? "in another cgroup" : "in no cgroup of fawn's (cannot tell)");
+        *out = member < 0 ? SBX_REFUSED : SBX_ATTEST_UNKNOWN;
+        return;
+    }
+    /* Everything read belonged to the peer only if it still runs (a pid is
+     * not reused while its process lives). */
+    if (peer->pidfd < 0 || syscall(SYS_pidfd_send_signal, peer->pidfd, 0, NULL, 0) < 0)
+        return;
+    *out = SBX_ATTESTED;
 }

@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include "config/config.h"
+#include "sandbox/manager.h"
 #include "base/base.h"
 
 /* Longest wait for a new box to report ready. */
@@ -87,6 +88,8 @@ typedef struct local_launch_spec {
     bool die_with_launcher; /* the box is killed when its launcher dies (fawn box --listen) */
     const struct box_attest *attest; /* a pod's attestation (box/attest.h), or NULL */
     const char *generation;          /* the box's generation (32 lowercase hex), or NULL: random */
+    const char *broker_dir; /* the sandbox's credential broker directory (local_broker_dir),
+                               bound read-only at /mnt/broker; NULL: none */
 } local_launch_spec;
 
 /* Starts a box as PID 1 of fresh user, mount, pid, ipc, uts (and, for
@@ -118,6 +121,28 @@ FAWN_MUST_CHECK int local_box_stop_id(const fawn_config *cfg, const char *sandbo
 /* The host path of sandbox_id's box API socket into out. */
 FAWN_MUST_CHECK int local_socket_path(char out[PATH_MAX], const fawn_config *cfg,
                                       const char *sandbox_id);
+
+/* ---- the credential broker (src/broker) ----
+ * With broker.clis configured, every box gets its sandbox's broker
+ * directory, $FAWN_HOME/run/broker/<sandbox id>/ (never another sandbox's),
+ * bound read-only at SBX_BROKER_MOUNT, and the fawn binary over its "fawn". */
+
+/* Whether config.yaml lists credential broker CLIs (broker.clis). */
+bool local_broker_configured(const fawn_config *cfg);
+
+/* The host path of sandbox_id's broker directory into out, created (0755)
+ * with its parent when missing. FAWN_EINVAL for a bad id. */
+FAWN_MUST_CHECK int local_broker_dir(char out[PATH_MAX], const fawn_config *cfg,
+                                     const char *sandbox_id);
+
+/* Whether the kernel's word on a peer (manager.h's sbx_peer) makes it a
+ * process of sandbox_id's box: in a pid namespace below this process's,
+ * with the sandbox's host uid, in the sandbox's cgroup, and (with a pidfd)
+ * still alive after all was read, so its pid was not reused meanwhile.
+ * REFUSED when a fact contradicts it; UNKNOWN when one cannot be read
+ * (no cgroup for the sandbox on this host included). */
+void local_attest_peer(enum sbx_attestation *out, const fawn_config *cfg, const char *sandbox_id,
+                       const sbx_peer *peer);
 
 /* ---- resource limits: cgroups (v2, else v1 memory + pids) ----
  * When neither can be used, callers fall back to rlimits and cgroup_setup

@@ -367,6 +367,18 @@ static int egress_start(egress_proxy **out, const fawn_config *cfg) {
     return r < 0 ? r : egress_proxy_new(out, &policy);
 }
 
+static int local_broker_dir_op(void *ctx, char out[PATH_MAX], const char *sandbox_id) {
+    local_provider *lp = ctx;
+    return local_broker_dir(out, lp->cfg, sandbox_id);
+}
+
+static int local_attest(void *ctx, enum sbx_attestation *out, const char *sandbox_id,
+                        const sbx_peer *peer) {
+    local_provider *lp = ctx;
+    local_attest_peer(out, lp->cfg, sandbox_id, peer);
+    return 0;
+}
+
 int local_provider_new(sbx_provider **out, const fawn_config *cfg, const char *fawn_bin) {
     *out = NULL;
     local_provider *lp = calloc(1, sizeof *lp);
@@ -391,7 +403,9 @@ int local_provider_new(sbx_provider **out, const fawn_config *cfg, const char *f
                               .list = local_list,
                               .call = local_call,
                               .call_file = local_call_file,
-                              .shares_host_files = true};
+                              .shares_host_files = true,
+                              .broker_dir = local_broker_dir_op,
+                              .attest_peer = local_attest};
     *out = &lp->base;
     return 0;
 }

@@ -83,6 +83,8 @@ struct sbx_manager {
     pthread_t keepalive;
     bool keepalive_started;
     bool stopping;
+    sbx_bound_fn bound_fn; /* set once before the first acquisition (sbx_manager_on_bound) */
+    void *bound_ctx;
 };
 
 /* ---- helpers ---- */
@@ -745,6 +747,8 @@ int sbx_acquire(sbx_lease **out, sbx_manager *m, const sbx_request *req) {
     e->refs--;
     entry_drop_if_unused(m, e);
     pthread_mutex_unlock(&m->mu);
+    if (r == 0 && req->kind == SBX_HOLD_EXECUTION && m->bound_fn)
+        m->bound_fn(m->bound_ctx, req->who.user, req->thread, &(*out)->box);
     return r;
 }
 
@@ -1159,4 +1163,72 @@ void sbx_manager_free(sbx_manager *m) {
     if (m->keepalive_started)
         pthread_join(m->keepalive, NULL);
     manager_destroy(m);
+}
+
+/* ---- what the credential broker needs ---- */
+
+void sbx_manager_on_bound(sbx_manager *m, sbx_bound_fn fn, void *ctx) {
+    m->bound_fn = fn;
+    m->bound_ctx = ctx;
+}
+
+/* The scope of one execution lease of e's, "" when none has one. Called with m->mu held. */
+static void holding_scope(char out[SBX_SCOPE_MAX + 1], const sbx_entry *e) {
+    out[0] = '\0';
+    for (size_t i = 0; i < e->n_scopes && !out[0]; i++)
+        if (e->scopes[i].holders > 0 && !e->scopes[i].fenced)
+            snprintf(out, SBX_SCOPE_MAX + 1, "%s", e->scopes[i].scope);
+}
+
+int sbx_holding_find(sbx_holding *out, sbx_manager *m, const char *sandbox_id,
+                     const char *generation) {
+    memset(out, 0, sizeof *out);
+    int r = FAWN_ENOENT;
+    pthread_mutex_lock(&m->mu);
+    sbx_entry *e = entry_find(m, sandbox_id);
+    if (e && e->holders[SBX_HOLD_EXECUTION] > 0 && !e->fenced && !e->destroy_deferred &&
+        strcmp(e->box.generation, generation) == 0) {
+        snprintf(out->user, sizeof out->user, "%s", e->user);
+        snprintf(out->thread, sizeof out->thread, "%s", e->thread);
+        holding_scope(out->scope, e);
+        r = 0;
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (r == 0 && !sbx_reusable(m, sandbox_id, generation)) {
+        memset(out, 0, sizeof *out);
+        r = FAWN_ENOENT;
+    }
+    return r == 0 ? 0 : fawn_err(r, "no run holds sandbox %s now", sandbox_id);
+}
+
+int sbx_fence_generation(sbx_manager *m, const char *sandbox_id, const char *generation,
+                         const char *reason) {
+    int r = fence_add(m, SBX_WHOLE, sandbox_id, generation, reason);
+    pthread_mutex_lock(&m->mu);
+    sbx_entry *e = entry_find(m, sandbox_id);
+    if (e && strcmp(e->box.generation, generation) == 0)
+        e->fenced = true;
+    pthread_mutex_unlock(&m->mu);
+    log_warn("sandbox", "sandbox %s generation %.8s fenced: %s", sandbox_id, generation, reason);
+    return r;
+}
+
+bool sbx_broker_supported(const sbx_manager *m) { return m->p->broker_dir && m->p->attest_peer; }
+
+int sbx_broker_dir(char out[PATH_MAX], sbx_manager *m, const char *sandbox_id) {
+    out[0] = '\0';
+    if (!m->p->broker_dir)
+        return fawn_err(FAWN_EUNSUP, "the %s provider has no credential broker", m->p->name);
+    return m->p->broker_dir(m->p->ctx, out, sandbox_id);
+}
+
+int sbx_attest_peer(enum sbx_attestation *out, sbx_manager *m, const char *sandbox_id,
+                    const sbx_peer *peer) {
+    *out = SBX_ATTEST_UNKNOWN;
+    if (!m->p->attest_peer)
+        return fawn_err(FAWN_EUNSUP, "the %s provider cannot attest a caller", m->p->name);
+    int r = m->p->attest_peer(m->p->ctx, out, sandbox_id, peer);
+    if (r < 0)
+        *out = SBX_ATTEST_UNKNOWN;
+    return r;
 }

@@ -37,7 +37,13 @@
  *   provider create responses, orphan reconciliation. A fenced sandbox is
  *   never handed out: the next acquisition destroys it and starts a fresh
  *   generation. A fence retires only when the provider confirms the fenced
- *   generation is absent; a failed destroy is the caller's error.
+ *   generation is absent; a failed destroy is the caller's error. A caller
+ *   of the credential broker that fails attestation fences its sandbox's
+ *   generation the same way (sbx_fence_generation).
+ * - Broker: credentials are usable only while an execution lease holds the
+ *   sandbox at the generation the broker serves (sbx_holding_find); the
+ *   provider names the directory mounted for it and attests callers by the
+ *   kernel's word (sbx_broker_dir, sbx_attest_peer; src/broker/broker.h).
  * - Scopes: an acquisition with a scope ("run:agent") gets that scope's own
  *   persistent shell session in the sandbox; acquiring a scope again is
  *   idempotent; when its last lease is released its session ends, and only
@@ -55,6 +61,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "authz/authz.h"
 #include "config/config.h"
@@ -92,9 +99,25 @@ enum sbx_presence {
     SBX_UNKNOWN,
 };
 
+/* Where a sandbox sees the credential broker's directory (read-only): its
+ * socket (SBX_BROKER_MOUNT "/broker.sock") and its shims (SBX_BROKER_MOUNT
+ * "/bin", on every command's PATH). */
+#define SBX_BROKER_MOUNT "/mnt/broker"
+
+/* What the kernel reports of the process at the other end of a unix socket
+ * (SO_PEERCRED, and SO_PEERPIDFD when the kernel has it: -1 otherwise). */
+typedef struct sbx_peer {
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    int pidfd;
+} sbx_peer;
+
 /* Whether a box proved it is the one its provider started for the sandbox
- * (a Kubernetes pod's attestation, box/attest.h). UNKNOWN is never
- * ATTESTED: the box is not used. */
+ * (a Kubernetes pod's attestation, box/attest.h), or whether a broker peer
+ * is a process of a given sandbox. UNKNOWN (no usable answer: a peer's /proc
+ * could not be read, it exited, the host cannot tell) is never ATTESTED:
+ * the box is not used, the peer is refused. */
 enum sbx_attestation { SBX_ATTESTED, SBX_REFUSED, SBX_ATTEST_UNKNOWN };
 
 /* Set by whoever gave up on an acquisition (client gone, run cancelled). */
@@ -147,6 +170,14 @@ typedef struct sbx_provider {
     /* True when boxes see the host's thread directories (local namespaces):
      * files written there need no copy into the box. */
     bool shares_host_files;
+    /* Credential broker support (src/broker), NULL when the provider has
+     * none. broker_dir: the host directory the provider mounts read-only at
+     * SBX_BROKER_MOUNT in sandbox_id's boxes (where the broker puts its
+     * socket and shims). attest_peer: what the kernel says of a peer connected
+     * to sandbox_id's broker socket (see sbx_attest_peer). */
+    int (*broker_dir)(void *ctx, char out[PATH_MAX], const char *sandbox_id);
+    int (*attest_peer)(void *ctx, enum sbx_attestation *out, const char *sandbox_id,
+                       const struct sbx_peer *peer);
 } sbx_provider;
 
 /* The local provider: boxes in fresh namespaces on this host (local.c),
@@ -288,6 +319,46 @@ enum sbx_destroy_outcome { SBX_DESTROYED, SBX_DESTROY_DEFERRED };
  * are returned (and a later call retries). */
 FAWN_MUST_CHECK int sbx_destroy(enum sbx_destroy_outcome *outcome, sbx_manager *m, const char *user,
                                 const char *thread);
+
+/* ---- what the credential broker needs (src/broker) ---- */
+
+/* Tells fn (with ctx) every time an execution lease on a box is handed out,
+ * before sbx_acquire returns it (so what fn prepares for the box is there
+ * before its first command). fn must not call back into the manager's
+ * acquisition or release. Set once, before the first acquisition. */
+typedef void (*sbx_bound_fn)(void *ctx, const char *user, const char *thread, const sbx_box *box);
+void sbx_manager_on_bound(sbx_manager *m, sbx_bound_fn fn, void *ctx);
+
+/* Who holds sandbox_id's box at generation with an execution lease now. */
+typedef struct sbx_holding {
+    char user[65], thread[65];
+    char scope[SBX_SCOPE_MAX + 1]; /* one holding lease's scope ("<run>:<agent>"), or "" */
+} sbx_holding;
+
+/* 0 with *out filled when an execution lease holds sandbox_id running
+ * generation and the generation is not fenced; FAWN_ENOENT otherwise (no
+ * lease, released, another generation, fenced). */
+FAWN_MUST_CHECK int sbx_holding_find(sbx_holding *out, sbx_manager *m, const char *sandbox_id,
+                                     const char *generation);
+
+/* Fences (sandbox_id, generation) persistently, as sbx_fence does, without
+ * a lease (a sandbox whose broker caller failed attestation). Returns the
+ * store's answer; the fence holds in this process in any case. */
+FAWN_MUST_CHECK int sbx_fence_generation(sbx_manager *m, const char *sandbox_id,
+                                         const char *generation, const char *reason);
+
+/* Whether the provider can host the broker (broker_dir and attest). */
+bool sbx_broker_supported(const sbx_manager *m);
+
+/* The provider's broker directory for sandbox_id (see sbx_provider);
+ * FAWN_EUNSUP when the provider has no broker support. */
+FAWN_MUST_CHECK int sbx_broker_dir(char out[PATH_MAX], sbx_manager *m, const char *sandbox_id);
+
+/* Whether peer is a process of sandbox_id, by the kernel's word only (the
+ * provider's attest): *out is SBX_ATTEST_UNKNOWN on every failure, and
+ * FAWN_EUNSUP when the provider cannot attest. */
+FAWN_MUST_CHECK int sbx_attest_peer(enum sbx_attestation *out, sbx_manager *m,
+                                    const char *sandbox_id, const sbx_peer *peer);
 
 /* The one reuse predicate: false when (sandbox_id, generation) is fenced
  * (or cannot be checked). */

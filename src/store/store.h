@@ -736,4 +736,104 @@ FAWN_MUST_CHECK int store_mcp_refresh_get(store *s, char **out, const char *serv
 FAWN_MUST_CHECK int store_mcp_refresh_set(store *s, const char *server,
                                           const char *configured_sha256, const char *token);
 
+/* ---- IM channels (sqlite_channels.c) ----
+ * Bindings of platform users to fawn users, one-time connect codes (kept
+ * only as their hash), the thread of each conversation, the inbox (every
+ * inbound event once: the persistent dedup record and the queue of
+ * messages waiting to run, which survives a restart) and the runtime
+ * settings saved through the API. Providers are [a-z]{1,32}; ids and keys
+ * at most STORE_CH_KEY_MAX bytes. */
+#define STORE_CH_PROVIDER_MAX 32
+#define STORE_CH_KEY_MAX 600
+
+typedef struct store_ch_binding {
+    char id[37];
+    char provider[STORE_CH_PROVIDER_MAX + 1];
+    char platform_user_id[STORE_CH_KEY_MAX + 1];
+    int64_t user_id;
+    int64_t created_at_ms;
+} store_ch_binding;
+
+/* Records a connect code's hash for user on provider, valid until
+ * expires_at_ms; removes every expired code first. FAWN_E2BIG when the
+ * user already holds max_live unexpired codes; FAWN_EEXIST for a hash in use. */
+FAWN_MUST_CHECK int store_ch_code_add(store *s, const char *code_hash, const char *provider,
+                                      int64_t user_id, int64_t expires_at_ms, uint32_t max_live,
+                                      int64_t now_ms);
+/* Consumes a code: *user_id gets its user and the code is deleted (single
+ * use). FAWN_ENOENT when no such unexpired code of that provider. */
+FAWN_MUST_CHECK int store_ch_code_redeem(store *s, int64_t *user_id, const char *code_hash,
+                                         const char *provider, int64_t now_ms);
+/* Binds the platform user to user_id (replacing the platform user's
+ * binding, if any) and fills *out. */
+FAWN_MUST_CHECK int store_ch_binding_put(store *s, store_ch_binding *out, const char *provider,
+                                         const char *platform_user_id, int64_t user_id);
+/* The platform user's binding. FAWN_ENOENT when unbound. */
+FAWN_MUST_CHECK int store_ch_binding_find(store *s, store_ch_binding *out, const char *provider,
+                                          const char *platform_user_id);
+/* The user's bindings, oldest first; *out malloc'd array of *n. */
+FAWN_MUST_CHECK int store_ch_binding_list(store *s, store_ch_binding **out, size_t *n,
+                                          int64_t user_id);
+/* Deletes the user's binding id. FAWN_ENOENT when the user has none of that id. */
+FAWN_MUST_CHECK int store_ch_binding_delete(store *s, int64_t user_id, const char *id);
+
+/* The thread of a conversation (chat_key) for user. FAWN_ENOENT when none. */
+FAWN_MUST_CHECK int store_ch_thread_get(store *s, char thread_id[65], const char *provider,
+                                        const char *chat_key, int64_t user_id);
+/* Sets (or replaces: /new) the conversation's thread. */
+FAWN_MUST_CHECK int store_ch_thread_set(store *s, const char *provider, const char *chat_key,
+                                        int64_t user_id, const char *thread_id);
+
+/* What store_ch_inbox_add did with an event. */
+enum store_ch_inbox_add {
+    STORE_CH_ADDED,     /* recorded (queued, or done when not queued) */
+    STORE_CH_DUPLICATE, /* the event was seen before: nothing changed */
+    STORE_CH_FULL,      /* recorded done, not queued: the conversation's queue is full */
+};
+
+typedef struct store_ch_inbox_req {
+    const char *provider, *event_id;
+    const char *chat_key; /* the queue: one conversation's messages run in order */
+    const char *message;  /* JSON text of the message (kept while queued) */
+    bool queue;           /* false: only record it (a command, a refusal) */
+    uint32_t max_queued;  /* queued or running items of chat_key at most */
+    int64_t now_ms;
+} store_ch_inbox_req;
+
+/* Records an inbound event once (provider, event_id unique), in one
+ * transaction: STORE_CH_DUPLICATE when already recorded. */
+FAWN_MUST_CHECK int store_ch_inbox_add(store *s, enum store_ch_inbox_add *out,
+                                       const store_ch_inbox_req *q);
+
+typedef struct store_ch_item {
+    int64_t seq;
+    char provider[STORE_CH_PROVIDER_MAX + 1];
+    char event_id[STORE_CH_KEY_MAX + 1];
+    char chat_key[STORE_CH_KEY_MAX + 1];
+    char status[8]; /* queued | claimed | done */
+    char run_id[37];
+    char *message; /* malloc'd */
+} store_ch_item;
+void store_ch_item_clear(store_ch_item *it);
+
+/* Up to limit items of status ("queued" or "claimed"), oldest first. */
+FAWN_MUST_CHECK int store_ch_inbox_list(store *s, store_ch_item **out, size_t *n,
+                                        const char *status, size_t limit);
+/* queued -> claimed; *claimed false when it was not queued any more. */
+FAWN_MUST_CHECK int store_ch_inbox_claim(store *s, bool *claimed, int64_t seq);
+/* Records the run a claimed item started. */
+FAWN_MUST_CHECK int store_ch_inbox_set_run(store *s, int64_t seq, const char *run_id);
+/* claimed -> done, or claimed -> queued with requeue. */
+FAWN_MUST_CHECK int store_ch_inbox_finish(store *s, int64_t seq, bool requeue);
+/* The run whose metadata names inbox item seq (channel_inbox_seq), if any
+ * (run_id "" when none). */
+FAWN_MUST_CHECK int store_ch_inbox_find_run(store *s, char run_id[37], int64_t seq);
+/* Deletes done items recorded before before_ms (the dedup window). */
+FAWN_MUST_CHECK int store_ch_inbox_prune(store *s, int64_t before_ms);
+
+/* A provider's runtime settings (JSON object text, malloc'd). FAWN_ENOENT when none. */
+FAWN_MUST_CHECK int store_ch_settings_get(store *s, char **out, const char *provider);
+/* Saves them (settings NULL: deletes; FAWN_ENOENT when there were none). */
+FAWN_MUST_CHECK int store_ch_settings_set(store *s, const char *provider, const char *settings);
+
 #endif

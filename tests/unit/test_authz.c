@@ -649,7 +649,8 @@ static void test_permission_name(void **state) {
     assert_string_equal(authz_permission_name(AUTHZ_SANDBOXES_READ), "sandboxes:read");
     assert_string_equal(authz_permission_name(AUTHZ_SKILLS_WRITE), "skills:write");
     assert_string_equal(authz_permission_name(AUTHZ_MCP_ADMIN), "mcp:admin");
-    assert_null(authz_permission_name(1u << 9));
+    assert_string_equal(authz_permission_name(AUTHZ_CHANNELS_ADMIN), "channels:admin");
+    assert_null(authz_permission_name(1u << 10));
     assert_null(authz_permission_name(1u << 31));
     assert_null(authz_permission_name(UINT_MAX));
     /* Every name a route permission bit has is accepted in config. */

@@ -111,12 +111,12 @@ static void migrations_bring_schema_current(void **state) {
     fx *x = *state;
     int v = 0;
     assert_int_equal(store_schema_version(x->s, &v), 0);
-    assert_int_equal(v, 14); /* 12: MCP tools; 13: scheduled tasks; 14: auth generation */
+    assert_int_equal(v, 15); /* 13: scheduled tasks; 14: auth generation; 15: IM channels */
     /* Reopening applies nothing twice. */
     store *again;
     assert_int_equal(fx_open(x, &again), 0);
     assert_int_equal(store_schema_version(again, &v), 0);
-    assert_int_equal(v, 14);
+    assert_int_equal(v, 15);
     store_close(again);
 }
 
@@ -1366,6 +1366,8 @@ static int64_t make_v5_database(const char *path) {
              "DROP TRIGGER auth_user_changed; DROP TRIGGER auth_user_deleted;"
              "DROP TRIGGER auth_token_changed; DROP TRIGGER auth_token_deleted;"
              "DROP TABLE auth_generation;"
+             "DROP TABLE channel_bindings; DROP TABLE channel_connect_codes;"
+             "DROP TABLE channel_threads; DROP TABLE channel_inbox; DROP TABLE channel_settings;"
              "PRAGMA user_version = 5;"
              "INSERT INTO checkpoints VALUES (%" PRId64 ", 't5', 'c1', '', 'r5', 1, '%s', '{}', 1);"
              "INSERT INTO checkpoints VALUES (%" PRId64
@@ -1393,7 +1395,7 @@ static void migration_moves_whole_states_into_message_rows(void **state) {
     assert_int_equal(store_open(&s, path), 0);
     int v;
     assert_int_equal(store_schema_version(s, &v), 0);
-    assert_int_equal(v, 14);
+    assert_int_equal(v, 15);
     store_checkpoint *list;
     size_t n, omitted;
     assert_int_equal(store_checkpoint_list(s, &list, &n, owner, "t5", NULL, 10), 0);
