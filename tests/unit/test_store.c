@@ -1963,6 +1963,74 @@ static void token_cap_holds_across_gateways(void **state) {
     store_close(other);
 }
 
+/* A gateway receiving (or claiming) one IM event. */
+typedef struct inbox_racer {
+    store *s;
+    int64_t seq; /* 0: deliver the event; else claim this item */
+    int result;
+    bool won;
+} inbox_racer;
+
+static void *inbox_race_main(void *arg) {
+    inbox_racer *c = arg;
+    if (c->seq == 0) {
+        store_ch_inbox_req q = {.provider = "feishu",
+                                .event_id = "ev-race",
+                                .chat_key = "chat-race",
+                                .message = "{\"text\":\"hi\"}",
+                                .queue = true,
+                                .max_queued = 8,
+                                .now_ms = 1000};
+        enum store_ch_inbox_add how;
+        c->result = store_ch_inbox_add(c->s, &how, &q);
+        c->won = c->result == 0 && how == STORE_CH_ADDED;
+    } else {
+        c->result = store_ch_inbox_claim(c->s, &c->won, c->seq);
+    }
+    return NULL;
+}
+
+/* Runs eight racers on two handles; answers how many won. */
+static int inbox_race(fx *x, store *other, int64_t seq) {
+    inbox_racer c[8];
+    pthread_t th[8];
+    for (int i = 0; i < 8; i++) {
+        c[i] = (inbox_racer){.s = i % 2 ? other : x->s, .seq = seq};
+        assert_int_equal(pthread_create(&th[i], NULL, inbox_race_main, &c[i]), 0);
+    }
+    int won = 0;
+    for (int i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(c[i].result, 0);
+        won += c[i].won;
+    }
+    return won;
+}
+
+/* One IM event delivered to eight gateways at once is queued once, and
+ * the queued item is claimed by one of eight claimers. */
+static void inbox_events_are_queued_and_claimed_once(void **state) {
+    fx *x = *state;
+    store *other;
+    assert_int_equal(fx_open(x, &other), 0);
+    assert_int_equal(inbox_race(x, other, 0), 1);
+    store_ch_item *items;
+    size_t n;
+    assert_int_equal(store_ch_inbox_list(x->s, &items, &n, "queued", 10), 0);
+    assert_int_equal(n, 1);
+    int64_t seq = items[0].seq;
+    store_ch_item_clear(&items[0]);
+    free(items);
+    assert_int_equal(inbox_race(x, other, seq), 1);
+    assert_int_equal(store_ch_inbox_list(x->s, &items, &n, "claimed", 10), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(items[0].seq, seq);
+    store_ch_item_clear(&items[0]);
+    free(items);
+    assert_int_equal(store_ch_inbox_finish(x->s, seq, false), 0);
+    store_close(other);
+}
+
 /* The cases on both backends. */
 #define COMMON_TESTS                                                                               \
     cmocka_unit_test(migrations_bring_schema_current), cmocka_unit_test(users),                    \
@@ -1994,7 +2062,8 @@ static void token_cap_holds_across_gateways(void **state) {
         cmocka_unit_test(claims_run_each_occurrence_once),                                         \
         cmocka_unit_test(concurrent_claimers_take_one),                                            \
         cmocka_unit_test(concurrent_reclaimers_take_one),                                          \
-        cmocka_unit_test(token_cap_holds_across_gateways),
+        cmocka_unit_test(token_cap_holds_across_gateways),                                         \
+        cmocka_unit_test(inbox_events_are_queued_and_claimed_once),
 /* About SQLite's file and connections. */
 #define SQLITE_TESTS                                                                               \
     cmocka_unit_test(a_held_read_stalls_no_other_caller),                                          \
