@@ -2031,6 +2031,47 @@ static void inbox_events_are_queued_and_claimed_once(void **state) {
     store_close(other);
 }
 
+typedef struct opener {
+    const char *conninfo;
+    store *s;
+    int result;
+} opener;
+
+static void *open_main(void *arg) {
+    opener *o = arg;
+    o->result = store_open_postgres(&o->s, o->conninfo);
+    return NULL;
+}
+
+/* Four gateways start together on a new PostgreSQL database: each opens
+ * it, and every migration was applied once (a second run of one would
+ * fail on its CREATE TABLE). */
+static void gateways_starting_together_migrate_once(void **state) {
+    fx *x = *state;
+    char name[80], sql[128], conninfo[600];
+    snprintf(name, sizeof name, "%s_fresh", x->pg_name);
+    snprintf(sql, sizeof sql, "CREATE DATABASE %s", name);
+    assert_int_equal(pg_admin(sql), 0);
+    snprintf(conninfo, sizeof conninfo, "%s dbname=%s", pg_server, name);
+    opener o[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        o[i] = (opener){.conninfo = conninfo};
+        assert_int_equal(pthread_create(&th[i], NULL, open_main, &o[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(o[i].result, 0);
+        int v = 0;
+        assert_int_equal(store_schema_version(o[i].s, &v), 0);
+        assert_int_equal(v, (int)sq_migrations_count);
+        store_close(o[i].s);
+    }
+    snprintf(sql, sizeof sql, "DROP DATABASE %s WITH (FORCE)", name);
+    assert_int_equal(pg_admin(sql), 0);
+}
+
 /* The cases on both backends. */
 #define COMMON_TESTS                                                                               \
     cmocka_unit_test(migrations_bring_schema_current), cmocka_unit_test(users),                    \
@@ -2070,12 +2111,15 @@ static void inbox_events_are_queued_and_claimed_once(void **state) {
         cmocka_unit_test(migration_moves_whole_states_into_message_rows),                          \
         cmocka_unit_test(database_is_private),
 
+/* About several gateways on one PostgreSQL database. */
+#define POSTGRES_TESTS cmocka_unit_test(gateways_starting_together_migrate_once),
+
 int main(void) {
     pg_server = getenv("FAWN_TEST_PG");
     if (pg_server && !pg_server[0])
         pg_server = NULL;
     const struct CMUnitTest on_sqlite[] = {COMMON_TESTS SQLITE_TESTS};
-    const struct CMUnitTest on_postgres[] = {COMMON_TESTS};
+    const struct CMUnitTest on_postgres[] = {COMMON_TESTS POSTGRES_TESTS};
     if (pg_server)
         return cmocka_run_group_tests_name("store on PostgreSQL", on_postgres, setup, teardown);
     return cmocka_run_group_tests_name("store", on_sqlite, setup, teardown);
