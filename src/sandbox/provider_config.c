@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sandbox/container.h"
 #include "sandbox/remote.h"
 
 #define REMOTE_SECTION "sandbox.remote"
@@ -153,6 +154,11 @@ int sbx_provider_open(sbx_provider **out, const fawn_config *cfg, const char *fa
     *out = NULL;
     if (cfg->sandbox.provider == FAWN_PROVIDER_LOCAL)
         return local_provider_new(out, cfg, fawn_bin);
+    if (cfg->sandbox.provider == FAWN_PROVIDER_CONTAINER) {
+        container_provider_config cc;
+        int r = container_config_parse(&cc, cfg->sandbox.container, cfg);
+        return r < 0 ? r : container_provider_new(out, &cc);
+    }
     remote_provider_config rc;
     int r = remote_config_from_json(&rc, cfg->sandbox.remote);
     rc.home = cfg->home;
@@ -165,6 +171,8 @@ int sbx_provider_open(sbx_provider **out, const fawn_config *cfg, const char *fa
 void sbx_provider_close(sbx_provider *p) {
     if (p && strcmp(p->name, "remote") == 0)
         remote_provider_free(p);
+    else if (p && strcmp(p->name, "container") == 0)
+        container_provider_free(p);
     else
         local_provider_free(p);
 }
