@@ -195,8 +195,7 @@ static int inspect(enum sbx_presence *state, char generation[SBX_GENERATION_LEN 
     fbuf body;
     int r = engine_request(&status, &body, cp, "GET", path, NULL);
     if (r == 0)
-        r = container_inspect_classify(state, generation, status, body.data, body.len,
-                                       sandbox_id);
+        r = container_inspect_classify(state, generation, status, body.data, body.len, sandbox_id);
     fbuf_free(&body);
     if (r < 0) {
         *state = SBX_UNKNOWN;
@@ -287,7 +286,8 @@ static int box_await(const container_provider *cp, const sbx_box *box, const sbx
             return 0;
         if (r != FAWN_EIO && r != FAWN_ETIMEDOUT)
             return r;
-        if ((r = still_starting(cp, box)) < 0 || (r = pause_cancellable(delay, deadline, cancel)) < 0)
+        if ((r = still_starting(cp, box)) < 0 ||
+            (r = pause_cancellable(delay, deadline, cancel)) < 0)
             return r;
         delay = delay * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : delay * 2;
     }
@@ -308,8 +308,8 @@ static int container_health(void *ctx, const sbx_box *box) {
 
 /* Whether generation (any when "") is gone, given what inspect said. */
 static bool gone(enum sbx_presence state, const char *seen, const char *generation) {
-    return state == SBX_ABSENT || (state != SBX_UNKNOWN && generation[0] && seen[0] &&
-                                   strcmp(seen, generation) != 0);
+    return state == SBX_ABSENT ||
+           (state != SBX_UNKNOWN && generation[0] && seen[0] && strcmp(seen, generation) != 0);
 }
 
 /* Asks the engine to remove the container under sandbox_id's name, with
@@ -341,8 +341,9 @@ static int absent_await(const container_provider *cp, const char *sandbox_id,
             return 0;
         if (fawn_now_ms() >= deadline)
             return r < 0 ? err_wrap(FAWN_ETIMEDOUT, "the container was not confirmed gone")
-                         : fawn_err(FAWN_ETIMEDOUT, "the container was not confirmed gone "
-                                                    "within %u ms",
+                         : fawn_err(FAWN_ETIMEDOUT,
+                                    "the container was not confirmed gone "
+                                    "within %u ms",
                                     cp->c.start_timeout_ms);
         (void)pause_cancellable(delay, deadline, NULL);
         delay = delay * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : delay * 2;
@@ -356,9 +357,10 @@ static int container_destroy(void *ctx, const char *sandbox_id, const char *gene
     enum sbx_presence state;
     char seen[SBX_GENERATION_LEN + 1];
     int r = inspect(&state, seen, cp, sandbox_id);
-    if (r == 0 && !gone(state, seen, generation))
+    bool already = r == 0 && gone(state, seen, generation);
+    if (r == 0 && !already)
         r = remove_request(cp, sandbox_id);
-    if (r == 0)
+    if (r == 0 && !already)
         r = absent_await(cp, sandbox_id, generation);
     if (r == 0)
         run_dirs_remove(cp, sandbox_id, generation);
@@ -405,8 +407,8 @@ static int box_config_write(int fd, const fawn_config *cfg) {
 /* A file of the run directory, mode 0400, owned by uid (when root). */
 static int run_file_write(int dirfd, const char *name, uid_t uid, const char *text,
                           const fawn_config *cfg) {
-    _cleanup_close_ int fd =
-        openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400);
+    _cleanup_close_ int fd = openat(dirfd, name,
+                                    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400);
     if (fd < 0)
         return fawn_err_sys(FAWN_EIO, errno, "create %s", name);
     int r = text ? fawn_write_all(fd, text, strlen(text)) : box_config_write(fd, cfg);
@@ -452,8 +454,8 @@ static json_t *ulimit(const char *name, uint64_t value) {
 }
 
 /* What the engine is asked to run: the hardening of container.h. */
-static json_t *host_config(const container_provider *cp, const char *user_data,
-                           const char *skills, const char *run_dir) {
+static json_t *host_config(const container_provider *cp, const char *user_data, const char *skills,
+                           const char *run_dir) {
     const fawn_sandbox_config *s = &cp->c.cfg->sandbox;
     json_int_t memory = (json_int_t)(s->limits.memory_mb << 20);
     return json_pack(
@@ -463,11 +465,10 @@ static json_t *host_config(const container_provider *cp, const char *user_data,
         "SecurityOpt", "no-new-privileges", "seccomp=unconfined", "unmask=ALL", "MaskedPaths",
         "ReadonlyPaths", "ReadonlyRootfs", 1, "Privileged", 0, "Mounts",
         bind_mount(user_data, "/mnt/user-data", false), bind_mount(skills, "/mnt/skills", true),
-        bind_mount(run_dir, CONTAINER_RUN_DIR, false), "Tmpfs", "/tmp", BOX_TMPFS_OPTIONS,
-        "Memory", memory, "MemorySwap", memory, "PidsLimit", (json_int_t)s->limits.pids,
-        "NanoCpus", (json_int_t)cp->c.nano_cpus, "Ulimits",
-        ulimit("nofile", s->limits.open_files), ulimit("nproc", s->limits.nproc),
-        "RestartPolicy", "Name", "no", "AutoRemove", 0);
+        bind_mount(run_dir, CONTAINER_RUN_DIR, false), "Tmpfs", "/tmp", BOX_TMPFS_OPTIONS, "Memory",
+        memory, "MemorySwap", memory, "PidsLimit", (json_int_t)s->limits.pids, "NanoCpus",
+        (json_int_t)cp->c.nano_cpus, "Ulimits", ulimit("nofile", s->limits.open_files),
+        ulimit("nproc", s->limits.nproc), "RestartPolicy", "Name", "no", "AutoRemove", 0);
 }
 
 static json_t *create_body(const container_provider *cp, const sbx_box *box, uid_t uid,
@@ -481,12 +482,11 @@ static json_t *create_body(const container_provider *cp, const sbx_box *box, uid
     return json_pack(
         "{s:s, s:[s], s:[s,s,s,s,s,s,s,s,s,s,s,s,s], s:[s], s:s, s:s, s:{s:s,s:s,s:s}, s:o}",
         "Image", cp->c.image, "Entrypoint", "/usr/bin/fawn", "Cmd", "box", "--listen",
-        "unix:" CONTAINER_RUN_DIR "/" BOX_SOCKET, "--token-file",
-        CONTAINER_RUN_DIR "/" BOX_TOKEN, "--config", CONTAINER_RUN_DIR "/" BOX_CONFIG,
-        "--user-data", "/mnt/user-data", "--skills-dir", "/mnt/skills", "--idle-exit", idle,
-        "Env", "FAWN_HOME=" BOX_HOME, "User", user, "WorkingDir", "/", "Labels", LABEL_INSTANCE,
-        cp->instance, "fawn.sandbox", box->sandbox_id, "fawn.generation", box->generation,
-        "HostConfig", hc);
+        "unix:" CONTAINER_RUN_DIR "/" BOX_SOCKET, "--token-file", CONTAINER_RUN_DIR "/" BOX_TOKEN,
+        "--config", CONTAINER_RUN_DIR "/" BOX_CONFIG, "--user-data", "/mnt/user-data",
+        "--skills-dir", "/mnt/skills", "--idle-exit", idle, "Env", "FAWN_HOME=" BOX_HOME, "User",
+        user, "WorkingDir", "/", "Labels", LABEL_INSTANCE, cp->instance, "fawn.sandbox",
+        box->sandbox_id, "fawn.generation", box->generation, "HostConfig", hc);
 }
 
 /* Creates and starts the container from body (consumed). */
@@ -502,8 +502,7 @@ static int container_run(const container_provider *cp, const sbx_box *box, json_
     fbuf reply;
     int r = engine_request(&status, &reply, cp, "POST", path, text);
     free(text);
-    if (r == 0 && (r = container_create_parse(id, status, reply.data, reply.len)) < 0 &&
-        reply.len)
+    if (r == 0 && (r = container_create_parse(id, status, reply.data, reply.len)) < 0 && reply.len)
         log_warn("sandbox", "sandbox %s: the engine said: %.*s", box->sandbox_id,
                  (int)(reply.len < 300 ? reply.len : 300), reply.data);
     fbuf_free(&reply);
@@ -521,8 +520,8 @@ static int container_run(const container_provider *cp, const sbx_box *box, json_
 
 /* The host directories the container binds: the thread's user-data (made
  * as a sandbox start makes it) and the user's skills view. */
-static int host_dirs(char user_data[PATH_MAX], char skills[PATH_MAX],
-                     const container_provider *cp, const char *user, const char *thread) {
+static int host_dirs(char user_data[PATH_MAX], char skills[PATH_MAX], const container_provider *cp,
+                     const char *user, const char *thread) {
     int fd = -1;
     int r = sbx_user_data_open(&fd, cp->c.cfg, user, thread, true);
     if (fd >= 0)
@@ -590,8 +589,8 @@ static int container_create(void *ctx, sbx_box *out, const char *user, const cha
     fawn_random_hex(box.generation, SBX_GENERATION_LEN / 2);
     fawn_random_hex(box.token, TOKEN_BYTES);
     if ((r = endpoint_make(&box, cp)) == 0)
-    if (r == 0)
-        r = start(&box, cp, user, thread, cancel);
+        if (r == 0)
+            r = start(&box, cp, user, thread, cancel);
     if (r < 0) {
         char why[512];
         snprintf(why, sizeof why, "%s", fawn_errmsg());
@@ -648,8 +647,8 @@ static int container_call_file(void *ctx, json_t **reply, int *status, const sbx
     const char *socket_path = endpoint_path(box);
     if (!socket_path)
         return fawn_err(FAWN_EINVAL, "not a container sandbox endpoint");
-    return box_call_file_unix(reply, status, socket_path, box->token, method, path, file_fd,
-                              size, timeout_ms);
+    return box_call_file_unix(reply, status, socket_path, box->token, method, path, file_fd, size,
+                              timeout_ms);
 }
 
 /* ---- the provider ---- */

@@ -55,10 +55,10 @@
 #define CONTAINER_RUN_DIR "/run/fawn"
 
 typedef struct container_provider_config {
-    char socket[108];     /* the engine's unix socket (sun_path's size) */
-    char image[256];      /* the image (name:tag or id) */
-    char api_version[16]; /* "1.41": requests go to /v<api_version>/... */
-    char network[65];     /* the engine network boxes join with sandbox.network host */
+    char socket[108];            /* the engine's unix socket (sun_path's size) */
+    char image[256];             /* the image (name:tag or id) */
+    char api_version[16];        /* "1.41": requests go to /v<api_version>/... */
+    char network[65];            /* the engine network boxes join with sandbox.network host */
     uint32_t request_timeout_ms; /* one engine request */
     uint32_t start_timeout_ms;   /* a new box answering; a removed one confirmed gone */
     uint64_t nano_cpus;          /* CPU limit in 1e-9 CPUs (0 = none) */
@@ -68,9 +68,8 @@ typedef struct container_provider_config {
 /* Reads sandbox.container (tree: the section as config.h keeps it) into
  * out, cfg being the whole configuration (out->cfg). Keys: socket
  * (default /var/run/docker.sock), image (required), api_version (1.41),
- * network (bridge: used only with sandbox.network host), cpus (1; a decimal, 0 = no limit), request_timeout_s
- * (30), start_timeout_s (120). FAWN_ECONFIG naming the key for anything
- * else. */
+ * network (bridge: used only with sandbox.network host), cpus (1; a decimal, 0 = no limit),
+ * request_timeout_s (30), start_timeout_s (120). FAWN_ECONFIG naming the key for anything else. */
 FAWN_MUST_CHECK int container_config_parse(container_provider_config *out, const json_t *tree,
                                            const fawn_config *cfg);
 
@@ -93,8 +92,8 @@ void container_provider_free(sbx_provider *p);
  * removing or paused → SBX_TERMINATING; SBX_UNKNOWN (generation "") for
  * anything else, with FAWN_EPROTO saying why. */
 FAWN_MUST_CHECK int container_inspect_classify(enum sbx_presence *state,
-                                               char generation[SBX_GENERATION_LEN + 1],
-                                               long status, const char *body, size_t len,
+                                               char generation[SBX_GENERATION_LEN + 1], long status,
+                                               const char *body, size_t len,
                                                const char *sandbox_id);
 
 /* A 201 create reply's container id (64 lowercase hex) into id; FAWN_EPROTO

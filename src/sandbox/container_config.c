@@ -19,9 +19,8 @@
 #define START_TIMEOUT_DEFAULT_S 120
 #define TIMEOUT_MAX_S 3600
 
-static const char *const keys[] = {"socket",     "image",           "api_version",
-                                   "network",    "cpus",            "request_timeout_s",
-                                   "start_timeout_s"};
+static const char *const keys[] = {
+    "socket", "image", "api_version", "network", "cpus", "request_timeout_s", "start_timeout_s"};
 
 static int keys_check(const json_t *tree) {
     const char *key;
@@ -98,8 +97,9 @@ static int cpus_get(uint64_t *out, const json_t *tree) {
     }
     *out = whole * 1000000000ull + frac;
     if (!ok || *s || *out > (uint64_t)CPUS_MAX * 1000000000ull)
-        return fawn_err(FAWN_ECONFIG, SECTION ".cpus: must be a number of CPUs from 0 to %d "
-                                      "(0: no limit)",
+        return fawn_err(FAWN_ECONFIG,
+                        SECTION ".cpus: must be a number of CPUs from 0 to %d "
+                                "(0: no limit)",
                         CPUS_MAX);
     return 0;
 }

@@ -50,11 +50,18 @@ static const struct {
     const char *name;
     enum sbx_presence state;
 } engine_states[] = {
-    {"running", SBX_RUNNING},      {"created", SBX_STOPPED},       {"exited", SBX_STOPPED},
-    {"dead", SBX_STOPPED},         {"restarting", SBX_PENDING},    {"removing", SBX_TERMINATING},
-    {"paused", SBX_TERMINATING},   {"stopping", SBX_TERMINATING},
+    {"running", SBX_RUNNING},
+    {"created", SBX_STOPPED},
+    {"exited", SBX_STOPPED},
+    {"dead", SBX_STOPPED},
+    {"restarting", SBX_PENDING},
+    {"removing", SBX_TERMINATING},
+    {"paused", SBX_TERMINATING},
+    {"stopping", SBX_TERMINATING},
     /* Podman's own words for a container that is not running. */
-    {"configured", SBX_STOPPED},   {"initialized", SBX_STOPPED},   {"stopped", SBX_STOPPED},
+    {"configured", SBX_STOPPED},
+    {"initialized", SBX_STOPPED},
+    {"stopped", SBX_STOPPED},
 };
 
 static int state_of(enum sbx_presence *state, const char *name) {
@@ -74,15 +81,15 @@ static int labels_read(const char **sandbox, const char **generation, const json
     *sandbox = json_string_value(json_object_get(labels, LABEL_SANDBOX));
     *generation = json_string_value(json_object_get(labels, LABEL_GENERATION));
     if (!json_is_object(labels) || !hex_exact(*sandbox, SANDBOX_ID_LEN))
-        return fawn_err(FAWN_EPROTO, "the container does not carry a valid " LABEL_SANDBOX
-                                     " label");
+        return fawn_err(FAWN_EPROTO,
+                        "the container does not carry a valid " LABEL_SANDBOX " label");
     if (!*generation && !required && !json_object_get(labels, LABEL_GENERATION)) {
         *generation = "";
         return 0;
     }
     if (!hex_exact(*generation, SBX_GENERATION_LEN))
-        return fawn_err(FAWN_EPROTO, "the container does not carry a valid " LABEL_GENERATION
-                                     " label");
+        return fawn_err(FAWN_EPROTO,
+                        "the container does not carry a valid " LABEL_GENERATION " label");
     return 0;
 }
 
@@ -107,8 +114,7 @@ static int inspect_read(enum sbx_presence *state, char generation[SBX_GENERATION
 }
 
 int container_inspect_classify(enum sbx_presence *state, char generation[SBX_GENERATION_LEN + 1],
-                               long status, const char *body, size_t len,
-                               const char *sandbox_id) {
+                               long status, const char *body, size_t len, const char *sandbox_id) {
     *state = SBX_UNKNOWN;
     generation[0] = '\0';
     if (status == 404 && says_no_such_container(body, len)) {

@@ -148,6 +148,7 @@ describe('container provider (podman)', () => {
     fake.queue(reply('done'));
     await client.threads.create({ threadId, ifExists: 'do_nothing' });
     const values = await client.runs.wait(threadId, 'lead_agent', { input: { messages: [{ type: 'human', content: 'go' }] } });
+    assert.ok(Array.isArray(values?.messages), JSON.stringify(values));
     const lastHuman = values.messages.map((m) => m.type).lastIndexOf('human');
     return values.messages.slice(lastHuman).filter((m) => m.type === 'tool')
       .map((m) => (typeof m.content === 'string' ? m.content : JSON.stringify(m.content)));
@@ -179,6 +180,7 @@ describe('container provider (podman)', () => {
       }),
       call('write_file', { description: 'write', path: '/mnt/user-data/outputs/report.txt', content: 'report body\n' }),
       call('read_file', { description: 'read', path: '/mnt/user-data/uploads/notes.txt' }),
+      call('present_files', { filepaths: ['/mnt/user-data/outputs/report.txt', '/mnt/user-data/outputs/bash.txt'] }),
     ]);
     const [bash, , read] = tools;
     assert.match(bash, /uploaded bytes/);
