@@ -11,7 +11,8 @@ targets="fuzz_http_head fuzz_box_request fuzz_vpath fuzz_config fuzz_jwt fuzz_mu
   fuzz_thread_search fuzz_gateway_headers fuzz_upload_names
   fuzz_tool_replies fuzz_box_files fuzz_web_headers fuzz_thread_view fuzz_skill_front_matter
   fuzz_replay fuzz_memory_facts fuzz_skill_archive fuzz_html_text fuzz_search_reply
-  fuzz_egress_request fuzz_egress_sni fuzz_cron fuzz_tzif fuzz_mcp_message fuzz_mcp_sse_endpoint"
+  fuzz_egress_request fuzz_egress_sni fuzz_cron fuzz_tzif fuzz_mcp_message fuzz_mcp_sse_endpoint
+  fuzz_container_reply"
 if [ ! -f "$build/build.ninja" ]; then
   # The whole library gets coverage instrumentation, so the fuzzers see into
   # the parsers they drive, not only into their own entry points.

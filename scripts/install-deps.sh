@@ -10,7 +10,10 @@ PACKAGES=(
   bubblewrap python3 curl openssl util-linux iproute2 procps
   btrfs-progs xfsprogs e2fsprogs
   libjs-marked node-dompurify chromium tzdata
+  podman runc
 )
+# podman and runc: the container provider's tests run a Docker-compatible
+# engine (podman system service) with the runc runtime.
 # tzdata: the time zones scheduled tasks run in (src/schedule reads its
 # TZif files).
 # btrfs-progs, xfsprogs and e2fsprogs make the filesystems the disk quota

@@ -458,17 +458,22 @@ static json_t *host_config(const container_provider *cp, const char *user_data, 
                            const char *run_dir) {
     const fawn_sandbox_config *s = &cp->c.cfg->sandbox;
     json_int_t memory = (json_int_t)(s->limits.memory_mb << 20);
+    json_t *security = json_pack("[s,s]", "no-new-privileges", "seccomp=unconfined");
+    if (security && cp->c.podman && json_array_append_new(security, json_string("unmask=ALL")) < 0)
+        json_decref(steal_ptr(security));
+    if (!security)
+        return NULL;
     return json_pack(
-        "{s:s, s:[s], s:[s,s,s], s:[], s:[], s:b, s:b, s:[o,o,o], s:{s:s}, s:I, s:I, s:I, "
+        "{s:s, s:[s], s:o, s:[], s:[], s:b, s:b, s:[o,o,o], s:{s:s}, s:I, s:I, s:I, "
         "s:I, s:[o,o], s:{s:s}, s:b}",
         "NetworkMode", s->network == FAWN_NET_NONE ? "none" : cp->c.network, "CapDrop", "ALL",
-        "SecurityOpt", "no-new-privileges", "seccomp=unconfined", "unmask=ALL", "MaskedPaths",
-        "ReadonlyPaths", "ReadonlyRootfs", 1, "Privileged", 0, "Mounts",
-        bind_mount(user_data, "/mnt/user-data", false), bind_mount(skills, "/mnt/skills", true),
-        bind_mount(run_dir, CONTAINER_RUN_DIR, false), "Tmpfs", "/tmp", BOX_TMPFS_OPTIONS, "Memory",
-        memory, "MemorySwap", memory, "PidsLimit", (json_int_t)s->limits.pids, "NanoCpus",
-        (json_int_t)cp->c.nano_cpus, "Ulimits", ulimit("nofile", s->limits.open_files),
-        ulimit("nproc", s->limits.nproc), "RestartPolicy", "Name", "no", "AutoRemove", 0);
+        "SecurityOpt", security, "MaskedPaths", "ReadonlyPaths", "ReadonlyRootfs", 1, "Privileged",
+        0, "Mounts", bind_mount(user_data, "/mnt/user-data", false),
+        bind_mount(skills, "/mnt/skills", true), bind_mount(run_dir, CONTAINER_RUN_DIR, false),
+        "Tmpfs", "/tmp", BOX_TMPFS_OPTIONS, "Memory", memory, "MemorySwap", memory, "PidsLimit",
+        (json_int_t)s->limits.pids, "NanoCpus", (json_int_t)cp->c.nano_cpus, "Ulimits",
+        ulimit("nofile", s->limits.open_files), ulimit("nproc", s->limits.nproc), "RestartPolicy",
+        "Name", "no", "AutoRemove", 0);
 }
 
 static json_t *create_body(const container_provider *cp, const sbx_box *box, uid_t uid,

@@ -62,13 +62,16 @@ typedef struct container_provider_config {
     uint32_t request_timeout_ms; /* one engine request */
     uint32_t start_timeout_ms;   /* a new box answering; a removed one confirmed gone */
     uint64_t nano_cpus;          /* CPU limit in 1e-9 CPUs (0 = none) */
-    const fawn_config *cfg;      /* home, limits, idle timeout, command environment (outlives) */
+    bool podman; /* the engine is Podman: /proc masks are lifted with SecurityOpt unmask=ALL
+                    (Podman ignores HostConfig.MaskedPaths; Docker refuses unmask) */
+    const fawn_config *cfg; /* home, limits, idle timeout, command environment (outlives) */
 } container_provider_config;
 
 /* Reads sandbox.container (tree: the section as config.h keeps it) into
  * out, cfg being the whole configuration (out->cfg). Keys: socket
  * (default /var/run/docker.sock), image (required), api_version (1.41),
- * network (bridge: used only with sandbox.network host), cpus (1; a decimal, 0 = no limit),
+ * network (bridge: used only with sandbox.network host), engine (docker |
+ * podman), cpus (1; a decimal, 0 = no limit),
  * request_timeout_s (30), start_timeout_s (120). FAWN_ECONFIG naming the key for anything else. */
 FAWN_MUST_CHECK int container_config_parse(container_provider_config *out, const json_t *tree,
                                            const fawn_config *cfg);

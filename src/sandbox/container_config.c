@@ -118,6 +118,15 @@ static int seconds_get(uint32_t *out_ms, const json_t *tree, const char *key, ui
     return 0;
 }
 
+/* docker (default) or podman: how /proc masks are lifted differs. */
+static int engine_get(bool *podman, const json_t *tree) {
+    const char *v = json_string_value(json_object_get(tree, "engine"));
+    *podman = v && strcmp(v, "podman") == 0;
+    if (v && !*podman && strcmp(v, "docker") != 0)
+        return fawn_err(FAWN_ECONFIG, SECTION ".engine: must be docker or podman");
+    return 0;
+}
+
 int container_config_parse(container_provider_config *out, const json_t *tree,
                            const fawn_config *cfg) {
     *out = (container_provider_config){.cfg = cfg};
@@ -136,6 +145,8 @@ int container_config_parse(container_provider_config *out, const json_t *tree,
                      ALNUM "._-", "an engine network's name");
     if (r == 0)
         r = cpus_get(&out->nano_cpus, tree);
+    if (r == 0)
+        r = engine_get(&out->podman, tree);
     if (r == 0)
         r = seconds_get(&out->request_timeout_ms, tree, "request_timeout_s",
                         REQUEST_TIMEOUT_DEFAULT_S);

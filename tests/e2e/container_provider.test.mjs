@@ -116,7 +116,7 @@ describe('container provider (podman)', () => {
       models: [fake.model()],
       sandbox: {
         provider: 'container',
-        container: { socket: podman.socket, image: IMAGE, api_version: '1.41', request_timeout_s: 5, start_timeout_s: 120 },
+        container: { socket: podman.socket, image: IMAGE, api_version: '1.41', engine: 'podman', request_timeout_s: 5, start_timeout_s: 120 },
       },
     });
     admin = await setupAdmin(srv);

@@ -27,7 +27,7 @@
 #define CID "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 
 #define PODMAN_404                                                                                 \
-    "{\"cause\":\"no such container\",\"message\":\"no container with name or ID \\\"x\\\" "        \
+    "{\"cause\":\"no such container\",\"message\":\"no container with name or ID \\\"x\\\" "       \
     "found: no such container\",\"response\":404}"
 #define DOCKER_404 "{\"message\":\"No such container: fawn-x\"}"
 #define INSPECT(state, sandbox)                                                                    \
@@ -61,6 +61,7 @@ static void test_config(void **state) {
     assert_int_equal(c.nano_cpus, 1500000000ull);
     assert_int_equal(c.request_timeout_ms, 7000);
     assert_int_equal(c.start_timeout_ms, 120000);
+    assert_false(c.podman);
     json_decref(tree);
 
     refuse_config("{}", "sandbox.container.image");
@@ -73,10 +74,12 @@ static void test_config(void **state) {
     refuse_config("{\"image\":\"x\",\"cpus\":\"1.\"}", "sandbox.container.cpus");
     refuse_config("{\"image\":\"x\",\"cpus\":\"257\"}", "sandbox.container.cpus");
     refuse_config("{\"image\":\"x\",\"network\":\"a/b\"}", "sandbox.container.network");
-    refuse_config("{\"image\":\"x\",\"start_timeout_s\":\"0\"}", "sandbox.container.start_timeout_s");
+    refuse_config("{\"image\":\"x\",\"start_timeout_s\":\"0\"}",
+                  "sandbox.container.start_timeout_s");
     refuse_config("{\"image\":\"x\",\"request_timeout_s\":\"3601\"}",
                   "sandbox.container.request_timeout_s");
     refuse_config("{\"image\":[\"x\"]}", "sandbox.container.image");
+    refuse_config("{\"image\":\"x\",\"engine\":\"lxc\"}", "sandbox.container.engine");
 }
 
 /* The whole configuration path: sandbox.provider container needs the section. */
@@ -224,8 +227,8 @@ static engine_fixture *fixture_new(void) {
     assert_int_equal(config_defaults(&f->cfg), 0);
     free(f->cfg.home);
     f->cfg.home = strdup(f->dir);
-    container_provider_config c = {.request_timeout_ms = 500, .start_timeout_ms = 1500,
-                                   .cfg = &f->cfg};
+    container_provider_config c = {
+        .request_timeout_ms = 500, .start_timeout_ms = 1500, .cfg = &f->cfg};
     snprintf(c.socket, sizeof c.socket, "%s", f->socket);
     snprintf(c.image, sizeof c.image, "fawn-box");
     snprintf(c.api_version, sizeof c.api_version, "1.41");
@@ -269,7 +272,8 @@ static void test_probe_tristate(void **state) {
     (void)state;
     engine_fixture *f = fixture_new();
     int served = 0;
-    response absent[] = {{.head = "HTTP/1.1 404 Not Found\r\nContent-Type: application/json", .body = PODMAN_404}};
+    response absent[] = {
+        {.head = "HTTP/1.1 404 Not Found\r\nContent-Type: application/json", .body = PODMAN_404}};
     assert_int_equal(probe_with(f, absent, 1, &served), SBX_ABSENT);
     response running[] = {{.head = "HTTP/1.1 200 OK", .body = INSPECT("running", SID)}};
     assert_int_equal(probe_with(f, running, 1, &served), SBX_RUNNING);
@@ -278,10 +282,13 @@ static void test_probe_tristate(void **state) {
         {.head = "HTTP/1.1 404 Not Found", .body = "404 page not found"},
         {.head = "HTTP/1.1 200 OK", .body = "{\"Id\": garbage"},
         {.head = "HTTP/1.1 200 OK", .body = INSPECT("running", "fedcba9876543210")},
-        {.head = "HTTP/1.1 200 OK\r\nContent-Length: 5000", .body = "{\"Id\":",
+        {.head = "HTTP/1.1 200 OK\r\nContent-Length: 5000",
+         .body = "{\"Id\":",
          .end = END_HANG}, /* too slow */
         {.head = "HTTP/1.1 200 OK", .body = "", .end = END_RESET},
-        {.head = "HTTP/1.1 404 Not Found", .body = PODMAN_404, .chunk = 4,
+        {.head = "HTTP/1.1 404 Not Found",
+         .body = PODMAN_404,
+         .chunk = 4,
          .delay_ms = 400}, /* slower still */
         {.head = "not http at all", .body = ""},
     };
@@ -307,7 +314,8 @@ static void test_destroy_and_health(void **state) {
     assert_int_equal(f->p->health(f->p->ctx, &box), FAWN_ENOENT);
     server_stop(s);
 
-    response broken[] = {{.head = "HTTP/1.1 500 Internal Server Error", .body = "{\"message\":\"db locked\"}"}};
+    response broken[] = {
+        {.head = "HTTP/1.1 500 Internal Server Error", .body = "{\"message\":\"db locked\"}"}};
     s = server_start_unix(broken, 1, f->socket);
     int r = f->p->destroy(f->p->ctx, SID, GEN);
     assert_true(r < 0);
@@ -335,8 +343,9 @@ static void test_destroy_and_health(void **state) {
 static void test_list_through_engine(void **state) {
     (void)state;
     engine_fixture *f = fixture_new();
-    response list[] = {{.head = "HTTP/1.1 200 OK", .body = "[{\"Labels\":{\"fawn.sandbox\":\"" SID "\",\"fawn.generation\":\"" GEN
-                        "\"}}]"}};
+    response list[] = {
+        {.head = "HTTP/1.1 200 OK",
+         .body = "[{\"Labels\":{\"fawn.sandbox\":\"" SID "\",\"fawn.generation\":\"" GEN "\"}}]"}};
     fake_server *s = server_start_unix(list, 1, f->socket);
     seen seen_boxes = {0};
     assert_int_equal(f->p->list(f->p->ctx, count_each, &seen_boxes), 0);
