@@ -19,8 +19,8 @@
 #define START_TIMEOUT_DEFAULT_S 120
 #define TIMEOUT_MAX_S 3600
 
-static const char *const keys[] = {
-    "socket", "image", "api_version", "network", "cpus", "request_timeout_s", "start_timeout_s"};
+static const char *const keys[] = {"socket", "image",  "api_version",       "network",
+                                   "cpus",   "engine", "request_timeout_s", "start_timeout_s"};
 
 static int keys_check(const json_t *tree) {
     const char *key;

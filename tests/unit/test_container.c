@@ -80,6 +80,10 @@ static void test_config(void **state) {
                   "sandbox.container.request_timeout_s");
     refuse_config("{\"image\":[\"x\"]}", "sandbox.container.image");
     refuse_config("{\"image\":\"x\",\"engine\":\"lxc\"}", "sandbox.container.engine");
+    tree = json_loads("{\"image\":\"x\",\"engine\":\"podman\"}", 0, &jerr);
+    assert_int_equal(container_config_parse(&c, tree, NULL), 0);
+    assert_true(c.podman);
+    json_decref(tree);
 }
 
 /* The whole configuration path: sandbox.provider container needs the section. */
