@@ -363,6 +363,44 @@ static void test_list_through_engine(void **state) {
     fixture_free(f);
 }
 
+/* The box API over the unix socket of a box's endpoint, with its token. */
+static void test_call_over_unix(void **state) {
+    (void)state;
+    engine_fixture *f = fixture_new();
+    char box_socket[128];
+    snprintf(box_socket, sizeof box_socket, "%s/box.sock", f->dir);
+    response ok[] = {{.head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                              "Content-Length: 14",
+                      .body = "{\"ready\":true}"}};
+    fake_server *s = server_start_unix(ok, 1, box_socket);
+    sbx_box box = {.sandbox_id = SID, .generation = GEN, .token = "tok-123"};
+    snprintf(box.endpoint, sizeof box.endpoint, "unix:%s", box_socket);
+    json_t *reply = NULL;
+    int status = 0;
+    assert_int_equal(f->p->call(f->p->ctx, &reply, &status, &box, "GET", "/v1/sandbox", NULL, 5000),
+                     0);
+    assert_int_equal(status, 200);
+    assert_true(json_is_true(json_object_get(reply, "ready")));
+    json_decref(reply);
+    pthread_mutex_lock(&s->lock);
+    check_contains("box request", s->request, "GET /v1/sandbox HTTP/1.1");
+    check_contains("box request", s->request, "Authorization: Bearer tok-123\r\n");
+    pthread_mutex_unlock(&s->lock);
+    /* A token that could split the header is refused before anything is sent. */
+    snprintf(box.token, sizeof box.token, "tok\r\nX-Evil: 1");
+    assert_int_equal(f->p->call(f->p->ctx, &reply, &status, &box, "GET", "/v1/sandbox", NULL, 5000),
+                     FAWN_EINVAL);
+    assert_null(reply);
+    assert_int_equal(atomic_load(&s->served), 1);
+    /* Not a container endpoint. */
+    snprintf(box.endpoint, sizeof box.endpoint, "tcp:127.0.0.1:1");
+    assert_int_equal(f->p->call(f->p->ctx, &reply, &status, &box, "GET", "/v1/sandbox", NULL, 5000),
+                     FAWN_EINVAL);
+    server_stop(s);
+    unlink(box_socket);
+    fixture_free(f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config),
@@ -373,6 +411,7 @@ int main(void) {
         cmocka_unit_test(test_probe_tristate),
         cmocka_unit_test(test_destroy_and_health),
         cmocka_unit_test(test_list_through_engine),
+        cmocka_unit_test(test_call_over_unix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
