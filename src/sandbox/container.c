@@ -45,6 +45,8 @@
 #define ATTEMPT_TIMEOUT_MS 1000
 /* A health check's request to the box. */
 #define HEALTH_TIMEOUT_MS 5000
+/* Bytes of an engine's error reply shown in a message: its first line or two. */
+#define ENGINE_SAID_MAX 301
 /* An engine request's path: a name, a query of one label filter. */
 #define ENGINE_PATH_MAX 512
 
@@ -494,31 +496,40 @@ static json_t *create_body(const container_provider *cp, const sbx_box *box, uid
         box->sandbox_id, "fawn.generation", box->generation, "HostConfig", hc);
 }
 
+/* The start of what the engine answered, for a log line or an error
+ * message: printable ASCII only (the rest shown as '?'). */
+static const char *engine_said(char out[ENGINE_SAID_MAX], const fbuf *reply) {
+    size_t n = reply->len < ENGINE_SAID_MAX - 1 ? reply->len : ENGINE_SAID_MAX - 1;
+    for (size_t i = 0; i < n; i++)
+        out[i] = reply->data[i] >= 0x20 && reply->data[i] < 0x7f ? reply->data[i] : '?';
+    out[n] = '\0';
+    return out;
+}
+
 /* Creates and starts the container from body (consumed). */
 static int container_run(const container_provider *cp, const sbx_box *box, json_t *body) {
     char *text = body ? fjson_dump(body) : NULL;
     json_decref(body);
     if (!text)
         return fawn_err(FAWN_ENOMEM, "out of memory");
-    char name[CONTAINER_NAME_MAX + 1], path[ENGINE_PATH_MAX], id[65];
+    char name[CONTAINER_NAME_MAX + 1], path[ENGINE_PATH_MAX], id[65], said[ENGINE_SAID_MAX];
     container_name(name, cp, box->sandbox_id);
     snprintf(path, sizeof path, "/containers/create?name=%s", name);
     long status;
     fbuf reply;
     int r = engine_request(&status, &reply, cp, "POST", path, text);
     free(text);
-    if (r == 0 && (r = container_create_parse(id, status, reply.data, reply.len)) < 0 && reply.len)
-        log_warn("sandbox", "sandbox %s: the engine said: %.*s", box->sandbox_id,
-                 (int)(reply.len < 300 ? reply.len : 300), reply.data);
+    if (r == 0 && (r = container_create_parse(id, status, reply.data, reply.len)) < 0)
+        log_warn("sandbox", "sandbox %s: the engine said: %s", box->sandbox_id,
+                 engine_said(said, &reply));
     fbuf_free(&reply);
     if (r < 0)
         return r;
     snprintf(path, sizeof path, "/containers/%s/start", id);
     if ((r = engine_request(&status, &reply, cp, "POST", path, NULL)) == 0 && status != 204 &&
         status != 304)
-        r = fawn_err(FAWN_EIO, "the container engine answered a start with status %ld: %.*s",
-                     status, (int)(reply.len < 300 ? reply.len : 300),
-                     reply.data ? reply.data : "");
+        r = fawn_err(FAWN_EIO, "the container engine answered a start with status %ld: %s", status,
+                     engine_said(said, &reply));
     fbuf_free(&reply);
     return r;
 }

@@ -5,7 +5,8 @@
 // bash and file tools in its container; the container is hardened (checked
 // from inside and through the engine); uploads are visible, outputs come
 // back; destroy removes the container; a container removed behind fawn's
-// back is absent (a new one starts); an engine that is down is unknown (the
+// back is absent (a new one starts); a restarted gateway adopts its parked
+// container; an engine that is down is unknown (the
 // generation is fenced, never taken for absent).
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
@@ -99,7 +100,6 @@ describe('container provider (podman)', () => {
   let srv;
   let admin;
   let fake;
-  let client;
   let dir;
 
   before(async () => {
@@ -120,11 +120,6 @@ describe('container provider (podman)', () => {
       },
     });
     admin = await setupAdmin(srv);
-    client = new Client({
-      apiUrl: `${srv.base}/api`,
-      defaultHeaders: { Authorization: `Bearer ${admin.token}` },
-      callerOptions: { maxRetries: 0 },
-    });
   });
 
   after(async () => {
@@ -146,6 +141,12 @@ describe('container provider (podman)', () => {
   async function turn(threadId, calls) {
     for (const c of calls) fake.queue(reply('', [c]));
     fake.queue(reply('done'));
+    /* The gateway's address as it is now (a restart may move it). */
+    const client = new Client({
+      apiUrl: `${srv.base}/api`,
+      defaultHeaders: { Authorization: `Bearer ${admin.token}` },
+      callerOptions: { maxRetries: 0 },
+    });
     await client.threads.create({ threadId, ifExists: 'do_nothing' });
     const values = await client.runs.wait(threadId, 'lead_agent', { input: { messages: [{ type: 'human', content: 'go' }] } });
     assert.ok(Array.isArray(values?.messages), JSON.stringify(values));
@@ -237,6 +238,12 @@ describe('container provider (podman)', () => {
     await turn(tid, [call('bash', { description: 'x', command: 'echo first > /mnt/user-data/workspace/a' })]);
     const before = await sandboxOf(tid);
     assert.ok(before, 'the sandbox is listed');
+    /* A gateway killed and restarted adopts its parked container: same generation. */
+    await srv.kill9();
+    await srv.restart();
+    const adopted = await sandboxOf(tid);
+    assert.equal(adopted?.generation, before.generation);
+    assert.equal(adopted.state, 'idle');
     const [c] = await podman.containersOf(sid);
     podman.run(['rm', '--force', '--time', '0', c.Id]);
 
