@@ -14,7 +14,7 @@ targets="fuzz_http_head fuzz_box_request fuzz_vpath fuzz_config fuzz_jwt fuzz_mu
   fuzz_egress_request fuzz_egress_sni fuzz_cron fuzz_tzif fuzz_mcp_message fuzz_mcp_sse_endpoint
   fuzz_kube_reply fuzz_attest_request fuzz_broker_request
   fuzz_dingtalk_frame fuzz_dingtalk_message fuzz_channel_stored
-  fuzz_feishu_callback fuzz_feishu_replies"
+  fuzz_feishu_callback fuzz_feishu_replies fuzz_container_reply"
 if [ ! -f "$build/build.ninja" ]; then
   # The whole library gets coverage instrumentation, so the fuzzers see into
   # the parsers they drive, not only into their own entry points.

@@ -11,11 +11,14 @@ PACKAGES=(
   btrfs-progs xfsprogs e2fsprogs
   libjs-marked node-dompurify chromium tzdata
   libssl-dev
+  podman runc
 )
 # strace: tests/e2e/read_path.test.mjs sees artifacts leave through sendfile.
 # libpq-dev: the store's PostgreSQL backend; postgresql: the server the
 # tests start in a temporary directory (scripts/pg-test-server.sh).
 # libssl-dev: libcrypto's AES for decrypting Feishu/Lark event callbacks.
+# podman and runc: the container provider's tests run a Docker-compatible
+# engine (podman system service) with the runc runtime.
 # tzdata: the time zones scheduled tasks run in (src/schedule reads its
 # TZif files).
 # btrfs-progs, xfsprogs and e2fsprogs make the filesystems the disk quota

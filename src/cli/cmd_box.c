@@ -1,7 +1,8 @@
 /* fawn box --listen: serve the box API over TCP for remote placement (a
- * container, a pod, another host). The box runs in a sandbox built exactly
- * like the local provider's (which serves the same API on a unix socket only
- * fawn can reach), over the given user-data directory. */
+ * container, a pod, another host), or on a unix socket (a container with no
+ * network, whose socket's directory the gateway binds into it). The box runs in a sandbox built
+ * exactly like the local provider's (which serves the same API on a unix socket only fawn can
+ * reach), over the given user-data directory. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -28,11 +30,13 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: fawn box --listen HOST:PORT --token-file PATH [--user-data DIR]\n"
+            "usage: fawn box --listen HOST:PORT|unix:SOCKET --token-file PATH [--user-data DIR]\n"
             "                [--skills-dir DIR] [--idle-exit SECONDS] [--config FILE]\n"
             "                [--attest-file PATH]\n\n"
             "Serves the box API (docs/box-api.md) over TCP for remote placement: as the\n"
-            "entry point of a container, a pod or a VM, or on a plain host. The box runs\n"
+            "entry point of a container, a pod or a VM, or on a plain host; with\n"
+            "unix:SOCKET, on a unix socket made at that path (mode 0600) instead, for a\n"
+            "container with no network (docs/container.md). The box runs\n"
             "in a fresh sandbox like the local provider's, with DIR (default\n"
             "/mnt/user-data) as its /mnt/user-data. Every request must carry the bearer\n"
             "token read from PATH (at least %d characters). Limits, network mode and the\n"
@@ -72,6 +76,37 @@ static int listen_tcp(const char *spec) {
         return fawn_err_sys(FAWN_EIO, e, "listen on %s", spec);
     }
     return fd;
+}
+
+/* A unix socket listening at path (a leftover socket there is replaced;
+ * anything else is refused), only for its owner. */
+static int listen_unix(const char *path) {
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof addr.sun_path || path[0] != '/')
+        return fawn_err(FAWN_EINVAL, "--listen unix: needs an absolute path under %zu bytes",
+                        sizeof addr.sun_path);
+    memcpy(addr.sun_path, path, n + 1);
+    struct stat st;
+    if (lstat(path, &st) == 0 && (!S_ISSOCK(st.st_mode) || unlink(path) < 0))
+        return fawn_err(FAWN_EEXIST, "%s exists and is not a socket that can be replaced", path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    mode_t old = umask(0177);
+    int e = fd < 0 || bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0 || listen(fd, 128) < 0
+                ? errno
+                : 0;
+    umask(old);
+    if (e) {
+        if (fd >= 0)
+            close(fd);
+        return fawn_err_sys(FAWN_EIO, e, "listen on unix:%s", path);
+    }
+    return fd;
+}
+
+/* The listening socket --listen names. */
+static int listen_on(const char *spec) {
+    return strncmp(spec, "unix:", 5) == 0 ? listen_unix(spec + 5) : listen_tcp(spec);
 }
 
 static int read_token(char *out, const char *path) {
@@ -183,7 +218,7 @@ static int serve_tcp(const box_args *a, const fawn_config *cfg, const char *toke
     int r = a->attest_file ? pod_attest_load(&attest, pod_generation, a->attest_file) : 0;
     if (r < 0)
         return r;
-    _cleanup_close_ int fd = listen_tcp(a->listen);
+    _cleanup_close_ int fd = listen_on(a->listen);
     if (fd < 0)
         return fd;
     local_launch_spec spec = {.cfg = cfg,

@@ -242,10 +242,12 @@ static int set_provider(void *field, const config_key *key, const config_scalar 
         *(enum fawn_provider *)field = FAWN_PROVIDER_LOCAL;
     else if (strcmp(v->text, "remote") == 0)
         *(enum fawn_provider *)field = FAWN_PROVIDER_REMOTE;
+    else if (strcmp(v->text, "container") == 0)
+        *(enum fawn_provider *)field = FAWN_PROVIDER_CONTAINER;
     else if (strcmp(v->text, "kubernetes") == 0)
         *(enum fawn_provider *)field = FAWN_PROVIDER_KUBERNETES;
     else
-        return scalar_fail(v, "must be one of local|remote|kubernetes");
+        return scalar_fail(v, "must be one of local|remote|container|kubernetes");
     return 0;
 }
 
@@ -320,8 +322,9 @@ static const config_key limits_keys[] = {
     KEY_INT("open_files", sandbox.limits.open_files, set_u64, "1024", 16, 1048576),
     /* 1 MiB up to 1 TiB. */
     KEY_INT("file_size_mb", sandbox.limits.file_size_mb, set_u64, "1024", 1, 1048576),
-    /* 64 MiB maps a dynamic shell; 4 TiB is past any host. */
-    KEY_INT("address_space_mb", sandbox.limits.address_space_mb, set_u64, "4096", 64, 4194304),
+    /* 64 MiB maps a dynamic shell; 4 TiB is past any host. 0: none, for boxes whose memory
+     * something outside holds (a container's cgroup: the container provider's boxes). */
+    KEY_INT("address_space_mb", sandbox.limits.address_space_mb, set_u64, "4096", 0, 4194304),
     /* 1 MiB up to 64 GiB of RAM-backed /tmp. */
     KEY_INT("tmp_size_mb", sandbox.limits.tmp_size_mb, set_u64, "256", 1, 65536),
     /* 10 GiB holds a cloned repository with its dependencies and build
@@ -370,6 +373,7 @@ static const config_key sandbox_keys[] = {
     KEY_SCALAR("provider", sandbox.provider, set_provider, "local"),
     KEY_TREE("remote", sandbox.remote),
     KEY_TREE("kubernetes", sandbox.kubernetes),
+    KEY_TREE("container", sandbox.container),
     {0},
 };
 
@@ -543,6 +547,9 @@ static int check_upload_sizes(const fawn_config *cfg, const char *source) {
 }
 
 static int check_remote_provider(const fawn_config *cfg, const char *source) {
+    if (cfg->sandbox.provider == FAWN_PROVIDER_CONTAINER && !cfg->sandbox.container)
+        return config_fail(source, 0, "sandbox.container",
+                           "is required when sandbox.provider is container");
     if (cfg->sandbox.provider != FAWN_PROVIDER_REMOTE || cfg->sandbox.remote)
         return 0;
     return config_fail(source, 0, "sandbox.remote", "is required when sandbox.provider is remote");
@@ -582,8 +589,8 @@ static int check_remote_network(const fawn_config *cfg, const char *source) {
     if (cfg->sandbox.provider == FAWN_PROVIDER_LOCAL || cfg->sandbox.network != FAWN_NET_ALLOWLIST)
         return 0;
     return config_fail(source, 0, "sandbox.network",
-                       "allowlist needs sandbox.provider local (a remote provider's sandboxes "
-                       "reach the network from their own hosts, outside this gateway's proxy)");
+                       "allowlist needs sandbox.provider local (a remote, container or Kubernetes "
+                       "provider's sandboxes reach the network outside this gateway's proxy)");
 }
 
 static const config_check config_checks[] = {
@@ -1179,6 +1186,7 @@ void config_free(fawn_config *cfg) {
     json_decref(cfg->server.trusted_proxies);
     json_decref(cfg->sandbox.remote);
     json_decref(cfg->sandbox.kubernetes);
+    json_decref(cfg->sandbox.container);
     json_decref(cfg->sandbox.env_passthrough);
     json_decref(cfg->sandbox.egress.allow);
     json_decref(cfg->sandbox.egress.tls_ports);

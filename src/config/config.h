@@ -17,7 +17,12 @@
 #include "base/base.h"
 
 enum fawn_network_mode { FAWN_NET_NONE, FAWN_NET_HOST, FAWN_NET_ALLOWLIST };
-enum fawn_provider { FAWN_PROVIDER_LOCAL, FAWN_PROVIDER_REMOTE, FAWN_PROVIDER_KUBERNETES };
+enum fawn_provider {
+    FAWN_PROVIDER_LOCAL,
+    FAWN_PROVIDER_REMOTE,
+    FAWN_PROVIDER_CONTAINER,
+    FAWN_PROVIDER_KUBERNETES,
+};
 enum fawn_store_backend { FAWN_STORE_SQLITE, FAWN_STORE_POSTGRES };
 
 /* Most environment variables injected into a sandbox. */
@@ -34,7 +39,8 @@ typedef struct fawn_sandbox_limits {
     uint64_t nproc;            /* RLIMIT_NPROC of every command (default 512) */
     uint64_t open_files;       /* RLIMIT_NOFILE (default 1024) */
     uint64_t file_size_mb;     /* RLIMIT_FSIZE: largest file a command can write (default 1024) */
-    uint64_t address_space_mb; /* RLIMIT_AS when no memory cgroup can be used (default 4096) */
+    uint64_t address_space_mb; /* RLIMIT_AS when no memory cgroup can be used (default 4096;
+                                  0 = none: something outside holds the memory) */
     uint64_t tmp_size_mb;      /* size of the sandbox's private /tmp tmpfs (default 256) */
     uint64_t disk_mb;          /* a thread's user-data: workspace, uploads and outputs together
                                   (default 10240; see src/sandbox/quota.h) */
@@ -72,11 +78,13 @@ typedef struct fawn_sandbox_config {
         idle_timeout_s; /* sandbox.idle_timeout_s: a parked sandbox stops after (600; 0 never) */
     uint32_t replicas;  /* sandbox.replicas: running sandboxes kept by evicting idle ones (32; 0 no
                            cap) */
-    enum fawn_provider provider; /* sandbox.provider: local | remote (local) */
+    enum fawn_provider provider; /* sandbox.provider: local | remote | container (local) */
     json_t *remote;              /* sandbox.remote: the remote provider's commands (JSON
                                     tree, see src/sandbox/remote.h), or NULL */
     json_t *kubernetes;          /* sandbox.kubernetes: the Kubernetes provider's settings
                                     (JSON tree, see src/sandbox/kubernetes.h), or NULL */
+    json_t *container;           /* sandbox.container: the container provider's engine and
+                                    image (JSON tree, see src/sandbox/container.h), or NULL */
 } fawn_sandbox_config;
 
 typedef struct fawn_server_config {

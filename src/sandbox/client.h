@@ -102,4 +102,20 @@ FAWN_MUST_CHECK int box_call_file_tcp(json_t **reply, int *status, const char *h
                                       const char *token, const char *method, const char *path,
                                       int file_fd, uint64_t size, int timeout_ms);
 
+/* ---- over a unix socket with a bearer token (client_tcp.c) ---- */
+
+/* box_call to the box at socket_path with "Authorization: Bearer <token>"
+ * (unless token is NULL): how the container provider reaches a box whose
+ * socket is in a directory bound into its container. Results and errors as
+ * for box_call (FAWN_EIO when nothing can be reached there); FAWN_EINVAL for
+ * a token that box_tcp_token_valid refuses (nothing is sent). */
+FAWN_MUST_CHECK int box_call_unix(json_t **reply, int *status, const char *socket_path,
+                                  const char *token, const char *method, const char *path,
+                                  const json_t *body, int timeout_ms);
+
+/* The same with a body of size bytes read from file_fd (file uploads). */
+FAWN_MUST_CHECK int box_call_file_unix(json_t **reply, int *status, const char *socket_path,
+                                       const char *token, const char *method, const char *path,
+                                       int file_fd, uint64_t size, int timeout_ms);
+
 #endif

@@ -1,8 +1,10 @@
-/* The box API client over TCP with a bearer token (remote placement). The
+/* The box API client with a bearer token: over TCP (remote placement), or
+ * over a unix socket (the container provider). The
  * exchange itself is box_fd_call's (client.c): this file connects and adds
  * the Authorization header. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -129,6 +131,46 @@ int box_call_file_tcp(json_t **reply, int *status, const char *host_port, const 
     int64_t deadline = fawn_now_ms() + timeout_ms;
     char header[AUTH_HEADER_SIZE];
     _cleanup_close_ int fd = tcp_open(header, host_port, token, deadline);
+    return fd < 0
+               ? fd
+               : box_fd_call_file(reply, status, fd, header, method, path, file_fd, size, deadline);
+}
+
+/* ---- over a unix socket with a bearer token (the container provider) ---- */
+
+/* The Authorization header for token and a non-blocking connection to
+ * socket_path: the fd (caller closes) or an error. */
+static int unix_open(char header[AUTH_HEADER_SIZE], const char *socket_path, const char *token) {
+    int r = auth_header(header, token);
+    if (r < 0)
+        return r;
+    int fd = box_connect(socket_path);
+    if (fd >= 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0) {
+        r = fawn_err_sys(FAWN_EIO, errno, "fcntl");
+        close(fd);
+        return r;
+    }
+    return fd;
+}
+
+int box_call_unix(json_t **reply, int *status, const char *socket_path, const char *token,
+                  const char *method, const char *path, const json_t *body, int timeout_ms) {
+    *reply = NULL;
+    *status = 0;
+    int64_t deadline = fawn_now_ms() + timeout_ms;
+    char header[AUTH_HEADER_SIZE];
+    _cleanup_close_ int fd = unix_open(header, socket_path, token);
+    return fd < 0 ? fd : box_fd_call(reply, status, NULL, fd, header, method, path, body, deadline);
+}
+
+int box_call_file_unix(json_t **reply, int *status, const char *socket_path, const char *token,
+                       const char *method, const char *path, int file_fd, uint64_t size,
+                       int timeout_ms) {
+    *reply = NULL;
+    *status = 0;
+    int64_t deadline = fawn_now_ms() + timeout_ms;
+    char header[AUTH_HEADER_SIZE];
+    _cleanup_close_ int fd = unix_open(header, socket_path, token);
     return fd < 0
                ? fd
                : box_fd_call_file(reply, status, fd, header, method, path, file_fd, size, deadline);

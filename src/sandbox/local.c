@@ -69,6 +69,7 @@ typedef struct launch {
     int pooled_netns;                         /* a ready network namespace, or -1 */
     bool via_helper; /* spawned by a helper process (see spawn_via_helper) */
     uid_t uid;
+    gid_t gid; /* the launcher's egid, read before the clone: the child's own is unmapped */
     bool parent_maps_ids; /* root: the parent maps the sandbox to an unprivileged uid */
     bool disk_measured;   /* no kernel quota limits the user-data: the box measures it */
     box_mount_plan plan;
@@ -209,7 +210,7 @@ static _Noreturn void child_main(launch *l) {
     box_host_dirs dirs;
     if (box_isolate_open_dirs(&dirs, &l->plan, err, sizeof err) < 0)
         child_fail(l, err, NULL);
-    if (!l->parent_maps_ids && box_write_id_maps(0, l->uid, getegid(), true) < 0)
+    if (!l->parent_maps_ids && box_write_id_maps(0, l->uid, l->gid, true) < 0)
         child_fail(l, "writing uid map", strerror(errno));
     /* Become the namespace's uid 0 (the mapped host uid) and drop the
      * launcher's supplementary groups, which could grant host file access. */
@@ -476,6 +477,7 @@ int local_launch_helper_main(bool have_netns) {
                     .via_helper = true,
                     .pooled_netns = have_netns ? HELPER_NETNS_FD : -1};
         l.uid = sbx_host_uid(copy.spec.sandbox_id);
+        l.gid = getegid();
         hr.code = open_plan(&l);
         if (hr.code == 0)
             hr.code = spawn(&l, &hr.pid, hr.generation);
@@ -509,6 +511,7 @@ int local_launch(pid_t *pid, char generation[33], const local_launch_spec *spec)
                 .status = {-1, -1},
                 .pooled_netns = -1};
     l.uid = sbx_host_uid(spec->sandbox_id);
+    l.gid = getegid();
     enum quota_mechanism mechanism;
     int r = sbx_user_data_make(&mechanism, spec->cfg, spec->user_data, l.uid);
     if (r == 0 && mechanism == QUOTA_MEASURED)

@@ -190,9 +190,11 @@ FAWN_MUST_CHECK int local_provider_new(sbx_provider **out, const fawn_config *cf
                                        const char *fawn_bin);
 void local_provider_free(sbx_provider *p);
 
-/* The provider config.yaml chooses (sandbox.provider: local, or remote with
- * the commands of sandbox.remote, see remote.h); FAWN_ECONFIG naming the
- * key for a bad sandbox.remote. Close it with sbx_provider_close. */
+/* The provider config.yaml chooses (sandbox.provider: local, remote with
+ * the commands of sandbox.remote, see remote.h, or container with the
+ * engine and image of sandbox.container, see container.h); FAWN_ECONFIG
+ * naming the key for a bad sandbox.remote or sandbox.container. Close it
+ * with sbx_provider_close. */
 FAWN_MUST_CHECK int sbx_provider_open(sbx_provider **out, const fawn_config *cfg,
                                       const char *fawn_bin);
 void sbx_provider_close(sbx_provider *p);

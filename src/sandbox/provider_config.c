@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sandbox/container.h"
 #include "sandbox/kubernetes.h"
 #include "sandbox/remote.h"
 
@@ -154,6 +155,11 @@ int sbx_provider_open(sbx_provider **out, const fawn_config *cfg, const char *fa
     *out = NULL;
     if (cfg->sandbox.provider == FAWN_PROVIDER_LOCAL)
         return local_provider_new(out, cfg, fawn_bin);
+    if (cfg->sandbox.provider == FAWN_PROVIDER_CONTAINER) {
+        container_provider_config cc;
+        int r = container_config_parse(&cc, cfg->sandbox.container, cfg);
+        return r < 0 ? r : container_provider_new(out, &cc);
+    }
     if (cfg->sandbox.provider == FAWN_PROVIDER_KUBERNETES) {
         kube_provider_config kc;
         int r = kube_config_from(&kc, cfg);
@@ -176,6 +182,8 @@ void sbx_provider_close(sbx_provider *p) {
         remote_provider_free(p);
     else if (p && strcmp(p->name, "kubernetes") == 0)
         kube_provider_free(p);
+    else if (p && strcmp(p->name, "container") == 0)
+        container_provider_free(p);
     else
         local_provider_free(p);
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -111,6 +112,24 @@ fake_server *server_start(const response *script, size_t n) {
     assert_int_equal(listen(s->fd, 8), 0);
     assert_int_equal(getsockname(s->fd, (struct sockaddr *)&a, &alen), 0);
     s->port = ntohs(a.sin_port);
+    assert_int_equal(pthread_create(&s->thread, NULL, server_main, s), 0);
+    return s;
+}
+
+fake_server *server_start_unix(const response *script, size_t n, const char *path) {
+    fake_server *s = calloc(1, sizeof *s);
+    assert_non_null(s);
+    s->script = script;
+    s->script_len = n;
+    pthread_mutex_init(&s->lock, NULL);
+    s->fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(s->fd >= 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    assert_true(strlen(path) < sizeof a.sun_path);
+    strcpy(a.sun_path, path);
+    unlink(path);
+    assert_int_equal(bind(s->fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(s->fd, 8), 0);
     assert_int_equal(pthread_create(&s->thread, NULL, server_main, s), 0);
     return s;
 }

@@ -38,6 +38,8 @@ typedef struct fake_server {
 void sleep_ms(int ms);
 /* Starts a server of script[0..n) on 127.0.0.1 (a port from the kernel). */
 fake_server *server_start(const response *script, size_t n);
+/* The same on a unix socket at path (replaced when it exists). */
+fake_server *server_start_unix(const response *script, size_t n, const char *path);
 /* Stops it and frees it. */
 void server_stop(fake_server *s);
 

@@ -293,7 +293,7 @@ static const struct range_case range_cases[] = {
     {"sandbox.limits.nproc", 8, 65536, NULL},
     {"sandbox.limits.open_files", 16, 1048576, NULL},
     {"sandbox.limits.file_size_mb", 1, 1048576, NULL},
-    {"sandbox.limits.address_space_mb", 64, 4194304, NULL},
+    {"sandbox.limits.address_space_mb", 0, 4194304, NULL},
     {"sandbox.limits.tmp_size_mb", 1, 65536, NULL},
     {"sandbox.limits.disk_mb", 16, 1048576, NULL},
     {"sandbox.exec_timeout_s", 1, 86400, "exec_max_timeout_s: 86400"},
