@@ -21,6 +21,7 @@
 #include "paths/paths.h"
 #include "sandbox/client.h"
 #include "sandbox/container.h"
+#include "sandbox/placement.h"
 #include "sandbox/user_data.h"
 #include "skills/skills.h"
 
@@ -36,9 +37,8 @@
  * root filesystem is read-only), this big at most. */
 #define BOX_HOME "/tmp/fawn"
 #define BOX_TMPFS_OPTIONS "rw,nosuid,nodev,size=64m"
-/* How often waits look at the cancel flag, and the longest pause between
- * polls of a starting or stopping box. */
-#define SLICE_MS 50
+/* The longest pause between polls of a starting or stopping box (the first
+ * is PLACEMENT_SLICE_MS). */
 #define BACKOFF_MAX_MS 500
 /* One readiness request while a box starts: a box that accepted the
  * connection answers at once when it is up. */
@@ -55,18 +55,6 @@ typedef struct container_provider {
     container_provider_config c;
     char instance[9]; /* 8 hex digits of the home directory */
 } container_provider;
-
-static bool is_cancelled(const sbx_cancel *cancel) {
-    return cancel && atomic_load(&cancel->cancelled);
-}
-
-static int cancelled_err(void) {
-    return fawn_err(FAWN_ECANCELED, "the sandbox start was cancelled");
-}
-
-static bool hex_valid(const char *s, size_t len) {
-    return strlen(s) == len && strspn(s, "0123456789abcdef") == len;
-}
 
 /* Re-raises the current error as code with context in front of it. */
 static int err_wrap(int code, const char *context) {
@@ -210,7 +198,7 @@ static int container_probe(void *ctx, enum sbx_presence *state,
                            char generation[SBX_GENERATION_LEN + 1], const char *sandbox_id) {
     *state = SBX_UNKNOWN;
     generation[0] = '\0';
-    if (!hex_valid(sandbox_id, 16))
+    if (!placement_hex_valid(sandbox_id, 16))
         return fawn_err(FAWN_EINVAL, "invalid sandbox id");
     if (inspect(state, generation, ctx, sandbox_id) < 0)
         log_warn("sandbox", "sandbox %s: presence unknown: %s", sandbox_id, fawn_errmsg());
@@ -234,28 +222,9 @@ static int box_ready(const sbx_box *box, int timeout_ms) {
     int status = 0;
     int r = box_call_unix(&reply, &status, socket_path, box->token, "GET", "/v1/sandbox", NULL,
                           timeout_ms);
-    if (r == 0 && status == 401)
-        r = fawn_err(FAWN_EPROTO, "the box refused the sandbox's token");
-    else if (r == 0 && status != 200)
-        r = fawn_err(FAWN_EIO, "the box answered %d", status);
-    else if (r == 0 && !json_is_true(json_object_get(reply, "ready")))
-        r = fawn_err(FAWN_EIO, "the box is not ready");
+    r = placement_box_answer(NULL, r, status, reply);
     json_decref(reply);
     return r;
-}
-
-/* Sleeps ms (bounded by deadline), watching cancel. */
-static int pause_cancellable(int ms, int64_t deadline, const sbx_cancel *cancel) {
-    int64_t until = fawn_now_ms() + ms;
-    if (until > deadline)
-        until = deadline;
-    for (int64_t now = fawn_now_ms(); now < until; now = fawn_now_ms()) {
-        if (is_cancelled(cancel))
-            return cancelled_err();
-        int64_t left = until - now;
-        poll(NULL, 0, left < SLICE_MS ? (int)left : SLICE_MS);
-    }
-    return is_cancelled(cancel) ? cancelled_err() : 0;
 }
 
 /* After a failed readiness request: FAWN_EIO when the container is gone
@@ -275,10 +244,10 @@ static int still_starting(const container_provider *cp, const sbx_box *box) {
 /* Waits until the box answers on its socket. */
 static int box_await(const container_provider *cp, const sbx_box *box, const sbx_cancel *cancel) {
     int64_t deadline = fawn_now_ms() + cp->c.start_timeout_ms;
-    int delay = SLICE_MS;
+    int delay = PLACEMENT_SLICE_MS;
     for (;;) {
-        if (is_cancelled(cancel))
-            return cancelled_err();
+        if (placement_cancelled(cancel))
+            return placement_cancelled_err();
         int64_t left = deadline - fawn_now_ms();
         if (left <= 0)
             return fawn_err(FAWN_ETIMEDOUT, "the sandbox did not answer within %u ms",
@@ -288,8 +257,7 @@ static int box_await(const container_provider *cp, const sbx_box *box, const sbx
             return 0;
         if (r != FAWN_EIO && r != FAWN_ETIMEDOUT)
             return r;
-        if ((r = still_starting(cp, box)) < 0 ||
-            (r = pause_cancellable(delay, deadline, cancel)) < 0)
+        if ((r = still_starting(cp, box)) < 0 || (r = placement_pause(delay, deadline, cancel)) < 0)
             return r;
         delay = delay * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : delay * 2;
     }
@@ -334,7 +302,7 @@ static int remove_request(const container_provider *cp, const char *sandbox_id) 
 static int absent_await(const container_provider *cp, const char *sandbox_id,
                         const char *generation) {
     int64_t deadline = fawn_now_ms() + cp->c.start_timeout_ms;
-    int delay = SLICE_MS;
+    int delay = PLACEMENT_SLICE_MS;
     for (;;) {
         enum sbx_presence state;
         char seen[SBX_GENERATION_LEN + 1];
@@ -347,14 +315,15 @@ static int absent_await(const container_provider *cp, const char *sandbox_id,
                                     "the container was not confirmed gone "
                                     "within %u ms",
                                     cp->c.start_timeout_ms);
-        (void)pause_cancellable(delay, deadline, NULL);
+        (void)placement_pause(delay, deadline, NULL);
         delay = delay * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : delay * 2;
     }
 }
 
 static int container_destroy(void *ctx, const char *sandbox_id, const char *generation) {
     const container_provider *cp = ctx;
-    if (!hex_valid(sandbox_id, 16) || (generation[0] && !hex_valid(generation, SBX_GENERATION_LEN)))
+    if (!placement_hex_valid(sandbox_id, 16) ||
+        (generation[0] && !placement_hex_valid(generation, SBX_GENERATION_LEN)))
         return fawn_err(FAWN_EINVAL, "invalid sandbox id or generation");
     enum sbx_presence state;
     char seen[SBX_GENERATION_LEN + 1];
@@ -598,8 +567,8 @@ static int container_create(void *ctx, sbx_box *out, const char *user, const cha
     int r = paths_sandbox_id(box.sandbox_id, user, thread);
     if (r < 0)
         return r;
-    if (is_cancelled(cancel))
-        return cancelled_err();
+    if (placement_cancelled(cancel))
+        return placement_cancelled_err();
     if ((r = leftover_remove(cp, box.sandbox_id)) < 0)
         return r;
     fawn_random_hex(box.generation, SBX_GENERATION_LEN / 2);

@@ -17,6 +17,7 @@
 #include "sandbox/client.h"
 #include "sandbox/kube_api.h"
 #include "sandbox/kubernetes.h"
+#include "sandbox/placement.h"
 
 /* Bytes of the server's URL (kube_config.c bounds configured strings so). */
 #define KUBE_VALUE_MAX 1024
@@ -24,8 +25,6 @@
 #define KUBE_ENDPOINT_PREFIX "tcp:"
 /* Longest pause between polls of a starting or stopping pod. */
 #define KUBE_BACKOFF_MAX_MS 500
-/* First pause, and how often waits look at the cancel flag. */
-#define KUBE_SLICE_MS 50
 /* One readiness or attestation request to a box. */
 #define KUBE_BOX_ATTEMPT_MS 2000
 /* A bearer token file: service account tokens are a few KiB at most. */
@@ -50,8 +49,6 @@ typedef struct kube_reply {
 } kube_reply;
 
 static void reply_free(kube_reply *r) { fbuf_free(&r->body); }
-
-static bool is_cancelled(const sbx_cancel *c) { return c && atomic_load(&c->cancelled); }
 
 static size_t body_write(char *data, size_t size, size_t n, void *ud) {
     fbuf *b = ud;
@@ -195,15 +192,6 @@ static void pod_path(char *out, size_t n, const kube_provider *kp, const char *k
              name ? name : "");
 }
 
-static bool hex_valid(const char *s, size_t len) {
-    if (strlen(s) != len)
-        return false;
-    for (size_t i = 0; i < len; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return false;
-    return true;
-}
-
 /* ---- the pod as the API tells it ---- */
 
 enum pod_seen { POD_PRESENT, POD_ABSENT, POD_UNKNOWN };
@@ -247,7 +235,7 @@ static int kube_probe(void *ctx, enum sbx_presence *state, char generation[SBX_G
                       const char *sandbox_id) {
     *state = SBX_UNKNOWN;
     generation[0] = '\0';
-    if (!hex_valid(sandbox_id, 16))
+    if (!placement_hex_valid(sandbox_id, 16))
         return fawn_err(FAWN_EINVAL, "invalid sandbox id");
     kube_pod pod;
     enum pod_seen seen = pod_get(&pod, ctx, sandbox_id);
@@ -263,21 +251,8 @@ static int kube_probe(void *ctx, enum sbx_presence *state, char generation[SBX_G
 
 /* ---- waiting ---- */
 
-static int pause_cancellable(int ms, int64_t deadline, const sbx_cancel *cancel) {
-    int64_t until = fawn_now_ms() + ms;
-    if (until > deadline)
-        until = deadline;
-    for (int64_t now = fawn_now_ms(); now < until; now = fawn_now_ms()) {
-        if (is_cancelled(cancel))
-            return fawn_err(FAWN_ECANCELED, "the sandbox start was cancelled");
-        int64_t left = until - now;
-        poll(NULL, 0, left < KUBE_SLICE_MS ? (int)left : KUBE_SLICE_MS);
-    }
-    return is_cancelled(cancel) ? fawn_err(FAWN_ECANCELED, "the sandbox start was cancelled") : 0;
-}
-
 static int backoff(int *delay, int64_t deadline, const sbx_cancel *cancel) {
-    int r = pause_cancellable(*delay, deadline, cancel);
+    int r = placement_pause(*delay, deadline, cancel);
     *delay = *delay * 2 > KUBE_BACKOFF_MAX_MS ? KUBE_BACKOFF_MAX_MS : *delay * 2;
     return r;
 }
@@ -292,7 +267,7 @@ static void endpoint_of(sbx_box *box, const kube_pod *pod) {
  * box->endpoint. A pod that ended, or was replaced, fails the start. */
 static int pod_await_running(sbx_box *box, const kube_provider *kp, const char *uid,
                              int64_t deadline, const sbx_cancel *cancel) {
-    for (int delay = KUBE_SLICE_MS;;) {
+    for (int delay = PLACEMENT_SLICE_MS;;) {
         kube_pod pod;
         enum pod_seen seen = pod_get(&pod, kp, box->sandbox_id);
         if (seen == POD_ABSENT || (seen == POD_PRESENT && strcmp(pod.uid, uid) != 0))
@@ -324,24 +299,14 @@ static int box_identity(char generation[SBX_GENERATION_LEN + 1], const sbx_box *
     int status = 0;
     int r = box_call_tcp(&reply, &status, host_port, box->token, "GET", "/v1/sandbox", NULL,
                          timeout_ms);
-    const char *gen = json_string_value(json_object_get(reply, "generation"));
-    if (r == 0 && status == 401)
-        r = fawn_err(FAWN_EPROTO, "the box refused the sandbox's token");
-    else if (r == 0 && status != 200)
-        r = fawn_err(FAWN_EIO, "the box answered %d", status);
-    else if (r == 0 && !json_is_true(json_object_get(reply, "ready")))
-        r = fawn_err(FAWN_EIO, "the box is not ready");
-    else if (r == 0 && (!gen || !hex_valid(gen, SBX_GENERATION_LEN)))
-        r = fawn_err(FAWN_EPROTO, "the box did not tell its generation");
-    if (r == 0)
-        memcpy(generation, gen, SBX_GENERATION_LEN + 1);
+    r = placement_box_answer(generation, r, status, reply);
     json_decref(reply);
     return r;
 }
 
 /* Waits until the box answers as box->generation. */
 static int box_await(const sbx_box *box, int64_t deadline, const sbx_cancel *cancel) {
-    for (int delay = KUBE_SLICE_MS;;) {
+    for (int delay = PLACEMENT_SLICE_MS;;) {
         int64_t left = deadline - fawn_now_ms();
         if (left <= 0)
             return fawn_err(FAWN_ETIMEDOUT, "the sandbox's box did not answer in time");
@@ -533,13 +498,14 @@ static bool gone(enum pod_seen seen, const kube_pod *pod, const char *generation
 
 static int kube_destroy(void *ctx, const char *sandbox_id, const char *generation) {
     const kube_provider *kp = ctx;
-    if (!hex_valid(sandbox_id, 16) || (generation[0] && !hex_valid(generation, SBX_GENERATION_LEN)))
+    if (!placement_hex_valid(sandbox_id, 16) ||
+        (generation[0] && !placement_hex_valid(generation, SBX_GENERATION_LEN)))
         return fawn_err(FAWN_EINVAL, "invalid sandbox id or generation");
     char name[KUBE_POD_NAME_MAX + 1];
     pod_name(name, sandbox_id);
     int64_t deadline = fawn_now_ms() + kp->cfg.delete_timeout_ms;
     bool asked = false;
-    for (int delay = KUBE_SLICE_MS;;) {
+    for (int delay = PLACEMENT_SLICE_MS;;) {
         kube_pod pod;
         enum pod_seen seen = pod_get(&pod, kp, sandbox_id);
         if (gone(seen, &pod, generation))
@@ -615,8 +581,8 @@ static int kube_create(void *ctx, sbx_box *out, const char *user, const char *th
     sbx_box box = {0};
     kube_pod pod;
     int r = paths_sandbox_id(box.sandbox_id, user, thread);
-    if (r == 0 && is_cancelled(cancel))
-        r = fawn_err(FAWN_ECANCELED, "the sandbox start was cancelled");
+    if (r == 0 && placement_cancelled(cancel))
+        r = placement_cancelled_err();
     if (r == 0)
         r = caps_check(kp, box.sandbox_id, user, thread);
     if (r == 0 && (r = pod_ensure(&pod, kp, box.sandbox_id, user, thread)) == FAWN_EUNSUP) {
@@ -728,7 +694,8 @@ enum sbx_attestation kube_attest_judge(int status, const json_t *reply, const ch
     if (status != 200 || !json_is_object(reply) || fjson_check_keys(reply, keys) < 0)
         return SBX_ATTEST_UNKNOWN;
     const char *proof = json_string_value(json_object_get(reply, "proof"));
-    if (!proof || strlen(proof) != BOX_ATTEST_PROOF_HEX || !hex_valid(proof, BOX_ATTEST_PROOF_HEX))
+    if (!proof || strlen(proof) != BOX_ATTEST_PROOF_HEX ||
+        !placement_hex_valid(proof, BOX_ATTEST_PROOF_HEX))
         return SBX_ATTEST_UNKNOWN;
     return box_attest_proof_equal(proof, expected) ? SBX_ATTESTED : SBX_REFUSED;
 }
@@ -742,7 +709,7 @@ static void uid_of(char out[37], const char *generation) {
 static int kube_attest(void *ctx, enum sbx_attestation *out, const sbx_box *box, const char *user) {
     *out = SBX_ATTEST_UNKNOWN;
     const kube_provider *kp = ctx;
-    if (!hex_valid(box->generation, SBX_GENERATION_LEN))
+    if (!placement_hex_valid(box->generation, SBX_GENERATION_LEN))
         return fawn_err(FAWN_EINVAL, "invalid generation");
     box_attest expect = {0};
     char nonce[BOX_ATTEST_NONCE_HEX + 1], proof[BOX_ATTEST_PROOF_HEX + 1];

@@ -14,6 +14,7 @@
 #include "base/json.h"
 #include "paths/paths.h"
 #include "sandbox/client.h"
+#include "sandbox/placement.h"
 #include "sandbox/remote.h"
 #include "skills/skills.h"
 
@@ -22,8 +23,6 @@
 #define REMOTE_ARGV_MAX 256
 /* Bytes of a failing command's stderr kept for the log: its first line. */
 #define REMOTE_STDERR_KEEP 512
-/* How often waits look at the cancel flag. */
-#define REMOTE_SLICE_MS 50
 /* Longest pause between polls of a starting or stopping box. */
 #define REMOTE_BACKOFF_MAX_MS 500
 /* One readiness request while a box starts: a box that accepted the
@@ -53,23 +52,6 @@ typedef struct remote_provider {
 typedef struct command_env {
     const char *sandbox_id, *user, *thread, *generation, *skills_dir;
 } command_env;
-
-static bool is_cancelled(const sbx_cancel *cancel) {
-    return cancel && atomic_load(&cancel->cancelled);
-}
-
-static int cancelled_err(void) {
-    return fawn_err(FAWN_ECANCELED, "the sandbox start was cancelled");
-}
-
-static bool hex_valid(const char *s, size_t len) {
-    if (strlen(s) != len)
-        return false;
-    for (size_t i = 0; i < len; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return false;
-    return true;
-}
 
 /* Re-raises the current error as code with context in front of it. */
 static int err_wrap(int code, const char *context) {
@@ -265,12 +247,12 @@ static int command_collect(fbuf *out, char *err_head, size_t *err_len, command *
                           {.fd = c->err, .events = POLLIN},
                           {.fd = c->pidfd, .events = POLLIN}};
     for (;;) {
-        if (is_cancelled(cancel))
+        if (placement_cancelled(cancel))
             return FAWN_ECANCELED;
         int64_t left = deadline - fawn_now_ms();
         if (left <= 0)
             return FAWN_ETIMEDOUT;
-        if (poll(p, 3, left < REMOTE_SLICE_MS ? (int)left : REMOTE_SLICE_MS) < 0) {
+        if (poll(p, 3, left < PLACEMENT_SLICE_MS ? (int)left : PLACEMENT_SLICE_MS) < 0) {
             if (errno == EINTR)
                 continue;
             return fawn_err_sys(FAWN_EIO, errno, "poll");
@@ -303,7 +285,7 @@ static void log_stderr(enum remote_op op, char *head, size_t len) {
 static int command_status(int wstatus, enum remote_op op, uint32_t timeout_ms, int collected) {
     const char *name = op_names[op];
     switch (collected) {
-    case FAWN_ECANCELED: return cancelled_err();
+    case FAWN_ECANCELED: return placement_cancelled_err();
     case FAWN_ETIMEDOUT:
         return fawn_err(FAWN_ETIMEDOUT,
                         "the control plane's %s command did not finish within %u ms", name,
@@ -381,7 +363,7 @@ static int get_generation(char generation[SBX_GENERATION_LEN + 1], const json_t 
     const char *g = "";
     if (fjson_get_string(&g, o, "generation", false) < 0)
         return output_err(op);
-    if (g[0] && !hex_valid(g, SBX_GENERATION_LEN))
+    if (g[0] && !placement_hex_valid(g, SBX_GENERATION_LEN))
         return fawn_err(FAWN_EPROTO,
                         "the control plane's %s command printed a generation that is "
                         "not 32 lowercase hex digits",
@@ -474,33 +456,9 @@ static int box_identity(char generation[SBX_GENERATION_LEN + 1], const sbx_box *
     int status = 0;
     int r = box_call_tcp(&reply, &status, host_port, box->token[0] ? box->token : NULL, "GET",
                          "/v1/sandbox", NULL, timeout_ms);
-    const char *gen = json_string_value(json_object_get(reply, "generation"));
-    if (r == 0 && status == 401)
-        r = fawn_err(FAWN_EPROTO, "the box refused the sandbox's token");
-    else if (r == 0 && status != 200)
-        r = fawn_err(FAWN_EIO, "the box answered %d", status);
-    else if (r == 0 && !json_is_true(json_object_get(reply, "ready")))
-        r = fawn_err(FAWN_EIO, "the box is not ready");
-    else if (r == 0 && (!gen || !hex_valid(gen, SBX_GENERATION_LEN)))
-        r = fawn_err(FAWN_EPROTO, "the box did not tell its generation");
-    if (r == 0)
-        memcpy(generation, gen, SBX_GENERATION_LEN + 1);
+    r = placement_box_answer(generation, r, status, reply);
     json_decref(reply);
     return r;
-}
-
-/* Sleeps ms (bounded by deadline), watching cancel. */
-static int pause_cancellable(int ms, int64_t deadline, const sbx_cancel *cancel) {
-    int64_t until = fawn_now_ms() + ms;
-    if (until > deadline)
-        until = deadline;
-    for (int64_t now = fawn_now_ms(); now < until; now = fawn_now_ms()) {
-        if (is_cancelled(cancel))
-            return cancelled_err();
-        int64_t left = until - now;
-        poll(NULL, 0, left < REMOTE_SLICE_MS ? (int)left : REMOTE_SLICE_MS);
-    }
-    return is_cancelled(cancel) ? cancelled_err() : 0;
 }
 
 /* Waits until box answers as its generation (or, when that is "", as any:
@@ -509,10 +467,10 @@ static int pause_cancellable(int ms, int64_t deadline, const sbx_cancel *cancel)
  * answer is not. */
 static int box_await(sbx_box *box, const remote_provider *rp, const sbx_cancel *cancel) {
     int64_t deadline = fawn_now_ms() + rp->start_timeout_ms;
-    int delay = REMOTE_SLICE_MS;
+    int delay = PLACEMENT_SLICE_MS;
     for (;;) {
-        if (is_cancelled(cancel))
-            return cancelled_err();
+        if (placement_cancelled(cancel))
+            return placement_cancelled_err();
         int64_t left = deadline - fawn_now_ms();
         if (left <= 0)
             return fawn_err(FAWN_ETIMEDOUT, "the sandbox did not answer within %u ms",
@@ -526,7 +484,7 @@ static int box_await(sbx_box *box, const remote_provider *rp, const sbx_cancel *
         }
         if (r < 0 && r != FAWN_ENOENT && r != FAWN_EIO && r != FAWN_ETIMEDOUT)
             return r;
-        if ((r = pause_cancellable(delay, deadline, cancel)) < 0)
+        if ((r = placement_pause(delay, deadline, cancel)) < 0)
             return r;
         delay = delay * 2 > REMOTE_BACKOFF_MAX_MS ? REMOTE_BACKOFF_MAX_MS : delay * 2;
     }
@@ -542,7 +500,7 @@ static bool gone(enum sbx_presence state, const char *seen, const char *generati
 /* Runs status until it confirms generation is gone. */
 static int absent_await(const remote_provider *rp, const char *sandbox_id, const char *generation) {
     int64_t deadline = fawn_now_ms() + rp->start_timeout_ms;
-    int delay = REMOTE_SLICE_MS;
+    int delay = PLACEMENT_SLICE_MS;
     for (;;) {
         enum sbx_presence state;
         char seen[SBX_GENERATION_LEN + 1];
@@ -554,15 +512,15 @@ static int absent_await(const remote_provider *rp, const char *sandbox_id, const
                             "(last state: %s)",
                             rp->start_timeout_ms,
                             state == SBX_UNKNOWN ? "unknown" : state_names[state]);
-        pause_cancellable(delay, deadline, NULL);
+        placement_pause(delay, deadline, NULL);
         delay = delay * 2 > REMOTE_BACKOFF_MAX_MS ? REMOTE_BACKOFF_MAX_MS : delay * 2;
     }
 }
 
 static int remote_destroy(void *ctx, const char *sandbox_id, const char *generation) {
     const remote_provider *rp = ctx;
-    if (!hex_valid(sandbox_id, REMOTE_SANDBOX_ID_LEN) ||
-        (generation[0] && !hex_valid(generation, SBX_GENERATION_LEN)))
+    if (!placement_hex_valid(sandbox_id, REMOTE_SANDBOX_ID_LEN) ||
+        (generation[0] && !placement_hex_valid(generation, SBX_GENERATION_LEN)))
         return fawn_err(FAWN_EINVAL, "invalid sandbox id or generation");
     enum sbx_presence state;
     char seen[SBX_GENERATION_LEN + 1];
@@ -596,8 +554,8 @@ static int remote_create(void *ctx, sbx_box *out, const char *user, const char *
     int r = paths_sandbox_id(box.sandbox_id, user, thread);
     if (r < 0)
         return r;
-    if (is_cancelled(cancel))
-        return cancelled_err();
+    if (placement_cancelled(cancel))
+        return placement_cancelled_err();
     char skills[PATH_MAX];
     if (rp->home && (r = skills_view_ensure(skills, rp->home, user)) < 0)
         return r;
@@ -622,7 +580,7 @@ static int remote_probe(void *ctx, enum sbx_presence *state,
                         char generation[SBX_GENERATION_LEN + 1], const char *sandbox_id) {
     *state = SBX_UNKNOWN;
     generation[0] = '\0';
-    if (!hex_valid(sandbox_id, REMOTE_SANDBOX_ID_LEN))
+    if (!placement_hex_valid(sandbox_id, REMOTE_SANDBOX_ID_LEN))
         return fawn_err(FAWN_EINVAL, "invalid sandbox id");
     if (status_run(ctx, state, generation, sandbox_id) < 0)
         log_warn("sandbox", "sandbox %s: presence unknown: %s", sandbox_id, fawn_errmsg());
@@ -650,8 +608,8 @@ static int list_entry(const char **id, const char **gen, const json_t *e) {
         return json_is_object(e) ? output_err(OP_LIST)
                                  : fawn_err(FAWN_EPROTO, "the control plane's list command "
                                                          "printed an entry that is not an object");
-    if (!hex_valid(*id, REMOTE_SANDBOX_ID_LEN) ||
-        ((*gen)[0] && !hex_valid(*gen, SBX_GENERATION_LEN)))
+    if (!placement_hex_valid(*id, REMOTE_SANDBOX_ID_LEN) ||
+        ((*gen)[0] && !placement_hex_valid(*gen, SBX_GENERATION_LEN)))
         return fawn_err(FAWN_EPROTO, "the control plane's list command printed an invalid "
                                      "sandbox id or generation");
     return 0;
