@@ -523,7 +523,7 @@ FAWN_MUST_CHECK int store_fact_delete(store *s, int64_t owner_id, const char *id
  * FAWN_EEXIST naming a duplicate content. */
 FAWN_MUST_CHECK int store_fact_replace(store *s, int64_t owner_id, const store_fact *facts,
                                        size_t n, size_t max);
-/* ---- scheduled tasks (sqlite_schedules.c) ----
+/* ---- scheduled tasks (store_schedules.c) ----
  * A task belongs to one owner: every function a client's request reaches
  * takes the owner, and another owner's task id is FAWN_ENOENT. The
  * scheduler's functions (due, claim, start, fail, reclaim) take no owner:
@@ -688,7 +688,7 @@ FAWN_MUST_CHECK int store_task_claim_failed(store *s, const char *task_id, const
                                             const char *error, const char *stop_reason,
                                             int64_t now_ms);
 
-/* ---- skill states (sqlite_skills.c) ---- */
+/* ---- skill states (store_skills.c) ---- */
 
 /* Longest skill name kept (DeerFlow's limit on a skill's name). */
 #define STORE_SKILL_NAME_MAX 64
@@ -701,7 +701,7 @@ FAWN_MUST_CHECK int store_skill_state_set(store *s, const char *name, bool enabl
  * decrefs); a skill it does not name has no recorded state. */
 FAWN_MUST_CHECK int store_skill_states(store *s, json_t **out);
 
-/* ---- MCP tools pinned by discovery (sqlite_mcp.c) ---- */
+/* ---- MCP tools pinned by discovery (store_mcp.c) ---- */
 
 /* Longest MCP server and tool names kept. */
 #define STORE_MCP_NAME_MAX 128
@@ -736,7 +736,7 @@ FAWN_MUST_CHECK int store_mcp_refresh_get(store *s, char **out, const char *serv
 FAWN_MUST_CHECK int store_mcp_refresh_set(store *s, const char *server,
                                           const char *configured_sha256, const char *token);
 
-/* ---- IM channels (sqlite_channels.c) ----
+/* ---- IM channels (store_channels.c) ----
  * Bindings of platform users to fawn users, one-time connect codes (kept
  * only as their hash), the thread of each conversation, the inbox (every
  * inbound event once: the persistent dedup record and the queue of

@@ -28,7 +28,7 @@
 #include <sqlite3.h>
 
 #include "store/db.h"
-#include "store/sqlite_internal.h"
+#include "store/store_internal.h"
 #include "store/store.h"
 
 /* The PostgreSQL server's conninfo (no dbname), or NULL: SQLite. */

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "base/json.h"
-#include "store/sqlite_internal.h"
+#include "store/store_internal.h"
 
 /* Rows [first, last] of a thread's messages, in a state's order. */
 typedef struct span {

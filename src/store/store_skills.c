@@ -2,7 +2,7 @@
  * disabled, one row per skill name. */
 #include <string.h>
 
-#include "store/sqlite_internal.h"
+#include "store/store_internal.h"
 
 int store_skill_state_set(store *s, const char *name, bool enabled) {
     if (!sq_text_ok(name, STORE_SKILL_NAME_MAX))

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "base/json.h"
-#include "store/sqlite_internal.h"
+#include "store/store_internal.h"
 
 static const char *const run_statuses[] = {"pending", "running", "success",
                                            "error",   "timeout", "interrupted"};

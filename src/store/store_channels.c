@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/sqlite_internal.h"
+#include "store/store_internal.h"
 
 /* Bindings one user lists at most: far more than chat accounts a person has. */
 #define STORE_CH_BINDINGS_MAX 1000

@@ -1,7 +1,6 @@
 /* What the store's files share (store.h is the contract; no other module
  * includes this). The store's queries are written once, over the driver
- * layer of db.h, and run on SQLite or PostgreSQL (store.backend); the files
- * keep their sqlite_ names from when SQLite was the only backend.
+ * layer of db.h, and run on SQLite or PostgreSQL (store.backend).
  *
  * SQLite:
  * Connections: one writer and a small pool of read-only readers on the
@@ -113,13 +112,13 @@ void sq_bind_texts(sdb_stmt *st, const char *const *texts, size_t n);
 FAWN_MUST_CHECK int sq_exec_texts(store *s, const char *sql, const char *const *texts, size_t n,
                                   bool must_change, const char *what);
 
-/* Migration 6's step over the data (sqlite_state.c), on the writer inside
+/* Migration 6's step over the data (store_state.c), on the writer inside
  * the migration's transaction: the messages of every checkpoint and every
  * stored values event become message rows of their thread, the checkpoint
  * lists them as spans and the event holds the state's reference. */
 FAWN_MUST_CHECK int sq_state_migrate_messages(sdb *db);
 
-/* Numbered migrations (sqlite_migrations.c): sq_migrations[i] brings a
+/* Numbered migrations (store_migrations.c): sq_migrations[i] brings a
  * database from version i to i + 1: its SQL, then (when not NULL) a step
  * over the data, in the same transaction. Append only; never edit one
  * that has shipped. */

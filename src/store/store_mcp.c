@@ -2,7 +2,7 @@
  * replaced as a whole by each discovery; drift flags a row until then. */
 #include <string.h>
 
-#include "store/sqlite_internal.h"
+#include "store/store_internal.h"
 
 /* Inserts one pinned tool. */
 static int tool_insert(sdb *db, const char *server, const json_t *t, int64_t now) {

@@ -1,11 +1,11 @@
-/* The store's numbered migrations (sqlite_internal.h), in one list: the
+/* The store's numbered migrations (store_internal.h), in one list: the
  * schema's whole history, each in SQLite's DDL and in PostgreSQL's (the same
  * tables, columns, keys and indexes; INTEGER is BIGINT, REAL is DOUBLE
  * PRECISION, a JSON check casts to jsonb, case-insensitive names are a
  * lower() index, `user` is quoted where it names a column, and the tables
  * whose rows are listed in insertion order have a rowid identity column,
  * as SQLite's rowid). */
-#include "store/sqlite_internal.h"
+#include "store/store_internal.h"
 
 const sq_migration sq_migrations[] = {
     /* 1: users and threads */
@@ -204,7 +204,7 @@ const sq_migration sq_migrations[] = {
      "  PRIMARY KEY (run_id, tool_call_id));"},
     /* 6: each message of a thread stored once; checkpoints list their
      * messages as spans of the thread's rows, and stored values events
-     * hold a reference to the state, not a copy (sqlite_state.c) */
+     * hold a reference to the state, not a copy (store_state.c) */
     {"ALTER TABLE checkpoints ADD COLUMN message_spans TEXT NOT NULL DEFAULT '[]';"
      "CREATE TABLE thread_messages ("
      "  owner_id INTEGER NOT NULL,"
@@ -244,7 +244,7 @@ const sq_migration sq_migrations[] = {
      NULL,
      "ALTER TABLE thread_messages ADD COLUMN run_id TEXT NOT NULL DEFAULT '';"
      "ALTER TABLE thread_messages ADD COLUMN created_at_ms BIGINT NOT NULL DEFAULT 0;"},
-    /* 8: each user's memory facts (sqlite_memory.c); content_key is the
+    /* 8: each user's memory facts (store_memory.c); content_key is the
      * content folded for deduplication */
     {"CREATE TABLE memory_facts ("
      "  id TEXT PRIMARY KEY,"
@@ -329,7 +329,7 @@ const sq_migration sq_migrations[] = {
      "  configured_sha256 TEXT NOT NULL,"
      "  refresh_token TEXT NOT NULL,"
      "  updated_at_ms BIGINT NOT NULL);"},
-    /* 13: scheduled tasks and their runs (sqlite_schedules.c). A task's
+    /* 13: scheduled tasks and their runs (store_schedules.c). A task's
      * claim_id names its claimed run not yet started; a scheduled
      * occurrence is run at most once (the unique index); a run's reported
      * status is its agent run's once started. */
@@ -466,7 +466,7 @@ const sq_migration sq_migrations[] = {
      "  FOR EACH ROW EXECUTE FUNCTION fawn_auth_bump();"
      "CREATE TRIGGER auth_token_deleted AFTER DELETE ON api_tokens FOR EACH ROW "
      "  EXECUTE FUNCTION fawn_auth_bump();"},
-    /* 15: IM channels (sqlite_channels.c): bindings, connect codes (their
+    /* 15: IM channels (store_channels.c): bindings, connect codes (their
      * hash), the thread of each conversation, the inbox (dedup record and
      * restart-safe queue), runtime settings. */
     {"CREATE TABLE channel_bindings ("

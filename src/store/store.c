@@ -1,5 +1,5 @@
 /* The store on SQLite (store.h). One writer connection, used under a
- * mutex, and a pool of read-only connections (sqlite_internal.h): every
+ * mutex, and a pool of read-only connections (store_internal.h): every
  * operation is one statement or one transaction, so concurrent callers
  * never see or leave a half-done change, and readers see committed changes
  * only. WAL journal, synchronous NORMAL:
@@ -17,7 +17,7 @@
 
 #include "base/fsx.h"
 #include "base/json.h"
-#include "store/sqlite_internal.h"
+#include "store/store_internal.h"
 
 /* How long a statement waits for another process's lock before FAWN_EBUSY. */
 #define STORE_BUSY_TIMEOUT_MS 5000

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "base/json.h"
-#include "store/sqlite_internal.h"
+#include "store/store_internal.h"
 
 #define TASK_COLUMNS                                                                               \
     "id, owner_id, title, prompt, schedule_type, schedule_spec, timezone, context_mode, "          \

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "base/json.h"
-#include "store/sqlite_internal.h"
+#include "store/store_internal.h"
 
 #define FACT_COLUMNS "id, content, category, confidence, source, created_at_ms, updated_at_ms"
 
