@@ -4,6 +4,8 @@
 #include "app/app_internal.h"
 
 #include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -65,6 +67,25 @@ static int executor_start(app *a) {
     return runs_new(&a->runs, a->st, a->sandboxes, a->models, a->policy, &limits);
 }
 
+/* cluster.gateway_id, or "<hostname>:<port>": stable across restarts, and
+ * distinct for two gateways of one host (they listen on different ports).
+ * A hostname outside the id's alphabet is cut where it leaves it. */
+static void gateway_id_resolve(app *a) {
+    const fawn_config *cfg = a->cfg;
+    if (cfg->cluster.gateway_id) {
+        snprintf(a->gateway_id, sizeof a->gateway_id, "%s", cfg->cluster.gateway_id);
+        return;
+    }
+    char host[CONFIG_GATEWAY_ID_MAX + 1] = "";
+    if (gethostname(host, sizeof host) < 0)
+        host[0] = '\0';
+    host[sizeof host - 1] = '\0';
+    size_t n = strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_");
+    host[n > 48 ? 48 : n] = '\0';
+    snprintf(a->gateway_id, sizeof a->gateway_id, "%s:%" PRIu32, host[0] ? host : "gateway",
+             cfg->server.port);
+}
+
 int app_open(app **out, const fawn_config *cfg, store *st) {
     *out = NULL;
     app *a = calloc(1, sizeof *a);
@@ -72,6 +93,7 @@ int app_open(app **out, const fawn_config *cfg, store *st) {
         return fawn_err(FAWN_ENOMEM, "out of memory");
     a->cfg = cfg;
     a->st = st;
+    gateway_id_resolve(a);
     int r = authz_policy_load(&a->policy, cfg->authorization);
     if (r == 0)
         r = model_registry_load(&a->models, cfg->models);
@@ -128,6 +150,7 @@ sbx_manager *app_sandboxes(const app *a) { return a->sandboxes; }
 const sbx_provider *app_provider(const app *a) { return a->provider; }
 run_manager *app_runs(const app *a) { return a->runs; }
 mcp_service *app_mcp(const app *a) { return a->mcp; }
+const char *app_gateway_id(const app *a) { return a->gateway_id; }
 
 /* The model the run will use must be one the role may use. */
 static int model_allowed(const app *a, const char *role, const char *name) {

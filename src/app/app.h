@@ -50,6 +50,9 @@ sbx_manager *app_sandboxes(const app *a);
 const sbx_provider *app_provider(const app *a);
 run_manager *app_runs(const app *a);
 mcp_service *app_mcp(const app *a);
+/* This gateway's id among those sharing the store (cluster.gateway_id, or
+ * "<hostname>:<server.port>"). */
+const char *app_gateway_id(const app *a);
 
 /* A run to start on behalf of a user, on one of the user's threads. */
 typedef struct app_run_spec {

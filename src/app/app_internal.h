@@ -12,16 +12,17 @@ typedef struct app_scheduler app_scheduler;
 struct app {
     const fawn_config *cfg;
     store *st;
-    authz_policy *policy;       /* every authorization decision */
-    model_registry *models;     /* the configured models */
-    agent_subagents *subagents; /* the sub-agent types runs may delegate to */
-    web_service *web;           /* the web tools' allow-list, limits and rate */
-    mcp_service *mcp;           /* MCP tool servers and their pinned tools */
-    sbx_provider *provider;     /* where sandboxes run */
-    sbx_manager *sandboxes;     /* the one way to a sandbox */
-    struct broker *broker;      /* the credential broker (broker.clis), or NULL */
-    run_manager *runs;          /* agent runs and their event logs */
-    app_scheduler *scheduler;   /* scheduled tasks (NULL: schedules.enabled is false) */
+    char gateway_id[CONFIG_GATEWAY_ID_MAX + 1]; /* cluster.gateway_id, or its default */
+    authz_policy *policy;                       /* every authorization decision */
+    model_registry *models;                     /* the configured models */
+    agent_subagents *subagents;                 /* the sub-agent types runs may delegate to */
+    web_service *web;                           /* the web tools' allow-list, limits and rate */
+    mcp_service *mcp;                           /* MCP tool servers and their pinned tools */
+    sbx_provider *provider;                     /* where sandboxes run */
+    sbx_manager *sandboxes;                     /* the one way to a sandbox */
+    struct broker *broker;                      /* the credential broker (broker.clis), or NULL */
+    run_manager *runs;                          /* agent runs and their event logs */
+    app_scheduler *scheduler; /* scheduled tasks (NULL: schedules.enabled is false) */
 };
 
 /* Starts the scheduler's thread over a's services (a is borrowed). */

@@ -1,6 +1,7 @@
 #include "config/config.h"
 
 #include <assert.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -279,6 +280,18 @@ static int set_dsn(void *field, const config_key *key, const config_scalar *v) {
     return set_string(field, key, v);
 }
 
+/* A gateway id names the gateway in the store and in logs: a short name of
+ * letters, digits and . _ : - (an allow-list: no spaces, quotes or slashes). */
+static int set_gateway_id(void *field, const config_key *key, const config_scalar *v) {
+    size_t n = strlen(v->text);
+    bool ok = n >= 1 && n <= CONFIG_GATEWAY_ID_MAX;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = isalnum((unsigned char)v->text[i]) || strchr("._:-", v->text[i]);
+    if (!ok)
+        return scalar_fail(v, "must be 1 to %d of A-Z a-z 0-9 . _ : -", CONFIG_GATEWAY_ID_MAX);
+    return set_string(field, key, v);
+}
+
 static int set_network(void *field, const config_key *key, const config_scalar *v) {
     for (size_t i = 0; i < ARRAY_LEN(network_names); i++) {
         if (strcmp(v->text, network_names[i]) == 0) {
@@ -506,6 +519,17 @@ static const config_key store_keys[] = {
     {0},
 };
 
+static const config_key cluster_keys[] = {
+    KEY_SCALAR("gateway_id", cluster.gateway_id, set_gateway_id, NULL),
+    /* 100 ms is past any store's round trip; a minute still notices a
+     * dead gateway within the hour's first minutes. */
+    KEY_INT("heartbeat_ms", cluster.heartbeat_ms, set_u32, "2000", 100, 60000),
+    /* A second is past a heartbeat's round trip; ten minutes leaves a dead
+     * gateway's runs waiting that long, past which no one waits. */
+    KEY_INT("lease_ms", cluster.lease_ms, set_u32, "10000", 1000, 600000),
+    {0},
+};
+
 static const config_key root_keys[] = {
     KEY_SCALAR("home", home, set_string, NULL),
     KEY_SCALAR("log_level", log_level, set_log_level, "info"),
@@ -520,6 +544,7 @@ static const config_key root_keys[] = {
     KEY_SECTION("web", web_keys),
     KEY_SECTION("schedules", schedules_keys),
     KEY_SECTION("store", store_keys),
+    KEY_SECTION("cluster", cluster_keys),
     KEY_TREE("authorization", authorization),
     KEY_LIST("models", models),
     KEY_TREE("mcp", mcp),
@@ -562,6 +587,18 @@ static int check_store_backend(const fawn_config *cfg, const char *source) {
                        "is required when store.backend is postgres");
 }
 
+/* A lease must outlive a late heartbeat or two: a gateway that misses one
+ * beat (a slow store, a busy host) is not yet taken for dead. */
+static int check_cluster_lease(const fawn_config *cfg, const char *source) {
+    const fawn_cluster_config *c = &cfg->cluster;
+    if ((uint64_t)c->lease_ms >= 3 * (uint64_t)c->heartbeat_ms)
+        return 0;
+    return config_fail(source, 0, "cluster.lease_ms",
+                       "must be at least 3 times cluster.heartbeat_ms (%" PRIu32 " < 3 * %" PRIu32
+                       ")",
+                       c->lease_ms, c->heartbeat_ms);
+}
+
 /* A cap on one user's workers above the workers there are would say
  * something the gateway cannot do. 0: not given (derived later). */
 static int check_runs_running_max(const fawn_config *cfg, const char *source) {
@@ -595,7 +632,7 @@ static int check_remote_network(const fawn_config *cfg, const char *source) {
 
 static const config_check config_checks[] = {
     check_exec_timeouts,    check_upload_sizes,    check_remote_provider, check_remote_network,
-    check_runs_running_max, check_connection_caps, check_store_backend};
+    check_runs_running_max, check_connection_caps, check_store_backend,   check_cluster_lease};
 
 static void *key_field(fawn_config *cfg, const config_key *key) {
     return (char *)cfg + key->offset;
@@ -1174,6 +1211,7 @@ void config_free(fawn_config *cfg) {
     free(cfg->log_level);
     free(cfg->server.host);
     free(cfg->store.postgres_dsn);
+    free(cfg->cluster.gateway_id);
     free(cfg->sandbox.skills_dir);
     json_decref(cfg->authorization);
     json_decref(cfg->models);

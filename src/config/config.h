@@ -180,6 +180,17 @@ typedef struct fawn_store_config {
                            any value: it may hold a password); required for postgres */
 } fawn_store_config;
 
+/* Several gateways on one PostgreSQL store (docs/cluster.md). */
+#define CONFIG_GATEWAY_ID_MAX 64
+typedef struct fawn_cluster_config {
+    char *gateway_id;      /* cluster.gateway_id: this gateway's name among those sharing the
+                              store, 1..64 of [A-Za-z0-9._:-]; NULL: "<hostname>:<port>" */
+    uint32_t heartbeat_ms; /* cluster.heartbeat_ms: how often it renews its leases (2000) */
+    uint32_t lease_ms;     /* cluster.lease_ms: a gateway silent this long is taken for dead:
+                              its runs are ended and its sandboxes may be taken (10000; at
+                              least 3 heartbeats) */
+} fawn_cluster_config;
+
 typedef struct fawn_config {
     char *home;      /* home: state directory (default $FAWN_HOME or ./.fawn) */
     char *log_level; /* log_level: debug|info|warn|error (default info) */
@@ -194,6 +205,7 @@ typedef struct fawn_config {
     fawn_web_config web;
     fawn_schedules_config schedules;
     fawn_store_config store;
+    fawn_cluster_config cluster;
     /* authorization: the section as JSON (mappings -> objects, sequences ->
      * arrays, plain true/false -> booleans, plain null -> null, other
      * scalars -> strings), or NULL when absent; src/authz validates it. */

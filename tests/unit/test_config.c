@@ -983,6 +983,9 @@ static void test_example_file(void **state) {
         "fetch_enabled:",
         "fetch_timeout_s:",
         "fetch_max_kb:",
+        "gateway_id:",
+        "heartbeat_ms:",
+        "lease_ms:",
         "rate_limit_per_minute:",
         "allow:",
     };
@@ -1017,8 +1020,34 @@ static void test_store_backend(void **state) {
     refuse("store:\n  postgres:\n    dsn: \"host='unterminated\"\n", "store.postgres.dsn");
 }
 
+/* cluster.*: a gateway id is a short name from an allow-list; a lease
+ * outlives three heartbeats. */
+static void test_cluster(void **state) {
+    (void)state;
+    fawn_config cfg;
+    accept(&cfg, "log_level: info\n");
+    assert_null(cfg.cluster.gateway_id);
+    assert_int_equal(cfg.cluster.heartbeat_ms, 2000);
+    assert_int_equal(cfg.cluster.lease_ms, 10000);
+    config_free(&cfg);
+    accept(&cfg, "cluster:\n  gateway_id: gw-a.example:8001\n  heartbeat_ms: 500\n"
+                 "  lease_ms: 1500\n");
+    assert_string_equal(cfg.cluster.gateway_id, "gw-a.example:8001");
+    assert_int_equal(cfg.cluster.heartbeat_ms, 500);
+    assert_int_equal(cfg.cluster.lease_ms, 1500);
+    config_free(&cfg);
+    refuse("cluster:\n  gateway_id: \"gw a\"\n", "cluster.gateway_id");
+    refuse("cluster:\n  gateway_id: ../gw\n", "cluster.gateway_id");
+    refuse("cluster:\n  gateway_id: "
+           "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+           "cluster.gateway_id");
+    refuse("cluster:\n  heartbeat_ms: 2000\n  lease_ms: 5999\n", "cluster.lease_ms");
+    refuse("cluster:\n  heartbeat_ms: 50\n", "cluster.heartbeat_ms");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cluster),
         cmocka_unit_test(test_store_backend),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_empty_inputs_are_defaults),
