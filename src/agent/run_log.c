@@ -20,13 +20,15 @@ typedef struct log_waiter {
 
 struct run_log {
     pthread_mutex_t lock;
+    pthread_mutex_t flush_lock; /* held through a flush: one writes at a time */
     int refs;
     char run_id[37];
     store *st;
     store_event *ring; /* seq s lives at (s - 1) % ring_cap; grows to RUN_EVENTS_RETAINED */
     size_t ring_cap;
     int64_t last_seq;
-    int64_t persisted_seq; /* written to the store up to here (only the writer reads it) */
+    int64_t persisted_seq;     /* written to the store up to here */
+    int64_t unstored_since_ms; /* when the oldest event not stored was appended (0: none) */
     bool done;
     log_waiter *waiters;
     size_t n_waiters, cap_waiters;
@@ -38,6 +40,7 @@ int run_log_new(run_log **out, store *st, const char *run_id) {
     if (!l)
         return fawn_err(FAWN_ENOMEM, "out of memory");
     pthread_mutex_init(&l->lock, NULL);
+    pthread_mutex_init(&l->flush_lock, NULL);
     l->refs = 1;
     l->st = st;
     snprintf(l->run_id, sizeof l->run_id, "%s", run_id);
@@ -63,6 +66,7 @@ void run_log_close(run_log *l) {
         free(l->ring[i].data);
     free(l->ring);
     free(l->waiters);
+    pthread_mutex_destroy(&l->flush_lock);
     pthread_mutex_destroy(&l->lock);
     free(l);
 }
@@ -84,6 +88,7 @@ static void wake_locked(run_log *l, int64_t older_than) {
 }
 
 int run_log_flush(run_log *l) {
+    pthread_mutex_lock(&l->flush_lock);
     pthread_mutex_lock(&l->lock);
     int64_t from = l->persisted_seq + 1, to = l->last_seq;
     if (from < first_retained(l))
@@ -96,9 +101,7 @@ int run_log_flush(run_log *l) {
         batch[i].data = strdup(e->data);
     }
     pthread_mutex_unlock(&l->lock);
-    if (n && !batch)
-        return fawn_err(FAWN_ENOMEM, "out of memory");
-    int r = 0;
+    int r = n && !batch ? fawn_err(FAWN_ENOMEM, "out of memory") : 0;
     for (size_t i = 0; r == 0 && i < n; i++)
         if (!batch[i].data)
             r = fawn_err(FAWN_ENOMEM, "out of memory");
@@ -106,14 +109,27 @@ int run_log_flush(run_log *l) {
         r = store_event_append(l->st, l->run_id, batch, n);
     if (r == 0 && n && (size_t)(to % LOG_BATCH) < n)
         r = store_event_prune(l->st, l->run_id, RUN_EVENTS_RETAINED);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; batch && i < n; i++)
         free(batch[i].data);
     free(batch);
-    if (r == 0)
+    pthread_mutex_lock(&l->lock);
+    if (r == 0) {
         l->persisted_seq = to;
-    else
+        l->unstored_since_ms = l->last_seq > to ? fawn_now_ms() : 0;
+    }
+    pthread_mutex_unlock(&l->lock);
+    pthread_mutex_unlock(&l->flush_lock);
+    if (r < 0)
         log_warn("runs", "run %s: events not stored: %s", l->run_id, fawn_errmsg());
     return r;
+}
+
+void run_log_flush_stale(run_log *l, int64_t older_than_ms) {
+    pthread_mutex_lock(&l->lock);
+    bool stale = l->unstored_since_ms && l->unstored_since_ms <= older_than_ms;
+    pthread_mutex_unlock(&l->lock);
+    if (stale && run_log_flush(l) < 0) /* logged by run_log_flush; the next tick tries again */
+        log_debug("runs", "run %s: stale events not stored yet", l->run_id);
 }
 
 /* Grows the ring (it starts small; most runs have few events) until it
@@ -155,6 +171,8 @@ int run_log_append_text(run_log *l, const char *event, char *text) {
     slot->seq = seq;
     snprintf(slot->event, sizeof slot->event, "%s", event);
     slot->data = text;
+    if (!l->unstored_since_ms)
+        l->unstored_since_ms = fawn_now_ms();
     wake_locked(l, 0);
     bool flush = strcmp(event, "values") == 0 || strcmp(event, "metadata") == 0 ||
                  strcmp(event, "custom") == 0 || seq - l->persisted_seq >= LOG_BATCH;

@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "agent/run_queue.h"
 #include "agent/runs_internal.h"
@@ -57,8 +58,9 @@ struct run_manager {
     size_t n_workers;   /* started */
     pthread_t heartbeat;
     bool heartbeat_started;
-    bool workers_ended; /* runs_stop joined them: the heartbeat thread may end */
-    sbx_cancel stop;    /* set by runs_stop: ends the memory calls after runs */
+    bool workers_ended;   /* runs_stop joined them: the heartbeat thread may end */
+    sbx_cancel stop;      /* set by runs_stop: ends the memory calls after runs */
+    run_cluster *cluster; /* this gateway among those sharing the store */
 };
 
 static void entry_free(run_entry *e) {
@@ -113,18 +115,19 @@ static void events_store(run_entry *e) {
         log_debug("runs", "run %s: last events not stored yet", e->run_id);
 }
 
-/* Sets e's record to status (error: its message, or NULL). */
-static void status_record(run_manager *m, const run_entry *e, const char *status,
-                          const char *error) {
-    if (store_run_set_status(m->st, e->run_id, status, error) < 0)
+/* Sets e's record to status (error: its message, or NULL), and with
+ * thread_status (not NULL) its thread's, unless the run is no longer this
+ * gateway's to write (another ended it: FAWN_ENOENT, returned). */
+static int status_record(run_manager *m, const run_entry *e, const char *status, const char *error,
+                         const char *thread_status) {
+    int r = store_run_own_set_status(m->st, e->run_id, run_cluster_gateway_id(m->cluster), status,
+                                     error, thread_status);
+    if (r == FAWN_ENOENT)
+        log_warn("runs", "run %s: ended meanwhile by another gateway; %s not recorded", e->run_id,
+                 status);
+    else if (r < 0)
         log_warn("runs", "run %s: status %s not recorded: %s", e->run_id, status, fawn_errmsg());
-}
-
-/* Sets the status of e's thread. */
-static void thread_status_record(run_manager *m, const run_entry *e, const char *status) {
-    if (store_thread_set_status(m->st, e->owner_id, e->thread_id, status) < 0)
-        log_warn("runs", "run %s: thread %s not marked %s: %s", e->run_id, e->thread_id, status,
-                 fawn_errmsg());
+    return r;
 }
 
 /* The thread status after a run that ended with run_status. */
@@ -186,7 +189,9 @@ static void usage_record(run_manager *m, run_entry *e) {
 }
 
 static void run_execute(run_manager *m, run_entry *e) {
-    status_record(m, e, "running", NULL);
+    /* A run another gateway ended before it started never runs here. */
+    if (status_record(m, e, "running", NULL, NULL) == FAWN_ENOENT)
+        atomic_store(&e->cancel.cancelled, true);
     agent_params p = params_of(m, e, &e->cancel);
     agent_outcome out;
     int r = atomic_load(&e->cancel.cancelled) ? FAWN_ECANCELED : role_at_start(m, e);
@@ -201,8 +206,8 @@ static void run_execute(run_manager *m, run_entry *e) {
     /* The record is final before the stream ends: a client that has seen
      * `end` reads the run's final status and cost. */
     usage_record(m, e);
-    status_record(m, e, out.status, strcmp(out.status, "success") == 0 ? NULL : out.error);
-    thread_status_record(m, e, thread_status_after(out.status));
+    (void)status_record(m, e, out.status, strcmp(out.status, "success") == 0 ? NULL : out.error,
+                        thread_status_after(out.status));
     if (out.stop_reason[0])
         event_record(
             e, "custom",
@@ -343,13 +348,12 @@ int runs_new(run_manager **out, store *st, sbx_manager *sandboxes, const model_r
     pthread_cond_init(&m->work, NULL);
     pthread_cond_init(&m->ended, NULL);
     pthread_cond_init(&m->tick, NULL);
-    size_t abandoned = 0;
+    run_cluster_config cc = {.gateway_id = limits->gateway_id,
+                             .heartbeat_ms = limits->heartbeat_ms,
+                             .lease_ms = limits->lease_ms};
     int r = runq_new(&m->queue, limits);
     if (r == 0)
-        r = store_run_abandon_unfinished(st, &abandoned, "the gateway stopped during the run");
-    if (r == 0 && abandoned)
-        log_warn("runs", "%zu run(s) left unfinished by the previous gateway marked as error",
-                 abandoned);
+        r = run_cluster_start(&m->cluster, m, st, &cc);
     if (r == 0)
         r = threads_start(m);
     if (r < 0) {
@@ -391,8 +395,7 @@ static void kill_commands(run_manager *m, const kill_target *k) {
 static void entry_end_unstarted_locked(run_manager *m, run_entry *e, const char *why) {
     runq_remove(m->queue, &e->item);
     pthread_mutex_unlock(&m->lock);
-    status_record(m, e, "interrupted", why);
-    thread_status_record(m, e, "idle");
+    (void)status_record(m, e, "interrupted", why, "idle");
     event_record(e, "end", NULL);
     events_store(e);
     pthread_mutex_lock(&m->lock);
@@ -475,6 +478,7 @@ void runs_stop(run_manager *m) {
     for (run_entry *e = waiting_first_locked(m); e; e = waiting_first_locked(m))
         entry_end_unstarted_locked(m, e, "the gateway stopped");
     pthread_mutex_unlock(&m->lock);
+    run_cluster_stop(m->cluster);
 }
 
 void runs_free(run_manager *m) {
@@ -486,6 +490,7 @@ void runs_free(run_manager *m) {
     pthread_cond_destroy(&m->tick);
     pthread_mutex_destroy(&m->lock);
     runq_free(m->queue);
+    run_cluster_free(m->cluster);
     free(m->workers);
     free(m);
 }
@@ -550,6 +555,7 @@ static int record_run(run_manager *m, run_entry *e, const run_request *rq) {
     snprintf(row.run_id, sizeof row.run_id, "%s", e->run_id);
     snprintf(row.thread_id, sizeof row.thread_id, "%s", e->thread_id);
     snprintf(row.assistant_id, sizeof row.assistant_id, "%s", AGENT_ASSISTANT_ID);
+    snprintf(row.gateway_id, sizeof row.gateway_id, "%s", run_cluster_gateway_id(m->cluster));
     int r = store_run_create(m->st, &row);
     if (r == 0)
         r = store_thread_set_status(m->st, e->owner_id, e->thread_id, "busy");
@@ -571,6 +577,45 @@ static void queue_ready_locked(run_manager *m, run_entry *e) {
         pthread_cond_signal(&m->work);
 }
 
+/* Whether the owner's run has ended, as stored: 0 when it has,
+ * FAWN_ETIMEDOUT when it has not within wait_ms (looked at every
+ * RUNS_STORE_POLL_MS). */
+static int wait_stored_end(run_manager *m, int64_t owner, const char *thread, const char *run_id,
+                           int64_t wait_ms) {
+    int64_t deadline = fawn_now_ms() + wait_ms;
+    for (;;) {
+        store_run run;
+        int r = store_run_get(m->st, &run, owner, thread, run_id);
+        bool ended = r == 0 && strcmp(run.status, "pending") != 0 &&
+                     strcmp(run.status, "running") != 0;
+        store_run_clear(&run);
+        if (ended || r == FAWN_ENOENT)
+            return 0;
+        if (fawn_now_ms() >= deadline)
+            return fawn_err(FAWN_ETIMEDOUT, "the run has not ended yet");
+        nanosleep(&(struct timespec){.tv_nsec = RUNS_STORE_POLL_MS * 1000000L}, NULL);
+    }
+}
+
+/* multitask_strategy interrupt against the thread's active run when
+ * another gateway runs it: asks for its cancel and waits for it to end.
+ * FAWN_EBUSY when it has not ended within RUNS_INTERRUPT_WAIT_MS. */
+static int interrupt_elsewhere(run_manager *m, const run_entry *e) {
+    store_run active;
+    int r = store_run_active(m->st, &active, e->owner_id, e->thread_id);
+    if (r == FAWN_ENOENT)
+        return 0; /* it ended meanwhile */
+    if (r == 0)
+        r = store_run_request_cancel(m->st, e->owner_id, e->thread_id, active.run_id);
+    if (r == 0 || r == FAWN_ENOENT)
+        r = wait_stored_end(m, e->owner_id, e->thread_id, active.run_id, RUNS_INTERRUPT_WAIT_MS);
+    store_run_clear(&active);
+    return r == FAWN_ETIMEDOUT
+               ? fawn_err(FAWN_EBUSY, "Thread %s: the interrupted run has not ended yet",
+                          e->thread_id)
+               : r;
+}
+
 int runs_start(char run_id[37], run_manager *m, const run_request *rq) {
     run_id[0] = '\0';
     run_entry *e = NULL;
@@ -585,6 +630,8 @@ int runs_start(char run_id[37], run_manager *m, const run_request *rq) {
         return r;
     }
     r = record_run(m, e, rq);
+    if (r == FAWN_EBUSY && rq->interrupt && interrupt_elsewhere(m, e) == 0)
+        r = record_run(m, e, rq);
     pthread_mutex_lock(&m->lock);
     if (r < 0) {
         runq_remove(m->queue, &e->item);
@@ -604,13 +651,14 @@ int runs_cancel(run_manager *m, int64_t owner_id, const char *thread_id, const c
                 int64_t wait_ms) {
     pthread_mutex_lock(&m->lock);
     run_entry *e = live_find_locked(m, owner_id, thread_id, run_id);
-    int r = e ? 0 : fawn_err(FAWN_ENOENT, "run %s is not active", run_id);
     if (e)
         cancel_entry(m, e);
-    if (r == 0 && wait_ms > 0)
-        r = wait_ended_locked(m, owner_id, thread_id, run_id, wait_ms);
+    int r = e && wait_ms > 0 ? wait_ended_locked(m, owner_id, thread_id, run_id, wait_ms) : 0;
     pthread_mutex_unlock(&m->lock);
-    return r;
+    if (e)
+        return r;
+    r = store_run_request_cancel(m->st, owner_id, thread_id, run_id);
+    return r == 0 && wait_ms > 0 ? wait_stored_end(m, owner_id, thread_id, run_id, wait_ms) : r;
 }
 
 bool runs_thread_busy(run_manager *m, int64_t owner_id, const char *thread_id) {
@@ -631,3 +679,62 @@ run_log *runs_log_open(run_manager *m, const char *run_id) {
     pthread_mutex_unlock(&m->lock);
     return l;
 }
+
+/* ---- for the cluster thread (runs_internal.h) ---- */
+
+void runs_cancel_live(run_manager *m, const char *run_id) {
+    pthread_mutex_lock(&m->lock);
+    run_entry *e = m->live;
+    while (e && strcmp(e->run_id, run_id) != 0)
+        e = e->next_live;
+    if (e && !atomic_load(&e->cancel.cancelled))
+        cancel_entry(m, e);
+    pthread_mutex_unlock(&m->lock);
+}
+
+static run_entry *live_uncancelled_locked(run_manager *m) {
+    run_entry *e = m->live;
+    while (e && atomic_load(&e->cancel.cancelled))
+        e = e->next_live;
+    return e;
+}
+
+void runs_cancel_all(run_manager *m) {
+    pthread_mutex_lock(&m->lock);
+    for (run_entry *e = live_uncancelled_locked(m); e; e = live_uncancelled_locked(m))
+        cancel_entry(m, e);
+    pthread_mutex_unlock(&m->lock);
+}
+
+bool runs_any_live(run_manager *m) {
+    pthread_mutex_lock(&m->lock);
+    bool any = m->live != NULL;
+    pthread_mutex_unlock(&m->lock);
+    return any;
+}
+
+void runs_flush_stale(run_manager *m, int64_t older_than_ms) {
+    pthread_mutex_lock(&m->lock);
+    size_t n = 0;
+    for (run_entry *e = m->live; e; e = e->next_live)
+        n++;
+    run_log **logs = n ? calloc(n, sizeof *logs) : NULL;
+    size_t k = 0;
+    for (run_entry *e = m->live; logs && e; e = e->next_live) {
+        run_log_ref(e->log);
+        logs[k++] = e->log;
+    }
+    pthread_mutex_unlock(&m->lock);
+    for (size_t i = 0; i < k; i++) {
+        run_log_flush_stale(logs[i], older_than_ms);
+        run_log_close(logs[i]);
+    }
+    free(logs);
+}
+
+bool runs_store_wait(run_manager *m, void (*wake)(void *ctx), void (*suspend)(void *ctx),
+                     void *ctx) {
+    return run_cluster_store_wait(m->cluster, wake, suspend, ctx);
+}
+
+void runs_store_unwait(run_manager *m, void *ctx) { run_cluster_store_unwait(m->cluster, ctx); }

@@ -28,6 +28,12 @@
 #define RUN_EVENTS_RETAINED 4096
 /* Idle readers get a heartbeat this often. */
 #define RUNS_HEARTBEAT_MS 15000
+/* How often what another gateway does is looked for in the store: cancel
+ * requests for this gateway's runs, and new events of runs followed here
+ * but run elsewhere (a follower's wait, a cancel's wait). 100 ms adds at
+ * most that to a cross-gateway cancel or stream, for one indexed query a
+ * tick while a run is live (none when nothing is). */
+#define RUNS_STORE_POLL_MS 100
 /* Events one fetch returns at most (callers may ask for fewer). */
 #define RUN_FETCH_MAX 256
 
@@ -53,11 +59,18 @@ typedef struct runs_limits {
     web_service *web;                 /* the web tools' service (borrowed; NULL: none) */
     mcp_service *mcp;                 /* the MCP tool servers (borrowed; NULL: none) */
     const fawn_compaction_config *compaction; /* compaction.* (borrowed; NULL: off) */
+    /* Several gateways on one store (cluster.*): this gateway's id (copied;
+     * NULL: "local"), how often it renews its lease and how long a silent
+     * gateway keeps its runs (0: 2000 and 10000 ms). */
+    const char *gateway_id;
+    uint32_t heartbeat_ms, lease_ms;
 } runs_limits;
 
-/* Starts limits->workers workers. Everything passed is borrowed and must
- * outlive the manager, except limits (copied). FAWN_EINVAL for a limit of
- * 0. */
+/* Registers this gateway in the store, ends the runs a previous process
+ * of the same gateway id left unfinished (other gateways' runs are left
+ * alone), and starts limits->workers workers and the gateway's heartbeat
+ * (run_cluster.c). Everything passed is borrowed and must outlive the
+ * manager, except limits (copied). FAWN_EINVAL for a limit of 0. */
 FAWN_MUST_CHECK int runs_new(run_manager **out, store *st, sbx_manager *sandboxes,
                              const model_registry *models, const authz_policy *policy,
                              const runs_limits *limits);
@@ -95,9 +108,11 @@ FAWN_MUST_CHECK int runs_start(char run_id[37], run_manager *m, const run_reques
 
 /* Asks a live run of the owner's thread to stop (it ends as interrupted:
  * a run still waiting for a worker at once, a model call aborts at once, a
- * running command is killed). With wait_ms,
- * waits up to that long for it to end: 0 when it has, FAWN_ETIMEDOUT when
- * not yet. FAWN_ENOENT when no such run is live. */
+ * running command is killed). A run another gateway runs gets a stored
+ * cancel request, which that gateway acts on within RUNS_STORE_POLL_MS.
+ * With wait_ms, waits up to that long for it to end: 0 when it has,
+ * FAWN_ETIMEDOUT when not yet. FAWN_ENOENT when no such run is live here
+ * or unfinished in the store (another user's run id included). */
 FAWN_MUST_CHECK int runs_cancel(run_manager *m, int64_t owner_id, const char *thread_id,
                                 const char *run_id, int64_t wait_ms);
 
@@ -130,5 +145,15 @@ bool run_log_wait(run_log *l, int64_t after, void (*wake)(void *ctx), void (*sus
                   void *ctx);
 /* Forgets ctx's registration, if any (a reader that goes away). */
 void run_log_unwait(run_log *l, void *ctx);
+
+/* For a reader of a run that is not live here (its events are in the
+ * store, written by the gateway that runs it): registers wake(ctx) to be
+ * called once within RUNS_STORE_POLL_MS, when the reader looks in the
+ * store again; suspend(ctx) as run_log_wait's. Returns false without
+ * registering when the manager has stopped. */
+bool runs_store_wait(run_manager *m, void (*wake)(void *ctx), void (*suspend)(void *ctx),
+                     void *ctx);
+/* Forgets ctx's registration, if any. */
+void runs_store_unwait(run_manager *m, void *ctx);
 
 #endif

@@ -63,7 +63,10 @@ static int executor_start(app *a) {
                           .home = a->cfg->home,
                           .subagents = a->subagents,
                           .web = a->web,
-                          .mcp = a->mcp};
+                          .mcp = a->mcp,
+                          .gateway_id = a->gateway_id,
+                          .heartbeat_ms = a->cfg->cluster.heartbeat_ms,
+                          .lease_ms = a->cfg->cluster.lease_ms};
     return runs_new(&a->runs, a->st, a->sandboxes, a->models, a->policy, &limits);
 }
 

@@ -245,6 +245,9 @@ FAWN_MUST_CHECK int store_token_authenticate(store *s, store_user *user, int64_t
 #define STORE_RUN_ID_MAX 64
 /* Runs one listing returns at most. */
 #define STORE_RUNS_LIST_MAX 1000
+/* A gateway's id (config.h's CONFIG_GATEWAY_ID_MAX). */
+#define STORE_GATEWAY_ID_MAX 64
+
 /* Entries of a run's token_usage: (caller, model) pairs one run makes are
  * a few; 64 bounds what one row holds. */
 #define STORE_USAGE_BUCKETS_MAX 64
@@ -264,13 +267,17 @@ typedef struct store_run {
      * calls} per caller ("lead", "subagent:<type>", "middleware:<what>")
      * and model. store_run_create ignores it. */
     char *token_usage;
+    char gateway_id[STORE_GATEWAY_ID_MAX + 1]; /* the gateway that runs it ("": none known) */
+    bool cancel_requested;                     /* a cancel was asked for through another gateway */
 } store_run;
 
 void store_run_clear(store_run *r);
 
 /* Records a new run (status pending unless run->status says otherwise;
- * kwargs and metadata default to {}). FAWN_EEXIST for a run id in use;
- * FAWN_ENOENT when the owner has no such thread. */
+ * kwargs and metadata default to {}), owned by run->gateway_id. A thread
+ * has at most one unfinished (pending or running) run, whichever gateway
+ * runs it: FAWN_EBUSY when it has one already. FAWN_EEXIST for a run id in
+ * use; FAWN_ENOENT when the owner has no such thread. */
 FAWN_MUST_CHECK int store_run_create(store *s, const store_run *run);
 /* The owner's run of thread (another thread's run is FAWN_ENOENT). */
 FAWN_MUST_CHECK int store_run_get(store *s, store_run *out, int64_t owner_id, const char *thread_id,
@@ -286,9 +293,59 @@ FAWN_MUST_CHECK int store_run_set_status(store *s, const char *run_id, const cha
  * STORE_USAGE_BUCKETS_MAX objects. FAWN_EINVAL for other text;
  * FAWN_ENOENT for an unknown run. */
 FAWN_MUST_CHECK int store_run_set_usage(store *s, const char *run_id, const char *usage);
-/* Ends runs a previous process left pending or running: status error with
- * reason, their threads idle. *n (may be NULL) is how many. */
-FAWN_MUST_CHECK int store_run_abandon_unfinished(store *s, size_t *n, const char *reason);
+/* Sets the status (and error; NULL clears it) of a run that gateway_id
+ * owns and that has not ended, and with thread_status (not NULL) its
+ * thread's status, in one transaction. FAWN_ENOENT when there is no such
+ * run: it has ended, or its gateway was taken for dead and another ended
+ * it (store_gateway_reap) — a run is never overwritten by its old owner.
+ * FAWN_EINVAL for an unknown status. */
+FAWN_MUST_CHECK int store_run_own_set_status(store *s, const char *run_id, const char *gateway_id,
+                                             const char *status, const char *error,
+                                             const char *thread_status);
+/* Ends the runs gateway_id left pending or running (a restart of that
+ * gateway): status error with reason, an error event and an end event
+ * after the last stored one (a follower through any gateway finishes),
+ * their threads error. *n (may be NULL) is how many. Other gateways' runs
+ * are left alone. */
+FAWN_MUST_CHECK int store_run_abandon_unfinished(store *s, size_t *n, const char *gateway_id,
+                                                 const char *reason);
+/* The unfinished run of the owner's thread, whichever gateway runs it:
+ * its id and gateway in *out (cleared by the caller), FAWN_ENOENT when
+ * the thread has none. */
+FAWN_MUST_CHECK int store_run_active(store *s, store_run *out, int64_t owner_id,
+                                     const char *thread_id);
+/* Asks for the cancel of the owner's run of thread that has not ended
+ * (the gateway that runs it sees the request: store_run_cancel_requests).
+ * FAWN_ENOENT when there is no such unfinished run of this owner (another
+ * user's run included). */
+FAWN_MUST_CHECK int store_run_request_cancel(store *s, int64_t owner_id, const char *thread_id,
+                                             const char *run_id);
+/* Runs of gateway_id not ended and whose cancel was asked for: *out is a
+ * malloc'd array of *n ids (free it). */
+FAWN_MUST_CHECK int store_run_cancel_requests(store *s, char (**out)[37], size_t *n,
+                                              const char *gateway_id);
+
+/* ---- gateways sharing the store ----
+ * Each gateway has a row while it lives, renewed every heartbeat; one
+ * whose row is older than the lease is taken for dead by any other, which
+ * ends its unfinished runs. A gateway whose row is gone has lost its lease
+ * and must stop every run it has (it may register again). */
+
+/* Registers gateway_id as alive from now_ms (started and beaten now;
+ * replaces a row of the same id). */
+FAWN_MUST_CHECK int store_gateway_register(store *s, const char *gateway_id, int64_t now_ms);
+/* Renews gateway_id's lease at now_ms: FAWN_ESTALE when its row is gone
+ * (reaped: its runs were ended by another gateway). */
+FAWN_MUST_CHECK int store_gateway_beat(store *s, const char *gateway_id, int64_t now_ms);
+/* In one transaction: removes the gateways (other than self) not beaten
+ * since now_ms - lease_ms, and ends the unfinished runs that no gateway
+ * alive owns (theirs, and runs of no known gateway), as
+ * store_run_abandon_unfinished does, with reason. *gateways and *runs
+ * (may be NULL) say how many. */
+FAWN_MUST_CHECK int store_gateway_reap(store *s, size_t *gateways, size_t *runs, const char *self,
+                                       int64_t now_ms, int64_t lease_ms, const char *reason);
+/* Removes gateway_id's row (a gateway stopping cleanly; no row: nothing). */
+FAWN_MUST_CHECK int store_gateway_remove(store *s, const char *gateway_id);
 
 /* One event of a run's stream, as SSE sends it. */
 typedef struct store_event {

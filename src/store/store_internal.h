@@ -118,6 +118,15 @@ FAWN_MUST_CHECK int sq_exec_texts(store *s, const char *sql, const char *const *
  * lists them as spans and the event holds the state's reference. */
 FAWN_MUST_CHECK int sq_state_migrate_messages(sdb *db);
 
+/* Ends the unfinished runs that `where` names (an SQL condition on runs'
+ * columns, with arg bound to ?1), inside the caller's write transaction:
+ * an error event (reason) and an end event after each one's last stored
+ * event, their threads idle, their status error with reason. *n is how
+ * many runs ended. store_run_abandon_unfinished's and store_gateway_reap's
+ * one way of ending a run no gateway will finish. */
+FAWN_MUST_CHECK int sq_runs_end(sdb *db, size_t *n, const char *where, const char *arg,
+                                const char *reason);
+
 /* Numbered migrations (store_migrations.c): sq_migrations[i] brings a
  * database from version i to i + 1: its SQL, then (when not NULL) a step
  * over the data, in the same transaction. Append only; never edit one

@@ -542,6 +542,39 @@ const sq_migration sq_migrations[] = {
      "  provider TEXT PRIMARY KEY,"
      "  settings TEXT NOT NULL CHECK (settings::jsonb IS NOT NULL),"
      "  updated_at_ms BIGINT NOT NULL);"},
+    /* 16: several gateways on one store (store_gateways.c): the gateways
+     * alive (each beats; one silent past its lease is reaped), the gateway
+     * that owns each run ('' for runs older than this), a cancel asked for
+     * through another gateway, and at most one unfinished run per thread,
+     * which the store itself enforces (an older unfinished run of a thread
+     * that has a newer one is ended first: no gateway can resume it). */
+    {"CREATE TABLE gateways ("
+     "  id TEXT PRIMARY KEY,"
+     "  started_at_ms INTEGER NOT NULL,"
+     "  beat_at_ms INTEGER NOT NULL);"
+     "ALTER TABLE runs ADD COLUMN gateway_id TEXT NOT NULL DEFAULT '';"
+     "ALTER TABLE runs ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;"
+     "UPDATE runs SET status = 'error', error = 'superseded by a newer run of its thread' "
+     "  WHERE status IN ('pending', 'running') AND EXISTS (SELECT 1 FROM runs newer "
+     "  WHERE newer.owner_id = runs.owner_id AND newer.thread_id = runs.thread_id "
+     "  AND newer.status IN ('pending', 'running') AND newer.rowid > runs.rowid);"
+     "CREATE UNIQUE INDEX runs_one_active_per_thread ON runs(owner_id, thread_id) "
+     "  WHERE status IN ('pending', 'running');"
+     "CREATE INDEX runs_by_gateway ON runs(gateway_id, status);",
+     NULL,
+     "CREATE TABLE gateways ("
+     "  id TEXT PRIMARY KEY,"
+     "  started_at_ms BIGINT NOT NULL,"
+     "  beat_at_ms BIGINT NOT NULL);"
+     "ALTER TABLE runs ADD COLUMN gateway_id TEXT NOT NULL DEFAULT '';"
+     "ALTER TABLE runs ADD COLUMN cancel_requested BIGINT NOT NULL DEFAULT 0;"
+     "UPDATE runs SET status = 'error', error = 'superseded by a newer run of its thread' "
+     "  WHERE status IN ('pending', 'running') AND EXISTS (SELECT 1 FROM runs newer "
+     "  WHERE newer.owner_id = runs.owner_id AND newer.thread_id = runs.thread_id "
+     "  AND newer.status IN ('pending', 'running') AND newer.rowid > runs.rowid);"
+     "CREATE UNIQUE INDEX runs_one_active_per_thread ON runs(owner_id, thread_id) "
+     "  WHERE status IN ('pending', 'running');"
+     "CREATE INDEX runs_by_gateway ON runs(gateway_id, status);"},
 };
 
 const size_t sq_migrations_count = ARRAY_LEN(sq_migrations);

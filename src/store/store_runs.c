@@ -1,4 +1,6 @@
 /* Runs, run events and receipts on SQLite (store.h). */
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,9 +27,12 @@ void store_run_clear(store_run *r) {
 
 #define RUN_COLUMNS                                                                                \
     "run_id, owner_id, thread_id, assistant_id, status, kwargs, metadata, error, created_at_ms, "  \
-    "updated_at_ms"
-/* What a read gets: the columns above, then what the run cost. */
-#define RUN_READ_COLUMNS RUN_COLUMNS ", token_usage"
+    "updated_at_ms, gateway_id"
+/* What a read gets: the columns above, then what the run cost and whether
+ * its cancel was asked for. */
+#define RUN_READ_COLUMNS RUN_COLUMNS ", token_usage, cancel_requested"
+/* A run that has not ended. */
+#define RUN_UNFINISHED "status IN ('pending', 'running')"
 
 static void read_run(void *row, sdb_stmt *st) {
     store_run *r = row;
@@ -42,12 +47,31 @@ static void read_run(void *row, sdb_stmt *st) {
     r->error = sq_dup_col(st, 7);
     r->created_at_ms = sdb_column_int64(st, 8);
     r->updated_at_ms = sdb_column_int64(st, 9);
-    r->token_usage = sq_dup_col(st, 10);
+    sq_copy_col(r->gateway_id, sizeof r->gateway_id, st, 10);
+    r->token_usage = sq_dup_col(st, 11);
+    r->cancel_requested = sdb_column_int64(st, 12) != 0;
 }
 
 /* A row read by read_run lacks a text it must have: memory ran out. */
 static int run_row_check(const store_run *r) {
     return r->kwargs && r->metadata && r->token_usage ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
+}
+
+/* Whether a refused insert of run collided with its thread's one active
+ * run rather than with a run id in use. A failed read answers false: the
+ * caller reports the insert's own error. */
+static bool collided_with_active_run(sdb *db, const store_run *run) {
+    sdb_stmt *st;
+    if (sq_prepare(db, &st,
+                   "SELECT NOT EXISTS (SELECT 1 FROM runs WHERE run_id = ?1) AND EXISTS (SELECT 1 "
+                   "FROM runs WHERE owner_id = ?2 AND thread_id = ?3 AND " RUN_UNFINISHED ")") < 0)
+        return false;
+    sdb_bind_text(st, 1, run->run_id);
+    sdb_bind_int64(st, 2, run->owner_id);
+    sdb_bind_text(st, 3, run->thread_id);
+    bool active = sdb_step(st) == SDB_ROW && sdb_column_int64(st, 0) != 0;
+    sdb_finalize(st);
+    return active;
 }
 
 int store_run_create(store *s, const store_run *run) {
@@ -62,7 +86,7 @@ int store_run_create(store *s, const store_run *run) {
     sdb *db = sq_write_begin(s);
     int r = sq_prepare(db, &st,
                        "INSERT INTO runs (" RUN_COLUMNS ") "
-                       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)");
+                       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?10)");
     if (r == 0) {
         sdb_bind_text(st, 1, run->run_id);
         sdb_bind_int64(st, 2, run->owner_id);
@@ -73,12 +97,15 @@ int store_run_create(store *s, const store_run *run) {
         sdb_bind_text(st, 7, run->metadata ? run->metadata : "{}");
         sdb_bind_text(st, 8, run->error);
         sdb_bind_int64(st, 9, run->created_at_ms ? run->created_at_ms : now);
+        sdb_bind_text(st, 10, run->gateway_id);
         int rc = sdb_step(st);
         bool fk = rc == SDB_CONSTRAINT && sdb_error_is_foreign_key(db);
         sdb_finalize(st);
         r = rc == SDB_DONE ? 0
             : fk           ? fawn_err(FAWN_ENOENT, "no such thread: %s", run->thread_id)
-                           : sq_err(db, rc, "create run");
+            : rc == SDB_CONSTRAINT && collided_with_active_run(db, run)
+                ? fawn_err(FAWN_EBUSY, "Thread %s is busy with another run", run->thread_id)
+                : sq_err(db, rc, "create run");
     }
     sq_write_end(s, db);
     return r;
@@ -186,34 +213,171 @@ int store_run_set_usage(store *s, const char *run_id, const char *usage) {
     return r;
 }
 
-int store_run_abandon_unfinished(store *s, size_t *n, const char *reason) {
-    if (n)
-        *n = 0;
+int store_run_own_set_status(store *s, const char *run_id, const char *gateway_id,
+                             const char *status, const char *error, const char *thread_status) {
+    if (!run_status_known(status))
+        return fawn_err(FAWN_EINVAL, "unknown run status: %s", status ? status : "(null)");
     sdb_stmt *st;
     sdb *db = sq_write_begin(s);
     int r = sq_begin_write(db, "begin");
     if (r == 0)
-        r = sq_exec(db,
-                    "UPDATE threads SET status = 'idle' WHERE EXISTS (SELECT 1 FROM runs WHERE "
-                    "runs.owner_id = threads.owner_id AND runs.thread_id = threads.id AND "
-                    "runs.status IN ('pending', 'running'))",
-                    "release threads");
-    if (r == 0)
         r = sq_prepare(db, &st,
-                       "UPDATE runs SET status = 'error', error = ?1, updated_at_ms = ?2 "
-                       "WHERE status IN ('pending', 'running')");
+                       "UPDATE runs SET status = ?3, error = ?4, updated_at_ms = ?5 "
+                       "WHERE run_id = ?1 AND gateway_id = ?2 AND " RUN_UNFINISHED);
     if (r == 0) {
-        sdb_bind_text(st, 1, reason);
-        sdb_bind_int64(st, 2, fawn_wall_ms());
-        int rc = sdb_step(st);
-        if (n)
-            *n = (size_t)sdb_changes(db);
-        sdb_finalize(st);
-        r = rc == SDB_DONE ? 0 : sq_err(db, rc, "abandon runs");
+        const char *texts[] = {run_id, gateway_id, status};
+        sq_bind_texts(st, texts, ARRAY_LEN(texts));
+        sdb_bind_text(st, 4, error);
+        sdb_bind_int64(st, 5, fawn_wall_ms());
+        r = sq_step_done(db, st, true, "set run status");
     }
+    if (r == 0 && thread_status)
+        r = sq_prepare(db, &st,
+                       "UPDATE threads SET status = ?2 WHERE EXISTS (SELECT 1 FROM runs WHERE "
+                       "runs.run_id = ?1 AND runs.owner_id = threads.owner_id "
+                       "AND runs.thread_id = threads.id)");
+    if (r == 0 && thread_status) {
+        const char *texts[] = {run_id, thread_status};
+        sq_bind_texts(st, texts, ARRAY_LEN(texts));
+        r = sq_step_done(db, st, false, "set thread status");
+    }
+    if (r == FAWN_ENOENT)
+        fawn_err(FAWN_ENOENT, "run %s is not %s's unfinished run", run_id, gateway_id);
     r = sq_end_transaction(db, r);
     sq_write_end(s, db);
     return r;
+}
+
+/* Runs one statement of sq_runs_end, texts bound to ?1.. (and now, when
+ * not 0, to the next one); *changed (may be NULL) gets the rows changed. */
+static int runs_end_step(sdb *db, size_t *changed, const char *sql, const char *const *texts,
+                         size_t n, int64_t now) {
+    sdb_stmt *st;
+    int r = sq_prepare(db, &st, sql);
+    if (r < 0)
+        return r;
+    sq_bind_texts(st, texts, n);
+    if (now)
+        sdb_bind_int64(st, (int)n + 1, now);
+    int rc = sdb_step(st);
+    if (changed)
+        *changed = rc == SDB_DONE ? (size_t)sdb_changes(db) : 0;
+    sdb_finalize(st);
+    return rc == SDB_DONE ? 0 : sq_err(db, rc, "end runs");
+}
+
+int sq_runs_end(sdb *db, size_t *n, const char *where, const char *arg, const char *reason) {
+    *n = 0;
+    json_t *error = json_pack("{s:s, s:s}", "error", "RunError", "message", reason);
+    char *data = error ? json_dumps(error, JSON_COMPACT) : NULL;
+    json_decref(error);
+    if (!data)
+        return fawn_err(FAWN_ENOMEM, "out of memory");
+    /* ?1 is arg (in where); an event goes after the run's last stored one. */
+    char events_sql[512], threads_sql[384], runs_sql[256];
+    snprintf(events_sql, sizeof events_sql,
+             "INSERT INTO run_events (run_id, seq, event, data) SELECT run_id, coalesce((SELECT "
+             "max(seq) FROM run_events e WHERE e.run_id = runs.run_id), 0) + 1, ?2, ?3 "
+             "FROM runs WHERE " RUN_UNFINISHED " AND (%s)",
+             where);
+    snprintf(threads_sql, sizeof threads_sql,
+             "UPDATE threads SET status = 'idle' WHERE EXISTS (SELECT 1 FROM runs WHERE "
+             "runs.owner_id = threads.owner_id AND runs.thread_id = threads.id AND "
+             "runs." RUN_UNFINISHED " AND (%s))",
+             where);
+    snprintf(runs_sql, sizeof runs_sql,
+             "UPDATE runs SET status = 'error', error = ?2, updated_at_ms = ?3 "
+             "WHERE " RUN_UNFINISHED " AND (%s)",
+             where);
+    const char *error_event[] = {arg, "error", data}, *end_event[] = {arg, "end", "null"};
+    const char *run_texts[] = {arg, reason};
+    int r = runs_end_step(db, NULL, events_sql, error_event, 3, 0);
+    if (r == 0)
+        r = runs_end_step(db, NULL, events_sql, end_event, 3, 0);
+    if (r == 0)
+        r = runs_end_step(db, NULL, threads_sql, run_texts, 1, 0);
+    if (r == 0)
+        r = runs_end_step(db, n, runs_sql, run_texts, 2, fawn_wall_ms());
+    free(data);
+    return r;
+}
+
+int store_run_abandon_unfinished(store *s, size_t *n, const char *gateway_id, const char *reason) {
+    size_t ended = 0;
+    if (n)
+        *n = 0;
+    sdb *db = sq_write_begin(s);
+    int r = sq_begin_write(db, "begin");
+    if (r == 0)
+        r = sq_runs_end(db, &ended, "gateway_id = ?1", gateway_id, reason);
+    r = sq_end_transaction(db, r);
+    sq_write_end(s, db);
+    if (r == 0 && n)
+        *n = ended;
+    return r;
+}
+
+int store_run_active(store *s, store_run *out, int64_t owner_id, const char *thread_id) {
+    memset(out, 0, sizeof *out);
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
+    int r = sq_prepare(db, &st,
+                       "SELECT " RUN_READ_COLUMNS " FROM runs WHERE owner_id = ?1 "
+                       "AND thread_id = ?2 AND " RUN_UNFINISHED);
+    if (r == 0) {
+        sdb_bind_int64(st, 1, owner_id);
+        sdb_bind_text(st, 2, thread_id);
+        int rc = sdb_step(st);
+        if (rc == SDB_ROW) {
+            read_run(out, st);
+            r = run_row_check(out);
+        } else {
+            r = rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "Thread %s has no active run", thread_id)
+                               : sq_err(db, rc, "active run");
+        }
+        sdb_finalize(st);
+    }
+    sq_read_end(s, db);
+    if (r < 0)
+        store_run_clear(out);
+    return r;
+}
+
+int store_run_request_cancel(store *s, int64_t owner_id, const char *thread_id,
+                             const char *run_id) {
+    sdb_stmt *st;
+    sdb *db = sq_write_begin(s);
+    int r = sq_prepare(db, &st,
+                       "UPDATE runs SET cancel_requested = 1 WHERE run_id = ?1 AND owner_id = ?2 "
+                       "AND thread_id = ?3 AND " RUN_UNFINISHED);
+    if (r == 0) {
+        sdb_bind_text(st, 1, run_id);
+        sdb_bind_int64(st, 2, owner_id);
+        sdb_bind_text(st, 3, thread_id);
+        r = sq_step_done(db, st, true, "request run cancel");
+    }
+    sq_write_end(s, db);
+    return r == FAWN_ENOENT ? fawn_err(FAWN_ENOENT, "run %s is not active", run_id) : r;
+}
+
+static void read_run_id(void *row, sdb_stmt *st) { sq_copy_col(row, 37, st, 0); }
+
+int store_run_cancel_requests(store *s, char (**out)[37], size_t *n, const char *gateway_id) {
+    *out = NULL;
+    *n = 0;
+    fbuf rows = {0};
+    sdb_stmt *st;
+    sdb *db = sq_read_begin(s);
+    int r = sq_prepare(db, &st,
+                       "SELECT run_id FROM runs WHERE gateway_id = ?1 AND cancel_requested = 1 "
+                       "AND " RUN_UNFINISHED);
+    if (r == 0) {
+        sdb_bind_text(st, 1, gateway_id);
+        r = sq_rows_read(db, &rows, st, 37, read_run_id, "cancel requests");
+        sdb_finalize(st);
+    }
+    sq_read_end(s, db);
+    return sq_rows_hand_out((void **)out, n, &rows, 37, r);
 }
 
 /* ---- events ---- */

@@ -111,12 +111,13 @@ static void migrations_bring_schema_current(void **state) {
     fx *x = *state;
     int v = 0;
     assert_int_equal(store_schema_version(x->s, &v), 0);
-    assert_int_equal(v, 15); /* 13: scheduled tasks; 14: auth generation; 15: IM channels */
+    assert_int_equal(
+        v, 16); /* 13: scheduled tasks; 14: auth generation; 15: IM channels; 16: gateways */
     /* Reopening applies nothing twice. */
     store *again;
     assert_int_equal(fx_open(x, &again), 0);
     assert_int_equal(store_schema_version(again, &v), 0);
-    assert_int_equal(v, 15);
+    assert_int_equal(v, 16);
     store_close(again);
 }
 
@@ -676,21 +677,21 @@ static void runs_are_owner_and_thread_scoped(void **state) {
     snprintf(r.assistant_id, sizeof r.assistant_id, "lead_agent");
     assert_int_equal(store_run_create(x->s, &r), FAWN_ENOENT);
     add_run(x, x->alice, "rt1", "ra1");
+    assert_int_equal(store_run_set_status(x->s, "ra1", "success", NULL), 0);
     add_run(x, x->alice, "rt1", "ra2");
     snprintf(r.thread_id, sizeof r.thread_id, "rt1");
     snprintf(r.run_id, sizeof r.run_id, "ra1");
     assert_int_equal(store_run_create(x->s, &r), FAWN_EEXIST);
     store_run got;
     assert_int_equal(store_run_get(x->s, &got, x->alice, "rt1", "ra1"), 0);
-    assert_string_equal(got.status, "pending");
+    assert_string_equal(got.status, "success");
     assert_string_equal(got.kwargs, "{\"stream_mode\":[\"values\"]}");
     assert_null(got.error);
     store_run_clear(&got);
     /* Another owner's thread of the same id does not see it. */
     assert_int_equal(store_run_get(x->s, &got, x->bob, "rt1", "ra1"), FAWN_ENOENT);
-    assert_int_equal(store_run_set_status(x->s, "ra1", "running", NULL), 0);
     assert_int_equal(store_run_set_status(x->s, "ra1", "bogus", NULL), FAWN_EINVAL);
-    assert_int_equal(store_run_set_status(x->s, "ra2", "success", NULL), 0);
+    assert_int_equal(store_run_set_status(x->s, "ra2", "running", NULL), 0);
     store_run *list;
     size_t n;
     assert_int_equal(store_run_list(x->s, &list, &n, x->alice, "rt1", 10, 0), 0);
@@ -699,12 +700,27 @@ static void runs_are_owner_and_thread_scoped(void **state) {
     for (size_t i = 0; i < n; i++)
         store_run_clear(&list[i]);
     free(list);
-    /* A restart ends what was left running, and frees its thread. */
+    /* A restart ends what the gateway left running (another gateway's
+     * run is left alone), frees its thread, and ends its stream. */
     assert_int_equal(store_thread_set_status(x->s, x->alice, "rt1", "busy"), 0);
     size_t abandoned = 0;
-    assert_int_equal(store_run_abandon_unfinished(x->s, &abandoned, "gateway restarted"), 0);
+    assert_int_equal(store_run_abandon_unfinished(x->s, &abandoned, "gw-b", "gateway restarted"),
+                     0);
+    assert_int_equal(abandoned, 0);
+    assert_int_equal(store_run_abandon_unfinished(x->s, &abandoned, "", "gateway restarted"), 0);
     assert_int_equal(abandoned, 1);
-    assert_int_equal(store_run_get(x->s, &got, x->alice, "rt1", "ra1"), 0);
+    store_event *ev;
+    size_t nev;
+    assert_int_equal(store_event_read(x->s, &ev, &nev, "ra2", 0, 10), 0);
+    assert_int_equal(nev, 2);
+    assert_string_equal(ev[0].event, "error");
+    assert_non_null(strstr(ev[0].data, "gateway restarted"));
+    assert_string_equal(ev[1].event, "end");
+    assert_true(ev[1].seq == 2);
+    for (size_t i = 0; i < nev; i++)
+        free(ev[i].data);
+    free(ev);
+    assert_int_equal(store_run_get(x->s, &got, x->alice, "rt1", "ra2"), 0);
     assert_string_equal(got.status, "error");
     assert_string_equal(got.error, "gateway restarted");
     store_run_clear(&got);
@@ -1368,6 +1384,9 @@ static int64_t make_v5_database(const char *path) {
              "DROP TABLE auth_generation;"
              "DROP TABLE channel_bindings; DROP TABLE channel_connect_codes;"
              "DROP TABLE channel_threads; DROP TABLE channel_inbox; DROP TABLE channel_settings;"
+             "DROP INDEX runs_one_active_per_thread; DROP INDEX runs_by_gateway;"
+             "ALTER TABLE runs DROP COLUMN gateway_id; ALTER TABLE runs DROP COLUMN "
+             "cancel_requested; DROP TABLE gateways;"
              "PRAGMA user_version = 5;"
              "INSERT INTO checkpoints VALUES (%" PRId64 ", 't5', 'c1', '', 'r5', 1, '%s', '{}', 1);"
              "INSERT INTO checkpoints VALUES (%" PRId64
@@ -1395,7 +1414,7 @@ static void migration_moves_whole_states_into_message_rows(void **state) {
     assert_int_equal(store_open(&s, path), 0);
     int v;
     assert_int_equal(store_schema_version(s, &v), 0);
-    assert_int_equal(v, 15);
+    assert_int_equal(v, 16);
     store_checkpoint *list;
     size_t n, omitted;
     assert_int_equal(store_checkpoint_list(s, &list, &n, owner, "t5", NULL, 10), 0);
