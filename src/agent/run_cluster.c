@@ -161,8 +161,7 @@ static int gateway_register(run_cluster *c) {
     return r;
 }
 
-int run_cluster_start(run_cluster **out, run_manager *m, store *st,
-                      const run_cluster_config *cfg) {
+int run_cluster_start(run_cluster **out, run_manager *m, store *st, const run_cluster_config *cfg) {
     *out = NULL;
     run_cluster *c = calloc(1, sizeof *c);
     if (!c)

@@ -299,7 +299,8 @@ static void kill_cancelled_locked(run_manager *m) {
     pthread_mutex_lock(&m->lock);
 }
 
-/* Every second: heartbeats for idle readers, and kills for cancelled runs,
+/* Every second (and when a deferred cancel wakes it): heartbeats for idle
+ * readers, and kills for cancelled runs,
  * until the workers have ended (a stop cancels every run: a command that
  * started just after the stop's own kill is killed here). */
 static void *heartbeat_main(void *arg) {
@@ -419,6 +420,17 @@ static void cancel_entry(run_manager *m, run_entry *e) {
     pthread_mutex_unlock(&m->lock);
     kill_commands(m, &k);
     pthread_mutex_lock(&m->lock);
+}
+
+/* Stops e (lock held) as cancel_entry does, but leaves the kill of its
+ * commands to the heartbeat thread, woken now: the cluster thread, which
+ * must keep beating, never waits for a kill. */
+static void cancel_entry_deferred_locked(run_manager *m, run_entry *e) {
+    atomic_store(&e->cancel.cancelled, true);
+    if (e->item.state == RUNQ_WAITING)
+        entry_end_unstarted_locked(m, e, "Run cancelled");
+    else
+        pthread_cond_broadcast(&m->tick);
 }
 
 /* Waits (lock held) until no run named run_id (any of the thread's when
@@ -688,7 +700,7 @@ void runs_cancel_live(run_manager *m, const char *run_id) {
     while (e && strcmp(e->run_id, run_id) != 0)
         e = e->next_live;
     if (e && !atomic_load(&e->cancel.cancelled))
-        cancel_entry(m, e);
+        cancel_entry_deferred_locked(m, e);
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -702,7 +714,7 @@ static run_entry *live_uncancelled_locked(run_manager *m) {
 void runs_cancel_all(run_manager *m) {
     pthread_mutex_lock(&m->lock);
     for (run_entry *e = live_uncancelled_locked(m); e; e = live_uncancelled_locked(m))
-        cancel_entry(m, e);
+        cancel_entry_deferred_locked(m, e);
     pthread_mutex_unlock(&m->lock);
 }
 

@@ -8,7 +8,13 @@
  * past the run's last event is taken as the last one (cursor_place): the
  * client gets what comes next. The stream of a run that has ended finishes
  * with an end frame, also when the client had seen the stored one (gather);
- * only a gap frame ends a stream without one. */
+ * only a gap frame ends a stream without one.
+ *
+ * A run live on another gateway (several gateways share the store) is
+ * followed through the store: its gateway stores its events within
+ * 100 ms (run_cluster.c), and the follower, with nothing new, waits for
+ * the next look at the store (runs_store_wait) until the run's stored
+ * status is final and every stored event is sent. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,6 +182,38 @@ static void gather_end(follower *f) {
         final_state(f);
 }
 
+/* Whether the run's stored status is final (a run that is gone is). */
+static int stored_run_ended(bool *ended, follower *f) {
+    *ended = false;
+    store_run run;
+    int r = store_run_get(f->g->st, &run, f->spec.owner_id, f->thread_id, f->run_id);
+    *ended = r == FAWN_ENOENT ||
+             (r == 0 && strcmp(run.status, "pending") != 0 && strcmp(run.status, "running") != 0);
+    store_run_clear(&run);
+    return r == FAWN_ENOENT ? 0 : r;
+}
+
+/* The next events from the store; *done when there are none and the run
+ * has ended (its status is read before the events, so none stored before
+ * it ended is missed). */
+static int store_fetch(store_event **ev, size_t *n, bool *done, int64_t *first, int64_t *last,
+                       follower *f) {
+    *done = false;
+    int r = store_event_bounds(f->g->st, first, last, f->run_id);
+    if (r == 0)
+        r = store_event_read(f->g->st, ev, n, f->run_id, f->cursor, FOLLOW_EVENTS_AHEAD);
+    if (r < 0 || *n > 0)
+        return r;
+    free(*ev);
+    *ev = NULL;
+    bool ended;
+    r = stored_run_ended(&ended, f);
+    if (r == 0 && ended)
+        r = store_event_read(f->g->st, ev, n, f->run_id, f->cursor, FOLLOW_EVENTS_AHEAD);
+    *done = r == 0 && ended && *n == 0;
+    return r;
+}
+
 /* Adds what is new to out; sets finished at the end of the run. */
 static void gather(follower *f) {
     if (f->log && !f->spec.sse) {
@@ -187,11 +225,7 @@ static void gather(follower *f) {
     bool done = false;
     int64_t first = 0, last = 0;
     int r = f->log ? run_log_fetch(&ev, &n, &done, &first, f->log, f->cursor, FOLLOW_EVENTS_AHEAD)
-                   : store_event_bounds(f->g->st, &first, &last, f->run_id);
-    if (r == 0 && !f->log) {
-        r = store_event_read(f->g->st, &ev, &n, f->run_id, f->cursor, FOLLOW_EVENTS_AHEAD);
-        done = n == 0;
-    }
+                   : store_fetch(&ev, &n, &done, &first, &last, f);
     if (r < 0) {
         log_warn("gateway", "run %s: events unreadable: %s", f->run_id, fawn_errmsg());
         f->finished = true;
@@ -266,6 +300,8 @@ static ssize_t follower_read(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         if (f->log && run_log_wait(f->log, f->cursor, follower_wake, follower_suspend, f))
             return 0;
+        if (!f->log && runs_store_wait(app_runs(f->g->app), follower_wake, follower_suspend, f))
+            return 0;
     }
     return f->out.len > f->out_pos ? hand_out(f, buf, max) : 0;
 }
@@ -275,6 +311,8 @@ static void follower_free(void *cls) {
     if (f->log) {
         run_log_unwait(f->log, f);
         run_log_close(f->log);
+    } else {
+        runs_store_unwait(app_runs(f->g->app), f);
     }
     if (!f->finished && f->spec.cancel_on_disconnect &&
         runs_cancel(app_runs(f->g->app), f->spec.owner_id, f->thread_id, f->run_id, 0) == 0)

@@ -59,8 +59,9 @@ int store_gateway_reap(store *s, size_t *gateways, size_t *runs, const char *sel
     if (r == 0)
         r = gateways_remove_silent(db, &gone, self, now_ms - lease_ms);
     if (r == 0)
-        r = sq_runs_end(db, &ended, "gateway_id <> ?1 AND gateway_id NOT IN (SELECT id FROM gateways)",
-                        self, reason);
+        r = sq_runs_end(db, &ended,
+                        "gateway_id <> ?1 AND gateway_id NOT IN (SELECT id FROM gateways)", self,
+                        reason);
     r = sq_end_transaction(db, r);
     sq_write_end(s, db);
     if (r == 0 && gateways)

@@ -213,15 +213,17 @@ export function holdsListener(pid, port) {
 export class FawnServer {
   /**
    * Starts `fawn serve` with config.yaml = defaults merged with overrides.
-   * opts.home reuses a home (a restart); opts.port keeps a port; opts.env adds
-   * variables.
+   * opts.home reuses a home (a restart, or a second gateway sharing it);
+   * opts.port keeps a port; opts.env adds variables; opts.configName names
+   * the config file in the home (default config.yaml: a second gateway on
+   * the same home needs its own).
    */
   static async start(overrides = {}, opts = {}) {
     const s = new FawnServer();
     s.home = opts.home || makeHome();
     s.env = opts.env || {};
     s.config = deepMerge({ server: { host: '127.0.0.1', threads: 4 } }, overrides);
-    s.configPath = path.join(s.home, 'config.yaml');
+    s.configPath = path.join(s.home, opts.configName || 'config.yaml');
     try {
       await s.#listen(opts.port);
       return s;

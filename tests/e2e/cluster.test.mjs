@@ -1,0 +1,160 @@
+// Two gateways on one PostgreSQL store and one home (docs/cluster.md): a
+// run started through one is streamed, cancelled and refused a second run
+// through the other, and a gateway killed mid-run has its run ended by the
+// survivor within the lease, never run twice. Runs here need no sandbox:
+// the fake model answers in text. Needs PostgreSQL (FAWN_TEST_PG, from
+// scripts/pg-test-server.sh): without it the test fails.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { after, before, describe, it } from './lib/test.mjs';
+import { Client } from '@langchain/langgraph-sdk';
+
+import { FawnServer, request, setupAdmin, setupUser, waitFor } from './lib/server.mjs';
+import { FakeOpenAI, held, reply } from './lib/fake_openai.mjs';
+import { pgDatabase } from './lib/pg.mjs';
+
+function sdk(srv, token) {
+  return new Client({
+    apiUrl: `${srv.base}/api`,
+    defaultHeaders: { Authorization: `Bearer ${token}` },
+    callerOptions: { maxRetries: 0 },
+  });
+}
+
+const human = (content) => ({ messages: [{ type: 'human', content }] });
+
+/** Every part of a stream, as [{event, data}]. */
+async function collect(stream) {
+  const parts = [];
+  for await (const part of stream) parts.push(part);
+  return parts;
+}
+
+/** The model requests whose last user message is marker (the run asking it). */
+function callsFor(fake, marker) {
+  return fake.requests.filter((r) => {
+    const users = (r.body?.messages ?? []).filter((m) => m.role === 'user');
+    return JSON.stringify(users.at(-1)?.content ?? '').includes(marker);
+  }).length;
+}
+
+describe('two gateways on one PostgreSQL store', () => {
+  let fake;
+  let a;
+  let b;
+  let admin;
+  let home;
+
+  before(async () => {
+    fake = await FakeOpenAI.start();
+    const dsn = pgDatabase('cluster');
+    const config = (id) => ({
+      models: [fake.model()],
+      store: { backend: 'postgres', postgres: { dsn } },
+      // A lease of 10 beats: a loaded test host can stall a thread for most of
+      // a second, and a live gateway taken for dead would fence its runs.
+      cluster: { gateway_id: id, heartbeat_ms: 200, lease_ms: 2000 },
+    });
+    a = await FawnServer.start(config('gw-a'));
+    home = a.home;
+    b = await FawnServer.start(config('gw-b'), { home, configName: 'config-b.yaml' });
+    admin = await setupAdmin(a);
+  });
+  after(async () => {
+    if (a && !a.gone) await a.stop({ keepHome: true });
+    await b?.stop({ keepHome: true });
+    if (home) fs.rmSync(home, { recursive: true, force: true });
+    await fake?.stop();
+  });
+
+  /** Starts a run through srv whose model reply is held; {thread, run, hold, marker}. */
+  async function heldRun(srv, marker, thread) {
+    const hold = held(`answer to ${marker}`);
+    fake.queue(hold.step);
+    const client = sdk(srv, admin.token);
+    const t = thread || (await client.threads.create());
+    const run = await client.runs.create(t.thread_id, 'lead_agent', { input: human(marker) });
+    await waitFor(() => callsFor(fake, marker) === 1, undefined, `the model call of ${marker}`);
+    return { thread: t, run, hold, marker };
+  }
+
+  const runThrough = (srv, r) => request(srv, 'GET', `/api/threads/${r.thread.thread_id}/runs/${r.run.run_id}`, { bearer: admin.token });
+
+  it('streams through B a run that A runs: the same events, ending with end', async () => {
+    const r = await heldRun(a, 'stream-across');
+    const viaA = collect(sdk(a, admin.token).runs.joinStream(r.thread.thread_id, r.run.run_id));
+    const partsB = [];
+    const viaB = (async () => {
+      for await (const part of sdk(b, admin.token).runs.joinStream(r.thread.thread_id, r.run.run_id)) partsB.push(part);
+      return partsB;
+    })();
+    // B has the stored metadata event (the run is live on A only) before A's model answers.
+    await waitFor(() => partsB.length > 0, undefined, 'the first event through B');
+    assert.equal(partsB[0].event, 'metadata');
+    assert.equal((await runThrough(b, r)).json.status, 'running');
+    r.hold.release();
+    const [eventsA, eventsB] = await Promise.all([viaA, viaB]);
+    assert.deepEqual(eventsB, eventsA);
+    assert.ok(eventsB.some((e) => e.event === 'values'), 'values events through B');
+    const last = eventsB.at(-1);
+    assert.ok(last.event === 'end' || last.event === 'values', `ends with the run's last event: ${last.event}`);
+    assert.equal((await runThrough(b, r)).json.status, 'success');
+    // The raw stream through B ends with an end frame.
+    const raw = await request(b, 'GET', `/api/threads/${r.thread.thread_id}/runs/${r.run.run_id}/stream`, { bearer: admin.token });
+    assert.equal(raw.status, 200);
+    assert.match(raw.text, /event: end\n[^]*$/);
+  });
+
+  it('cancels through B a run that A runs', async () => {
+    const r = await heldRun(a, 'cancel-across');
+    const url = `/api/threads/${r.thread.thread_id}/runs/${r.run.run_id}/cancel`;
+    // Another user naming the run through B: not found, and nothing changes.
+    const other = await setupUser(b, 'cluster-other');
+    assert.equal((await request(b, 'POST', url, { bearer: other.token })).status, 404);
+    assert.equal((await runThrough(a, r)).json.status, 'running');
+    const res = await request(b, 'POST', `/api/threads/${r.thread.thread_id}/runs/${r.run.run_id}/cancel?wait=1`, { bearer: admin.token });
+    assert.equal(res.status, 204, res.text);
+    assert.equal((await runThrough(a, r)).json.status, 'interrupted');
+    r.hold.release();
+    const again = await request(b, 'POST', url, { bearer: admin.token });
+    assert.equal(again.status, 409, 'an ended run is not cancellable');
+  });
+
+  it('refuses through B a second run on a thread A runs one on, and interrupts it on request', async () => {
+    const r = await heldRun(a, 'busy-across');
+    const refused = await request(b, 'POST', `/api/threads/${r.thread.thread_id}/runs`, {
+      bearer: admin.token, body: { assistant_id: 'lead_agent', input: human('second') },
+    });
+    assert.equal(refused.status, 409, refused.text);
+    assert.equal((await runThrough(b, r)).json.status, 'running');
+    fake.queue(reply('interrupting answer'));
+    const replaced = await request(b, 'POST', `/api/threads/${r.thread.thread_id}/runs`, {
+      bearer: admin.token, body: { assistant_id: 'lead_agent', input: human('interrupting'), multitask_strategy: 'interrupt' },
+    });
+    assert.equal(replaced.status, 200, replaced.text);
+    assert.equal((await runThrough(a, r)).json.status, 'interrupted');
+    r.hold.release();
+    await waitFor(async () => (await request(b, 'GET', `/api/threads/${r.thread.thread_id}/runs/${replaced.json.run_id}`, { bearer: admin.token })).json.status === 'success',
+      undefined, 'the interrupting run to succeed');
+  });
+
+  it('ends through B, within the lease, the run of A killed mid-run; never runs it twice', async () => {
+    const r = await heldRun(a, 'killed-gateway');
+    const follow = collect(sdk(b, admin.token).runs.joinStream(r.thread.thread_id, r.run.run_id));
+    await a.kill9();
+    await waitFor(async () => (await runThrough(b, r)).json.status === 'error', undefined, 'B to end the dead gateway\'s run');
+    const ended = (await runThrough(b, r)).json;
+    assert.match(ended.error ?? JSON.stringify(ended), /gateway running it stopped/);
+    const events = await follow; // ends: the run is final and its last events are stored
+    assert.equal(events[0].event, 'metadata');
+    const error = events.find((e) => e.event === 'error');
+    assert.match(JSON.stringify(error?.data), /gateway running it stopped/);
+    r.hold.release();
+    assert.equal(callsFor(fake, 'killed-gateway'), 1, 'the model was called once for the run');
+    // The thread is free: a new run through B succeeds.
+    fake.queue(reply('after the crash'));
+    const next = await sdk(b, admin.token).runs.wait(r.thread.thread_id, 'lead_agent', { input: human('after') });
+    assert.equal(next.messages.at(-1).content, 'after the crash');
+    assert.equal(callsFor(fake, 'killed-gateway'), 1, 'nothing ran the dead gateway\'s run again');
+  });
+});
