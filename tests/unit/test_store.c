@@ -730,6 +730,158 @@ static void runs_are_owner_and_thread_scoped(void **state) {
     store_thread_clear(&t);
 }
 
+/* A run of gw owned by it, on owner's thread. */
+static void add_owned_run(fx *x, int64_t owner, const char *thread, const char *run_id,
+                          const char *gw) {
+    store_run r = {.owner_id = owner, .kwargs = "{}"};
+    snprintf(r.run_id, sizeof r.run_id, "%s", run_id);
+    snprintf(r.thread_id, sizeof r.thread_id, "%s", thread);
+    snprintf(r.assistant_id, sizeof r.assistant_id, "lead_agent");
+    snprintf(r.gateway_id, sizeof r.gateway_id, "%s", gw);
+    assert_int_equal(store_run_create(x->s, &r), 0);
+}
+
+static void assert_run_status(fx *x, int64_t owner, const char *thread, const char *run_id,
+                              const char *status) {
+    store_run got;
+    assert_int_equal(store_run_get(x->s, &got, owner, thread, run_id), 0);
+    assert_string_equal(got.status, status);
+    store_run_clear(&got);
+}
+
+/* One unfinished run per thread, whichever gateway runs it; a run's
+ * status is written only by its own gateway while it is unfinished. */
+static void runs_are_owned_by_their_gateway(void **state) {
+    fx *x = *state;
+    make_thread(x, x->alice, "ot1");
+    add_owned_run(x, x->alice, "ot1", "oa1", "gw-a");
+    store_run r = {.owner_id = x->alice, .kwargs = "{}"};
+    snprintf(r.run_id, sizeof r.run_id, "ob1");
+    snprintf(r.thread_id, sizeof r.thread_id, "ot1");
+    snprintf(r.assistant_id, sizeof r.assistant_id, "lead_agent");
+    snprintf(r.gateway_id, sizeof r.gateway_id, "gw-b");
+    assert_int_equal(store_run_create(x->s, &r), FAWN_EBUSY); /* the thread's run is gw-a's */
+    store_run active;
+    assert_int_equal(store_run_active(x->s, &active, x->alice, "ot1"), 0);
+    assert_string_equal(active.run_id, "oa1");
+    assert_string_equal(active.gateway_id, "gw-a");
+    assert_false(active.cancel_requested);
+    store_run_clear(&active);
+    assert_int_equal(store_run_active(x->s, &active, x->bob, "ot1"), FAWN_ENOENT);
+    /* Another gateway cannot write it; its own can, with its thread. */
+    assert_int_equal(store_run_own_set_status(x->s, "oa1", "gw-b", "success", NULL, "idle"),
+                     FAWN_ENOENT);
+    assert_int_equal(store_run_own_set_status(x->s, "oa1", "gw-a", "running", NULL, NULL), 0);
+    assert_int_equal(store_run_own_set_status(x->s, "oa1", "gw-a", "bogus", NULL, NULL),
+                     FAWN_EINVAL);
+    assert_int_equal(store_thread_set_status(x->s, x->alice, "ot1", "busy"), 0);
+    assert_int_equal(store_run_own_set_status(x->s, "oa1", "gw-a", "error", "boom", "error"), 0);
+    store_thread t;
+    assert_int_equal(store_thread_get(x->s, &t, x->alice, "ot1"), 0);
+    assert_string_equal(t.status, "error");
+    store_thread_clear(&t);
+    /* Ended: not even its own gateway writes it again. */
+    assert_int_equal(store_run_own_set_status(x->s, "oa1", "gw-a", "success", NULL, "idle"),
+                     FAWN_ENOENT);
+    assert_run_status(x, x->alice, "ot1", "oa1", "error");
+    assert_int_equal(store_run_create(x->s, &r), 0); /* the thread is free */
+}
+
+/* A cancel asked for through any gateway reaches the run's own gateway,
+ * only for the run's owner and while it is unfinished. */
+static void cancel_requests_reach_the_runs_gateway(void **state) {
+    fx *x = *state;
+    make_thread(x, x->alice, "ct1");
+    make_thread(x, x->bob, "ct2");
+    add_owned_run(x, x->alice, "ct1", "ca1", "gw-a");
+    add_owned_run(x, x->bob, "ct2", "cb1", "gw-a");
+    assert_int_equal(store_run_request_cancel(x->s, x->bob, "ct1", "ca1"), FAWN_ENOENT);
+    assert_int_equal(store_run_request_cancel(x->s, x->alice, "ct2", "cb1"), FAWN_ENOENT);
+    char(*ids)[37];
+    size_t n;
+    assert_int_equal(store_run_cancel_requests(x->s, &ids, &n, "gw-a"), 0);
+    assert_int_equal(n, 0);
+    free(ids);
+    assert_int_equal(store_run_request_cancel(x->s, x->alice, "ct1", "ca1"), 0);
+    assert_int_equal(store_run_cancel_requests(x->s, &ids, &n, "gw-b"), 0);
+    assert_int_equal(n, 0);
+    free(ids);
+    assert_int_equal(store_run_cancel_requests(x->s, &ids, &n, "gw-a"), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(ids[0], "ca1");
+    free(ids);
+    assert_int_equal(store_run_own_set_status(x->s, "ca1", "gw-a", "interrupted", NULL, NULL), 0);
+    assert_int_equal(store_run_cancel_requests(x->s, &ids, &n, "gw-a"), 0);
+    assert_int_equal(n, 0); /* ended: nothing left to cancel */
+    free(ids);
+    assert_int_equal(store_run_request_cancel(x->s, x->alice, "ct1", "ca1"), FAWN_ENOENT);
+    assert_int_equal(store_run_own_set_status(x->s, "cb1", "gw-a", "success", NULL, NULL), 0);
+}
+
+/* A gateway silent past its lease is reaped by another: its unfinished
+ * runs end (error and end events after the stored ones, threads idle);
+ * a live gateway's runs and finished runs are left alone; the reaped
+ * gateway's heartbeat finds its lease lost. */
+static void silent_gateways_are_reaped(void **state) {
+    fx *x = *state;
+    make_thread(x, x->alice, "gt1");
+    make_thread(x, x->alice, "gt2");
+    make_thread(x, x->alice, "gt3");
+    assert_int_equal(store_gateway_register(x->s, "gw-a", 1000), 0);
+    assert_int_equal(store_gateway_register(x->s, "gw-b", 1000), 0);
+    assert_int_equal(store_gateway_register(x->s, "", 1000), FAWN_EINVAL);
+    add_owned_run(x, x->alice, "gt1", "ga1", "gw-a");
+    add_owned_run(x, x->alice, "gt2", "gb1", "gw-b");
+    add_owned_run(x, x->alice, "gt3", "ga2", "gw-a");
+    assert_int_equal(store_run_own_set_status(x->s, "ga2", "gw-a", "success", NULL, NULL), 0);
+    assert_int_equal(store_thread_set_status(x->s, x->alice, "gt1", "busy"), 0);
+    store_event ev[] = {{.seq = 1, .event = "metadata", .data = "{}"},
+                        {.seq = 2, .event = "values", .data = "null"}};
+    assert_int_equal(store_event_append(x->s, "ga1", ev, 2), 0);
+    /* Within the lease: nothing. */
+    size_t gateways, runs;
+    assert_int_equal(store_gateway_beat(x->s, "gw-b", 5000), 0);
+    assert_int_equal(store_gateway_reap(x->s, &gateways, &runs, "gw-b", 5500, 5000, "gone"), 0);
+    assert_int_equal(gateways, 0); /* runs of no gateway (other tests') may end here */
+    assert_run_status(x, x->alice, "gt1", "ga1", "pending");
+    /* gw-a silent for 5 s: gw-b reaps it; gw-b never reaps itself. */
+    assert_int_equal(store_gateway_reap(x->s, &gateways, &runs, "gw-b", 6001, 5000, "gone"), 0);
+    assert_int_equal(gateways, 1);
+    assert_int_equal(runs, 1);
+    assert_run_status(x, x->alice, "gt1", "ga1", "error");
+    assert_run_status(x, x->alice, "gt2", "gb1", "pending");
+    assert_run_status(x, x->alice, "gt3", "ga2", "success");
+    store_event *got;
+    size_t n;
+    assert_int_equal(store_event_read(x->s, &got, &n, "ga1", 2, 10), 0);
+    assert_int_equal(n, 2);
+    assert_true(got[0].seq == 3 && strcmp(got[0].event, "error") == 0);
+    assert_non_null(strstr(got[0].data, "gone"));
+    assert_true(got[1].seq == 4 && strcmp(got[1].event, "end") == 0);
+    for (size_t i = 0; i < n; i++)
+        free(got[i].data);
+    free(got);
+    store_thread t;
+    assert_int_equal(store_thread_get(x->s, &t, x->alice, "gt1"), 0);
+    assert_string_equal(t.status, "idle");
+    store_thread_clear(&t);
+    /* The old owner: its lease is gone, its writes change nothing. */
+    assert_int_equal(store_gateway_beat(x->s, "gw-a", 6100), FAWN_ESTALE);
+    assert_int_equal(store_run_own_set_status(x->s, "ga1", "gw-a", "success", NULL, "idle"),
+                     FAWN_ENOENT);
+    assert_run_status(x, x->alice, "gt1", "ga1", "error");
+    /* A run of no known gateway (older than ownership) is reaped too. */
+    make_thread(x, x->alice, "gt4");
+    add_owned_run(x, x->alice, "gt4", "gz1", "");
+    assert_int_equal(store_gateway_reap(x->s, &gateways, &runs, "gw-b", 6200, 5000, "gone"), 0);
+    assert_int_equal(gateways, 0);
+    assert_int_equal(runs, 1);
+    assert_run_status(x, x->alice, "gt4", "gz1", "error");
+    /* A clean stop removes the row: the next beat finds it gone. */
+    assert_int_equal(store_gateway_remove(x->s, "gw-b"), 0);
+    assert_int_equal(store_gateway_beat(x->s, "gw-b", 6300), FAWN_ESTALE);
+}
+
 static void run_events_append_read_prune(void **state) {
     fx *x = *state;
     make_thread(x, x->alice, "rt2");
@@ -2105,6 +2257,9 @@ static void gateways_starting_together_migrate_once(void **state) {
         cmocka_unit_test(killed_writer_restarts_cleanly),                                          \
         cmocka_unit_test(runs_are_owner_and_thread_scoped),                                        \
         cmocka_unit_test(run_events_append_read_prune),                                            \
+        cmocka_unit_test(runs_are_owned_by_their_gateway),                                         \
+        cmocka_unit_test(cancel_requests_reach_the_runs_gateway),                                  \
+        cmocka_unit_test(silent_gateways_are_reaped),                                              \
         cmocka_unit_test(threads_carry_their_title_and_ids_narrow_a_search),                       \
         cmocka_unit_test(message_pages_walk_the_newest_state_backwards),                           \
         cmocka_unit_test(token_usage_sums_what_runs_wrote),                                        \
