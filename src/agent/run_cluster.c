@@ -144,13 +144,16 @@ static void *cluster_main(void *arg) {
 }
 
 /* The gateway's row, the runs its previous process left unfinished
- * ended, and a first reap (runs of no gateway alive, such as those older
- * than gateway ownership, end now rather than at the first beat). */
+ * ended (on a store no other gateway shares, every unfinished run: the
+ * previous process may have had another id, another port), and a first
+ * reap (runs of no gateway alive, such as those older than gateway
+ * ownership, end now rather than at the first beat). */
 static int gateway_register(run_cluster *c) {
     size_t abandoned = 0;
     int r = store_gateway_register(c->st, c->gateway_id, fawn_wall_ms());
     if (r == 0)
-        r = store_run_abandon_unfinished(c->st, &abandoned, c->gateway_id,
+        r = store_run_abandon_unfinished(c->st, &abandoned,
+                                         store_shared(c->st) ? c->gateway_id : NULL,
                                          "the gateway stopped during the run");
     if (r == 0 && abandoned)
         log_warn("runs", "%zu run(s) left unfinished by the previous gateway marked as error",

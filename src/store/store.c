@@ -165,6 +165,8 @@ int store_auth_generation(store *s, int64_t *out) {
 
 uint64_t store_auth_changes(store *s) { return atomic_load(&s->auth_changes); }
 
+bool store_shared(const store *s) { return s->kind == SDB_POSTGRES; }
+
 uint64_t store_operations(store *s) {
     return atomic_load_explicit(&s->operations, memory_order_relaxed);
 }

@@ -35,6 +35,9 @@ FAWN_MUST_CHECK int store_open(store **out, const char *path);
  * gateways may share the database. FAWN_EIO when it cannot connect.
  * Caller closes. */
 FAWN_MUST_CHECK int store_open_postgres(store **out, const char *conninfo);
+/* Whether several gateways may share the store at once (PostgreSQL). A
+ * SQLite store is one host's file, used by one gateway at a time. */
+bool store_shared(const store *s);
 void store_close(store *s);
 
 /* The schema version the database is at. */
@@ -302,11 +305,11 @@ FAWN_MUST_CHECK int store_run_set_usage(store *s, const char *run_id, const char
 FAWN_MUST_CHECK int store_run_own_set_status(store *s, const char *run_id, const char *gateway_id,
                                              const char *status, const char *error,
                                              const char *thread_status);
-/* Ends the runs gateway_id left pending or running (a restart of that
- * gateway): status error with reason, an error event and an end event
- * after the last stored one (a follower through any gateway finishes),
- * their threads error. *n (may be NULL) is how many. Other gateways' runs
- * are left alone. */
+/* Ends the runs gateway_id (NULL: every gateway) left pending or running
+ * (a restart of that gateway): status error with reason, an error event
+ * and an end event after the last stored one (a follower through any
+ * gateway finishes), their threads idle. *n (may be NULL) is how many.
+ * Other gateways' runs are left alone. */
 FAWN_MUST_CHECK int store_run_abandon_unfinished(store *s, size_t *n, const char *gateway_id,
                                                  const char *reason);
 /* The unfinished run of the owner's thread, whichever gateway runs it:

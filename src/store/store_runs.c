@@ -309,7 +309,8 @@ int store_run_abandon_unfinished(store *s, size_t *n, const char *gateway_id, co
     sdb *db = sq_write_begin(s);
     int r = sq_begin_write(db, "begin");
     if (r == 0)
-        r = sq_runs_end(db, &ended, "gateway_id = ?1", gateway_id, reason);
+        r = gateway_id ? sq_runs_end(db, &ended, "gateway_id = ?1", gateway_id, reason)
+                       : sq_runs_end(db, &ended, "?1 IS NOT NULL", "", reason);
     r = sq_end_transaction(db, r);
     sq_write_end(s, db);
     if (r == 0 && n)
