@@ -677,7 +677,12 @@ bool runs_thread_busy(run_manager *m, int64_t owner_id, const char *thread_id) {
     pthread_mutex_lock(&m->lock);
     bool busy = live_find_locked(m, owner_id, thread_id, NULL) != NULL;
     pthread_mutex_unlock(&m->lock);
-    return busy;
+    if (busy)
+        return true;
+    store_run active;
+    int r = store_run_active(m->st, &active, owner_id, thread_id);
+    store_run_clear(&active);
+    return r != FAWN_ENOENT; /* another gateway's run, or the store cannot say: busy */
 }
 
 run_log *runs_log_open(run_manager *m, const char *run_id) {

@@ -116,7 +116,8 @@ FAWN_MUST_CHECK int runs_start(char run_id[37], run_manager *m, const run_reques
 FAWN_MUST_CHECK int runs_cancel(run_manager *m, int64_t owner_id, const char *thread_id,
                                 const char *run_id, int64_t wait_ms);
 
-/* Whether the owner's thread has an active run. */
+/* Whether the owner's thread has an active run, here or (as stored) on
+ * another gateway; a store that cannot say answers busy. */
 bool runs_thread_busy(run_manager *m, int64_t owner_id, const char *thread_id);
 
 /* The live log of run_id (a new reference; run_log_close it), or NULL when
