@@ -880,6 +880,12 @@ static void silent_gateways_are_reaped(void **state) {
     /* A clean stop removes the row: the next beat finds it gone. */
     assert_int_equal(store_gateway_remove(x->s, "gw-b"), 0);
     assert_int_equal(store_gateway_beat(x->s, "gw-b", 6300), FAWN_ESTALE);
+    /* A store no other gateway shares: a start ends every gateway's runs. */
+    make_thread(x, x->alice, "gt5");
+    add_owned_run(x, x->alice, "gt5", "gc1", "gw-c");
+    assert_int_equal(store_run_abandon_unfinished(x->s, &runs, NULL, "restarted"), 0);
+    assert_true(runs >= 1);
+    assert_run_status(x, x->alice, "gt5", "gc1", "error");
 }
 
 static void run_events_append_read_prune(void **state) {
