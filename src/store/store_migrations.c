@@ -542,6 +542,29 @@ const sq_migration sq_migrations[] = {
      "  provider TEXT PRIMARY KEY,"
      "  settings TEXT NOT NULL CHECK (settings::jsonb IS NOT NULL),"
      "  updated_at_ms BIGINT NOT NULL);"},
+    /* 16: the runs' ownership across gateways (written with it) */
+    {"SELECT 1", NULL, "SELECT 1"},
+    /* 17: which gateway owns each sandbox, until when, and which gateway
+     * asked it to let go (store_sandbox_owner_*) */
+    {"CREATE TABLE sandbox_owners ("
+     "  sandbox_id TEXT PRIMARY KEY,"
+     "  user TEXT NOT NULL,"
+     "  thread TEXT NOT NULL,"
+     "  gateway TEXT NOT NULL,"
+     "  lease_until_ms INTEGER NOT NULL,"
+     "  release_asked_by TEXT NOT NULL DEFAULT '',"
+     "  release_asked_at_ms INTEGER NOT NULL DEFAULT 0);"
+     "CREATE INDEX sandbox_owners_by_gateway ON sandbox_owners(gateway);",
+     NULL,
+     "CREATE TABLE sandbox_owners ("
+     "  sandbox_id TEXT PRIMARY KEY,"
+     "  \"user\" TEXT NOT NULL,"
+     "  thread TEXT NOT NULL,"
+     "  gateway TEXT NOT NULL,"
+     "  lease_until_ms BIGINT NOT NULL,"
+     "  release_asked_by TEXT NOT NULL DEFAULT '',"
+     "  release_asked_at_ms BIGINT NOT NULL DEFAULT 0);"
+     "CREATE INDEX sandbox_owners_by_gateway ON sandbox_owners(gateway);"},
 };
 
 const size_t sq_migrations_count = ARRAY_LEN(sq_migrations);
