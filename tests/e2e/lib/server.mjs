@@ -214,14 +214,15 @@ export class FawnServer {
   /**
    * Starts `fawn serve` with config.yaml = defaults merged with overrides.
    * opts.home reuses a home (a restart); opts.port keeps a port; opts.env adds
-   * variables.
+   * variables; opts.configName names the config file in the home (a second
+   * gateway sharing the home has its own).
    */
   static async start(overrides = {}, opts = {}) {
     const s = new FawnServer();
     s.home = opts.home || makeHome();
     s.env = opts.env || {};
     s.config = deepMerge({ server: { host: '127.0.0.1', threads: 4 } }, overrides);
-    s.configPath = path.join(s.home, 'config.yaml');
+    s.configPath = path.join(s.home, opts.configName || 'config.yaml');
     try {
       await s.#listen(opts.port);
       return s;
