@@ -204,8 +204,7 @@ static void running_generation(char out[SBX_GENERATION_LEN + 1], fx *x, const ch
     char *socket = strf("%s/run/%s.sock", x->home, sid);
     json_t *reply = NULL;
     int status = 0;
-    if (box_call(&reply, &status, socket, "GET", "/v1/sandbox", NULL, 5000) == 0 &&
-        status == 200)
+    if (box_call(&reply, &status, socket, "GET", "/v1/sandbox", NULL, 5000) == 0 && status == 200)
         snprintf(out, SBX_GENERATION_LEN + 1, "%s",
                  or_empty(json_string_value(json_object_get(reply, "generation"))));
     json_decref(reply);
