@@ -75,6 +75,12 @@ typedef struct fence_key {
     char generation[SBX_GENERATION_LEN + 1];
 } fence_key;
 
+/* A box the start sweep left to another gateway whose lease was live. */
+typedef struct left_box {
+    char sandbox_id[17];
+    char generation[SBX_GENERATION_LEN + 1];
+} left_box;
+
 struct sbx_manager {
     sbx_manager_config cfg; /* heartbeat_ms and lease_ms never 0; gateway_id is gateway */
     char gateway[STORE_GATEWAY_MAX + 1];
@@ -92,6 +98,8 @@ struct sbx_manager {
     bool keepalive_started;
     pthread_t heartbeat;
     bool heartbeat_started;
+    left_box *left; /* the start sweep's, then the heartbeat's alone */
+    size_t n_left, cap_left;
     bool stopping;
     sbx_bound_fn bound_fn; /* set once before the first acquisition (sbx_manager_on_bound) */
     void *bound_ctx;
@@ -638,8 +646,66 @@ static void handover_if_unused(sbx_manager *m, const store_sandbox_owner *o) {
     pthread_mutex_unlock(&m->mu);
 }
 
+/* Claims k's sandbox, whose owner's lease has run out, and fences and
+ * removes the box left there, unless an acquisition here works on it
+ * (it claims and replaces the box itself). True once nothing is left to
+ * do: the box removed, its sandbox let go, or this gateway's now. */
+static bool left_box_settle(sbx_manager *m, const left_box *k) {
+    store_sandbox_owner row;
+    int r = store_sandbox_owner_get(m->st, &row, k->sandbox_id);
+    if (r < 0 || strcmp(row.gateway, m->gateway) == 0 || row.lease_until_ms > fawn_wall_ms())
+        return r == FAWN_ENOENT || (r == 0 && strcmp(row.gateway, m->gateway) == 0);
+    pthread_mutex_lock(&m->mu);
+    sbx_entry *e = entry_get(m, k->sandbox_id, row.user, row.thread);
+    bool idle = e && !e->busy && !e->holders_total;
+    if (idle) {
+        e->busy = true;
+        e->refs++;
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (!idle)
+        return e != NULL;
+    store_owner_claim_req q = {.sandbox_id = k->sandbox_id,
+                               .user = row.user,
+                               .thread = row.thread,
+                               .gateway = m->gateway,
+                               .now_ms = fawn_wall_ms(),
+                               .lease_ms = m->cfg.lease_ms};
+    enum store_owner_claim how;
+    store_sandbox_owner was; /* not row: q points into it */
+    r = store_sandbox_owner_claim(m->st, &how, &was, &q);
+    bool settled = r == 0 && how != STORE_OWNER_HELD;
+    if (settled && how == STORE_OWNER_EXPIRED) {
+        fence_add(m, SBX_WHOLE, k->sandbox_id, k->generation, "its gateway's lease expired");
+        settled = box_destroy(m, k->sandbox_id, k->generation) == 0;
+        if (settled)
+            log_info("sandbox", "sandbox %s of dead gateway %s removed", k->sandbox_id,
+                     row.gateway);
+    }
+    if (!has_box(e))
+        ownership_release(m, k->sandbox_id);
+    pthread_mutex_lock(&m->mu);
+    e->refs--;
+    entry_unclaim(m, e);
+    entry_drop_if_unused(m, e);
+    pthread_mutex_unlock(&m->mu);
+    return settled;
+}
+
+/* The boxes the start sweep left alone: once their gateway's lease runs
+ * out (it died, perhaps this gateway's own previous process under another
+ * id), they are removed as the sweep would have removed them. */
+static void left_boxes_settle(sbx_manager *m) {
+    size_t kept = 0;
+    for (size_t i = 0; i < m->n_left; i++)
+        if (!left_box_settle(m, &m->left[i]))
+            m->left[kept++] = m->left[i];
+    m->n_left = kept;
+}
+
 /* One heartbeat (m->mu held, released meanwhile): every lease renewed in
- * one statement, then the requests no older than an asker's wait. */
+ * one statement, the requests no older than an asker's wait honored, and
+ * the boxes left to a gateway that died removed. */
 static void heartbeat_round(sbx_manager *m) {
     pthread_mutex_unlock(&m->mu);
     int64_t now = fawn_wall_ms();
@@ -653,6 +719,7 @@ static void heartbeat_round(sbx_manager *m) {
     for (size_t i = 0; i < n; i++)
         handover_if_unused(m, &asked[i]);
     free(asked);
+    left_boxes_settle(m);
     pthread_mutex_lock(&m->mu);
 }
 
@@ -1307,6 +1374,23 @@ static int reconcile_claim(enum store_owner_claim *how, store_sandbox_owner *was
     return r < 0 ? r : store_sandbox_owner_claim(m->st, how, was, &q);
 }
 
+/* Keeps a box left to another gateway for the heartbeat to look at again
+ * (left_boxes_settle); one that does not fit is left to its own idle
+ * timeout, as before. */
+static void left_box_remember(sbx_manager *m, const char *sandbox_id, const char *generation) {
+    if (m->n_left == m->cap_left) {
+        size_t cap = m->cap_left ? 2 * m->cap_left : 16;
+        left_box *grown = realloc(m->left, cap * sizeof *grown);
+        if (!grown)
+            return;
+        m->left = grown;
+        m->cap_left = cap;
+    }
+    left_box *k = &m->left[m->n_left++];
+    snprintf(k->sandbox_id, sizeof k->sandbox_id, "%s", sandbox_id);
+    snprintf(k->generation, sizeof k->generation, "%s", generation);
+}
+
 /* A box the provider lists (on a home several gateways share, theirs
  * too): another live gateway's is left alone, as is one whose owner
  * cannot be read; one whose owner's lease expired is fenced and removed;
@@ -1325,6 +1409,7 @@ static int reconcile_box(void *ctx, const char *sandbox_id, const char *generati
     }
     if (how == STORE_OWNER_HELD) {
         log_info("sandbox", "sandbox %s is gateway %s's; left alone", sandbox_id, was.gateway);
+        left_box_remember(m, sandbox_id, generation);
         return 0;
     }
     if (how == STORE_OWNER_EXPIRED && generation[0])
@@ -1371,6 +1456,7 @@ static void manager_destroy(sbx_manager *m) {
         free(e);
     }
     free(m->fences);
+    free(m->left);
     pthread_cond_destroy(&m->changed);
     pthread_mutex_destroy(&m->fence_mu);
     pthread_mutex_destroy(&m->mu);

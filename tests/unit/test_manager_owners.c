@@ -120,7 +120,8 @@ static int setup(void **state) {
     return 0;
 }
 
-static const char *const threads[] = {"t-renew", "t-sweep", "t-hand", "t-dead", "t-fence"};
+static const char *const threads[] = {"t-renew", "t-sweep", "t-hand",
+                                      "t-dead",  "t-left",  "t-fence"};
 
 /* Stops both gateways (their ownership given up), then removes every box
  * a case may have started through a third. A box left behind fails it. */
@@ -323,11 +324,10 @@ static void release_request_hands_a_sandbox_over(void **state) {
     sbx_release(l);
 }
 
-/* gw-a dies (SIGKILL) holding a sandbox; gw-b's acquisition waits out the
- * lease, fences the dead gateway's generation and runs a new one: the old
- * box is removed, never used by two gateways. */
-static void dead_gateways_sandbox_is_taken_over(void **state) {
-    fx *x = *state;
+/* Stops both gateways, then runs gw-a in a child process that acquires
+ * thread's sandbox and is killed (SIGKILL) holding it; old is the
+ * generation it ran. */
+static void gw_a_dies_holding(fx *x, const char *thread, char old[SBX_GENERATION_LEN + 1]) {
     gateway_stop(&x->a);
     gateway_stop(&x->b);
     int pipefd[2];
@@ -339,18 +339,26 @@ static void dead_gateways_sandbox_is_taken_over(void **state) {
             _exit(1);
         x->st = own;
         gateway_start(x, &x->a);
-        sbx_lease *l = acquire(&x->a, "t-dead");
+        sbx_lease *l = acquire(&x->a, thread);
         (void)!write(pipefd[1], l->box.generation, SBX_GENERATION_LEN);
         pause(); /* killed here, holding its lease */
         _exit(0);
     }
     close(pipefd[1]);
-    char old[SBX_GENERATION_LEN + 1] = "";
+    memset(old, 0, SBX_GENERATION_LEN + 1);
     assert_int_equal(read(pipefd[0], old, SBX_GENERATION_LEN), SBX_GENERATION_LEN);
     close(pipefd[0]);
     kill(child, SIGKILL);
     waitpid(child, NULL, 0);
+}
 
+/* gw-a dies (SIGKILL) holding a sandbox; gw-b's acquisition waits out the
+ * lease, fences the dead gateway's generation and runs a new one: the old
+ * box is removed, never used by two gateways. */
+static void dead_gateways_sandbox_is_taken_over(void **state) {
+    fx *x = *state;
+    char old[SBX_GENERATION_LEN + 1];
+    gw_a_dies_holding(x, "t-dead", old);
     gateway_start(x, &x->b);
     sbx_lease *l = acquire(&x->b, "t-dead");
     assert_string_not_equal(l->box.generation, old);
@@ -367,6 +375,33 @@ static void dead_gateways_sandbox_is_taken_over(void **state) {
     assert_string_equal(out, "survivor\n");
     free(out);
     sbx_release(l);
+    gateway_start(x, &x->a);
+}
+
+/* gw-b starts while the lease of gw-a, just killed, may still be live: the
+ * sweep leaves its box alone then, and gw-b's heartbeat removes it once the
+ * lease has run out, without anyone needing the sandbox. */
+static void dead_gateways_box_is_removed_once_its_lease_runs_out(void **state) {
+    fx *x = *state;
+    char old[SBX_GENERATION_LEN + 1], running[SBX_GENERATION_LEN + 1];
+    gw_a_dies_holding(x, "t-left", old);
+    gateway_start(x, &x->b);
+    running_generation(running, x, "t-left");
+    for (int waited = 0; strcmp(running, old) == 0; waited += 20) {
+        if (waited > SEEN_WITHIN_MS)
+            fail_msg("the dead gateway's box still runs");
+        sleep_ms(20);
+        running_generation(running, x, "t-left");
+    }
+    assert_string_equal(running, "");
+    char owner[STORE_GATEWAY_MAX + 1];
+    owner_of(owner, x, "t-left");
+    for (int waited = 0; owner[0]; waited += 20) { /* gw-b let it go once the box was gone */
+        if (waited > SEEN_WITHIN_MS)
+            fail_msg("the sandbox stays %s's", owner);
+        sleep_ms(20);
+        owner_of(owner, x, "t-left");
+    }
     gateway_start(x, &x->a);
 }
 
@@ -401,6 +436,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(start_sweep_leaves_another_gateways_box, setup, teardown),
         cmocka_unit_test_setup_teardown(release_request_hands_a_sandbox_over, setup, teardown),
         cmocka_unit_test_setup_teardown(dead_gateways_sandbox_is_taken_over, setup, teardown),
+        cmocka_unit_test_setup_teardown(dead_gateways_box_is_removed_once_its_lease_runs_out, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(fence_added_by_one_gateway_is_seen_by_the_other, setup,
                                         teardown),
     };
