@@ -61,7 +61,8 @@
  *   lease expired) has its recorded generation fenced in the store before
  *   the new owner starts its own. The start sweep adopts or removes only
  *   boxes that are this gateway's, nobody's, or of an expired lease
- *   (removed); a live gateway's are left alone.
+ *   (removed); a live gateway's are left alone, and removed by the
+ *   heartbeat if that gateway's lease runs out (it was dead after all).
  * - Fences are seen by every gateway at once: the reuse predicate reads
  *   the store's fence of the generation on every decision (sbx_reusable).
  *
