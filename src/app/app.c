@@ -36,13 +36,17 @@ static void disk_quota_log(const fawn_config *cfg) {
                  quota_mechanism_name(fs.mechanism), mb, fs.detail);
 }
 
-/* The sandbox manager over the configured provider; it adopts or removes
- * the sandboxes a previous process left running. */
+/* The sandbox manager over the configured provider, owning sandboxes as
+ * this gateway; it adopts or removes the sandboxes a previous process left
+ * running (not another live gateway's). */
 static int sandboxes_start(app *a) {
     const fawn_sandbox_config *sc = &a->cfg->sandbox;
     sbx_manager_config mc = {.idle_timeout_s = sc->idle_timeout_s,
                              .replicas = sc->replicas,
-                             .call_timeout_ms = APP_SANDBOX_CALL_TIMEOUT_MS};
+                             .call_timeout_ms = APP_SANDBOX_CALL_TIMEOUT_MS,
+                             .gateway_id = a->gateway_id,
+                             .heartbeat_ms = a->cfg->cluster.heartbeat_ms,
+                             .lease_ms = a->cfg->cluster.lease_ms};
     int r = sbx_provider_open(&a->provider, a->cfg, NULL);
     if (r == 0)
         r = sbx_manager_new(&a->sandboxes, &mc, a->provider, a->st, a->policy);

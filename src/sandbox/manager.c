@@ -32,6 +32,13 @@
  * keeps the entry claimed away from its acquisitions. */
 #define SBX_TEARDOWN_BACKOFF_MIN_MS 1000
 #define SBX_TEARDOWN_BACKOFF_MAX_MS 300000
+/* Ownership leases when the configuration leaves them at 0: the defaults
+ * of cluster.heartbeat_ms and cluster.lease_ms. */
+#define SBX_HEARTBEAT_DEFAULT_MS 2000
+#define SBX_LEASE_DEFAULT_MS 10000
+/* An asker tries its claim again this many times per heartbeat while it
+ * waits for another gateway to let a sandbox go. */
+#define SBX_CLAIM_TRIES_PER_HEARTBEAT 4
 
 typedef struct scope_session {
     char scope[SBX_SCOPE_MAX + 1];
@@ -68,8 +75,15 @@ typedef struct fence_key {
     char generation[SBX_GENERATION_LEN + 1];
 } fence_key;
 
+/* A box the start sweep left to another gateway whose lease was live. */
+typedef struct left_box {
+    char sandbox_id[17];
+    char generation[SBX_GENERATION_LEN + 1];
+} left_box;
+
 struct sbx_manager {
-    sbx_manager_config cfg;
+    sbx_manager_config cfg; /* heartbeat_ms and lease_ms never 0; gateway_id is gateway */
+    char gateway[STORE_GATEWAY_MAX + 1];
     sbx_provider *p;
     store *st;
     const authz_policy *policy;
@@ -82,6 +96,10 @@ struct sbx_manager {
     pthread_t reaper;
     pthread_t keepalive;
     bool keepalive_started;
+    pthread_t heartbeat;
+    bool heartbeat_started;
+    left_box *left; /* the start sweep's, then the heartbeat's alone */
+    size_t n_left, cap_left;
     bool stopping;
     sbx_bound_fn bound_fn; /* set once before the first acquisition (sbx_manager_on_bound) */
     void *bound_ctx;
@@ -204,8 +222,21 @@ static int fences_load(sbx_manager *m) {
     return r;
 }
 
+/* Another gateway may have fenced the generation since this process
+ * loaded its fences: the store's word is read on every decision (one
+ * primary-key lookup), and a fence found there is kept in memory too. */
 bool sbx_reusable(sbx_manager *m, const char *sandbox_id, const char *generation) {
-    return !fence_exists(m, SBX_WHOLE, sandbox_id, generation);
+    if (fence_exists(m, SBX_WHOLE, sandbox_id, generation))
+        return false;
+    bool fenced = true;
+    if (store_fence_exists(m->st, &fenced, SBX_WHOLE, sandbox_id, generation) < 0) {
+        log_warn("sandbox", "sandbox %s generation %.8s: fence unknown, not reused: %s", sandbox_id,
+                 generation, fawn_errmsg());
+        return false;
+    }
+    if (fenced)
+        fence_remember(m, SBX_WHOLE, sandbox_id, generation);
+    return !fenced;
 }
 
 /* ---- entries (under m->mu) ---- */
@@ -268,9 +299,17 @@ static void entry_unclaim(sbx_manager *m, sbx_entry *e) {
 
 /* ---- teardown ---- */
 
-/* Retires every fence of (sandbox_id, generation): the provider confirmed
- * that generation is absent. */
+/* Retires every fence of (sandbox_id, generation), this process's and
+ * those another gateway added: the provider confirmed that generation is
+ * absent. */
 static void fences_retire(sbx_manager *m, const char *sandbox_id, const char *generation) {
+    store_fence *stored = NULL;
+    size_t n_stored = 0;
+    if (store_fence_list(m->st, &stored, &n_stored, sandbox_id) == 0)
+        for (size_t i = 0; i < n_stored; i++)
+            if (strcmp(stored[i].generation, generation) == 0)
+                fence_remember(m, stored[i].scope, sandbox_id, generation);
+    free(stored);
     fence_key *fences = NULL;
     size_t n = 0;
     if (fences_copy(&fences, &n, m, sandbox_id) < 0)
@@ -323,6 +362,102 @@ static int entry_teardown(sbx_manager *m, sbx_entry *e) {
     return 0;
 }
 
+/* ---- ownership: one gateway runs a sandbox at a time ---- */
+
+/* Gives up this gateway's ownership of sandbox_id. A failure is logged:
+ * the lease is then renewed on (the sandbox is given up when another
+ * gateway asks for it) or runs out with this process. */
+static void ownership_release(sbx_manager *m, const char *sandbox_id) {
+    if (store_sandbox_owner_release(m->st, sandbox_id, m->gateway) < 0)
+        log_warn("sandbox", "sandbox %s: ownership not given up: %s", sandbox_id, fawn_errmsg());
+}
+
+/* Tears e's box down (e claimed by the caller, m->mu not held) and gives
+ * up its ownership. */
+static int entry_retire(sbx_manager *m, sbx_entry *e) {
+    int r = has_box(e) ? entry_teardown(m, e) : 0;
+    if (r == 0)
+        ownership_release(m, e->box.sandbox_id);
+    return r;
+}
+
+/* Sleeps ms, in slices; false (early) once cancel is set. */
+static bool sleep_uncancelled(int64_t ms, const sbx_cancel *cancel) {
+    for (int64_t left = ms; left > 0 && !cancelled(cancel); left -= SBX_WAIT_SLICE_MS) {
+        int64_t slice = left < SBX_WAIT_SLICE_MS ? left : SBX_WAIT_SLICE_MS;
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)slice * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return !cancelled(cancel);
+}
+
+/* Asks the gateway holding q's sandbox to let it go (once per wait); a
+ * sandbox let go meanwhile (FAWN_ENOENT) needs no asking. */
+static int ownership_ask(bool *asked, sbx_manager *m, const store_owner_claim_req *q,
+                         const char *owner) {
+    if (*asked)
+        return 0;
+    int r = store_sandbox_owner_ask(m->st, q->sandbox_id, m->gateway, q->now_ms);
+    if (r == FAWN_ENOENT)
+        return 0;
+    *asked = r == 0;
+    if (r == 0)
+        log_info("sandbox", "sandbox %s (thread %s): asked gateway %s to let it go", q->sandbox_id,
+                 q->thread, owner);
+    return r;
+}
+
+/* Claims the sandbox for this gateway. Held by another live gateway: asks
+ * it to let go and tries again SBX_CLAIM_TRIES_PER_HEARTBEAT times a
+ * heartbeat, for one lease and one heartbeat (by then a live owner has
+ * seen the request, and a dead one's lease has run out); then FAWN_EBUSY
+ * naming the owner. *changed_hands: it was not this gateway's already.
+ * FAWN_ECANCELED when cancel is set while waiting. */
+static int ownership_claim(bool *changed_hands, sbx_manager *m, const char *sandbox_id,
+                           const char *user, const char *thread, const sbx_cancel *cancel) {
+    *changed_hands = false;
+    store_owner_claim_req q = {.sandbox_id = sandbox_id,
+                               .user = user,
+                               .thread = thread,
+                               .gateway = m->gateway,
+                               .lease_ms = m->cfg.lease_ms};
+    int64_t give_up = fawn_now_ms() + m->cfg.lease_ms + m->cfg.heartbeat_ms;
+    int64_t retry_ms = m->cfg.heartbeat_ms / SBX_CLAIM_TRIES_PER_HEARTBEAT;
+    enum store_owner_claim how;
+    store_sandbox_owner was;
+    bool asked = false;
+    int r;
+    while ((q.now_ms = fawn_wall_ms(), r = store_sandbox_owner_claim(m->st, &how, &was, &q)) == 0 &&
+           how == STORE_OWNER_HELD) {
+        if ((r = ownership_ask(&asked, m, &q, was.gateway)) < 0)
+            return r;
+        if (fawn_now_ms() >= give_up)
+            return fawn_err(FAWN_EBUSY, "the sandbox of thread %s is in use on gateway %s", thread,
+                            was.gateway);
+        if (!sleep_uncancelled(retry_ms > 0 ? retry_ms : 1, cancel))
+            return fawn_err(FAWN_ECANCELED, "the acquisition was cancelled");
+    }
+    *changed_hands = r == 0 && how != STORE_OWNER_KEPT;
+    return r;
+}
+
+/* After a claim that changed hands, nothing that ran in the sandbox
+ * before is trusted: the generation the store records for it (a box
+ * another gateway, or an earlier process, ran) and e's own are fenced in
+ * the store before this gateway uses it (box_ensure then replaces them). */
+static int previous_generations_fence(sbx_manager *m, const sbx_entry *e) {
+    store_sandbox rec;
+    int r = store_sandbox_get(m->st, &rec, e->box.sandbox_id);
+    if (r == FAWN_ENOENT)
+        r = 0;
+    if (r == 0 && rec.generation[0])
+        r = fence_add(m, SBX_WHOLE, e->box.sandbox_id, rec.generation, "the sandbox changed hands");
+    if (r == 0 && has_box(e) && strcmp(e->box.generation, rec.generation) != 0)
+        r = fence_add(m, SBX_WHOLE, e->box.sandbox_id, e->box.generation,
+                      "the sandbox changed hands");
+    return r;
+}
+
 /* ---- the warm pool ---- */
 
 static size_t running_count(const sbx_manager *m) {
@@ -371,7 +506,7 @@ static void idle_evict(sbx_manager *m, sbx_entry *e, const char *why) {
     e->refs++;
     pthread_mutex_unlock(&m->mu);
     log_info("sandbox", "sandbox %s (thread %s): %s", e->box.sandbox_id, e->thread, why);
-    int r = entry_teardown(m, e);
+    int r = entry_retire(m, e);
     pthread_mutex_lock(&m->mu);
     if (r < 0) {
         e->state = SBX_STATE_IDLE;
@@ -450,16 +585,16 @@ static void keepalive_round(sbx_manager *m) {
     pthread_mutex_lock(&m->mu);
 }
 
-static void *keepalive_main(void *arg) {
-    sbx_manager *m = arg;
-    int64_t period = (int64_t)m->cfg.idle_timeout_s * 1000 / SBX_KEEPALIVES_PER_TIMEOUT;
-    int64_t due = fawn_now_ms() + period;
+/* Runs round (called with m->mu held) every period_ms until the manager
+ * stops. */
+static void periodic_run(sbx_manager *m, int64_t period_ms, void (*round)(sbx_manager *)) {
+    int64_t due = fawn_now_ms() + period_ms;
     pthread_mutex_lock(&m->mu);
     while (!m->stopping) {
         int64_t left = due - fawn_now_ms();
         if (left <= 0) {
-            keepalive_round(m);
-            due = fawn_now_ms() + period;
+            round(m);
+            due = fawn_now_ms() + period_ms;
             continue;
         }
         struct timespec until;
@@ -467,6 +602,130 @@ static void *keepalive_main(void *arg) {
         pthread_cond_timedwait(&m->changed, &m->mu, &until);
     }
     pthread_mutex_unlock(&m->mu);
+}
+
+static void *keepalive_main(void *arg) {
+    sbx_manager *m = arg;
+    periodic_run(m, (int64_t)m->cfg.idle_timeout_s * 1000 / SBX_KEEPALIVES_PER_TIMEOUT,
+                 keepalive_round);
+    return NULL;
+}
+
+/* ---- heartbeat: ownership leases renewed, other gateways' requests honored ---- */
+
+/* Lets another gateway have sandbox o when nothing here holds or works on
+ * it: its box torn down, then its ownership given up. One in use stays
+ * this gateway's (the asker gives up after its wait). */
+static void handover_if_unused(sbx_manager *m, const store_sandbox_owner *o) {
+    pthread_mutex_lock(&m->mu);
+    sbx_entry *e = entry_find(m, o->sandbox_id);
+    bool in_use = e && (e->busy || e->holders_total);
+    if (e && !in_use) {
+        e->busy = true;
+        e->refs++;
+        e->state = SBX_STATE_STOPPING;
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (in_use)
+        return;
+    int r = 0;
+    if (e)
+        r = entry_retire(m, e);
+    else
+        ownership_release(m, o->sandbox_id);
+    if (r == 0)
+        log_info("sandbox", "sandbox %s (thread %s) let go for gateway %s", o->sandbox_id,
+                 o->thread, o->release_asked_by);
+    if (!e)
+        return;
+    pthread_mutex_lock(&m->mu);
+    e->state = SBX_STATE_IDLE; /* a box whose teardown failed stays parked, and ours */
+    e->refs--;
+    entry_unclaim(m, e);
+    entry_drop_if_unused(m, e);
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* Claims k's sandbox, whose owner's lease has run out, and fences and
+ * removes the box left there, unless an acquisition here works on it
+ * (it claims and replaces the box itself). True once nothing is left to
+ * do: the box removed, its sandbox let go, or this gateway's now. */
+static bool left_box_settle(sbx_manager *m, const left_box *k) {
+    store_sandbox_owner row;
+    int r = store_sandbox_owner_get(m->st, &row, k->sandbox_id);
+    if (r < 0 || strcmp(row.gateway, m->gateway) == 0 || row.lease_until_ms > fawn_wall_ms())
+        return r == FAWN_ENOENT || (r == 0 && strcmp(row.gateway, m->gateway) == 0);
+    pthread_mutex_lock(&m->mu);
+    sbx_entry *e = entry_get(m, k->sandbox_id, row.user, row.thread);
+    bool idle = e && !e->busy && !e->holders_total;
+    if (idle) {
+        e->busy = true;
+        e->refs++;
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (!idle)
+        return e != NULL;
+    store_owner_claim_req q = {.sandbox_id = k->sandbox_id,
+                               .user = row.user,
+                               .thread = row.thread,
+                               .gateway = m->gateway,
+                               .now_ms = fawn_wall_ms(),
+                               .lease_ms = m->cfg.lease_ms};
+    enum store_owner_claim how;
+    store_sandbox_owner was; /* not row: q points into it */
+    r = store_sandbox_owner_claim(m->st, &how, &was, &q);
+    bool settled = r == 0 && how != STORE_OWNER_HELD;
+    if (settled && how == STORE_OWNER_EXPIRED) {
+        fence_add(m, SBX_WHOLE, k->sandbox_id, k->generation, "its gateway's lease expired");
+        settled = box_destroy(m, k->sandbox_id, k->generation) == 0;
+        if (settled)
+            log_info("sandbox", "sandbox %s of dead gateway %s removed", k->sandbox_id,
+                     row.gateway);
+    }
+    if (!has_box(e))
+        ownership_release(m, k->sandbox_id);
+    pthread_mutex_lock(&m->mu);
+    e->refs--;
+    entry_unclaim(m, e);
+    entry_drop_if_unused(m, e);
+    pthread_mutex_unlock(&m->mu);
+    return settled;
+}
+
+/* The boxes the start sweep left alone: once their gateway's lease runs
+ * out (it died, perhaps this gateway's own previous process under another
+ * id), they are removed as the sweep would have removed them. */
+static void left_boxes_settle(sbx_manager *m) {
+    size_t kept = 0;
+    for (size_t i = 0; i < m->n_left; i++)
+        if (!left_box_settle(m, &m->left[i]))
+            m->left[kept++] = m->left[i];
+    m->n_left = kept;
+}
+
+/* One heartbeat (m->mu held, released meanwhile): every lease renewed in
+ * one statement, the requests no older than an asker's wait honored, and
+ * the boxes left to a gateway that died removed. */
+static void heartbeat_round(sbx_manager *m) {
+    pthread_mutex_unlock(&m->mu);
+    int64_t now = fawn_wall_ms();
+    if (store_sandbox_owner_renew(m->st, m->gateway, now, m->cfg.lease_ms) < 0)
+        log_warn("sandbox", "sandbox ownership leases not renewed: %s", fawn_errmsg());
+    store_sandbox_owner *asked = NULL;
+    size_t n = 0;
+    int64_t since = now - m->cfg.lease_ms - m->cfg.heartbeat_ms;
+    if (store_sandbox_owner_asked(m->st, &asked, &n, m->gateway, since) < 0)
+        log_warn("sandbox", "other gateways' requests for sandboxes unread: %s", fawn_errmsg());
+    for (size_t i = 0; i < n; i++)
+        handover_if_unused(m, &asked[i]);
+    free(asked);
+    left_boxes_settle(m);
+    pthread_mutex_lock(&m->mu);
+}
+
+static void *heartbeat_main(void *arg) {
+    sbx_manager *m = arg;
+    periodic_run(m, m->cfg.heartbeat_ms, heartbeat_round);
     return NULL;
 }
 
@@ -690,8 +949,9 @@ static int lease_new(sbx_lease **out, sbx_manager *m, sbx_entry *e, const sbx_re
     return 0;
 }
 
-/* Work done on a claimed entry without m->mu: a box that may be handed
- * out, then the scope's session. */
+/* Work done on a claimed entry without m->mu: this gateway's ownership,
+ * a box that may be handed out, then the scope's session. Ownership
+ * claimed for a sandbox left without a box is given up again. */
 static int acquire_claimed(char session[SBX_SESSION_ID_MAX + 1], sbx_manager *m, sbx_entry *e,
                            const sbx_request *req) {
     if (e->destroy_deferred)
@@ -702,7 +962,15 @@ static int acquire_claimed(char session[SBX_SESSION_ID_MAX + 1], sbx_manager *m,
         e->state = SBX_STATE_STARTING;
         pthread_mutex_unlock(&m->mu);
     }
-    int r = box_ensure(m, e, req->cancel);
+    bool changed_hands = false;
+    int r = ownership_claim(&changed_hands, m, e->box.sandbox_id, e->user, e->thread, req->cancel);
+    bool owned = r == 0;
+    if (r == 0 && changed_hands)
+        r = previous_generations_fence(m, e);
+    if (r == 0)
+        r = box_ensure(m, e, req->cancel);
+    if (r < 0 && owned && !has_box(e))
+        ownership_release(m, e->box.sandbox_id);
     if (r == 0 && cancelled(req->cancel))
         r = fawn_err(FAWN_ECANCELED, "the acquisition was cancelled");
     if (r == 0 && req->scope)
@@ -804,7 +1072,7 @@ void sbx_release(sbx_lease *l) {
     if (ended[0])
         scope_session_end(m, &e->box, ended);
     bool teardown = last && (deferred || !sbx_reusable(m, e->box.sandbox_id, e->box.generation));
-    if (teardown && entry_teardown(m, e) < 0 && deferred) /* never handed out again: */
+    if (teardown && entry_retire(m, e) < 0 && deferred) /* never handed out again: */
         fence_add(m, SBX_WHOLE, e->box.sandbox_id, e->box.generation,
                   "destroy requested; teardown failed");
 
@@ -922,6 +1190,19 @@ int sbx_kill_scope(sbx_manager *m, const char *user, const char *thread, const c
     return r;
 }
 
+/* Removes whatever the provider may still have of e's sandbox, which this
+ * manager runs no box of (e claimed, m->mu not held): once this gateway
+ * owns it, so that another gateway's box is never removed under it. */
+static int unknown_destroy(sbx_manager *m, sbx_entry *e) {
+    bool changed_hands = false;
+    int r = ownership_claim(&changed_hands, m, e->box.sandbox_id, e->user, e->thread, NULL);
+    if (r == 0)
+        r = box_destroy(m, e->box.sandbox_id, "");
+    if (r == 0)
+        ownership_release(m, e->box.sandbox_id);
+    return r;
+}
+
 int sbx_destroy(enum sbx_destroy_outcome *outcome, sbx_manager *m, const char *user,
                 const char *thread) {
     *outcome = SBX_DESTROYED;
@@ -930,10 +1211,10 @@ int sbx_destroy(enum sbx_destroy_outcome *outcome, sbx_manager *m, const char *u
     if (r < 0)
         return r;
     pthread_mutex_lock(&m->mu);
-    sbx_entry *e = entry_find(m, sandbox_id);
-    if (!e) { /* nothing known: remove whatever the provider may still have */
+    sbx_entry *e = entry_get(m, sandbox_id, user, thread);
+    if (!e) {
         pthread_mutex_unlock(&m->mu);
-        return box_destroy(m, sandbox_id, "");
+        return fawn_err(FAWN_ENOMEM, "out of memory");
     }
     e->refs++;
     entry_claim(m, e, NULL);
@@ -942,8 +1223,8 @@ int sbx_destroy(enum sbx_destroy_outcome *outcome, sbx_manager *m, const char *u
         *outcome = SBX_DESTROY_DEFERRED;
     }
     pthread_mutex_unlock(&m->mu);
-    if (*outcome == SBX_DESTROYED && has_box(e))
-        r = entry_teardown(m, e);
+    if (*outcome == SBX_DESTROYED)
+        r = has_box(e) ? entry_retire(m, e) : unknown_destroy(m, e);
     pthread_mutex_lock(&m->mu);
     entry_unclaim(m, e);
     e->refs--;
@@ -965,7 +1246,8 @@ static void info_fill(sbx_info *out, sbx_manager *m, const sbx_entry *e, int64_t
     memcpy(out->generation, e->box.generation, sizeof out->generation);
     memcpy(out->holders, e->holders, sizeof out->holders);
     out->idle_ms = e->state == SBX_STATE_IDLE && !e->holders_total ? now - e->idle_since_ms : 0;
-    out->fenced = e->fenced || !sbx_reusable(m, e->box.sandbox_id, e->box.generation);
+    /* this process's fences only: no store round trip under m->mu */
+    out->fenced = e->fenced || fence_exists(m, SBX_WHOLE, e->box.sandbox_id, e->box.generation);
 }
 
 int sbx_list(sbx_info **out, size_t *n, sbx_manager *m) {
@@ -1027,25 +1309,25 @@ static int sessions_end_all(sbx_manager *m, const sbx_box *box) {
     return r;
 }
 
-/* A box the provider lists: adopted into the warm pool when the store
- * records it at that generation for a (user, thread), it is not fenced, it
- * answers and its shell sessions (all a dead run's) could be ended;
- * destroyed otherwise (a stray, or untrusted). */
-static int reconcile_box(void *ctx, const char *sandbox_id, const char *generation) {
-    sbx_manager *m = ctx;
-    store_sandbox rec;
+/* A box of this gateway (or nobody's) the provider lists: adopted into the
+ * warm pool (true) when the store records it at that generation for a
+ * (user, thread) (rec, NULL when none), it is not fenced, it answers and
+ * its shell sessions (all a dead run's) could be ended; destroyed otherwise
+ * (a stray, or untrusted). */
+static bool reconcile_owned(sbx_manager *m, const char *sandbox_id, const char *generation,
+                            const store_sandbox *rec) {
     sbx_box box = {0};
     bool adopt = false;
-    if (generation[0] && store_sandbox_get(m->st, &rec, sandbox_id) == 0 &&
-        strcmp(rec.generation, generation) == 0 && sbx_reusable(m, sandbox_id, generation)) {
+    if (generation[0] && rec && strcmp(rec->generation, generation) == 0 &&
+        sbx_reusable(m, sandbox_id, generation)) {
         snprintf(box.sandbox_id, sizeof box.sandbox_id, "%s", sandbox_id);
-        memcpy(box.generation, rec.generation, sizeof box.generation);
-        memcpy(box.endpoint, rec.endpoint, sizeof box.endpoint);
-        memcpy(box.token, rec.token, sizeof box.token);
+        memcpy(box.generation, rec->generation, sizeof box.generation);
+        memcpy(box.endpoint, rec->endpoint, sizeof box.endpoint);
+        memcpy(box.token, rec->token, sizeof box.token);
         int health = m->p->health(m->p->ctx, &box);
         adopt = health == 0;
-        if (adopt && box_attested(m, &box, rec.user) < 0)
-            return 0; /* fenced, and destroyed when the provider could */
+        if (adopt && box_attested(m, &box, rec->user) < 0)
+            return false; /* fenced, and destroyed when the provider could */
         if (health < 0 &&
             health != FAWN_ENOENT) /* unknown: never trusted, even if it answers later */
             fence_add(m, SBX_WHOLE, sandbox_id, generation, "health unknown at start");
@@ -1057,16 +1339,83 @@ static int reconcile_box(void *ctx, const char *sandbox_id, const char *generati
                  sandbox_id, fawn_errmsg());
         adopt = false;
     }
-    sbx_entry *e = adopt ? entry_get(m, sandbox_id, rec.user, rec.thread) : NULL;
+    sbx_entry *e = adopt ? entry_get(m, sandbox_id, rec->user, rec->thread) : NULL;
     if (e) {
         e->box = box;
         e->state = SBX_STATE_IDLE;
         e->idle_since_ms = fawn_now_ms();
         log_info("sandbox", "sandbox %s (thread %s) adopted from a previous run", sandbox_id,
-                 rec.thread);
+                 rec->thread);
     } else if (box_destroy(m, sandbox_id, generation) == 0) {
         log_info("sandbox", "sandbox %s left by a previous run removed", sandbox_id);
     }
+    return e != NULL;
+}
+
+/* Claims a listed box's sandbox for this gateway, for the (user, thread)
+ * its record (rec, or NULL) or its ownership names; a box neither names
+ * is nobody's (STORE_OWNER_FREE, nothing claimed). */
+static int reconcile_claim(enum store_owner_claim *how, store_sandbox_owner *was, sbx_manager *m,
+                           const char *sandbox_id, const store_sandbox *rec) {
+    *how = STORE_OWNER_HELD;
+    store_sandbox_owner row;
+    int r = rec ? 0 : store_sandbox_owner_get(m->st, &row, sandbox_id);
+    *was = (store_sandbox_owner){0};
+    if (r == FAWN_ENOENT) {
+        *how = STORE_OWNER_FREE;
+        return 0;
+    }
+    store_owner_claim_req q = {.sandbox_id = sandbox_id,
+                               .user = rec ? rec->user : row.user,
+                               .thread = rec ? rec->thread : row.thread,
+                               .gateway = m->gateway,
+                               .now_ms = fawn_wall_ms(),
+                               .lease_ms = m->cfg.lease_ms};
+    return r < 0 ? r : store_sandbox_owner_claim(m->st, how, was, &q);
+}
+
+/* Keeps a box left to another gateway for the heartbeat to look at again
+ * (left_boxes_settle); one that does not fit is left to its own idle
+ * timeout, as before. */
+static void left_box_remember(sbx_manager *m, const char *sandbox_id, const char *generation) {
+    if (m->n_left == m->cap_left) {
+        size_t cap = m->cap_left ? 2 * m->cap_left : 16;
+        left_box *grown = realloc(m->left, cap * sizeof *grown);
+        if (!grown)
+            return;
+        m->left = grown;
+        m->cap_left = cap;
+    }
+    left_box *k = &m->left[m->n_left++];
+    snprintf(k->sandbox_id, sizeof k->sandbox_id, "%s", sandbox_id);
+    snprintf(k->generation, sizeof k->generation, "%s", generation);
+}
+
+/* A box the provider lists (on a home several gateways share, theirs
+ * too): another live gateway's is left alone, as is one whose owner
+ * cannot be read; one whose owner's lease expired is fenced and removed;
+ * the rest go through reconcile_owned, and the ownership of what it does
+ * not adopt is given up. */
+static int reconcile_box(void *ctx, const char *sandbox_id, const char *generation) {
+    sbx_manager *m = ctx;
+    store_sandbox rec;
+    bool recorded = store_sandbox_get(m->st, &rec, sandbox_id) == 0;
+    enum store_owner_claim how;
+    store_sandbox_owner was;
+    if (reconcile_claim(&how, &was, m, sandbox_id, recorded ? &rec : NULL) < 0) {
+        log_warn("sandbox", "sandbox %s: its owner is unknown (%s); left alone", sandbox_id,
+                 fawn_errmsg());
+        return 0;
+    }
+    if (how == STORE_OWNER_HELD) {
+        log_info("sandbox", "sandbox %s is gateway %s's; left alone", sandbox_id, was.gateway);
+        left_box_remember(m, sandbox_id, generation);
+        return 0;
+    }
+    if (how == STORE_OWNER_EXPIRED && generation[0])
+        fence_add(m, SBX_WHOLE, sandbox_id, generation, "its gateway's lease expired");
+    if (!reconcile_owned(m, sandbox_id, generation, recorded ? &rec : NULL))
+        ownership_release(m, sandbox_id);
     return 0;
 }
 
@@ -1107,6 +1456,7 @@ static void manager_destroy(sbx_manager *m) {
         free(e);
     }
     free(m->fences);
+    free(m->left);
     pthread_cond_destroy(&m->changed);
     pthread_mutex_destroy(&m->fence_mu);
     pthread_mutex_destroy(&m->mu);
@@ -1122,13 +1472,33 @@ static int cond_init_monotonic(pthread_cond_t *c) {
     return r;
 }
 
+/* cfg with its ownership settings filled in: the gateway id (copied into
+ * m->gateway) and the default heartbeat and lease for 0. */
+static int config_apply(sbx_manager *m, const sbx_manager_config *cfg) {
+    const char *gateway = cfg->gateway_id ? cfg->gateway_id : SBX_GATEWAY_DEFAULT;
+    if (!gateway[0] || strlen(gateway) > STORE_GATEWAY_MAX)
+        return fawn_err(FAWN_EINVAL, "a gateway id is 1..%d bytes", STORE_GATEWAY_MAX);
+    snprintf(m->gateway, sizeof m->gateway, "%s", gateway);
+    m->cfg = *cfg;
+    m->cfg.gateway_id = m->gateway;
+    if (!m->cfg.heartbeat_ms)
+        m->cfg.heartbeat_ms = SBX_HEARTBEAT_DEFAULT_MS;
+    if (!m->cfg.lease_ms)
+        m->cfg.lease_ms = SBX_LEASE_DEFAULT_MS;
+    return 0;
+}
+
 int sbx_manager_new(sbx_manager **out, const sbx_manager_config *cfg, sbx_provider *provider,
                     store *st, const authz_policy *policy) {
     *out = NULL;
     sbx_manager *m = calloc(1, sizeof *m);
     if (!m)
         return fawn_err(FAWN_ENOMEM, "out of memory");
-    *m = (sbx_manager){.cfg = *cfg, .p = provider, .st = st, .policy = policy};
+    *m = (sbx_manager){.p = provider, .st = st, .policy = policy};
+    if (config_apply(m, cfg) < 0) {
+        free(m);
+        return FAWN_EINVAL;
+    }
     pthread_mutex_init(&m->mu, NULL);
     pthread_mutex_init(&m->fence_mu, NULL);
     cond_init_monotonic(&m->changed);
@@ -1148,6 +1518,12 @@ int sbx_manager_new(sbx_manager **out, const sbx_manager_config *cfg, sbx_provid
         sbx_manager_free(m);
         return fawn_err_sys(FAWN_EIO, err, "start the sandbox keepalive");
     }
+    err = pthread_create(&m->heartbeat, NULL, heartbeat_main, m);
+    m->heartbeat_started = !err;
+    if (err) {
+        sbx_manager_free(m);
+        return fawn_err_sys(FAWN_EIO, err, "start the sandbox ownership heartbeat");
+    }
     *out = m;
     return 0;
 }
@@ -1162,6 +1538,11 @@ void sbx_manager_free(sbx_manager *m) {
     pthread_join(m->reaper, NULL);
     if (m->keepalive_started)
         pthread_join(m->keepalive, NULL);
+    if (m->heartbeat_started)
+        pthread_join(m->heartbeat, NULL);
+    if (store_sandbox_owner_release_all(m->st, m->gateway) < 0)
+        log_warn("sandbox", "sandbox ownership not given up (the leases run out): %s",
+                 fawn_errmsg());
     manager_destroy(m);
 }
 

@@ -49,6 +49,22 @@
  *   idempotent; when its last lease is released its session ends, and only
  *   its session. Stopping a scope's commands (sbx_kill_scope) goes through
  *   the session its leases hold, never through another acquisition.
+ * - Ownership (several gateways on one store and one home): a sandbox is
+ *   run by one gateway at a time, the one whose lease the store records
+ *   (store_sandbox_owner_*). Every acquisition claims it first
+ *   (ownership_claim); the manager renews its leases every heartbeat_ms
+ *   and gives them up when it tears a sandbox down and when it stops.
+ *   Another gateway's sandbox is asked for: its owner lets go at its next
+ *   heartbeat when nothing holds it (tearing its box down), and the asker
+ *   waits at most one lease and a heartbeat for that, then FAWN_EBUSY
+ *   naming the owner. A sandbox that changes hands (free, or its owner's
+ *   lease expired) has its recorded generation fenced in the store before
+ *   the new owner starts its own. The start sweep adopts or removes only
+ *   boxes that are this gateway's, nobody's, or of an expired lease
+ *   (removed); a live gateway's are left alone, and removed by the
+ *   heartbeat if that gateway's lease runs out (it was dead after all).
+ * - Fences are seen by every gateway at once: the reuse predicate reads
+ *   the store's fence of the generation on every decision (sbx_reusable).
  *
  * Every function is safe to call from any thread. Every out-parameter (of
  * these functions and of the provider operations) is set on every path,
@@ -206,12 +222,21 @@ typedef struct sbx_manager_config {
                                  from the manager 4 times as often; 0 = never, no keepalive */
     uint32_t replicas;        /* running sandboxes kept at most by evicting idle ones; 0 = no cap */
     uint32_t call_timeout_ms; /* health checks and session requests (5000) */
+    const char *gateway_id;   /* this gateway among those sharing the store (copied;
+                                 NULL: SBX_GATEWAY_DEFAULT) */
+    uint32_t heartbeat_ms;    /* ownership leases are renewed this often (0: 2000) */
+    uint32_t lease_ms;        /* and last this long (0: 10000) */
 } sbx_manager_config;
+
+/* The gateway id of a manager configured without one. */
+#define SBX_GATEWAY_DEFAULT "local"
 
 typedef struct sbx_manager sbx_manager;
 
 /* Creates the manager over provider (borrowed, like st and policy; all must
- * outlive it), then reconciles what the provider already has: a box the
+ * outlive it), then reconciles what the provider already has. A box another
+ * live gateway owns is left alone; one whose owner's lease expired is
+ * fenced and destroyed; of the rest (this gateway's or nobody's), a box the
  * store records for a (user, thread) at that generation, not fenced and
  * healthy, is adopted into the warm pool once every shell session in it is
  * ended (no scope is live yet: they are the sessions of runs that died with
@@ -219,13 +244,18 @@ typedef struct sbx_manager sbx_manager;
  * or one whose sessions could not be ended, is destroyed; fences of
  * generations the provider confirms absent retire. Failures to destroy
  * are logged and left for the next start (the fences stay). Starts the
- * reaper that tears down idle sandboxes. */
+ * reaper that tears down idle sandboxes and the heartbeat that renews the
+ * ownership leases and honors other gateways' requests. FAWN_EINVAL for a
+ * gateway id the store cannot hold. */
 FAWN_MUST_CHECK int sbx_manager_new(sbx_manager **out, const sbx_manager_config *cfg,
                                     sbx_provider *provider, store *st, const authz_policy *policy);
-/* Stops the reaper and the keepalive and frees the manager. Every lease
+/* Stops the reaper, the keepalive and the heartbeat, gives up this
+ * gateway's ownership of its sandboxes and frees the manager. Every lease
  * must have been released. Parked sandboxes are left running for the next
- * start to rediscover (their store records stay); with no manager talking
- * to them, they exit after idle_timeout_s. */
+ * start to rediscover (their store records stay: this gateway adopts them
+ * if nobody claimed them meanwhile; another gateway that needs one fences
+ * and replaces it); with no manager talking to them, they exit after
+ * idle_timeout_s. */
 void sbx_manager_free(sbx_manager *m);
 
 /* What holds a sandbox. */
@@ -276,7 +306,8 @@ typedef struct sbx_lease {
  *   FAWN_ECANCELED req->cancel was set; a sandbox started for this
  *                 acquisition is parked (not bound) unless another holder
  *                 took it meanwhile;
- *   FAWN_EBUSY    a destroy of this sandbox is waiting for its holders;
+ *   FAWN_EBUSY    a destroy of this sandbox is waiting for its holders, or
+ *                 another gateway kept it past the wait (the message names it);
  *   provider errors (a failed create; a fenced or dead generation that
  *                 could not be destroyed: the fence stays). */
 FAWN_MUST_CHECK int sbx_acquire(sbx_lease **out, sbx_manager *m, const sbx_request *req);
@@ -317,7 +348,10 @@ FAWN_MUST_CHECK int sbx_kill_scope(sbx_manager *m, const char *user, const char 
 enum sbx_destroy_outcome { SBX_DESTROYED, SBX_DESTROY_DEFERRED };
 
 /* Tears down the (user, thread) sandbox now, or, while holders remain,
- * once the last one releases it (*outcome says which). Provider failures
+ * once the last one releases it (*outcome says which), and gives up its
+ * ownership. A sandbox this manager does not know is claimed first (as an
+ * acquisition claims it: FAWN_EBUSY when another gateway keeps it), so a
+ * box another gateway runs is never removed under it. Provider failures
  * are returned (and a later call retries). */
 FAWN_MUST_CHECK int sbx_destroy(enum sbx_destroy_outcome *outcome, sbx_manager *m, const char *user,
                                 const char *thread);

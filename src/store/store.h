@@ -209,6 +209,64 @@ FAWN_MUST_CHECK int store_fence_remove(store *s, const char *scope, const char *
 FAWN_MUST_CHECK int store_fence_list(store *s, store_fence **out, size_t *n,
                                      const char *sandbox_id);
 
+/* ---- sandbox ownership (several gateways on one store) ----
+ * Which gateway may run each sandbox, until when. A claim reads and writes
+ * in one write transaction, so of gateways claiming at once one wins;
+ * times are wall-clock milliseconds of the gateways (their clocks are
+ * assumed to agree well within a lease). */
+
+#define STORE_GATEWAY_MAX 64
+
+typedef struct store_sandbox_owner {
+    char sandbox_id[17];
+    char user[65], thread[65];
+    char gateway[STORE_GATEWAY_MAX + 1];
+    int64_t lease_until_ms;
+    char release_asked_by[STORE_GATEWAY_MAX + 1]; /* "" when no gateway asked for it */
+    int64_t release_asked_at_ms;
+} store_sandbox_owner;
+
+typedef struct store_owner_claim_req {
+    const char *sandbox_id, *user, *thread; /* the sandbox and the (user, thread) it is for */
+    const char *gateway;                    /* the claimer, 1..STORE_GATEWAY_MAX bytes */
+    int64_t now_ms, lease_ms;               /* claimed until now + lease */
+} store_owner_claim_req;
+
+/* What a claim found, and did. */
+enum store_owner_claim {
+    STORE_OWNER_KEPT,    /* the claimer owned it: its lease is renewed (a request stays) */
+    STORE_OWNER_FREE,    /* nobody owned it: now the claimer's */
+    STORE_OWNER_EXPIRED, /* another gateway's lease had expired: now the claimer's */
+    STORE_OWNER_HELD,    /* another gateway holds a live lease: nothing changed */
+};
+
+/* Claims req->sandbox_id for req->gateway unless another gateway's lease
+ * is live (*out says which case; HELD on every error). *was is the row as
+ * it was (zeroed when none). FAWN_EINVAL for bad arguments. */
+FAWN_MUST_CHECK int store_sandbox_owner_claim(store *s, enum store_owner_claim *out,
+                                              store_sandbox_owner *was,
+                                              const store_owner_claim_req *req);
+/* Extends every lease gateway holds to now + lease, in one statement. */
+FAWN_MUST_CHECK int store_sandbox_owner_renew(store *s, const char *gateway, int64_t now_ms,
+                                              int64_t lease_ms);
+/* Gives up gateway's ownership of sandbox_id (0 when it held none). */
+FAWN_MUST_CHECK int store_sandbox_owner_release(store *s, const char *sandbox_id,
+                                                const char *gateway);
+/* Gives up every sandbox gateway owns. */
+FAWN_MUST_CHECK int store_sandbox_owner_release_all(store *s, const char *gateway);
+/* Records that asker wants sandbox_id, which another gateway owns;
+ * FAWN_ENOENT when no other gateway owns it. */
+FAWN_MUST_CHECK int store_sandbox_owner_ask(store *s, const char *sandbox_id, const char *asker,
+                                            int64_t now_ms);
+/* The sandboxes gateway owns that another gateway asked for at or after
+ * since_ms, by sandbox id: *out is a malloc'd array of *n (caller frees);
+ * at most STORE_SANDBOXES_MAX. */
+FAWN_MUST_CHECK int store_sandbox_owner_asked(store *s, store_sandbox_owner **out, size_t *n,
+                                              const char *gateway, int64_t since_ms);
+/* The ownership row of sandbox_id (FAWN_ENOENT when nobody owns it). */
+FAWN_MUST_CHECK int store_sandbox_owner_get(store *s, store_sandbox_owner *out,
+                                            const char *sandbox_id);
+
 /* ---- API tokens ----
  * A token is shown to its owner once; the store keeps only its SHA-256. */
 

@@ -575,6 +575,27 @@ const sq_migration sq_migrations[] = {
      "CREATE UNIQUE INDEX runs_one_active_per_thread ON runs(owner_id, thread_id) "
      "  WHERE status IN ('pending', 'running');"
      "CREATE INDEX runs_by_gateway ON runs(gateway_id, status);"},
+    /* 17: which gateway owns each sandbox, until when, and which gateway
+     * asked it to let go (store_sandbox_owner_*) */
+    {"CREATE TABLE sandbox_owners ("
+     "  sandbox_id TEXT PRIMARY KEY,"
+     "  user TEXT NOT NULL,"
+     "  thread TEXT NOT NULL,"
+     "  gateway TEXT NOT NULL,"
+     "  lease_until_ms INTEGER NOT NULL,"
+     "  release_asked_by TEXT NOT NULL DEFAULT '',"
+     "  release_asked_at_ms INTEGER NOT NULL DEFAULT 0);"
+     "CREATE INDEX sandbox_owners_by_gateway ON sandbox_owners(gateway);",
+     NULL,
+     "CREATE TABLE sandbox_owners ("
+     "  sandbox_id TEXT PRIMARY KEY,"
+     "  \"user\" TEXT NOT NULL,"
+     "  thread TEXT NOT NULL,"
+     "  gateway TEXT NOT NULL,"
+     "  lease_until_ms BIGINT NOT NULL,"
+     "  release_asked_by TEXT NOT NULL DEFAULT '',"
+     "  release_asked_at_ms BIGINT NOT NULL DEFAULT 0);"
+     "CREATE INDEX sandbox_owners_by_gateway ON sandbox_owners(gateway);"},
 };
 
 const size_t sq_migrations_count = ARRAY_LEN(sq_migrations);

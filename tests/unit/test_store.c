@@ -111,13 +111,12 @@ static void migrations_bring_schema_current(void **state) {
     fx *x = *state;
     int v = 0;
     assert_int_equal(store_schema_version(x->s, &v), 0);
-    assert_int_equal(
-        v, 16); /* 13: scheduled tasks; 14: auth generation; 15: IM channels; 16: gateways */
+    assert_int_equal(v, 17); /* 15: IM channels; 16: run ownership; 17: sandbox ownership */
     /* Reopening applies nothing twice. */
     store *again;
     assert_int_equal(fx_open(x, &again), 0);
     assert_int_equal(store_schema_version(again, &v), 0);
-    assert_int_equal(v, 16);
+    assert_int_equal(v, 17);
     store_close(again);
 }
 
@@ -293,6 +292,86 @@ static void sandbox_records_and_fences(void **state) {
     assert_int_equal(store_fence_remove(x->s, "", "00aa00aa00aa00aa", gen1), 0);
     assert_int_equal(store_fence_remove(x->s, "", "00aa00aa00aa00aa", gen1), FAWN_ENOENT);
     assert_int_equal(store_fence_add(x->s, "", "not-hex-but-way-too-long", gen1, "x"), FAWN_EINVAL);
+}
+
+/* Sandbox ownership: a claim takes a free sandbox, keeps one's own,
+ * refuses another gateway's live lease and takes an expired one; renewal
+ * extends only the renewer's leases; a release request reaches the owner
+ * and no one else; a release frees only the releaser's. */
+static void sandbox_ownership_leases(void **state) {
+    fx *x = *state;
+    const char *sid = "00cc00cc00cc00cc";
+    store_owner_claim_req a = {.sandbox_id = sid,
+                               .user = "1",
+                               .thread = "t-1",
+                               .gateway = "gw-a",
+                               .now_ms = 1000,
+                               .lease_ms = 500};
+    store_owner_claim_req b = a;
+    b.gateway = "gw-b";
+    enum store_owner_claim how;
+    store_sandbox_owner was;
+    assert_int_equal(store_sandbox_owner_claim(x->s, &how, &was, &a), 0);
+    assert_int_equal(how, STORE_OWNER_FREE);
+    assert_string_equal(was.gateway, "");
+    b.now_ms = 1400;
+    assert_int_equal(store_sandbox_owner_claim(x->s, &how, &was, &b), 0);
+    assert_int_equal(how, STORE_OWNER_HELD);
+    assert_string_equal(was.gateway, "gw-a");
+    assert_int_equal(was.lease_until_ms, 1500);
+    /* gw-b asks; gw-a sees the request, gw-b does not (it owns nothing). */
+    assert_int_equal(store_sandbox_owner_ask(x->s, sid, "gw-b", 1400), 0);
+    assert_int_equal(store_sandbox_owner_ask(x->s, sid, "gw-a", 1400), FAWN_ENOENT);
+    store_sandbox_owner *asked = NULL;
+    size_t n = 0;
+    assert_int_equal(store_sandbox_owner_asked(x->s, &asked, &n, "gw-a", 1400), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(asked[0].release_asked_by, "gw-b");
+    assert_string_equal(asked[0].thread, "t-1");
+    free(asked);
+    assert_int_equal(store_sandbox_owner_asked(x->s, &asked, &n, "gw-a", 1401), 0);
+    assert_int_equal(n, 0); /* a request older than the asker's wait is not one */
+    free(asked);
+    assert_int_equal(store_sandbox_owner_asked(x->s, &asked, &n, "gw-b", 0), 0);
+    assert_int_equal(n, 0);
+    free(asked);
+    /* gw-a renews (one statement for all its leases); gw-b's renewal
+     * touches nothing of gw-a's. */
+    assert_int_equal(store_sandbox_owner_renew(x->s, "gw-a", 1450, 500), 0);
+    assert_int_equal(store_sandbox_owner_renew(x->s, "gw-b", 1450, 100000), 0);
+    b.now_ms = 1900;
+    assert_int_equal(store_sandbox_owner_claim(x->s, &how, &was, &b), 0);
+    assert_int_equal(how, STORE_OWNER_HELD);
+    assert_int_equal(was.lease_until_ms, 1950);
+    /* Keeping its own leaves the request in place; a release by another
+     * gateway frees nothing. */
+    a.now_ms = 1900;
+    assert_int_equal(store_sandbox_owner_claim(x->s, &how, &was, &a), 0);
+    assert_int_equal(how, STORE_OWNER_KEPT);
+    assert_string_equal(was.release_asked_by, "gw-b");
+    assert_int_equal(store_sandbox_owner_release(x->s, sid, "gw-b"), 0);
+    assert_int_equal(store_sandbox_owner_get(x->s, &was, sid), 0);
+    assert_string_equal(was.gateway, "gw-a");
+    /* Expired: gw-b takes it over, with no request left on it. */
+    b.now_ms = 2400;
+    assert_int_equal(store_sandbox_owner_claim(x->s, &how, &was, &b), 0);
+    assert_int_equal(how, STORE_OWNER_EXPIRED);
+    assert_string_equal(was.gateway, "gw-a");
+    assert_int_equal(store_sandbox_owner_get(x->s, &was, sid), 0);
+    assert_string_equal(was.gateway, "gw-b");
+    assert_string_equal(was.release_asked_by, "");
+    assert_int_equal(was.lease_until_ms, 2900);
+    a.now_ms = 2401;
+    assert_int_equal(store_sandbox_owner_claim(x->s, &how, &was, &a), 0);
+    assert_int_equal(how, STORE_OWNER_HELD);
+    /* Released: free for the next claimer. */
+    assert_int_equal(store_sandbox_owner_release_all(x->s, "gw-b"), 0);
+    assert_int_equal(store_sandbox_owner_get(x->s, &was, sid), FAWN_ENOENT);
+    assert_int_equal(store_sandbox_owner_claim(x->s, &how, &was, &a), 0);
+    assert_int_equal(how, STORE_OWNER_FREE);
+    a.user = "../u";
+    assert_int_equal(store_sandbox_owner_claim(x->s, &how, &was, &a), FAWN_EINVAL);
+    assert_int_equal(how, STORE_OWNER_HELD);
 }
 
 static void threads_are_owner_scoped_and_idempotent(void **state) {
@@ -1545,6 +1624,7 @@ static int64_t make_v5_database(const char *path) {
              "DROP INDEX runs_one_active_per_thread; DROP INDEX runs_by_gateway;"
              "ALTER TABLE runs DROP COLUMN gateway_id; ALTER TABLE runs DROP COLUMN "
              "cancel_requested; DROP TABLE gateways;"
+             "DROP TABLE sandbox_owners;"
              "PRAGMA user_version = 5;"
              "INSERT INTO checkpoints VALUES (%" PRId64 ", 't5', 'c1', '', 'r5', 1, '%s', '{}', 1);"
              "INSERT INTO checkpoints VALUES (%" PRId64
@@ -1572,7 +1652,7 @@ static void migration_moves_whole_states_into_message_rows(void **state) {
     assert_int_equal(store_open(&s, path), 0);
     int v;
     assert_int_equal(store_schema_version(s, &v), 0);
-    assert_int_equal(v, 16);
+    assert_int_equal(v, 17);
     store_checkpoint *list;
     size_t n, omitted;
     assert_int_equal(store_checkpoint_list(s, &list, &n, owner, "t5", NULL, 10), 0);
@@ -2254,7 +2334,7 @@ static void gateways_starting_together_migrate_once(void **state) {
     cmocka_unit_test(migrations_bring_schema_current), cmocka_unit_test(users),                    \
         cmocka_unit_test(usernames_ignore_case), cmocka_unit_test(api_tokens),                     \
         cmocka_unit_test(auth_generation_follows_revocations),                                     \
-        cmocka_unit_test(sandbox_records_and_fences),                                              \
+        cmocka_unit_test(sandbox_records_and_fences), cmocka_unit_test(sandbox_ownership_leases),  \
         cmocka_unit_test(threads_are_owner_scoped_and_idempotent),                                 \
         cmocka_unit_test(search_matches_metadata_exactly),                                         \
         cmocka_unit_test(search_matches_are_bounded),                                              \

@@ -4,7 +4,7 @@
 // body builder.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
@@ -222,7 +222,11 @@ export class FawnServer {
     const s = new FawnServer();
     s.home = opts.home || makeHome();
     s.env = opts.env || {};
-    s.config = deepMerge({ server: { host: '127.0.0.1', threads: 4 } }, overrides);
+    // A gateway id of its own that a restart (on another port) keeps, as an
+    // operator's gateway keeps its cluster.gateway_id: the restarted gateway
+    // owns the sandboxes it left.
+    const cluster = { gateway_id: `e2e-${randomBytes(6).toString('hex')}` };
+    s.config = deepMerge({ server: { host: '127.0.0.1', threads: 4 }, cluster }, overrides);
     s.configPath = path.join(s.home, opts.configName || 'config.yaml');
     try {
       await s.#listen(opts.port);
