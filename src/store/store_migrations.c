@@ -542,6 +542,28 @@ const sq_migration sq_migrations[] = {
      "  provider TEXT PRIMARY KEY,"
      "  settings TEXT NOT NULL CHECK (settings::jsonb IS NOT NULL),"
      "  updated_at_ms BIGINT NOT NULL);"},
+    /* 16 and 17: kept for the migrations of run leases and sandbox owners,
+     * which take these numbers. */
+    {"SELECT 1", NULL, "SELECT 1"},
+    {"SELECT 1", NULL, "SELECT 1"},
+    /* 18: sign-in attempts per client address (store_signin.c), shared by
+     * every gateway on the database; at most the rule's addresses_max rows,
+     * pruned oldest first by last_seen_s. */
+    {"CREATE TABLE signin_attempts ("
+     "  address TEXT PRIMARY KEY,"
+     "  attempts INTEGER NOT NULL,"
+     "  window_start_s INTEGER NOT NULL,"
+     "  locked_until_s INTEGER NOT NULL,"
+     "  last_seen_s INTEGER NOT NULL);"
+     "CREATE INDEX signin_attempts_by_age ON signin_attempts(last_seen_s);",
+     NULL,
+     "CREATE TABLE signin_attempts ("
+     "  address TEXT PRIMARY KEY,"
+     "  attempts BIGINT NOT NULL,"
+     "  window_start_s BIGINT NOT NULL,"
+     "  locked_until_s BIGINT NOT NULL,"
+     "  last_seen_s BIGINT NOT NULL);"
+     "CREATE INDEX signin_attempts_by_age ON signin_attempts(last_seen_s);"},
 };
 
 const size_t sq_migrations_count = ARRAY_LEN(sq_migrations);
