@@ -7,7 +7,7 @@
 #include "store/store_internal.h"
 
 typedef struct signin_row {
-    int64_t attempts;     /* in the window that began at window_start_s */
+    int64_t attempts; /* in the window that began at window_start_s */
     int64_t window_start_s;
     int64_t locked_until_s;
 } signin_row;

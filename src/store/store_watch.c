@@ -75,8 +75,7 @@ static void *watch_run(void *arg) {
             if (watch_connect(&db, w->conninfo) == 0)
                 watch_found(w, db);
             else
-                poll(&(struct pollfd){.fd = w->wake_fd, .events = POLLIN}, 1,
-                     STORE_WATCH_RETRY_MS);
+                poll(&(struct pollfd){.fd = w->wake_fd, .events = POLLIN}, 1, STORE_WATCH_RETRY_MS);
             continue;
         }
         int r = sdb_pg_wait(w->db, w->own, w->n_own, w->wake_fd, -1);
