@@ -53,6 +53,10 @@ int sdb_pg_open(sdb **out, const char *conninfo);
 /* The server process of a PostgreSQL connection: what a notification it
  * sends names as its sender. */
 int sdb_pg_backend_pid(sdb *db);
+/* Whether a notification sent by this PostgreSQL connection's own
+ * transaction came back to it (it LISTENs on the channel) since the last
+ * call: its change has committed. */
+bool sdb_pg_notified_self(sdb *db);
 /* Waits on a PostgreSQL connection that LISTENs and runs no statement:
  * 1 when a notification sent by a server process other than ignore[0..n)
  * arrived, 0 when wake_fd became readable or timeout_ms (-1: no limit)

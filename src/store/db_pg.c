@@ -28,7 +28,8 @@ typedef struct pgc {
     int64_t changes;
     char *err;
     bool err_fk;
-    bool notified; /* a NOTIFY arrived (sdb_notified) */
+    bool notified;      /* a NOTIFY arrived (sdb_notified) */
+    bool notified_self; /* one this connection sent (sdb_pg_notified_self) */
 } pgc;
 
 typedef struct pg_stmt {
@@ -84,6 +85,7 @@ static void pg_take_notifies(pgc *db) {
     PGnotify *n;
     while ((n = PQnotifies(db->h)) != NULL) {
         db->notified = true;
+        db->notified_self = db->notified_self || n->be_pid == PQbackendPID(db->h);
         PQfreemem(n);
     }
 }
@@ -289,6 +291,13 @@ static bool pg_notified(sdb *db) {
 }
 
 int sdb_pg_backend_pid(sdb *db) { return PQbackendPID(C(db)->h); }
+
+bool sdb_pg_notified_self(sdb *d) {
+    pgc *db = C(d);
+    bool n = db->notified_self;
+    db->notified_self = false;
+    return n;
+}
 
 /* Takes the notifications libpq has read: whether one came from a sender
  * not among ignore[0..n). */

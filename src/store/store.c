@@ -112,7 +112,11 @@ sdb *sq_read_begin(store *s) {
     }
 }
 
+/* On PostgreSQL a change of the auth generation made on db (its own
+ * notification came back) returns once every other store's watcher has
+ * seen it (sq_watch_acks_wait), after db is back in the pool. */
 void sq_read_end(store *s, sdb *db) {
+    bool own_change = s->kind == SDB_POSTGRES && sdb_pg_notified_self(db);
     if (sdb_notified(db))
         sq_auth_changed(s);
     pthread_mutex_lock(&s->pool_mu);
@@ -121,6 +125,8 @@ void sq_read_end(store *s, sdb *db) {
             s->reader_busy[i] = false;
     pthread_cond_signal(&s->pool_free);
     pthread_mutex_unlock(&s->pool_mu);
+    if (own_change)
+        sq_watch_acks_wait(s);
 }
 
 /* The schema version: SQLite keeps it in user_version, PostgreSQL in a

@@ -66,6 +66,14 @@ void sq_auth_changed(store *s);
  * then answers a new number each call and no cached credential is fresh.
  * FAWN_EIO when the first connection fails, FAWN_ENOMEM. */
 FAWN_MUST_CHECK int sq_watch_start(store *s, const char *conninfo);
+/* Waits until every store watching the database (each a watcher
+ * connection the server lists as open) has seen the auth generation as it
+ * is now, STORE_WATCH_ACK_WAIT_MS at most: called after this store's own
+ * change committed, so that when the change's caller answers its client,
+ * every other gateway already refuses what it revoked. Failures and the
+ * time limit are logged, not returned: the change has committed, and the
+ * caches' recheck bounds what a late gateway misses. */
+void sq_watch_acks_wait(store *s);
 /* Stops and frees the watcher (none is fine). */
 void sq_watch_stop(store *s);
 

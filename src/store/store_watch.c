@@ -6,13 +6,21 @@
  * commits (sq_read_end), but read others' only when they next run a
  * statement; this one reads them as they arrive.
  *
- * What it cannot close: a notification is sent when the revoking
- * transaction commits, and travels (the server's listening backend, the
- * socket, this thread) while the revoking client already has its answer; a
- * request reaching this gateway in that interval (well under a millisecond
- * on a quiet network) can still be answered from the cache. The cache's
- * own read of the generation (AUTH_CACHE_RECHECK_MS) bounds it whatever
- * happens to the notification. */
+ * A notification is sent when the revoking transaction commits, and
+ * travels (the server's listening process, the socket, this thread) while
+ * the revoking transaction's caller goes on; a request reaching this
+ * gateway meanwhile could still be answered from its cache (a few
+ * milliseconds, measured on a loaded machine). So each watcher, once it has
+ * counted a notification, records the generation it has seen in
+ * auth_watchers under its connection's application_name, and the store
+ * that made the change waits, before its write returns, until every
+ * other watcher connection the server lists has recorded it
+ * (sq_watch_acks_wait): by the time the revoking client has its answer,
+ * every gateway refuses what it revoked. A watcher that does not answer
+ * within STORE_WATCH_ACK_WAIT_MS (a stuck process) is given up on: its
+ * cache still reads the generation every AUTH_CACHE_RECHECK_MS (1 s).
+ * Watchers the server does not show to this store's role (gateways
+ * connecting as other roles) are not waited for. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -27,9 +35,18 @@
  * cache answers nothing from memory meanwhile, so soon, but not a loop
  * against a server that is down. */
 #define STORE_WATCH_RETRY_MS 1000
+/* How long a change waits for the watchers: past an auth cache's recheck
+ * (auth.h AUTH_CACHE_RECHECK_MS, 1 s), after which a gateway that did not
+ * answer has read the generation itself; a watcher that works answers in
+ * milliseconds. */
+#define STORE_WATCH_ACK_WAIT_MS 1500
+/* Between two looks at the watchers' records while waiting. */
+#define STORE_WATCH_ACK_POLL_US 500
+#define STORE_WATCH_NAME_PREFIX "fawn-auth-watch-"
 
 struct sq_watch {
     store *s;
+    char name[64]; /* application_name of its connection: its auth_watchers row */
     char *conninfo;
     sdb *db;     /* listening, or NULL while lost */
     int wake_fd; /* eventfd: written to stop the thread */
@@ -41,10 +58,38 @@ struct sq_watch {
     pthread_t thread;
 };
 
-/* A new listening connection into *out: 0, or the error of connecting. */
-static int watch_connect(sdb **out, const char *conninfo) {
-    int r = sdb_pg_open(out, conninfo);
-    if (r == 0 && (r = sq_exec(*out, "LISTEN fawn_auth", "listen for auth changes")) < 0) {
+/* Records in auth_watchers that this watcher has seen the generation as
+ * it is now (one statement). */
+static int watch_ack(struct sq_watch *w, sdb *db) {
+    sdb_stmt *st;
+    int r = sq_prepare(db, &st,
+                       "INSERT INTO auth_watchers (name, generation, seen_at_ms) "
+                       "SELECT ?1, value, ?2 FROM auth_generation WHERE id = 1 "
+                       "ON CONFLICT (name) DO UPDATE SET generation = excluded.generation, "
+                       "seen_at_ms = excluded.seen_at_ms");
+    if (r < 0)
+        return r;
+    sdb_bind_text(st, 1, w->name);
+    sdb_bind_int64(st, 2, fawn_wall_ms());
+    return sq_step_done(db, st, false, "record the auth generation seen");
+}
+
+/* A new listening connection into *out, named w->name, its record made
+ * and those of closed watcher connections dropped: 0, or the error. */
+static int watch_connect(sdb **out, struct sq_watch *w) {
+    char sql[128];
+    snprintf(sql, sizeof sql, "SET application_name = '%s'; LISTEN fawn_auth", w->name);
+    int r = sdb_pg_open(out, w->conninfo);
+    if (r == 0)
+        r = sq_exec(*out, sql, "listen for auth changes");
+    if (r == 0)
+        r = sq_exec(*out,
+                    "DELETE FROM auth_watchers WHERE name NOT IN (SELECT application_name "
+                    "FROM pg_stat_activity WHERE application_name IS NOT NULL)",
+                    "drop closed watchers");
+    if (r == 0)
+        r = watch_ack(w, *out);
+    if (r < 0) {
         sdb_close(*out);
         *out = NULL;
     }
@@ -72,16 +117,18 @@ static void *watch_run(void *arg) {
     while (!atomic_load(&w->stop)) {
         if (!w->db) {
             sdb *db;
-            if (watch_connect(&db, w->conninfo) == 0)
+            if (watch_connect(&db, w) == 0)
                 watch_found(w, db);
             else
                 poll(&(struct pollfd){.fd = w->wake_fd, .events = POLLIN}, 1, STORE_WATCH_RETRY_MS);
             continue;
         }
         int r = sdb_pg_wait(w->db, w->own, w->n_own, w->wake_fd, -1);
-        if (r > 0)
+        if (r > 0) {
             sq_auth_changed(w->s);
-        else if (r < 0)
+            r = watch_ack(w, w->db);
+        }
+        if (r < 0)
             watch_lost(w);
     }
     return NULL;
@@ -100,6 +147,9 @@ int sq_watch_start(store *s, const char *conninfo) {
     if (!w)
         return fawn_err(FAWN_ENOMEM, "out of memory");
     w->s = s;
+    char id[17];
+    fawn_random_hex(id, 8);
+    snprintf(w->name, sizeof w->name, STORE_WATCH_NAME_PREFIX "%s", id);
     for (size_t i = 0; i < s->pool_size; i++)
         w->own[w->n_own++] = sdb_pg_backend_pid(s->readers[i]);
     w->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -108,7 +158,7 @@ int sq_watch_start(store *s, const char *conninfo) {
                 ? fawn_err(FAWN_ENOMEM, "auth watch: %s", strerror(errno))
                 : 0;
     if (r == 0)
-        r = watch_connect(&w->db, conninfo);
+        r = watch_connect(&w->db, w);
     if (r == 0 && (errno = pthread_create(&w->thread, NULL, watch_run, w)) != 0)
         r = fawn_err(FAWN_EIO, "auth watch thread: %s", strerror(errno));
     if (r < 0) {
@@ -117,6 +167,49 @@ int sq_watch_start(store *s, const char *conninfo) {
     }
     s->watch = w;
     return 0;
+}
+
+/* How many watchers other than own (open connections the server lists)
+ * have not recorded the generation as it is now, into *out. */
+static int acks_missing(sdb *db, int64_t *out, const char *own) {
+    *out = 0;
+    sdb_stmt *st;
+    int r = sq_prepare(
+        db, &st,
+        "SELECT count(*) FROM pg_stat_activity a WHERE a.datname = current_database() "
+        "AND a.application_name LIKE '" STORE_WATCH_NAME_PREFIX "%' AND a.application_name <> ?1 "
+        "AND NOT EXISTS (SELECT 1 FROM auth_watchers w WHERE w.name = a.application_name "
+        "AND w.generation >= (SELECT value FROM auth_generation WHERE id = 1))");
+    if (r < 0)
+        return r;
+    sdb_bind_text(st, 1, own);
+    int rc = sdb_step(st);
+    r = rc == SDB_ROW ? 0 : sq_err(db, rc == SDB_DONE ? SDB_ERROR : rc, "count watchers behind");
+    *out = r == 0 ? sdb_column_int64(st, 0) : 0;
+    sdb_finalize(st);
+    return r;
+}
+
+void sq_watch_acks_wait(store *s) {
+    if (!s->watch)
+        return;
+    int64_t deadline = fawn_now_ms() + STORE_WATCH_ACK_WAIT_MS, missing = 0;
+    for (;;) {
+        sdb *db = sq_read_begin(s);
+        int r = acks_missing(db, &missing, s->watch->name);
+        sq_read_end(s, db);
+        if (r < 0) {
+            log_warn("store", "auth change: watchers not checked: %s", fawn_errmsg());
+            return;
+        }
+        if (missing == 0)
+            return;
+        if (fawn_now_ms() >= deadline)
+            break;
+        usleep(STORE_WATCH_ACK_POLL_US);
+    }
+    log_warn("store", "auth change: %lld watcher(s) did not see it within %d ms",
+             (long long)missing, STORE_WATCH_ACK_WAIT_MS);
 }
 
 void sq_watch_stop(store *s) {

@@ -1369,7 +1369,7 @@ static int64_t make_v5_database(const char *path) {
              "DROP TABLE auth_generation;"
              "DROP TABLE channel_bindings; DROP TABLE channel_connect_codes;"
              "DROP TABLE channel_threads; DROP TABLE channel_inbox; DROP TABLE channel_settings;"
-             "DROP TABLE signin_attempts;"
+             "DROP TABLE signin_attempts; DROP TABLE auth_watchers;"
              "PRAGMA user_version = 5;"
              "INSERT INTO checkpoints VALUES (%" PRId64 ", 't5', 'c1', '', 'r5', 1, '%s', '{}', 1);"
              "INSERT INTO checkpoints VALUES (%" PRId64
