@@ -91,7 +91,8 @@ FAWN_MUST_CHECK int store_auth_generation(store *s, int64_t *out);
  * its own revocations at once. On PostgreSQL another process's change
  * moves it as soon as the database's notification of it arrives (a
  * connection of the store waits for them: store_internal.h,
- * sq_watch_start); while that connection is lost, every call answers a new
+ * sq_watch_start), and that process's write returns only after it has
+ * (store_watch.c); while that connection is lost, every call answers a new
  * number, so a cache keyed on it keeps nothing. On SQLite another
  * process's changes do not move it (read store_auth_generation). */
 uint64_t store_auth_changes(store *s);
