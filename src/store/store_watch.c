@@ -58,20 +58,43 @@ struct sq_watch {
     pthread_t thread;
 };
 
-/* Records in auth_watchers that this watcher has seen the generation as
- * it is now (one statement). */
-static int watch_ack(struct sq_watch *w, sdb *db) {
+/* Records in auth_watchers that this watcher has seen generation. */
+static int watch_ack(struct sq_watch *w, sdb *db, int64_t generation) {
     sdb_stmt *st;
     int r = sq_prepare(db, &st,
                        "INSERT INTO auth_watchers (name, generation, seen_at_ms) "
-                       "SELECT ?1, value, ?2 FROM auth_generation WHERE id = 1 "
-                       "ON CONFLICT (name) DO UPDATE SET generation = excluded.generation, "
-                       "seen_at_ms = excluded.seen_at_ms");
+                       "VALUES (?1, ?2, ?3) ON CONFLICT (name) DO UPDATE SET "
+                       "generation = excluded.generation, seen_at_ms = excluded.seen_at_ms");
     if (r < 0)
         return r;
     sdb_bind_text(st, 1, w->name);
-    sdb_bind_int64(st, 2, fawn_wall_ms());
+    sdb_bind_int64(st, 2, generation);
+    sdb_bind_int64(st, 3, fawn_wall_ms());
     return sq_step_done(db, st, false, "record the auth generation seen");
+}
+
+/* The generation as it is now, read on db. */
+static int watch_generation(sdb *db, int64_t *out) {
+    *out = 0;
+    sdb_stmt *st;
+    int r = sq_prepare(db, &st, "SELECT value FROM auth_generation WHERE id = 1");
+    if (r < 0)
+        return r;
+    int rc = sdb_step(st);
+    r = rc == SDB_ROW ? 0 : sq_err(db, rc == SDB_DONE ? SDB_ERROR : rc, "auth generation");
+    *out = r == 0 ? sdb_column_int64(st, 0) : 0;
+    sdb_finalize(st);
+    return r;
+}
+
+/* Counts a change another process made, and records what it has seen: the
+ * generation read before the count, so every change it records committed
+ * before the count, and a credential verified after the count saw them. */
+static int watch_count(struct sq_watch *w) {
+    int64_t generation;
+    int r = watch_generation(w->db, &generation);
+    sq_auth_changed(w->s);
+    return r < 0 ? r : watch_ack(w, w->db, generation);
 }
 
 /* A new listening connection into *out, named w->name, its record made
@@ -87,8 +110,13 @@ static int watch_connect(sdb **out, struct sq_watch *w) {
                     "DELETE FROM auth_watchers WHERE name NOT IN (SELECT application_name "
                     "FROM pg_stat_activity WHERE application_name IS NOT NULL)",
                     "drop closed watchers");
+    /* Blind until watch_found: whatever this records, no cached
+     * credential is answered before the count that follows it. */
+    int64_t generation;
     if (r == 0)
-        r = watch_ack(w, *out);
+        r = watch_generation(*out, &generation);
+    if (r == 0)
+        r = watch_ack(w, *out, generation);
     if (r < 0) {
         sdb_close(*out);
         *out = NULL;
@@ -124,10 +152,8 @@ static void *watch_run(void *arg) {
             continue;
         }
         int r = sdb_pg_wait(w->db, w->own, w->n_own, w->wake_fd, -1);
-        if (r > 0) {
-            sq_auth_changed(w->s);
-            r = watch_ack(w, w->db);
-        }
+        if (r > 0)
+            r = watch_count(w);
         if (r < 0)
             watch_lost(w);
     }
