@@ -120,8 +120,11 @@ FAWN_MUST_CHECK int auth_secret_load(unsigned char out[AUTH_SECRET_BYTES], const
  * - A change made by another process on the same store (`fawn user role`,
  *   another gateway) is seen within AUTH_CACHE_RECHECK_MS: auth_cache_get
  *   reads store_auth_generation at most that often (one query for the
- *   whole cache, not one per request). A store that could push its changes
- *   would drive the same stamp; nothing else here would change.
+ *   whole cache, not one per request). On PostgreSQL the store pushes such
+ *   changes too: the database's notification moves store_auth_changes
+ *   before the other process's write returns (store.h), so the same stamp
+ *   comparison drops every entry then; the recheck stays as the bound for
+ *   a gateway that could not be waited for (store_watch.c).
  * - Fail closed: while the generation cannot be read, nothing is answered
  *   from memory. */
 

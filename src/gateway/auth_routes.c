@@ -149,37 +149,40 @@ static int credentials_verify(store_user *u, gateway *g, const credentials *c) {
     return r < 0 ? r : auth_password_verify(u->password_hash, c->password);
 }
 
-/* A locked-out address gets 429 with Retry-After; returns FAWN_EPERM then. */
-static int throttle_check(gw_request *rq, const char *addr) {
-    int64_t wait = gw_throttle_wait_s(rq->g->throttle, addr, fawn_wall_ms() / 1000);
-    if (wait == 0)
-        return 0;
+/* Counts a sign-in attempt from addr; a locked-out address gets 429 with
+ * Retry-After, and FAWN_EPERM is returned then. */
+static int throttle_attempt(gw_request *rq, const char *addr) {
+    int64_t wait;
+    int r = gw_throttle_attempt(&wait, rq->g->st, addr, fawn_wall_ms() / 1000);
+    if (r < 0 || wait == 0)
+        return r;
     struct MHD_Response *resp = gw_json_response(
         json_pack("{s:s}", "detail", "Too many failed sign-in attempts; try again later"));
     char seconds[24];
     snprintf(seconds, sizeof seconds, "%lld", (long long)wait);
     if (resp)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, seconds);
-    int r = gw_queue(rq, MHD_HTTP_TOO_MANY_REQUESTS, resp);
+    r = gw_queue(rq, MHD_HTTP_TOO_MANY_REQUESTS, resp);
     return r < 0 ? r : FAWN_EPERM;
 }
 
 /* Verifies c for a sign-in from addr: 0, FAWN_EPERM with the answer
- * queued (bad credentials, or locked out), or another error. */
+ * queued (bad credentials, or locked out), or another error. The attempt
+ * is counted before the check, so attempts racing on several gateways
+ * cannot pass the limit together; a success forgets the count. */
 static int signin_verify(store_user *u, gw_request *rq, const credentials *c, unsigned status) {
     char addr[64];
     gw_client_address(addr, rq);
-    int r = throttle_check(rq, addr);
+    int r = throttle_attempt(rq, addr);
     if (r < 0)
         return r;
     r = credentials_verify(u, rq->g, c);
     if (r == 0) {
-        gw_throttle_succeed(rq->g->throttle, addr);
+        gw_throttle_succeed(rq->g->st, addr);
         return 0;
     }
     if (r != FAWN_EPERM)
         return r;
-    gw_throttle_fail(rq->g->throttle, addr, fawn_wall_ms() / 1000);
     r = gw_respond_coded(rq, status, "invalid_credentials", "Wrong username or password");
     return r < 0 ? r : FAWN_EPERM;
 }

@@ -43,7 +43,6 @@
  * updates events, the whole state from /state. */
 #define GW_VALUES_EVENT_MESSAGES_MAX ((size_t)1 << 20)
 
-typedef struct gw_throttle gw_throttle;
 typedef struct gw_conns gw_conns;
 
 /* Proxies whose X-Forwarded-For is believed: at most this many. */
@@ -58,7 +57,6 @@ struct gateway {
     unsigned char secret[AUTH_SECRET_BYTES]; /* signs session tokens */
     char dummy_hash[AUTH_HASH_MAX];          /* verified for unknown users: equal timing */
     int64_t local_admin_id;                  /* auth.disabled: everyone is this user */
-    gw_throttle *throttle;                   /* failed sign-ins per client address */
     auth_cache *auth_cache;                  /* credentials verified a moment ago */
     gw_conns *conns;                         /* open connections: per-address cap, head deadline */
     char trusted_proxies[GW_TRUSTED_PROXIES_MAX][64]; /* canonical numeric addresses */
@@ -276,19 +274,22 @@ FAWN_MUST_CHECK int gw_session_cookies_clear(struct MHD_Response *r, const gatew
 
 /* ---- sign-in throttling (throttle.c) ---- */
 
-/* Failures from one address before it is locked out, and for how long. */
+/* Attempts from one address within GW_THROTTLE_LOCKOUT_S that lock it out,
+ * and for how long; every gateway on the store shares the counts. */
 #define GW_THROTTLE_FAILURES 5
 #define GW_THROTTLE_LOCKOUT_S 300
 
-FAWN_MUST_CHECK int gw_throttle_new(gw_throttle **out);
-void gw_throttle_free(gw_throttle *t);
-/* Seconds addr must still wait before trying again (0: it may try). */
-int64_t gw_throttle_wait_s(gw_throttle *t, const char *addr, int64_t now_s);
-/* Records a failure from addr; the GW_THROTTLE_FAILURES-th within the
- * lockout window locks it out. */
-void gw_throttle_fail(gw_throttle *t, const char *addr, int64_t now_s);
-/* Forgets addr's failures after a success. */
-void gw_throttle_succeed(gw_throttle *t, const char *addr);
+/* Counts a sign-in attempt from addr at now_s (seconds since the epoch)
+ * in st, before its credentials are checked: 0 with *wait_s the seconds
+ * addr must still wait (the attempt is refused), or 0 when it may go on
+ * (the GW_THROTTLE_FAILURES-th attempt of a window locks the address out
+ * after it). A store error is returned (*wait_s 0): the caller refuses the
+ * attempt, as the count is unknown. */
+FAWN_MUST_CHECK int gw_throttle_attempt(int64_t *wait_s, store *st, const char *addr,
+                                        int64_t now_s);
+/* Forgets addr's attempts after a successful sign-in (logged when the
+ * store fails: the count then stays until its window ends). */
+void gw_throttle_succeed(store *st, const char *addr);
 
 /* ---- connections (connections.c) ---- */
 

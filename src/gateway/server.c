@@ -436,8 +436,6 @@ static int gateway_prepare(gateway *g) {
     if (r == 0) /* unknown users are checked against this, for equal timing */
         r = auth_password_hash(g->dummy_hash, "fawn-no-such-user");
     if (r == 0)
-        r = gw_throttle_new(&g->throttle);
-    if (r == 0)
         r = auth_cache_new(&g->auth_cache, g->st);
     if (r == 0)
         r = gw_conns_new(&g->conns, g);
@@ -449,7 +447,6 @@ static int gateway_prepare(gateway *g) {
 }
 
 static void gateway_free(gateway *g) {
-    gw_throttle_free(g->throttle);
     gw_conns_free(g->conns);
     auth_cache_free(g->auth_cache);
     sodium_memzero(g->secret, sizeof g->secret);

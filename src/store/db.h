@@ -50,6 +50,20 @@ int sdb_sqlite_open(sdb **out, const char *path, bool writable, int busy_timeout
 struct sqlite3 *sdb_sqlite_handle(sdb *db);
 /* Opens a PostgreSQL connection from a libpq conninfo string. */
 int sdb_pg_open(sdb **out, const char *conninfo);
+/* The server process of a PostgreSQL connection: what a notification it
+ * sends names as its sender. */
+int sdb_pg_backend_pid(sdb *db);
+/* Whether a notification sent by this PostgreSQL connection's own
+ * transaction came back to it (it LISTENs on the channel) since the last
+ * call: its change has committed. */
+bool sdb_pg_notified_self(sdb *db);
+/* Waits on a PostgreSQL connection that LISTENs and runs no statement:
+ * 1 when a notification sent by a server process other than ignore[0..n)
+ * arrived, 0 when wake_fd became readable or timeout_ms (-1: no limit)
+ * passed first (or only ignored senders notified), FAWN_EIO (message set)
+ * when the connection is lost. What arrived is taken: sdb_notified does
+ * not see it again. */
+int sdb_pg_wait(sdb *db, const int *ignore, size_t n, int wake_fd, int timeout_ms);
 /* Closes db (NULL is fine); unfinished statements must be finalized first. */
 void sdb_close(sdb *db);
 sdb_backend sdb_kind(const sdb *db);

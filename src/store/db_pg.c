@@ -4,8 +4,10 @@
  * rows. Every parameter is sent with its type (int8, float8, text; a NULL
  * of sdb_bind_null untyped, so the server infers it from its place). */
 #include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +28,8 @@ typedef struct pgc {
     int64_t changes;
     char *err;
     bool err_fk;
-    bool notified; /* a NOTIFY arrived (sdb_notified) */
+    bool notified;      /* a NOTIFY arrived (sdb_notified) */
+    bool notified_self; /* one this connection sent (sdb_pg_notified_self) */
 } pgc;
 
 typedef struct pg_stmt {
@@ -82,6 +85,7 @@ static void pg_take_notifies(pgc *db) {
     PGnotify *n;
     while ((n = PQnotifies(db->h)) != NULL) {
         db->notified = true;
+        db->notified_self = db->notified_self || n->be_pid == PQbackendPID(db->h);
         PQfreemem(n);
     }
 }
@@ -284,6 +288,52 @@ static bool pg_notified(sdb *db) {
     bool n = C(db)->notified;
     C(db)->notified = false;
     return n;
+}
+
+int sdb_pg_backend_pid(sdb *db) { return PQbackendPID(C(db)->h); }
+
+bool sdb_pg_notified_self(sdb *d) {
+    pgc *db = C(d);
+    bool n = db->notified_self;
+    db->notified_self = false;
+    return n;
+}
+
+/* Takes the notifications libpq has read: whether one came from a sender
+ * not among ignore[0..n). */
+static bool pg_take_notifies_from_others(pgc *db, const int *ignore, size_t n) {
+    bool others = false;
+    PGnotify *note;
+    while ((note = PQnotifies(db->h)) != NULL) {
+        bool ignored = false;
+        for (size_t i = 0; i < n && !ignored; i++)
+            ignored = note->be_pid == ignore[i];
+        others = others || !ignored;
+        PQfreemem(note);
+    }
+    return others;
+}
+
+int sdb_pg_wait(sdb *d, const int *ignore, size_t n, int wake_fd, int timeout_ms) {
+    pgc *db = C(d);
+    /* Taken with a statement's result, sender unknown: counted. */
+    bool earlier = pg_notified(d);
+    if (pg_take_notifies_from_others(db, ignore, n) || earlier)
+        return 1;
+    struct pollfd fds[] = {{.fd = PQsocket(db->h), .events = POLLIN},
+                           {.fd = wake_fd, .events = POLLIN}};
+    if (fds[0].fd < 0 || PQstatus(db->h) != CONNECTION_OK)
+        return fawn_err(FAWN_EIO, "PostgreSQL connection lost");
+    int ready = poll(fds, ARRAY_LEN(fds), timeout_ms);
+    if (ready < 0 && errno != EINTR)
+        return fawn_err(FAWN_EIO, "poll: %s", strerror(errno));
+    if (ready <= 0 || fds[0].revents == 0)
+        return 0;
+    if (!PQconsumeInput(db->h) || PQstatus(db->h) != CONNECTION_OK) {
+        pg_set_err(db, PQerrorMessage(db->h));
+        return fawn_err(FAWN_EIO, "PostgreSQL connection lost: %s", db->err ? db->err : "?");
+    }
+    return pg_take_notifies_from_others(db, ignore, n) ? 1 : 0;
 }
 
 static const sdb_ops pg_ops = {

@@ -93,7 +93,7 @@ void sq_write_end(store *s, sdb *db) {
     }
     if (s->auth_dirty) {
         s->auth_dirty = false;
-        atomic_fetch_add(&s->auth_changes, 1);
+        sq_auth_changed(s);
     }
     pthread_mutex_unlock(&s->mu);
 }
@@ -112,15 +112,21 @@ sdb *sq_read_begin(store *s) {
     }
 }
 
+/* On PostgreSQL a change of the auth generation made on db (its own
+ * notification came back) returns once every other store's watcher has
+ * seen it (sq_watch_acks_wait), after db is back in the pool. */
 void sq_read_end(store *s, sdb *db) {
+    bool own_change = s->kind == SDB_POSTGRES && sdb_pg_notified_self(db);
     if (sdb_notified(db))
-        atomic_fetch_add(&s->auth_changes, 1);
+        sq_auth_changed(s);
     pthread_mutex_lock(&s->pool_mu);
     for (size_t i = 0; i < s->pool_size; i++)
         if (s->readers[i] == db)
             s->reader_busy[i] = false;
     pthread_cond_signal(&s->pool_free);
     pthread_mutex_unlock(&s->pool_mu);
+    if (own_change)
+        sq_watch_acks_wait(s);
 }
 
 /* The schema version: SQLite keeps it in user_version, PostgreSQL in a
@@ -163,7 +169,14 @@ int store_auth_generation(store *s, int64_t *out) {
     return r;
 }
 
-uint64_t store_auth_changes(store *s) { return atomic_load(&s->auth_changes); }
+void sq_auth_changed(store *s) { atomic_fetch_add(&s->auth_changes, 2); }
+
+/* Odd: other processes' changes cannot be watched now (sq_watch_start), so
+ * each answer is a number never answered before. */
+uint64_t store_auth_changes(store *s) {
+    uint64_t changes = atomic_load(&s->auth_changes);
+    return changes & 1 ? atomic_fetch_add(&s->auth_changes, 2) + 2 : changes;
+}
 
 bool store_shared(const store *s) { return s->kind == SDB_POSTGRES; }
 
@@ -328,6 +341,8 @@ int store_open_postgres(store **out, const char *conninfo) {
     if (!s)
         return fawn_err(FAWN_ENOMEM, "out of memory");
     int r = pg_connections_open(s, conninfo);
+    if (r == 0)
+        r = sq_watch_start(s, conninfo);
     if (r < 0) {
         store_close(s);
         return r;
@@ -339,6 +354,7 @@ int store_open_postgres(store **out, const char *conninfo) {
 void store_close(store *s) {
     if (!s)
         return;
+    sq_watch_stop(s);
     for (size_t i = 0; i < STORE_POOL_MAX; i++)
         sdb_close(s->readers[i]);
     sdb_close(s->db);

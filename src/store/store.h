@@ -88,14 +88,53 @@ FAWN_MUST_CHECK int store_user_revoke_sessions(store *s, int64_t id);
 /* The database's generation, as every process on it sees it (one query).
  * FAWN_EIO / FAWN_EBUSY when it cannot be read. */
 FAWN_MUST_CHECK int store_auth_generation(store *s, int64_t *out);
-/* How many committed writes through this handle changed the generation:
- * no query, and it has moved by the time such a write returns, so this
- * process sees its own revocations at once. */
+/* A number that moves with every committed change of the generation this
+ * handle can see, and with nothing else: no query. A write through this
+ * handle has moved it by the time the write returns, so this process sees
+ * its own revocations at once. On PostgreSQL another process's change
+ * moves it as soon as the database's notification of it arrives (a
+ * connection of the store waits for them: store_internal.h,
+ * sq_watch_start), and that process's write returns only after it has
+ * (store_watch.c); while that connection is lost, every call answers a new
+ * number, so a cache keyed on it keeps nothing. On SQLite another
+ * process's changes do not move it (read store_auth_generation). */
 uint64_t store_auth_changes(store *s);
 /* How many operations (each takes a connection: one query or one
  * transaction) this handle has begun: what tests count to show that a
  * path does not reach the database. */
 uint64_t store_operations(store *s);
+
+/* ---- sign-in throttling (store_signin.c) ----
+ * Sign-in attempts per client address, in the database, so that every
+ * gateway on it counts the same attempts and honours the same lockouts.
+ * An attempt is counted before its credentials are checked, in the same
+ * write transaction as the lockout check: attempts racing on several
+ * gateways cannot slip past the rule between a check and a count. */
+
+/* Longest client address kept (a canonical IPv6 address is at most 45). */
+#define STORE_SIGNIN_ADDRESS_MAX 63
+
+typedef struct store_signin_rule {
+    int64_t attempts;      /* attempts within window_s that lock the address out */
+    int64_t window_s;      /* the counting window, and how long a lockout lasts */
+    int64_t addresses_max; /* addresses kept at most: the bound on the table */
+} store_signin_rule;
+
+/* Counts an attempt from address at now_s (seconds since the epoch) under
+ * rule, in one write transaction: *wait_s = the seconds left of the
+ * address's lockout (the attempt is refused and not counted), or 0: the
+ * attempt is counted (the rule's attempts-th within the window locks the
+ * address out for window_s) and may proceed. The same transaction drops
+ * addresses whose window and lockout are over, then, past addresses_max,
+ * those seen longest ago (ones not locked out first; never address).
+ * FAWN_EINVAL for an empty or too long address (*wait_s is 0 on every
+ * error: the caller decides whether an unknown count refuses). */
+FAWN_MUST_CHECK int store_signin_attempt(store *s, int64_t *wait_s, const char *address,
+                                         int64_t now_s, const store_signin_rule *rule);
+/* Forgets address's attempts (after a successful sign-in). */
+FAWN_MUST_CHECK int store_signin_forget(store *s, const char *address);
+/* How many addresses are kept (what tests read to check the bound). */
+FAWN_MUST_CHECK int store_signin_addresses(store *s, int64_t *out);
 
 /* ---- threads ---- */
 

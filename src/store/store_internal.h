@@ -48,9 +48,34 @@ struct store {
     /* Set (under mu) when the writer's statement changed auth_generation;
      * sq_write_end, after the commit, turns it into auth_changes. */
     bool auth_dirty;
-    _Atomic uint64_t auth_changes; /* store_auth_changes */
-    _Atomic uint64_t operations;   /* store_operations */
+    /* store_auth_changes: moves by 2 per change; odd while another
+     * process's changes cannot be watched (sq_watch_start) */
+    _Atomic uint64_t auth_changes;
+    _Atomic uint64_t operations; /* store_operations */
+    struct sq_watch *watch;      /* PostgreSQL: the auth watcher, or NULL */
 };
+
+/* Counts a change of the auth generation (store_auth_changes). */
+void sq_auth_changed(store *s);
+/* PostgreSQL: starts the auth watcher (store_watch.c): a connection of
+ * its own that LISTENs on fawn_auth and a thread that counts each
+ * notification with sq_auth_changed as it arrives, so that a revocation
+ * committed by another gateway reaches this store's auth cache without
+ * waiting for a query. While that connection is down (it is opened again
+ * every STORE_WATCH_RETRY_MS), auth_changes is odd: store_auth_changes
+ * then answers a new number each call and no cached credential is fresh.
+ * FAWN_EIO when the first connection fails, FAWN_ENOMEM. */
+FAWN_MUST_CHECK int sq_watch_start(store *s, const char *conninfo);
+/* Waits until every store watching the database (each a watcher
+ * connection the server lists as open) has seen the auth generation as it
+ * is now, STORE_WATCH_ACK_WAIT_MS at most: called after this store's own
+ * change committed, so that when the change's caller answers its client,
+ * every other gateway already refuses what it revoked. Failures and the
+ * time limit are logged, not returned: the change has committed, and the
+ * caches' recheck bounds what a late gateway misses. */
+void sq_watch_acks_wait(store *s);
+/* Stops and frees the watcher (none is fine). */
+void sq_watch_stop(store *s);
 
 /* A connection to change the database with: SQLite's writer, with s->mu
  * held until sq_write_end, which (the transaction being over by then)

@@ -596,6 +596,34 @@ const sq_migration sq_migrations[] = {
      "  release_asked_by TEXT NOT NULL DEFAULT '',"
      "  release_asked_at_ms BIGINT NOT NULL DEFAULT 0);"
      "CREATE INDEX sandbox_owners_by_gateway ON sandbox_owners(gateway);"},
+    /* 18: sign-in attempts per client address (store_signin.c), shared by
+     * every gateway on the database; at most the rule's addresses_max rows,
+     * pruned oldest first by last_seen_s. And the auth generation each
+     * store's watcher has seen (store_watch.c; used on PostgreSQL only),
+     * one row per watcher connection, those of closed ones pruned. */
+    {"CREATE TABLE signin_attempts ("
+     "  address TEXT PRIMARY KEY,"
+     "  attempts INTEGER NOT NULL,"
+     "  window_start_s INTEGER NOT NULL,"
+     "  locked_until_s INTEGER NOT NULL,"
+     "  last_seen_s INTEGER NOT NULL);"
+     "CREATE INDEX signin_attempts_by_age ON signin_attempts(last_seen_s);"
+     "CREATE TABLE auth_watchers ("
+     "  name TEXT PRIMARY KEY,"
+     "  generation INTEGER NOT NULL,"
+     "  seen_at_ms INTEGER NOT NULL);",
+     NULL,
+     "CREATE TABLE signin_attempts ("
+     "  address TEXT PRIMARY KEY,"
+     "  attempts BIGINT NOT NULL,"
+     "  window_start_s BIGINT NOT NULL,"
+     "  locked_until_s BIGINT NOT NULL,"
+     "  last_seen_s BIGINT NOT NULL);"
+     "CREATE INDEX signin_attempts_by_age ON signin_attempts(last_seen_s);"
+     "CREATE TABLE auth_watchers ("
+     "  name TEXT PRIMARY KEY,"
+     "  generation BIGINT NOT NULL,"
+     "  seen_at_ms BIGINT NOT NULL);"},
 };
 
 const size_t sq_migrations_count = ARRAY_LEN(sq_migrations);

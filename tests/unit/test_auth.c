@@ -6,11 +6,14 @@
 #include <cmocka.h>
 
 #include <sodium.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "auth/auth.h"
+#include "store/db.h"
 #include "support.h"
 
 static const unsigned char secret[AUTH_SECRET_BYTES] = "0123456789abcdef0123456789abcde";
@@ -257,8 +260,29 @@ static void user_emails(void **state) {
 
 /* ---- the cache of verified credentials ---- */
 
+/* The PostgreSQL server's conninfo (no dbname) when FAWN_TEST_PG names
+ * one (scripts/pg-test-server.sh run ...): the cache's cases then run on
+ * a database of their own there. */
+static const char *pg_server;
+
+/* Runs sql on the server's maintenance database. */
+static int pg_admin(const char *sql) {
+    char conninfo[512];
+    snprintf(conninfo, sizeof conninfo, "%s dbname=postgres", pg_server);
+    sdb *db;
+    int r = sdb_pg_open(&db, conninfo);
+    if (r == 0) {
+        r = sdb_exec(db, sql) == SDB_OK ? 0 : -1;
+        if (r < 0)
+            fprintf(stderr, "pg_admin: %s\n", sdb_errmsg(db));
+        sdb_close(db);
+    }
+    return r;
+}
+
 typedef struct cache_fx {
     char home[64], path[128];
+    char pg[512], pg_name[64]; /* PostgreSQL: the case's database */
     store *st;
     auth_cache *c;
     store_user alice;
@@ -267,15 +291,29 @@ typedef struct cache_fx {
 
 static const char alice_token[] = "fawn_0123456789abcdef";
 
+/* Opens a handle on the case's database: another one is another gateway. */
+static int cache_store_open(cache_fx *x, store **s) {
+    return pg_server ? store_open_postgres(s, x->pg) : store_open(s, x->path);
+}
+
 static int cache_setup(void **state) {
+    static int cases;
     cache_fx *x = calloc(1, sizeof *x);
     snprintf(x->home, sizeof x->home, "/tmp/fawn-auth-cache-XXXXXX");
     if (!mkdtemp(x->home))
         return -1;
     snprintf(x->path, sizeof x->path, "%s/fawn.db", x->home);
+    if (pg_server) {
+        char sql[128];
+        snprintf(x->pg_name, sizeof x->pg_name, "fawn_auth_%d_%d", (int)getpid(), ++cases);
+        snprintf(x->pg, sizeof x->pg, "%s dbname=%s", pg_server, x->pg_name);
+        snprintf(sql, sizeof sql, "CREATE DATABASE %s", x->pg_name);
+        if (pg_admin(sql) < 0)
+            return -1;
+    }
     char hash[65];
     fawn_sha256_hex(hash, alice_token, strlen(alice_token));
-    if (store_open(&x->st, x->path) < 0 ||
+    if (cache_store_open(x, &x->st) < 0 ||
         store_user_create(x->st, &x->alice, "alice", "$argon2id$not-a-real-hash", "user") < 0 ||
         store_token_create(x->st, &x->token, x->alice.id, "script", hash) < 0 ||
         auth_cache_new(&x->c, x->st) < 0)
@@ -291,6 +329,10 @@ static int cache_teardown(void **state) {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", x->home);
     int r = system(cmd);
+    if (pg_server) {
+        snprintf(cmd, sizeof cmd, "DROP DATABASE %s WITH (FORCE)", x->pg_name);
+        r |= pg_admin(cmd);
+    }
     free(x);
     return r;
 }
@@ -466,6 +508,75 @@ static void cache_keys_hide_the_credential(void **state) {
     auth_cache_free(second);
 }
 
+/* PostgreSQL: a token deleted through another gateway's handle is refused
+ * here on the very next lookup: the deletion returns only once this
+ * store's watcher has counted its notification. No query here, and long
+ * before the cache would read the generation again. */
+static void cache_sees_another_gateway_at_once(void **state) {
+    cache_fx *x = *state;
+    store *other;
+    assert_int_equal(cache_store_open(x, &other), 0);
+    store_user u;
+    int r;
+    assert_true(cache_verify(x, &u, &r, alice_token, 0));
+    assert_false(cache_verify(x, &u, &r, alice_token, 1));
+    uint64_t before = store_auth_changes(x->st);
+    assert_int_equal(store_token_delete(other, x->alice.id, x->token.id), 0);
+    assert_true(store_auth_changes(x->st) != before);
+    assert_true(cache_verify(x, &u, &r, alice_token, 2)); /* long before the recheck */
+    assert_int_equal(r, FAWN_ENOENT);
+    auth_cache_stats stats;
+    auth_cache_stats_get(&stats, x->c);
+    assert_int_equal(stats.generation_reads, 1); /* the first lookup's, no other */
+    store_close(other);
+}
+
+/* Terminates the server process of every watcher connection (store.h,
+ * store_auth_changes) of the case's database. */
+static void pg_terminate_watchers(cache_fx *x) {
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '%s' "
+             "AND application_name LIKE 'fawn-auth-watch-%%'",
+             x->pg_name);
+    assert_int_equal(pg_admin(sql), 0);
+}
+
+/* PostgreSQL: while the connection that waits for notifications is lost,
+ * nothing is answered from memory (a revocation could go unseen); once it
+ * is back, the cache answers again. */
+static void cache_unused_while_the_watch_is_lost(void **state) {
+    cache_fx *x = *state;
+    store_user u;
+    int r;
+    assert_true(cache_verify(x, &u, &r, alice_token, 0));
+    assert_false(cache_verify(x, &u, &r, alice_token, 1));
+    pg_terminate_watchers(x);
+    /* Lost: every answer of store_auth_changes is new. */
+    bool blind = false;
+    for (int i = 0; i < 10000 && !blind; i++) {
+        uint64_t a = store_auth_changes(x->st);
+        blind = store_auth_changes(x->st) != a;
+        if (!blind)
+            usleep(1000);
+    }
+    assert_true(blind);
+    assert_true(cache_verify(x, &u, &r, alice_token, 2));
+    assert_true(cache_verify(x, &u, &r, alice_token, 3));
+    assert_int_equal(r, 0);
+    /* Back (the watcher reconnects within a second): cached again. */
+    bool back = false;
+    for (int i = 0; i < 10000 && !back; i++) {
+        uint64_t a = store_auth_changes(x->st);
+        back = store_auth_changes(x->st) == a;
+        if (!back)
+            usleep(1000);
+    }
+    assert_true(back);
+    assert_true(cache_verify(x, &u, &r, alice_token, 4));
+    assert_false(cache_verify(x, &u, &r, alice_token, 5));
+}
+
 int main(void) {
     if (sodium_init() < 0)
         return 1;
@@ -490,5 +601,20 @@ int main(void) {
         cmocka_unit_test_setup_teardown(cache_keys_hide_the_credential, cache_setup,
                                         cache_teardown),
     };
+    const struct CMUnitTest on_postgres[] = {
+        cmocka_unit_test_setup_teardown(cache_answers_without_the_store_until_a_change, cache_setup,
+                                        cache_teardown),
+        cmocka_unit_test_setup_teardown(cache_sessions_revoked_at_once, cache_setup,
+                                        cache_teardown),
+        cmocka_unit_test_setup_teardown(cache_sees_another_gateway_at_once, cache_setup,
+                                        cache_teardown),
+        cmocka_unit_test_setup_teardown(cache_unused_while_the_watch_is_lost, cache_setup,
+                                        cache_teardown),
+    };
+    pg_server = getenv("FAWN_TEST_PG");
+    if (pg_server && !pg_server[0])
+        pg_server = NULL;
+    if (pg_server)
+        return cmocka_run_group_tests_name("auth cache on PostgreSQL", on_postgres, NULL, NULL);
     return cmocka_run_group_tests_name("auth", tests, NULL, NULL);
 }

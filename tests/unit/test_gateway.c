@@ -236,42 +236,73 @@ static void serve_stops_on_sigterm(void **state) {
     assert_int_equal(stat(db, &sb), 0);
 }
 
-/* Five failures lock an address out for the lockout period; others are
- * not affected; a success forgets the failures. */
-static void throttle_locks_out_after_failures(void **state) {
-    gw_throttle *t;
-    assert_int_equal(gw_throttle_new(&t), 0);
-    int64_t now = 1000;
+/* The gateway's rule over two gateways on one database: attempts spread
+ * over both add up, a lockout holds on both, others are not affected, a
+ * success forgets the count, and an attacker cycling addresses neither
+ * grows the table past its bound nor evicts a locked address. (Counts per
+ * backend, PostgreSQL included: test_store's signin cases.) */
+static void throttle_locks_out_across_gateways(void **state) {
+    char dir[] = "/tmp/fawn-throttle-XXXXXX", path[64], cmd[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/fawn.db", dir);
+    store *gw[2];
+    assert_int_equal(store_open(&gw[0], path), 0);
+    assert_int_equal(store_open(&gw[1], path), 0);
+    int64_t now = 1000, wait;
+    for (int i = 0; i < GW_THROTTLE_FAILURES; i++) {
+        assert_int_equal(gw_throttle_attempt(&wait, gw[i % 2], "10.0.0.1", now + i), 0);
+        assert_int_equal(wait, 0); /* the 5th itself is still checked */
+    }
+    int64_t last = now + GW_THROTTLE_FAILURES - 1;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(gw_throttle_attempt(&wait, gw[i], "10.0.0.1", last), 0);
+        assert_int_equal(wait, GW_THROTTLE_LOCKOUT_S);
+        assert_int_equal(gw_throttle_attempt(&wait, gw[i], "10.0.0.1", last + 100), 0);
+        assert_int_equal(wait, GW_THROTTLE_LOCKOUT_S - 100);
+    }
+    assert_int_equal(gw_throttle_attempt(&wait, gw[1], "10.0.0.2", last), 0);
+    assert_int_equal(wait, 0);
+    assert_int_equal(gw_throttle_attempt(&wait, gw[1], "10.0.0.1", last + GW_THROTTLE_LOCKOUT_S),
+                     0);
+    assert_int_equal(wait, 0);
+
+    /* Attempts spread wider than the window never add up to a lockout. */
+    for (int i = 0; i < 3 * GW_THROTTLE_FAILURES; i++) {
+        assert_int_equal(gw_throttle_attempt(&wait, gw[i % 2], "10.0.0.3",
+                                             now + (int64_t)i * GW_THROTTLE_LOCKOUT_S),
+                         0);
+        assert_int_equal(wait, 0);
+    }
+
+    /* A success on one gateway forgets what both counted. */
     for (int i = 0; i < GW_THROTTLE_FAILURES - 1; i++)
-        gw_throttle_fail(t, "10.0.0.1", now + i);
-    assert_int_equal(gw_throttle_wait_s(t, "10.0.0.1", now + 10), 0);
-    gw_throttle_fail(t, "10.0.0.1", now + 10);
-    assert_int_equal(gw_throttle_wait_s(t, "10.0.0.1", now + 10), GW_THROTTLE_LOCKOUT_S);
-    assert_int_equal(gw_throttle_wait_s(t, "10.0.0.1", now + 110), GW_THROTTLE_LOCKOUT_S - 100);
-    assert_int_equal(gw_throttle_wait_s(t, "10.0.0.2", now + 10), 0);
-    assert_int_equal(gw_throttle_wait_s(t, "10.0.0.1", now + 10 + GW_THROTTLE_LOCKOUT_S), 0);
+        assert_int_equal(gw_throttle_attempt(&wait, gw[i % 2], "10.0.0.4", now), 0);
+    gw_throttle_succeed(gw[0], "10.0.0.4");
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(gw_throttle_attempt(&wait, gw[1], "10.0.0.4", now), 0);
+        assert_int_equal(wait, 0);
+    }
 
-    /* Failures spread wider than the window never add up to a lockout. */
-    for (int i = 0; i < 3 * GW_THROTTLE_FAILURES; i++)
-        gw_throttle_fail(t, "10.0.0.3", now + (int64_t)i * GW_THROTTLE_LOCKOUT_S);
-    assert_int_equal(gw_throttle_wait_s(t, "10.0.0.3", now + 15 * GW_THROTTLE_LOCKOUT_S), 0);
-
-    for (int i = 0; i < GW_THROTTLE_FAILURES - 1; i++)
-        gw_throttle_fail(t, "10.0.0.4", now);
-    gw_throttle_succeed(t, "10.0.0.4");
-    gw_throttle_fail(t, "10.0.0.4", now);
-    assert_int_equal(gw_throttle_wait_s(t, "10.0.0.4", now), 0);
-
-    /* Cycling through many addresses cannot evict a locked one. */
+    /* Cycling through more addresses than are kept. */
     for (int i = 0; i < GW_THROTTLE_FAILURES; i++)
-        gw_throttle_fail(t, "10.9.9.9", now);
-    for (int i = 0; i < 20000; i++) {
+        assert_int_equal(gw_throttle_attempt(&wait, gw[0], "10.9.9.9", now), 0);
+    for (int i = 0; i < 4096 + 64; i++) {
         char addr[32];
         snprintf(addr, sizeof addr, "fd00::%x", i);
-        gw_throttle_fail(t, addr, now + 1);
+        assert_int_equal(gw_throttle_attempt(&wait, gw[i % 2], addr, now + 1), 0);
     }
-    assert_true(gw_throttle_wait_s(t, "10.9.9.9", now + 1) > 0);
-    gw_throttle_free(t);
+    int64_t kept;
+    assert_int_equal(store_signin_addresses(gw[1], &kept), 0);
+    assert_int_equal(kept, 4096);
+    assert_int_equal(gw_throttle_attempt(&wait, gw[1], "10.9.9.9", now + 1), 0);
+    assert_true(wait > 0);
+    /* An address no store keeps is refused, not counted as nobody. */
+    assert_int_equal(gw_throttle_attempt(&wait, gw[0], "", now), FAWN_EINVAL);
+    assert_int_equal(wait, 0);
+    store_close(gw[0]);
+    store_close(gw[1]);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
 }
 
 static void form_fields_decode_once(void **state) {
@@ -717,7 +748,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(forwarded_client_from_trusted_proxies_only),
         cmocka_unit_test(forwarded_host_from_trusted_proxies_only),
-        cmocka_unit_test(throttle_locks_out_after_failures),
+        cmocka_unit_test(throttle_locks_out_across_gateways),
         cmocka_unit_test(form_fields_decode_once),
         cmocka_unit_test(event_ids_parse_with_bounds),
         cmocka_unit_test(query_decimals_parse_with_bounds),
