@@ -12,6 +12,7 @@
 
 #include "auth/auth.h"
 #include "support.h"
+#include "unit/test_store_open.h"
 
 static const unsigned char secret[AUTH_SECRET_BYTES] = "0123456789abcdef0123456789abcde";
 
@@ -275,7 +276,7 @@ static int cache_setup(void **state) {
     snprintf(x->path, sizeof x->path, "%s/fawn.db", x->home);
     char hash[65];
     fawn_sha256_hex(hash, alice_token, strlen(alice_token));
-    if (store_open(&x->st, x->path) < 0 ||
+    if (test_store_open(&x->st, x->path) < 0 ||
         store_user_create(x->st, &x->alice, "alice", "$argon2id$not-a-real-hash", "user") < 0 ||
         store_token_create(x->st, &x->token, x->alice.id, "script", hash) < 0 ||
         auth_cache_new(&x->c, x->st) < 0)
@@ -381,7 +382,7 @@ static void cache_sessions_revoked_at_once(void **state) {
 static void cache_sees_another_process_within_the_recheck(void **state) {
     cache_fx *x = *state;
     store *other;
-    assert_int_equal(store_open(&other, x->path), 0);
+    assert_int_equal(test_store_open(&other, x->path), 0);
     store_user u;
     int r;
     auth_cache_stats before, after;
