@@ -112,11 +112,14 @@ describe('container provider (podman)', () => {
     fs.rmSync(tar);
     await podman.start();
     fake = await FakeOpenAI.start();
+    // request_timeout_s is a ceiling only a hung engine reaches: a loaded
+    // host's podman (vfs storage copies each container's root) may take
+    // seconds to answer, and an engine that is down is refused at once.
     srv = await FawnServer.start({
       models: [fake.model()],
       sandbox: {
         provider: 'container',
-        container: { socket: podman.socket, image: IMAGE, api_version: '1.41', engine: 'podman', request_timeout_s: 5, start_timeout_s: 120 },
+        container: { socket: podman.socket, image: IMAGE, api_version: '1.41', engine: 'podman', request_timeout_s: 30, start_timeout_s: 120 },
       },
     });
     admin = await setupAdmin(srv);
@@ -133,7 +136,8 @@ describe('container provider (podman)', () => {
         podman.run(['rm', '--all', '--force', '--time', '0'], { mayFail: true });
         podman.run(['rmi', '--all', '--force'], { mayFail: true });
       }
-      if (dir) fs.rmSync(dir, { recursive: true, force: true });
+      // podman's cleanup of a removed container may still write its storage a moment.
+      if (dir) fs.rmSync(dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 200 });
     }
   });
 
