@@ -15,7 +15,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { after, before, describe, it } from './lib/test.mjs';
+import { after, before, describe, HEAVY_TEST_TIMEOUT_MS, it } from './lib/test.mjs';
 
 import { Client } from '@langchain/langgraph-sdk';
 import { FAWN_BIN, FawnServer, eventually, request, setupAdmin, waitFor } from './lib/server.mjs';
@@ -102,6 +102,8 @@ describe('container provider (podman)', () => {
   let fake;
   let dir;
 
+  // Building and importing the image moves a lot of data (the build's
+  // libraries, copied again by vfs storage): a heavy test's ceiling.
   before(async () => {
     dir = fs.mkdtempSync(path.join(fs.realpathSync('/tmp'), 'fawn-e2e-podman-'));
     podman = new Podman(dir);
@@ -123,7 +125,7 @@ describe('container provider (podman)', () => {
       },
     });
     admin = await setupAdmin(srv);
-  });
+  }, { ceilingMs: HEAVY_TEST_TIMEOUT_MS });
 
   after(async () => {
     /* The engine and its containers go whatever happened to the gateway. */
