@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang and runs each for SECONDS on a
-# scratch copy of its seed corpus. Usage: scripts/fuzz.sh [BUILD_DIR] [SECONDS]
+# scratch copy of its seed corpus, one per core at a time (FAWN_FUZZ_JOBS).
+# Usage: scripts/fuzz.sh [BUILD_DIR] [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-fuzz}
@@ -28,17 +29,40 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for name in $targets; do
-  target="$build/tests/fuzz/$name"
+
+# Runs one fuzzer on a scratch copy of its seeds; its output goes to
+# $work/NAME.log. Answers the fuzzer's status.
+fuzz_one() {
+  local name=$1 target="$build/tests/fuzz/$1" seeds="tests/fuzz/corpus/${1#fuzz_}"
   mkdir -p "$work/$name"
-  seeds="tests/fuzz/corpus/${name#fuzz_}"
-  [ -d "$seeds" ] && cp -r "$seeds"/. "$work/$name"/
-  echo "fuzz: $name for ${seconds}s"
+  if [ -d "$seeds" ]; then cp -r "$seeds"/. "$work/$name"/; fi
   "$target" -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
-    -artifact_prefix="$work/" "$work/$name" >"$work/$name.log" 2>&1 || {
-    tail -n 40 "$work/$name.log"
-    echo "fuzz: $name FAILED" >&2
-    exit 1
-  }
+    -artifact_prefix="$work/$name-" "$work/$name" >"$work/$name.log" 2>&1 || return 1
   grep -E '^Done [0-9]+ runs' "$work/$name.log" | sed "s/^/fuzz: $name: /"
+}
+
+# FAWN_FUZZ_JOBS fuzzers at a time (one per core by default). After a
+# failure no other starts; those running finish, then every failed one is
+# named with the end of its log.
+jobs=${FAWN_FUZZ_JOBS:-$(nproc)}
+running=0
+failed=0
+for name in $targets; do
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || failed=1
+    running=$((running - 1))
+  fi
+  [ "$failed" = 0 ] || break
+  echo "fuzz: $name for ${seconds}s"
+  { fuzz_one "$name" || { touch "$work/$name.failed"; exit 1; }; } &
+  running=$((running + 1))
 done
+wait
+for flag in "$work"/*.failed; do
+  [ -e "$flag" ] || continue
+  name=$(basename "$flag" .failed)
+  tail -n 40 "$work/$name.log"
+  echo "fuzz: $name FAILED" >&2
+  failed=1
+done
+exit "$failed"

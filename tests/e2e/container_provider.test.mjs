@@ -15,7 +15,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { after, before, describe, it } from './lib/test.mjs';
+import { after, before, describe, HEAVY_TEST_TIMEOUT_MS, it } from './lib/test.mjs';
 
 import { Client } from '@langchain/langgraph-sdk';
 import { FAWN_BIN, FawnServer, eventually, request, setupAdmin, waitFor } from './lib/server.mjs';
@@ -102,6 +102,8 @@ describe('container provider (podman)', () => {
   let fake;
   let dir;
 
+  // Building and importing the image moves a lot of data (the build's
+  // libraries, copied again by vfs storage): a heavy test's ceiling.
   before(async () => {
     dir = fs.mkdtempSync(path.join(fs.realpathSync('/tmp'), 'fawn-e2e-podman-'));
     podman = new Podman(dir);
@@ -112,15 +114,18 @@ describe('container provider (podman)', () => {
     fs.rmSync(tar);
     await podman.start();
     fake = await FakeOpenAI.start();
+    // request_timeout_s is a ceiling only a hung engine reaches: a loaded
+    // host's podman (vfs storage copies each container's root) may take
+    // seconds to answer, and an engine that is down is refused at once.
     srv = await FawnServer.start({
       models: [fake.model()],
       sandbox: {
         provider: 'container',
-        container: { socket: podman.socket, image: IMAGE, api_version: '1.41', engine: 'podman', request_timeout_s: 5, start_timeout_s: 120 },
+        container: { socket: podman.socket, image: IMAGE, api_version: '1.41', engine: 'podman', request_timeout_s: 30, start_timeout_s: 120 },
       },
     });
     admin = await setupAdmin(srv);
-  });
+  }, { ceilingMs: HEAVY_TEST_TIMEOUT_MS });
 
   after(async () => {
     /* The engine and its containers go whatever happened to the gateway. */
@@ -133,7 +138,8 @@ describe('container provider (podman)', () => {
         podman.run(['rm', '--all', '--force', '--time', '0'], { mayFail: true });
         podman.run(['rmi', '--all', '--force'], { mayFail: true });
       }
-      if (dir) fs.rmSync(dir, { recursive: true, force: true });
+      // podman's cleanup of a removed container may still write its storage a moment.
+      if (dir) fs.rmSync(dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 200 });
     }
   });
 

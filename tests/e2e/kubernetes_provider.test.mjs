@@ -6,14 +6,13 @@
 // capability cache's answers expire; a delete waits for the API's 404;
 // API errors are unknown, never absence.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from './lib/test.mjs';
 
 import { Client } from '@langchain/langgraph-sdk';
-import { FawnServer, eventually, request, setupAdmin } from './lib/server.mjs';
+import { FawnServer, eventually, request, setupAdmin, storeRows } from './lib/server.mjs';
 import { FakeOpenAI, call, reply } from './lib/fake_openai.mjs';
 import { FakeKube } from './lib/fake_kube.mjs';
 
@@ -21,10 +20,8 @@ function sandboxId(user, thread) {
   return crypto.createHash('sha256').update(`${user}:${thread}`).digest('hex').slice(0, 16);
 }
 
-function fences(home, sid) {
-  const out = spawnSync('sqlite3', [path.join(home, 'fawn.db'), `SELECT generation || ' ' || reason FROM sandbox_fences WHERE sandbox_id = '${sid}'`], { encoding: 'utf8' });
-  assert.equal(out.status, 0, out.stderr);
-  return out.stdout.trim().split('\n').filter(Boolean);
+function fences(srv, sid) {
+  return storeRows(srv, `SELECT generation || ' ' || reason FROM sandbox_fences WHERE sandbox_id = '${sid}'`);
 }
 
 describe('kubernetes provider', () => {
@@ -108,7 +105,7 @@ describe('kubernetes provider', () => {
     const listed = await request(srv, 'GET', '/api/sandboxes', { bearer: admin.token });
     const mine = listed.json.sandboxes.find((s) => s.sandbox_id === sid);
     assert.equal(mine.generation, pod.obj.metadata.uid.replaceAll('-', ''));
-    assert.equal(fences(srv.home, sid).length, 0);
+    assert.equal(fences(srv, sid).length, 0);
     /* A command in the sandbox, looking for the pod's secrets where the pod
      * has them and where a box might leak them, finds neither. */
     const probe = await runBash(tid, 'cat /var/run/fawn/attest /var/run/fawn/token; ls -la /var/run/fawn; ' +
@@ -128,13 +125,13 @@ describe('kubernetes provider', () => {
     const pod = kube.podOf(sid);
     const gen = pod.obj.metadata.uid.replaceAll('-', '');
     assert.match(srv.stderr, new RegExp(`pod ${pod.obj.metadata.uid} attestation: refused`));
-    assert.deepEqual(fences(srv.home, sid), [`${gen} attestation refused`]);
+    assert.deepEqual(fences(srv, sid), [`${gen} attestation refused`]);
     /* Nothing but the attestation challenge ever reached that box. */
     assert.doesNotMatch(kube.podLog(sid), /shell\/exec|SHOULD-NOT-RUN/);
 
     await srv.stop({ keepHome: true });
     await srv.restart();
-    assert.deepEqual(fences(srv.home, sid), [`${gen} attestation refused`]);
+    assert.deepEqual(fences(srv, sid), [`${gen} attestation refused`]);
     /* The attested pod of the first test is attested again and adopted. */
     const firstPod = kube.podOf(firstSid).obj.metadata.uid;
     assert.match(srv.stderr, new RegExp(`sandbox ${firstSid} pod ${firstPod} attestation: attested`));
@@ -143,7 +140,7 @@ describe('kubernetes provider', () => {
     const again = await runBash(tid, 'echo STILL-NOT');
     assert.doesNotMatch(again, /STILL-NOT/);
     assert.equal(kube.podOf(sid).obj.metadata.uid, pod.obj.metadata.uid, 'the fenced pod is still the one there');
-    assert.deepEqual(fences(srv.home, sid), [`${gen} attestation refused`]);
+    assert.deepEqual(fences(srv, sid), [`${gen} attestation refused`]);
     const listed = await request(srv, 'GET', '/api/sandboxes', { bearer: admin.token });
     const entry = listed.json.sandboxes.find((s) => s.sandbox_id === sid);
     assert.ok(!entry || entry.generation !== gen, 'the fenced generation is never handed out');
@@ -220,12 +217,12 @@ describe('kubernetes provider', () => {
 
   it('never takes an API outage for absence: a restart keeps the fences while the API fails', async () => {
     const sids = [...kube.pods.values()].map((p) => p.obj.metadata.labels['fawn.dev/sandbox-id']);
-    const fenced = sids.filter((sid) => fences(srv.home, sid).length > 0);
+    const fenced = sids.filter((sid) => fences(srv, sid).length > 0);
     assert.ok(fenced.length >= 1, 'the refused pod is fenced');
     await srv.stop({ keepHome: true });
     kube.failNext('GET', /\/pods/, 503, 1000);
     await srv.restart();
-    for (const sid of fenced) assert.ok(fences(srv.home, sid).length > 0, `the fence of ${sid} holds`);
+    for (const sid of fenced) assert.ok(fences(srv, sid).length > 0, `the fence of ${sid} holds`);
     assert.match(srv.stderr, /cannot list the kubernetes provider's sandboxes/);
     kube.failures.length = 0;
   });

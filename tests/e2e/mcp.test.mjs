@@ -136,7 +136,9 @@ describe('MCP tool servers', () => {
             type: 'http',
             url: mcp.url,
             headers: { Authorization: '$FAWN_E2E_MCP_TOKEN' },
-            tool_call_timeout_s: 3,
+            // Only hang reaches it: on a loaded host reading huge's 5 MiB
+            // (ASan) takes seconds, and must end as too large, not a timeout.
+            tool_call_timeout_s: 15,
             tools: { hidden: { enabled: false }, steady: { description: 'Steady, as the operator says' } },
           },
           local: { command: 'mcp-server-not-installed', args: ['--stdio'], env: { API_KEY: 'local-secret-value' } },
@@ -351,7 +353,7 @@ describe('MCP tool servers', () => {
     assert.equal(started.status, 200, started.text);
     const calls = () => mcp.messages('tools/call').filter((m) => m.params.name === 'hang');
     const seen = calls().length;
-    // hang's timeout is 3 s: the cancel comes as soon as the call is in.
+    // hang's timeout is 15 s: the cancel comes as soon as the call is in.
     await waitFor(() => calls().length > seen, 60000, 'the hang call');
     const cancel = await api('POST', `/api/threads/${tid}/runs/${started.json.run_id}/cancel?wait=1`);
     assert.ok([200, 202, 204].includes(cancel.status), cancel.text);

@@ -11,7 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, HEAVY_TEST_TIMEOUT_MS, it } from './lib/test.mjs';
 
-import { FawnServer, multipart, request, setupAdmin } from './lib/server.mjs';
+import { FawnServer, multipart, request, setupAdmin, storeRows } from './lib/server.mjs';
 
 const STEPS = 100;
 const RESULT_BYTES = 50000; // read_file's output limit (TOOL_READ_OUTPUT_MAX)
@@ -48,9 +48,15 @@ function frames(text) {
   });
 }
 
-function dbBytes(home) {
+/** What srv's store holds on disk: SQLite's files, or PostgreSQL's tables with their indexes. */
+function dbBytes(srv) {
+  if (srv.config.store?.backend === 'postgres') {
+    const [bytes] = storeRows(srv, `SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c
+      JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relkind = 'r'`);
+    return Number(bytes);
+  }
   return ['fawn.db', 'fawn.db-wal'].reduce((sum, f) => {
-    const p = path.join(home, f);
+    const p = path.join(srv.home, f);
     return sum + (fs.existsSync(p) ? fs.statSync(p).size : 0);
   }, 0);
 }
@@ -125,7 +131,7 @@ describe('storage of a long run with large tool results', () => {
 
     // What the store holds once the gateway has stopped (its WAL folded in).
     await srv.stop({ keepHome: true });
-    const stored = dbBytes(srv.home);
+    const stored = dbBytes(srv);
     assert.ok(stored < STORE_FACTOR * messageBytes,
       `the store holds ${stored} bytes for ${messageBytes} bytes of tool results (${(stored / messageBytes).toFixed(2)}x)`);
   });

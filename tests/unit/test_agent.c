@@ -15,16 +15,18 @@
 #include <unistd.h>
 
 #include <cmocka.h>
-#include <sqlite3.h>
 
 #include "agent/agent.h"
 #include "agent/agent_internal.h"
 #include "agent/run_queue.h"
 #include "agent/runs_internal.h"
 #include "base/json.h"
+#include "store/db.h"
+#include "store/store_internal.h"
 #include "tools/tools.h"
 #include "support.h"
 #include "unit/fake_provider.h"
+#include "unit/test_store_open.h"
 
 static char tmpdir[] = "/tmp/fawn-agent-XXXXXX";
 
@@ -720,7 +722,7 @@ static store *open_store_with_run(const char *run_id) {
     char path[256];
     snprintf(path, sizeof path, "%s/log-%s.db", tmpdir, run_id);
     store *st;
-    assert_int_equal(store_open(&st, path), 0);
+    assert_int_equal(test_store_open(&st, path), 0);
     store_user u;
     store_thread t;
     bool existed;
@@ -1543,19 +1545,22 @@ static char *values_references(const json_t *events, size_t *count) {
     return last;
 }
 
-/* Message rows of the database at path, and their bytes. */
+/* Message rows of the store at path, and their bytes. */
 static int64_t stored_rows(const char *path, int64_t *bytes) {
-    sqlite3 *raw;
-    assert_int_equal(sqlite3_open(path, &raw), SQLITE_OK);
-    sqlite3_stmt *q;
-    assert_int_equal(
-        sqlite3_prepare_v2(raw, "SELECT count(*), sum(bytes) FROM thread_messages", -1, &q, NULL),
-        SQLITE_OK);
-    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
-    int64_t rows = sqlite3_column_int64(q, 0);
-    *bytes = sqlite3_column_int64(q, 1);
-    sqlite3_finalize(q);
-    sqlite3_close(raw);
+    store *s;
+    assert_int_equal(test_store_open(&s, path), 0);
+    sdb *db = sq_read_begin(s);
+    sdb_stmt *q;
+    assert_int_equal(sdb_prepare(db, &q,
+                                 "SELECT count(*), CAST(coalesce(sum(bytes), 0) AS BIGINT) "
+                                 "FROM thread_messages"),
+                     SDB_OK);
+    assert_int_equal(sdb_step(q), SDB_ROW);
+    int64_t rows = sdb_column_int64(q, 0);
+    *bytes = sdb_column_int64(q, 1);
+    sdb_finalize(q);
+    sq_read_end(s, db);
+    store_close(s);
     return rows;
 }
 

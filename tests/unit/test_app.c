@@ -17,6 +17,7 @@
 #include "base/base.h"
 #include "config/config.h"
 #include "store/store.h"
+#include "unit/test_store_open.h"
 
 /* Longest wait for a run that needs no sandbox to end: only catches hangs. */
 #define RUN_END_CEILING_MS 60000
@@ -65,7 +66,7 @@ static int setup(void **state) {
     x->cfg.authorization = parse("{\"enabled\": true, \"roles\": {\"user\": {\"models\": "
                                  "{\"allow\": [\"small\"]}}}}");
     char *db = strf("%s/fawn.db", x->home);
-    int r = store_open(&x->st, db);
+    int r = test_store_open(&x->st, db);
     free(db);
     if (r == 0)
         r = store_user_create(x->st, &x->user, "alice", "!", "user");

@@ -15,6 +15,7 @@
 #include "auth/auth.h"
 #include "store/db.h"
 #include "support.h"
+#include "unit/test_store_open.h"
 
 static const unsigned char secret[AUTH_SECRET_BYTES] = "0123456789abcdef0123456789abcde";
 
@@ -262,7 +263,7 @@ static void user_emails(void **state) {
 
 /* The PostgreSQL server's conninfo (no dbname) when FAWN_TEST_PG names
  * one (scripts/pg-test-server.sh run ...): the cache's cases then run on
- * a database of their own there. */
+ * PostgreSQL (test_store_open), with two that only it has. */
 static const char *pg_server;
 
 /* Runs sql on the server's maintenance database. */
@@ -282,7 +283,6 @@ static int pg_admin(const char *sql) {
 
 typedef struct cache_fx {
     char home[64], path[128];
-    char pg[512], pg_name[64]; /* PostgreSQL: the case's database */
     store *st;
     auth_cache *c;
     store_user alice;
@@ -291,29 +291,15 @@ typedef struct cache_fx {
 
 static const char alice_token[] = "fawn_0123456789abcdef";
 
-/* Opens a handle on the case's database: another one is another gateway. */
-static int cache_store_open(cache_fx *x, store **s) {
-    return pg_server ? store_open_postgres(s, x->pg) : store_open(s, x->path);
-}
-
 static int cache_setup(void **state) {
-    static int cases;
     cache_fx *x = calloc(1, sizeof *x);
     snprintf(x->home, sizeof x->home, "/tmp/fawn-auth-cache-XXXXXX");
     if (!mkdtemp(x->home))
         return -1;
     snprintf(x->path, sizeof x->path, "%s/fawn.db", x->home);
-    if (pg_server) {
-        char sql[128];
-        snprintf(x->pg_name, sizeof x->pg_name, "fawn_auth_%d_%d", (int)getpid(), ++cases);
-        snprintf(x->pg, sizeof x->pg, "%s dbname=%s", pg_server, x->pg_name);
-        snprintf(sql, sizeof sql, "CREATE DATABASE %s", x->pg_name);
-        if (pg_admin(sql) < 0)
-            return -1;
-    }
     char hash[65];
     fawn_sha256_hex(hash, alice_token, strlen(alice_token));
-    if (cache_store_open(x, &x->st) < 0 ||
+    if (test_store_open(&x->st, x->path) < 0 ||
         store_user_create(x->st, &x->alice, "alice", "$argon2id$not-a-real-hash", "user") < 0 ||
         store_token_create(x->st, &x->token, x->alice.id, "script", hash) < 0 ||
         auth_cache_new(&x->c, x->st) < 0)
@@ -329,10 +315,6 @@ static int cache_teardown(void **state) {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", x->home);
     int r = system(cmd);
-    if (pg_server) {
-        snprintf(cmd, sizeof cmd, "DROP DATABASE %s WITH (FORCE)", x->pg_name);
-        r |= pg_admin(cmd);
-    }
     free(x);
     return r;
 }
@@ -423,7 +405,7 @@ static void cache_sessions_revoked_at_once(void **state) {
 static void cache_sees_another_process_within_the_recheck(void **state) {
     cache_fx *x = *state;
     store *other;
-    assert_int_equal(store_open(&other, x->path), 0);
+    assert_int_equal(test_store_open(&other, x->path), 0);
     store_user u;
     int r;
     auth_cache_stats before, after;
@@ -515,7 +497,7 @@ static void cache_keys_hide_the_credential(void **state) {
 static void cache_sees_another_gateway_at_once(void **state) {
     cache_fx *x = *state;
     store *other;
-    assert_int_equal(cache_store_open(x, &other), 0);
+    assert_int_equal(test_store_open(&other, x->path), 0);  /* another gateway */
     store_user u;
     int r;
     assert_true(cache_verify(x, &u, &r, alice_token, 0));
@@ -534,11 +516,12 @@ static void cache_sees_another_gateway_at_once(void **state) {
 /* Terminates the server process of every watcher connection (store.h,
  * store_auth_changes) of the case's database. */
 static void pg_terminate_watchers(cache_fx *x) {
-    char sql[512];
+    char sql[512], database[32];
+    test_store_database_name(database, x->path);
     snprintf(sql, sizeof sql,
              "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '%s' "
              "AND application_name LIKE 'fawn-auth-watch-%%'",
-             x->pg_name);
+             database);
     assert_int_equal(pg_admin(sql), 0);
 }
 

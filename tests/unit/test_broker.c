@@ -13,6 +13,7 @@
 #include "broker/broker.h"
 #include "config/config.h"
 #include "fake_provider.h"
+#include "unit/test_store_open.h"
 
 static broker_config *parse_yaml(const char *yaml, int *r) {
     fawn_config cfg;
@@ -251,7 +252,7 @@ static void test_broker_needs_a_provider_that_attests(void **state) {
     sbx_manager *m = NULL;
     fake_provider *fp = fake_provider_new();
     sbx_manager_config mc = {.call_timeout_ms = 1000};
-    assert_int_equal(store_open(&st, db), 0);
+    assert_int_equal(test_store_open(&st, db), 0);
     assert_int_equal(authz_policy_load(&policy, NULL), 0);
     assert_int_equal(sbx_manager_new(&m, &mc, fake_provider_iface(fp), st, policy), 0);
     assert_false(sbx_broker_supported(m));

@@ -18,6 +18,7 @@
 #include "channels/channels_internal.h"
 #include "channels/dingtalk_internal.h"
 #include "store/store.h"
+#include "unit/test_store_open.h"
 
 static void name_of(char out[CH_FILE_NAME_MAX + 1], enum ch_attach_kind kind, const char *name,
                     const char *ref) {
@@ -209,7 +210,7 @@ static int setup(void **state) {
     char path[128];
     snprintf(path, sizeof path, "%s/fawn.db", x->dir);
     store_user u;
-    if (store_open(&x->s, path) < 0 || store_user_create(x->s, &u, "alice", "h", "admin") < 0)
+    if (test_store_open(&x->s, path) < 0 || store_user_create(x->s, &u, "alice", "h", "admin") < 0)
         return -1;
     x->alice = u.id;
     if (store_user_create(x->s, &u, "bob", "h", "user") < 0)

@@ -25,6 +25,7 @@
 #include "gateway/internal.h"
 #include "gateway/replay.h"
 #include "store/store.h"
+#include "unit/test_store_open.h"
 
 typedef struct fx {
     char home[64];
@@ -48,7 +49,7 @@ static int setup(void **state) {
         return -1;
     char path[128];
     snprintf(path, sizeof path, "%s/fawn.db", x->home);
-    if (store_open(&x->st, path) < 0 || app_open(&x->a, &x->cfg, x->st) < 0)
+    if (test_store_open(&x->st, path) < 0 || app_open(&x->a, &x->cfg, x->st) < 0)
         return -1;
     /* The free port may be taken by another process before the gateway binds it. */
     for (int attempt = 0; attempt < LOOPBACK_PORT_ATTEMPTS && !x->g; attempt++) {

@@ -26,6 +26,7 @@
 #include "support.h"
 #include "tools/tools.h"
 #include "unit/fake_provider.h"
+#include "unit/test_store_open.h"
 
 #define SANDBOX_DENIED "Sandbox execution is not permitted for your role"
 
@@ -321,7 +322,7 @@ static int setup(void **state) {
     if (!mkdtemp(x->dir))
         return -1;
     snprintf(x->path, sizeof x->path, "%s/fawn.db", x->dir);
-    if (store_open(&x->st, x->path) != 0)
+    if (test_store_open(&x->st, x->path) != 0)
         return -1;
     x->fp = fake_provider_new();
     x->pol = policy_from(POLICY_ENABLED);

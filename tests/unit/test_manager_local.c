@@ -26,6 +26,7 @@
 #include "config/config.h"
 #include "sandbox/client.h"
 #include "sandbox/manager.h"
+#include "unit/test_store_open.h"
 
 /* Budget of one command that should end at once. */
 #define CALL_MS 15000
@@ -66,7 +67,7 @@ static int setup(void **state) {
     x->cfg.home = strdup(x->home);
     char db[128];
     snprintf(db, sizeof db, "%s/fawn.db", x->home);
-    if (store_open(&x->st, db) < 0 || authz_policy_load(&x->policy, NULL) < 0)
+    if (test_store_open(&x->st, db) < 0 || authz_policy_load(&x->policy, NULL) < 0)
         return -1;
     manager_start(x);
     *state = x;

@@ -16,6 +16,7 @@
 #include "mcp/mcp_internal.h"
 #include "base/base.h"
 #include "support.h"
+#include "unit/test_store_open.h"
 
 static int parse(mcp_msg *m, const char *text) { return mcp_msg_parse(m, text, strlen(text)); }
 
@@ -262,7 +263,7 @@ static void test_store_pins(void **state) {
     assert_non_null(mkdtemp(dir));
     char *path = strf("%s/fawn.db", dir);
     store *st = NULL;
-    assert_int_equal(store_open(&st, path), 0);
+    assert_int_equal(test_store_open(&st, path), 0);
     json_t *pins = json_loads("[{\"name\":\"echo\",\"description\":\"d\",\"input_schema\":{},"
                               "\"hash\":\"h1\"},{\"name\":\"add\",\"description\":\"\","
                               "\"input_schema\":{\"type\":\"object\"},\"hash\":\"h2\"}]",

@@ -30,6 +30,7 @@
 #include "sandbox/client.h"
 #include "sandbox/manager.h"
 #include "sandbox/remote.h"
+#include "unit/test_store_open.h"
 
 #define USER_ID "remote-user"
 /* A box API call whose command ends at once. */
@@ -1151,7 +1152,7 @@ static void manager_over_remote_placement(void **state) {
     authz_policy *policy = NULL;
     sbx_manager *m = NULL;
     sbx_manager_config mc = {.idle_timeout_s = 0, .call_timeout_ms = 5000};
-    assert_int_equal(store_open(&st, db), 0);
+    assert_int_equal(test_store_open(&st, db), 0);
     assert_int_equal(authz_policy_load(&policy, NULL), 0);
     assert_int_equal(sbx_manager_new(&m, &mc, prov, st, policy), 0);
     sbx_request req = {.who = {.user = USER_ID, .role = "user"},

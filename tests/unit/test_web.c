@@ -19,6 +19,7 @@
 #include "gateway/gateway.h"
 #include "store/store.h"
 #include "web/web.h"
+#include "unit/test_store_open.h"
 
 /* The policy every file of the UI is served with (web_routes.c). */
 #define CSP                                                                                        \
@@ -46,7 +47,7 @@ static int setup(void **state) {
         return -1;
     char path[128];
     snprintf(path, sizeof path, "%s/fawn.db", x->home);
-    if (store_open(&x->st, path) < 0 || app_open(&x->a, &x->cfg, x->st) < 0)
+    if (test_store_open(&x->st, path) < 0 || app_open(&x->a, &x->cfg, x->st) < 0)
         return -1;
     for (int attempt = 0; attempt < LOOPBACK_PORT_ATTEMPTS && !x->g; attempt++) {
         x->cfg.server.port = loopback_free_port();

@@ -26,3 +26,12 @@ export function pgDatabase(prefix = 'e2e') {
   });
   return `${server} dbname=${name}`;
 }
+
+/** Drops the database of conninfo (one pgDatabase made), connections and all. */
+export function pgDropDatabase(conninfo) {
+  const name = /dbname=([a-z0-9_]+)$/.exec(conninfo)?.[1];
+  if (!name) throw new Error(`not a conninfo of pgDatabase: ${conninfo}`);
+  execFileSync('psql', [`${pgServer()} dbname=postgres`, '-v', 'ON_ERROR_STOP=1', '-qc', `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+}

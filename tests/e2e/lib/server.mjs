@@ -3,7 +3,7 @@
 // the server byte for byte), a cookie jar, sign-in helpers and a multipart
 // body builder.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -11,6 +11,8 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+
+import { pgDatabase, pgDropDatabase } from './pg.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
@@ -34,6 +36,16 @@ const PORT_ATTEMPTS = 5;
 export const WAIT_CEILING_MS = 60000;
 // The end of a process's stderr that a failure message shows.
 const LOG_TAIL_CHARS = 6000;
+
+// The store of every gateway whose config names none: SQLite in its home,
+// or with FAWN_E2E_STORE=postgres a PostgreSQL database of the home's own on
+// the server scripts/pg-test-server.sh started (so every test runs on either
+// backend unchanged). The home remembers its database for restarts.
+const E2E_STORE = process.env.FAWN_E2E_STORE || 'sqlite';
+if (!['sqlite', 'postgres'].includes(E2E_STORE)) {
+  throw new Error(`FAWN_E2E_STORE must be sqlite or postgres, not ${E2E_STORE}`);
+}
+const HOME_DSN_FILE = '.e2e-postgres-dsn';
 
 export const ADMIN_NAME = 'admin@example.com';
 export const ADMIN_PASSWORD = 'correct horse battery staple';
@@ -208,6 +220,36 @@ export function holdsListener(pid, port) {
   });
 }
 
+// ---- the store ----
+
+/** The conninfo of home's PostgreSQL database, created on first use. */
+function homeDatabase(home) {
+  const file = path.join(home, HOME_DSN_FILE);
+  if (fs.existsSync(file)) return fs.readFileSync(file, 'utf8');
+  const dsn = pgDatabase('e2e');
+  fs.writeFileSync(file, dsn);
+  return dsn;
+}
+
+/** Drops home's PostgreSQL database, if it has one. */
+function dropHomeDatabase(home) {
+  const file = path.join(home, HOME_DSN_FILE);
+  if (fs.existsSync(file)) pgDropDatabase(fs.readFileSync(file, 'utf8'));
+}
+
+/**
+ * The rows sql answers on server's store (SQLite's or PostgreSQL's command
+ * line client), each a line with its columns joined by '|'.
+ */
+export function storeRows(server, sql) {
+  const pg = server.config.store?.backend === 'postgres';
+  const out = pg
+    ? spawnSync('psql', [server.config.store.postgres.dsn, '-XAtqc', sql], { encoding: 'utf8' })
+    : spawnSync('sqlite3', [path.join(server.home, 'fawn.db'), sql], { encoding: 'utf8' });
+  assert.equal(out.status, 0, out.stderr);
+  return out.stdout.split('\n').filter(Boolean);
+}
+
 // ---- the server ----
 
 export class FawnServer {
@@ -229,6 +271,9 @@ export class FawnServer {
     s.config = deepMerge({ server: { host: '127.0.0.1', threads: 4 }, cluster }, overrides);
     s.configPath = path.join(s.home, opts.configName || 'config.yaml');
     try {
+      if (E2E_STORE === 'postgres' && !('store' in overrides)) {
+        s.config.store = { backend: 'postgres', postgres: { dsn: homeDatabase(s.home) } };
+      }
       await s.#listen(opts.port);
       return s;
     } catch (e) {
@@ -369,6 +414,7 @@ export class FawnServer {
   }
 
   removeHome() {
+    dropHomeDatabase(this.home);
     fs.rmSync(this.home, { recursive: true, force: true });
   }
 

@@ -10,7 +10,7 @@ import { liveLogs } from './server.mjs';
 // The ceiling of one test or hook: the longest legitimately waits a few
 // minutes for runs on a loaded 2-core host under ASan; only a hang reaches it.
 export const TEST_TIMEOUT_MS = 300000;
-// The ceiling of a test that moves a lot of data (it passes { ceilingMs:
+// The ceiling of a test or hook that moves a lot of data (it passes { ceilingMs:
 // HEAVY_TEST_TIMEOUT_MS }): about a minute on an idle 2-core host under
 // ASan, ten times that with the host's cores oversubscribed four times over.
 export const HEAVY_TEST_TIMEOUT_MS = 900000;
@@ -37,10 +37,14 @@ export function it(name, options, body) {
 
 export const describe = nodeTest.describe;
 
-export function before(body, options) {
-  return nodeTest.before(() => bounded('a before hook', body, []), options);
+/** node:test's before, bounded by TEST_TIMEOUT_MS or options.ceilingMs. */
+export function before(body, options = {}) {
+  const { ceilingMs, ...rest } = options;
+  return nodeTest.before(() => bounded('a before hook', body, [], ceilingMs), rest);
 }
 
-export function after(body, options) {
-  return nodeTest.after(() => bounded('an after hook', body, []), options);
+/** node:test's after, bounded by TEST_TIMEOUT_MS or options.ceilingMs. */
+export function after(body, options = {}) {
+  const { ceilingMs, ...rest } = options;
+  return nodeTest.after(() => bounded('an after hook', body, [], ceilingMs), rest);
 }
