@@ -241,6 +241,88 @@ static void test_wire_refuses_malformed(void **state) {
 /* A provider without broker support (no per-sandbox directory, no
  * attestation) cannot host configured CLIs: the gateway does not start,
  * rather than run without attestation. With no CLI there is no broker. */
+#define P_SID "0123456789abcdef"
+#define P_UID "0f8a2c34-5b6d-4e7f-8a9b-0c1d2e3f4a5b"
+#define NONCE1 "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+#define NONCE2 "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100"
+
+static broker_proof proof_fixture(void) {
+    broker_proof p = {.timestamp = 1700000000};
+    snprintf(p.sandbox_id, sizeof p.sandbox_id, P_SID);
+    snprintf(p.pod_uid, sizeof p.pod_uid, P_UID);
+    snprintf(p.nonce, sizeof p.nonce, NONCE1);
+    snprintf(p.mac, sizeof p.mac, NONCE2);
+    return p;
+}
+
+/* A proof line round-trips; every byte changed, every truncation and every
+ * malformed field is refused. */
+static void test_proof_line(void **state) {
+    (void)state;
+    broker_proof p = proof_fixture(), q;
+    char line[BROKER_PROOF_LEN + 1];
+    assert_int_equal(broker_proof_format(line, &p), 0);
+    assert_int_equal(strlen(line), BROKER_PROOF_LEN);
+    assert_int_equal(broker_proof_parse(&q, line, BROKER_PROOF_LEN), 0);
+    assert_memory_equal(&p, &q, sizeof p);
+    for (size_t i = 0; i < BROKER_PROOF_LEN; i++) {
+        char bad[BROKER_PROOF_LEN + 1];
+        memcpy(bad, line, sizeof bad);
+        bad[i] = 'X';
+        assert_int_equal(broker_proof_parse(&q, bad, BROKER_PROOF_LEN), FAWN_EPROTO);
+        assert_string_equal(q.sandbox_id, ""); /* zeroed on failure */
+        assert_int_equal(broker_proof_parse(&q, line, i), FAWN_EPROTO);
+    }
+    /* Uppercase hex, a time past INT64_MAX, a line too long. */
+    char bad[BROKER_PROOF_LEN + 2];
+    memcpy(bad, line, BROKER_PROOF_LEN + 1);
+    bad[5] = 'A';
+    assert_int_equal(broker_proof_parse(&q, bad, BROKER_PROOF_LEN), FAWN_EPROTO);
+    memcpy(bad, line, BROKER_PROOF_LEN + 1);
+    memcpy(bad + 59, "9999999999999999999", 19);
+    assert_int_equal(broker_proof_parse(&q, bad, BROKER_PROOF_LEN), FAWN_EPROTO);
+    memcpy(bad, line, BROKER_PROOF_LEN + 1);
+    bad[BROKER_PROOF_LEN] = '\n';
+    assert_int_equal(broker_proof_parse(&q, bad, BROKER_PROOF_LEN + 1), FAWN_EPROTO);
+    /* Nothing malformed is written either. */
+    p.pod_uid[3] = 'G';
+    assert_int_equal(broker_proof_format(line, &p), FAWN_EINVAL);
+    assert_string_equal(line, "");
+    p = proof_fixture();
+    p.timestamp = -1;
+    assert_int_equal(broker_proof_format(line, &p), FAWN_EINVAL);
+}
+
+/* A proof is taken once, and only near the gateway's time; a full table
+ * refuses rather than forgets. */
+static void test_nonces_refuse_replay(void **state) {
+    (void)state;
+    broker_nonces *n = NULL;
+    const int64_t now = 1700000000, w = BROKER_PROOF_WINDOW_S;
+    assert_int_equal(broker_nonces_new(&n), 0);
+    assert_int_equal(broker_nonce_admit(n, NONCE1, now, now), 0);
+    assert_int_equal(broker_nonce_admit(n, NONCE1, now, now + 1), FAWN_EEXIST);
+    assert_int_equal(broker_nonce_admit(n, NONCE1, now, now + w), FAWN_EEXIST);
+    /* Past its window the nonce is forgotten, and its proof refused by time. */
+    assert_int_equal(broker_nonce_admit(n, NONCE1, now, now + w + 1), FAWN_ETIMEDOUT);
+    assert_int_equal(broker_nonce_admit(n, NONCE2, now - w - 1, now), FAWN_ETIMEDOUT);
+    assert_int_equal(broker_nonce_admit(n, NONCE2, now + w + 1, now), FAWN_ETIMEDOUT);
+    assert_int_equal(broker_nonce_admit(n, NONCE2, now + w, now), 0);
+    assert_int_equal(broker_nonce_admit(n, NONCE2, now, now), FAWN_EEXIST);
+    broker_nonces_free(n);
+    assert_int_equal(broker_nonces_new(&n), 0);
+    char nonce[65];
+    for (int i = 0; i < BROKER_NONCES_MAX; i++) {
+        snprintf(nonce, sizeof nonce, "%064x", i);
+        assert_int_equal(broker_nonce_admit(n, nonce, now, now), 0);
+    }
+    snprintf(nonce, sizeof nonce, "%064x", BROKER_NONCES_MAX);
+    assert_int_equal(broker_nonce_admit(n, nonce, now, now), FAWN_EBUSY);
+    /* Once their window passed, there is room again. */
+    assert_int_equal(broker_nonce_admit(n, nonce, now + w + 1, now + w + 1), 0);
+    broker_nonces_free(n);
+}
+
 static void test_broker_needs_a_provider_that_attests(void **state) {
     (void)state;
     char home[] = "/tmp/fawn-broker-unit-XXXXXX";
@@ -286,6 +368,8 @@ int main(void) {
         cmocka_unit_test(test_wire_round_trip),
         cmocka_unit_test(test_wire_refuses_malformed),
         cmocka_unit_test(test_broker_needs_a_provider_that_attests),
+        cmocka_unit_test(test_proof_line),
+        cmocka_unit_test(test_nonces_refuse_replay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
