@@ -90,8 +90,7 @@ int broker_socket_listen(int *out, const char *dir) {
         return fawn_err_sys(FAWN_EIO, errno, "socket");
     unlinkat(dirfd, tmp, 0);
     if (bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0 || listen(fd, 64) < 0 ||
-        fchmodat(dirfd, tmp, 0666, 0) < 0 ||
-        renameat(dirfd, tmp, dirfd, BROKER_SOCKET_NAME) < 0) {
+        fchmodat(dirfd, tmp, 0666, 0) < 0 || renameat(dirfd, tmp, dirfd, BROKER_SOCKET_NAME) < 0) {
         int e = errno;
         unlinkat(dirfd, tmp, 0);
         close(fd);

@@ -26,9 +26,8 @@ static bool lower_hex(const char *s, size_t n) {
 }
 
 static bool spaced(const char *line) {
-    return line[AT_POD_UID - 1] == ' ' && line[AT_TIME - 1] == ' ' &&
-           line[AT_NONCE - 1] == ' ' && line[AT_MAC - 1] == ' ' &&
-           line[BROKER_PROOF_LEN - 1] == '\n';
+    return line[AT_POD_UID - 1] == ' ' && line[AT_TIME - 1] == ' ' && line[AT_NONCE - 1] == ' ' &&
+           line[AT_MAC - 1] == ' ' && line[BROKER_PROOF_LEN - 1] == '\n';
 }
 
 static int parse_time(int64_t *out, const char *digits) {
@@ -61,8 +60,7 @@ static int parse_fields(broker_proof *out, const char *line) {
 
 int broker_proof_parse(broker_proof *out, const char *line, size_t len) {
     memset(out, 0, sizeof *out);
-    int r = len != BROKER_PROOF_LEN || memcmp(line, BROKER_PROOF_MAGIC " ", 5) != 0 ||
-                    !spaced(line)
+    int r = len != BROKER_PROOF_LEN || memcmp(line, BROKER_PROOF_MAGIC " ", 5) != 0 || !spaced(line)
                 ? fawn_err(FAWN_EPROTO, "not a broker proof line")
                 : parse_fields(out, line);
     if (r < 0)
