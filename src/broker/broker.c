@@ -54,6 +54,16 @@ typedef struct listener {
     unsigned connections; /* connections being served */
 } listener;
 
+/* Connections being served over TCP from one source address: a pod's, as a
+ * listener's count is a sandbox's, so that one pod holding connections
+ * open never takes the others' share. */
+typedef struct tcp_peer {
+    char address[INET6_ADDRSTRLEN];
+    unsigned connections;
+} tcp_peer;
+/* Addresses with connections at once: never more than connections in all. */
+#define BROKER_PEERS_MAX (BROKER_CONCURRENT_MAX + BROKER_CONNECTIONS_SPARE)
+
 struct broker {
     broker_config cfg;
     const fawn_config *fcfg;
@@ -63,9 +73,10 @@ struct broker {
     listener *ls;
     size_t n_ls;
     unsigned running, connections;
-    int tcp_fd;               /* broker.listen's socket, or -1 */
-    broker_nonces *nonces;    /* with tcp_fd */
-    unsigned tcp_connections; /* of connections: those over TCP */
+    int tcp_fd;            /* broker.listen's socket, or -1 */
+    broker_nonces *nonces; /* with tcp_fd */
+    tcp_peer *peers;       /* TCP connections being served, per source address */
+    size_t n_peers;
     int wake[2];
     atomic_bool stopping;
     pthread_t acceptor;
@@ -398,6 +409,33 @@ static void serve_call(conn *c) {
     broker_request_clear(&req);
 }
 
+/* A connection from address begins, if it has room (b->mu held). */
+static bool peer_enter(broker *b, const char *address) {
+    tcp_peer *p = NULL;
+    for (size_t i = 0; i < b->n_peers && !p; i++)
+        if (strcmp(b->peers[i].address, address) == 0)
+            p = &b->peers[i];
+    if (!p && b->n_peers < BROKER_PEERS_MAX) {
+        p = &b->peers[b->n_peers++];
+        *p = (tcp_peer){0};
+        snprintf(p->address, sizeof p->address, "%s", address);
+    }
+    if (!p ||
+        p->connections >= b->cfg.max_concurrent_per_sandbox + BROKER_CONNECTIONS_SPARE_PER_SANDBOX)
+        return false;
+    p->connections++;
+    return true;
+}
+
+/* A connection from address ended (b->mu held). */
+static void peer_leave(broker *b, const char *address) {
+    for (size_t i = 0; i < b->n_peers; i++)
+        if (strcmp(b->peers[i].address, address) == 0 && --b->peers[i].connections == 0) {
+            b->peers[i] = b->peers[--b->n_peers];
+            return;
+        }
+}
+
 static void *conn_main(void *arg) {
     conn *c = arg;
     serve_call(c);
@@ -407,7 +445,7 @@ static void *conn_main(void *arg) {
     if (l && l->connections)
         l->connections--;
     if (c->remote)
-        c->b->tcp_connections--;
+        peer_leave(c->b, c->address);
     c->b->connections--;
     pthread_cond_broadcast(&c->b->idle);
     pthread_mutex_unlock(&c->b->mu);
@@ -471,24 +509,29 @@ static void address_text(char out[INET6_ADDRSTRLEN], const struct sockaddr_stora
 }
 
 /* Accepts on the TCP socket (b->mu held): which sandbox calls is known
- * only once its proof is read, so these connections count in all only. */
+ * only once its proof is read, so these connections count in all and per
+ * source address. */
 static void accept_remote(broker *b) {
     struct sockaddr_storage sa;
     socklen_t len = sizeof sa;
     int fd = accept4(b->tcp_fd, (struct sockaddr *)&sa, &len, SOCK_CLOEXEC);
     if (fd < 0)
         return;
-    bool room = b->connections < b->cfg.max_concurrent + BROKER_CONNECTIONS_SPARE;
+    char address[INET6_ADDRSTRLEN];
+    address_text(address, &sa);
+    bool room = b->connections < b->cfg.max_concurrent + BROKER_CONNECTIONS_SPARE &&
+                peer_enter(b, address);
     conn *c = room ? calloc(1, sizeof *c) : NULL;
     if (c) {
         *c = (conn){.b = b, .fd = fd, .remote = true};
-        address_text(c->address, &sa);
+        memcpy(c->address, address, sizeof c->address);
         if (conn_start(c)) {
-            b->tcp_connections++;
             c = NULL;
             fd = -1;
         }
     }
+    if (room && fd >= 0)
+        peer_leave(b, address);
     free(c);
     if (fd >= 0) {
         log_warn("broker", "a connection over TCP dropped: %u being served", b->connections);
@@ -607,6 +650,8 @@ int broker_new(broker **out, const fawn_config *cfg, sbx_manager *m) {
         r = tcp_listen(&b->tcp_fd, b->cfg.listen);
     if (r == 0 && b->cfg.listen)
         r = broker_nonces_new(&b->nonces);
+    if (r == 0 && b->cfg.listen && !(b->peers = calloc(BROKER_PEERS_MAX, sizeof *b->peers)))
+        r = fawn_err(FAWN_ENOMEM, "out of memory");
     if (r == 0 && pthread_create(&b->acceptor, NULL, acceptor_main, b) != 0)
         r = fawn_err(FAWN_EIO, "cannot start the broker's thread");
     if (r < 0) {
@@ -642,6 +687,7 @@ void broker_free(broker *b) {
     if (b->tcp_fd >= 0)
         close(b->tcp_fd);
     broker_nonces_free(b->nonces);
+    free(b->peers);
     for (int i = 0; i < 2; i++)
         if (b->wake[i] >= 0)
             close(b->wake[i]);

@@ -22,7 +22,8 @@
  *   $FAWN_HOME/users/<user>/credentials/<cli>/, which no sandbox mounts).
  * - Limits: request size, output per stream (truncated, flagged), timeout,
  *   calls at once per sandbox and in all (a busy answer), connections
- *   being served per sandbox and in all (accept_one).
+ *   being served per sandbox (over TCP, per source address) and in all
+ *   (accept_one, accept_remote).
  * - Audit: one line per call (broker_audit_line): user, thread, run scope,
  *   sandbox, CLI, the allow rule that matched (never other argument values,
  *   never the environment), exit code, duration and bytes; to the log and

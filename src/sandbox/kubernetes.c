@@ -787,11 +787,20 @@ static int kube_attest_remote(void *ctx, enum sbx_attestation *out, const sbx_re
     if (seen == POD_UNKNOWN)
         return err_wrap(FAWN_EIO, "the sandbox's pod could not be looked up");
     bool present = seen == POD_PRESENT;
-    *out = kube_caller_judge(kp->key, c, present ? pod.uid : NULL, present ? pod.pod_ip : NULL);
-    log_info("sandbox", "sandbox %s broker caller at %s: %s", c->sandbox_id, c->address,
+    const char *pod_ip = present ? pod.pod_ip : "";
+    *out = kube_caller_judge(kp->key, c, present ? pod.uid : NULL, present ? pod_ip : NULL);
+    /* Which check failed, for the operator: a source address rewritten on
+     * the way (masquerading) refuses every call of a pod. */
+    const char *why = *out == SBX_ATTESTED                ? ""
+                      : !present                          ? " (the API has no such pod)"
+                      : address_equal(pod_ip, c->address) ? " (a wrong proof from its pod)"
+                                                          : " (not from the pod's IP)";
+    log_info("sandbox", "sandbox %s broker caller at %s: %s%s; the pod's IP is %s", c->sandbox_id,
+             c->address,
              *out == SBX_ATTESTED  ? "attested"
              : *out == SBX_REFUSED ? "refused"
-                                   : "not its pod");
+                                   : "not its pod",
+             why, pod_ip[0] ? pod_ip : "-");
     return 0;
 }
 

@@ -162,7 +162,7 @@ describe('credential broker for kubernetes pods', () => {
     assert.match(text, /quarantined/);
     assert.doesNotMatch(text, /token=/);
     assert.deepEqual(fences(srv.home, sid), [`${gen} a broker caller failed attestation`]);
-    assert.match(srv.stderr, new RegExp(`sandbox ${sid} broker caller at 127\\.0\\.0\\.1: refused`));
+    assert.match(srv.stderr, new RegExp(`sandbox ${sid} broker caller at 127\\.0\\.0\\.1: refused \\(a wrong proof from its pod\\)`));
     const audit = fs.readFileSync(path.join(srv.home, 'audit', 'broker.log'), 'utf8');
     assert.match(audit, new RegExp(`sandbox=${sid} cli=fake-cli .*exit=126 .*refused=".*quarantined`));
     kube.lingerForever.delete(sid);
