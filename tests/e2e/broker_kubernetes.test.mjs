@@ -5,7 +5,8 @@
 // received): the pod's box relays the call over TCP to broker.listen with
 // a MAC of the pod's secret, and the CLI gets the user's credentials. A
 // forged call while no run holds the sandbox is refused without blaming
-// it; a pod whose relay proves with a wrong secret is refused, its
+// it; a proof made from the pod's secret (as docs/kubernetes.md describes
+// it) is taken once, its replay refused; a pod whose relay proves with a wrong secret is refused, its
 // generation fenced in the store, and never used again.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -16,7 +17,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from './lib/test.mjs';
 
-import { FawnServer, freePort, request, setupAdmin } from './lib/server.mjs';
+import { FawnServer, eventually, freePort, request, setupAdmin } from './lib/server.mjs';
 import { FakeOpenAI, call, reply } from './lib/fake_openai.mjs';
 import { FakeKube } from './lib/fake_kube.mjs';
 
@@ -34,13 +35,33 @@ function fences(home, sid) {
   return out.stdout.trim().split('\n').filter(Boolean);
 }
 
-/** A broker call over TCP as a pod's relay sends it, with the proof line given. */
-function forgedCall(port, proofLine, name) {
-  const body = Buffer.alloc(2 + name.length + 8);
-  body.writeUInt16BE(name.length, 0);
-  body.write(name, 2);
-  const msg = Buffer.concat([Buffer.from('FWB1'), Buffer.alloc(4), body]);
-  msg.writeUInt32BE(body.length, 4);
+/** A request message for the CLI name with args (src/broker/broker.h's wire). */
+function requestMessage(name, args = []) {
+  const u32 = (n) => {
+    const b = Buffer.alloc(4);
+    b.writeUInt32BE(n);
+    return b;
+  };
+  const parts = [Buffer.from([name.length >> 8, name.length & 255]), Buffer.from(name), u32(args.length)];
+  for (const a of args) parts.push(u32(Buffer.byteLength(a)), Buffer.from(a));
+  parts.push(u32(0));
+  const body = Buffer.concat(parts);
+  return Buffer.concat([Buffer.from('FWB1'), u32(body.length), body]);
+}
+
+/** The proof line a pod's relay sends for msg, made here from the pod's
+ * secret as docs/kubernetes.md describes it. */
+function proofLine(secretHex, sid, user, uid, msg) {
+  const ts = Math.floor(Date.now() / 1000);
+  const nonce = crypto.randomBytes(32).toString('hex');
+  const sha = crypto.createHash('sha256').update(msg).digest('hex');
+  const mac = crypto.createHmac('sha256', Buffer.from(secretHex, 'hex'))
+    .update(['fawn-broker-call-v1', String(ts), nonce, sid, user, uid, sha].join('\n')).digest('hex');
+  return `FWP1 ${sid} ${uid} ${String(ts).padStart(19, '0')} ${nonce} ${mac}\n`;
+}
+
+/** Sends a broker call over TCP as a pod's relay does; its reply. */
+function forgedCall(port, proofLine, name, msg = requestMessage(name)) {
   return new Promise((resolve, reject) => {
     const chunks = [];
     const sock = net.connect(port, '127.0.0.1', () => sock.end(Buffer.concat([Buffer.from(proofLine), msg])));
@@ -50,7 +71,7 @@ function forgedCall(port, proofLine, name) {
       const r = Buffer.concat(chunks);
       assert.equal(r.subarray(0, 4).toString(), 'FWB1', 'a reply message');
       const outLen = r.readUInt32BE(13);
-      resolve({ code: r.readInt32BE(8), err: r.subarray(21 + outLen).toString() });
+      resolve({ code: r.readInt32BE(8), out: r.subarray(17, 17 + outLen).toString(), err: r.subarray(21 + outLen).toString() });
     });
   });
 }
@@ -149,6 +170,38 @@ describe('credential broker for kubernetes pods', () => {
     /* Audited, naming no user or sandbox: nothing was attested. */
     const audit = fs.readFileSync(path.join(srv.home, 'audit', 'broker.log'), 'utf8');
     assert.match(audit, /user=- thread=- run=- sandbox=- cli=fake-cli .*exit=126 .*refused="no run holds/);
+  });
+
+  it('takes a proof made from the pod\'s secret once: a replay is refused', async () => {
+    const pod = kube.podOf(sid);
+    const uid = pod.obj.metadata.uid;
+    const secret = kube.secrets.get(`fawn-${sid}`).stringData.attest;
+    const outputs = path.join(pod.dir, 'user-data', 'outputs');
+    /* A run holds the sandbox while its command waits for the test. */
+    fake.queue(reply('', [call('bash', { description: 'hold', command:
+      'touch /mnt/user-data/outputs/holding; for i in $(seq 600); do [ -e /mnt/user-data/outputs/release ] && break; sleep 0.1; done' })]), reply('done'));
+    const run = await request(srv, 'POST', `/api/threads/${tid}/runs`, {
+      bearer: admin.token,
+      body: { assistant_id: 'lead_agent', input: { messages: [{ type: 'human', content: 'go' }] } },
+    });
+    assert.equal(run.status, 200, run.text);
+    try {
+      await eventually(() => assert.ok(fs.existsSync(path.join(outputs, 'holding'))));
+      const msg = requestMessage('fake-cli', ['echo']);
+      const line = proofLine(secret, sid, String(admin.id), uid, msg);
+      const first = await forgedCall(port, line, 'fake-cli', msg);
+      assert.equal(first.code, 0, first.err);
+      assert.match(first.out, new RegExp(`token=${TOKEN}`));
+      const again = await forgedCall(port, line, 'fake-cli', msg);
+      assert.equal(again.code, 126);
+      assert.match(again.err, /replay/);
+      assert.equal(fences(srv.home, sid).length, 0, 'a replay blames no one');
+    } finally {
+      fs.writeFileSync(path.join(outputs, 'release'), '');
+      await request(srv, 'GET', `/api/threads/${tid}/runs/${run.json.run_id}/join`, { bearer: admin.token });
+      fs.rmSync(path.join(outputs, 'holding'), { force: true });
+      fs.rmSync(path.join(outputs, 'release'), { force: true });
+    }
   });
 
   it('refuses a pod whose relay proves with a wrong secret, fences it and never uses it again', async () => {
