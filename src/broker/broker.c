@@ -251,9 +251,11 @@ static int admit_remote(conn *c, const char proof[BROKER_PROOF_LEN], const char 
     int64_t now = (int64_t)time(NULL);
     if (broker_proof_parse(&p, proof, BROKER_PROOF_LEN) < 0)
         return deny(why, whysz, "%s", fawn_errmsg());
-    if (p.timestamp < now - BROKER_PROOF_WINDOW_S || p.timestamp > now + BROKER_PROOF_WINDOW_S)
+    if (!broker_proof_current(p.timestamp, now))
         return deny(why, whysz, "the call's proof is not from now (clocks %d s apart or more)",
                     BROKER_PROOF_WINDOW_S);
+    if (broker_nonce_seen(c->b->nonces, p.nonce, now))
+        return deny(why, whysz, "the proof was used before (a replay)");
     if (box_attest_generation(gen, p.pod_uid) < 0 ||
         sbx_holding_find(who, c->b->m, p.sandbox_id, gen) < 0) {
         memset(who, 0, sizeof *who);

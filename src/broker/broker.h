@@ -43,7 +43,8 @@
  *   provider knows them); refused fences the generation as above, unknown
  *   refuses the call;
  * - takes a proof once: its time within BROKER_PROOF_WINDOW_S of the
- *   gateway's clock and its nonce not seen before (broker_nonce_admit).
+ *   gateway's clock and its nonce not seen before (broker_nonce_seen
+ *   before asking the provider, broker_nonce_admit once attested).
  * The rest (policy, limits, leases, audit) is the same path as a local call.
  *
  * Every out-parameter is set on every path, failures included. */
@@ -183,6 +184,15 @@ FAWN_MUST_CHECK int broker_proof_format(char out[BROKER_PROOF_LEN + 1], const br
 typedef struct broker_nonces broker_nonces;
 FAWN_MUST_CHECK int broker_nonces_new(broker_nonces **out);
 void broker_nonces_free(broker_nonces *n);
+
+/* Whether a proof's time is within BROKER_PROOF_WINDOW_S of now (seconds
+ * since the epoch): the one test of a proof's time. */
+bool broker_proof_current(int64_t timestamp, int64_t now);
+
+/* Whether nonce was taken and is still remembered at now: a replay,
+ * refused before anything is asked of the provider (a replayed proof
+ * proves nothing of who sends it). Thread-safe. */
+bool broker_nonce_seen(broker_nonces *n, const char *nonce, int64_t now);
 
 /* Takes a proof's nonce at now (seconds since the epoch): 0 (remembered)
  * when timestamp is within BROKER_PROOF_WINDOW_S of now and the nonce was

@@ -124,8 +124,19 @@ static bool seen_prune(broker_nonces *n, const char *nonce, int64_t now) {
     return seen;
 }
 
+bool broker_proof_current(int64_t timestamp, int64_t now) {
+    return timestamp >= now - BROKER_PROOF_WINDOW_S && timestamp <= now + BROKER_PROOF_WINDOW_S;
+}
+
+bool broker_nonce_seen(broker_nonces *n, const char *nonce, int64_t now) {
+    pthread_mutex_lock(&n->mu);
+    bool seen = seen_prune(n, nonce, now);
+    pthread_mutex_unlock(&n->mu);
+    return seen;
+}
+
 int broker_nonce_admit(broker_nonces *n, const char *nonce, int64_t timestamp, int64_t now) {
-    if (timestamp < now - BROKER_PROOF_WINDOW_S || timestamp > now + BROKER_PROOF_WINDOW_S)
+    if (!broker_proof_current(timestamp, now))
         return fawn_err(FAWN_ETIMEDOUT, "the proof's time is more than %d s from the gateway's",
                         BROKER_PROOF_WINDOW_S);
     if (strlen(nonce) != 64)

@@ -301,9 +301,14 @@ static void test_nonces_refuse_replay(void **state) {
     const int64_t now = 1700000000, w = BROKER_PROOF_WINDOW_S;
     assert_int_equal(broker_nonces_new(&n), 0);
     assert_int_equal(broker_nonce_admit(n, NONCE1, now, now), 0);
+    assert_true(broker_nonce_seen(n, NONCE1, now + 1));
+    assert_false(broker_nonce_seen(n, NONCE2, now + 1));
     assert_int_equal(broker_nonce_admit(n, NONCE1, now, now + 1), FAWN_EEXIST);
     assert_int_equal(broker_nonce_admit(n, NONCE1, now, now + w), FAWN_EEXIST);
     /* Past its window the nonce is forgotten, and its proof refused by time. */
+    assert_false(broker_nonce_seen(n, NONCE1, now + w + 1));
+    assert_false(broker_proof_current(now, now + w + 1));
+    assert_true(broker_proof_current(now - w, now));
     assert_int_equal(broker_nonce_admit(n, NONCE1, now, now + w + 1), FAWN_ETIMEDOUT);
     assert_int_equal(broker_nonce_admit(n, NONCE2, now - w - 1, now), FAWN_ETIMEDOUT);
     assert_int_equal(broker_nonce_admit(n, NONCE2, now + w + 1, now), FAWN_ETIMEDOUT);
