@@ -617,22 +617,31 @@ static int audit_open(int *out, const char *home) {
     return *out < 0 ? fawn_err_sys(FAWN_EIO, errno, "open %s", path) : 0;
 }
 
+/* broker.* into *out, checked against what m's provider can host. */
+static int config_read(broker_config *out, const fawn_config *cfg, const sbx_manager *m) {
+    int r = broker_config_parse(out, cfg->broker);
+    if (r < 0 || out->n_clis == 0)
+        return r;
+    if (!sbx_broker_supported(m))
+        return fawn_err(FAWN_ECONFIG, "broker.clis: the sandbox provider cannot host the "
+                                      "credential broker (it needs sandbox.provider: local or "
+                                      "kubernetes)");
+    if (sbx_broker_remote(m) && !out->listen)
+        return fawn_err(FAWN_ECONFIG, "broker.listen: required by this sandbox provider (its "
+                                      "sandboxes call the broker over the network)");
+    if (!sbx_broker_remote(m) && out->listen)
+        return fawn_err(FAWN_ECONFIG, "broker.listen: only for a sandbox provider whose "
+                                      "sandboxes call the broker over the network");
+    return 0;
+}
+
 int broker_new(broker **out, const fawn_config *cfg, sbx_manager *m) {
     *out = NULL;
     broker *b = calloc(1, sizeof *b);
     if (!b)
         return fawn_err(FAWN_ENOMEM, "out of memory");
     b->wake[0] = b->wake[1] = b->audit_fd = b->tcp_fd = -1;
-    int r = broker_config_parse(&b->cfg, cfg->broker);
-    if (r == 0 && b->cfg.n_clis > 0 && !sbx_broker_supported(m))
-        r = fawn_err(FAWN_ECONFIG, "broker.clis: the sandbox provider cannot host the credential "
-                                   "broker (it needs sandbox.provider: local or kubernetes)");
-    if (r == 0 && b->cfg.n_clis > 0 && sbx_broker_remote(m) != (b->cfg.listen != NULL))
-        r = fawn_err(FAWN_ECONFIG, sbx_broker_remote(m)
-                                       ? "broker.listen: required by this sandbox provider (its "
-                                         "sandboxes call the broker over the network)"
-                                       : "broker.listen: only for a sandbox provider whose "
-                                         "sandboxes call the broker over the network");
+    int r = config_read(&b->cfg, cfg, m);
     if (r < 0 || b->cfg.n_clis == 0) {
         broker_config_free(&b->cfg);
         free(b);

@@ -9,6 +9,10 @@
 
 #include "support.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "base/json.h"
 #include "broker/broker.h"
 #include "config/config.h"
@@ -328,6 +332,42 @@ static void test_nonces_refuse_replay(void **state) {
     broker_nonces_free(n);
 }
 
+/* A port of 127.0.0.1 free a moment ago. */
+static int free_port(void) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static int attest_remote_never(void *ctx, enum sbx_attestation *out,
+                               const sbx_remote_caller *caller) {
+    (void)ctx;
+    (void)caller;
+    *out = SBX_ATTEST_UNKNOWN;
+    return 0;
+}
+
+static int broker_dir_none(void *ctx, char out[PATH_MAX], const char *sandbox_id) {
+    (void)ctx;
+    (void)sandbox_id;
+    out[0] = '\0';
+    return FAWN_EUNSUP;
+}
+
+static int attest_peer_never(void *ctx, enum sbx_attestation *out, const char *sandbox_id,
+                             const sbx_peer *peer) {
+    (void)ctx;
+    (void)sandbox_id;
+    (void)peer;
+    *out = SBX_ATTEST_UNKNOWN;
+    return 0;
+}
+
 static void test_broker_needs_a_provider_that_attests(void **state) {
     (void)state;
     char home[] = "/tmp/fawn-broker-unit-XXXXXX";
@@ -355,6 +395,34 @@ static void test_broker_needs_a_provider_that_attests(void **state) {
     assert_int_equal(broker_new(&b, &cfg, m), 0);
     assert_null(b);
     config_free(&cfg);
+    sbx_manager_free(m);
+    /* A provider whose boxes call over the network needs broker.listen,
+     * and only it may have one. */
+    fake_provider_iface(fp)->attest_remote = attest_remote_never;
+    assert_int_equal(sbx_manager_new(&m, &mc, fake_provider_iface(fp), st, policy), 0);
+    assert_true(sbx_broker_remote(m));
+    assert_int_equal(config_load_string(&cfg, yaml, strlen(yaml)), 0);
+    assert_int_equal(broker_new(&b, &cfg, m), FAWN_ECONFIG);
+    check_contains("message", fawn_errmsg(), "broker.listen: required");
+    config_free(&cfg);
+    char *tcp = strf("home: %s\nbroker: {listen: '127.0.0.1:%d', clis: [{name: x, binary: "
+                     "/bin/true, allow: [a]}]}\n",
+                     home, free_port());
+    assert_int_equal(config_load_string(&cfg, tcp, strlen(tcp)), 0);
+    assert_int_equal(broker_new(&b, &cfg, m), 0);
+    assert_non_null(b);
+    broker_free(b);
+    config_free(&cfg);
+    sbx_manager_free(m);
+    fake_provider_iface(fp)->attest_remote = NULL;
+    fake_provider_iface(fp)->broker_dir = broker_dir_none;
+    fake_provider_iface(fp)->attest_peer = attest_peer_never;
+    assert_int_equal(sbx_manager_new(&m, &mc, fake_provider_iface(fp), st, policy), 0);
+    assert_int_equal(config_load_string(&cfg, tcp, strlen(tcp)), 0);
+    assert_int_equal(broker_new(&b, &cfg, m), FAWN_ECONFIG);
+    check_contains("message", fawn_errmsg(), "broker.listen: only for");
+    config_free(&cfg);
+    free(tcp);
     sbx_manager_free(m);
     fake_provider_free(fp);
     authz_policy_free(policy);
