@@ -102,6 +102,25 @@ int box_attest_proof(char out[BOX_ATTEST_PROOF_HEX + 1], const box_attest *a, co
     return 0;
 }
 
+int box_attest_call_mac(char out[BOX_ATTEST_PROOF_HEX + 1], const box_attest *a, int64_t timestamp,
+                        const char *nonce, const char *request_sha256) {
+    out[0] = '\0';
+    if (!nonce || !lower_hex(nonce, BOX_ATTEST_NONCE_HEX) || !request_sha256 ||
+        !lower_hex(request_sha256, 64) || timestamp < 0)
+        return fawn_err(FAWN_EINVAL, "a broker call's nonce and request hash are 64 lowercase "
+                                     "hex digits, its time not negative");
+    if (!box_attest_binding_valid(a->sandbox_id, a->user, a->pod_uid))
+        return fawn_err(FAWN_EINVAL, "malformed attestation binding");
+    char when[24];
+    snprintf(when, sizeof when, "%lld", (long long)timestamp);
+    uint8_t mac[crypto_auth_hmacsha256_BYTES];
+    const char *fields[] = {"fawn-broker-call-v1", when, nonce, a->sandbox_id, a->user, a->pod_uid,
+                            request_sha256};
+    hmac_fields(mac, a->secret, fields, ARRAY_LEN(fields));
+    box_attest_hex(out, mac, sizeof mac);
+    return 0;
+}
+
 bool box_attest_proof_equal(const char *received, const char *expected) {
     char a[BOX_ATTEST_PROOF_HEX] = {0}, b[BOX_ATTEST_PROOF_HEX] = {0};
     bool lengths = received && expected && strlen(received) == BOX_ATTEST_PROOF_HEX &&

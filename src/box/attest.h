@@ -12,6 +12,10 @@
  * - Every field of the binding has a character set without the separator,
  *   so no two bindings hash alike (box_attest_binding_valid).
  * - Proofs are compared in constant time (box_attest_proof_equal).
+ * - A credential broker call from a pod carries a MAC of the same secret
+ *   over its time, a fresh nonce, the binding and the request's hash
+ *   (box_attest_call_mac): the secret itself never leaves the pod, and a
+ *   MAC proves one request only.
  *
  * Shared by the box (which answers) and the Kubernetes provider (which
  * asks): both compute the same bytes from the same functions. */
@@ -71,6 +75,16 @@ FAWN_MUST_CHECK int box_attest_pod_token(char out[65], const uint8_t key[BOX_ATT
  * that is not 64 lowercase hex digits or a malformed binding (out ""). */
 FAWN_MUST_CHECK int box_attest_proof(char out[BOX_ATTEST_PROOF_HEX + 1], const box_attest *a,
                                      const char *nonce);
+
+/* A broker call's MAC (src/broker/relay.c sends it, the Kubernetes
+ * provider checks it): hex of HMAC-SHA256(a->secret, "fawn-broker-call-v1\n"
+ * timestamp "\n" nonce "\n" sandbox_id "\n" user "\n" pod_uid "\n"
+ * request_sha256), timestamp in decimal seconds since the epoch.
+ * FAWN_EINVAL for a nonce or request_sha256 that is not 64 lowercase hex
+ * digits, a negative timestamp or a malformed binding (out ""). */
+FAWN_MUST_CHECK int box_attest_call_mac(char out[BOX_ATTEST_PROOF_HEX + 1], const box_attest *a,
+                                        int64_t timestamp, const char *nonce,
+                                        const char *request_sha256);
 
 /* Constant-time comparison of a proof received (any string, untrusted)
  * with the expected one: true only when both are 64 characters and equal. */

@@ -15,9 +15,9 @@ void broker_audit(int audit_fd, const audit_record *r) {
         "broker call user=%s thread=%s run=%s sandbox=%s cli=%s subcommand=\"%s\" args=%zu "
         "exit=%d ms=%lld stdin=%zu stdout=%zu stderr=%zu truncated=%s%s%s%s\n",
         w && w->user[0] ? w->user : "-", w && w->thread[0] ? w->thread : "-",
-        w && w->scope[0] ? w->scope : "-", r->sandbox_id, r->cli ? r->cli : "-",
-        r->rule ? r->rule->text : "-", r->argc, r->exit_code, (long long)r->ms, r->in_bytes,
-        r->out_bytes, r->err_bytes,
+        w && w->scope[0] ? w->scope : "-", r->sandbox_id[0] ? r->sandbox_id : "-",
+        r->cli ? r->cli : "-", r->rule ? r->rule->text : "-", r->argc, r->exit_code,
+        (long long)r->ms, r->in_bytes, r->out_bytes, r->err_bytes,
         (r->flags & BROKER_STDOUT_TRUNCATED) && (r->flags & BROKER_STDERR_TRUNCATED)
             ? "stdout,stderr"
         : (r->flags & BROKER_STDOUT_TRUNCATED) ? "stdout"

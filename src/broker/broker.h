@@ -22,11 +22,30 @@
  *   $FAWN_HOME/users/<user>/credentials/<cli>/, which no sandbox mounts).
  * - Limits: request size, output per stream (truncated, flagged), timeout,
  *   calls at once per sandbox and in all (a busy answer), connections
- *   being served per sandbox and in all (accept_one).
+ *   being served per sandbox (over TCP, per source address) and in all
+ *   (accept_one, accept_remote).
  * - Audit: one line per call (broker_audit_line): user, thread, run scope,
  *   sandbox, CLI, the allow rule that matched (never other argument values,
  *   never the environment), exit code, duration and bytes; to the log and
  *   to $FAWN_HOME/audit/broker.log.
+ *
+ * With a provider whose boxes reach the broker over the network (a
+ * Kubernetes pod, sbx_broker_remote), the socket is the box's own: the box
+ * relays its commands' calls (broker_relay_start) to broker.listen over
+ * TCP, each call preceded by a proof line (broker_proof) whose MAC of the
+ * pod's secret covers the call's time, a fresh nonce, the sandbox, user and
+ * pod UID and the request's hash. The broker then
+ * - takes the sandbox and generation named only as keys: an execution
+ *   lease must hold exactly that generation (sbx_holding_find), and the
+ *   user bound into the MAC is the one the manager's record holds;
+ * - attests by the provider's records (sbx_attest_remote: the MAC
+ *   recomputed, compared in constant time, and the pod's UID and IP as the
+ *   provider knows them); refused fences the generation as above, unknown
+ *   refuses the call;
+ * - takes a proof once: its time within BROKER_PROOF_WINDOW_S of the
+ *   gateway's clock and its nonce not seen before (broker_nonce_seen
+ *   before asking the provider, broker_nonce_admit once attested).
+ * The rest (policy, limits, leases, audit) is the same path as a local call.
  *
  * Every out-parameter is set on every path, failures included. */
 #ifndef FAWN_BROKER_H
@@ -127,6 +146,63 @@ FAWN_MUST_CHECK int broker_reply_encode(fbuf *out, const broker_reply *r);
 /* Parses a reply body; out's streams point into buf. FAWN_EPROTO when malformed. */
 FAWN_MUST_CHECK int broker_reply_parse(broker_reply *out, const uint8_t *buf, size_t len);
 
+/* ---- a call over the network (proof.c) ----
+ * A TCP connection to broker.listen carries a proof line, then one request
+ * message (as above); the reply is as above. The line is exactly
+ * BROKER_PROOF_LEN bytes: "FWP1 <sandbox id: 16 hex> <pod UID> <time: 19
+ * decimal digits, seconds since the epoch> <nonce: 64 hex> <MAC: 64 hex>\n",
+ * the MAC being box_attest_call_mac's over the SHA-256 of the request
+ * message, header included. */
+#define BROKER_PROOF_MAGIC "FWP1"
+#define BROKER_PROOF_LEN 209
+/* How far a proof's time may be from the gateway's clock: a relay sends
+ * its call at once, and 30 s tolerates clocks kept by NTP while bounding
+ * how long a nonce must be remembered. */
+#define BROKER_PROOF_WINDOW_S 30
+/* Nonces remembered at once (each for 2 x BROKER_PROOF_WINDOW_S): calls
+ * are processes started on the gateway's host, far fewer than 130 a
+ * second; past this a call is refused as busy rather than a nonce forgotten. */
+#define BROKER_NONCES_MAX 8192
+
+typedef struct broker_proof {
+    char sandbox_id[17];
+    char pod_uid[37];
+    int64_t timestamp;
+    char nonce[65];
+    char mac[65];
+} broker_proof;
+
+/* Parses a proof line (exactly BROKER_PROOF_LEN bytes, untrusted).
+ * FAWN_EPROTO naming the field that is malformed (*out zeroed). */
+FAWN_MUST_CHECK int broker_proof_parse(broker_proof *out, const char *line, size_t len);
+
+/* The proof line for p (its fields well formed) into out, NUL-terminated.
+ * FAWN_EINVAL for a malformed field (out ""). */
+FAWN_MUST_CHECK int broker_proof_format(char out[BROKER_PROOF_LEN + 1], const broker_proof *p);
+
+/* The nonces of proofs taken, each until its window has passed. */
+typedef struct broker_nonces broker_nonces;
+FAWN_MUST_CHECK int broker_nonces_new(broker_nonces **out);
+void broker_nonces_free(broker_nonces *n);
+
+/* Whether a proof's time is within BROKER_PROOF_WINDOW_S of now (seconds
+ * since the epoch): the one test of a proof's time. */
+bool broker_proof_current(int64_t timestamp, int64_t now);
+
+/* Whether nonce was taken and is still remembered at now: a replay,
+ * refused before anything is asked of the provider (a replayed proof
+ * proves nothing of who sends it). Thread-safe. */
+bool broker_nonce_seen(broker_nonces *n, const char *nonce, int64_t now);
+
+/* Takes a proof's nonce at now (seconds since the epoch): 0 (remembered)
+ * when timestamp is within BROKER_PROOF_WINDOW_S of now and the nonce was
+ * not taken before; FAWN_ETIMEDOUT outside the window, FAWN_EEXIST for a
+ * nonce seen (a replay), FAWN_EBUSY when BROKER_NONCES_MAX are remembered.
+ * Call it only once the proof's MAC is verified, so that no stranger can
+ * fill the table. Thread-safe. */
+FAWN_MUST_CHECK int broker_nonce_admit(broker_nonces *n, const char *nonce, int64_t timestamp,
+                                       int64_t now);
+
 /* ---- configuration and policy (policy.c) ---- */
 
 /* One environment entry of a CLI: a constant, the CLI's credential
@@ -157,6 +233,7 @@ typedef struct broker_cli {
 typedef struct broker_config {
     broker_cli clis[BROKER_CLIS_MAX];
     size_t n_clis;
+    char *listen; /* broker.listen: "IP:PORT" for boxes that call over the network, or NULL */
     uint32_t max_concurrent;
     uint32_t max_concurrent_per_sandbox;
 } broker_config;
@@ -194,6 +271,28 @@ void broker_sandbox_bound(void *broker_ctx, const char *user, const char *thread
 
 /* Stops accepting, kills the calls in progress, waits for them, frees (NULL is fine). */
 void broker_free(broker *b);
+
+/* ---- a pod's relay (relay.c: the box's side of the shim) ---- */
+
+typedef struct broker_relay_config {
+    const char *dir;         /* its socket and shims, mounted at SBX_BROKER_MOUNT in the box */
+    const char *address;     /* the broker's "HOST:PORT" */
+    const char *clis;        /* the CLIs' names joined by "," */
+    const char *attest_file; /* the pod's secret, read again for each call */
+    const char *sandbox_id, *user, *pod_uid;
+} broker_relay_config;
+
+typedef struct broker_relay broker_relay;
+
+/* Writes shims for cfg->clis into cfg->dir, listens at its socket and
+ * relays each call to cfg->address with its proof (a thread of the
+ * caller's; start it once the process is otherwise single-threaded work
+ * done). FAWN_EINVAL for a malformed name list or address, FAWN_EIO when
+ * the directory or socket cannot be made. Stop with broker_relay_stop. */
+FAWN_MUST_CHECK int broker_relay_start(broker_relay **out, const broker_relay_config *cfg);
+
+/* Stops accepting, waits for calls being relayed, frees (NULL is fine). */
+void broker_relay_stop(broker_relay *r);
 
 /* ---- the shim (what `fawn broker-call` runs inside a sandbox) ---- */
 

@@ -186,6 +186,11 @@ static int parse_section(broker_config *out, const json_t *section) {
     if (r == 0)
         r = get_number(&out->max_concurrent_per_sandbox, section, "max_concurrent_per_sandbox",
                        "broker", BROKER_CONCURRENT_PER_SANDBOX_DEFAULT, 1, BROKER_CONCURRENT_MAX);
+    const json_t *listen = json_object_get(section, "listen");
+    if (r == 0 && listen && !json_is_string(listen))
+        r = fawn_err(FAWN_ECONFIG, "broker.listen must be IP:PORT");
+    if (r == 0 && listen && !(out->listen = strdup(json_string_value(listen))))
+        r = fawn_err(FAWN_ENOMEM, "out of memory");
     const json_t *clis = json_object_get(section, "clis");
     if (r == 0 && clis && (!json_is_array(clis) || json_array_size(clis) > BROKER_CLIS_MAX))
         r = fawn_err(FAWN_ECONFIG, "broker.clis must be a list of at most %d CLIs",
@@ -230,6 +235,7 @@ static void cli_free(broker_cli *cli) {
 void broker_config_free(broker_config *c) {
     for (size_t i = 0; i < c->n_clis; i++)
         cli_free(&c->clis[i]);
+    free(c->listen);
     memset(c, 0, sizeof *c);
 }
 

@@ -19,6 +19,7 @@
 
 #include "base/base.h"
 #include "box/attest.h"
+#include "broker/broker.h"
 #include "sandbox/local.h"
 #include "config/config.h"
 #include "cli/cli.h"
@@ -32,7 +33,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: fawn box --listen HOST:PORT|unix:SOCKET --token-file PATH [--user-data DIR]\n"
             "                [--skills-dir DIR] [--idle-exit SECONDS] [--config FILE]\n"
-            "                [--attest-file PATH]\n\n"
+            "                [--attest-file PATH [--broker HOST:PORT --broker-clis NAMES]]\n\n"
             "Serves the box API (docs/box-api.md) over TCP for remote placement: as the\n"
             "entry point of a container, a pod or a VM, or on a plain host; with\n"
             "unix:SOCKET, on a unix socket made at that path (mode 0600) instead, for a\n"
@@ -50,7 +51,9 @@ static void usage(FILE *out) {
             "user's runs may see. --attest-file (a Kubernetes pod) names the pod's\n"
             "attestation secret: the box then answers POST /v1/attest for the sandbox\n"
             "$FAWN_SANDBOX_ID of $FAWN_USER in the pod $FAWN_POD_UID, whose UID is its\n"
-            "generation (docs/kubernetes.md).\n",
+            "generation (docs/kubernetes.md). With it, --broker and --broker-clis relay\n"
+            "the commands' calls of the credential broker's CLIs NAMES (comma-separated)\n"
+            "to the broker at HOST:PORT, each with a proof made from that secret.\n",
             BOX_TOKEN_MIN);
 }
 
@@ -127,9 +130,10 @@ static int read_token(char *out, const char *path) {
 
 typedef struct box_args {
     const char *listen, *token_file, *config, *user_data;
-    const char *attest_file; /* NULL: no attestation */
-    const char *skills_dir;  /* NULL: sandbox.skills_dir */
-    uint32_t idle_exit_s;    /* 0 = never */
+    const char *attest_file;          /* NULL: no attestation */
+    const char *broker, *broker_clis; /* the broker relay's address and CLIs, or NULL */
+    const char *skills_dir;           /* NULL: sandbox.skills_dir */
+    uint32_t idle_exit_s;             /* 0 = never */
 } box_args;
 
 /* The longest --idle-exit: sandbox.idle_timeout_s's own bound (a week). */
@@ -154,6 +158,8 @@ static int parse_args(box_args *a, int argc, char **argv) {
         {"idle-exit", required_argument, 0, 'i'},
         {"skills-dir", required_argument, 0, 's'},
         {"attest-file", required_argument, 0, 'a'},
+        {"broker", required_argument, 0, 'b'},
+        {"broker-clis", required_argument, 0, 'n'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -167,6 +173,8 @@ static int parse_args(box_args *a, int argc, char **argv) {
         case 'u': a->user_data = optarg; break;
         case 's': a->skills_dir = optarg; break;
         case 'a': a->attest_file = optarg; break;
+        case 'b': a->broker = optarg; break;
+        case 'n': a->broker_clis = optarg; break;
         case 'i':
             if (parse_idle_exit(&a->idle_exit_s, optarg) < 0)
                 return FAWN_EINVAL;
@@ -177,6 +185,8 @@ static int parse_args(box_args *a, int argc, char **argv) {
     }
     if (!a->listen || !a->token_file)
         return fawn_err(FAWN_EINVAL, "--listen and --token-file are required");
+    if ((a->broker || a->broker_clis) && !(a->broker && a->broker_clis && a->attest_file))
+        return fawn_err(FAWN_EINVAL, "--broker needs --broker-clis and --attest-file");
     return 0;
 }
 
@@ -209,6 +219,26 @@ static int pod_attest_load(box_attest *out, char generation[33], const char *att
     return r;
 }
 
+/* The credential broker's relay for the box's commands (started once the
+ * box runs); when it cannot start, the box is stopped: a pod whose broker
+ * CLIs fail silently is worse than one that does not start. */
+static int relay_start(broker_relay **out, const box_args *a, const char *dir,
+                       const box_attest *attest, pid_t box) {
+    broker_relay_config rc = {.dir = dir,
+                              .address = a->broker,
+                              .clis = a->broker_clis,
+                              .attest_file = a->attest_file,
+                              .sandbox_id = attest->sandbox_id,
+                              .user = attest->user,
+                              .pod_uid = attest->pod_uid};
+    int r = broker_relay_start(out, &rc);
+    if (r < 0) {
+        kill(box, SIGKILL);
+        (void)wait_box(box);
+    }
+    return r;
+}
+
 static int serve_tcp(const box_args *a, const fawn_config *cfg, const char *token) {
     char hex[65], sandbox_id[17];
     fawn_sha256_hex(hex, a->user_data, strlen(a->user_data));
@@ -232,14 +262,22 @@ static int serve_tcp(const box_args *a, const fawn_config *cfg, const char *toke
                               .die_with_launcher = true,
                               .attest = a->attest_file ? &attest : NULL,
                               .generation = a->attest_file ? pod_generation : NULL};
+    char broker_dir[PATH_MAX] = "";
+    if (a->broker && (r = local_broker_dir(broker_dir, cfg, sandbox_id)) < 0)
+        return r;
+    spec.broker_dir = a->broker ? broker_dir : NULL;
     pid_t pid;
     char generation[33];
     r = local_launch(&pid, generation, &spec);
+    broker_relay *relay = NULL;
+    if (r == 0 && a->broker && (r = relay_start(&relay, a, broker_dir, &attest, pid)) < 0)
+        local_launch_cleanup(cfg, sandbox_id);
     sodium_memzero(&attest, sizeof attest);
     if (r < 0)
         return r;
     log_info("box", "serving on %s (generation %s)", a->listen, generation);
     r = wait_box(pid);
+    broker_relay_stop(relay);
     local_launch_cleanup(cfg, sandbox_id);
     return r;
 }

@@ -41,11 +41,13 @@ static const char *const known_keys[] = {"server",
                                          "capability_ttl_s",
                                          "capability_negative_ttl_s",
                                          "cpu_millis",
+                                         "broker_address",
                                          NULL};
 
 void kube_config_free(kube_provider_config *c) {
-    char **strings[] = {&c->server,     &c->ca_file, &c->ca_pem,        &c->token_file,
-                        &c->namespace_, &c->image,   &c->runtime_class, &c->attest_key_file};
+    char **strings[] = {&c->server,         &c->ca_file,    &c->ca_pem,        &c->token_file,
+                        &c->namespace_,     &c->image,      &c->runtime_class, &c->attest_key_file,
+                        &c->broker_address, &c->broker_clis};
     for (size_t i = 0; i < ARRAY_LEN(strings); i++) {
         free(*strings[i]);
         *strings[i] = NULL;
@@ -398,6 +400,52 @@ static int names(kube_provider_config *c, const json_t *tree, const fawn_config 
     return r;
 }
 
+/* A broker CLI's name as broker.clis names them (src/broker/policy.c
+ * refuses the section otherwise): it becomes a shim's file name in the pod. */
+static bool cli_name(const char *s) {
+    size_t n = s ? strlen(s) : 0;
+    return n > 0 && n <= 64 && s[0] != '.' &&
+           strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+}
+
+/* "HOST:PORT" that pods dial: a DNS name or an address, and a port. */
+static bool dial_address(const char *s) {
+    const char *colon = s ? strrchr(s, ':') : NULL;
+    if (!colon || colon == s || strlen(colon + 1) == 0 || strlen(colon + 1) > 5 ||
+        strspn(colon + 1, "0123456789") != strlen(colon + 1) || atoi(colon + 1) < 1 ||
+        atoi(colon + 1) > 65535)
+        return false;
+    size_t host = (size_t)(colon - s);
+    return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]") >= host;
+}
+
+/* With broker.clis: where pods reach the broker (broker_address, required
+ * then) and the names of its CLIs, joined by commas (the pods' shims). */
+static int broker_settings(kube_provider_config *c, const json_t *tree, const fawn_config *cfg) {
+    const json_t *clis = json_object_get(cfg->broker, "clis");
+    int r = string_key(&c->broker_address, tree, "broker_address", false);
+    if (r < 0 || json_array_size(clis) == 0)
+        return r;
+    if (!dial_address(c->broker_address))
+        return fawn_err(FAWN_ECONFIG, KUBE_SECTION ".broker_address: HOST:PORT where pods reach "
+                                                   "the credential broker is required with "
+                                                   "broker.clis");
+    fbuf names = {0};
+    size_t i;
+    const json_t *v;
+    json_array_foreach(clis, i, v) {
+        const char *name = json_string_value(json_object_get(v, "name"));
+        if (r == 0 && !cli_name(name))
+            r = fawn_err(FAWN_ECONFIG, "broker.clis[%zu].name must be a command name", i);
+        if (r == 0)
+            r = fbuf_printf(&names, "%s%s", i ? "," : "", name);
+    }
+    if (r == 0 && !(c->broker_clis = strdup(names.data)))
+        r = fawn_err(FAWN_ENOMEM, "out of memory");
+    fbuf_free(&names);
+    return r;
+}
+
 int kube_config_from(kube_provider_config *out, const fawn_config *cfg) {
     *out = (kube_provider_config){0};
     const json_t *tree = cfg->sandbox.kubernetes;
@@ -410,6 +458,8 @@ int kube_config_from(kube_provider_config *out, const fawn_config *cfg) {
         r = timeouts(out, tree);
     if (r == 0)
         r = credentials(out, tree);
+    if (r == 0)
+        r = broker_settings(out, tree, cfg);
     out->idle_exit_s = cfg->sandbox.idle_timeout_s;
     out->memory_mb = cfg->sandbox.limits.memory_mb;
     out->disk_mb = cfg->sandbox.limits.disk_mb;
@@ -445,10 +495,19 @@ static json_t *box_args(const kube_provider_config *c) {
     char listen[32], idle[16];
     snprintf(listen, sizeof listen, "0.0.0.0:%u", c->box_port);
     snprintf(idle, sizeof idle, "%u", c->idle_exit_s);
-    return json_pack("[s, s, s, s, s, s, s, s, s, s, s, s]", "fawn", "box", "--listen", listen,
-                     "--token-file", KUBE_SECRET_MOUNT "/token", "--attest-file",
-                     KUBE_SECRET_MOUNT "/attest", "--user-data", "/mnt/user-data", "--idle-exit",
-                     idle);
+    json_t *args = json_pack("[s, s, s, s, s, s, s, s, s, s, s, s]", "fawn", "box", "--listen",
+                             listen, "--token-file", KUBE_SECRET_MOUNT "/token", "--attest-file",
+                             KUBE_SECRET_MOUNT "/attest", "--user-data", "/mnt/user-data",
+                             "--idle-exit", idle);
+    if (args && c->broker_clis &&
+        (json_array_append_new(args, json_string("--broker")) < 0 ||
+         json_array_append_new(args, json_string(c->broker_address)) < 0 ||
+         json_array_append_new(args, json_string("--broker-clis")) < 0 ||
+         json_array_append_new(args, json_string(c->broker_clis)) < 0)) {
+        json_decref(args);
+        return NULL;
+    }
+    return args;
 }
 
 static json_t *box_env(const char *sandbox_id, const char *user) {

@@ -1,6 +1,7 @@
 /* The Kubernetes provider (see kubernetes.h): the operations over the REST
  * API (libcurl), the pod and its Secret, readiness, confirmed deletion,
  * attestation and the capability probe. */
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -737,6 +738,72 @@ static int kube_attest(void *ctx, enum sbx_attestation *out, const sbx_box *box,
     return r;
 }
 
+/* ---- broker callers ---- */
+
+/* Whether two numeric addresses are the same (IPv4 or IPv6, any spelling). */
+static bool address_equal(const char *a, const char *b) {
+    uint8_t x[16], y[16];
+    if (!a || !b)
+        return false;
+    if (inet_pton(AF_INET, a, x) == 1)
+        return inet_pton(AF_INET, b, y) == 1 && memcmp(x, y, 4) == 0;
+    return inet_pton(AF_INET6, a, x) == 1 && inet_pton(AF_INET6, b, y) == 1 &&
+           memcmp(x, y, 16) == 0;
+}
+
+enum sbx_attestation kube_caller_judge(const uint8_t key[BOX_ATTEST_KEY_BYTES],
+                                       const sbx_remote_caller *c, const char *pod_uid,
+                                       const char *pod_ip) {
+    box_attest expect = {0};
+    char mac[BOX_ATTEST_PROOF_HEX + 1] = "";
+    snprintf(expect.sandbox_id, sizeof expect.sandbox_id, "%s", c->sandbox_id);
+    snprintf(expect.user, sizeof expect.user, "%s", c->user);
+    if (placement_hex_valid(c->generation, SBX_GENERATION_LEN))
+        uid_of(expect.pod_uid, c->generation);
+    bool mac_ok = box_attest_pod_secret(expect.secret, key, expect.sandbox_id, c->user,
+                                        expect.pod_uid) == 0 &&
+                  box_attest_call_mac(mac, &expect, c->timestamp, c->nonce, c->request_sha256) ==
+                      0 &&
+                  box_attest_proof_equal(c->mac, mac);
+    sodium_memzero(&expect.secret, sizeof expect.secret);
+    sodium_memzero(mac, sizeof mac);
+    bool from_pod = expect.pod_uid[0] && pod_uid && strcmp(pod_uid, expect.pod_uid) == 0 &&
+                    address_equal(pod_ip, c->address);
+    if (mac_ok && from_pod)
+        return SBX_ATTESTED;
+    return mac_ok || from_pod ? SBX_REFUSED : SBX_ATTEST_UNKNOWN;
+}
+
+/* The API's record of the caller's sandbox's pod (a GET now: its UID and
+ * IP as they are), then kube_caller_judge. No answer from the API is
+ * unknown. */
+static int kube_attest_remote(void *ctx, enum sbx_attestation *out, const sbx_remote_caller *c) {
+    *out = SBX_ATTEST_UNKNOWN;
+    const kube_provider *kp = ctx;
+    if (!placement_hex_valid(c->sandbox_id, 16))
+        return fawn_err(FAWN_EINVAL, "invalid sandbox id");
+    kube_pod pod;
+    enum pod_seen seen = pod_get(&pod, kp, c->sandbox_id);
+    if (seen == POD_UNKNOWN)
+        return err_wrap(FAWN_EIO, "the sandbox's pod could not be looked up");
+    bool present = seen == POD_PRESENT;
+    const char *pod_ip = present ? pod.pod_ip : "";
+    *out = kube_caller_judge(kp->key, c, present ? pod.uid : NULL, present ? pod_ip : NULL);
+    /* Which check failed, for the operator: a source address rewritten on
+     * the way (masquerading) refuses every call of a pod. */
+    const char *why = *out == SBX_ATTESTED                ? ""
+                      : !present                          ? " (the API has no such pod)"
+                      : address_equal(pod_ip, c->address) ? " (a wrong proof from its pod)"
+                                                          : " (not from the pod's IP)";
+    log_info("sandbox", "sandbox %s broker caller at %s: %s%s; the pod's IP is %s", c->sandbox_id,
+             c->address,
+             *out == SBX_ATTESTED  ? "attested"
+             : *out == SBX_REFUSED ? "refused"
+                                   : "not its pod",
+             why, pod_ip[0] ? pod_ip : "-");
+    return 0;
+}
+
 /* ---- the provider ---- */
 
 /* Reads the gateway's attestation key, making it (0600, random) when the
@@ -796,6 +863,8 @@ static int config_copy(kube_provider_config *out, const kube_provider_config *in
     out->image = dup_or_null(in->image, &ok);
     out->runtime_class = dup_or_null(in->runtime_class, &ok);
     out->attest_key_file = dup_or_null(in->attest_key_file, &ok);
+    out->broker_address = dup_or_null(in->broker_address, &ok);
+    out->broker_clis = dup_or_null(in->broker_clis, &ok);
     return ok ? 0 : fawn_err(FAWN_ENOMEM, "out of memory");
 }
 
@@ -829,7 +898,8 @@ int kube_provider_new(sbx_provider **out, const kube_provider_config *cfg) {
                               .list = kube_list,
                               .call = kube_call,
                               .call_file = kube_call_file,
-                              .attest = kube_attest};
+                              .attest = kube_attest,
+                              .attest_remote = cfg->broker_clis ? kube_attest_remote : NULL};
     *out = &kp->base;
     return 0;
 }

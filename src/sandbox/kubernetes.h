@@ -29,6 +29,11 @@
  * - Pods are hardened: non-root, no capabilities, no privilege escalation,
  *   read-only root, seccomp RuntimeDefault, no service account token, no
  *   service links; resources from sandbox.limits (kube_pod_manifest).
+ * - Credential broker calls (with broker.clis): the pod's box relays its
+ *   commands' calls to broker_address with a MAC of the pod's secret over
+ *   the request (box_attest_call_mac); a call counts only when that MAC is
+ *   right for the sandbox, user and pod UID the gateway's records hold and
+ *   it came from the pod's IP as the API reports it (kube_caller_judge).
  * - Traffic goes only where the configuration says: the API server named
  *   (https, or http to a loopback address only) and pod IPs the API gives. */
 #ifndef FAWN_SANDBOX_KUBERNETES_H
@@ -69,6 +74,8 @@ typedef struct kube_provider_config {
     uint32_t idle_exit_s;                /* the box's --idle-exit (sandbox.idle_timeout_s) */
     uint64_t memory_mb, disk_mb, tmp_mb; /* from sandbox.limits */
     uint32_t cpu_millis;                 /* limits.cpu in millicores; 0 = none */
+    char *broker_address; /* "HOST:PORT" pods dial for the credential broker, or NULL */
+    char *broker_clis;    /* the broker's CLI names joined by ",", or NULL: no broker */
 } kube_provider_config;
 
 /* sandbox.kubernetes of cfg → *out (FAWN_ECONFIG naming the key; see
@@ -100,5 +107,18 @@ json_t *kube_pod_manifest(const kube_provider_config *cfg, const char *sandbox_i
  * answered 200 with another proof, or 404 (it has no attestation); else
  * SBX_ATTEST_UNKNOWN. reply may be NULL. Exposed for tests. */
 enum sbx_attestation kube_attest_judge(int status, const json_t *reply, const char *expected);
+
+/* Whether caller (a broker call, see sbx_remote_caller) is the pod of its
+ * sandbox: its MAC recomputed from key for the record's sandbox, user and
+ * pod UID (from caller->generation) and compared in constant time, and
+ * pod_uid and pod_ip (the API's record of the sandbox's pod; NULL when
+ * there is none) equal to that UID and to the caller's address.
+ * SBX_ATTESTED when both hold; SBX_REFUSED when one does (the pod sent a
+ * wrong proof, or its proof came from elsewhere); SBX_ATTEST_UNKNOWN when
+ * neither (a stranger: nothing ties the call to the sandbox). Exposed for
+ * tests. */
+enum sbx_attestation kube_caller_judge(const uint8_t key[BOX_ATTEST_KEY_BYTES],
+                                       const sbx_remote_caller *caller, const char *pod_uid,
+                                       const char *pod_ip);
 
 #endif

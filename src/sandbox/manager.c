@@ -1594,7 +1594,21 @@ int sbx_fence_generation(sbx_manager *m, const char *sandbox_id, const char *gen
     return r;
 }
 
-bool sbx_broker_supported(const sbx_manager *m) { return m->p->broker_dir && m->p->attest_peer; }
+bool sbx_broker_supported(const sbx_manager *m) {
+    return (m->p->broker_dir && m->p->attest_peer) || m->p->attest_remote;
+}
+
+bool sbx_broker_remote(const sbx_manager *m) { return m->p->attest_remote != NULL; }
+
+int sbx_attest_remote(enum sbx_attestation *out, sbx_manager *m, const sbx_remote_caller *caller) {
+    *out = SBX_ATTEST_UNKNOWN;
+    if (!m->p->attest_remote)
+        return fawn_err(FAWN_EUNSUP, "the %s provider cannot attest a caller", m->p->name);
+    int r = m->p->attest_remote(m->p->ctx, out, caller);
+    if (r < 0)
+        *out = SBX_ATTEST_UNKNOWN;
+    return r;
+}
 
 int sbx_broker_dir(char out[PATH_MAX], sbx_manager *m, const char *sandbox_id) {
     out[0] = '\0';

@@ -43,7 +43,9 @@
  * - Broker: credentials are usable only while an execution lease holds the
  *   sandbox at the generation the broker serves (sbx_holding_find); the
  *   provider names the directory mounted for it and attests callers by the
- *   kernel's word (sbx_broker_dir, sbx_attest_peer; src/broker/broker.h).
+ *   kernel's word (sbx_broker_dir, sbx_attest_peer), or, for boxes that
+ *   reach the broker over the network, by the proof they send and its own
+ *   records (sbx_attest_remote; src/broker/broker.h).
  * - Scopes: an acquisition with a scope ("run:agent") gets that scope's own
  *   persistent shell session in the sandbox; acquiring a scope again is
  *   idempotent; when its last lease is released its session ends, and only
@@ -129,6 +131,19 @@ typedef struct sbx_peer {
     int pidfd;
 } sbx_peer;
 
+/* A credential broker caller that came over the network (a pod's relay,
+ * src/broker/relay.c): what it named and proved, and where it came from.
+ * sandbox_id and generation are the manager's record's (an execution lease
+ * holds them: sbx_holding_find), user the user that record holds it for. */
+typedef struct sbx_remote_caller {
+    const char *sandbox_id, *generation, *user;
+    const char *address;        /* the caller's IP address, numeric text */
+    int64_t timestamp;          /* seconds since the epoch, as the caller sent it */
+    const char *nonce;          /* 64 lowercase hex */
+    const char *mac;            /* what the caller sent: untrusted */
+    const char *request_sha256; /* the hash of the request received, 64 lowercase hex */
+} sbx_remote_caller;
+
 /* Whether a box proved it is the one its provider started for the sandbox
  * (a Kubernetes pod's attestation, box/attest.h), or whether a broker peer
  * is a process of a given sandbox. UNKNOWN (no usable answer: a peer's /proc
@@ -194,6 +209,10 @@ typedef struct sbx_provider {
     int (*broker_dir)(void *ctx, char out[PATH_MAX], const char *sandbox_id);
     int (*attest_peer)(void *ctx, enum sbx_attestation *out, const char *sandbox_id,
                        const struct sbx_peer *peer);
+    /* Broker support over the network instead (no broker_dir): whether
+     * caller is sandbox_id's box by the proof it sent (see
+     * sbx_attest_remote); NULL when the provider has none. */
+    int (*attest_remote)(void *ctx, enum sbx_attestation *out, const sbx_remote_caller *caller);
 } sbx_provider;
 
 /* The local provider: boxes in fresh namespaces on this host (local.c),
@@ -383,8 +402,13 @@ FAWN_MUST_CHECK int sbx_holding_find(sbx_holding *out, sbx_manager *m, const cha
 FAWN_MUST_CHECK int sbx_fence_generation(sbx_manager *m, const char *sandbox_id,
                                          const char *generation, const char *reason);
 
-/* Whether the provider can host the broker (broker_dir and attest). */
+/* Whether the provider can host the broker (broker_dir and attest_peer,
+ * or attest_remote). */
 bool sbx_broker_supported(const sbx_manager *m);
+
+/* Whether the provider's boxes reach the broker over the network
+ * (attest_remote) rather than through a directory it mounts. */
+bool sbx_broker_remote(const sbx_manager *m);
 
 /* The provider's broker directory for sandbox_id (see sbx_provider);
  * FAWN_EUNSUP when the provider has no broker support. */
@@ -395,6 +419,15 @@ FAWN_MUST_CHECK int sbx_broker_dir(char out[PATH_MAX], sbx_manager *m, const cha
  * FAWN_EUNSUP when the provider cannot attest. */
 FAWN_MUST_CHECK int sbx_attest_peer(enum sbx_attestation *out, sbx_manager *m,
                                     const char *sandbox_id, const sbx_peer *peer);
+
+/* Whether caller is the box of caller->sandbox_id at caller->generation,
+ * by its proof and the provider's own records (the provider's
+ * attest_remote): SBX_REFUSED when the sandbox's box sent a wrong proof or
+ * its proof came from elsewhere; SBX_ATTEST_UNKNOWN when nothing could be
+ * checked or the caller cannot be told from a stranger (*out on every
+ * failure; FAWN_EUNSUP when the provider has no such attestation). */
+FAWN_MUST_CHECK int sbx_attest_remote(enum sbx_attestation *out, sbx_manager *m,
+                                      const sbx_remote_caller *caller);
 
 /* The one reuse predicate: false when (sandbox_id, generation) is fenced
  * (or cannot be checked). */

@@ -9,6 +9,10 @@
 
 #include "support.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "base/json.h"
 #include "broker/broker.h"
 #include "config/config.h"
@@ -242,6 +246,129 @@ static void test_wire_refuses_malformed(void **state) {
 /* A provider without broker support (no per-sandbox directory, no
  * attestation) cannot host configured CLIs: the gateway does not start,
  * rather than run without attestation. With no CLI there is no broker. */
+#define P_SID "0123456789abcdef"
+#define P_UID "0f8a2c34-5b6d-4e7f-8a9b-0c1d2e3f4a5b"
+#define NONCE1 "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+#define NONCE2 "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100"
+
+static broker_proof proof_fixture(void) {
+    broker_proof p = {.timestamp = 1700000000};
+    snprintf(p.sandbox_id, sizeof p.sandbox_id, P_SID);
+    snprintf(p.pod_uid, sizeof p.pod_uid, P_UID);
+    snprintf(p.nonce, sizeof p.nonce, NONCE1);
+    snprintf(p.mac, sizeof p.mac, NONCE2);
+    return p;
+}
+
+/* A proof line round-trips; every byte changed, every truncation and every
+ * malformed field is refused. */
+static void test_proof_line(void **state) {
+    (void)state;
+    broker_proof p = proof_fixture(), q;
+    char line[BROKER_PROOF_LEN + 1];
+    assert_int_equal(broker_proof_format(line, &p), 0);
+    assert_int_equal(strlen(line), BROKER_PROOF_LEN);
+    assert_int_equal(broker_proof_parse(&q, line, BROKER_PROOF_LEN), 0);
+    assert_memory_equal(&p, &q, sizeof p);
+    for (size_t i = 0; i < BROKER_PROOF_LEN; i++) {
+        char bad[BROKER_PROOF_LEN + 1];
+        memcpy(bad, line, sizeof bad);
+        bad[i] = 'X';
+        assert_int_equal(broker_proof_parse(&q, bad, BROKER_PROOF_LEN), FAWN_EPROTO);
+        assert_string_equal(q.sandbox_id, ""); /* zeroed on failure */
+        assert_int_equal(broker_proof_parse(&q, line, i), FAWN_EPROTO);
+    }
+    /* Uppercase hex, a time past INT64_MAX, a line too long. */
+    char bad[BROKER_PROOF_LEN + 2];
+    memcpy(bad, line, BROKER_PROOF_LEN + 1);
+    bad[5] = 'A';
+    assert_int_equal(broker_proof_parse(&q, bad, BROKER_PROOF_LEN), FAWN_EPROTO);
+    memcpy(bad, line, BROKER_PROOF_LEN + 1);
+    memcpy(bad + 59, "9999999999999999999", 19);
+    assert_int_equal(broker_proof_parse(&q, bad, BROKER_PROOF_LEN), FAWN_EPROTO);
+    memcpy(bad, line, BROKER_PROOF_LEN + 1);
+    bad[BROKER_PROOF_LEN] = '\n';
+    assert_int_equal(broker_proof_parse(&q, bad, BROKER_PROOF_LEN + 1), FAWN_EPROTO);
+    /* Nothing malformed is written either. */
+    p.pod_uid[3] = 'G';
+    assert_int_equal(broker_proof_format(line, &p), FAWN_EINVAL);
+    assert_string_equal(line, "");
+    p = proof_fixture();
+    p.timestamp = -1;
+    assert_int_equal(broker_proof_format(line, &p), FAWN_EINVAL);
+}
+
+/* A proof is taken once, and only near the gateway's time; a full table
+ * refuses rather than forgets. */
+static void test_nonces_refuse_replay(void **state) {
+    (void)state;
+    broker_nonces *n = NULL;
+    const int64_t now = 1700000000, w = BROKER_PROOF_WINDOW_S;
+    assert_int_equal(broker_nonces_new(&n), 0);
+    assert_int_equal(broker_nonce_admit(n, NONCE1, now, now), 0);
+    assert_true(broker_nonce_seen(n, NONCE1, now + 1));
+    assert_false(broker_nonce_seen(n, NONCE2, now + 1));
+    assert_int_equal(broker_nonce_admit(n, NONCE1, now, now + 1), FAWN_EEXIST);
+    assert_int_equal(broker_nonce_admit(n, NONCE1, now, now + w), FAWN_EEXIST);
+    /* Past its window the nonce is forgotten, and its proof refused by time. */
+    assert_false(broker_nonce_seen(n, NONCE1, now + w + 1));
+    assert_false(broker_proof_current(now, now + w + 1));
+    assert_true(broker_proof_current(now - w, now));
+    assert_int_equal(broker_nonce_admit(n, NONCE1, now, now + w + 1), FAWN_ETIMEDOUT);
+    assert_int_equal(broker_nonce_admit(n, NONCE2, now - w - 1, now), FAWN_ETIMEDOUT);
+    assert_int_equal(broker_nonce_admit(n, NONCE2, now + w + 1, now), FAWN_ETIMEDOUT);
+    assert_int_equal(broker_nonce_admit(n, NONCE2, now + w, now), 0);
+    assert_int_equal(broker_nonce_admit(n, NONCE2, now, now), FAWN_EEXIST);
+    broker_nonces_free(n);
+    assert_int_equal(broker_nonces_new(&n), 0);
+    char nonce[65];
+    for (int i = 0; i < BROKER_NONCES_MAX; i++) {
+        snprintf(nonce, sizeof nonce, "%064x", i);
+        assert_int_equal(broker_nonce_admit(n, nonce, now, now), 0);
+    }
+    snprintf(nonce, sizeof nonce, "%064x", BROKER_NONCES_MAX);
+    assert_int_equal(broker_nonce_admit(n, nonce, now, now), FAWN_EBUSY);
+    /* Once their window passed, there is room again. */
+    assert_int_equal(broker_nonce_admit(n, nonce, now + w + 1, now + w + 1), 0);
+    broker_nonces_free(n);
+}
+
+/* A port of 127.0.0.1 free a moment ago. */
+static int free_port(void) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static int attest_remote_never(void *ctx, enum sbx_attestation *out,
+                               const sbx_remote_caller *caller) {
+    (void)ctx;
+    (void)caller;
+    *out = SBX_ATTEST_UNKNOWN;
+    return 0;
+}
+
+static int broker_dir_none(void *ctx, char out[PATH_MAX], const char *sandbox_id) {
+    (void)ctx;
+    (void)sandbox_id;
+    out[0] = '\0';
+    return FAWN_EUNSUP;
+}
+
+static int attest_peer_never(void *ctx, enum sbx_attestation *out, const char *sandbox_id,
+                             const sbx_peer *peer) {
+    (void)ctx;
+    (void)sandbox_id;
+    (void)peer;
+    *out = SBX_ATTEST_UNKNOWN;
+    return 0;
+}
+
 static void test_broker_needs_a_provider_that_attests(void **state) {
     (void)state;
     char home[] = "/tmp/fawn-broker-unit-XXXXXX";
@@ -270,6 +397,34 @@ static void test_broker_needs_a_provider_that_attests(void **state) {
     assert_null(b);
     config_free(&cfg);
     sbx_manager_free(m);
+    /* A provider whose boxes call over the network needs broker.listen,
+     * and only it may have one. */
+    fake_provider_iface(fp)->attest_remote = attest_remote_never;
+    assert_int_equal(sbx_manager_new(&m, &mc, fake_provider_iface(fp), st, policy), 0);
+    assert_true(sbx_broker_remote(m));
+    assert_int_equal(config_load_string(&cfg, yaml, strlen(yaml)), 0);
+    assert_int_equal(broker_new(&b, &cfg, m), FAWN_ECONFIG);
+    check_contains("message", fawn_errmsg(), "broker.listen: required");
+    config_free(&cfg);
+    char *tcp = strf("home: %s\nbroker: {listen: '127.0.0.1:%d', clis: [{name: x, binary: "
+                     "/bin/true, allow: [a]}]}\n",
+                     home, free_port());
+    assert_int_equal(config_load_string(&cfg, tcp, strlen(tcp)), 0);
+    assert_int_equal(broker_new(&b, &cfg, m), 0);
+    assert_non_null(b);
+    broker_free(b);
+    config_free(&cfg);
+    sbx_manager_free(m);
+    fake_provider_iface(fp)->attest_remote = NULL;
+    fake_provider_iface(fp)->broker_dir = broker_dir_none;
+    fake_provider_iface(fp)->attest_peer = attest_peer_never;
+    assert_int_equal(sbx_manager_new(&m, &mc, fake_provider_iface(fp), st, policy), 0);
+    assert_int_equal(config_load_string(&cfg, tcp, strlen(tcp)), 0);
+    assert_int_equal(broker_new(&b, &cfg, m), FAWN_ECONFIG);
+    check_contains("message", fawn_errmsg(), "broker.listen: only for");
+    config_free(&cfg);
+    free(tcp);
+    sbx_manager_free(m);
     fake_provider_free(fp);
     authz_policy_free(policy);
     store_close(st);
@@ -287,6 +442,8 @@ int main(void) {
         cmocka_unit_test(test_wire_round_trip),
         cmocka_unit_test(test_wire_refuses_malformed),
         cmocka_unit_test(test_broker_needs_a_provider_that_attests),
+        cmocka_unit_test(test_proof_line),
+        cmocka_unit_test(test_nonces_refuse_replay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

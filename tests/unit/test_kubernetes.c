@@ -664,6 +664,129 @@ static void test_manifest_is_hardened(void **state) {
     json_decref(pod);
 }
 
+/* With broker.clis, pods get the relay's address and the CLIs' names. */
+static void test_config_broker(void **state) {
+    (void)state;
+    const char *base = "sandbox:\n  provider: kubernetes\n  kubernetes:\n"
+                       "    server: http://127.0.0.1:6443\n    token_file: /t\n    image: i\n";
+    const char *clis = "broker:\n  listen: 0.0.0.0:7070\n  clis:\n"
+                       "  - {name: lark-cli, binary: /bin/true, allow: [a]}\n"
+                       "  - {name: gh, binary: /bin/true, allow: [a]}\n";
+    kube_provider_config kc;
+    fawn_config cfg = {0};
+    char *yaml = strf("%s%s", base, clis);
+    assert_int_equal(config_load_string(&cfg, yaml, strlen(yaml)), 0);
+    assert_int_equal(kube_config_from(&kc, &cfg), FAWN_ECONFIG); /* where do pods dial? */
+    check_contains("message", fawn_errmsg(), "broker_address");
+    config_free(&cfg);
+    free(yaml);
+    yaml = strf("%s    broker_address: fawn-broker.fawn.svc:7070\n%s", base, clis);
+    assert_int_equal(config_load_string(&cfg, yaml, strlen(yaml)), 0);
+    assert_int_equal(kube_config_from(&kc, &cfg), 0);
+    assert_string_equal(kc.broker_clis, "lark-cli,gh");
+    json_t *pod = kube_pod_manifest(&kc, SID, USER, "t1");
+    _cleanup_free_ char *text = fjson_dump(pod);
+    check_contains("manifest", text,
+                   "\"--broker\",\"fawn-broker.fawn.svc:7070\",\"--broker-clis\",\"lark-cli,gh\"");
+    json_decref(pod);
+    kube_config_free(&kc);
+    config_free(&cfg);
+    free(yaml);
+    /* Without broker.clis, no relay. */
+    assert_int_equal(config_load_string(&cfg, base, strlen(base)), 0);
+    assert_int_equal(kube_config_from(&kc, &cfg), 0);
+    assert_null(kc.broker_clis);
+    kube_config_free(&kc);
+    config_free(&cfg);
+}
+
+#define SHA "5d41402abc4b2a76b9719d911017c592aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define SHA2 "5d41402abc4b2a76b9719d911017c592bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+#define GEN "0f8a2c345b6d4e7f8a9b0c1d2e3f4a5b"
+#define POD_IP "10.1.2.3"
+
+/* A broker call's MAC as a pod's relay makes it, from the secret key
+ * derives for (sandbox_id, user, pod_uid). */
+static void call_mac(char out[65], uint8_t key_byte, const char *sandbox_id, const char *user,
+                     const char *pod_uid, int64_t timestamp) {
+    uint8_t key[BOX_ATTEST_KEY_BYTES];
+    memset(key, key_byte, sizeof key);
+    box_attest a = {0};
+    snprintf(a.sandbox_id, sizeof a.sandbox_id, "%s", sandbox_id);
+    snprintf(a.user, sizeof a.user, "%s", user);
+    snprintf(a.pod_uid, sizeof a.pod_uid, "%s", pod_uid);
+    assert_int_equal(box_attest_pod_secret(a.secret, key, sandbox_id, user, pod_uid), 0);
+    assert_int_equal(box_attest_call_mac(out, &a, timestamp, NONCE, SHA), 0);
+}
+
+/* The broker's judgement of a pod's call: the MAC must be the one this
+ * gateway's key gives for the record's sandbox, user and pod, over this
+ * request at this time, and come from the pod's IP. */
+static void test_broker_caller_judge(void **state) {
+    (void)state;
+    uint8_t key[BOX_ATTEST_KEY_BYTES];
+    memset(key, 7, sizeof key);
+    char mac[65], bad[65];
+    call_mac(mac, 7, SID, USER, UID, 1000);
+    sbx_remote_caller c = {.sandbox_id = SID,
+                           .generation = GEN,
+                           .user = USER,
+                           .address = POD_IP,
+                           .timestamp = 1000,
+                           .nonce = NONCE,
+                           .mac = mac,
+                           .request_sha256 = SHA};
+    assert_int_equal(kube_caller_judge(key, &c, UID, POD_IP), SBX_ATTESTED);
+    /* From the pod's address, every wrong binding is refused: the pod lied. */
+    const struct {
+        uint8_t key;
+        const char *sandbox_id, *user, *pod_uid;
+    } wrong[] = {
+        {8, SID, USER, UID},                                    /* another secret */
+        {7, "fedcba9876543210", USER, UID},                     /* another sandbox */
+        {7, SID, "mallory", UID},                               /* another user */
+        {7, SID, USER, "11111111-2222-4333-8444-555555555555"}, /* another pod UID */
+    };
+    for (size_t i = 0; i < ARRAY_LEN(wrong); i++) {
+        call_mac(bad, wrong[i].key, wrong[i].sandbox_id, wrong[i].user, wrong[i].pod_uid, 1000);
+        c.mac = bad;
+        assert_int_equal(kube_caller_judge(key, &c, UID, POD_IP), SBX_REFUSED);
+    }
+    /* The right MAC for another request or another time proves nothing. */
+    c.mac = mac;
+    c.request_sha256 = SHA2;
+    assert_int_equal(kube_caller_judge(key, &c, UID, POD_IP), SBX_REFUSED);
+    c.request_sha256 = SHA;
+    c.timestamp = 1001;
+    assert_int_equal(kube_caller_judge(key, &c, UID, POD_IP), SBX_REFUSED);
+    c.timestamp = 1000;
+    /* Malformed MACs, from the pod: refused. */
+    const char *malformed[] = {"", "00", "zz", NULL};
+    for (size_t i = 0; malformed[i]; i++) {
+        c.mac = malformed[i];
+        assert_int_equal(kube_caller_judge(key, &c, UID, POD_IP), SBX_REFUSED);
+    }
+    c.mac = mac;
+    /* The pod's proof from elsewhere (its secret left the pod), or for a
+     * pod the API no longer has under that UID: refused. */
+    assert_int_equal(kube_caller_judge(key, &c, UID, "10.1.2.4"), SBX_REFUSED);
+    assert_int_equal(kube_caller_judge(key, &c, "11111111-2222-4333-8444-555555555555", POD_IP),
+                     SBX_REFUSED);
+    assert_int_equal(kube_caller_judge(key, &c, NULL, NULL), SBX_REFUSED);
+    /* The same address spelled as IPv6 maps to the pod's. */
+    c.address = "::ffff:10.1.2.3";
+    assert_int_equal(kube_caller_judge(key, &c, UID, "::ffff:10.1.2.3"), SBX_ATTESTED);
+    /* A wrong proof from another address ties the call to no sandbox. */
+    c.address = "10.9.9.9";
+    c.mac = bad;
+    assert_int_equal(kube_caller_judge(key, &c, UID, POD_IP), SBX_ATTEST_UNKNOWN);
+    /* A malformed generation in a record never attests. */
+    c.address = POD_IP;
+    c.mac = mac;
+    c.generation = "not-a-generation";
+    assert_int_not_equal(kube_caller_judge(key, &c, UID, POD_IP), SBX_ATTESTED);
+}
+
 /* A pod's attestation and generation cross the launch helper's exec. */
 static void test_launch_spec_carries_attestation(void **state) {
     fawn_config cfg = {0};
@@ -732,6 +855,8 @@ int main(void) {
         cmocka_unit_test(test_config_section),
         cmocka_unit_test(test_manifest_is_hardened),
         cmocka_unit_test(test_launch_spec_carries_attestation),
+        cmocka_unit_test(test_config_broker),
+        cmocka_unit_test(test_broker_caller_judge),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

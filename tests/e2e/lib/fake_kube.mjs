@@ -10,7 +10,8 @@
 //
 // Test hooks: every request is recorded; the next requests matching a
 // method and path can be made to fail (a status, a hang, or garbage); a
-// sandbox's pod can be given a wrong attestation secret; deleted pods can
+// sandbox's pod can be given a wrong attestation secret, at its start or
+// (its Secret's file rewritten) while it runs; deleted pods can
 // be made to linger (GETs still find them) for a number of GETs or forever.
 import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
@@ -247,6 +248,16 @@ export class FakeKube {
     });
     c.ports.find((p) => p.name === 'box').containerPort = port;
     pod.obj.status = { phase: 'Running', podIP: '127.0.0.1', podIPs: [{ ip: '127.0.0.1' }] };
+  }
+
+  /** Rewrites the attestation secret file of sandboxId's running pod with
+   * another secret, as an update of its Secret would: the box keeps the
+   * secret it read at start, its credential broker relay reads the file
+   * for each call. */
+  corruptAttestFile(sandboxId) {
+    const file = path.join(this.podOf(sandboxId).dir, 'fawn-secret', 'attest');
+    fs.rmSync(file);
+    fs.writeFileSync(file, crypto.randomBytes(32).toString('hex'), { mode: 0o400 });
   }
 
   /** The log of sandboxId's pod's box (for failure messages). */
