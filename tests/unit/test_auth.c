@@ -497,7 +497,7 @@ static void cache_keys_hide_the_credential(void **state) {
 static void cache_sees_another_gateway_at_once(void **state) {
     cache_fx *x = *state;
     store *other;
-    assert_int_equal(test_store_open(&other, x->path), 0);  /* another gateway */
+    assert_int_equal(test_store_open(&other, x->path), 0); /* another gateway */
     store_user u;
     int r;
     assert_true(cache_verify(x, &u, &r, alice_token, 0));
