@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "auth/auth.h"
-#include "store/db.h"
 #include "support.h"
 #include "unit/test_store_open.h"
 
@@ -261,26 +260,6 @@ static void user_emails(void **state) {
 
 /* ---- the cache of verified credentials ---- */
 
-/* The PostgreSQL server's conninfo (no dbname) when FAWN_TEST_PG names
- * one (scripts/pg-test-server.sh run ...): the cache's cases then run on
- * PostgreSQL (test_store_open), with two that only it has. */
-static const char *pg_server;
-
-/* Runs sql on the server's maintenance database. */
-static int pg_admin(const char *sql) {
-    char conninfo[512];
-    snprintf(conninfo, sizeof conninfo, "%s dbname=postgres", pg_server);
-    sdb *db;
-    int r = sdb_pg_open(&db, conninfo);
-    if (r == 0) {
-        r = sdb_exec(db, sql) == SDB_OK ? 0 : -1;
-        if (r < 0)
-            fprintf(stderr, "pg_admin: %s\n", sdb_errmsg(db));
-        sdb_close(db);
-    }
-    return r;
-}
-
 typedef struct cache_fx {
     char home[64], path[128];
     store *st;
@@ -522,7 +501,7 @@ static void pg_terminate_watchers(cache_fx *x) {
              "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '%s' "
              "AND application_name LIKE 'fawn-auth-watch-%%'",
              database);
-    assert_int_equal(pg_admin(sql), 0);
+    assert_int_equal(test_pg_admin(sql), 0);
 }
 
 /* PostgreSQL: while the connection that waits for notifications is lost,
@@ -594,10 +573,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(cache_unused_while_the_watch_is_lost, cache_setup,
                                         cache_teardown),
     };
-    pg_server = getenv("FAWN_TEST_PG");
-    if (pg_server && !pg_server[0])
-        pg_server = NULL;
-    if (pg_server)
+    /* On PostgreSQL (scripts/pg-test-server.sh run ...) the cache's cases,
+     * with two that only it has. */
+    if (test_pg_server())
         return cmocka_run_group_tests_name("auth cache on PostgreSQL", on_postgres, NULL, NULL);
     return cmocka_run_group_tests_name("auth", tests, NULL, NULL);
 }

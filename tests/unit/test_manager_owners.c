@@ -30,7 +30,7 @@
 #include "paths/paths.h"
 #include "sandbox/client.h"
 #include "sandbox/manager.h"
-#include "store/db.h"
+#include "unit/test_store_open.h"
 
 /* Budget of one command that should end at once. */
 #define CALL_MS 15000
@@ -40,9 +40,6 @@
 /* A ceiling on waiting for a heartbeat to be seen: it only catches hangs. */
 #define SEEN_WITHIN_MS 20000
 
-/* The PostgreSQL server's conninfo (no dbname), or NULL: SQLite. */
-static const char *pg_server;
-
 typedef struct gateway {
     const char *id;
     sbx_provider *provider;
@@ -51,29 +48,12 @@ typedef struct gateway {
 
 typedef struct fx {
     char home[64];
-    char db[512]; /* SQLite path or PostgreSQL conninfo */
-    char pg_name[64];
+    char db[128]; /* the store's path (test_store_open) */
     fawn_config cfg;
     store *st;
     authz_policy *policy;
     gateway a, b;
 } fx;
-
-static int pg_admin(const char *sql) {
-    char *conninfo = strf("%s dbname=postgres", pg_server);
-    sdb *db;
-    int r = sdb_pg_open(&db, conninfo);
-    free(conninfo);
-    if (r == 0) {
-        r = sdb_exec(db, sql) == SDB_OK ? 0 : -1;
-        sdb_close(db);
-    }
-    return r;
-}
-
-static int store_open_fx(store **st, const fx *x) {
-    return pg_server ? store_open_postgres(st, x->db) : store_open(st, x->db);
-}
 
 static void gateway_start(fx *x, gateway *g) {
     sbx_manager_config mc = {.call_timeout_ms = 5000,
@@ -93,7 +73,6 @@ static void gateway_stop(gateway *g) {
 }
 
 static int setup(void **state) {
-    static int cases;
     fx *x = calloc(1, sizeof *x);
     snprintf(x->home, sizeof x->home, "/tmp/fawn-owners-XXXXXX");
     if (!mkdtemp(x->home) || config_defaults(&x->cfg) < 0)
@@ -101,16 +80,7 @@ static int setup(void **state) {
     free(x->cfg.home);
     x->cfg.home = strdup(x->home);
     snprintf(x->db, sizeof x->db, "%s/fawn.db", x->home);
-    if (pg_server) {
-        snprintf(x->pg_name, sizeof x->pg_name, "fawn_owners_%d_%d", (int)getpid(), ++cases);
-        snprintf(x->db, sizeof x->db, "%s dbname=%s", pg_server, x->pg_name);
-        char *sql = strf("CREATE DATABASE %s", x->pg_name);
-        int r = pg_admin(sql);
-        free(sql);
-        if (r < 0)
-            return -1;
-    }
-    if (store_open_fx(&x->st, x) < 0 || authz_policy_load(&x->policy, NULL) < 0)
+    if (test_store_open(&x->st, x->db) < 0 || authz_policy_load(&x->policy, NULL) < 0)
         return -1;
     x->a.id = "gw-a";
     x->b.id = "gw-b";
@@ -148,11 +118,6 @@ static int teardown(void **state) {
     char *cmd = strf("rm -rf %s", x->home);
     int r = system(cmd);
     free(cmd);
-    if (pg_server) {
-        cmd = strf("DROP DATABASE %s WITH (FORCE)", x->pg_name);
-        r |= pg_admin(cmd);
-        free(cmd);
-    }
     free(x);
     return clean ? r : -1;
 }
@@ -335,7 +300,7 @@ static void gw_a_dies_holding(fx *x, const char *thread, char old[SBX_GENERATION
     pid_t child = fork();
     if (child == 0) {
         store *own = NULL;
-        if (store_open_fx(&own, x) < 0)
+        if (test_store_open(&own, x->db) < 0)
             _exit(1);
         x->st = own;
         gateway_start(x, &x->a);
@@ -430,7 +395,6 @@ static void fence_added_by_one_gateway_is_seen_by_the_other(void **state) {
 }
 
 int main(void) {
-    pg_server = getenv("FAWN_TEST_PG");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(leases_are_renewed_and_given_up_at_stop, setup, teardown),
         cmocka_unit_test_setup_teardown(start_sweep_leaves_another_gateways_box, setup, teardown),
@@ -441,6 +405,6 @@ int main(void) {
         cmocka_unit_test_setup_teardown(fence_added_by_one_gateway_is_seen_by_the_other, setup,
                                         teardown),
     };
-    return cmocka_run_group_tests_name(pg_server ? "manager_owners_pg" : "manager_owners", tests,
-                                       NULL, NULL);
+    return cmocka_run_group_tests_name(test_pg_server() ? "manager_owners_pg" : "manager_owners",
+                                       tests, NULL, NULL);
 }

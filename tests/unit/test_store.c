@@ -30,9 +30,7 @@
 #include "store/db.h"
 #include "store/store_internal.h"
 #include "store/store.h"
-
-/* The PostgreSQL server's conninfo (no dbname), or NULL: SQLite. */
-static const char *pg_server;
+#include "unit/test_store_open.h"
 
 typedef struct fx {
     char dir[64];
@@ -43,24 +41,9 @@ typedef struct fx {
     int64_t alice, bob;
 } fx;
 
-/* Runs sql on the server's maintenance database. */
-static int pg_admin(const char *sql) {
-    char conninfo[512];
-    snprintf(conninfo, sizeof conninfo, "%s dbname=postgres", pg_server);
-    sdb *db;
-    int r = sdb_pg_open(&db, conninfo);
-    if (r == 0) {
-        r = sdb_exec(db, sql) == SDB_OK ? 0 : -1;
-        if (r < 0)
-            fprintf(stderr, "pg_admin: %s\n", sdb_errmsg(db));
-        sdb_close(db);
-    }
-    return r;
-}
-
 /* Opens another handle on the case's database (a second gateway). */
 static int fx_open(fx *x, store **s) {
-    return pg_server ? store_open_postgres(s, x->pg) : store_open(s, x->path);
+    return test_pg_server() ? store_open_postgres(s, x->pg) : store_open(s, x->path);
 }
 
 static int setup(void **state) {
@@ -70,12 +53,12 @@ static int setup(void **state) {
     if (!mkdtemp(x->dir))
         return -1;
     snprintf(x->path, sizeof x->path, "%s/db/fawn.db", x->dir);
-    if (pg_server) {
+    if (test_pg_server()) {
         char sql[128];
         snprintf(x->pg_name, sizeof x->pg_name, "fawn_store_%d_%d", (int)getpid(), ++cases);
-        snprintf(x->pg, sizeof x->pg, "%s dbname=%s", pg_server, x->pg_name);
+        snprintf(x->pg, sizeof x->pg, "%s dbname=%s", test_pg_server(), x->pg_name);
         snprintf(sql, sizeof sql, "CREATE DATABASE %s", x->pg_name);
-        if (pg_admin(sql) < 0)
+        if (test_pg_admin(sql) < 0)
             return -1;
     }
     if (fx_open(x, &x->s) < 0) {
@@ -99,9 +82,9 @@ static int teardown(void **state) {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", x->dir);
     int r = system(cmd);
-    if (pg_server) {
+    if (test_pg_server()) {
         snprintf(cmd, sizeof cmd, "DROP DATABASE %s WITH (FORCE)", x->pg_name);
-        r |= pg_admin(cmd);
+        r |= test_pg_admin(cmd);
     }
     free(x);
     return r;
@@ -2389,8 +2372,8 @@ static void gateways_starting_together_migrate_once(void **state) {
     char name[80], sql[128], conninfo[600];
     snprintf(name, sizeof name, "%s_fresh", x->pg_name);
     snprintf(sql, sizeof sql, "CREATE DATABASE %s", name);
-    assert_int_equal(pg_admin(sql), 0);
-    snprintf(conninfo, sizeof conninfo, "%s dbname=%s", pg_server, name);
+    assert_int_equal(test_pg_admin(sql), 0);
+    snprintf(conninfo, sizeof conninfo, "%s dbname=%s", test_pg_server(), name);
     opener o[4];
     pthread_t th[4];
     for (int i = 0; i < 4; i++) {
@@ -2407,7 +2390,7 @@ static void gateways_starting_together_migrate_once(void **state) {
         store_close(o[i].s);
     }
     snprintf(sql, sizeof sql, "DROP DATABASE %s WITH (FORCE)", name);
-    assert_int_equal(pg_admin(sql), 0);
+    assert_int_equal(test_pg_admin(sql), 0);
 }
 
 /* The cases on both backends. */
@@ -2458,12 +2441,9 @@ static void gateways_starting_together_migrate_once(void **state) {
 #define POSTGRES_TESTS cmocka_unit_test(gateways_starting_together_migrate_once),
 
 int main(void) {
-    pg_server = getenv("FAWN_TEST_PG");
-    if (pg_server && !pg_server[0])
-        pg_server = NULL;
     const struct CMUnitTest on_sqlite[] = {COMMON_TESTS SQLITE_TESTS};
     const struct CMUnitTest on_postgres[] = {COMMON_TESTS POSTGRES_TESTS};
-    if (pg_server)
+    if (test_pg_server())
         return cmocka_run_group_tests_name("store on PostgreSQL", on_postgres, setup, teardown);
     return cmocka_run_group_tests_name("store", on_sqlite, setup, teardown);
 }

@@ -2,35 +2,40 @@
 #include "unit/test_store_open.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "store/db.h"
 
-/* The server's conninfo (no dbname), or NULL: SQLite. */
-static const char *pg_server(void) {
+const char *test_pg_server(void) {
     const char *s = getenv("FAWN_TEST_PG");
     return s && s[0] ? s : NULL;
 }
 
-/* Creates the database name on the server unless it exists. */
-static int pg_database_ensure(const char *server, const char *name) {
-    char conninfo[1024], sql[128];
-    if (snprintf(conninfo, sizeof conninfo, "%s dbname=postgres", server) >= (int)sizeof conninfo)
+/* Runs sql on the maintenance database. With exists_ok, a CREATE of what
+ * exists (or is being created by another connection: its catalog row's
+ * duplicate key) succeeds. */
+static int pg_admin(const char *sql, bool exists_ok) {
+    char conninfo[1024];
+    if (snprintf(conninfo, sizeof conninfo, "%s dbname=postgres", test_pg_server()) >=
+        (int)sizeof conninfo)
         return fawn_err(FAWN_EINVAL, "FAWN_TEST_PG too long");
     sdb *db;
     int r = sdb_pg_open(&db, conninfo);
     if (r < 0)
         return r;
-    snprintf(sql, sizeof sql, "CREATE DATABASE %s", name);
-    /* Another process may create it at the same moment. */
-    if (sdb_exec(db, sql) != SDB_OK && !strstr(sdb_errmsg(db), "already exists") &&
-        !strstr(sdb_errmsg(db), "duplicate key"))
+    if (sdb_exec(db, sql) != SDB_OK && !(exists_ok && (strstr(sdb_errmsg(db), "already exists") ||
+                                                       strstr(sdb_errmsg(db), "duplicate key")))) {
+        fprintf(stderr, "%s: %s\n", sql, sdb_errmsg(db));
         r = fawn_err(FAWN_EIO, "%s: %s", sql, sdb_errmsg(db));
+    }
     sdb_close(db);
     return r;
 }
+
+int test_pg_admin(const char *sql) { return pg_admin(sql, false) < 0 ? -1 : 0; }
 
 /* FNV-1a of text: the database name of a path. */
 static uint64_t fnv1a(const char *text) {
@@ -46,12 +51,13 @@ void test_store_database_name(char out[32], const char *path) {
 
 int test_store_open(store **out, const char *path) {
     *out = NULL;
-    const char *server = pg_server();
+    const char *server = test_pg_server();
     if (!server)
         return store_open(out, path);
-    char name[32], conninfo[1024];
+    char name[32], sql[64], conninfo[1024];
     test_store_database_name(name, path);
-    int r = pg_database_ensure(server, name);
+    snprintf(sql, sizeof sql, "CREATE DATABASE %s", name);
+    int r = pg_admin(sql, true);
     if (r < 0)
         return r;
     if (snprintf(conninfo, sizeof conninfo, "%s dbname=%s", server, name) >= (int)sizeof conninfo)

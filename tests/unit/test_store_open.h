@@ -7,6 +7,14 @@
 
 #include "store/store.h"
 
+/* The conninfo (without dbname) of the server FAWN_TEST_PG names, or NULL:
+ * the tests run on SQLite. */
+const char *test_pg_server(void);
+
+/* Runs sql on the test server's maintenance database (CREATE DATABASE, a
+ * backend's termination): 0, or -1 with the server's message on stderr. */
+int test_pg_admin(const char *sql);
+
 /* Opens the store of path: on SQLite the file at path (as store_open); on
  * PostgreSQL a database named after path, created the first time path is
  * opened, so opening path again (another handle, a restart, another
