@@ -9,7 +9,6 @@
 // it) is taken once, its replay refused; a pod whose relay proves with a wrong secret is refused, its
 // generation fenced in the store, and never used again.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -17,7 +16,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from './lib/test.mjs';
 
-import { FawnServer, eventually, freePort, request, setupAdmin } from './lib/server.mjs';
+import { FawnServer, eventually, freePort, request, setupAdmin, storeRows } from './lib/server.mjs';
 import { FakeOpenAI, call, reply } from './lib/fake_openai.mjs';
 import { FakeKube } from './lib/fake_kube.mjs';
 
@@ -29,10 +28,9 @@ function sandboxId(user, thread) {
   return crypto.createHash('sha256').update(`${user}:${thread}`).digest('hex').slice(0, 16);
 }
 
-function fences(home, sid) {
-  const out = spawnSync('sqlite3', [path.join(home, 'fawn.db'), `SELECT generation || ' ' || reason FROM sandbox_fences WHERE sandbox_id = '${sid}'`], { encoding: 'utf8' });
-  assert.equal(out.status, 0, out.stderr);
-  return out.stdout.trim().split('\n').filter(Boolean);
+/** The sandbox's fences in server's store, each 'generation reason'. */
+function fences(server, sid) {
+  return storeRows(server, `SELECT generation || ' ' || reason FROM sandbox_fences WHERE sandbox_id = '${sid}'`);
 }
 
 /** A request message for the CLI name with args (src/broker/broker.h's wire). */
@@ -153,7 +151,7 @@ describe('credential broker for kubernetes pods', () => {
     const off = await runBash(tid, 'fake-cli auth export; echo rc=$?');
     assert.match(off, /rc=126/);
     assert.match(off, /not allowed/);
-    assert.equal(fences(srv.home, sid).length, 0);
+    assert.equal(fences(srv, sid).length, 0);
   });
 
   it('refuses a forged call while no run holds the sandbox, without blaming the sandbox', async () => {
@@ -166,7 +164,7 @@ describe('credential broker for kubernetes pods', () => {
     const malformed = await forgedCall(port, `FWP1 ${sid} ${uid} ${now} ${hex()} ${'Z'.repeat(64)}\n`, 'fake-cli');
     assert.equal(malformed.code, 126);
     assert.match(malformed.err, /MAC/);
-    assert.equal(fences(srv.home, sid).length, 0);
+    assert.equal(fences(srv, sid).length, 0);
     /* Audited, naming no user or sandbox: nothing was attested. */
     const audit = fs.readFileSync(path.join(srv.home, 'audit', 'broker.log'), 'utf8');
     assert.match(audit, /user=- thread=- run=- sandbox=- cli=fake-cli .*exit=126 .*refused="no run holds/);
@@ -195,7 +193,7 @@ describe('credential broker for kubernetes pods', () => {
       const again = await forgedCall(port, line, 'fake-cli', msg);
       assert.equal(again.code, 126);
       assert.match(again.err, /replay/);
-      assert.equal(fences(srv.home, sid).length, 0, 'a replay blames no one');
+      assert.equal(fences(srv, sid).length, 0, 'a replay blames no one');
     } finally {
       fs.writeFileSync(path.join(outputs, 'release'), '');
       await request(srv, 'GET', `/api/threads/${tid}/runs/${run.json.run_id}/join`, { bearer: admin.token });
@@ -214,7 +212,7 @@ describe('credential broker for kubernetes pods', () => {
     assert.match(text, /rc=126/);
     assert.match(text, /quarantined/);
     assert.doesNotMatch(text, /token=/);
-    assert.deepEqual(fences(srv.home, sid), [`${gen} a broker caller failed attestation`]);
+    assert.deepEqual(fences(srv, sid), [`${gen} a broker caller failed attestation`]);
     assert.match(srv.stderr, new RegExp(`sandbox ${sid} broker caller at 127\\.0\\.0\\.1: refused \\(a wrong proof from its pod\\)`));
     const audit = fs.readFileSync(path.join(srv.home, 'audit', 'broker.log'), 'utf8');
     assert.match(audit, new RegExp(`sandbox=${sid} cli=fake-cli .*exit=126 .*refused=".*quarantined`));
