@@ -159,6 +159,7 @@ static int gateway_register(run_cluster *c) {
         log_warn("runs", "%zu run(s) left unfinished by the previous gateway marked as error",
                  abandoned);
     c->beat_ok_ms = fawn_now_ms();
+    c->next_beat_ms = c->beat_ok_ms + c->heartbeat_ms; /* registering was this beat */
     if (r == 0)
         reap(c);
     return r;

@@ -1,6 +1,7 @@
 /* The event log of one run (runs.h): a ring of the latest events in
  * memory, written through to the store in batches, and the readers
  * waiting for what comes next. */
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +30,7 @@ struct run_log {
     int64_t last_seq;
     int64_t persisted_seq;     /* written to the store up to here */
     int64_t unstored_since_ms; /* when the oldest event not stored was appended (0: none) */
+    bool ended_elsewhere;      /* the stored stream was ended by another gateway */
     bool done;
     log_waiter *waiters;
     size_t n_waiters, cap_waiters;
@@ -87,33 +89,56 @@ static void wake_locked(run_log *l, int64_t older_than) {
     l->n_waiters = kept;
 }
 
+static void batch_free(store_event *batch, size_t n) {
+    for (size_t i = 0; batch && i < n; i++)
+        free(batch[i].data);
+    free(batch);
+}
+
+/* A copy of the n events from seq `from` on (l->lock held); NULL when out
+ * of memory. */
+static store_event *batch_copy(const run_log *l, int64_t from, size_t n) {
+    store_event *batch = calloc(n, sizeof *batch);
+    bool copied = batch != NULL;
+    for (size_t i = 0; copied && i < n; i++) {
+        const store_event *e = &l->ring[(from - 1 + (int64_t)i) % (int64_t)l->ring_cap];
+        batch[i] = *e;
+        copied = (batch[i].data = strdup(e->data)) != NULL;
+    }
+    if (!copied) {
+        batch_free(batch, n);
+        return NULL;
+    }
+    return batch;
+}
+
 int run_log_flush(run_log *l) {
     pthread_mutex_lock(&l->flush_lock);
     pthread_mutex_lock(&l->lock);
     int64_t from = l->persisted_seq + 1, to = l->last_seq;
     if (from < first_retained(l))
         from = first_retained(l);
-    size_t n = to >= from ? (size_t)(to - from + 1) : 0;
-    store_event *batch = n ? calloc(n, sizeof *batch) : NULL;
-    for (size_t i = 0; batch && i < n; i++) {
-        const store_event *e = &l->ring[(from - 1 + (int64_t)i) % (int64_t)l->ring_cap];
-        batch[i] = *e;
-        batch[i].data = strdup(e->data);
-    }
+    size_t n = to >= from && !l->ended_elsewhere ? (size_t)(to - from + 1) : 0;
+    store_event *batch = n ? batch_copy(l, from, n) : NULL;
+    bool dropped = l->ended_elsewhere;
     pthread_mutex_unlock(&l->lock);
     int r = n && !batch ? fawn_err(FAWN_ENOMEM, "out of memory") : 0;
-    for (size_t i = 0; r == 0 && i < n; i++)
-        if (!batch[i].data)
-            r = fawn_err(FAWN_ENOMEM, "out of memory");
     if (r == 0 && n)
         r = store_event_append(l->st, l->run_id, batch, n);
     if (r == 0 && n && (size_t)(to % LOG_BATCH) < n)
         r = store_event_prune(l->st, l->run_id, RUN_EVENTS_RETAINED);
-    for (size_t i = 0; batch && i < n; i++)
-        free(batch[i].data);
-    free(batch);
+    batch_free(batch, n);
+    /* A stream another gateway ended takes none of these events, nor any
+     * later: they are dropped, not tried again. */
+    if (r == FAWN_ESTALE) {
+        log_warn("runs", "run %s: ended by another gateway; its events from %" PRId64 " on dropped",
+                 l->run_id, from);
+        dropped = true;
+        r = 0;
+    }
     pthread_mutex_lock(&l->lock);
     if (r == 0) {
+        l->ended_elsewhere = dropped;
         l->persisted_seq = to;
         l->unstored_since_ms = l->last_seq > to ? fawn_now_ms() : 0;
     }

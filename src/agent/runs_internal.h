@@ -20,7 +20,9 @@ FAWN_MUST_CHECK int run_log_append(run_log *l, const char *event, json_t *data);
 /* The same with the data already as JSON text (taken; NULL: out of memory). */
 FAWN_MUST_CHECK int run_log_append_text(run_log *l, const char *event, char *text);
 /* Writes to the store the events it lacks (flushes are serialized: the
- * appending thread's and run_log_flush_stale's). */
+ * appending thread's and run_log_flush_stale's). Once another gateway has
+ * ended the stored stream (store_event_append's FAWN_ESTALE), they and all
+ * later ones are dropped, logged once: 0. */
 FAWN_MUST_CHECK int run_log_flush(run_log *l);
 /* Flushes when the oldest event not yet stored was appended at or before
  * older_than_ms (fawn_now_ms): a follower through another gateway reads

@@ -12,6 +12,7 @@
 #include <libgen.h>
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -199,7 +200,11 @@ static int schema_version_set(sdb *db, int v) {
 static int migration_apply(sdb *db, int v) {
     const sq_migration *m = &sq_migrations[v];
     bool pg = sdb_kind(db) == SDB_POSTGRES;
-    int r = sq_exec(db, pg ? m->pg : m->sql, "migration");
+    char *derived = NULL;
+    int r = pg && !m->pg ? sq_pg_ddl(&derived, m->sql) : 0;
+    if (r == 0)
+        r = sq_exec(db, !pg ? m->sql : m->pg ? m->pg : derived, "migration");
+    free(derived);
     /* The data steps of the migrations that predate the PostgreSQL backend
      * move rows a PostgreSQL database cannot have had then. */
     if (r == 0 && m->data && !(pg && v < STORE_PG_FIRST_MIGRATION))
@@ -394,10 +399,7 @@ static void read_user(store_user *u, sdb_stmt *st) { read_user_at(u, st, 0); }
 
 /* Runs a prepared query expecting at most one user row. */
 static int one_user(sdb *db, store_user *out, sdb_stmt *st, const char *what) {
-    int rc = sdb_step(st);
-    int r = rc == SDB_ROW    ? 0
-            : rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "no such user")
-                             : sq_err(db, rc, what);
+    int r = sq_step_row(db, st, what, "no such user");
     if (r == 0)
         read_user(out, st);
     sdb_finalize(st);
@@ -495,6 +497,20 @@ int sq_step_done(sdb *db, sdb_stmt *st, bool must_change, const char *what) {
     if (rc != SDB_DONE)
         return sq_err(db, rc, what);
     return must_change && changed == 0 ? fawn_err(FAWN_ENOENT, "%s: no such row", what) : 0;
+}
+
+int sq_step_row(sdb *db, sdb_stmt *st, const char *what, const char *missing_fmt, ...) {
+    int rc = sdb_step(st);
+    if (rc == SDB_ROW)
+        return 0;
+    if (rc != SDB_DONE)
+        return sq_err(db, rc, what);
+    char missing[256];
+    va_list ap;
+    va_start(ap, missing_fmt);
+    vsnprintf(missing, sizeof missing, missing_fmt, ap);
+    va_end(ap);
+    return fawn_err(FAWN_ENOENT, "%s", missing);
 }
 
 int store_user_set_password(store *s, int64_t id, const char *password_hash) {
@@ -637,10 +653,9 @@ static int thread_get_on(sdb *db, store_thread *out, int64_t owner_id, const cha
         return r;
     sdb_bind_text(st, 1, id);
     sdb_bind_int64(st, 2, owner_id);
-    int rc = sdb_step(st);
-    r = rc == SDB_ROW    ? read_thread(out, st)
-        : rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "no such thread: %s", id)
-                         : sq_err(db, rc, "get thread");
+    r = sq_step_row(db, st, "get thread", "no such thread: %s", id);
+    if (r == 0)
+        r = read_thread(out, st);
     sdb_finalize(st);
     return r;
 }
@@ -947,10 +962,7 @@ int store_sandbox_get(store *s, store_sandbox *out, const char *sandbox_id) {
     int r = sq_prepare(db, &st, "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE sandbox_id = ?1");
     if (r == 0) {
         sdb_bind_text(st, 1, sandbox_id);
-        int rc = sdb_step(st);
-        r = rc == SDB_ROW    ? 0
-            : rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "no record of sandbox %s", sandbox_id)
-                             : sq_err(db, rc, "get sandbox");
+        r = sq_step_row(db, st, "get sandbox", "no record of sandbox %s", sandbox_id);
         if (r == 0)
             read_sandbox(out, st);
         sdb_finalize(st);
@@ -1185,10 +1197,7 @@ int store_token_authenticate(store *s, store_user *user, int64_t *token_id,
         "FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = ?1");
     if (r == 0) {
         sdb_bind_text(st, 1, token_hash);
-        int rc = sdb_step(st);
-        r = rc == SDB_ROW    ? 0
-            : rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "unknown API token")
-                             : sq_err(db, rc, "authenticate token");
+        r = sq_step_row(db, st, "authenticate token", "unknown API token");
         if (r == 0) {
             *token_id = sdb_column_int64(st, 0);
             last_used = sdb_column_int64(st, 1);

@@ -454,7 +454,10 @@ typedef struct store_event {
     char *data; /* JSON text (malloc'd) */
 } store_event;
 
-/* Appends events (seq increasing, above every stored one) in one transaction. */
+/* Appends events (seq increasing, above every stored one) in one
+ * transaction. FAWN_ESTALE, nothing written, once the stored stream has
+ * ended (its last event is `end`: another gateway may have ended the run);
+ * FAWN_EEXIST for a seq stored already. */
 FAWN_MUST_CHECK int store_event_append(store *s, const char *run_id, const store_event *events,
                                        size_t n);
 /* Up to limit events with seq > after, in order; *out is a malloc'd array of

@@ -78,12 +78,9 @@ int store_ch_code_redeem(store *s, int64_t *user_id, const char *code_hash, cons
         sdb_bind_text(st, 1, code_hash);
         sdb_bind_text(st, 2, provider);
         sdb_bind_int64(st, 3, now_ms);
-        int rc = sdb_step(st);
-        if (rc == SDB_ROW)
+        r = sq_step_row(db, st, "redeem connect code", "no such connect code");
+        if (r == 0)
             *user_id = sdb_column_int64(st, 0);
-        else
-            r = rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "no such connect code")
-                               : sq_err(db, rc, "redeem connect code");
         sdb_finalize(st);
     }
     sq_write_end(s, db);
@@ -147,12 +144,9 @@ int store_ch_binding_find(store *s, store_ch_binding *out, const char *provider,
     if (r == 0) {
         sdb_bind_text(st, 1, provider);
         sdb_bind_text(st, 2, platform_user_id);
-        int rc = sdb_step(st);
-        if (rc == SDB_ROW)
+        r = sq_step_row(db, st, "find binding", "not bound");
+        if (r == 0)
             read_binding(out, st);
-        else
-            r = rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "not bound")
-                               : sq_err(db, rc, "find binding");
         sdb_finalize(st);
     }
     sq_read_end(s, db);
@@ -209,12 +203,9 @@ int store_ch_thread_get(store *s, char thread_id[65], const char *provider, cons
         sdb_bind_text(st, 1, provider);
         sdb_bind_text(st, 2, chat_key);
         sdb_bind_int64(st, 3, user_id);
-        int rc = sdb_step(st);
-        if (rc == SDB_ROW)
+        r = sq_step_row(db, st, "find conversation thread", "no thread yet");
+        if (r == 0)
             sq_copy_col(thread_id, 65, st, 0);
-        else
-            r = rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "no thread yet")
-                               : sq_err(db, rc, "find conversation thread");
         sdb_finalize(st);
     }
     sq_read_end(s, db);
@@ -460,14 +451,12 @@ int store_ch_settings_get(store *s, char **out, const char *provider) {
     int r = sq_prepare(db, &st, "SELECT settings FROM channel_settings WHERE provider = ?1");
     if (r == 0) {
         sdb_bind_text(st, 1, provider);
-        int rc = sdb_step(st);
-        if (rc == SDB_ROW) {
+        r = sq_step_row(db, st, "read channel settings", "no settings");
+        if (r == 0) {
             *out = sq_dup_col(st, 0);
             if (!*out)
                 r = fawn_err(FAWN_ENOMEM, "out of memory");
-        } else
-            r = rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "no settings")
-                               : sq_err(db, rc, "read channel settings");
+        }
         sdb_finalize(st);
     }
     sq_read_end(s, db);

@@ -111,6 +111,11 @@ FAWN_MUST_CHECK int sq_prepare(sdb *db, sdb_stmt **st, const char *sql);
 /* Runs and finalizes a statement that returns no rows; FAWN_ENOENT when
  * must_change and no row changed. */
 FAWN_MUST_CHECK int sq_step_done(sdb *db, sdb_stmt *st, bool must_change, const char *what);
+/* Steps st to the one row it looks for: 0 on a row (the caller reads it
+ * from st), FAWN_ENOENT with the message missing_fmt makes when there is
+ * none, the database's error (saying what failed) otherwise. */
+FAWN_MUST_CHECK int sq_step_row(sdb *db, sdb_stmt *st, const char *what, const char *missing_fmt,
+                                ...) __attribute__((format(printf, 4, 5)));
 /* Ends the transaction begun on db: COMMIT when r == 0, else ROLLBACK (and
  * r, the first error, is kept). Returns the result. */
 FAWN_MUST_CHECK int sq_end_transaction(sdb *db, int r);
@@ -159,9 +164,19 @@ FAWN_MUST_CHECK int sq_runs_end(sdb *db, size_t *n, const char *where, const cha
 typedef struct sq_migration {
     const char *sql; /* SQLite's */
     int (*data)(sdb *db);
-    const char *pg; /* PostgreSQL's: the same tables, columns and keys */
+    /* PostgreSQL's, where it is more than sq_pg_ddl(sql): the same tables,
+     * columns and keys; NULL when sq_pg_ddl says it */
+    const char *pg;
 } sq_migration;
 extern const sq_migration sq_migrations[];
 extern const size_t sq_migrations_count;
+
+/* PostgreSQL's DDL for sqlite_ddl (store_ddl.c), in *out (caller frees):
+ * INTEGER is BIGINT (a rowid alias, INTEGER PRIMARY KEY [AUTOINCREMENT],
+ * an identity), REAL is DOUBLE PRECISION, json_valid(c) is c::jsonb IS
+ * NOT NULL, c COLLATE NOCASE is lower(c), `user` is quoted, WITHOUT ROWID
+ * goes, and the tables listed in insertion order get a rowid identity
+ * column, as SQLite's rowid. Literals are copied as they are. */
+int sq_pg_ddl(char **out, const char *sqlite_ddl);
 
 #endif

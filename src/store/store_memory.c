@@ -165,10 +165,7 @@ static int fact_get(sdb *db, store_fact *f, int64_t owner_id, const char *id) {
         return r;
     sdb_bind_int64(st, 1, owner_id);
     sdb_bind_text(st, 2, id);
-    int rc = sdb_step(st);
-    r = rc == SDB_ROW    ? 0
-        : rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "no such fact")
-                         : sq_err(db, rc, "get fact");
+    r = sq_step_row(db, st, "get fact", "no such fact");
     if (r == 0)
         read_fact(f, st);
     sdb_finalize(st);

@@ -27,12 +27,9 @@ static int owner_get_on(sdb *db, store_sandbox_owner *out, const char *sandbox_i
     if (r < 0)
         return r;
     sdb_bind_text(st, 1, sandbox_id);
-    int rc = sdb_step(st);
-    if (rc == SDB_ROW)
+    r = sq_step_row(db, st, "read sandbox owner", "nobody owns sandbox %s", sandbox_id);
+    if (r == 0)
         read_owner(out, st);
-    r = rc == SDB_ROW    ? 0
-        : rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "nobody owns sandbox %s", sandbox_id)
-                         : sq_err(db, rc, "read sandbox owner");
     sdb_finalize(st);
     return r;
 }

@@ -123,12 +123,10 @@ int store_run_get(store *s, store_run *out, int64_t owner_id, const char *thread
         sdb_bind_text(st, 1, run_id);
         sdb_bind_int64(st, 2, owner_id);
         sdb_bind_text(st, 3, thread_id);
-        int rc = sdb_step(st);
-        if (rc == SDB_ROW) {
+        r = sq_step_row(db, st, "get run", "Run not found");
+        if (r == 0) {
             read_run(out, st);
             r = run_row_check(out);
-        } else {
-            r = rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "Run not found") : sq_err(db, rc, "get run");
         }
         sdb_finalize(st);
     }
@@ -328,13 +326,10 @@ int store_run_active(store *s, store_run *out, int64_t owner_id, const char *thr
     if (r == 0) {
         sdb_bind_int64(st, 1, owner_id);
         sdb_bind_text(st, 2, thread_id);
-        int rc = sdb_step(st);
-        if (rc == SDB_ROW) {
+        r = sq_step_row(db, st, "active run", "Thread %s has no active run", thread_id);
+        if (r == 0) {
             read_run(out, st);
             r = run_row_check(out);
-        } else {
-            r = rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "Thread %s has no active run", thread_id)
-                               : sq_err(db, rc, "active run");
         }
         sdb_finalize(st);
     }
@@ -383,12 +378,35 @@ int store_run_cancel_requests(store *s, char (**out)[37], size_t *n, const char 
 
 /* ---- events ---- */
 
+/* FAWN_ESTALE when the run's stored stream has ended (its last event is
+ * `end`): nothing follows an end, a late write of a gateway whose run
+ * another one ended (store_gateway_reap) included. */
+static int stream_open(sdb *db, const char *run_id) {
+    sdb_stmt *st;
+    int r = sq_prepare(db, &st,
+                       "SELECT event FROM run_events WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1");
+    if (r < 0)
+        return r;
+    sdb_bind_text(st, 1, run_id);
+    int rc = sdb_step(st);
+    const char *last = rc == SDB_ROW ? sdb_column_text(st, 0) : NULL;
+    bool ended = last && strcmp(last, "end") == 0;
+    if (rc != SDB_ROW && rc != SDB_DONE)
+        r = sq_err(db, rc, "read the run's last event");
+    sdb_finalize(st);
+    if (r == 0 && ended)
+        r = fawn_err(FAWN_ESTALE, "run %s has ended: nothing follows its end", run_id);
+    return r;
+}
+
 int store_event_append(store *s, const char *run_id, const store_event *events, size_t n) {
     if (n == 0)
         return 0;
     sdb_stmt *st = NULL;
     sdb *db = sq_write_begin(s);
     int r = sq_begin_write(db, "begin");
+    if (r == 0)
+        r = stream_open(db, run_id);
     if (r == 0)
         r = sq_prepare(db, &st,
                        "INSERT INTO run_events (run_id, seq, event, data) "

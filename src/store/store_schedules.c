@@ -221,12 +221,9 @@ static int task_get_locked(sdb *db, store_task *out, int64_t owner_id, const cha
         return r;
     sdb_bind_text(st, 1, id);
     sdb_bind_int64(st, 2, owner_id);
-    int rc = sdb_step(st);
-    if (rc == SDB_ROW)
+    r = sq_step_row(db, st, "read task", "Scheduled task not found");
+    if (r == 0)
         read_task(out, st);
-    r = rc == SDB_ROW    ? 0
-        : rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "Scheduled task not found")
-                         : sq_err(db, rc, "read task");
     sdb_finalize(st);
     return r;
 }
@@ -547,12 +544,9 @@ int store_task_claim_get(store *s, store_task_run *out, const char *claim_id) {
     int r = sq_prepare(db, &st, "SELECT " RUN_COLUMNS " WHERE tr.id = ?1");
     if (r == 0) {
         sdb_bind_text(st, 1, claim_id);
-        int rc = sdb_step(st);
-        if (rc == SDB_ROW)
+        r = sq_step_row(db, st, "read claim", "no claim %s", claim_id);
+        if (r == 0)
             read_run(out, st);
-        r = rc == SDB_ROW    ? 0
-            : rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "no claim %s", claim_id)
-                             : sq_err(db, rc, "read claim");
         sdb_finalize(st);
     }
     sq_read_end(s, db);

@@ -171,10 +171,7 @@ static int thread_int(sdb *db, int64_t *out, const char *sql, int64_t owner_id,
     if (r < 0)
         return r;
     bind_thread(st, owner_id, thread_id);
-    int rc = sdb_step(st);
-    r = rc == SDB_ROW    ? 0
-        : rc == SDB_DONE ? fawn_err(FAWN_ENOENT, "no such thread: %s", thread_id)
-                         : sq_err(db, rc, what);
+    r = sq_step_row(db, st, what, "no such thread: %s", thread_id);
     if (r == 0)
         *out = sdb_column_int64(st, 0);
     sdb_finalize(st);

@@ -1,7 +1,9 @@
 // Two gateways on one PostgreSQL store and one home (docs/cluster.md): a
 // run started through one is streamed, cancelled and refused a second run
-// through the other, and a gateway killed mid-run has its run ended by the
-// survivor within the lease, never run twice. Runs here need no sandbox:
+// through the other; a gateway taken for dead while alive fences its run
+// and stores nothing after the end the other stored; and a gateway killed
+// mid-run has its run ended by the survivor within the lease, never run
+// twice. Runs here need no sandbox:
 // the fake model answers in text. Needs PostgreSQL (FAWN_TEST_PG, from
 // scripts/pg-test-server.sh): without it the test fails.
 import assert from 'node:assert/strict';
@@ -9,7 +11,7 @@ import fs from 'node:fs';
 import { after, before, describe, it } from './lib/test.mjs';
 import { Client } from '@langchain/langgraph-sdk';
 
-import { FawnServer, request, setupAdmin, setupUser, waitFor } from './lib/server.mjs';
+import { FawnServer, request, setupAdmin, setupUser, storeRows, waitFor } from './lib/server.mjs';
 import { FakeOpenAI, held, reply } from './lib/fake_openai.mjs';
 import { pgDatabase } from './lib/pg.mjs';
 
@@ -136,6 +138,33 @@ describe('two gateways on one PostgreSQL store', () => {
     r.hold.release();
     await waitFor(async () => (await request(b, 'GET', `/api/threads/${r.thread.thread_id}/runs/${replaced.json.run_id}`, { bearer: admin.token })).json.status === 'success',
       undefined, 'the interrupting run to succeed');
+  });
+
+  it('ends through B the run of A taken for dead; A, alive, fences it and writes nothing after B\'s end', async () => {
+    const r = await heldRun(a, 'taken-for-dead');
+    // A's last beat made old (as a pause past the lease would) until B's
+    // reap takes A for dead before A beats again.
+    await waitFor(async () => {
+      storeRows(a, "UPDATE gateways SET beat_at_ms = 0 WHERE id = 'gw-a'");
+      return (await runThrough(b, r)).json.status === 'error';
+    }, undefined, 'B to take A for dead and end its run');
+    await waitFor(() => /gateway gw-a: its lease was taken/.test(a.stderr), undefined, 'A to find its lease lost');
+    const ended = new RegExp(`run ${r.run.run_id} on thread ${r.thread.thread_id}: `);
+    await waitFor(() => ended.test(a.stderr), undefined, 'A to end its copy of the run');
+    assert.match(a.stderr, new RegExp(`run ${r.run.run_id}: ended meanwhile by another gateway`));
+    assert.match(a.stderr, new RegExp(`run ${r.run.run_id}: ended by another gateway; its events from \\d+ on dropped`));
+    r.hold.release();
+    const run = (await runThrough(b, r)).json;
+    assert.equal(run.status, 'error');
+    assert.match(run.error ?? JSON.stringify(run), /gateway running it stopped/);
+    const events = storeRows(a, `SELECT event FROM run_events WHERE run_id = '${r.run.run_id}' ORDER BY seq`);
+    assert.equal(events.at(-1), 'end');
+    assert.equal(events.filter((e) => e === 'end').length, 1, events.join(' '));
+    assert.equal(callsFor(fake, 'taken-for-dead'), 1);
+    // A registered again: it runs the thread's next run.
+    fake.queue(reply('A is back'));
+    const next = await sdk(a, admin.token).runs.wait(r.thread.thread_id, 'lead_agent', { input: human('again') });
+    assert.equal(next.messages.at(-1).content, 'A is back');
   });
 
   it('ends through B, within the lease, the run of A killed mid-run; never runs it twice', async () => {
