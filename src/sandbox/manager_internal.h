@@ -104,8 +104,8 @@ static inline bool mgr_cancelled(const sbx_cancel *c) { return c && atomic_load(
 void mgr_deadline_in(struct timespec *ts, int64_t ms);
 /* Fences (scope, sandbox_id, generation) in memory, then in the store;
  * answers (and logs the failure of) the store's write. */
-int mgr_fence_add(sbx_manager *m, const char *scope, const char *sandbox_id,
-                  const char *generation, const char *reason);
+int mgr_fence_add(sbx_manager *m, const char *scope, const char *sandbox_id, const char *generation,
+                  const char *reason);
 /* Retires the fence k from the store, then from memory. */
 void mgr_fence_remove(sbx_manager *m, const fence_key *k);
 /* A malloc'd copy of this process's fences of sandbox_id (all when NULL). */

@@ -67,7 +67,7 @@ static int ownership_ask(bool *asked, sbx_manager *m, const store_owner_claim_re
  * naming the owner. *changed_hands: it was not this gateway's already.
  * FAWN_ECANCELED when cancel is set while waiting. */
 int mgr_ownership_claim(bool *changed_hands, sbx_manager *m, const char *sandbox_id,
-                           const char *user, const char *thread, const sbx_cancel *cancel) {
+                        const char *user, const char *thread, const sbx_cancel *cancel) {
     *changed_hands = false;
     store_owner_claim_req q = {.sandbox_id = sandbox_id,
                                .user = user,
@@ -104,10 +104,11 @@ int mgr_previous_generations_fence(sbx_manager *m, const sbx_entry *e) {
     if (r == FAWN_ENOENT)
         r = 0;
     if (r == 0 && rec.generation[0])
-        r = mgr_fence_add(m, SBX_WHOLE, e->box.sandbox_id, rec.generation, "the sandbox changed hands");
+        r = mgr_fence_add(m, SBX_WHOLE, e->box.sandbox_id, rec.generation,
+                          "the sandbox changed hands");
     if (r == 0 && mgr_has_box(e) && strcmp(e->box.generation, rec.generation) != 0)
         r = mgr_fence_add(m, SBX_WHOLE, e->box.sandbox_id, e->box.generation,
-                      "the sandbox changed hands");
+                          "the sandbox changed hands");
     return r;
 }
 
@@ -391,4 +392,3 @@ void mgr_reconcile(sbx_manager *m) {
                  fawn_errmsg());
     reconcile_fences(m);
 }
-

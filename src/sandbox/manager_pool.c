@@ -164,6 +164,6 @@ void mgr_periodic_run(sbx_manager *m, int64_t period_ms, void (*round)(sbx_manag
 void *mgr_keepalive_main(void *arg) {
     sbx_manager *m = arg;
     mgr_periodic_run(m, (int64_t)m->cfg.idle_timeout_s * 1000 / SBX_KEEPALIVES_PER_TIMEOUT,
-                 keepalive_round);
+                     keepalive_round);
     return NULL;
 }
