@@ -29,7 +29,7 @@ fi
 ninja -C build fawn
 
 # Each fuzzer for a short while on its seeds; a crash fails the run.
-FAWN_FUZZ_JOBS=$jobs bash scripts/fuzz.sh "$fuzz_build" "${FAWN_FUZZ_SECONDS:-8}"
+FAWN_FUZZ_JOBS=$jobs bash scripts/fuzz.sh "$fuzz_build" "${FAWN_FUZZ_SECONDS:-5}"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

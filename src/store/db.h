@@ -53,6 +53,10 @@ int sdb_pg_open(sdb **out, const char *conninfo);
 /* The server process of a PostgreSQL connection: what a notification it
  * sends names as its sender. */
 int sdb_pg_backend_pid(sdb *db);
+/* Re-establishes db when the server closed it while it sat idle in its
+ * pool (a restart, a failover, a cut network): its next statement then
+ * runs instead of failing. Call it only between transactions. */
+void sdb_pg_revive_idle(sdb *db);
 /* Whether a notification sent by this PostgreSQL connection's own
  * transaction came back to it (it LISTENs on the channel) since the last
  * call: its change has committed. */

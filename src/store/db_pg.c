@@ -80,6 +80,28 @@ static void pg_revive(pgc *db) {
         PQreset(db->h);
 }
 
+/* Reads what an idle connection received: true when the server closed
+ * it. A notification is read once; a closed connection stays readable,
+ * and the read after the server's last words meets its end. */
+static bool pg_idle_closed(pgc *db) {
+    for (int reads = 0; reads < 3; reads++) {
+        struct pollfd p = {.fd = PQsocket(db->h), .events = POLLIN};
+        if (p.fd < 0 || PQstatus(db->h) == CONNECTION_BAD)
+            return true;
+        if (poll(&p, 1, 0) != 1)
+            return false;
+        if (!PQconsumeInput(db->h))
+            return true;
+    }
+    return PQstatus(db->h) == CONNECTION_BAD;
+}
+
+void sdb_pg_revive_idle(sdb *d) {
+    pgc *db = C(d);
+    if (pg_idle_closed(db))
+        PQreset(db->h);
+}
+
 /* Takes the notifications libpq read with the last result. */
 static void pg_take_notifies(pgc *db) {
     PGnotify *n;

@@ -99,18 +99,29 @@ void sq_write_end(store *s, sdb *db) {
     pthread_mutex_unlock(&s->mu);
 }
 
-sdb *sq_read_begin(store *s) {
-    atomic_fetch_add_explicit(&s->operations, 1, memory_order_relaxed);
-    pthread_mutex_lock(&s->pool_mu);
+/* A free connection of the pool, taken (s->pool_mu held). */
+static sdb *pool_take_locked(store *s) {
     for (;;) {
         for (size_t i = 0; i < s->pool_size; i++)
             if (!s->reader_busy[i]) {
                 s->reader_busy[i] = true;
-                pthread_mutex_unlock(&s->pool_mu);
                 return s->readers[i];
             }
         pthread_cond_wait(&s->pool_free, &s->pool_mu);
     }
+}
+
+/* On PostgreSQL, a connection the server dropped while it sat in the pool
+ * is re-established before it is handed out, so that a database restart
+ * costs no caller an error. */
+sdb *sq_read_begin(store *s) {
+    atomic_fetch_add_explicit(&s->operations, 1, memory_order_relaxed);
+    pthread_mutex_lock(&s->pool_mu);
+    sdb *db = pool_take_locked(s);
+    pthread_mutex_unlock(&s->pool_mu);
+    if (s->kind == SDB_POSTGRES)
+        sdb_pg_revive_idle(db);
+    return db;
 }
 
 /* On PostgreSQL a change of the auth generation made on db (its own

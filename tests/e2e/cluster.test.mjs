@@ -1,9 +1,10 @@
 // Two gateways on one PostgreSQL store and one home (docs/cluster.md): a
 // run started through one is streamed, cancelled and refused a second run
 // through the other; a gateway taken for dead while alive fences its run
-// and stores nothing after the end the other stored; and a gateway killed
-// mid-run has its run ended by the survivor within the lease, never run
-// twice. Runs here need no sandbox:
+// and stores nothing after the end the other stored; one cut off the
+// database (through lib/pg.mjs's PgRelay) cancels its run within a lease
+// and comes back; and a gateway killed mid-run has its run ended by the
+// survivor within the lease, never run twice. Runs here need no sandbox:
 // the fake model answers in text. Needs PostgreSQL (FAWN_TEST_PG, from
 // scripts/pg-test-server.sh): without it the test fails.
 import assert from 'node:assert/strict';
@@ -13,7 +14,7 @@ import { Client } from '@langchain/langgraph-sdk';
 
 import { FawnServer, request, setupAdmin, setupUser, storeRows, waitFor } from './lib/server.mjs';
 import { FakeOpenAI, held, reply } from './lib/fake_openai.mjs';
-import { pgDatabase } from './lib/pg.mjs';
+import { PgRelay, pgDatabase } from './lib/pg.mjs';
 
 function sdk(srv, token) {
   return new Client({
@@ -46,13 +47,18 @@ describe('two gateways on one PostgreSQL store', () => {
   let b;
   let admin;
   let home;
+  // A reaches the database through it, to be cut off. The test reads the
+  // store through B: psql through the relay would wait on this process,
+  // whose event loop storeRows' spawnSync holds.
+  let relay;
 
   before(async () => {
     fake = await FakeOpenAI.start();
+    relay = await PgRelay.start();
     const dsn = pgDatabase('cluster');
     const config = (id) => ({
       models: [fake.model()],
-      store: { backend: 'postgres', postgres: { dsn } },
+      store: { backend: 'postgres', postgres: { dsn: id === 'gw-a' ? relay.dsn(dsn) : dsn } },
       // A lease of 10 beats: a loaded test host can stall a thread for most of
       // a second, and a live gateway taken for dead would fence its runs.
       cluster: { gateway_id: id, heartbeat_ms: 200, lease_ms: 2000 },
@@ -66,6 +72,7 @@ describe('two gateways on one PostgreSQL store', () => {
     if (a && !a.gone) await a.stop({ keepHome: true });
     await b?.stop({ keepHome: true });
     if (home) fs.rmSync(home, { recursive: true, force: true });
+    await relay?.stop();
     await fake?.stop();
   });
 
@@ -145,7 +152,7 @@ describe('two gateways on one PostgreSQL store', () => {
     // A's last beat made old (as a pause past the lease would) until B's
     // reap takes A for dead before A beats again.
     await waitFor(async () => {
-      storeRows(a, "UPDATE gateways SET beat_at_ms = 0 WHERE id = 'gw-a'");
+      storeRows(b, "UPDATE gateways SET beat_at_ms = 0 WHERE id = 'gw-a'");
       return (await runThrough(b, r)).json.status === 'error';
     }, undefined, 'B to take A for dead and end its run');
     await waitFor(() => /gateway gw-a: its lease was taken/.test(a.stderr), undefined, 'A to find its lease lost');
@@ -157,7 +164,7 @@ describe('two gateways on one PostgreSQL store', () => {
     const run = (await runThrough(b, r)).json;
     assert.equal(run.status, 'error');
     assert.match(run.error ?? JSON.stringify(run), /gateway running it stopped/);
-    const events = storeRows(a, `SELECT event FROM run_events WHERE run_id = '${r.run.run_id}' ORDER BY seq`);
+    const events = storeRows(b, `SELECT event FROM run_events WHERE run_id = '${r.run.run_id}' ORDER BY seq`);
     assert.equal(events.at(-1), 'end');
     assert.equal(events.filter((e) => e === 'end').length, 1, events.join(' '));
     assert.equal(callsFor(fake, 'taken-for-dead'), 1);
@@ -165,6 +172,32 @@ describe('two gateways on one PostgreSQL store', () => {
     fake.queue(reply('A is back'));
     const next = await sdk(a, admin.token).runs.wait(r.thread.thread_id, 'lead_agent', { input: human('again') });
     assert.equal(next.messages.at(-1).content, 'A is back');
+  });
+
+  it('cuts A off the database mid-run: A cancels its run within a lease, B ends it, A comes back', async () => {
+    const r = await heldRun(a, 'cut-off');
+    await relay.cut();
+    try {
+      await waitFor(() => /gateway gw-a: no heartbeat stored for a whole lease; its runs are cancelled/.test(a.stderr),
+        undefined, 'A to fence its runs');
+      await waitFor(async () => (await runThrough(b, r)).json.status === 'error', undefined, 'B to end the run of A');
+    } finally {
+      await relay.restore();
+    }
+    r.hold.release();
+    // Back on the database, A finds its row reaped, fences again and
+    // registers anew; a run it took before that would be ended with it.
+    await waitFor(() => storeRows(b, "SELECT id FROM gateways WHERE id = 'gw-a'").length === 1,
+      undefined, 'A to register again');
+    fake.queue(reply('A is back again'));
+    const next = await sdk(a, admin.token).runs.wait(r.thread.thread_id, 'lead_agent', { input: human('back') });
+    assert.equal(next.messages.at(-1).content, 'A is back again');
+    const run = (await runThrough(b, r)).json;
+    assert.match(run.error ?? JSON.stringify(run), /gateway running it stopped/);
+    const events = storeRows(b, `SELECT event FROM run_events WHERE run_id = '${r.run.run_id}' ORDER BY seq`);
+    assert.equal(events.at(-1), 'end');
+    assert.equal(events.filter((e) => e === 'end').length, 1, events.join(' '));
+    assert.equal(callsFor(fake, 'cut-off'), 1);
   });
 
   it('ends through B, within the lease, the run of A killed mid-run; never runs it twice', async () => {

@@ -2400,6 +2400,24 @@ static void gateways_starting_together_migrate_once(void **state) {
     assert_int_equal(test_pg_admin(sql), 0);
 }
 
+/* A restart of the server (here: every connection of the store ended by
+ * the server) costs no caller an error: the pooled connections are
+ * re-established before they are handed out. */
+static void dropped_connections_are_revived(void **state) {
+    fx *x = *state;
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+             "WHERE datname = '%s' AND pid <> pg_backend_pid()",
+             x->pg_name);
+    assert_int_equal(test_pg_admin(sql), 0);
+    int version = 0;
+    assert_int_equal(store_schema_version(x->s, &version), 0);
+    assert_int_equal(version, (int)sq_migrations_count);
+    store_user u;
+    assert_int_equal(store_user_create(x->s, &u, "after-restart", "hash", "user"), 0);
+}
+
 /* sq_pg_ddl: each dialect word of the migrations rewritten for PostgreSQL;
  * a word that only looks like one, literals and numbers copied as they are. */
 static void pg_ddl_rewrites_each_dialect_word(void **state) {
@@ -2482,7 +2500,9 @@ static void pg_ddl_rewrites_each_dialect_word(void **state) {
         cmocka_unit_test(pg_ddl_rewrites_each_dialect_word),
 
 /* About several gateways on one PostgreSQL database. */
-#define POSTGRES_TESTS cmocka_unit_test(gateways_starting_together_migrate_once),
+#define POSTGRES_TESTS                                                                             \
+    cmocka_unit_test(gateways_starting_together_migrate_once),                                     \
+        cmocka_unit_test(dropped_connections_are_revived),
 
 int main(void) {
     const struct CMUnitTest on_sqlite[] = {COMMON_TESTS SQLITE_TESTS};
