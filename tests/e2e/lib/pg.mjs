@@ -68,9 +68,16 @@ export class PgRelay {
   async restore() {
     this.listener = net.createServer((client) => {
       const upstream = net.connect(this.upstream);
-      for (const s of [client, upstream]) {
+      // Either side gone, the other is closed: a gateway killed with a
+      // reply unread resets its socket (no 'end' for pipe to pass on), and
+      // its server session, perhaps in a transaction holding the store's
+      // write lock, must still see it go.
+      for (const [s, other] of [[client, upstream], [upstream, client]]) {
         this.sockets.add(s);
-        s.on('close', () => this.sockets.delete(s));
+        s.on('close', () => {
+          this.sockets.delete(s);
+          other.destroy();
+        });
         s.on('error', () => {});
       }
       client.pipe(upstream).pipe(client);
