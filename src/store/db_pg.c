@@ -1,8 +1,14 @@
 /* db.h over PostgreSQL (libpq). A statement keeps its SQL, rewritten from
  * `?N` parameters to `$N`, and its bound values as text; its first step
- * runs it (PQexecParams, text results) and later steps walk the result's
- * rows. Every parameter is sent with its type (int8, float8, text; a NULL
- * of sdb_bind_null untyped, so the server infers it from its place). */
+ * runs it (text results) and later steps walk the result's rows. Every
+ * parameter is sent with its type (int8, float8, text; a NULL of
+ * sdb_bind_null untyped, so the server infers it from its place).
+ *
+ * Each connection prepares a statement once per SQL text and parameter
+ * types, and runs it by name after that: the server parses and plans it
+ * once instead of at every run. Statements past the cache's size run
+ * unprepared (PQexecParams); the cache is emptied whenever the connection
+ * is re-established, since the server's prepared statements go with it. */
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -21,6 +27,16 @@
 #define PG_INT8OID 20
 #define PG_FLOAT8OID 701
 #define PG_TEXTOID 25
+/* Statements one connection keeps prepared (the store has about 300). */
+#define PG_PREPARED_MAX 512
+
+/* A statement prepared on the connection: key is its SQL followed by a
+ * letter per parameter's type, name what the server knows it by. */
+typedef struct pg_prepared {
+    uint64_t hash;
+    char *key;
+    char name[24];
+} pg_prepared;
 
 typedef struct pgc {
     sdb base;
@@ -30,6 +46,9 @@ typedef struct pgc {
     bool err_fk;
     bool notified;      /* a NOTIFY arrived (sdb_notified) */
     bool notified_self; /* one this connection sent (sdb_pg_notified_self) */
+    pg_prepared prepared[PG_PREPARED_MAX];
+    size_t nprepared;
+    uint64_t names_given; /* names are never reused on one connection */
 } pgc;
 
 typedef struct pg_stmt {
@@ -73,11 +92,23 @@ static int pg_class(pgc *db, const PGresult *res) {
     return SDB_ERROR;
 }
 
+static void pg_forget_prepared(pgc *db) {
+    for (size_t i = 0; i < db->nprepared; i++)
+        free(db->prepared[i].key);
+    db->nprepared = 0;
+}
+
+/* Re-establishes the connection; what it had prepared is gone. */
+static void pg_reconnect(pgc *db) {
+    PQreset(db->h);
+    pg_forget_prepared(db);
+}
+
 /* A connection the server dropped (restart, failover) is re-established
  * before the next statement; the failed one has already answered its error. */
 static void pg_revive(pgc *db) {
     if (PQstatus(db->h) == CONNECTION_BAD)
-        PQreset(db->h);
+        pg_reconnect(db);
 }
 
 /* Reads what an idle connection received: true when the server closed
@@ -99,7 +130,7 @@ static bool pg_idle_closed(pgc *db) {
 void sdb_pg_revive_idle(sdb *d) {
     pgc *db = C(d);
     if (pg_idle_closed(db))
-        PQreset(db->h);
+        pg_reconnect(db);
 }
 
 /* Takes the notifications libpq read with the last result. */
@@ -122,6 +153,7 @@ static void pg_note_changes(pgc *db, const PGresult *res) {
 }
 
 static void pg_close(sdb *db) {
+    pg_forget_prepared(C(db));
     PQfinish(C(db)->h);
     free(C(db)->err);
     free(db);
@@ -234,12 +266,102 @@ static void pg_bind_double(sdb_stmt *st, int i, double v) {
 static void pg_bind_null(sdb_stmt *st, int i) { pg_bind(st, i, NULL, 0); }
 static int pg_bind_count(sdb_stmt *st) { return P(st)->nparams; }
 
+/* The statement's cache key: its SQL, a separator and a letter per
+ * parameter type; NULL when out of memory. */
+static char *pg_prepared_key(const pg_stmt *st, uint64_t *hash) {
+    size_t len = strlen(st->sql);
+    char *key = malloc(len + 2 + (size_t)st->nparams);
+    if (!key)
+        return NULL;
+    memcpy(key, st->sql, len);
+    key[len] = '\x01';
+    for (int i = 0; i < st->nparams; i++)
+        key[len + 1 + i] = st->types[i] == PG_INT8OID     ? 'i'
+                           : st->types[i] == PG_FLOAT8OID ? 'f'
+                           : st->types[i] == PG_TEXTOID   ? 't'
+                                                          : 'n';
+    key[len + 1 + st->nparams] = 0;
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (const char *c = key; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+    *hash = h;
+    return key;
+}
+
+/* The statement prepared on its connection, preparing it now if there is
+ * room; NULL when it runs unprepared (cache full, out of memory, or the
+ * server refused to prepare it: running it unprepared reports why). */
+static const pg_prepared *pg_prepared_for(pg_stmt *st) {
+    pgc *db = st->db;
+    uint64_t hash;
+    char *key = pg_prepared_key(st, &hash);
+    if (!key)
+        return NULL;
+    for (size_t i = 0; i < db->nprepared; i++)
+        if (db->prepared[i].hash == hash && strcmp(db->prepared[i].key, key) == 0) {
+            free(key);
+            return &db->prepared[i];
+        }
+    if (db->nprepared == PG_PREPARED_MAX) {
+        free(key);
+        return NULL;
+    }
+    pg_prepared *p = &db->prepared[db->nprepared];
+    snprintf(p->name, sizeof p->name, "fawn_%" PRIu64, ++db->names_given);
+    PGresult *res = PQprepare(db->h, p->name, st->sql, st->nparams, st->types);
+    bool prepared = PQresultStatus(res) == PGRES_COMMAND_OK;
+    PQclear(res);
+    if (!prepared) {
+        free(key);
+        return NULL;
+    }
+    p->hash = hash;
+    p->key = key;
+    db->nprepared++;
+    return p;
+}
+
+/* Whether res failed because the prepared statement is gone (26000) or
+ * can no longer run as prepared (0A000: a table it reads changed shape). */
+static bool pg_prepared_stale(const PGresult *res) {
+    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    return state && (strcmp(state, "26000") == 0 || strcmp(state, "0A000") == 0);
+}
+
+static void pg_prepared_drop(pgc *db, const pg_prepared *p) {
+    size_t i = (size_t)(p - db->prepared);
+    free(db->prepared[i].key);
+    db->prepared[i] = db->prepared[--db->nprepared];
+}
+
+/* Runs the statement with its bound values, by name when prepared. A
+ * prepared statement gone stale is dropped and prepared again; outside a
+ * transaction its run is repeated at once, inside one the transaction has
+ * failed and the caller's error stands. */
+static PGresult *pg_run(pg_stmt *st) {
+    const char *const *values = (const char *const *)st->values;
+    bool in_transaction = PQtransactionStatus(st->db->h) != PQTRANS_IDLE;
+    PGresult *res = NULL;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        const pg_prepared *p = pg_prepared_for(st);
+        PQclear(res);
+        if (!p)
+            return PQexecParams(st->db->h, st->sql, st->nparams, st->types, values, NULL, NULL, 0);
+        res = PQexecPrepared(st->db->h, p->name, st->nparams, values, NULL, NULL, 0);
+        if (!pg_prepared_stale(res))
+            break;
+        pg_prepared_drop(st->db, p);
+        if (in_transaction)
+            break;
+    }
+    return res;
+}
+
 static int pg_step(sdb_stmt *s) {
     pg_stmt *st = P(s);
     if (!st->res) {
         pg_revive(st->db);
-        st->res = PQexecParams(st->db->h, st->sql, st->nparams, st->types,
-                               (const char *const *)st->values, NULL, NULL, 0);
+        st->res = pg_run(st);
         pg_take_notifies(st->db);
         ExecStatusType status = PQresultStatus(st->res);
         if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) {

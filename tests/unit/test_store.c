@@ -2418,6 +2418,77 @@ static void dropped_connections_are_revived(void **state) {
     assert_int_equal(store_user_create(x->s, &u, "after-restart", "hash", "user"), 0);
 }
 
+/* The one integer a one-row, one-column statement answers, or -1. */
+static int64_t pg_single(sdb *db, const char *sql, const char *text) {
+    sdb_stmt *st;
+    if (sdb_prepare(db, &st, sql) != SDB_OK)
+        return -1;
+    if (sdb_bind_count(st) > 0) {
+        if (text)
+            sdb_bind_text(st, 1, text);
+        else
+            sdb_bind_null(st, 1);
+    }
+    int64_t v = sdb_step(st) == SDB_ROW ? sdb_column_int64(st, 0) : -1;
+    sdb_finalize(st);
+    return v;
+}
+
+/* Statements run by name once prepared on a connection answer as their SQL
+ * does: with a parameter bound as text or as NULL, past the number the
+ * connection keeps prepared, after a table they read changed shape (run
+ * outside a transaction: repeated at once; inside one: the transaction's
+ * error, and fine after it), and in a transaction on a connection
+ * re-established since they were prepared. */
+static void prepared_statements_answer_as_their_sql(void **state) {
+    fx *x = *state;
+    sdb *db;
+    assert_int_equal(sdb_pg_open(&db, x->pg), 0);
+    assert_int_equal(sdb_exec(db, "CREATE TABLE prep (a BIGINT, b TEXT)"), SDB_OK);
+    assert_int_equal(sdb_exec(db, "INSERT INTO prep VALUES (1, 'one'), (2, NULL)"), SDB_OK);
+    const char *by_b = "SELECT coalesce(max(a), 0) FROM prep WHERE b IS NOT DISTINCT FROM ?1";
+    for (int round = 0; round < 3; round++) {
+        assert_int_equal(pg_single(db, by_b, "one"), 1);
+        assert_int_equal(pg_single(db, by_b, NULL), 2);
+        assert_int_equal(pg_single(db, by_b, "none"), 0);
+    }
+    sdb_stmt *st;
+    assert_int_equal(sdb_prepare(db, &st, "SELECT * FROM prep WHERE a = ?1"), SDB_OK);
+    sdb_bind_int64(st, 1, 1);
+    assert_int_equal(sdb_step(st), SDB_ROW);
+    sdb_finalize(st);
+    assert_int_equal(sdb_exec(db, "ALTER TABLE prep ADD COLUMN c BIGINT DEFAULT 7"), SDB_OK);
+    assert_int_equal(sdb_prepare(db, &st, "SELECT * FROM prep WHERE a = ?1"), SDB_OK);
+    sdb_bind_int64(st, 1, 1);
+    assert_int_equal(sdb_step(st), SDB_ROW);
+    assert_int_equal(sdb_column_int64(st, 2), 7);
+    sdb_finalize(st);
+    assert_int_equal(sdb_exec(db, "ALTER TABLE prep ADD COLUMN d BIGINT DEFAULT 8"), SDB_OK);
+    assert_int_equal(sdb_exec(db, "BEGIN"), SDB_OK);
+    assert_int_equal(sdb_prepare(db, &st, "SELECT * FROM prep WHERE a = ?1"), SDB_OK);
+    sdb_bind_int64(st, 1, 1);
+    assert_int_equal(sdb_step(st), SDB_ERROR);
+    sdb_finalize(st);
+    assert_int_equal(sdb_exec(db, "ROLLBACK"), SDB_OK);
+    assert_int_equal(sdb_prepare(db, &st, "SELECT * FROM prep WHERE a = ?1"), SDB_OK);
+    sdb_bind_int64(st, 1, 1);
+    assert_int_equal(sdb_step(st), SDB_ROW);
+    assert_int_equal(sdb_column_int64(st, 3), 8);
+    sdb_finalize(st);
+    char sql[96];
+    for (int i = 0; i < 600; i++) {
+        snprintf(sql, sizeof sql, "SELECT %d + count(*) FROM prep", i);
+        assert_int_equal(pg_single(db, sql, NULL), i + 2);
+    }
+    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%d, 10000)", sdb_pg_backend_pid(db));
+    assert_int_equal(test_pg_admin(sql), 0);
+    sdb_pg_revive_idle(db);
+    assert_int_equal(sdb_exec(db, "BEGIN"), SDB_OK);
+    assert_int_equal(pg_single(db, by_b, "one"), 1);
+    assert_int_equal(sdb_exec(db, "COMMIT"), SDB_OK);
+    sdb_close(db);
+}
+
 /* sq_pg_ddl: each dialect word of the migrations rewritten for PostgreSQL;
  * a word that only looks like one, literals and numbers copied as they are. */
 static void pg_ddl_rewrites_each_dialect_word(void **state) {
@@ -2502,7 +2573,8 @@ static void pg_ddl_rewrites_each_dialect_word(void **state) {
 /* About several gateways on one PostgreSQL database. */
 #define POSTGRES_TESTS                                                                             \
     cmocka_unit_test(gateways_starting_together_migrate_once),                                     \
-        cmocka_unit_test(dropped_connections_are_revived),
+        cmocka_unit_test(dropped_connections_are_revived),                                         \
+        cmocka_unit_test(prepared_statements_answer_as_their_sql),
 
 int main(void) {
     const struct CMUnitTest on_sqlite[] = {COMMON_TESTS SQLITE_TESTS};
