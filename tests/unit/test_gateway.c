@@ -9,7 +9,9 @@
 #include "support.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -751,6 +753,29 @@ static void replays_pick_the_latest_visible_turn(void **state) {
     json_decref(m);
 }
 
+/* The process's setsockopt (server.c): a request to cork a TCP socket is
+ * answered as done and the socket stays uncorked; any other option is set
+ * as asked, and a bad descriptor is still refused. */
+static void sockets_are_never_corked(void **state) {
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    int on = 1, got = -1;
+    socklen_t len = sizeof got;
+    assert_int_equal(setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof on), 0);
+    assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_CORK, &got, &len), 0);
+    assert_int_equal(got, 0);
+    assert_int_equal(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on), 0);
+    got = -1;
+    len = sizeof got;
+    assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &got, &len), 0);
+    assert_int_equal(got, 1);
+    close(fd);
+    errno = 0;
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on), -1);
+    assert_int_equal(errno, EBADF);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(forwarded_client_from_trusted_proxies_only),
@@ -758,6 +783,7 @@ int main(void) {
         cmocka_unit_test(throttle_locks_out_across_gateways),
         cmocka_unit_test(form_fields_decode_once),
         cmocka_unit_test(event_ids_parse_with_bounds),
+        cmocka_unit_test(sockets_are_never_corked),
         cmocka_unit_test(query_decimals_parse_with_bounds),
         cmocka_unit_test(refused_json_bodies_leave_no_object),
         cmocka_unit_test(thread_views_select_and_extract),
