@@ -480,7 +480,7 @@ static void files_limit_raise(const fawn_server_config *s) {
  * libmicrohttpd corks a connection around each file it sends with
  * sendfile (128 KiB per call) and pushes the end out by setting
  * TCP_NODELAY. On Linux, over loopback (a reverse proxy on the same host,
- * bench/gateway), that corked send costs about a third of the requests/s
+ * bench/gateway), that corked send costs about a quarter of the requests/s
  * of a 1 MiB artifact: 0.74x nginx's with it, 1.02x without. Uncorked,
  * the connection keeps TCP_NODELAY, so each sendfile goes out at once in
  * full segments, and the headers, sent on their own either way, are not
