@@ -772,7 +772,7 @@ static void sockets_are_never_corked(void **state) {
     assert_int_equal(got, 1);
     close(fd);
     errno = 0;
-    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on), -1);
+    assert_int_equal(setsockopt(-1, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on), -1);
     assert_int_equal(errno, EBADF);
 }
 
