@@ -1,18 +1,39 @@
-/* db.h over SQLite: a thin pass-through to the sqlite3 API. */
+/* db.h over SQLite: a thin pass-through to the sqlite3 API, but for its
+ * statements: each connection keeps the ones it prepared, and a statement
+ * of the same SQL prepared again takes a kept one that is not in use
+ * instead of parsing the SQL anew. A finalized kept statement is reset and
+ * its bindings cleared for the next use. SQLite prepares a kept statement
+ * again by itself when the schema changed under it. */
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/base.h"
 #include "store/db_driver.h"
 
+/* Statements one connection keeps (the store has about 300). */
+#define LITE_KEPT_MAX 512
+
+/* A statement a connection keeps, by its SQL. */
+typedef struct lite_kept {
+    uint64_t hash;
+    char *sql;
+    sqlite3_stmt *h;
+    bool in_use;
+} lite_kept;
+
 typedef struct lite {
     sdb base;
     sqlite3 *h;
+    lite_kept kept[LITE_KEPT_MAX];
+    size_t nkept;
 } lite;
 
 typedef struct lite_stmt {
     sdb_stmt base;
     sqlite3_stmt *h;
+    lite_kept *kept; /* NULL: the statement is the caller's alone */
 } lite_stmt;
 
 static sqlite3 *H(sdb *db) { return ((lite *)db)->h; }
@@ -31,8 +52,13 @@ static int lite_class(int rc) {
     }
 }
 
-static void lite_close(sdb *db) {
-    sqlite3_close(H(db));
+static void lite_close(sdb *d) {
+    lite *db = (lite *)d;
+    for (size_t i = 0; i < db->nkept; i++) {
+        sqlite3_finalize(db->kept[i].h);
+        free(db->kept[i].sql);
+    }
+    sqlite3_close(db->h);
     free(db);
 }
 
@@ -42,14 +68,53 @@ static int lite_exec(sdb *db, const char *sql) {
 
 static const sdb_ops lite_ops;
 
-static int lite_prepare(sdb *db, sdb_stmt **out, const char *sql) {
+static uint64_t lite_sql_hash(const char *sql) {
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (const char *c = sql; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+    return h;
+}
+
+/* A kept statement of sql not in use, taken for the caller; NULL if none. */
+static lite_kept *lite_kept_take(lite *db, const char *sql, uint64_t hash) {
+    for (size_t i = 0; i < db->nkept; i++) {
+        lite_kept *k = &db->kept[i];
+        if (!k->in_use && k->hash == hash && strcmp(k->sql, sql) == 0) {
+            k->in_use = true;
+            return k;
+        }
+    }
+    return NULL;
+}
+
+/* Keeps h, prepared from sql and in use by the caller; NULL when the
+ * connection keeps as many as it may (or out of memory): h stays the
+ * caller's alone. */
+static lite_kept *lite_kept_add(lite *db, const char *sql, uint64_t hash, sqlite3_stmt *h) {
+    char *copy = db->nkept < LITE_KEPT_MAX ? strdup(sql) : NULL;
+    if (!copy)
+        return NULL;
+    lite_kept *k = &db->kept[db->nkept++];
+    *k = (lite_kept){.hash = hash, .sql = copy, .h = h, .in_use = true};
+    return k;
+}
+
+static int lite_prepare(sdb *d, sdb_stmt **out, const char *sql) {
+    lite *db = (lite *)d;
     lite_stmt *st = calloc(1, sizeof *st);
     if (!st)
         return SDB_ERROR;
-    int rc = sqlite3_prepare_v2(H(db), sql, -1, &st->h, NULL);
-    if (rc != SQLITE_OK) {
-        free(st);
-        return lite_class(rc);
+    uint64_t hash = lite_sql_hash(sql);
+    st->kept = lite_kept_take(db, sql, hash);
+    if (st->kept) {
+        st->h = st->kept->h;
+    } else {
+        int rc = sqlite3_prepare_v3(db->h, sql, -1, SQLITE_PREPARE_PERSISTENT, &st->h, NULL);
+        if (rc != SQLITE_OK) {
+            free(st);
+            return lite_class(rc);
+        }
+        st->kept = lite_kept_add(db, sql, hash, st->h);
     }
     st->base.ops = &lite_ops;
     *out = &st->base;
@@ -65,8 +130,15 @@ static void lite_bind_null(sdb_stmt *st, int i) { sqlite3_bind_null(S(st), i); }
 static int lite_bind_count(sdb_stmt *st) { return sqlite3_bind_parameter_count(S(st)); }
 static int lite_step(sdb_stmt *st) { return lite_class(sqlite3_step(S(st))); }
 static void lite_reset(sdb_stmt *st) { sqlite3_reset(S(st)); }
-static void lite_finalize(sdb_stmt *st) {
-    sqlite3_finalize(S(st));
+static void lite_finalize(sdb_stmt *s) {
+    lite_stmt *st = (lite_stmt *)s;
+    if (st->kept) {
+        sqlite3_reset(st->h);
+        sqlite3_clear_bindings(st->h);
+        st->kept->in_use = false;
+    } else {
+        sqlite3_finalize(st->h);
+    }
     free(st);
 }
 static const char *lite_column_text(sdb_stmt *st, int col) {
@@ -110,7 +182,14 @@ static const sdb_ops lite_ops = {
     .notified = lite_notified,
 };
 
+/* SQLite's count of its own memory takes one mutex, shared by every
+ * connection, at each allocation; nothing here reads that count. Turned
+ * off before SQLite starts (later, SQLite refuses and nothing changes). */
+static void lite_configure(void) { sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0); }
+
 int sdb_sqlite_open(sdb **out, const char *path, bool writable, int busy_timeout_ms) {
+    static pthread_once_t configured = PTHREAD_ONCE_INIT;
+    pthread_once(&configured, lite_configure);
     *out = NULL;
     lite *db = calloc(1, sizeof *db);
     if (!db)

@@ -2419,7 +2419,7 @@ static void dropped_connections_are_revived(void **state) {
 }
 
 /* The one integer a one-row, one-column statement answers, or -1. */
-static int64_t pg_single(sdb *db, const char *sql, const char *text) {
+static int64_t sdb_single(sdb *db, const char *sql, const char *text) {
     sdb_stmt *st;
     if (sdb_prepare(db, &st, sql) != SDB_OK)
         return -1;
@@ -2448,9 +2448,9 @@ static void prepared_statements_answer_as_their_sql(void **state) {
     assert_int_equal(sdb_exec(db, "INSERT INTO prep VALUES (1, 'one'), (2, NULL)"), SDB_OK);
     const char *by_b = "SELECT coalesce(max(a), 0) FROM prep WHERE b IS NOT DISTINCT FROM ?1";
     for (int round = 0; round < 3; round++) {
-        assert_int_equal(pg_single(db, by_b, "one"), 1);
-        assert_int_equal(pg_single(db, by_b, NULL), 2);
-        assert_int_equal(pg_single(db, by_b, "none"), 0);
+        assert_int_equal(sdb_single(db, by_b, "one"), 1);
+        assert_int_equal(sdb_single(db, by_b, NULL), 2);
+        assert_int_equal(sdb_single(db, by_b, "none"), 0);
     }
     sdb_stmt *st;
     assert_int_equal(sdb_prepare(db, &st, "SELECT * FROM prep WHERE a = ?1"), SDB_OK);
@@ -2478,14 +2478,71 @@ static void prepared_statements_answer_as_their_sql(void **state) {
     char sql[96];
     for (int i = 0; i < 600; i++) {
         snprintf(sql, sizeof sql, "SELECT %d + count(*) FROM prep", i);
-        assert_int_equal(pg_single(db, sql, NULL), i + 2);
+        assert_int_equal(sdb_single(db, sql, NULL), i + 2);
     }
     snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%d, 10000)", sdb_pg_backend_pid(db));
     assert_int_equal(test_pg_admin(sql), 0);
     sdb_pg_revive_idle(db);
     assert_int_equal(sdb_exec(db, "BEGIN"), SDB_OK);
-    assert_int_equal(pg_single(db, by_b, "one"), 1);
+    assert_int_equal(sdb_single(db, by_b, "one"), 1);
     assert_int_equal(sdb_exec(db, "COMMIT"), SDB_OK);
+    sdb_close(db);
+}
+
+/* The one integer the next row of st holds, or -1 past its last row. */
+static int64_t next_int(sdb_stmt *st) {
+    return sdb_step(st) == SDB_ROW ? sdb_column_int64(st, 0) : -1;
+}
+
+/* A SQLite connection keeps its statements: the same SQL prepared while
+ * one is in use gets a statement of its own; a kept one taken again keeps
+ * no binding from its last use; it sees a column added since; past the
+ * number kept, statements still answer; closing the connection finalizes
+ * every kept one (a leak otherwise). */
+static void kept_statements_answer_as_their_sql(void **state) {
+    fx *x = *state;
+    char path[192];
+    snprintf(path, sizeof path, "%s/kept.db", x->dir);
+    sdb *db;
+    assert_int_equal(sdb_sqlite_open(&db, path, true, 1000), 0);
+    assert_int_equal(sdb_exec(db, "CREATE TABLE kept (a INTEGER, b TEXT)"), SDB_OK);
+    assert_int_equal(sdb_exec(db, "INSERT INTO kept VALUES (1, 'one'), (2, NULL)"), SDB_OK);
+    const char *in_order = "SELECT a FROM kept ORDER BY a";
+    sdb_stmt *outer, *inner;
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(sdb_prepare(db, &outer, in_order), SDB_OK);
+        assert_int_equal(next_int(outer), 1);
+        assert_int_equal(sdb_prepare(db, &inner, in_order), SDB_OK);
+        assert_int_equal(next_int(inner), 1);
+        assert_int_equal(next_int(inner), 2);
+        sdb_finalize(inner);
+        assert_int_equal(next_int(outer), 2);
+        assert_int_equal(next_int(outer), -1);
+        sdb_finalize(outer);
+    }
+    const char *by_b = "SELECT coalesce(max(a), 0) FROM kept WHERE b IS ?1";
+    assert_int_equal(sdb_single(db, by_b, "one"), 1);
+    sdb_stmt *st;
+    assert_int_equal(sdb_prepare(db, &st, by_b), SDB_OK);
+    assert_int_equal(next_int(st), 2); /* unbound: NULL, not the last use's 'one' */
+    sdb_finalize(st);
+    const char *row = "SELECT * FROM kept WHERE a = ?1";
+    assert_int_equal(sdb_prepare(db, &st, row), SDB_OK);
+    sdb_bind_int64(st, 1, 1);
+    assert_int_equal(sdb_step(st), SDB_ROW);
+    sdb_finalize(st);
+    assert_int_equal(sdb_exec(db, "ALTER TABLE kept ADD COLUMN c INTEGER DEFAULT 7"), SDB_OK);
+    assert_int_equal(sdb_prepare(db, &st, row), SDB_OK);
+    sdb_bind_int64(st, 1, 1);
+    assert_int_equal(sdb_step(st), SDB_ROW);
+    assert_int_equal(sdb_column_int64(st, 2), 7);
+    sdb_finalize(st);
+    char sql[96];
+    for (int i = 0; i < 600; i++) {
+        snprintf(sql, sizeof sql, "SELECT %d + count(*) FROM kept", i);
+        assert_int_equal(sdb_single(db, sql, NULL), i + 2);
+    }
+    assert_int_equal(sdb_single(db, by_b, "one"), 1);
     sdb_close(db);
 }
 
@@ -2568,6 +2625,7 @@ static void pg_ddl_rewrites_each_dialect_word(void **state) {
     cmocka_unit_test(a_held_read_stalls_no_other_caller),                                          \
         cmocka_unit_test(migration_moves_whole_states_into_message_rows),                          \
         cmocka_unit_test(database_is_private),                                                     \
+        cmocka_unit_test(kept_statements_answer_as_their_sql),                                     \
         cmocka_unit_test(pg_ddl_rewrites_each_dialect_word),
 
 /* About several gateways on one PostgreSQL database. */
