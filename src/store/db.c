@@ -31,3 +31,10 @@ int64_t sdb_changes(sdb *db) { return db->ops->changes(db); }
 const char *sdb_errmsg(sdb *db) { return db->ops->errmsg(db); }
 bool sdb_error_is_foreign_key(sdb *db) { return db->ops->error_is_foreign_key(db); }
 bool sdb_notified(sdb *db) { return db->ops->notified(db); }
+
+uint64_t sdb_sql_hash(const char *sql) {
+    uint64_t h = 14695981039346656037ULL;
+    for (const char *c = sql; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+    return h;
+}

@@ -37,4 +37,8 @@ struct sdb_stmt {
     const sdb_ops *ops;
 };
 
+/* A hash of a statement's SQL (FNV-1a, 64 bits), for the drivers'
+ * caches of prepared statements. */
+uint64_t sdb_sql_hash(const char *sql);
+
 #endif

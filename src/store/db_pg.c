@@ -281,10 +281,7 @@ static char *pg_prepared_key(const pg_stmt *st, uint64_t *hash) {
                            : st->types[i] == PG_TEXTOID   ? 't'
                                                           : 'n';
     key[len + 1 + st->nparams] = 0;
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (const char *c = key; *c; c++)
-        h = (h ^ (unsigned char)*c) * 1099511628211ULL;
-    *hash = h;
+    *hash = sdb_sql_hash(key);
     return key;
 }
 

@@ -68,13 +68,6 @@ static int lite_exec(sdb *db, const char *sql) {
 
 static const sdb_ops lite_ops;
 
-static uint64_t lite_sql_hash(const char *sql) {
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (const char *c = sql; *c; c++)
-        h = (h ^ (unsigned char)*c) * 1099511628211ULL;
-    return h;
-}
-
 /* A kept statement of sql not in use, taken for the caller; NULL if none. */
 static lite_kept *lite_kept_take(lite *db, const char *sql, uint64_t hash) {
     for (size_t i = 0; i < db->nkept; i++) {
@@ -104,7 +97,7 @@ static int lite_prepare(sdb *d, sdb_stmt **out, const char *sql) {
     lite_stmt *st = calloc(1, sizeof *st);
     if (!st)
         return SDB_ERROR;
-    uint64_t hash = lite_sql_hash(sql);
+    uint64_t hash = sdb_sql_hash(sql);
     st->kept = lite_kept_take(db, sql, hash);
     if (st->kept) {
         st->h = st->kept->h;
