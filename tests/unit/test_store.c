@@ -2434,6 +2434,32 @@ static int64_t sdb_single(sdb *db, const char *sql, const char *text) {
     return v;
 }
 
+/* Steps sql with ?1 bound to 1: its step's result, and on a row its column
+ * col in *v. */
+static int row_where_a_is_1(sdb *db, const char *sql, int col, int64_t *v) {
+    sdb_stmt *st;
+    *v = -1;
+    int rc = sdb_prepare(db, &st, sql);
+    if (rc != SDB_OK)
+        return rc;
+    sdb_bind_int64(st, 1, 1);
+    rc = sdb_step(st);
+    if (rc == SDB_ROW)
+        *v = sdb_column_int64(st, col);
+    sdb_finalize(st);
+    return rc;
+}
+
+/* Runs 600 distinct statements on table (two rows), more than a connection
+ * keeps prepared, each answering as its SQL does. */
+static void many_distinct_statements(sdb *db, const char *table) {
+    char sql[96];
+    for (int i = 0; i < 600; i++) {
+        snprintf(sql, sizeof sql, "SELECT %d + count(*) FROM %s", i, table);
+        assert_int_equal(sdb_single(db, sql, NULL), i + 2);
+    }
+}
+
 /* Statements run by name once prepared on a connection answer as their SQL
  * does: with a parameter bound as text or as NULL, past the number the
  * connection keeps prepared, after a table they read changed shape (run
@@ -2452,34 +2478,20 @@ static void prepared_statements_answer_as_their_sql(void **state) {
         assert_int_equal(sdb_single(db, by_b, NULL), 2);
         assert_int_equal(sdb_single(db, by_b, "none"), 0);
     }
-    sdb_stmt *st;
-    assert_int_equal(sdb_prepare(db, &st, "SELECT * FROM prep WHERE a = ?1"), SDB_OK);
-    sdb_bind_int64(st, 1, 1);
-    assert_int_equal(sdb_step(st), SDB_ROW);
-    sdb_finalize(st);
+    const char *row = "SELECT * FROM prep WHERE a = ?1";
+    int64_t v;
+    assert_int_equal(row_where_a_is_1(db, row, 0, &v), SDB_ROW);
     assert_int_equal(sdb_exec(db, "ALTER TABLE prep ADD COLUMN c BIGINT DEFAULT 7"), SDB_OK);
-    assert_int_equal(sdb_prepare(db, &st, "SELECT * FROM prep WHERE a = ?1"), SDB_OK);
-    sdb_bind_int64(st, 1, 1);
-    assert_int_equal(sdb_step(st), SDB_ROW);
-    assert_int_equal(sdb_column_int64(st, 2), 7);
-    sdb_finalize(st);
+    assert_int_equal(row_where_a_is_1(db, row, 2, &v), SDB_ROW);
+    assert_int_equal(v, 7);
     assert_int_equal(sdb_exec(db, "ALTER TABLE prep ADD COLUMN d BIGINT DEFAULT 8"), SDB_OK);
     assert_int_equal(sdb_exec(db, "BEGIN"), SDB_OK);
-    assert_int_equal(sdb_prepare(db, &st, "SELECT * FROM prep WHERE a = ?1"), SDB_OK);
-    sdb_bind_int64(st, 1, 1);
-    assert_int_equal(sdb_step(st), SDB_ERROR);
-    sdb_finalize(st);
+    assert_int_equal(row_where_a_is_1(db, row, 3, &v), SDB_ERROR);
     assert_int_equal(sdb_exec(db, "ROLLBACK"), SDB_OK);
-    assert_int_equal(sdb_prepare(db, &st, "SELECT * FROM prep WHERE a = ?1"), SDB_OK);
-    sdb_bind_int64(st, 1, 1);
-    assert_int_equal(sdb_step(st), SDB_ROW);
-    assert_int_equal(sdb_column_int64(st, 3), 8);
-    sdb_finalize(st);
+    assert_int_equal(row_where_a_is_1(db, row, 3, &v), SDB_ROW);
+    assert_int_equal(v, 8);
+    many_distinct_statements(db, "prep");
     char sql[96];
-    for (int i = 0; i < 600; i++) {
-        snprintf(sql, sizeof sql, "SELECT %d + count(*) FROM prep", i);
-        assert_int_equal(sdb_single(db, sql, NULL), i + 2);
-    }
     snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%d, 10000)", sdb_pg_backend_pid(db));
     assert_int_equal(test_pg_admin(sql), 0);
     sdb_pg_revive_idle(db);
@@ -2527,21 +2539,12 @@ static void kept_statements_answer_as_their_sql(void **state) {
     assert_int_equal(next_int(st), 2); /* unbound: NULL, not the last use's 'one' */
     sdb_finalize(st);
     const char *row = "SELECT * FROM kept WHERE a = ?1";
-    assert_int_equal(sdb_prepare(db, &st, row), SDB_OK);
-    sdb_bind_int64(st, 1, 1);
-    assert_int_equal(sdb_step(st), SDB_ROW);
-    sdb_finalize(st);
+    int64_t v;
+    assert_int_equal(row_where_a_is_1(db, row, 0, &v), SDB_ROW);
     assert_int_equal(sdb_exec(db, "ALTER TABLE kept ADD COLUMN c INTEGER DEFAULT 7"), SDB_OK);
-    assert_int_equal(sdb_prepare(db, &st, row), SDB_OK);
-    sdb_bind_int64(st, 1, 1);
-    assert_int_equal(sdb_step(st), SDB_ROW);
-    assert_int_equal(sdb_column_int64(st, 2), 7);
-    sdb_finalize(st);
-    char sql[96];
-    for (int i = 0; i < 600; i++) {
-        snprintf(sql, sizeof sql, "SELECT %d + count(*) FROM kept", i);
-        assert_int_equal(sdb_single(db, sql, NULL), i + 2);
-    }
+    assert_int_equal(row_where_a_is_1(db, row, 2, &v), SDB_ROW);
+    assert_int_equal(v, 7);
+    many_distinct_statements(db, "kept");
     assert_int_equal(sdb_single(db, by_b, "one"), 1);
     sdb_close(db);
 }
